@@ -1,0 +1,170 @@
+// The binding idiom: error translation and argument helpers.
+#include "bindings/binding.h"
+
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+
+namespace runner::bindings {
+namespace {
+
+bool is_stdlib_source(const char* source) {
+  static const std::string stdlib_prefix = std::string("@") + RUNNER_STDLIB_DIR + "/";
+  return std::strncmp(source, stdlib_prefix.c_str(), stdlib_prefix.size()) == 0;
+}
+
+const char* interrupt_key = "runner.interrupt";
+
+}  // namespace
+
+std::string user_where(lua_State* L) {
+  lua_Debug frame;
+  for (int level = 1; lua_getstack(L, level, &frame); ++level) {
+    lua_getinfo(L, "Sl", &frame);
+    if (frame.currentline <= 0 || is_stdlib_source(frame.source)) continue;
+    return fmt::format("{}:{}: ", frame.short_src, frame.currentline);
+  }
+  return "";
+}
+
+int raise_error(lua_State* L, const std::string& message) {
+  lua_pushstring(L, (user_where(L) + message).c_str());
+  return lua_error(L);
+}
+
+int raise_interrupt(lua_State* L) {
+  lua_pushlightuserdata(L, const_cast<char*>(interrupt_key));
+  return lua_error(L);
+}
+
+bool is_interrupt_error(lua_State* L, int index) {
+  return lua_islightuserdata(L, index) && lua_touserdata(L, index) == interrupt_key;
+}
+
+void set_functions(lua_State* L, std::initializer_list<Function> functions) {
+  for (const auto& [name, function] : functions) {
+    lua_pushcfunction(L, function);
+    lua_setfield(L, -2, name);
+  }
+}
+
+std::int64_t check_integer(lua_State* L, int index) {
+  const double value = luaL_checknumber(L, index);
+  if (std::floor(value) != value || std::fabs(value) > 9007199254740992.0)
+    luaL_argerror(L, index, fmt::format("integer expected, got {}", value).c_str());
+  return static_cast<std::int64_t>(value);
+}
+
+std::int64_t opt_integer(lua_State* L, int index, std::int64_t fallback) {
+  return lua_isnoneornil(L, index) ? fallback : check_integer(L, index);
+}
+
+bool opt_boolean(lua_State* L, int index, bool fallback) {
+  if (lua_isnoneornil(L, index)) return fallback;
+  luaL_checktype(L, index, LUA_TBOOLEAN);
+  return lua_toboolean(L, index) != 0;
+}
+
+std::string check_string(lua_State* L, int index) {
+  size_t length = 0;
+  const char* text = luaL_checklstring(L, index, &length);
+  return std::string(text, length);
+}
+
+void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known) {
+  if (lua_isnoneornil(L, index)) return;
+  luaL_checktype(L, index, LUA_TTABLE);
+  index = index > 0 ? index : lua_gettop(L) + index + 1;
+  lua_pushnil(L);
+  while (lua_next(L, index)) {
+    lua_pop(L, 1);
+    bool found = false;
+    if (lua_type(L, -1) == LUA_TSTRING)
+      for (const char* key : known) found = found || std::strcmp(key, lua_tostring(L, -1)) == 0;
+    if (!found) {
+      std::string list;
+      for (const char* key : known) list += (list.empty() ? "" : ", ") + std::string(key);
+      const std::string key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+      raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {})", key, function, list));
+    }
+  }
+}
+
+bool has_field(lua_State* L, int index, const char* key) {
+  if (!lua_istable(L, index)) return false;
+  lua_getfield(L, index, key);
+  const bool present = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return present;
+}
+
+namespace {
+
+// Pushes t[key] when index is a table holding key; returns false (pushing nothing) otherwise.
+bool push_field(lua_State* L, int index, const char* key) {
+  if (!lua_istable(L, index)) return false;
+  lua_getfield(L, index, key);
+  if (!lua_isnil(L, -1)) return true;
+  lua_pop(L, 1);
+  return false;
+}
+
+[[noreturn]] void field_type_error(lua_State* L, const char* key, const char* expected) {
+  const std::string message = fmt::format("option '{}' must be {}, got {}", key, expected, luaL_typename(L, -1));
+  raise_error(L, message);
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+double field_number(lua_State* L, int index, const char* key, double fallback) {
+  if (!push_field(L, index, key)) return fallback;
+  if (lua_type(L, -1) != LUA_TNUMBER) field_type_error(L, key, "a number");
+  const double value = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return value;
+}
+
+std::int64_t field_integer(lua_State* L, int index, const char* key, std::int64_t fallback) {
+  if (!push_field(L, index, key)) return fallback;
+  const double value = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || std::floor(value) != value) field_type_error(L, key, "an integer");
+  lua_pop(L, 1);
+  return static_cast<std::int64_t>(value);
+}
+
+bool field_boolean(lua_State* L, int index, const char* key, bool fallback) {
+  if (!push_field(L, index, key)) return fallback;
+  if (lua_type(L, -1) != LUA_TBOOLEAN) field_type_error(L, key, "a boolean");
+  const bool value = lua_toboolean(L, -1) != 0;
+  lua_pop(L, 1);
+  return value;
+}
+
+std::string field_string(lua_State* L, int index, const char* key, const std::string& fallback) {
+  if (!push_field(L, index, key)) return fallback;
+  if (lua_type(L, -1) != LUA_TSTRING) field_type_error(L, key, "a string");
+  std::string value = lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return value;
+}
+
+std::vector<double> field_numbers(lua_State* L, int index, const char* key, std::vector<double> fallback) {
+  if (!push_field(L, index, key)) return fallback;
+  if (!lua_istable(L, -1)) field_type_error(L, key, "a list of numbers");
+  std::vector<double> values;
+  for (int i = 1;; ++i) {
+    lua_rawgeti(L, -1, i);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      break;
+    }
+    if (lua_type(L, -1) != LUA_TNUMBER) field_type_error(L, key, "a list of numbers");
+    values.push_back(lua_tonumber(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return values;
+}
+
+}  // namespace runner::bindings

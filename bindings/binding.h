@@ -1,0 +1,120 @@
+// The binding idiom shared by every bound area: C++ errors become Lua errors at the user's file:line,
+// argument and option-table checks, userdata helpers. The only layer that sees lua_State.
+#pragma once
+
+#include <lua.hpp>
+
+#include <c10/util/Exception.h>
+#include <cstdint>
+#include <initializer_list>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/interrupt.h"
+
+namespace runner::bindings {
+
+// "exp.lua:12: " for the innermost frame of user code (skipping C functions and the stdlib), or "".
+std::string user_where(lua_State* L);
+
+// Raises a Lua error with message prefixed by user_where. Never returns.
+int raise_error(lua_State* L, const std::string& message);
+
+// Raised by every wrapped binding when Ctrl-C was pressed; the host maps it to exit status 130.
+int raise_interrupt(lua_State* L);
+bool is_interrupt_error(lua_State* L, int index);
+
+// Every lua_CFunction is registered through wrap<F>: C++ exceptions (c10::Error included) turn into Lua
+// errors with the user's file:line after the C++ frames have unwound; a pending Ctrl-C is raised first.
+// Lua errors pass through untouched (they are foreign exceptions; never catch(...) here).
+template <lua_CFunction F>
+int wrap(lua_State* L) {
+  if (core::take_interrupt()) return raise_interrupt(L);
+  std::string message;
+  try {
+    return F(L);
+  } catch (const c10::Error& error) {
+    message = error.what_without_backtrace();
+  } catch (const std::exception& error) {
+    message = error.what();
+  }
+  return raise_error(L, message);
+}
+
+struct Function {
+  const char* name;
+  lua_CFunction function;
+};
+
+// Sets each function as a field of the table at the top of the stack.
+void set_functions(lua_State* L, std::initializer_list<Function> functions);
+
+// Arguments ------------------------------------------------------------------------------------
+std::int64_t check_integer(lua_State* L, int index);
+std::int64_t opt_integer(lua_State* L, int index, std::int64_t fallback);
+bool opt_boolean(lua_State* L, int index, bool fallback);
+std::string check_string(lua_State* L, int index);
+
+// Option tables: `{ lr = 1e-3, betas = {0.9, 0.999} }`. check_option_keys raises
+// "unknown option 'x' to 'adamw' (known: a, b, c)" for a key not in `known`.
+void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known);
+bool has_field(lua_State* L, int index, const char* key);
+double field_number(lua_State* L, int index, const char* key, double fallback);
+std::int64_t field_integer(lua_State* L, int index, const char* key, std::int64_t fallback);
+bool field_boolean(lua_State* L, int index, const char* key, bool fallback);
+std::string field_string(lua_State* L, int index, const char* key, const std::string& fallback);
+std::vector<double> field_numbers(lua_State* L, int index, const char* key, std::vector<double> fallback);
+
+// Userdata -------------------------------------------------------------------------------------
+// A full userdata holding a T constructed in place; its metatable (registered under `type_name` by
+// new_metatable) has __gc calling ~T.
+template <class T, class... Args>
+T* new_userdata(lua_State* L, const char* type_name, Args&&... args) {
+  void* memory = lua_newuserdata(L, sizeof(T));
+  T* object = new (memory) T(std::forward<Args>(args)...);
+  luaL_getmetatable(L, type_name);
+  lua_setmetatable(L, -2);
+  return object;
+}
+
+template <class T>
+T* check_userdata(lua_State* L, int index, const char* type_name) {
+  return static_cast<T*>(luaL_checkudata(L, index, type_name));
+}
+
+template <class T>
+T* test_userdata(lua_State* L, int index, const char* type_name) {
+  void* memory = lua_touserdata(L, index);
+  if (memory == nullptr || !lua_getmetatable(L, index)) return nullptr;
+  luaL_getmetatable(L, type_name);
+  const bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? static_cast<T*>(memory) : nullptr;
+}
+
+template <class T>
+int destroy_userdata(lua_State* L) {
+  static_cast<T*>(lua_touserdata(L, 1))->~T();
+  return 0;
+}
+
+// Creates the metatable `type_name` with __gc = ~T, __name, and an __index table of methods that it leaves
+// on the stack (the metatable is popped).
+template <class T>
+void new_metatable(lua_State* L, const char* type_name, std::initializer_list<Function> methods) {
+  luaL_newmetatable(L, type_name);
+  lua_pushcfunction(L, &destroy_userdata<T>);
+  lua_setfield(L, -2, "__gc");
+  lua_pushstring(L, type_name);
+  lua_setfield(L, -2, "__name");
+  lua_newtable(L);
+  set_functions(L, methods);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lua_remove(L, -2);
+}
+
+}  // namespace runner::bindings

@@ -1,0 +1,12 @@
+// Registers every bound area (torch, nn, optim, runner) into a lua_State.
+#pragma once
+
+#include <lua.hpp>
+
+namespace runner::bindings {
+
+void open_nn(lua_State* L);     // nn_binding.cpp
+void open_optim(lua_State* L);  // optim_binding.cpp
+void open_all_bindings(lua_State* L);
+
+}  // namespace runner::bindings

@@ -1,0 +1,215 @@
+// The Lua host: state set-up, script loading, error reporting, os.exit and Ctrl-C handling.
+#include "bindings/lua_host.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "bindings/binding.h"
+#include "bindings/bindings.h"
+#include "bindings/runner_binding.h"
+#include "runtime/core/interrupt.h"
+
+namespace runner::bindings {
+namespace {
+
+lua_State* active_state = nullptr;
+const char* exit_key = "runner.exit";
+const char* host_key = "runner.host";
+
+bool is_stdlib_frame(const lua_Debug& frame) {
+  static const std::string prefix = std::string("@") + RUNNER_STDLIB_DIR + "/";
+  return std::strncmp(frame.source, prefix.c_str(), prefix.size()) == 0;
+}
+
+// Stack traceback of user frames only: Lua functions outside the stdlib.
+std::string user_traceback(lua_State* L, int first_level) {
+  std::string text;
+  lua_Debug frame;
+  int shown = 0;
+  for (int level = first_level; lua_getstack(L, level, &frame); ++level) {
+    lua_getinfo(L, "Sln", &frame);
+    if (frame.currentline <= 0 || is_stdlib_frame(frame)) continue;
+    if (++shown > 20) {
+      text += "\n\t...";
+      break;
+    }
+    std::string where = fmt::format("\n\t{}:{}: in ", frame.short_src, frame.currentline);
+    if (*frame.what == 'm') where += "main chunk";
+    else if (frame.name) where += fmt::format("function '{}'", frame.name);
+    else where += fmt::format("function <{}:{}>", frame.short_src, frame.linedefined);
+    text += where;
+  }
+  return text.empty() ? text : "\nstack traceback:" + text;
+}
+
+bool is_usage_error(lua_State* L, int index) {
+  if (!lua_istable(L, index) || !lua_getmetatable(L, index)) return false;
+  luaL_getmetatable(L, kUsageErrorType);
+  const bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+// Message handler: keeps control errors (exit, interrupt, usage) as they are; turns everything else into
+// "file:line: message" plus a traceback of user frames.
+int message_handler(lua_State* L) {
+  if (is_interrupt_error(L, 1) || is_usage_error(L, 1) || (lua_islightuserdata(L, 1) && lua_touserdata(L, 1) == exit_key))
+    return 1;
+  std::string message;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    message = lua_tostring(L, 1);
+  } else if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
+    message = lua_tostring(L, -1);
+  } else {
+    message = fmt::format("(error object is a {} value)", luaL_typename(L, 1));
+  }
+  message += user_traceback(L, 1);
+  lua_pushlstring(L, message.data(), message.size());
+  return 1;
+}
+
+void interrupt_hook(lua_State* L, lua_Debug*) {
+  lua_sethook(L, nullptr, 0, 0);
+  if (core::take_interrupt()) raise_interrupt(L);
+}
+
+void on_sigint(int) {
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C before the script stops ends the process
+  core::request_interrupt();
+  if (active_state) lua_sethook(active_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+// os.exit([code]): unwinds the script so that the host can flush logs and close the state first.
+int os_exit(lua_State* L) {
+  int status = kExitOk;
+  if (lua_type(L, 1) == LUA_TBOOLEAN) status = lua_toboolean(L, 1) ? kExitOk : kExitError;
+  else status = static_cast<int>(luaL_optinteger(L, 1, kExitOk));
+  lua_getfield(L, LUA_REGISTRYINDEX, host_key);
+  auto* host = static_cast<LuaHost*>(lua_touserdata(L, -1));
+  host->request_exit(status);
+  lua_pushlightuserdata(L, const_cast<char*>(exit_key));
+  return lua_error(L);
+}
+
+void set_package_path(lua_State* L, const std::string& script_dir) {
+  lua_getglobal(L, "package");
+  std::string path = fmt::format("{0}/?.lua;{0}/?/init.lua", RUNNER_STDLIB_DIR);
+  if (!script_dir.empty()) path += fmt::format(";{0}/?.lua;{0}/?/init.lua", script_dir);
+  lua_pushstring(L, path.c_str());
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, "");
+  lua_setfield(L, -2, "cpath");
+  lua_pop(L, 1);
+}
+
+}  // namespace
+
+LuaHost::LuaHost() : L_(luaL_newstate()) {
+  if (!L_) throw std::runtime_error("cannot create the Lua state (out of memory)");
+  active_state = L_;
+  luaL_openlibs(L_);
+  lua_pushlightuserdata(L_, this);
+  lua_setfield(L_, LUA_REGISTRYINDEX, host_key);
+  lua_getglobal(L_, "os");
+  lua_pushcfunction(L_, os_exit);
+  lua_setfield(L_, -2, "exit");
+  lua_pop(L_, 1);
+  set_package_path(L_, "");
+  open_all_bindings(L_);
+  lua_getglobal(L_, "require");
+  lua_pushstring(L_, "runner.prelude");
+  if (call(1, 0) != kExitOk) throw std::runtime_error("the runner stdlib failed to load (see the error above)");
+}
+
+LuaHost::~LuaHost() {
+  active_state = nullptr;
+  lua_close(L_);
+}
+
+void LuaHost::request_exit(int status) {
+  exit_requested_ = true;
+  exit_status_ = status;
+}
+
+int LuaHost::load_text(const std::string& text, const std::string& chunk_name) {
+  std::string source = text;
+  if (!source.empty() && source[0] == '#') source.replace(0, source.find('\n') == std::string::npos ? source.size() : source.find('\n'), "");
+  return luaL_loadbufferx(L_, source.data(), source.size(), chunk_name.c_str(), "t");
+}
+
+int LuaHost::report_failure(int status) {
+  if (lua_islightuserdata(L_, -1) && lua_touserdata(L_, -1) == exit_key) {
+    lua_pop(L_, 1);
+    return exit_status_;
+  }
+  if (is_interrupt_error(L_, -1)) {
+    lua_pop(L_, 1);
+    std::fputs("interrupted\n", stderr);
+    return kExitInterrupted;
+  }
+  const bool usage = is_usage_error(L_, -1);
+  if (usage) {
+    lua_getfield(L_, -1, "message");
+    lua_remove(L_, -2);
+  }
+  const char* message = lua_tostring(L_, -1);
+  std::fprintf(stderr, "%s\n", message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error"));
+  std::fflush(stderr);
+  lua_pop(L_, 1);
+  return usage ? kExitUsage : kExitError;
+}
+
+int LuaHost::call(int nargs, int nresults) {
+  const int function_index = lua_gettop(L_) - nargs;
+  lua_pushcfunction(L_, message_handler);
+  lua_insert(L_, function_index);
+  core::take_interrupt();
+  auto previous = std::signal(SIGINT, on_sigint);
+  const int status = lua_pcall(L_, nargs, nresults, function_index);
+  std::signal(SIGINT, previous);
+  lua_sethook(L_, nullptr, 0, 0);
+  lua_remove(L_, function_index);
+  if (status == 0) return kExitOk;
+  return report_failure(status);
+}
+
+int LuaHost::run_file(const std::string& path, const std::vector<std::string>& overrides,
+                      const std::vector<std::string>& script_args) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    std::fprintf(stderr, "runner: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    return kExitUsage;
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+
+  const auto slash = path.rfind('/');
+  set_package_path(L_, slash == std::string::npos ? "." : path.substr(0, slash));
+  lua_createtable(L_, static_cast<int>(script_args.size()), 1);
+  lua_pushstring(L_, path.c_str());
+  lua_rawseti(L_, -2, 0);
+  for (size_t i = 0; i < script_args.size(); ++i) {
+    lua_pushstring(L_, script_args[i].c_str());
+    lua_rawseti(L_, -2, static_cast<int>(i + 1));
+  }
+  lua_setglobal(L_, "arg");
+  set_overrides(L_, overrides);
+
+  if (load_text(text.str(), "@" + path) != 0) return report_failure(LUA_ERRSYNTAX);
+  const int status = call(0, 0);
+  if (status != kExitOk || exit_requested_) return status;
+  if (check_overrides_used(L_)) return kExitOk;
+  return report_failure(LUA_ERRRUN);
+}
+
+int LuaHost::run_string(const std::string& code, const std::string& chunk_name) {
+  if (load_text(code, chunk_name) != 0) return report_failure(LUA_ERRSYNTAX);
+  return call(0, 0);
+}
+
+}  // namespace runner::bindings

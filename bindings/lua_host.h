@@ -1,0 +1,56 @@
+// The Lua host: one lua_State with the bindings and stdlib loaded; runs scripts, code strings and the
+// REPL under a traceback handler, maps errors, os.exit and Ctrl-C to exit statuses.
+#pragma once
+
+#include <lua.hpp>
+
+#include <string>
+#include <vector>
+
+namespace runner::bindings {
+
+// Exit statuses of the runner process.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 130;
+
+class LuaHost {
+ public:
+  LuaHost();
+  ~LuaHost();
+  LuaHost(const LuaHost&) = delete;
+  LuaHost& operator=(const LuaHost&) = delete;
+
+  // `overrides` are key=value strings for config{}; `script_args` become arg[1..].
+  int run_file(const std::string& path, const std::vector<std::string>& overrides,
+               const std::vector<std::string>& script_args);
+  int run_string(const std::string& code, const std::string& chunk_name = "=(command line)");
+
+  // Calls the function below `nargs` arguments on the stack under the traceback handler with Ctrl-C
+  // enabled; on success leaves `nresults` results (LUA_MULTRET allowed). Returns an exit status; on
+  // failure the error has been printed and the stack is restored.
+  int call(int nargs, int nresults);
+
+  // Compiles source text as a chunk (text only, never bytecode). Returns 0 or a Lua status with the
+  // message on the stack.
+  int load_text(const std::string& text, const std::string& chunk_name);
+
+  // True once os.exit ran: the process must exit with exit_status().
+  bool exit_requested() const { return exit_requested_; }
+  void request_exit(int status);
+  int exit_status() const { return exit_status_; }
+  lua_State* state() const { return L_; }
+
+ private:
+  int report_failure(int status);
+  lua_State* L_;
+  bool exit_requested_ = false;
+  int exit_status_ = kExitOk;
+};
+
+// The REPL (repl.cpp): line editing, history and completion on a terminal, plain line-by-line reading
+// otherwise. Returns the process exit status.
+int run_repl(LuaHost& host);
+
+}  // namespace runner::bindings

@@ -1,0 +1,338 @@
+// Built-in nn modules (Linear, Conv2d, GroupNorm, LayerNorm, Embedding, Dropout, activations) as Lua
+// userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
+// dicts are built on top of these in stdlib/runner/nn.lua.
+#include <torch/nn.h>
+
+#include <fmt/format.h>
+#include <functional>
+#include <sstream>
+
+#include "bindings/bindings.h"
+#include "bindings/tensor_binding.h"
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+
+namespace runner::bindings {
+namespace {
+
+constexpr const char* kModuleType = "runner.NativeModule";
+
+struct ModuleBox {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<at::Tensor(const at::Tensor&)> forward;
+};
+
+template <class Holder>
+void push_module(lua_State* L, Holder holder) {
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{holder.ptr(), [holder](const at::Tensor& x) { return holder->forward(x); }});
+}
+
+ModuleBox& check_module(lua_State* L, int index) { return *check_userdata<ModuleBox>(L, index, "Module"); }
+
+// Factories -------------------------------------------------------------------------------------
+
+// nn.Linear(in_features, out_features [, {bias = true}])
+int nn_linear(lua_State* L) {
+  check_option_keys(L, 3, "Linear", {"bias"});
+  push_module(L, torch::nn::Linear(torch::nn::LinearOptions(check_integer(L, 1), check_integer(L, 2))
+                                       .bias(field_boolean(L, 3, "bias", true))));
+  return 1;
+}
+
+torch::ExpandingArray<2> pair_option(lua_State* L, int index, const char* key, std::int64_t fallback) {
+  if (!has_field(L, index, key)) return torch::ExpandingArray<2>(fallback);
+  lua_getfield(L, index, key);
+  const bool is_table = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (!is_table) return torch::ExpandingArray<2>(field_integer(L, index, key, fallback));
+  const auto values = field_numbers(L, index, key, {});
+  if (values.size() != 2) throw std::invalid_argument(fmt::format("option '{}' must be a number or two numbers", key));
+  return torch::ExpandingArray<2>({static_cast<std::int64_t>(values[0]), static_cast<std::int64_t>(values[1])});
+}
+
+// nn.Conv2d(in, out, kernel [, {stride, padding, dilation, groups, bias, padding_mode}])
+int nn_conv2d(lua_State* L) {
+  check_option_keys(L, 4, "Conv2d", {"stride", "padding", "dilation", "groups", "bias", "padding_mode"});
+  torch::ExpandingArray<2> kernel(1);
+  if (lua_istable(L, 3)) {
+    int next = 3;
+    const auto sizes = check_sizes(L, 3, &next);
+    if (sizes.size() != 2) luaL_argerror(L, 3, "kernel size must be a number or two numbers");
+    kernel = torch::ExpandingArray<2>({sizes[0], sizes[1]});
+  } else {
+    kernel = torch::ExpandingArray<2>(check_integer(L, 3));
+  }
+  auto options = torch::nn::Conv2dOptions(check_integer(L, 1), check_integer(L, 2), kernel)
+                     .stride(pair_option(L, 4, "stride", 1))
+                     .padding(pair_option(L, 4, "padding", 0))
+                     .dilation(pair_option(L, 4, "dilation", 1))
+                     .groups(field_integer(L, 4, "groups", 1))
+                     .bias(field_boolean(L, 4, "bias", true));
+  const std::string mode = field_string(L, 4, "padding_mode", "zeros");
+  if (mode == "zeros") options.padding_mode(torch::kZeros);
+  else if (mode == "reflect") options.padding_mode(torch::kReflect);
+  else if (mode == "replicate") options.padding_mode(torch::kReplicate);
+  else if (mode == "circular") options.padding_mode(torch::kCircular);
+  else throw std::invalid_argument("padding_mode must be zeros, reflect, replicate or circular, got '" + mode + "'");
+  push_module(L, torch::nn::Conv2d(options));
+  return 1;
+}
+
+// nn.GroupNorm(num_groups, num_channels [, {eps = 1e-5, affine = true}])
+int nn_group_norm(lua_State* L) {
+  check_option_keys(L, 3, "GroupNorm", {"eps", "affine"});
+  push_module(L, torch::nn::GroupNorm(torch::nn::GroupNormOptions(check_integer(L, 1), check_integer(L, 2))
+                                          .eps(field_number(L, 3, "eps", 1e-5))
+                                          .affine(field_boolean(L, 3, "affine", true))));
+  return 1;
+}
+
+// nn.LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true}]): shape a number or a table.
+int nn_layer_norm(lua_State* L) {
+  int next = 1;
+  const auto shape = check_sizes(L, 1, &next);
+  if (shape.empty()) luaL_argerror(L, 1, "normalized shape expected");
+  check_option_keys(L, next, "LayerNorm", {"eps", "elementwise_affine"});
+  push_module(L, torch::nn::LayerNorm(torch::nn::LayerNormOptions(shape)
+                                          .eps(field_number(L, next, "eps", 1e-5))
+                                          .elementwise_affine(field_boolean(L, next, "elementwise_affine", true))));
+  return 1;
+}
+
+// nn.Embedding(num_embeddings, embedding_dim [, {padding_idx}]): ids are 0-based tensor contents.
+int nn_embedding(lua_State* L) {
+  check_option_keys(L, 3, "Embedding", {"padding_idx"});
+  auto options = torch::nn::EmbeddingOptions(check_integer(L, 1), check_integer(L, 2));
+  if (has_field(L, 3, "padding_idx")) options.padding_idx(field_integer(L, 3, "padding_idx", 0));
+  push_module(L, torch::nn::Embedding(options));
+  return 1;
+}
+
+int nn_dropout(lua_State* L) {
+  const double p = luaL_optnumber(L, 1, 0.5);
+  if (p < 0 || p > 1) luaL_argerror(L, 1, "dropout probability must be in [0, 1]");
+  push_module(L, torch::nn::Dropout(torch::nn::DropoutOptions(p)));
+  return 1;
+}
+
+// nn.GELU([{approximate = "none" | "tanh"}])
+int nn_gelu(lua_State* L) {
+  check_option_keys(L, 1, "GELU", {"approximate"});
+  push_module(L, torch::nn::GELU(torch::nn::GELUOptions().approximate(field_string(L, 1, "approximate", "none"))));
+  return 1;
+}
+
+int nn_leaky_relu(lua_State* L) {
+  push_module(L, torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(luaL_optnumber(L, 1, 0.01))));
+  return 1;
+}
+
+template <class Holder>
+int simple_module(lua_State* L) {
+  push_module(L, Holder());
+  return 1;
+}
+
+// Module methods ----------------------------------------------------------------------------------
+
+int module_forward(lua_State* L) {
+  ModuleBox& box = check_module(L, 1);
+  push_tensor(L, box.forward(check_tensor(L, 2)));
+  return 1;
+}
+
+// __call(self, x) == forward(x)
+int module_call(lua_State* L) { return module_forward(L); }
+
+// m:_named_tensors(kind) -> names, tensors (kind: "parameters" or "buffers"), recursive, in registration order.
+int module_named_tensors(lua_State* L) {
+  ModuleBox& box = check_module(L, 1);
+  const std::string kind = check_string(L, 2);
+  if (kind != "parameters" && kind != "buffers") luaL_argerror(L, 2, "'parameters' or 'buffers' expected");
+  const auto items = kind == "parameters" ? box.module->named_parameters(true) : box.module->named_buffers(true);
+  lua_createtable(L, static_cast<int>(items.size()), 0);
+  lua_createtable(L, static_cast<int>(items.size()), 0);
+  int i = 0;
+  for (const auto& item : items) {
+    ++i;
+    lua_pushstring(L, item.key().c_str());
+    lua_rawseti(L, -3, i);
+    push_tensor(L, item.value());
+    lua_rawseti(L, -2, i);
+  }
+  return 2;
+}
+
+int module_set_training(lua_State* L) {
+  check_module(L, 1).module->train(opt_boolean(L, 2, true));
+  lua_settop(L, 1);
+  return 1;
+}
+
+int module_is_training(lua_State* L) {
+  lua_pushboolean(L, check_module(L, 1).module->is_training());
+  return 1;
+}
+
+// m:_to(device_or_dtype ...): in place, parameters keep their identity.
+int module_to(lua_State* L) {
+  ModuleBox& box = check_module(L, 1);
+  for (int i = 2; i <= lua_gettop(L); ++i) {
+    const std::string name = check_string(L, i);
+    try {
+      box.module->to(core::parse_dtype(name));
+    } catch (const std::invalid_argument&) {
+      box.module->to(core::parse_device(name));
+    }
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
+int module_tostring(lua_State* L) {
+  std::ostringstream text;
+  check_module(L, 1).module->pretty_print(text);
+  std::string description = text.str();
+  if (description.rfind("torch::nn::", 0) == 0) description.erase(0, 11);
+  lua_pushstring(L, description.c_str());
+  return 1;
+}
+
+int module_type_name(lua_State* L) {
+  std::string name = check_module(L, 1).module->name();
+  if (name.rfind("torch::nn::", 0) == 0) name.erase(0, 11);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  lua_pushstring(L, name.c_str());
+  return 1;
+}
+
+int nn_is_native(lua_State* L) {
+  lua_pushboolean(L, test_userdata<ModuleBox>(L, 1, kModuleType) != nullptr);
+  return 1;
+}
+
+// nn.functional ---------------------------------------------------------------------------------
+
+at::Reduction::Reduction check_reduction(lua_State* L, int index, const char* function) {
+  check_option_keys(L, index, function, {"reduction", "label_smoothing", "ignore_index", "weight"});
+  const std::string reduction = field_string(L, index, "reduction", "mean");
+  if (reduction == "mean") return at::Reduction::Mean;
+  if (reduction == "sum") return at::Reduction::Sum;
+  if (reduction == "none") return at::Reduction::None;
+  throw std::invalid_argument(fmt::format("{}: reduction must be mean, sum or none, got '{}'", function, reduction));
+}
+
+// F.mse_loss(input, target [, {reduction = "mean"}])
+int f_mse_loss(lua_State* L) {
+  push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), check_reduction(L, 3, "mse_loss")));
+  return 1;
+}
+
+int f_l1_loss(lua_State* L) {
+  push_tensor(L, at::l1_loss(check_tensor(L, 1), check_tensor(L, 2), check_reduction(L, 3, "l1_loss")));
+  return 1;
+}
+
+// F.cross_entropy(logits [N, C, ...], target [N, ...] int64 class ids (0-based) or probabilities
+// [, {reduction, label_smoothing, ignore_index, weight}])
+int f_cross_entropy(lua_State* L) {
+  const auto reduction = check_reduction(L, 3, "cross_entropy");
+  std::optional<at::Tensor> weight;
+  if (has_field(L, 3, "weight")) {
+    lua_getfield(L, 3, "weight");
+    weight = check_tensor(L, -1);
+    lua_pop(L, 1);
+  }
+  push_tensor(L, at::cross_entropy_loss(check_tensor(L, 1), check_tensor(L, 2), weight, reduction,
+                                        field_integer(L, 3, "ignore_index", -100),
+                                        field_number(L, 3, "label_smoothing", 0.0)));
+  return 1;
+}
+
+// F.linear(x, weight [, bias])
+int f_linear(lua_State* L) {
+  std::optional<at::Tensor> bias;
+  if (!lua_isnoneornil(L, 3)) bias = check_tensor(L, 3);
+  push_tensor(L, at::linear(check_tensor(L, 1), check_tensor(L, 2), bias));
+  return 1;
+}
+
+// F.dropout(x, p [, training = true])
+int f_dropout(lua_State* L) {
+  push_tensor(L, at::dropout(check_tensor(L, 1), luaL_checknumber(L, 2), opt_boolean(L, 3, true)));
+  return 1;
+}
+
+// F.group_norm(x, num_groups [, weight [, bias [, eps]]])
+int f_group_norm(lua_State* L) {
+  std::optional<at::Tensor> weight, bias;
+  if (!lua_isnoneornil(L, 3)) weight = check_tensor(L, 3);
+  if (!lua_isnoneornil(L, 4)) bias = check_tensor(L, 4);
+  push_tensor(L, at::group_norm(check_tensor(L, 1), check_integer(L, 2), weight, bias, luaL_optnumber(L, 5, 1e-5)));
+  return 1;
+}
+
+// F.layer_norm(x, shape [, weight [, bias [, eps]]])
+int f_layer_norm(lua_State* L) {
+  int next = 2;
+  const auto shape = check_sizes(L, 2, &next);
+  std::optional<at::Tensor> weight, bias;
+  if (!lua_isnoneornil(L, next)) weight = check_tensor(L, next);
+  if (!lua_isnoneornil(L, next + 1)) bias = check_tensor(L, next + 1);
+  push_tensor(L, at::layer_norm(check_tensor(L, 1), shape, weight, bias, luaL_optnumber(L, next + 2, 1e-5)));
+  return 1;
+}
+
+}  // namespace
+
+void open_nn(lua_State* L) {
+  new_metatable<ModuleBox>(L, kModuleType, {
+      {"forward", wrap<module_forward>},
+      {"_named_tensors", wrap<module_named_tensors>},
+      {"_set_training", wrap<module_set_training>},
+      {"_is_training", wrap<module_is_training>},
+      {"_to", wrap<module_to>},
+      {"type_name", wrap<module_type_name>},
+  });
+  lua_pop(L, 1);
+  luaL_getmetatable(L, kModuleType);
+  set_functions(L, {{"__call", wrap<module_call>}, {"__tostring", wrap<module_tostring>}});
+  lua_pop(L, 1);
+
+  lua_newtable(L);  // nn
+  set_functions(L, {
+      {"Linear", wrap<nn_linear>},
+      {"Conv2d", wrap<nn_conv2d>},
+      {"GroupNorm", wrap<nn_group_norm>},
+      {"LayerNorm", wrap<nn_layer_norm>},
+      {"Embedding", wrap<nn_embedding>},
+      {"Dropout", wrap<nn_dropout>},
+      {"GELU", wrap<nn_gelu>},
+      {"LeakyReLU", wrap<nn_leaky_relu>},
+      {"ReLU", wrap<simple_module<torch::nn::ReLU>>},
+      {"SiLU", wrap<simple_module<torch::nn::SiLU>>},
+      {"Tanh", wrap<simple_module<torch::nn::Tanh>>},
+      {"Sigmoid", wrap<simple_module<torch::nn::Sigmoid>>},
+      {"Mish", wrap<simple_module<torch::nn::Mish>>},
+      {"Identity", wrap<simple_module<torch::nn::Identity>>},
+      {"_is_native", wrap<nn_is_native>},
+  });
+  lua_newtable(L);
+  set_functions(L, {
+      {"mse_loss", wrap<f_mse_loss>},
+      {"l1_loss", wrap<f_l1_loss>},
+      {"cross_entropy", wrap<f_cross_entropy>},
+      {"linear", wrap<f_linear>},
+      {"dropout", wrap<f_dropout>},
+      {"group_norm", wrap<f_group_norm>},
+      {"layer_norm", wrap<f_layer_norm>},
+  });
+  lua_setfield(L, -2, "functional");
+  luaL_getmetatable(L, kModuleType);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "_native_methods");
+  lua_pop(L, 1);
+  lua_setglobal(L, "nn");
+}
+
+}  // namespace runner::bindings

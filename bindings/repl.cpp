@@ -1,0 +1,211 @@
+// The interactive REPL: libedit line editing, history and tab completion on a terminal; plain
+// line-by-line input otherwise (so tests can pipe into it). `=expr` and bare expressions print their
+// values through runner.pretty; an incomplete chunk continues on the next line; Ctrl-C stops the
+// running chunk and keeps the REPL.
+#include <editline/readline.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings/lua_host.h"
+
+namespace runner::bindings {
+namespace {
+
+lua_State* completion_state = nullptr;
+std::vector<std::string> completion_matches;
+
+bool is_identifier(const char* text) {
+  if (!text || !(std::isalpha(static_cast<unsigned char>(*text)) || *text == '_')) return false;
+  for (; *text; ++text)
+    if (!(std::isalnum(static_cast<unsigned char>(*text)) || *text == '_')) return false;
+  return true;
+}
+
+// Adds the string keys of the table at the top of the stack that start with `partial`.
+void collect_keys(lua_State* L, const std::string& base, const std::string& partial, bool functions_only) {
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    if (lua_type(L, -2) == LUA_TSTRING && (!functions_only || lua_isfunction(L, -1))) {
+      const char* key = lua_tostring(L, -2);
+      if (is_identifier(key) && std::strncmp(key, partial.c_str(), partial.size()) == 0 && key[0] != '_')
+        completion_matches.push_back(base + key);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+// Completes `a.b.c`, `a.b:c`: resolves the prefix through fields, then lists keys of the value, of its
+// metatable's __index table (and a `methods` table for tensors), following __index chains of tables.
+void compute_matches(lua_State* L, const std::string& text) {
+  completion_matches.clear();
+  const int top = lua_gettop(L);
+  const auto split = text.find_last_of(".:");
+  const std::string partial = split == std::string::npos ? text : text.substr(split + 1);
+  const std::string base = split == std::string::npos ? "" : text.substr(0, split + 1);
+  const bool methods_only = split != std::string::npos && text[split] == ':';
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  if (split != std::string::npos) {
+    size_t start = 0;
+    while (start < split) {
+      const size_t end = text.find_first_of(".:", start);
+      const std::string field = text.substr(start, end - start);
+      if (!lua_istable(L, -1) && !lua_isuserdata(L, -1)) break;
+      lua_getfield(L, -1, field.c_str());
+      lua_remove(L, -2);
+      start = end + 1;
+    }
+  }
+  for (int depth = 0; depth < 8 && !lua_isnil(L, -1); ++depth) {
+    if (lua_istable(L, -1)) collect_keys(L, base, partial, methods_only);
+    if (!lua_getmetatable(L, -1)) break;
+    lua_getfield(L, -1, "methods");
+    if (lua_istable(L, -1)) collect_keys(L, base, partial, methods_only);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "__index");
+    lua_remove(L, -2);
+    lua_remove(L, -2);
+    if (!lua_istable(L, -1)) break;
+  }
+  lua_settop(L, top);
+  if (split == std::string::npos) {
+    for (const char* keyword : {"and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if",
+                                "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"})
+      if (std::strncmp(keyword, partial.c_str(), partial.size()) == 0) completion_matches.emplace_back(keyword);
+  }
+}
+
+char* completion_generator(const char* text, int state) {
+  if (state == 0) compute_matches(completion_state, text);
+  if (static_cast<size_t>(state) >= completion_matches.size()) return nullptr;
+  return strdup(completion_matches[static_cast<size_t>(state)].c_str());
+}
+
+char** complete(const char* text, int, int) {
+  rl_completion_append_character = '\0';
+  return rl_completion_matches(text, completion_generator);
+}
+
+std::string history_path() {
+  if (const char* path = std::getenv("RUNNER_HISTORY")) return path;
+  const char* home = std::getenv("HOME");
+  return home ? std::string(home) + "/.runner_history" : "";
+}
+
+class LineReader {
+ public:
+  explicit LineReader(lua_State* L) : interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
+    if (!interactive_) return;
+    completion_state = L;
+    rl_readline_name = "runner";
+    rl_basic_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#{}()[],";
+    rl_attempted_completion_function = complete;
+    stifle_history(1000);
+    history_ = history_path();
+    if (!history_.empty()) read_history(history_.c_str());
+  }
+  ~LineReader() {
+    if (interactive_ && !history_.empty()) write_history(history_.c_str());
+  }
+
+  std::optional<std::string> read(const char* prompt) {
+    if (!interactive_) {
+      std::string line;
+      if (!std::getline(std::cin, line)) return std::nullopt;
+      return line;
+    }
+    char* line = readline(prompt);
+    if (!line) {
+      std::fputs("\n", stdout);
+      return std::nullopt;
+    }
+    std::string text(line);
+    std::free(line);
+    return text;
+  }
+
+  void remember(const std::string& chunk) {
+    if (interactive_ && !chunk.empty()) add_history(chunk.c_str());
+  }
+
+  bool interactive() const { return interactive_; }
+
+ private:
+  bool interactive_;
+  std::string history_;
+};
+
+bool is_incomplete(lua_State* L) {
+  const char* message = lua_tostring(L, -1);
+  const char* eof = "'<eof>'";
+  const size_t length = message ? std::strlen(message) : 0;
+  return length >= std::strlen(eof) && std::strcmp(message + length - std::strlen(eof), eof) == 0;
+}
+
+// Prints the values on the stack above `base` through runner.pretty.print.
+void print_results(lua_State* L, LuaHost& host, int base) {
+  const int count = lua_gettop(L) - base;
+  if (count == 0) return;
+  lua_getglobal(L, "runner");
+  lua_getfield(L, -1, "pretty");
+  lua_getfield(L, -1, "print");
+  lua_insert(L, base + 1);
+  lua_pop(L, 2);
+  host.call(count, 0);
+}
+
+}  // namespace
+
+int run_repl(LuaHost& host) {
+  lua_State* L = host.state();
+  LineReader reader(L);
+  if (reader.interactive())
+    std::printf("runner REPL (%s): =expr prints, Tab completes, Ctrl-D exits\n", LUAJIT_VERSION);
+  while (!host.exit_requested()) {
+    auto line = reader.read("> ");
+    if (!line) break;
+    std::string chunk = *line;
+    if (!chunk.empty() && chunk[0] == '=') chunk = "return " + chunk.substr(1);
+    const int base = lua_gettop(L);
+    // An expression is printed: try it with `return` first, then as a statement, then read more lines
+    // while the chunk is incomplete.
+    bool loaded = false;
+    for (;;) {
+      if (host.load_text("return " + chunk, "=stdin") == 0) {
+        loaded = true;
+        break;
+      }
+      lua_pop(L, 1);
+      if (host.load_text(chunk, "=stdin") == 0) {
+        loaded = true;
+        break;
+      }
+      if (!is_incomplete(L)) break;
+      lua_pop(L, 1);
+      auto more = reader.read(">> ");
+      if (!more) {
+        lua_pushstring(L, "stdin: unexpected end of input");
+        break;
+      }
+      chunk += "\n" + *more;
+    }
+    reader.remember(chunk);
+    if (!loaded) {
+      std::fprintf(stderr, "%s\n", lua_tostring(L, -1));
+      lua_settop(L, base);
+      continue;
+    }
+    if (host.call(0, LUA_MULTRET) == kExitOk) print_results(L, host, base);
+    std::fflush(stdout);
+    lua_settop(L, base);
+  }
+  return host.exit_requested() ? host.exit_status() : kExitOk;
+}
+
+}  // namespace runner::bindings

@@ -1,0 +1,136 @@
+// The `runner` table: versions, logging, clocks, overrides and usage errors; and open_all_bindings.
+#include "bindings/runner_binding.h"
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "bindings/binding.h"
+#include "bindings/bindings.h"
+#include "bindings/tensor_binding.h"
+#include "runtime/core/logging.h"
+#include "runtime/core/version.h"
+
+namespace runner::bindings {
+namespace {
+
+void push_usage_error(lua_State* L, const std::string& message) {
+  lua_newtable(L);
+  lua_pushlstring(L, message.data(), message.size());
+  lua_setfield(L, -2, "message");
+  luaL_getmetatable(L, kUsageErrorType);
+  lua_setmetatable(L, -2);
+}
+
+// runner.usage_error(message): raises a usage error prefixed with the user's file:line.
+int runner_usage_error(lua_State* L) {
+  push_usage_error(L, user_where(L) + check_string(L, 1));
+  return lua_error(L);
+}
+
+int usage_error_tostring(lua_State* L) {
+  lua_getfield(L, 1, "message");
+  return 1;
+}
+
+// runner.log(level, message)
+int runner_log(lua_State* L) {
+  const std::string level = check_string(L, 1);
+  const std::string message = check_string(L, 2);
+  const core::LogLevel parsed = core::parse_log_level(level);
+  if (parsed == core::LogLevel::off) luaL_argerror(L, 1, "log level must be trace, debug, info, warn or error");
+  core::log(parsed, message);
+  return 0;
+}
+
+// runner.clock(): monotonic seconds, for timing inside scripts.
+int runner_clock(lua_State* L) {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  lua_pushnumber(L, std::chrono::duration<double>(now).count());
+  return 1;
+}
+
+// runner.versions(): {runner=, libtorch=, luajit=, sqlite=, cuda_runtime=, cuda_available=, cuda_devices={...}}
+int runner_versions(lua_State* L) {
+  const core::VersionInfo info = core::version_info();
+  lua_newtable(L);
+  lua_pushstring(L, info.runner.c_str());
+  lua_setfield(L, -2, "runner");
+  lua_pushstring(L, info.libtorch.c_str());
+  lua_setfield(L, -2, "libtorch");
+  lua_pushstring(L, LUAJIT_VERSION);
+  lua_setfield(L, -2, "luajit");
+  lua_pushstring(L, info.sqlite.c_str());
+  lua_setfield(L, -2, "sqlite");
+  lua_pushstring(L, info.cuda_runtime.c_str());
+  lua_setfield(L, -2, "cuda_runtime");
+  lua_pushboolean(L, info.cuda_available);
+  lua_setfield(L, -2, "cuda_available");
+  lua_newtable(L);
+  for (size_t i = 0; i < info.cuda_devices.size(); ++i) {
+    lua_pushstring(L, info.cuda_devices[i].c_str());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  lua_setfield(L, -2, "cuda_devices");
+  return 1;
+}
+
+}  // namespace
+
+void open_runner(lua_State* L) {
+  luaL_newmetatable(L, kUsageErrorType);
+  lua_pushcfunction(L, usage_error_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  lua_newtable(L);
+  set_functions(L, {
+      {"usage_error", runner_usage_error},
+      {"log", wrap<runner_log>},
+      {"clock", wrap<runner_clock>},
+      {"versions", wrap<runner_versions>},
+  });
+  lua_newtable(L);
+  lua_setfield(L, -2, "overrides");
+  lua_setglobal(L, "runner");
+}
+
+void set_overrides(lua_State* L, const std::vector<std::string>& overrides) {
+  lua_getglobal(L, "runner");
+  lua_createtable(L, static_cast<int>(overrides.size()), 0);
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    lua_pushstring(L, overrides[i].c_str());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  lua_setfield(L, -2, "overrides");
+  lua_pop(L, 1);
+}
+
+bool check_overrides_used(lua_State* L) {
+  lua_getglobal(L, "runner");
+  lua_getfield(L, -1, "overrides");
+  const size_t count = lua_objlen(L, -1);
+  lua_getfield(L, -2, "config");
+  const bool declared = !lua_isnil(L, -1);
+  std::string given;
+  for (size_t i = 1; i <= count; ++i) {
+    lua_rawgeti(L, -2, static_cast<int>(i));
+    given += (given.empty() ? "" : " ") + std::string(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 3);
+  if (count == 0 || declared) return true;
+  push_usage_error(L, fmt::format("overrides given ({}) but the script declares no config {{ ... }} to apply them to",
+                                  given));
+  return false;
+}
+
+void open_all_bindings(lua_State* L) {
+  open_tensor(L);
+  open_tensor_ops(L);
+  open_safetensors(L);
+  open_nn(L);
+  open_optim(L);
+  open_runner(L);
+}
+
+}  // namespace runner::bindings

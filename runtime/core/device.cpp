@@ -1,0 +1,44 @@
+// Device name parsing and CUDA availability.
+#include "runtime/core/device.h"
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <charconv>
+#include <stdexcept>
+
+namespace runner::core {
+
+bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0; }
+
+int cuda_device_count() { return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0; }
+
+c10::Device parse_device(const std::string& name) {
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  if (name == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  int index = 0;
+  bool is_cuda = false;
+  if (name == "cuda") {
+    is_cuda = true;
+  } else if (name.rfind("cuda:", 0) == 0 && name.size() > 5) {
+    const char* first = name.data() + 5;
+    const char* last = name.data() + name.size();
+    auto [end, error] = std::from_chars(first, last, index);
+    is_cuda = error == std::errc() && end == last && index >= 0;
+  }
+  if (!is_cuda)
+    throw std::invalid_argument("unknown device '" + name + "' (expected cpu, cuda, cuda:N or auto)");
+  const int count = cuda_device_count();
+  if (count == 0) throw std::invalid_argument("device '" + name + "' requested but CUDA is not available");
+  if (index >= count)
+    throw std::invalid_argument("device '" + name + "' requested but only " + std::to_string(count) +
+                                " CUDA device(s) are present");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+std::string device_name(const c10::Device& device) {
+  if (device.is_cpu()) return "cpu";
+  std::string name = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
+  return device.has_index() ? name + ":" + std::to_string(device.index()) : name;
+}
+
+}  // namespace runner::core

@@ -1,0 +1,18 @@
+// Device names as users write them ("cpu", "cuda", "cuda:1", "auto") and their resolution to c10::Device.
+#pragma once
+#include <c10/core/Device.h>
+#include <string>
+
+namespace runner::core {
+
+// "auto" is the first CUDA device when one is available, else the CPU. Throws std::invalid_argument
+// naming the bad text and the accepted forms, or when CUDA is asked for and not available.
+c10::Device parse_device(const std::string& name);
+
+// "cpu", "cuda:0", ...: the inverse of parse_device for concrete devices.
+std::string device_name(const c10::Device& device);
+
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace runner::core

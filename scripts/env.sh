@@ -1,0 +1,7 @@
+# Sourced by scripts/*: where the shared cache (venv with torch) and the build live.
+RUNNER_CACHE="${RUNNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runner}"
+RUNNER_VENV="${RUNNER_VENV:-$RUNNER_CACHE/venv}"
+RUNNER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUNNER_BUILD="${RUNNER_BUILD:-$RUNNER_ROOT/build}"
+export RUNNER_CACHE RUNNER_VENV RUNNER_ROOT RUNNER_BUILD
+export CCACHE_DIR="${CCACHE_DIR:-$RUNNER_CACHE/ccache}"

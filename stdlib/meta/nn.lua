@@ -1,0 +1,143 @@
+---@meta
+-- The `nn` namespace: built-in modules (LibTorch's), Lua-defined modules, module trees and state dicts.
+
+---@class nn
+nn = {}
+
+---@class Module
+--- Every module, built-in or Lua-defined, has these methods; calling a module runs its forward.
+local Module = {}
+---@return Tensor
+function Module:forward(...) end
+--- Iterator over (name, parameter): own parameters first, then each child's, PyTorch's order and names.
+---@return fun(): string, Tensor
+function Module:named_parameters() end
+---@return Tensor[]
+function Module:parameters() end
+---@return fun(): string, Tensor
+function Module:named_buffers() end
+---@return fun(): string, Module
+function Module:children() end
+---@return integer
+function Module:num_parameters() end
+--- Sets training mode recursively (dropout active). Returns self.
+---@param mode? boolean default true
+---@return Module
+function Module:train(mode) end
+---@return Module
+function Module:eval() end
+---@return boolean
+function Module:is_training() end
+--- Moves or converts parameters and buffers in place (parameters keep their identity, so optimizers
+--- made before stay valid): m:to("cuda"), m:to("bfloat16"). Returns self.
+---@return Module
+function Module:to(...) end
+--- name -> detached tensor, parameters and buffers.
+---@return table<string, Tensor>
+function Module:state_dict() end
+--- Copies values in place. With strict (default) missing or unexpected keys are errors; shape
+--- mismatches always are. The error lists every problem.
+---@param state table<string, Tensor>
+---@param options? {strict?: boolean}
+---@return Module
+function Module:load_state_dict(state, options) end
+--- Writes the state dict as a safetensors file (atomically).
+---@param path string
+---@param metadata? table<string, string>
+function Module:save(path, metadata) end
+--- Loads a safetensors state dict; returns the file's metadata.
+---@return table<string, string>
+function Module:load(path, options) end
+--- Lua-defined modules: a tensor saved in the state dict and moved by :to(), but not trained.
+function Module:register_buffer(name, tensor) end
+
+--- A new module class. Assigning a module or nn.Parameter to a field of an instance registers it
+--- (in assignment order); other values are plain fields.
+---
+--- Example:
+---     local MLP = nn.Module("MLP")
+---     function MLP:init(dim) self.fc = nn.Linear(dim, dim); self.scale = nn.Parameter(torch.ones(dim)) end
+---     function MLP:forward(x) return self.fc(x) * self.scale end
+---     local m = MLP(4)
+---@param name string
+---@param parent? table a class made by nn.Module to inherit from
+---@return table class  # call it to make an instance; define init and forward on it
+function nn.Module(name, parent) end
+--- A leaf tensor that requires grad, registered as a parameter when assigned to a module field.
+---@return Tensor
+function nn.Parameter(tensor) end
+---@return boolean
+function nn.is_module(value) end
+
+--- Applies children in order. Children are named "0", "1", ... as in PyTorch (state dicts match);
+--- seq[1] is the first child.
+---@return Module
+function nn.Sequential(...) end
+
+---@param options? {bias?: boolean}
+---@return Module
+function nn.Linear(in_features, out_features, options) end
+---@param kernel_size integer|integer[]
+---@param options? {stride?: integer|integer[], padding?: integer|integer[], dilation?: integer|integer[], groups?: integer, bias?: boolean, padding_mode?: "zeros"|"reflect"|"replicate"|"circular"}
+---@return Module
+function nn.Conv2d(in_channels, out_channels, kernel_size, options) end
+---@param options? {eps?: number, affine?: boolean}
+---@return Module
+function nn.GroupNorm(num_groups, num_channels, options) end
+---@param normalized_shape integer|integer[]
+---@param options? {eps?: number, elementwise_affine?: boolean}
+---@return Module
+function nn.LayerNorm(normalized_shape, options) end
+--- ids are 0-based int64 contents.
+---@param options? {padding_idx?: integer}
+---@return Module
+function nn.Embedding(num_embeddings, embedding_dim, options) end
+---@param p? number default 0.5
+---@return Module
+function nn.Dropout(p) end
+---@param options? {approximate?: "none"|"tanh"}
+---@return Module
+function nn.GELU(options) end
+---@return Module
+function nn.LeakyReLU(negative_slope) end
+---@return Module
+function nn.ReLU() end
+---@return Module
+function nn.SiLU() end
+---@return Module
+function nn.Tanh() end
+---@return Module
+function nn.Sigmoid() end
+---@return Module
+function nn.Mish() end
+---@return Module
+function nn.Identity() end
+
+--- Built-in modules also have:
+---@return string  # "Linear", "Conv2d", ...
+function Module:type_name() end
+
+---@class LossOptions
+---@field reduction? "mean"|"sum"|"none"
+
+nn.functional = {}
+---@param options? LossOptions
+---@return Tensor
+function nn.functional.mse_loss(input, target, options) end
+---@param options? LossOptions
+---@return Tensor
+function nn.functional.l1_loss(input, target, options) end
+--- target: int64 class ids (0-based) of shape [N, ...], or class probabilities like logits.
+---@param logits Tensor [N, C, ...]
+---@param options? {reduction?: "mean"|"sum"|"none", label_smoothing?: number, ignore_index?: integer, weight?: Tensor}
+---@return Tensor
+function nn.functional.cross_entropy(logits, target, options) end
+---@return Tensor
+function nn.functional.linear(x, weight, bias) end
+---@param training? boolean default true
+---@return Tensor
+function nn.functional.dropout(x, p, training) end
+---@return Tensor
+function nn.functional.group_norm(x, num_groups, weight, bias, eps) end
+---@return Tensor
+function nn.functional.layer_norm(x, normalized_shape, weight, bias, eps) end

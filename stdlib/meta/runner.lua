@@ -1,0 +1,48 @@
+---@meta
+-- The `runner` namespace (experiment-level API) and the global `config`.
+
+---@class runner
+---@field overrides string[]          # the key=value strings from the command line
+---@field config table|nil            # the resolved config, once config{} ran
+---@field pretty runner.pretty
+runner = {}
+
+--- Declares the script's settings with their defaults and returns them resolved: key=value on the
+--- command line overrides a default, parsed by the default's type (number; boolean as true/false,
+--- yes/no, on/off, 1/0; string; list as comma-separated values). An unknown key or a bad value stops
+--- the run with exit status 2 and a message naming the key. The resolved config is logged at start.
+--- Reading an undeclared key from the result is an error.
+---
+--- Example: `local cfg = config { lr = 2e-4, steps = 2000, mults = {1, 2} }`
+---@param defaults table<string, number|boolean|string|table>
+---@return table
+function config(defaults) end
+
+--- Logging at a level through the runner logger (stderr; level set by --log-level).
+--- Each takes a format string and arguments, as string.format.
+runner.log = {}
+function runner.log.trace(format, ...) end
+function runner.log.debug(format, ...) end
+function runner.log.info(format, ...) end
+function runner.log.warn(format, ...) end
+function runner.log.error(format, ...) end
+
+--- Monotonic seconds, for timing.
+---@return number
+function runner.clock() end
+
+--- {runner=, libtorch=, luajit=, sqlite=, cuda_runtime=, cuda_available=, cuda_devices={...}}
+---@return table
+function runner.versions() end
+
+--- Stops the run as a usage error (exit status 2), prefixed with the calling script's file:line.
+---@param message string
+function runner.usage_error(message) end
+
+---@class runner.pretty
+runner.pretty = {}
+--- Renders a value for humans: nested tables (to depth, default 3), tensors and modules by tostring.
+---@return string
+function runner.pretty.repr(value, depth) end
+--- Prints each value rendered by repr, separated by tabs.
+function runner.pretty.print(...) end

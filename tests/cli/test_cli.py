@@ -1,0 +1,316 @@
+"""End-to-end tests of the runner command line: exit codes and the exact text users see."""
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+
+
+def run(*args, stdin=None, cwd=None, timeout=120):
+    return subprocess.run([RUNNER, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+class ScriptDir(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = pathlib.Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def script(self, name, text):
+        path = self.dir / name
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+        return name
+
+    def run_script(self, *args, **kwargs):
+        return run(*args, cwd=self.dir, **kwargs)
+
+
+class CommandLine(ScriptDir):
+    def test_version_names_every_component(self):
+        result = run("--version")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[0], "runner 0.1.0")
+        self.assertEqual(lines[1], "LibTorch 2.11.0")
+        self.assertRegex(result.stdout, r"CUDA 13\.\d+: (available|not available \(no device\))")
+        self.assertRegex(result.stdout, r"\nLuaJIT 2\.1")
+        self.assertRegex(result.stdout, r"\nSQLite 3\.\d+\.\d+")
+
+    def test_help_exits_zero(self):
+        result = run("--help")
+        self.assertEqual(result.returncode, 0)
+        self.assertTrue(result.stdout.startswith("usage: runner [options] SCRIPT.lua [key=value ...]"))
+
+    def test_usage_errors_exit_2(self):
+        for args, message in [
+            ((), "runner: no script given"),
+            (("--bogus",), "runner: unknown option '--bogus'"),
+            (("--log-level", "loud", "-e", "x=1"),
+             "runner: unknown log level 'loud' (expected trace, debug, info, warn, error or off)"),
+            (("-e",), "runner: -e needs a value"),
+        ]:
+            result = run(*args)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertEqual(result.stderr.splitlines()[0], message)
+
+    def test_missing_script(self):
+        result = self.run_script("nope.lua")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "runner: cannot open nope.lua: No such file or directory\n")
+
+    def test_code_string(self):
+        result = run("-e", "print(torch.ones(2, 2):sum():item())")
+        self.assertEqual((result.returncode, result.stdout), (0, "4\n"))
+
+
+class Errors(ScriptDir):
+    def test_syntax_error_names_file_and_line(self):
+        name = self.script("bad.lua", """
+            local x = 1
+            local y = 2
+            local z = = 3
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr, "bad.lua:3: unexpected symbol near '='\n")
+
+    def test_runtime_error_has_user_traceback(self):
+        name = self.script("fail.lua", """
+            local function inner()
+              error("boom")
+            end
+            inner()
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr,
+                         "fail.lua:2: boom\nstack traceback:\n\tfail.lua:2: in function 'inner'\n\tfail.lua:4: in main chunk\n")
+
+    def test_bad_argument_to_a_binding(self):
+        name = self.script("arg.lua", """
+            local t = torch.ones(2)
+            local u = torch.zeros("three")
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.splitlines()[0], "arg.lua:2: bad argument #1 to 'zeros' (table expected, got string)")
+
+    def test_libtorch_error_is_reported_at_the_script_line(self):
+        name = self.script("shape.lua", """
+            local a = torch.zeros(2, 3)
+
+            local b = a:matmul(torch.zeros(2, 3))
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.splitlines()[0], "shape.lua:3: mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)")
+
+    def test_error_in_a_required_module_names_that_module(self):
+        self.script("helper.lua", """
+            return { go = function() return torch.zeros(2) + torch.zeros(3) end }
+        """)
+        name = self.script("main.lua", """
+            local helper = require("helper")
+            helper.go()
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        first = result.stderr.splitlines()[0]
+        self.assertTrue(first.startswith("./helper.lua:1: The size of tensor a (2) must match the size of tensor b (3)"), first)
+        self.assertIn("main.lua:2: in main chunk", result.stderr)
+
+
+class Config(ScriptDir):
+    SCRIPT = """
+        local cfg = config { lr = 0.1, steps = 10, name = "base", amp = true, mults = {1, 2} }
+        print(cfg.lr, cfg.steps, cfg.name, cfg.amp, table.concat(cfg.mults, "/"))
+    """
+
+    def test_defaults_and_overrides_typed_by_default(self):
+        name = self.script("cfg.lua", self.SCRIPT)
+        result = self.run_script(name)
+        self.assertEqual(result.stdout, "0.1\t10\tbase\ttrue\t1/2\n")
+        result = self.run_script(name, "lr=0.5", "steps=3", "amp=false", "name=run7", "mults=1,2,4")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "0.5\t3\trun7\tfalse\t1/2/4\n")
+        self.assertRegex(result.stderr, r"\[info\] config: amp=false\* lr=0\.5\* mults=\{1,2,4\}\* name=run7\* steps=3\*  \(\* overridden\)")
+
+    def test_unknown_key_lists_the_known_ones(self):
+        name = self.script("cfg.lua", self.SCRIPT)
+        result = self.run_script(name, "lrr=0.5")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "cfg.lua:1: unknown config key 'lrr' (known keys: amp, lr, mults, name, steps)\n")
+
+    def test_bad_value_names_the_key_and_type(self):
+        name = self.script("cfg.lua", self.SCRIPT)
+        result = self.run_script(name, "lr=fast")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "cfg.lua:1: bad value 'fast' for config key 'lr': expected a number (default 0.1)\n")
+        result = self.run_script(name, "amp=maybe")
+        self.assertEqual(result.stderr, "cfg.lua:1: bad value 'maybe' for config key 'amp': expected true or false (default true)\n")
+
+    def test_reading_an_undeclared_key_is_an_error(self):
+        name = self.script("cfg.lua", """
+            local cfg = config { lr = 0.1 }
+            print(cfg.batch)
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.splitlines()[0], "cfg.lua:2: config has no key 'batch' (known keys: lr)")
+
+    def test_overrides_need_a_config(self):
+        name = self.script("plain.lua", "print('ran')\n")
+        result = self.run_script(name, "lr=1")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "overrides given (lr=1) but the script declares no config { ... } to apply them to\n")
+        result = self.run_script(name, "positional")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("expected key=value after the script, got 'positional'", result.stderr)
+
+    def test_script_arguments_after_double_dash(self):
+        name = self.script("args.lua", "print(arg[0], arg[1], arg[2])\n")
+        result = self.run_script(name, "--", "a", "b=c")
+        self.assertEqual(result.stdout, "args.lua\ta\tb=c\n")
+
+    def test_log_level_hides_the_config_line(self):
+        name = self.script("cfg.lua", self.SCRIPT)
+        result = self.run_script("--log-level", "warn", name)
+        self.assertEqual(result.stderr, "")
+
+
+class Exit(ScriptDir):
+    def test_os_exit_flushes_output_and_runs_finalizers(self):
+        name = self.script("exit.lua", """
+            local marker = newproxy(true)
+            getmetatable(marker).__gc = function()
+              local f = io.open("finalized.txt", "w"); f:write("yes"); f:close()
+            end
+            io.write("partial line without newline")
+            os.exit(3)
+            print("not reached")
+        """)
+        result = self.run_script(name)
+        self.assertEqual(result.returncode, 3)
+        self.assertEqual(result.stdout, "partial line without newline")
+        self.assertEqual((self.dir / "finalized.txt").read_text(), "yes")
+
+    def test_os_exit_boolean(self):
+        self.assertEqual(run("-e", "os.exit(false)").returncode, 1)
+        self.assertEqual(run("-e", "os.exit(true)").returncode, 0)
+
+
+class Interrupt(ScriptDir):
+    def interrupt(self, args, stdin_text=None, after=None):
+        process = subprocess.Popen([RUNNER, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=self.dir)
+        if stdin_text:
+            process.stdin.write(stdin_text)
+            process.stdin.flush()
+        time.sleep(2)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(input=after, timeout=60)
+        return process.returncode, out, err
+
+    def test_ctrl_c_stops_a_loop_of_tensor_calls(self):
+        code, _, err = self.interrupt(["-e", "while true do local t = torch.zeros(4) + 1 end"])
+        self.assertEqual(code, 130)
+        self.assertEqual(err, "interrupted\n")
+
+    def test_ctrl_c_stops_a_pure_lua_loop(self):
+        code, _, err = self.interrupt(["-e", "local n = 0 while true do n = n + 1 end"])
+        self.assertEqual(code, 130)
+        self.assertEqual(err, "interrupted\n")
+
+    def test_ctrl_c_in_the_repl_keeps_the_repl(self):
+        code, out, err = self.interrupt(["repl"], "while true do local t = torch.ones(1) end\n", "print('alive')\n")
+        self.assertEqual(code, 0)
+        self.assertIn("interrupted", err)
+        self.assertEqual(out, "alive\n")
+
+
+class Repl(ScriptDir):
+    def test_piped_input_prints_expressions_and_survives_errors(self):
+        session = textwrap.dedent("""
+            x = 2
+            =x * 3
+            x + 1, "two"
+            function f()
+              return torch.arange(3)
+            end
+            f()
+            error("bad")
+            {a = 1, b = {2, 3}}
+            nn.Linear(2, 1)
+            print("after")
+        """).lstrip()
+        result = run("repl", stdin=session)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.splitlines(), [
+            "6", '3\t"two"', "tensor([0, 1, 2])", "{ a = 1, b = { 2, 3 } }",
+            "Linear(in_features=2, out_features=1, bias=true)", "after",
+        ])
+        self.assertEqual(result.stderr.splitlines()[0], "stdin:1: bad")
+
+    def test_syntax_errors_are_reported_and_the_session_goes_on(self):
+        result = run("repl", stdin="x = = 1\nprint('ok')\n")
+        self.assertEqual(result.stdout, "ok\n")
+        self.assertEqual(result.stderr, "stdin:1: unexpected symbol near '='\n")
+
+    def test_interactive_after_a_script_sees_its_globals(self):
+        name = self.script("setup.lua", "answer = 41\n")
+        result = self.run_script("-i", name, stdin="=answer + 1\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "42\n")
+
+    def test_os_exit_in_the_repl(self):
+        result = run("repl", stdin="os.exit(4)\nprint('no')\n")
+        self.assertEqual(result.returncode, 4)
+        self.assertEqual(result.stdout, "")
+
+
+class SafetensorsInterop(ScriptDir):
+    def test_python_reads_what_runner_writes(self):
+        import torch
+        from safetensors.torch import load_file
+        result = self.run_script("-e", """
+            torch.save({
+              weight = torch.arange(12):reshape(3, 4):float() / 2,
+              ids = torch.arange(5),
+              half = torch.ones(2, 2, {dtype = "float16"}),
+              bf = torch.full({3}, 1.5, {dtype = "bfloat16"}),
+              mask = torch.tensor({true, false}),
+              transposed = torch.arange(6):reshape(2, 3):t(),
+            }, "out.safetensors", {note = "from runner"})
+        """)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        tensors = load_file(str(self.dir / "out.safetensors"))
+        self.assertTrue(torch.equal(tensors["weight"], torch.arange(12).reshape(3, 4).float() / 2))
+        self.assertEqual(tensors["ids"].dtype, torch.int64)
+        self.assertEqual(tensors["half"].dtype, torch.float16)
+        self.assertTrue(torch.equal(tensors["bf"], torch.full((3,), 1.5, dtype=torch.bfloat16)))
+        self.assertEqual(tensors["mask"].tolist(), [True, False])
+        self.assertTrue(torch.equal(tensors["transposed"], torch.arange(6).reshape(2, 3).t()))
+        from safetensors import safe_open
+        with safe_open(str(self.dir / "out.safetensors"), "pt") as f:
+            self.assertEqual(f.metadata(), {"note": "from runner"})
+
+
+class Quickstart(unittest.TestCase):
+    def test_quickstart_loss_falls(self):
+        source = pathlib.Path(os.environ.get("RUNNER_SOURCE", pathlib.Path(__file__).resolve().parents[2]))
+        result = run(str(source / "experiments" / "quickstart.lua"), "steps=150", timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        losses = [float(line.split("loss")[1].split()[0]) for line in result.stdout.splitlines() if " loss " in line]
+        self.assertGreaterEqual(len(losses), 3, result.stdout)
+        self.assertLess(losses[-1], losses[0] * 0.5, result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

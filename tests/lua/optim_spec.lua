@@ -1,0 +1,85 @@
+-- Spec: SGD, Adam and AdamW with parameter groups match torch.optim over 20 steps; clip_grad_norm.
+local g = torch.load(test.golden("optimizers.safetensors"))
+local F = nn.functional
+local device = test.device
+
+local function train(kind, defaults, bias_group)
+  local w = g.w0:clone():to(device):requires_grad_()
+  local b = g.b0:clone():to(device):requires_grad_()
+  bias_group.params = { b }
+  local opt = optim[kind]({ { params = { w } }, bias_group }, defaults)
+  local x, y = g.x:to(device), g.y:to(device)
+  local losses = {}
+  for step = 1, 20 do
+    opt:zero_grad()
+    local loss = F.mse_loss(F.linear(x, w, b), y)
+    loss:backward()
+    opt:step()
+    losses[step] = loss:item()
+  end
+  return w, b, torch.tensor(losses, { dtype = "float64" }), opt
+end
+
+describe("optimizers against torch.optim", function()
+  it("AdamW with two parameter groups matches to 1e-6 after 20 steps", function()
+    local w, b, losses = train("AdamW", { lr = 1e-2, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0.1 },
+      { lr = 5e-2, weight_decay = 0 })
+    expect_close(w, g["adamw.w"], 1e-6, 0, "weight")
+    expect_close(b, g["adamw.b"], 1e-6, 0, "bias")
+    expect_close(losses, g["adamw.losses"], 1e-6, 0, "losses")
+  end)
+
+  it("Adam matches to 1e-6", function()
+    local w, b, losses = train("Adam", { lr = 1e-2, weight_decay = 0.01 }, { lr = 2e-2 })
+    expect_close(w, g["adam.w"], 1e-6, 0, "weight")
+    expect_close(b, g["adam.b"], 1e-6, 0, "bias")
+    expect_close(losses, g["adam.losses"], 1e-6, 0, "losses")
+  end)
+
+  it("SGD with momentum matches to 1e-6", function()
+    local w, b, losses = train("SGD", { lr = 0.1, momentum = 0.9, weight_decay = 1e-3 }, { lr = 0.05, momentum = 0.5 })
+    expect_close(w, g["sgd.w"], 1e-6, 0, "weight")
+    expect_close(b, g["sgd.b"], 1e-6, 0, "bias")
+    expect_close(losses, g["sgd.losses"], 1e-6, 0, "losses")
+  end)
+end)
+
+describe("optimizer API", function()
+  it("takes a module, reads and sets learning rates per group", function()
+    local model = nn.Linear(3, 2)
+    local opt = optim.AdamW(model, { lr = 3e-4 })
+    expect_eq(opt:group_count(), 1)
+    expect_near(opt:lr(), 3e-4, 1e-12)
+    opt:set_lr(1e-3)
+    expect_near(opt:lr(1), 1e-3, 1e-12)
+    expect_error(function() opt:lr(2) end, "bad argument #2 to 'lr' (group 2 out of range (the optimizer has 1 groups))", true)
+  end)
+
+  it("zero_grad clears gradients to nil", function()
+    local model = nn.Linear(3, 2)
+    local opt = optim.SGD(model, { lr = 0.1 })
+    model(torch.ones(1, 3)):sum():backward()
+    opt:zero_grad()
+    expect_eq(model:parameters()[1].grad, nil)
+  end)
+
+  it("reports bad options and inputs", function()
+    local model = nn.Linear(3, 2)
+    expect_error(function() optim.AdamW(model, { learning_rate = 1 }) end,
+      here() .. "unknown option 'learning_rate' to 'AdamW' (known: params, lr, betas, eps, weight_decay, amsgrad)")
+    expect_error(function() optim.SGD(model, {}) end, here() .. "SGD: option 'lr' is required")
+    expect_error(function() optim.Adam({ torch.ones(2) }, {}) end,
+      here() .. "parameter group 1 holds a tensor that is not a leaf requiring grad")
+  end)
+
+  it("clip_grad_norm returns the total norm and scales gradients down to max_norm", function()
+    local p = torch.zeros(2, { requires_grad = true })
+    p.grad = torch.tensor({ 3, 4 })
+    local norm = optim.clip_grad_norm({ p }, 1.0)
+    expect_near(norm, 5, 1e-6)
+    expect_near(p.grad:norm():item(), 1, 1e-5)
+    local model = nn.Linear(2, 1)
+    model(torch.ones(1, 2)):sum():backward()
+    expect_true(optim.clip_grad_norm(model, 100) > 0, "takes a module")
+  end)
+end)
