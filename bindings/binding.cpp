@@ -48,6 +48,18 @@ void set_functions(lua_State* L, std::initializer_list<Function> functions) {
   }
 }
 
+int raise_type_error(lua_State* L, int index, const char* display_name) {
+  const char* actual = luaL_typename(L, index);
+  if (lua_getmetatable(L, index)) {
+    lua_getfield(L, -1, "__name");
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      actual = lua_tostring(L, -1);
+      if (std::strncmp(actual, "runner.", 7) == 0) actual += 7;
+    }
+  }
+  return luaL_argerror(L, index, fmt::format("{} expected, got {}", display_name, actual).c_str());
+}
+
 std::int64_t check_integer(lua_State* L, int index) {
   const double value = luaL_checknumber(L, index);
   if (std::floor(value) != value || std::fabs(value) > 9007199254740992.0)

@@ -81,11 +81,6 @@ T* new_userdata(lua_State* L, const char* type_name, Args&&... args) {
 }
 
 template <class T>
-T* check_userdata(lua_State* L, int index, const char* type_name) {
-  return static_cast<T*>(luaL_checkudata(L, index, type_name));
-}
-
-template <class T>
 T* test_userdata(lua_State* L, int index, const char* type_name) {
   void* memory = lua_touserdata(L, index);
   if (memory == nullptr || !lua_getmetatable(L, index)) return nullptr;
@@ -93,6 +88,17 @@ T* test_userdata(lua_State* L, int index, const char* type_name) {
   const bool same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same ? static_cast<T*>(memory) : nullptr;
+}
+
+// Raises "bad argument #i to 'f' (<display_name> expected, got <type>)".
+int raise_type_error(lua_State* L, int index, const char* display_name);
+
+// The userdata of metatable `type_name` at `index`, or an argument error naming `display_name`.
+template <class T>
+T* check_userdata(lua_State* L, int index, const char* type_name, const char* display_name) {
+  T* object = test_userdata<T>(L, index, type_name);
+  if (!object) raise_type_error(L, index, display_name);
+  return object;
 }
 
 template <class T>

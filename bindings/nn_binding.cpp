@@ -24,10 +24,10 @@ struct ModuleBox {
 
 template <class Holder>
 void push_module(lua_State* L, Holder holder) {
-  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{holder.ptr(), [holder](const at::Tensor& x) { return holder->forward(x); }});
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{holder.ptr(), [holder](const at::Tensor& x) mutable { return holder->forward(x); }});
 }
 
-ModuleBox& check_module(lua_State* L, int index) { return *check_userdata<ModuleBox>(L, index, "Module"); }
+ModuleBox& check_module(lua_State* L, int index) { return *check_userdata<ModuleBox>(L, index, kModuleType, "Module"); }
 
 // Factories -------------------------------------------------------------------------------------
 

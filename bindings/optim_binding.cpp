@@ -19,7 +19,7 @@ struct OptimizerBox {
 };
 
 OptimizerBox& check_optimizer(lua_State* L, int index) {
-  return *check_userdata<OptimizerBox>(L, index, "Optimizer");
+  return *check_userdata<OptimizerBox>(L, index, kOptimizerType, "Optimizer");
 }
 
 std::tuple<double, double> betas_option(lua_State* L, int index, std::tuple<double, double> fallback) {

@@ -68,7 +68,7 @@ at::Tensor* test_tensor(lua_State* L, int index) {
 }
 
 at::Tensor& check_tensor(lua_State* L, int index) {
-  return check_userdata<TensorBox>(L, index, "Tensor")->tensor;
+  return check_userdata<TensorBox>(L, index, kTensorType, "Tensor")->tensor;
 }
 
 at::Scalar check_scalar(lua_State* L, int index) {

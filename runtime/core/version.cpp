@@ -19,9 +19,12 @@ VersionInfo version_info() {
   info.runner = RUNNER_VERSION;
   info.libtorch = TORCH_VERSION;
   info.sqlite = sqlite3_libversion();
-  if (at::hasCUDA()) {
+  try {
+    // Answers when LibTorch's CUDA library is loaded, with or without a GPU and driver.
     const long version = at::detail::getCUDAHooks().versionCUDART();
     if (version > 0) info.cuda_runtime = fmt::format("{}.{}", version / 1000, version % 1000 / 10);
+  } catch (const c10::Error&) {
+    info.cuda_runtime.clear();
   }
   info.cuda_available = cuda_available();
 #if RUNNER_WITH_CUDA

@@ -1,6 +1,6 @@
 -- Runs one Lua spec file inside runner and prints "N passed, N failed".
 --   runner tests/lua/harness.lua spec=tests/lua/tensor_spec.lua [device=cuda]
-local cfg = config { spec = "", device = "cpu" }
+local cfg = config { spec = "", device = os.getenv("RUNNER_TEST_DEVICE") or "cpu" }
 if cfg.spec == "" then runner.usage_error("give the spec file: spec=tests/lua/NAME_spec.lua") end
 
 local source_dir = debug.getinfo(1, "S").source:match("^@(.*)/tests/lua/harness%.lua$") or "."
