@@ -148,9 +148,22 @@ bool is_incomplete(lua_State* L) {
   return length >= std::strlen(eof) && std::strcmp(message + length - std::strlen(eof), eof) == 0;
 }
 
-// Prints the values on the stack above `base` through runner.pretty.print.
-void print_results(lua_State* L, LuaHost& host, int base) {
-  const int count = lua_gettop(L) - base;
+// An expression is evaluated as an argument of a call rather than returned directly: a returned call
+// would be a tail call, and errors inside it would lose their stdin:line position. The wrapper also
+// counts the values so that trailing nils print.
+std::string as_expression(const std::string& chunk) {
+  return "return (function(...) return select('#', ...), ... end)(" + chunk + "\n)";
+}
+
+// Prints the values left above `base` through runner.pretty.print: an expression chunk leaves a count
+// and then the values; a statement chunk leaves whatever it returned.
+void print_results(lua_State* L, LuaHost& host, int base, bool expression) {
+  int count = lua_gettop(L) - base;
+  if (expression) {
+    count = static_cast<int>(lua_tointeger(L, base + 1));
+    lua_remove(L, base + 1);
+    lua_settop(L, base + count);
+  }
   if (count == 0) return;
   lua_getglobal(L, "runner");
   lua_getfield(L, -1, "pretty");
@@ -171,14 +184,15 @@ int run_repl(LuaHost& host) {
     auto line = reader.read("> ");
     if (!line) break;
     std::string chunk = *line;
-    if (!chunk.empty() && chunk[0] == '=') chunk = "return " + chunk.substr(1);
+    if (!chunk.empty() && chunk[0] == '=') chunk = chunk.substr(1);
     const int base = lua_gettop(L);
     // An expression is printed: try it with `return` first, then as a statement, then read more lines
     // while the chunk is incomplete.
     bool loaded = false;
+    bool expression = false;
     for (;;) {
-      if (host.load_text("return " + chunk, "=stdin") == 0) {
-        loaded = true;
+      if (host.load_text(as_expression(chunk), "=stdin") == 0) {
+        loaded = expression = true;
         break;
       }
       lua_pop(L, 1);
@@ -201,7 +215,7 @@ int run_repl(LuaHost& host) {
       lua_settop(L, base);
       continue;
     }
-    if (host.call(0, LUA_MULTRET) == kExitOk) print_results(L, host, base);
+    if (host.call(0, LUA_MULTRET) == kExitOk) print_results(L, host, base, expression);
     std::fflush(stdout);
     lua_settop(L, base);
   }

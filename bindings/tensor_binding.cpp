@@ -25,10 +25,12 @@ struct TensorBox {
 
 // The Lua GC only sees the few bytes of each userdata, not the tensor memory behind it. Tensor bytes
 // are counted here and a full collection runs once the bytes allocated since the last one exceed the
-// bytes still held (at least 64 MiB), which keeps memory bounded in loops that allocate tensors.
+// bytes that collection left held (at least 64 MiB): memory stays within about twice the live set in
+// loops that allocate tensors, and the cost of collections stays proportional to allocation.
 constexpr std::int64_t kPerTensorOverhead = 512;
 constexpr std::int64_t kMinimumCollectBytes = 64ll << 20;
 std::int64_t held_bytes = 0;
+std::int64_t held_after_collect = 0;
 std::int64_t allocated_since_collect = 0;
 
 std::int64_t tensor_bytes(const at::Tensor& tensor) {
@@ -55,9 +57,10 @@ void push_tensor(lua_State* L, at::Tensor tensor) {
   const std::int64_t bytes = tensor_bytes(tensor);
   held_bytes += bytes;
   allocated_since_collect += bytes;
-  if (allocated_since_collect > std::max(kMinimumCollectBytes, held_bytes)) {
-    allocated_since_collect = 0;
+  if (allocated_since_collect > std::max(kMinimumCollectBytes, held_after_collect)) {
     lua_gc(L, LUA_GCCOLLECT, 0);
+    allocated_since_collect = 0;
+    held_after_collect = held_bytes;
   }
   new_userdata<TensorBox>(L, kTensorType, TensorBox{std::move(tensor), bytes});
 }
@@ -152,7 +155,6 @@ at::TensorOptions check_tensor_options(lua_State* L, int index, const char* func
   check_option_keys(L, index, function, {"dtype", "device", "requires_grad"});
   if (has_field(L, index, "dtype")) options = options.dtype(core::parse_dtype(field_string(L, index, "dtype", "")));
   if (has_field(L, index, "device")) options = options.device(core::parse_device(field_string(L, index, "device", "")));
-  if (field_boolean(L, index, "requires_grad", false)) options = options.requires_grad(true);
   return options;
 }
 
@@ -183,12 +185,19 @@ namespace {
 
 // Constructors ----------------------------------------------------------------------------------
 
+// Pushes a new tensor, marked as requiring grad when the options table at `options` asks for it
+// (ATen factories ignore requires_grad in TensorOptions).
+void push_created(lua_State* L, at::Tensor tensor, int options) {
+  if (field_boolean(L, options, "requires_grad", false)) tensor.set_requires_grad(true);
+  push_tensor(L, std::move(tensor));
+}
+
 // torch.zeros(2, 3 [, options]) / torch.zeros({2, 3} [, options])
 template <at::Tensor (*Make)(at::IntArrayRef, at::TensorOptions)>
 int sized_constructor(lua_State* L) {
   int next = 1;
   const auto sizes = check_sizes(L, 1, &next);
-  push_tensor(L, Make(sizes, check_tensor_options(L, next, "constructor")));
+  push_created(L, Make(sizes, check_tensor_options(L, next, "constructor")), next);
   return 1;
 }
 
@@ -203,7 +212,7 @@ int torch_full(lua_State* L) {
   int next = 1;
   const auto sizes = check_sizes(L, 1, &next);
   const at::Scalar value = check_scalar(L, next);
-  push_tensor(L, at::full(sizes, value, check_tensor_options(L, next + 1, "full")));
+  push_created(L, at::full(sizes, value, check_tensor_options(L, next + 1, "full")), next + 1);
   return 1;
 }
 
@@ -215,7 +224,7 @@ int torch_randint(lua_State* L) {
   const auto sizes = check_sizes(L, 3, &next);
   at::TensorOptions options = check_tensor_options(L, next, "randint");
   if (!has_field(L, next, "dtype")) options = options.dtype(at::kLong);
-  push_tensor(L, at::randint(low, high, sizes, options));
+  push_created(L, at::randint(low, high, sizes, options), next);
   return 1;
 }
 
@@ -231,23 +240,23 @@ int torch_arange(lua_State* L) {
   const at::Scalar start = count >= 2 ? check_scalar(L, 1) : at::Scalar(0);
   const at::Scalar end = count >= 2 ? check_scalar(L, 2) : check_scalar(L, 1);
   const at::Scalar step = count == 3 ? check_scalar(L, 3) : at::Scalar(1);
-  push_tensor(L, at::arange(start, end, step, options));
+  push_created(L, at::arange(start, end, step, options), count + 1);
   return 1;
 }
 
 // torch.linspace(start, end, steps [, options])
 int torch_linspace(lua_State* L) {
-  push_tensor(L, at::linspace(check_scalar(L, 1), check_scalar(L, 2), check_integer(L, 3),
-                              check_tensor_options(L, 4, "linspace")));
+  push_created(L, at::linspace(check_scalar(L, 1), check_scalar(L, 2), check_integer(L, 3),
+                               check_tensor_options(L, 4, "linspace")), 4);
   return 1;
 }
 
 int torch_eye(lua_State* L) {
   const std::int64_t rows = check_integer(L, 1);
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    push_tensor(L, at::eye(rows, check_integer(L, 2), check_tensor_options(L, 3, "eye")));
+    push_created(L, at::eye(rows, check_integer(L, 2), check_tensor_options(L, 3, "eye")), 3);
   } else {
-    push_tensor(L, at::eye(rows, check_tensor_options(L, 2, "eye")));
+    push_created(L, at::eye(rows, check_tensor_options(L, 2, "eye")), 2);
   }
   return 1;
 }
@@ -261,9 +270,8 @@ int like_constructor(lua_State* L) {
     const at::TensorOptions given = check_tensor_options(L, 2, "like");
     if (has_field(L, 2, "dtype")) options = options.dtype(given.dtype());
     if (has_field(L, 2, "device")) options = options.device(given.device());
-    options = options.requires_grad(given.requires_grad());
   }
-  push_tensor(L, Make(like, options));
+  push_created(L, Make(like, options), 2);
   return 1;
 }
 
@@ -339,11 +347,8 @@ int torch_tensor(lua_State* L) {
   flatten_nested(L, 1, 0, data, path);
   at::TensorOptions options = check_tensor_options(L, 2, "tensor");
   if (!has_field(L, 2, "dtype") && data.all_boolean && !data.values.empty()) options = options.dtype(at::kBool);
-  const bool requires_grad = options.requires_grad();
-  at::Tensor values = at::tensor(data.values, at::kDouble).reshape(data.shape);
-  at::Tensor result = values.to(options.requires_grad(false));
-  if (requires_grad) result.set_requires_grad(true);
-  push_tensor(L, result);
+  const at::Tensor values = at::tensor(data.values, at::kDouble).reshape(data.shape);
+  push_created(L, values.to(options), 2);
   return 1;
 }
 

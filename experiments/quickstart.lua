@@ -42,7 +42,7 @@ print(model)
 print(string.format("%d parameters on %s", model:num_parameters(), device))
 
 local start = runner.clock()
-local running = 0
+local running, count = 0, 0
 for step = 1, cfg.steps do
   local x0 = sample_points(cfg.batch)
   local t = torch.rand(cfg.batch, 1, { device = device })
@@ -53,10 +53,10 @@ for step = 1, cfg.steps do
   opt:zero_grad()
   loss:backward()
   opt:step()
-  running = running + loss:item()
-  if step % cfg.log_every == 0 then
+  running, count = running + loss:item(), count + 1
+  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
     local elapsed = runner.clock() - start
-    print(string.format("step %5d  loss %.4f  (%.0f steps/s)", step, running / cfg.log_every, step / elapsed))
-    running = 0
+    print(string.format("step %5d  loss %.4f  (%.0f steps/s)", step, running / count, step / elapsed))
+    running, count = 0, 0
   end
 end

@@ -5,3 +5,6 @@ RUNNER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUNNER_BUILD="${RUNNER_BUILD:-$RUNNER_ROOT/build}"
 export RUNNER_CACHE RUNNER_VENV RUNNER_ROOT RUNNER_BUILD
 export CCACHE_DIR="${CCACHE_DIR:-$RUNNER_CACHE/ccache}"
+# Fresh clones in other directories reuse the compiler cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RUNNER_ROOT}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"

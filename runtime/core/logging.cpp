@@ -25,7 +25,7 @@ std::shared_ptr<spdlog::logger> runner_logger() {
   static std::shared_ptr<spdlog::logger> logger = [] {
     auto created = spdlog::stderr_color_mt("runner");
     created->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
-    created->flush_on(spdlog::level::warn);
+    created->flush_on(spdlog::level::trace);  // log lines interleave correctly with script output
     return created;
   }();
   return logger;

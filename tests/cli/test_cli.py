@@ -161,7 +161,7 @@ class Config(ScriptDir):
             local cfg = config { lr = 0.1 }
             print(cfg.batch)
         """)
-        result = self.run_script(name)
+        result = self.run_script("--log-level", "warn", name)
         self.assertEqual(result.returncode, 1)
         self.assertEqual(result.stderr.splitlines()[0], "cfg.lua:2: config has no key 'batch' (known keys: lr)")
 
@@ -223,10 +223,21 @@ class Interrupt(ScriptDir):
         self.assertEqual(code, 130)
         self.assertEqual(err, "interrupted\n")
 
-    def test_ctrl_c_stops_a_pure_lua_loop(self):
-        code, _, err = self.interrupt(["-e", "local n = 0 while true do n = n + 1 end"])
+    def test_ctrl_c_stops_an_interpreted_lua_loop(self):
+        code, _, err = self.interrupt(["-e", "jit.off() local n = 0 while true do n = n + 1 end"])
         self.assertEqual(code, 130)
         self.assertEqual(err, "interrupted\n")
+
+    def test_second_ctrl_c_ends_a_jit_compiled_loop(self):
+        # Compiled traces run no hooks: the first Ctrl-C cannot stop them, the second ends the process.
+        process = subprocess.Popen([RUNNER, "-e", "local n = 0 while true do n = n + 1 end"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        process.send_signal(signal.SIGINT)
+        time.sleep(1)
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+        self.assertEqual(process.returncode, -signal.SIGINT)
 
     def test_ctrl_c_in_the_repl_keeps_the_repl(self):
         code, out, err = self.interrupt(["repl"], "while true do local t = torch.ones(1) end\n", "print('alive')\n")

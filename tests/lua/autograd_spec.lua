@@ -42,6 +42,6 @@ describe("autograd", function()
 
   it("reports backward on a tensor that does not require grad", function()
     expect_error(function() torch.ones(1):backward() end,
-      here() .. "element 0 of tensors does not require grad and does not have a grad_fn")
+      here(-1) .. "element 0 of tensors does not require grad and does not have a grad_fn")
   end)
 end)

@@ -45,8 +45,14 @@ function expect_near(actual, expected, tolerance, what)
   end
 end
 
+local function joined(list)
+  local parts = {}
+  for i, v in ipairs(list) do parts[i] = tostring(v) end
+  return table.concat(parts, ",")
+end
+
 function expect_list(actual, expected, what)
-  local a, e = table.concat(actual, ","), table.concat(expected, ",")
+  local a, e = joined(actual), joined(expected)
   if a ~= e then fail(string.format("%sexpected {%s}, got {%s}", what and (what .. ": ") or "", e, a), 2) end
 end
 

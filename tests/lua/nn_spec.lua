@@ -32,7 +32,7 @@ describe("built-in modules", function()
 
   it("rejects unknown options", function()
     expect_error(function() nn.Conv2d(3, 5, 3, { pad = 1 }) end,
-      here() .. "unknown option 'pad' to 'Conv2d' (known: stride, padding, dilation, groups, bias, padding_mode)")
+      here(-1) .. "unknown option 'pad' to 'Conv2d' (known: stride, padding, dilation, groups, bias, padding_mode)")
   end)
 
   it("Conv2d followed by GroupNorm matches PyTorch forward and backward", function()
@@ -66,7 +66,7 @@ describe("losses", function()
     expect_close(F.mse_loss(g.prediction, g.reference, { reduction = "sum" }), g.mse_sum, 1e-5, 1e-6, "mse sum")
     expect_close(F.l1_loss(g.prediction, g.reference), g.l1, 1e-6, 1e-6, "l1")
     expect_error(function() F.mse_loss(g.prediction, g.reference, { reduction = "avg" }) end,
-      here() .. "mse_loss: reduction must be mean, sum or none, got 'avg'")
+      here(-1) .. "mse_loss: reduction must be mean, sum or none, got 'avg'")
   end)
 end)
 
@@ -156,7 +156,7 @@ describe("Lua-defined modules", function()
     state["extra"] = torch.zeros(1)
     state["fc2.bias"] = torch.zeros(7)
     expect_error(function() m:load_state_dict(state) end,
-      here() .. "load_state_dict: missing keys: fc1.bias; shape mismatch for fc2.bias: state has [7], module has [3]; unexpected keys: extra")
+      here(-1) .. "load_state_dict: missing keys: fc1.bias; shape mismatch for fc2.bias: state has [7], module has [3]; unexpected keys: extra")
     state["fc2.bias"] = torch.zeros(3)
     m:load_state_dict(state, { strict = false })
     expect_eq(m.fc2.bias, nil)
