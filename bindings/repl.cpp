@@ -5,6 +5,7 @@
 #include <editline/readline.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -106,6 +107,7 @@ class LineReader {
     rl_readline_name = "runner";
     rl_basic_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#{}()[],";
     rl_attempted_completion_function = complete;
+    rl_catch_signals = 0;  // SIGINT at the prompt is ignored (see read); libedit must not re-raise it
     stifle_history(1000);
     history_ = history_path();
     if (!history_.empty()) read_history(history_.c_str());
@@ -120,7 +122,10 @@ class LineReader {
       if (!std::getline(std::cin, line)) return std::nullopt;
       return line;
     }
+    // Ctrl-C at the prompt is ignored rather than ending the process; it interrupts running chunks.
+    const auto previous = std::signal(SIGINT, SIG_IGN);
     char* line = readline(prompt);
+    std::signal(SIGINT, previous);
     if (!line) {
       std::fputs("\n", stdout);
       return std::nullopt;
