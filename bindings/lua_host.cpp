@@ -6,7 +6,6 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 
 #include "bindings/binding.h"

@@ -45,10 +45,6 @@ int tensor_gc(lua_State* L) {
   return 0;
 }
 
-// Lua methods table, kept as an upvalue of __index.
-int tensor_index(lua_State* L);
-int tensor_newindex(lua_State* L);
-
 }  // namespace
 
 std::int64_t lua_held_tensor_bytes() { return held_bytes; }
