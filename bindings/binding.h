@@ -34,13 +34,18 @@ template <lua_CFunction F>
 int wrap(lua_State* L) {
   if (core::take_interrupt()) return raise_interrupt(L);
   std::string message;
+  bool interrupted = false;
   try {
     return F(L);
+  } catch (const core::Interrupted&) {
+    core::take_interrupt();
+    interrupted = true;
   } catch (const c10::Error& error) {
     message = error.what_without_backtrace();
   } catch (const std::exception& error) {
     message = error.what();
   }
+  if (interrupted) return raise_interrupt(L);
   return raise_error(L, message);
 }
 

@@ -1,4 +1,4 @@
-// Registers every bound area (torch, nn, optim, runner) into a lua_State.
+// Registers every bound area (torch, nn, optim, runner, data) into a lua_State.
 #pragma once
 
 #include <lua.hpp>
@@ -7,6 +7,7 @@ namespace runner::bindings {
 
 void open_nn(lua_State* L);     // nn_binding.cpp
 void open_optim(lua_State* L);  // optim_binding.cpp
+void open_data(lua_State* L);   // data_binding.cpp; after open_runner (fills runner._data)
 void open_all_bindings(lua_State* L);
 
 }  // namespace runner::bindings

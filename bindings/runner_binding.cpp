@@ -131,6 +131,7 @@ void open_all_bindings(lua_State* L) {
   open_nn(L);
   open_optim(L);
   open_runner(L);
+  open_data(L);
 }
 
 }  // namespace runner::bindings

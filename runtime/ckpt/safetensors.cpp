@@ -14,12 +14,13 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <set>
 #include <string_view>
 #include <tuple>
 #include <unordered_set>
+
+#include "runtime/core/atomic_file.h"
 
 namespace runner::ckpt {
 
@@ -353,22 +354,6 @@ void read_exactly(int fd, void* destination, std::uint64_t byte_count, std::uint
   }
 }
 
-// Returns 0 on success, else the errno.
-int write_all(int fd, const void* source, std::uint64_t byte_count) {
-  const auto* cursor = static_cast<const char*>(source);
-  while (byte_count > 0) {
-    const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(byte_count, kMaxIoChunk));
-    const ssize_t count = ::write(fd, cursor, chunk);
-    if (count < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    cursor += count;
-    byte_count -= static_cast<std::uint64_t>(count);
-  }
-  return 0;
-}
-
 void check_utf8(const std::string& text, const std::string& path, const std::string& what) {
   try {
     (void)nlohmann::json(text).dump();
@@ -382,23 +367,6 @@ at::Tensor to_cpu_contiguous(const at::Tensor& tensor) {
   if (result.layout() != at::kStrided) result = result.to_dense();
   return result.resolve_conj().resolve_neg().to(at::kCPU).contiguous();
 }
-
-// Removes the temporary file unless the rename over the destination happened.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    if (!renamed_) ::unlink(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  void mark_renamed() { renamed_ = true; }
-
- private:
-  std::string path_;
-  bool renamed_ = false;
-};
 
 std::string build_header(const std::string& path, const std::vector<NamedTensor>& tensors,
                          const std::map<std::string, std::string>& metadata,
@@ -448,14 +416,6 @@ std::string build_header(const std::string& path, const std::vector<NamedTensor>
   return text;
 }
 
-void fsync_parent_directory(const std::string& path) {
-  std::filesystem::path directory = std::filesystem::path(path).parent_path();
-  if (directory.empty()) directory = ".";
-  FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) fail(path, "cannot open directory '" + directory.string() + "' to fsync it: " + errno_text(errno));
-  if (::fsync(fd.get()) != 0) fail(path, "fsync of directory '" + directory.string() + "' failed: " + errno_text(errno));
-}
-
 }  // namespace
 
 const at::Tensor* SafetensorsContents::find(const std::string& name) const {
@@ -470,47 +430,29 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::vector<std::uint64_t> byte_counts;
   const std::string header = build_header(path, tensors, metadata, byte_counts);
 
-  TemporaryFile temporary(path + ".tmp-" + std::to_string(::getpid()));
-  FileDescriptor fd(
-      ::open(temporary.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666));
-  if (!fd.valid()) {
-    const int error_number = errno;
-    temporary.mark_renamed();  // nothing was created, so there is nothing to remove
-    fail(path, "cannot create temporary file '" + temporary.path() + "': " + errno_text(error_number));
-  }
-  auto write_or_fail = [&](const void* source, std::uint64_t byte_count, const std::string& what) {
-    if (const int error_number = write_all(fd.get(), source, byte_count); error_number != 0) {
-      fail(path, "writing " + what + " to '" + temporary.path() + "' failed: " + errno_text(error_number));
+  try {
+    core::AtomicFileWriter file(path);
+    const std::uint64_t header_length = header.size();
+    file.write(&header_length, sizeof header_length, "the header length");
+    file.write(header.data(), header.size(), "the header");
+    for (std::size_t index = 0; index < tensors.size(); ++index) {
+      const auto& [name, tensor] = tensors[index];
+      at::Tensor cpu_tensor;
+      try {
+        cpu_tensor = to_cpu_contiguous(tensor);
+      } catch (const c10::Error& error) {
+        fail(path, tensor_label(name) + ": cannot copy to CPU: " + error.what_without_backtrace());
+      }
+      if (static_cast<std::uint64_t>(cpu_tensor.nbytes()) != byte_counts[index]) {
+        fail(path, tensor_label(name) + ": its CPU copy has " + std::to_string(cpu_tensor.nbytes()) +
+                       " bytes instead of " + std::to_string(byte_counts[index]));
+      }
+      if (byte_counts[index] > 0) file.write(cpu_tensor.data_ptr(), byte_counts[index], tensor_label(name));
     }
-  };
-
-  const std::uint64_t header_length = header.size();
-  write_or_fail(&header_length, sizeof header_length, "the header length");
-  write_or_fail(header.data(), header.size(), "the header");
-  for (std::size_t index = 0; index < tensors.size(); ++index) {
-    const auto& [name, tensor] = tensors[index];
-    at::Tensor cpu_tensor;
-    try {
-      cpu_tensor = to_cpu_contiguous(tensor);
-    } catch (const c10::Error& error) {
-      fail(path, tensor_label(name) + ": cannot copy to CPU: " + error.what_without_backtrace());
-    }
-    if (static_cast<std::uint64_t>(cpu_tensor.nbytes()) != byte_counts[index]) {
-      fail(path, tensor_label(name) + ": its CPU copy has " + std::to_string(cpu_tensor.nbytes()) +
-                     " bytes instead of " + std::to_string(byte_counts[index]));
-    }
-    if (byte_counts[index] > 0) write_or_fail(cpu_tensor.data_ptr(), byte_counts[index], tensor_label(name));
+    file.commit();
+  } catch (const core::AtomicFileError& error) {
+    throw SafetensorsError(error.what());
   }
-
-  if (::fsync(fd.get()) != 0) fail(path, "fsync of '" + temporary.path() + "' failed: " + errno_text(errno));
-  if (const int error_number = fd.close_checked(); error_number != 0) {
-    fail(path, "closing '" + temporary.path() + "' failed: " + errno_text(error_number));
-  }
-  if (::rename(temporary.path().c_str(), path.c_str()) != 0) {
-    fail(path, "renaming '" + temporary.path() + "' over it failed: " + errno_text(errno));
-  }
-  temporary.mark_renamed();
-  fsync_parent_directory(path);
 }
 
 SafetensorsContents parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& origin) {

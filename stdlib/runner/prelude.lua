@@ -1,6 +1,7 @@
--- Loaded into every runner Lua state: completes the torch, nn, optim and runner namespaces, defines config.
+-- Loaded into every runner Lua state: completes the torch, nn, optim, runner and runner.data namespaces, defines config.
 require("runner.nn")
 require("runner.optim")
+require("runner.data")
 runner.pretty = require("runner.pretty")
 config = require("runner.config").declare
 

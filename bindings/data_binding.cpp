@@ -1,0 +1,456 @@
+// runner.data natives: datasets (built-in and Lua-defined) and the loader as userdata.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+
+#include "bindings/binding.h"
+#include "bindings/bindings.h"
+#include "bindings/tensor_binding.h"
+#include "runtime/core/device.h"
+#include "runtime/data/data_error.h"
+#include "runtime/data/datasets.h"
+#include "runtime/data/loader.h"
+
+namespace runner::bindings {
+namespace {
+
+using data::Dataset;
+using data::Loader;
+
+constexpr const char* kDatasetType = "runner.Dataset";
+constexpr const char* kLoaderType = "runner.Loader";
+
+// A dataset whose samples come from a Lua function get(i) -> tensor [, label]; read on the Lua thread only.
+class LuaDataset final : public Dataset {
+ public:
+  LuaDataset(lua_State* L, int function_index, std::int64_t length, std::string where)
+      : main_(L), length_(length), where_(std::move(where)) {
+    lua_pushvalue(L, function_index);
+    function_ref_ = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  ~LuaDataset() override { luaL_unref(main_, LUA_REGISTRYINDEX, function_ref_); }
+
+  // The state of the running coroutine, set by the binding before each read.
+  void set_state(lua_State* L) const { current_ = L; }
+
+  std::int64_t size() const override { return length_; }
+  data::SampleKind kind() const override { return data::SampleKind::tensor; }
+  std::string describe() const override { return "lua dataset defined at " + where_ + ": " + std::to_string(length_) + " samples"; }
+  bool has_labels() const override { return has_labels_; }
+  bool reads_on_caller_thread() const override { return true; }
+  std::string source(std::int64_t index) const override {
+    return "lua dataset (" + where_ + ") sample " + std::to_string(index + 1);
+  }
+
+  void read(std::int64_t index, const data::ReadHint&, data::Sample& out) const override {
+    lua_State* L = current_ ? current_ : main_;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, function_ref_);
+    lua_pushinteger(L, static_cast<lua_Integer>(index + 1));
+    lua_call(L, 1, 2);
+    at::Tensor* tensor = test_tensor(L, -2);
+    if (tensor == nullptr) {
+      const std::string got = luaL_typename(L, -2);
+      lua_pop(L, 2);
+      throw data::DataError("", source(index) + ": get(" + std::to_string(index + 1) + ") returned " + got + ", expected a tensor");
+    }
+    out.tensor = *tensor;
+    if (lua_isnumber(L, -1)) {
+      out.label = static_cast<std::int64_t>(lua_tonumber(L, -1));
+      has_labels_ = true;
+    } else {
+      out.label = -1;
+    }
+    lua_pop(L, 2);
+  }
+
+ private:
+  lua_State* main_;
+  mutable lua_State* current_ = nullptr;
+  int function_ref_ = LUA_NOREF;
+  std::int64_t length_;
+  std::string where_;
+  mutable bool has_labels_ = false;
+};
+
+struct DatasetBox {
+  std::shared_ptr<const Dataset> dataset;
+};
+
+struct LoaderBox {
+  std::unique_ptr<Loader> loader;
+  std::shared_ptr<const Dataset> dataset;
+};
+
+void point_lua_dataset_at(lua_State* L, const Dataset& dataset) {
+  if (const auto* lua_dataset = dynamic_cast<const LuaDataset*>(&dataset)) lua_dataset->set_state(L);
+}
+
+int push_dataset(lua_State* L, std::shared_ptr<const Dataset> dataset) {
+  new_userdata<DatasetBox>(L, kDatasetType, DatasetBox{std::move(dataset)});
+  return 1;
+}
+
+const Dataset& check_dataset(lua_State* L, int index) {
+  return *check_userdata<DatasetBox>(L, index, kDatasetType, "dataset")->dataset;
+}
+
+Loader& check_loader(lua_State* L, int index) {
+  return *check_userdata<LoaderBox>(L, index, kLoaderType, "loader")->loader;
+}
+
+bool check_split(lua_State* L, int index) {
+  const std::string split = luaL_optstring(L, index, "train");
+  if (split != "train" && split != "test") raise_error(L, "split must be 'train' or 'test', got '" + split + "'");
+  return split == "train";
+}
+
+// data._image_folder(path, labels)
+int data_image_folder(lua_State* L) { return push_dataset(L, data::open_image_folder(check_string(L, 1), opt_boolean(L, 2, false))); }
+// data._cifar10(path, split)
+int data_cifar10(lua_State* L) { return push_dataset(L, data::open_cifar10(check_string(L, 1), check_split(L, 2))); }
+// data._mnist(path, split)
+int data_mnist(lua_State* L) { return push_dataset(L, data::open_mnist(check_string(L, 1), check_split(L, 2))); }
+
+// data._npy(path, labels_path, classes)
+int data_npy(lua_State* L) {
+  std::vector<std::string> classes;
+  if (lua_istable(L, 3)) {
+    for (int i = 1;; ++i) {
+      lua_rawgeti(L, 3, i);
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        break;
+      }
+      if (lua_type(L, -1) != LUA_TSTRING) raise_error(L, "classes must be a list of strings");
+      classes.emplace_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  return push_dataset(L, data::open_npy(check_string(L, 1), luaL_optstring(L, 2, ""), classes));
+}
+
+// data._shapes(size, count, seed)
+int data_shapes(lua_State* L) {
+  return push_dataset(L, data::make_shapes(static_cast<int>(check_integer(L, 1)), check_integer(L, 2),
+                                           static_cast<std::uint64_t>(check_integer(L, 3))));
+}
+
+// data._lua_dataset(length, get)
+int data_lua_dataset(lua_State* L) {
+  const std::int64_t length = check_integer(L, 1);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  if (length < 1) raise_error(L, "dataset: length must be positive, got " + std::to_string(length));
+  std::string where = user_where(L);
+  if (where.size() >= 2) where.resize(where.size() - 2);  // drop the ": "
+  return push_dataset(L, std::make_shared<LuaDataset>(L, 2, length, where.empty() ? "?" : where));
+}
+
+int dataset_len(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(check_dataset(L, 1).size()));
+  return 1;
+}
+
+int dataset_tostring(lua_State* L) {
+  const std::string text = check_dataset(L, 1).describe();
+  lua_pushlstring(L, text.data(), text.size());
+  return 1;
+}
+
+int dataset_classes(lua_State* L) {
+  const std::vector<std::string> classes = check_dataset(L, 1).classes();
+  lua_createtable(L, static_cast<int>(classes.size()), 0);
+  for (std::size_t i = 0; i < classes.size(); ++i) {
+    lua_pushlstring(L, classes[i].data(), classes[i].size());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+// dataset:get(i) -> sample (uint8 [C, H, W] for images, the stored tensor otherwise), label or nil
+int dataset_get(lua_State* L) {
+  const Dataset& dataset = check_dataset(L, 1);
+  const std::int64_t position = check_integer(L, 2);
+  if (position < 1 || position > dataset.size()) {
+    raise_error(L, "dataset:get: index " + std::to_string(position) + " is out of range 1.." + std::to_string(dataset.size()));
+  }
+  point_lua_dataset_at(L, dataset);
+  data::Sample sample;
+  dataset.read(position - 1, data::ReadHint{}, sample);
+  if (dataset.kind() == data::SampleKind::image) {
+    const data::DecodedImage& image = sample.image;
+    at::Tensor hwc = at::from_blob(sample.image.pixels.data(), {image.height, image.width, image.channels}, at::kByte);
+    push_tensor(L, hwc.permute({2, 0, 1}).contiguous());
+  } else {
+    push_tensor(L, sample.tensor.clone());
+  }
+  if (sample.label >= 0) lua_pushinteger(L, static_cast<lua_Integer>(sample.label));
+  else lua_pushnil(L);
+  return 2;
+}
+
+// A crop size: n or {h, w}.
+void crop_field(lua_State* L, int index, const char* key, int& height, int& width) {
+  lua_getfield(L, index, key);
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    height = width = static_cast<int>(lua_tointeger(L, -1));
+  } else if (lua_istable(L, -1)) {
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    height = static_cast<int>(lua_tointeger(L, -2));
+    width = static_cast<int>(lua_tointeger(L, -1));
+    lua_pop(L, 2);
+  } else {
+    lua_pop(L, 1);
+    raise_error(L, std::string("transform option '") + key + "' must be a size n or {height, width}");
+  }
+  lua_pop(L, 1);
+  if (height < 1 || width < 1) raise_error(L, std::string("transform option '") + key + "' must be positive");
+}
+
+data::TransformSpec check_transform(lua_State* L, int index) {
+  data::TransformSpec spec;
+  if (lua_isnoneornil(L, index)) return spec;
+  if (!lua_istable(L, index)) raise_error(L, "option 'transform' must be a table");
+  check_option_keys(L, index, "transform", {"resize", "crop", "random_crop", "flip", "normalize", "fast_decode"});
+  spec.resize = static_cast<int>(field_integer(L, index, "resize", 0));
+  if (spec.resize < 0) raise_error(L, "transform option 'resize' must be positive");
+  const bool center = has_field(L, index, "crop");
+  const bool random = has_field(L, index, "random_crop");
+  if (center && random) raise_error(L, "transform takes either 'crop' (center) or 'random_crop', not both");
+  if (center || random) crop_field(L, index, center ? "crop" : "random_crop", spec.crop_height, spec.crop_width);
+  spec.random_crop = random;
+  spec.flip = field_boolean(L, index, "flip", false);
+  spec.normalize = field_boolean(L, index, "normalize", true);
+  spec.fast_decode = field_boolean(L, index, "fast_decode", true);
+  return spec;
+}
+
+// data._loader(dataset, options)
+int data_loader(lua_State* L) {
+  auto* dataset_box = check_userdata<DatasetBox>(L, 1, kDatasetType, "dataset");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  check_option_keys(L, 2, "loader", {"batch", "shuffle", "drop_last", "workers", "prefetch", "seed", "rank", "world_size",
+                                     "device", "pin_memory", "transform", "on_error"});
+  if (!has_field(L, 2, "batch")) raise_error(L, "loader: option 'batch' is required");
+  data::LoaderOptions options;
+  options.batch_size = field_integer(L, 2, "batch", 1);
+  options.shuffle = field_boolean(L, 2, "shuffle", true);
+  options.drop_last = field_boolean(L, 2, "drop_last", false);
+  options.workers = static_cast<int>(field_integer(L, 2, "workers", -1));
+  options.prefetch = static_cast<int>(field_integer(L, 2, "prefetch", -1));
+  const std::int64_t seed = field_integer(L, 2, "seed", 0);
+  if (seed < 0) raise_error(L, "loader: seed must be non-negative");
+  options.seed = static_cast<std::uint64_t>(seed);
+  options.rank = static_cast<int>(field_integer(L, 2, "rank", 0));
+  options.world_size = static_cast<int>(field_integer(L, 2, "world_size", 1));
+  options.device = core::parse_device(field_string(L, 2, "device", "cpu"));
+  options.pin_memory = field_boolean(L, 2, "pin_memory", true);
+  lua_getfield(L, 2, "transform");
+  options.transform = check_transform(L, lua_gettop(L));
+  lua_pop(L, 1);
+  const std::string on_error = field_string(L, 2, "on_error", "raise");
+  if (on_error != "raise" && on_error != "skip") raise_error(L, "loader: on_error must be 'raise' or 'skip', got '" + on_error + "'");
+  options.on_bad_sample = on_error == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
+  if (options.workers < -1) raise_error(L, "loader: workers must be 0 or more");
+  auto loader = std::make_unique<Loader>(dataset_box->dataset, std::move(options));
+  new_userdata<LoaderBox>(L, kLoaderType, LoaderBox{std::move(loader), dataset_box->dataset});
+  return 1;
+}
+
+void set_integer(lua_State* L, const char* key, std::int64_t value) {
+  lua_pushinteger(L, static_cast<lua_Integer>(value));
+  lua_setfield(L, -2, key);
+}
+
+void set_number(lua_State* L, const char* key, double value) {
+  lua_pushnumber(L, value);
+  lua_setfield(L, -2, key);
+}
+
+// loader:next() -> {data =, label =, index =, step =, epoch =}
+int loader_next(lua_State* L) {
+  Loader& loader = check_loader(L, 1);
+  point_lua_dataset_at(L, loader.dataset());
+  data::Batch batch = loader.next();
+  lua_createtable(L, 0, 5);
+  push_tensor(L, std::move(batch.data));
+  lua_setfield(L, -2, "data");
+  if (batch.label.defined()) {
+    push_tensor(L, std::move(batch.label));
+    lua_setfield(L, -2, "label");
+  }
+  push_tensor(L, std::move(batch.index));
+  lua_setfield(L, -2, "index");
+  set_integer(L, "step", batch.position + 1);
+  set_integer(L, "epoch", batch.epoch + 1);
+  return 1;
+}
+
+int loader_len(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(check_loader(L, 1).batches_per_epoch()));
+  return 1;
+}
+
+int loader_position(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(check_loader(L, 1).position()));
+  return 1;
+}
+
+int loader_seek(lua_State* L) {
+  Loader& loader = check_loader(L, 1);
+  const std::int64_t position = check_integer(L, 2);
+  if (position < 0) raise_error(L, "loader:seek: position must be 0 or more, got " + std::to_string(position));
+  loader.seek(position);
+  return 0;
+}
+
+int loader_set_end(lua_State* L) {
+  check_loader(L, 1).set_end(lua_isnoneornil(L, 2) ? -1 : check_integer(L, 2));
+  return 0;
+}
+
+// loader:indices(step) -> int64 tensor of the 0-based dataset indices of batch `step` (1-based) for this rank
+int loader_indices(lua_State* L) {
+  Loader& loader = check_loader(L, 1);
+  const std::int64_t step = check_integer(L, 2);
+  if (step < 1) raise_error(L, "loader:indices: step must be 1 or more, got " + std::to_string(step));
+  const std::vector<std::int64_t> indices = loader.batch_indices(step - 1);
+  push_tensor(L, at::tensor(indices, at::kLong));
+  return 1;
+}
+
+int loader_state(lua_State* L) {
+  const data::LoaderState state = check_loader(L, 1).state();
+  lua_createtable(L, 0, 8);
+  // The seed is kept as a decimal string so that all 64 bits survive Lua numbers and JSON.
+  lua_pushstring(L, std::to_string(state.seed).c_str());
+  lua_setfield(L, -2, "seed");
+  set_integer(L, "position", state.position);
+  set_integer(L, "dataset_size", state.dataset_size);
+  set_integer(L, "batch", state.batch_size);
+  set_integer(L, "rank", state.rank);
+  set_integer(L, "world_size", state.world_size);
+  lua_pushboolean(L, state.shuffle);
+  lua_setfield(L, -2, "shuffle");
+  lua_pushboolean(L, state.drop_last);
+  lua_setfield(L, -2, "drop_last");
+  return 1;
+}
+
+int loader_restore(lua_State* L) {
+  Loader& loader = check_loader(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  for (const char* key : {"seed", "position", "dataset_size", "batch", "rank", "world_size", "shuffle", "drop_last"}) {
+    if (!has_field(L, 2, key)) raise_error(L, std::string("loader:restore: the state lacks '") + key + "'");
+  }
+  data::LoaderState state;
+  lua_getfield(L, 2, "seed");
+  const char* seed_text = lua_tostring(L, -1);
+  char* end = nullptr;
+  state.seed = seed_text ? std::strtoull(seed_text, &end, 10) : 0;
+  if (seed_text == nullptr || *end != '\0') raise_error(L, "loader:restore: 'seed' must be a decimal string");
+  lua_pop(L, 1);
+  state.position = field_integer(L, 2, "position", 0);
+  state.dataset_size = field_integer(L, 2, "dataset_size", 0);
+  state.batch_size = field_integer(L, 2, "batch", 0);
+  state.rank = static_cast<int>(field_integer(L, 2, "rank", 0));
+  state.world_size = static_cast<int>(field_integer(L, 2, "world_size", 1));
+  state.shuffle = field_boolean(L, 2, "shuffle", true);
+  state.drop_last = field_boolean(L, 2, "drop_last", false);
+  if (state.position < 0) raise_error(L, "loader:restore: 'position' must be 0 or more");
+  loader.restore(state);
+  return 0;
+}
+
+int loader_stats(lua_State* L) {
+  const data::LoaderStats stats = check_loader(L, 1).stats();
+  lua_createtable(L, 0, 9);
+  set_number(L, "wait_s", stats.wait_seconds);
+  set_number(L, "elapsed_s", stats.elapsed_seconds);
+  set_integer(L, "batches", stats.batches);
+  set_integer(L, "samples", stats.samples);
+  set_integer(L, "skipped", stats.skipped);
+  set_integer(L, "queue_depth", stats.queue_depth);
+  set_integer(L, "workers", stats.workers);
+  set_number(L, "batches_per_s", stats.elapsed_seconds > 0 ? stats.batches / stats.elapsed_seconds : 0.0);
+  set_number(L, "images_per_s", stats.elapsed_seconds > 0 ? stats.samples / stats.elapsed_seconds : 0.0);
+  return 1;
+}
+
+// loader:skip_reports() -> list of {path =, message =} for files not reported before
+int loader_skip_reports(lua_State* L) {
+  const std::vector<data::SkippedSample> reports = check_loader(L, 1).take_skip_reports();
+  lua_createtable(L, static_cast<int>(reports.size()), 0);
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, reports[i].path.c_str());
+    lua_setfield(L, -2, "path");
+    lua_pushstring(L, reports[i].message.c_str());
+    lua_setfield(L, -2, "message");
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+int loader_dataset(lua_State* L) {
+  auto* box = check_userdata<LoaderBox>(L, 1, kLoaderType, "loader");
+  return push_dataset(L, box->dataset);
+}
+
+int loader_tostring(lua_State* L) {
+  const Loader& loader = check_loader(L, 1);
+  const data::LoaderOptions& o = loader.options();
+  const std::string text = fmt::format("loader({}; batch {}, {} batches per epoch, {} workers, {})", loader.dataset().describe(),
+                                       o.batch_size, loader.batches_per_epoch(), o.workers, core::device_name(o.device));
+  lua_pushlstring(L, text.data(), text.size());
+  return 1;
+}
+
+}  // namespace
+
+void open_data(lua_State* L) {
+  new_metatable<DatasetBox>(L, kDatasetType,
+                            {{"get", wrap<dataset_get>}, {"classes", wrap<dataset_classes>}, {"len", wrap<dataset_len>}});
+  lua_pop(L, 1);
+  luaL_getmetatable(L, kDatasetType);
+  lua_pushcfunction(L, wrap<dataset_len>);
+  lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, wrap<dataset_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  new_metatable<LoaderBox>(L, kLoaderType,
+                           {{"next", wrap<loader_next>},
+                            {"len", wrap<loader_len>},
+                            {"position", wrap<loader_position>},
+                            {"seek", wrap<loader_seek>},
+                            {"set_end", wrap<loader_set_end>},
+                            {"indices", wrap<loader_indices>},
+                            {"state", wrap<loader_state>},
+                            {"restore", wrap<loader_restore>},
+                            {"stats", wrap<loader_stats>},
+                            {"skip_reports", wrap<loader_skip_reports>},
+                            {"dataset", wrap<loader_dataset>}});
+  lua_pop(L, 1);
+  luaL_getmetatable(L, kLoaderType);
+  lua_pushcfunction(L, wrap<loader_len>);
+  lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, wrap<loader_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
+  lua_getglobal(L, "runner");
+  lua_newtable(L);
+  set_functions(L, {{"image_folder", wrap<data_image_folder>},
+                    {"cifar10", wrap<data_cifar10>},
+                    {"mnist", wrap<data_mnist>},
+                    {"npy", wrap<data_npy>},
+                    {"shapes", wrap<data_shapes>},
+                    {"lua_dataset", wrap<data_lua_dataset>},
+                    {"loader", wrap<data_loader>}});
+  lua_setfield(L, -2, "_data");
+  lua_pop(L, 1);
+}
+
+}  // namespace runner::bindings

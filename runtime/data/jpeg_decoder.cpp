@@ -1,0 +1,118 @@
+// JPEG decoding with libjpeg-turbo: errors and corrupt-data warnings become DataError, optional DCT scaling.
+#include <csetjmp>
+#include <cstdio>
+#include <string>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "runtime/data/data_error.h"
+#include "runtime/data/image_decoder.h"
+
+namespace runner::data {
+namespace {
+
+constexpr std::uint64_t kMaxPixels = 1ull << 28;
+
+struct ErrorManager {
+  jpeg_error_mgr base;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void on_error(j_common_ptr info) {
+  auto* manager = reinterpret_cast<ErrorManager*>(info->err);
+  (*info->err->format_message)(info, manager->message);
+  std::longjmp(manager->jump, 1);
+}
+
+// Warnings that mean the pixels are wrong (truncated or corrupt entropy data) are errors here; benign
+// ones (extraneous bytes between markers, odd metadata) are ignored as PIL does.
+void on_message(j_common_ptr info, int level) {
+  if (level >= 0) return;
+  const int code = info->err->msg_code;
+  if (code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_MUST_RESYNC || code == JWRN_HUFF_BAD_CODE ||
+      code == JWRN_NOT_SEQUENTIAL || code == JWRN_BOGUS_PROGRESSION) {
+    on_error(info);
+  }
+}
+
+// The smallest k/8 (k = 1..8) whose scaled shorter side is still >= min_shorter_side.
+unsigned scale_eighths(unsigned width, unsigned height, int min_shorter_side) {
+  if (min_shorter_side <= 0) return 8;
+  const unsigned shorter = width < height ? width : height;
+  for (unsigned k = 1; k < 8; ++k) {
+    if ((shorter * k + 7) / 8 >= static_cast<unsigned>(min_shorter_side)) return k;
+  }
+  return 8;
+}
+
+// Everything that may be live across setjmp/longjmp lives here, outside the function with the setjmp.
+struct Decompressor {
+  jpeg_decompress_struct info{};
+  ErrorManager errors{};
+  ~Decompressor() { jpeg_destroy_decompress(&info); }
+};
+
+// Returns false with errors.message set when libjpeg reported an error. No C++ objects with destructors
+// are created between setjmp and the end of this function.
+bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, DecodedImage& out, int min_shorter_side) {
+  if (setjmp(d.errors.jump)) return false;
+  jpeg_mem_src(&d.info, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&d.info, TRUE);
+  if (d.info.jpeg_color_space == JCS_CMYK || d.info.jpeg_color_space == JCS_YCCK) {
+    std::snprintf(d.errors.message, sizeof d.errors.message, "CMYK JPEGs are not supported (convert to RGB)");
+    return false;
+  }
+  d.info.out_color_space = d.info.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+  d.info.dct_method = JDCT_ISLOW;
+  d.info.scale_num = scale_eighths(d.info.image_width, d.info.image_height, min_shorter_side);
+  d.info.scale_denom = 8;
+  jpeg_start_decompress(&d.info);
+  const int channels = d.info.output_components;
+  const int width = static_cast<int>(d.info.output_width);
+  const int height = static_cast<int>(d.info.output_height);
+  if (static_cast<std::uint64_t>(width) * height > kMaxPixels) {
+    std::snprintf(d.errors.message, sizeof d.errors.message, "%dx%d pixels is more than the limit of 2^28", width, height);
+    return false;
+  }
+  out.resize(height, width, 3);
+  if (channels == 3) {
+    while (d.info.output_scanline < d.info.output_height) {
+      JSAMPROW row = out.pixels.data() + static_cast<std::size_t>(d.info.output_scanline) * width * 3;
+      jpeg_read_scanlines(&d.info, &row, 1);
+    }
+  } else {
+    // Grayscale: decode each row into the end of its RGB row, then replicate from left to right.
+    while (d.info.output_scanline < d.info.output_height) {
+      std::uint8_t* rgb = out.pixels.data() + static_cast<std::size_t>(d.info.output_scanline) * width * 3;
+      JSAMPROW row = rgb + 2 * width;
+      jpeg_read_scanlines(&d.info, &row, 1);
+      for (int x = 0; x < width; ++x) {
+        const std::uint8_t v = rgb[2 * width + x];
+        rgb[3 * x] = v;
+        rgb[3 * x + 1] = v;
+        rgb[3 * x + 2] = v;
+      }
+    }
+  }
+  jpeg_finish_decompress(&d.info);
+  return true;
+}
+
+}  // namespace
+
+void decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& origin, DecodedImage& out,
+                 int min_shorter_side) {
+  Decompressor d;
+  d.info.err = jpeg_std_error(&d.errors.base);
+  d.errors.base.error_exit = on_error;
+  d.errors.base.emit_message = on_message;
+  d.errors.message[0] = '\0';
+  jpeg_create_decompress(&d.info);
+  if (!run_decode(d, data, size, out, min_shorter_side)) {
+    throw DataError(origin, std::string("corrupt or truncated JPEG: ") + d.errors.message);
+  }
+}
+
+}  // namespace runner::data

@@ -1,0 +1,504 @@
+// The data loader: per-epoch seeded order, rank sharding, worker threads, pinned batches, device prefetch.
+#include "runtime/data/loader.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/core/device.h"
+#include "runtime/core/interrupt.h"
+#include "runtime/data/data_error.h"
+#include "runtime/data/sample_rng.h"
+
+namespace runner::data {
+namespace {
+
+constexpr std::uint64_t kPermutationStream = 0x7065726d75746531ull;
+constexpr std::uint64_t kAugmentStream = 0x6175676d656e7431ull;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A batch assembled on the host.
+struct HostBatch {
+  at::Tensor data;
+  at::Tensor label;
+  at::Tensor index;
+  std::int64_t position = 0;
+  std::int64_t epoch = 0;
+  bool normalize_on_device = false;
+  std::exception_ptr error;
+  std::vector<SkippedSample> skipped;
+};
+
+// A batch whose copy to the device was started on the side stream.
+struct StagedBatch {
+  Batch batch;
+  c10::Event ready;
+  std::vector<SkippedSample> skipped;
+};
+
+}  // namespace
+
+int default_worker_count() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int gpus = std::max(1, core::cuda_device_count());
+  return std::max(cores >= 2 ? 1 : 0, std::min(4 * gpus, cores - 1));
+}
+
+struct Loader::Impl {
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  std::int64_t size = 0;
+  std::int64_t global_batch = 0;
+  std::int64_t per_epoch = 0;
+  bool cuda = false;
+  bool synchronous = false;
+
+  // Work queue and results, guarded by `mutex`.
+  std::mutex mutex;
+  std::condition_variable work_ready;
+  std::condition_variable batch_done;
+  std::deque<std::int64_t> pending;
+  std::map<std::int64_t, HostBatch> ready;
+  std::int64_t next_issue = 0;
+  std::int64_t position = 0;
+  std::int64_t end = -1;
+  std::uint64_t generation = 0;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  // Shuffled orders of recent epochs.
+  std::mutex permutation_mutex;
+  std::map<std::pair<std::uint64_t, std::int64_t>, std::shared_ptr<const std::vector<std::int64_t>>> permutations;
+  // The seed in use; read by workers when they take a batch (restore() may change it).
+  std::uint64_t seed = 0;
+
+  // Device prefetch (CUDA only; used by the calling thread only).
+  std::optional<StagedBatch> staged;
+  std::optional<c10::Stream> copy_stream;
+
+  // Statistics and skip reports (calling thread only).
+  LoaderStats stats;
+  std::optional<Clock::time_point> first_request;
+  std::set<std::string> reported_files;
+  std::vector<SkippedSample> unreported;
+
+  std::shared_ptr<const std::vector<std::int64_t>> permutation(std::uint64_t batch_seed, std::int64_t epoch) {
+    std::lock_guard lock(permutation_mutex);
+    const auto key = std::make_pair(batch_seed, epoch);
+    if (auto it = permutations.find(key); it != permutations.end()) return it->second;
+    auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(size));
+    std::iota(order->begin(), order->end(), 0);
+    SampleRng rng(batch_seed, kPermutationStream, static_cast<std::uint64_t>(epoch));
+    for (std::int64_t i = size - 1; i > 0; --i) {
+      std::swap((*order)[i], (*order)[rng.below(static_cast<std::uint64_t>(i + 1))]);
+    }
+    permutations[key] = order;
+    while (permutations.size() > 3) permutations.erase(permutations.begin());
+    return order;
+  }
+
+  std::vector<std::int64_t> batch_indices(std::uint64_t batch_seed, std::int64_t batch_position) {
+    const std::int64_t epoch = batch_position / per_epoch;
+    const std::int64_t start = (batch_position % per_epoch) * global_batch;
+    const std::int64_t count = std::min(global_batch, size - start);
+    const std::int64_t rank = options.rank;
+    const std::int64_t world = options.world_size;
+    std::int64_t lo = start + rank * options.batch_size;
+    std::int64_t hi = lo + options.batch_size;
+    if (count < global_batch) {  // the last, partial batch of the epoch: split it evenly over the ranks
+      lo = start + rank * count / world;
+      hi = start + (rank + 1) * count / world;
+    }
+    std::shared_ptr<const std::vector<std::int64_t>> order;
+    if (options.shuffle) order = permutation(batch_seed, epoch);
+    auto at = [&](std::int64_t i) { return order ? (*order)[static_cast<std::size_t>(i)] : i; };
+    std::vector<std::int64_t> indices;
+    // A rank left without samples by the split repeats one from the start of the epoch, so every rank
+    // takes the same number of steps.
+    if (lo == hi) indices.push_back(at(rank % size));
+    for (std::int64_t i = lo; i < hi; ++i) indices.push_back(at(i));
+    return indices;
+  }
+
+  bool normalize_on_device() const { return cuda; }
+
+  // Assembles a batch. Runs on worker threads, or on the calling thread for synchronous loaders.
+  HostBatch make_batch(std::uint64_t batch_seed, std::int64_t batch_position) {
+    HostBatch batch;
+    batch.position = batch_position;
+    batch.epoch = batch_position / per_epoch;
+    const std::vector<std::int64_t> indices = batch_indices(batch_seed, batch_position);
+    const auto n = static_cast<std::int64_t>(indices.size());
+    const TransformSpec& spec = options.transform;
+    const ReadHint hint = spec.read_hint();
+    const bool pinned = cuda && options.pin_memory;
+    auto host = [&](at::ScalarType dtype) { return at::TensorOptions().dtype(dtype).pinned_memory(pinned); };
+
+    thread_local Sample sample;
+    thread_local std::vector<std::uint8_t> rendered;
+    std::vector<std::int64_t> sample_shape;  // of the first sample, after the transform
+    at::ScalarType sample_dtype = at::kByte;
+    bool normalize = false;
+    std::int64_t sample_elements = 0;
+    std::vector<std::int64_t> labels;
+    std::vector<std::int64_t> kept_indices;
+    std::int64_t kept = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t index = indices[static_cast<std::size_t>(j)];
+      try {
+        sample.label = -1;
+        dataset->read(index, hint, sample);
+        SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch), static_cast<std::uint64_t>(index));
+        if (dataset->kind() == SampleKind::image) {
+          const Placement placement = place_sample(spec, sample.image.height, sample.image.width, rng, dataset->source(index));
+          const std::vector<std::int64_t> shape{sample.image.channels, placement.height, placement.width};
+          if (!batch.data.defined()) {
+            sample_shape = shape;
+            normalize = spec.normalize;
+            sample_dtype = normalize && !normalize_on_device() ? at::kFloat : at::kByte;
+            sample_elements = shape[0] * shape[1] * shape[2];
+            std::vector<std::int64_t> batch_shape{n};
+            batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
+            batch.data = at::empty(batch_shape, host(sample_dtype));
+          } else if (shape != sample_shape) {
+            throw DataError(dataset->source(index), "is " + shape_text(shape) + " after the transform but the batch's first sample is " +
+                                                        shape_text(sample_shape) + " (resize and crop to one size)");
+          }
+          if (sample_dtype == at::kFloat) {
+            rendered.resize(static_cast<std::size_t>(sample_elements));
+            render_image(sample.image, placement, rendered.data());
+            normalize_bytes(rendered.data(), batch.data.data_ptr<float>() + kept * sample_elements, rendered.size());
+          } else {
+            render_image(sample.image, placement, batch.data.data_ptr<std::uint8_t>() + kept * sample_elements);
+          }
+        } else {
+          at::Tensor& tensor = sample.tensor;
+          if (dataset->reads_on_caller_thread() && (!tensor.is_contiguous() || !tensor.device().is_cpu()))
+            tensor = tensor.to(at::kCPU).contiguous();
+          const std::vector<std::int64_t> in_shape = tensor.sizes().vec();
+          const std::vector<std::int64_t> shape = tensor_output_shape(spec, in_shape, dataset->source(index));
+          const int h = in_shape.size() >= 2 ? static_cast<int>(in_shape[in_shape.size() - 2]) : 1;
+          const int w = in_shape.empty() ? 1 : static_cast<int>(in_shape.back());
+          Placement placement = place_sample(spec, h, w, rng, dataset->source(index));
+          if (!batch.data.defined()) {
+            sample_shape = shape;
+            sample_dtype = tensor.scalar_type();
+            normalize = spec.normalize && sample_dtype == at::kByte;
+            sample_elements = 1;
+            for (std::int64_t d : shape) sample_elements *= d;
+            std::vector<std::int64_t> batch_shape{n};
+            batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
+            batch.data = at::empty(batch_shape, host(normalize && !normalize_on_device() ? at::kFloat : sample_dtype));
+          } else if (shape != sample_shape || tensor.scalar_type() != sample_dtype) {
+            throw DataError(dataset->source(index), "is " + shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
+                                                        " but the batch's first sample is " + shape_text(sample_shape) + " " +
+                                                        c10::toString(sample_dtype));
+          }
+          if (in_shape.size() < 2) placement.height = 1, placement.width = w;
+          if (normalize && !normalize_on_device()) {
+            rendered.resize(static_cast<std::size_t>(sample_elements));
+            at::Tensor view = at::from_blob(rendered.data(), shape, at::kByte);
+            render_tensor(tensor, placement, view);
+            normalize_bytes(rendered.data(), batch.data.data_ptr<float>() + kept * sample_elements, rendered.size());
+          } else {
+            at::Tensor slot = batch.data[kept];
+            render_tensor(tensor, placement, slot);
+          }
+        }
+      } catch (const DataError& error) {
+        if (options.on_bad_sample != BadSamplePolicy::skip) throw;
+        batch.skipped.push_back(SkippedSample{error.path.empty() ? dataset->source(index) : error.path, error.what()});
+        continue;
+      }
+      labels.push_back(sample.label);
+      kept_indices.push_back(index);
+      ++kept;
+    }
+    if (kept == 0) {
+      throw DataError(dataset->source(indices.front()), "every sample of batch " + std::to_string(batch_position) +
+                                                            " was bad and skipped");
+    }
+    if (kept < n) batch.data = batch.data.narrow(0, 0, kept);
+    batch.index = at::empty({kept}, host(at::kLong));
+    std::copy(kept_indices.begin(), kept_indices.end(), batch.index.data_ptr<std::int64_t>());
+    if (dataset->has_labels()) {
+      batch.label = at::empty({kept}, host(at::kLong));
+      std::copy(labels.begin(), labels.end(), batch.label.data_ptr<std::int64_t>());
+    }
+    batch.normalize_on_device = normalize && normalize_on_device();
+    return batch;
+  }
+
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+    return text + "]";
+  }
+
+  void worker_loop() {
+    while (true) {
+      std::int64_t batch_position = 0;
+      std::uint64_t batch_generation = 0;
+      std::uint64_t batch_seed = 0;
+      {
+        std::unique_lock lock(mutex);
+        work_ready.wait(lock, [&] { return stopping || !pending.empty(); });
+        if (stopping) return;
+        batch_position = pending.front();
+        pending.pop_front();
+        batch_generation = generation;
+        batch_seed = seed;
+      }
+      HostBatch batch;
+      try {
+        batch = make_batch(batch_seed, batch_position);
+      } catch (...) {
+        batch = HostBatch{};
+        batch.position = batch_position;
+        batch.error = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      if (batch_generation != generation) continue;
+      ready.emplace(batch_position, std::move(batch));
+      batch_done.notify_all();
+    }
+  }
+
+  // Queues batches up to `prefetch` ahead of the position. Caller holds `mutex`.
+  void issue_locked() {
+    const std::int64_t limit = position + options.prefetch;
+    bool issued = false;
+    while (next_issue < limit && (end < 0 || next_issue < end)) {
+      pending.push_back(next_issue++);
+      issued = true;
+    }
+    if (issued) work_ready.notify_all();
+  }
+
+  HostBatch take_host_batch() {
+    if (synchronous) {
+      const auto start = Clock::now();
+      HostBatch batch = make_batch(seed, position);
+      stats.wait_seconds += seconds_since(start);
+      return batch;
+    }
+    std::unique_lock lock(mutex);
+    if (next_issue <= position) next_issue = position;
+    issue_locked();
+    const auto wait_start = Clock::now();
+    while (ready.find(position) == ready.end()) {
+      batch_done.wait_for(lock, std::chrono::milliseconds(50));
+      if (core::interrupt_requested()) throw core::Interrupted();
+    }
+    stats.wait_seconds += seconds_since(wait_start);
+    auto node = ready.extract(position);
+    stats.queue_depth = static_cast<int>(ready.size());
+    return std::move(node.mapped());
+  }
+
+  // Starts the copy of a host batch to the device on the side stream.
+  StagedBatch stage(HostBatch&& host) {
+    c10::impl::VirtualGuardImpl guard_impl(options.device.type());
+    if (!copy_stream) copy_stream = guard_impl.getStreamFromGlobalPool(options.device);
+    StagedBatch staged_batch{Batch{}, c10::Event(options.device.type()), std::move(host.skipped)};
+    {
+      c10::StreamGuard stream_guard(*copy_stream);
+      Batch& batch = staged_batch.batch;
+      batch.data = host.data.to(options.device, /*non_blocking=*/true);
+      if (host.normalize_on_device) batch.data = batch.data.to(at::kFloat).div_(127.5).sub_(1.0);
+      if (host.label.defined()) batch.label = host.label.to(options.device, /*non_blocking=*/true);
+      batch.index = host.index;
+      batch.position = host.position;
+      batch.epoch = host.epoch;
+      staged_batch.ready.record(*copy_stream);
+    }
+    return staged_batch;
+  }
+
+  // Makes a staged batch safe to use on the current stream.
+  Batch hand_over(StagedBatch&& staged_batch) {
+    c10::impl::VirtualGuardImpl guard_impl(options.device.type());
+    const c10::Stream current = guard_impl.getStream(options.device);
+    staged_batch.ready.block(current);
+    Batch batch = std::move(staged_batch.batch);
+    batch.data.record_stream(current);
+    if (batch.label.defined()) batch.label.record_stream(current);
+    note_skipped(staged_batch.skipped);
+    return batch;
+  }
+
+  void note_skipped(std::vector<SkippedSample>& skipped) {
+    stats.skipped += static_cast<std::int64_t>(skipped.size());
+    for (SkippedSample& sample : skipped) {
+      if (reported_files.insert(sample.path).second) unreported.push_back(std::move(sample));
+    }
+  }
+
+  Batch next() {
+    if (!first_request) first_request = Clock::now();
+    Batch batch;
+    if (staged && staged->batch.position == position) {
+      batch = hand_over(std::move(*staged));
+      staged.reset();
+    } else {
+      staged.reset();
+      HostBatch host = take_host_batch();
+      if (host.error) {
+        const std::exception_ptr error = host.error;
+        drop_in_flight();
+        std::rethrow_exception(error);
+      }
+      if (cuda) {
+        batch = hand_over(stage(std::move(host)));
+      } else {
+        note_skipped(host.skipped);
+        batch = Batch{host.data, host.label, host.index, host.position, host.epoch};
+      }
+    }
+    ++position;
+    ++stats.batches;
+    stats.samples += batch.data.size(0);
+    if (cuda && !synchronous) stage_next_if_ready();
+    return batch;
+  }
+
+  // Starts the device copy of the following batch now if a worker has finished it.
+  void stage_next_if_ready() {
+    std::optional<HostBatch> host;
+    {
+      std::lock_guard lock(mutex);
+      issue_locked();
+      auto it = ready.find(position);
+      if (it == ready.end() || it->second.error) return;
+      host = std::move(it->second);
+      ready.erase(it);
+    }
+    staged = stage(std::move(*host));
+  }
+
+  void drop_in_flight() {
+    staged.reset();
+    std::lock_guard lock(mutex);
+    ++generation;
+    pending.clear();
+    ready.clear();
+    next_issue = position;
+  }
+};
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (!dataset) throw std::invalid_argument("loader: no dataset");
+  if (options.batch_size < 1) throw std::invalid_argument("loader: batch must be at least 1, got " + std::to_string(options.batch_size));
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    throw std::invalid_argument("loader: rank " + std::to_string(options.rank) + " is not in 0.." +
+                                std::to_string(options.world_size - 1) + " for world_size " + std::to_string(options.world_size));
+  }
+  if (options.workers < 0) options.workers = default_worker_count();
+  if (dataset->reads_on_caller_thread()) options.workers = 0;
+  if (options.prefetch < 0) options.prefetch = std::max(2, 2 * options.workers);
+  if (options.prefetch < 1) throw std::invalid_argument("loader: prefetch must be at least 1");
+  m.dataset = std::move(dataset);
+  m.options = std::move(options);
+  m.size = m.dataset->size();
+  m.global_batch = m.options.batch_size * m.options.world_size;
+  if (m.size < 1) throw std::invalid_argument("loader: the dataset is empty (" + m.dataset->describe() + ")");
+  m.per_epoch = m.options.drop_last ? m.size / m.global_batch : (m.size + m.global_batch - 1) / m.global_batch;
+  if (m.per_epoch == 0) {
+    throw std::invalid_argument("loader: " + std::to_string(m.size) + " samples make no full batch of " +
+                                std::to_string(m.global_batch) + (m.options.world_size > 1 ? " (batch x world_size)" : "") +
+                                " with drop_last");
+  }
+  m.cuda = m.options.device.is_cuda();
+  m.synchronous = m.options.workers == 0;
+  m.stats.workers = m.options.workers;
+  m.seed = m.options.seed;
+  for (int i = 0; i < m.options.workers; ++i) m.threads.emplace_back([&m] { m.worker_loop(); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->work_ready.notify_all();
+  for (std::thread& thread : impl_->threads) thread.join();
+}
+
+const Dataset& Loader::dataset() const { return *impl_->dataset; }
+const LoaderOptions& Loader::options() const { return impl_->options; }
+std::int64_t Loader::batches_per_epoch() const { return impl_->per_epoch; }
+std::vector<std::int64_t> Loader::batch_indices(std::int64_t position) const {
+  return impl_->batch_indices(impl_->seed, position);
+}
+Batch Loader::next() { return impl_->next(); }
+std::int64_t Loader::position() const { return impl_->position; }
+
+void Loader::seek(std::int64_t position) {
+  if (position < 0) throw std::invalid_argument("loader: position must be non-negative, got " + std::to_string(position));
+  if (position == impl_->position) return;
+  impl_->position = position;
+  impl_->drop_in_flight();
+}
+
+void Loader::set_end(std::int64_t end) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->end = end;
+}
+
+LoaderState Loader::state() const {
+  const LoaderOptions& o = impl_->options;
+  return LoaderState{impl_->seed, impl_->position, impl_->size, o.batch_size, o.rank, o.world_size, o.shuffle, o.drop_last};
+}
+
+void Loader::restore(const LoaderState& state) {
+  const LoaderState mine = this->state();
+  auto mismatch = [](const std::string& what, const std::string& saved, const std::string& now) {
+    throw std::invalid_argument("loader state was saved with " + what + " " + saved + " but this loader has " + now);
+  };
+  if (state.dataset_size != mine.dataset_size)
+    mismatch("a dataset of", std::to_string(state.dataset_size) + " samples", std::to_string(mine.dataset_size));
+  if (state.batch_size != mine.batch_size) mismatch("batch", std::to_string(state.batch_size), std::to_string(mine.batch_size));
+  if (state.world_size != mine.world_size)
+    mismatch("world_size", std::to_string(state.world_size), std::to_string(mine.world_size));
+  if (state.rank != mine.rank) mismatch("rank", std::to_string(state.rank), std::to_string(mine.rank));
+  if (state.shuffle != mine.shuffle) mismatch("shuffle", state.shuffle ? "true" : "false", mine.shuffle ? "true" : "false");
+  if (state.drop_last != mine.drop_last)
+    mismatch("drop_last", state.drop_last ? "true" : "false", mine.drop_last ? "true" : "false");
+  impl_->position = state.position;
+  impl_->drop_in_flight();
+  std::lock_guard lock(impl_->mutex);
+  impl_->seed = state.seed;
+}
+
+LoaderStats Loader::stats() const {
+  LoaderStats stats = impl_->stats;
+  stats.elapsed_seconds = impl_->first_request ? seconds_since(*impl_->first_request) : 0.0;
+  return stats;
+}
+
+std::vector<SkippedSample> Loader::take_skip_reports() {
+  std::vector<SkippedSample> reports;
+  reports.swap(impl_->unreported);
+  return reports;
+}
+
+}  // namespace runner::data

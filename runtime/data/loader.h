@@ -1,0 +1,111 @@
+// The data loader: a seeded per-epoch order sharded by rank, batches assembled by worker threads into
+// (pinned) host memory, copied to the device ahead of use; resumable and self-measuring.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+#include "runtime/data/transform.h"
+
+namespace runner::data {
+
+enum class BadSamplePolicy {
+  raise,  // the batch's error reaches the caller, naming the file
+  skip,   // the sample is left out of its batch, counted, and reported once per file
+};
+
+struct LoaderOptions {
+  std::int64_t batch_size = 1;
+  bool shuffle = true;
+  bool drop_last = false;
+  int workers = -1;   // -1: default_worker_count(); 0: batches are made on the calling thread
+  int prefetch = -1;  // batches in flight; -1: 2 per worker (at least 2)
+  std::uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  c10::Device device = c10::Device(c10::kCPU);
+  bool pin_memory = true;  // for CUDA devices
+  TransformSpec transform;
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::raise;
+};
+
+// min(4 per GPU (or 4 without one), CPU cores - 1), at least 1 when there are 2 or more cores.
+int default_worker_count();
+
+struct Batch {
+  at::Tensor data;     // [B, ...]
+  at::Tensor label;    // int64 [B], undefined when the dataset has no labels
+  at::Tensor index;    // int64 [B], the dataset index of each sample
+  std::int64_t position = 0;  // global batch number (0-based, across epochs)
+  std::int64_t epoch = 0;     // completed epochs before this batch
+};
+
+struct LoaderState {
+  std::uint64_t seed = 0;
+  std::int64_t position = 0;  // batches consumed (the next batch's global number)
+  std::int64_t dataset_size = 0;
+  std::int64_t batch_size = 0;
+  int rank = 0;
+  int world_size = 1;
+  bool shuffle = true;
+  bool drop_last = false;
+};
+
+struct LoaderStats {
+  double wait_seconds = 0;     // time next() spent waiting for a batch
+  double elapsed_seconds = 0;  // since the first next()
+  std::int64_t batches = 0;
+  std::int64_t samples = 0;
+  std::int64_t skipped = 0;
+  int queue_depth = 0;  // batches ready when the last next() was called
+  int workers = 0;
+};
+
+// A bad sample that the skip policy left out (reported once per file).
+struct SkippedSample {
+  std::string path;
+  std::string message;
+};
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  const Dataset& dataset() const;
+  const LoaderOptions& options() const;
+  std::int64_t batches_per_epoch() const;
+  // Dataset indices of global batch `position` for this rank, in order (before any skipping).
+  std::vector<std::int64_t> batch_indices(std::int64_t position) const;
+
+  // The next batch, on the device; blocks until it is ready. Errors of the batch are rethrown here.
+  Batch next();
+  std::int64_t position() const;
+  // Continue from global batch `position` (drops batches in flight).
+  void seek(std::int64_t position);
+  // Stop prefetching at `end` (exclusive global batch number); -1 for no limit.
+  void set_end(std::int64_t end);
+
+  LoaderState state() const;
+  // Throws std::invalid_argument naming the mismatch when the state was saved by a different setup.
+  void restore(const LoaderState& state);
+  LoaderStats stats() const;
+  // Reports bad samples skipped since the last call, each file once over the loader's life.
+  std::vector<SkippedSample> take_skip_reports();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace runner::data

@@ -1,0 +1,217 @@
+// Per-sample transforms: placement (resize, crop, flip), antialiased resampling, tensor crops, scaling.
+#include "runtime/data/transform.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/data/data_error.h"
+
+namespace runner::data {
+namespace {
+
+// Filter taps along one axis for output positions [begin, begin + count) of a resize from in_size to
+// out_size: the antialiased bilinear (triangle) filter of PIL and of torch's interpolate(antialias=True).
+struct AxisTaps {
+  int stride = 0;
+  std::vector<int> first;
+  std::vector<int> count;
+  std::vector<float> weights;  // count[k] weights at k * stride
+};
+
+AxisTaps axis_taps(int in_size, int out_size, int begin, int count) {
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double support = scale >= 1.0 ? scale : 1.0;
+  const double inverse_scale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  AxisTaps taps;
+  taps.stride = static_cast<int>(std::ceil(2 * support)) + 2;
+  taps.first.resize(count);
+  taps.count.resize(count);
+  taps.weights.assign(static_cast<std::size_t>(count) * taps.stride, 0.0f);
+  for (int k = 0; k < count; ++k) {
+    const double center = scale * (begin + k + 0.5);
+    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int hi = std::min(static_cast<int>(center + support + 0.5), in_size);
+    const int n = std::min(hi - lo, taps.stride);
+    thread_local std::vector<double> weights;
+    weights.assign(static_cast<std::size_t>(std::max(n, 0)), 0.0);
+    double total = 0;
+    for (int j = 0; j < n; ++j) {
+      const double x = std::abs((j + lo - center + 0.5) * inverse_scale);
+      weights[j] = x < 1.0 ? 1.0 - x : 0.0;
+      total += weights[j];
+    }
+    taps.first[k] = lo;
+    taps.count[k] = n;
+    for (int j = 0; j < n; ++j) taps.weights[static_cast<std::size_t>(k) * taps.stride + j] = static_cast<float>(total > 0 ? weights[j] / total : 0.0);
+  }
+  return taps;
+}
+
+inline std::uint8_t to_byte(float v) {
+  return static_cast<std::uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+}
+
+template <int C>
+void resample(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
+  const AxisTaps rows = axis_taps(image.height, p.resized_height, p.top, p.height);
+  const AxisTaps cols = axis_taps(image.width, p.resized_width, p.left, p.width);
+  int row_lo = image.height;
+  int row_hi = 0;
+  for (int y = 0; y < p.height; ++y) {
+    row_lo = std::min(row_lo, rows.first[y]);
+    row_hi = std::max(row_hi, rows.first[y] + rows.count[y]);
+  }
+  // Horizontal pass over the source rows the vertical pass needs, into [row][x][c] floats.
+  thread_local std::vector<float> horizontal;
+  horizontal.resize(static_cast<std::size_t>(std::max(row_hi - row_lo, 0)) * p.width * C);
+  for (int r = row_lo; r < row_hi; ++r) {
+    const std::uint8_t* src = image.pixels.data() + static_cast<std::size_t>(r) * image.width * C;
+    float* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * p.width * C;
+    for (int x = 0; x < p.width; ++x) {
+      const int k = p.flip ? p.width - 1 - x : x;
+      const float* w = cols.weights.data() + static_cast<std::size_t>(k) * cols.stride;
+      const std::uint8_t* s = src + static_cast<std::size_t>(cols.first[k]) * C;
+      float sum[C] = {};
+      for (int j = 0; j < cols.count[k]; ++j) {
+        for (int c = 0; c < C; ++c) sum[c] += w[j] * s[j * C + c];
+      }
+      for (int c = 0; c < C; ++c) dst[x * C + c] = sum[c];
+    }
+  }
+  // Vertical pass, written planar.
+  const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
+  for (int y = 0; y < p.height; ++y) {
+    const float* w = rows.weights.data() + static_cast<std::size_t>(y) * rows.stride;
+    const float* base = horizontal.data() + static_cast<std::size_t>(rows.first[y] - row_lo) * p.width * C;
+    for (int x = 0; x < p.width; ++x) {
+      float sum[C] = {};
+      for (int j = 0; j < rows.count[y]; ++j) {
+        const float* s = base + (static_cast<std::size_t>(j) * p.width + x) * C;
+        for (int c = 0; c < C; ++c) sum[c] += w[j] * s[c];
+      }
+      for (int c = 0; c < C; ++c) output[c * plane + static_cast<std::size_t>(y) * p.width + x] = to_byte(sum[c]);
+    }
+  }
+}
+
+void copy_window(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
+  const int C = image.channels;
+  const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
+  for (int y = 0; y < p.height; ++y) {
+    const std::uint8_t* src = image.pixels.data() + (static_cast<std::size_t>(p.top + y) * image.width + p.left) * C;
+    for (int x = 0; x < p.width; ++x) {
+      const int sx = p.flip ? p.width - 1 - x : x;
+      for (int c = 0; c < C; ++c) output[c * plane + static_cast<std::size_t>(y) * p.width + x] = src[sx * C + c];
+    }
+  }
+}
+
+std::string size_text(int height, int width) { return std::to_string(width) + "x" + std::to_string(height); }
+
+}  // namespace
+
+void resized_size(int height, int width, int target, int& out_height, int& out_width) {
+  if (height <= width) {
+    out_height = target;
+    out_width = static_cast<int>(static_cast<std::int64_t>(target) * width / height);
+  } else {
+    out_width = target;
+    out_height = static_cast<int>(static_cast<std::int64_t>(target) * height / width);
+  }
+}
+
+Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const std::string& origin) {
+  Placement p;
+  if (spec.resize > 0) {
+    resized_size(height, width, spec.resize, p.resized_height, p.resized_width);
+  } else {
+    p.resized_height = height;
+    p.resized_width = width;
+  }
+  p.height = p.resized_height;
+  p.width = p.resized_width;
+  if (spec.crop_height > 0) {
+    if (spec.crop_height > p.resized_height || spec.crop_width > p.resized_width) {
+      throw DataError(origin, "is " + size_text(p.resized_height, p.resized_width) + (spec.resize > 0 ? " after resizing" : "") +
+                                  ", smaller than the crop " + size_text(spec.crop_height, spec.crop_width) +
+                                  (spec.resize > 0 ? "" : " (add resize to the transform)"));
+    }
+    p.height = spec.crop_height;
+    p.width = spec.crop_width;
+    if (spec.random_crop) {
+      p.top = static_cast<int>(rng.below(static_cast<std::uint64_t>(p.resized_height - p.height + 1)));
+      p.left = static_cast<int>(rng.below(static_cast<std::uint64_t>(p.resized_width - p.width + 1)));
+    } else {
+      // torchvision's CenterCrop: Python's round(), which rounds halves to even.
+      p.top = static_cast<int>(std::nearbyint((p.resized_height - p.height) / 2.0));
+      p.left = static_cast<int>(std::nearbyint((p.resized_width - p.width) / 2.0));
+    }
+  }
+  if (spec.flip) p.flip = (rng.next() >> 63) != 0;
+  return p;
+}
+
+void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
+  if (p.resized_height == image.height && p.resized_width == image.width) return copy_window(image, p, output);
+  switch (image.channels) {
+    case 1: return resample<1>(image, p, output);
+    case 3: return resample<3>(image, p, output);
+    default: throw DataError("", "images with " + std::to_string(image.channels) + " channels cannot be resized");
+  }
+}
+
+std::vector<std::int64_t> tensor_output_shape(const TransformSpec& spec, const std::vector<std::int64_t>& shape,
+                                              const std::string& origin) {
+  if (spec.resize > 0)
+    throw DataError(origin, "resize applies to images, not to tensor samples (store the array at the size you need)");
+  std::vector<std::int64_t> out = shape;
+  if ((spec.crop_height > 0 || spec.flip) && shape.size() < (spec.crop_height > 0 ? 2u : 1u))
+    throw DataError(origin, "crop and flip need samples with at least 2 (crop) or 1 (flip) dimensions");
+  if (spec.crop_height > 0) {
+    const std::int64_t h = shape[shape.size() - 2];
+    const std::int64_t w = shape.back();
+    if (spec.crop_height > h || spec.crop_width > w) {
+      throw DataError(origin, "samples are " + size_text(static_cast<int>(h), static_cast<int>(w)) + ", smaller than the crop " +
+                                  size_text(spec.crop_height, spec.crop_width));
+    }
+    out[out.size() - 2] = spec.crop_height;
+    out.back() = spec.crop_width;
+  }
+  return out;
+}
+
+void render_tensor(const at::Tensor& sample, const Placement& p, at::Tensor& output) {
+  const std::size_t element = sample.element_size();
+  const auto* src = static_cast<const std::uint8_t*>(sample.data_ptr());
+  auto* dst = static_cast<std::uint8_t*>(output.data_ptr());
+  if (sample.dim() < 2) {
+    const std::size_t n = static_cast<std::size_t>(sample.numel());
+    if (!p.flip) {
+      std::memcpy(dst, src, n * element);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) std::memcpy(dst + i * element, src + (n - 1 - i) * element, element);
+    }
+    return;
+  }
+  const std::int64_t in_h = sample.size(-2);
+  const std::int64_t in_w = sample.size(-1);
+  const std::int64_t planes = in_h * in_w == 0 ? 0 : sample.numel() / (in_h * in_w);
+  for (std::int64_t plane = 0; plane < planes; ++plane) {
+    for (int y = 0; y < p.height; ++y) {
+      const std::uint8_t* row = src + ((plane * in_h + p.top + y) * in_w + p.left) * element;
+      std::uint8_t* out = dst + ((plane * p.height + y) * p.width) * element;
+      if (!p.flip) {
+        std::memcpy(out, row, static_cast<std::size_t>(p.width) * element);
+      } else {
+        for (int x = 0; x < p.width; ++x) std::memcpy(out + x * element, row + (p.width - 1 - x) * element, element);
+      }
+    }
+  }
+}
+
+void normalize_bytes(const std::uint8_t* input, float* output, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) output[i] = static_cast<float>(input[i]) / 127.5f - 1.0f;
+}
+
+}  // namespace runner::data
