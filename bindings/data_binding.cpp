@@ -11,6 +11,7 @@
 #include "runtime/data/data_error.h"
 #include "runtime/data/datasets.h"
 #include "runtime/data/loader.h"
+#include "runtime/data/pack.h"
 
 namespace runner::bindings {
 namespace {
@@ -115,7 +116,9 @@ int data_mnist(lua_State* L) { return push_dataset(L, data::open_mnist(check_str
 // data._npy(path, labels_path, classes)
 int data_npy(lua_State* L) {
   std::vector<std::string> classes;
-  if (lua_istable(L, 3)) {
+  if (lua_type(L, 3) == LUA_TSTRING) {
+    classes = data::read_class_names(lua_tostring(L, 3));
+  } else if (lua_istable(L, 3)) {
     for (int i = 1;; ++i) {
       lua_rawgeti(L, 3, i);
       if (lua_isnil(L, -1)) {

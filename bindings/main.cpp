@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/data_command.h"
 #include "bindings/lua_host.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
@@ -19,6 +20,7 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner [options] -i SCRIPT.lua [key=value ...]   run the script, then the REPL with its globals
        runner [options] -e 'lua code'                   run a code string
        runner [options] repl                            interactive REPL
+       runner data pack DIR OUT.npy --size N            preprocess an image folder into a .npy array
        runner --help | --version
 
 options:
@@ -112,6 +114,13 @@ int run(const Command& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "data") == 0) {
+    runner::core::init_logging("info");
+    const int status = runner::bindings::run_data_command(argc - 1, argv + 1);
+    runner::core::flush_logs();
+    std::fflush(stdout);
+    return status;
+  }
   Command command;
   try {
     command = parse_command(argc, argv);

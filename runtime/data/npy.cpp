@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cctype>
@@ -226,12 +227,12 @@ std::string npy_descr(at::ScalarType dtype) {
   throw DataError("", std::string("dtype ") + c10::toString(dtype) + " cannot be stored in a .npy file");
 }
 
-std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape) {
+std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape, std::size_t min_length) {
   std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // Version 1 when the length fits 16 bits; the whole header is padded with spaces to a multiple of 64.
-  const bool version1 = dict.size() + 1 + 10 < 65536;
+  const bool version1 = std::max(dict.size() + 1 + 10, min_length) < 65536;
   const std::size_t prefix = version1 ? 10 : 12;
-  const std::size_t total = (prefix + dict.size() + 1 + 63) / 64 * 64;
+  const std::size_t total = (std::max(prefix + dict.size() + 1, min_length) + 63) / 64 * 64;
   dict.resize(total - prefix - 1, ' ');
   dict += '\n';
   std::string bytes(kMagic);

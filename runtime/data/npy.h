@@ -32,8 +32,9 @@ std::string npy_descr(at::ScalarType dtype);
 // Writes a C-contiguous array atomically (temporary file, fsync, rename).
 void save_npy(const std::string& path, const at::Tensor& tensor);
 
-// The header bytes (magic, version, padded dict) for an array of `dtype` and `shape`.
-std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape);
+// The header bytes (magic, version, dict padded to a multiple of 64 bytes, and to at least min_length)
+// for an array of `dtype` and `shape`.
+std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape, std::size_t min_length = 0);
 
 // A memory-mapped .npy file of shape [N, ...]: rows are read without loading the file.
 class NpyArray {
