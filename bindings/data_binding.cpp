@@ -183,7 +183,7 @@ int dataset_get(lua_State* L) {
   if (dataset.kind() == data::SampleKind::image) {
     const data::DecodedImage& image = sample.image;
     at::Tensor hwc = at::from_blob(sample.image.pixels.data(), {image.height, image.width, image.channels}, at::kByte);
-    push_tensor(L, hwc.permute({2, 0, 1}).contiguous());
+    push_tensor(L, hwc.permute({2, 0, 1}).clone(at::MemoryFormat::Contiguous));  // owns its pixels
   } else {
     push_tensor(L, sample.tensor.clone());
   }

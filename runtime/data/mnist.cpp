@@ -107,8 +107,9 @@ IdxHeader parse_idx_header(const std::uint8_t* data, std::size_t size, const std
     const std::uint64_t dim = (std::uint64_t{p[0]} << 24) | (std::uint64_t{p[1]} << 16) | (std::uint64_t{p[2]} << 8) | p[3];
     if (dim > 0x7fffffff) throw DataError(origin, "IDX dimension " + std::to_string(dim) + " is too large");
     header.shape.push_back(static_cast<std::int64_t>(dim));
+    // Checked before multiplying: three dimensions below 2^31 can wrap the count around to 0.
+    if (dim != 0 && count > (std::uint64_t{1} << 40) / dim) throw DataError(origin, "IDX shape is too large");
     count *= dim;
-    if (count > (std::uint64_t{1} << 40)) throw DataError(origin, "IDX shape is too large");
   }
   const std::uint64_t expected = count * element;
   const std::uint64_t available = size - header.data_offset;

@@ -12,40 +12,46 @@ namespace {
 
 // Filter taps along one axis for output positions [begin, begin + count) of a resize from in_size to
 // out_size: the antialiased bilinear (triangle) filter of PIL and of torch's interpolate(antialias=True).
+// Every position gets the same number of taps (zero-padded), so the inner loops have a fixed length.
 struct AxisTaps {
-  int stride = 0;
+  int taps = 0;
   std::vector<int> first;
-  std::vector<int> count;
-  std::vector<float> weights;  // count[k] weights at k * stride
+  std::vector<float> weights;  // taps weights for position k at k * taps
 };
 
 AxisTaps axis_taps(int in_size, int out_size, int begin, int count) {
   const double scale = static_cast<double>(in_size) / out_size;
   const double support = scale >= 1.0 ? scale : 1.0;
   const double inverse_scale = scale >= 1.0 ? 1.0 / scale : 1.0;
-  AxisTaps taps;
-  taps.stride = static_cast<int>(std::ceil(2 * support)) + 2;
-  taps.first.resize(count);
-  taps.count.resize(count);
-  taps.weights.assign(static_cast<std::size_t>(count) * taps.stride, 0.0f);
+  std::vector<int> lo(count);
+  std::vector<int> hi(count);
+  int taps = 1;
   for (int k = 0; k < count; ++k) {
     const double center = scale * (begin + k + 0.5);
-    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
-    const int hi = std::min(static_cast<int>(center + support + 0.5), in_size);
-    const int n = std::min(hi - lo, taps.stride);
-    thread_local std::vector<double> weights;
-    weights.assign(static_cast<std::size_t>(std::max(n, 0)), 0.0);
+    lo[k] = std::max(static_cast<int>(center - support + 0.5), 0);
+    hi[k] = std::min(static_cast<int>(center + support + 0.5), in_size);
+    taps = std::max(taps, hi[k] - lo[k]);
+  }
+  AxisTaps result;
+  result.taps = taps;
+  result.first.resize(count);
+  result.weights.assign(static_cast<std::size_t>(count) * taps, 0.0f);
+  std::vector<double> weights(static_cast<std::size_t>(taps));
+  for (int k = 0; k < count; ++k) {
+    const double center = scale * (begin + k + 0.5);
     double total = 0;
-    for (int j = 0; j < n; ++j) {
-      const double x = std::abs((j + lo - center + 0.5) * inverse_scale);
+    for (int j = 0; j < hi[k] - lo[k]; ++j) {
+      const double x = std::abs((j + lo[k] - center + 0.5) * inverse_scale);
       weights[j] = x < 1.0 ? 1.0 - x : 0.0;
       total += weights[j];
     }
-    taps.first[k] = lo;
-    taps.count[k] = n;
-    for (int j = 0; j < n; ++j) taps.weights[static_cast<std::size_t>(k) * taps.stride + j] = static_cast<float>(total > 0 ? weights[j] / total : 0.0);
+    // Shift windows that would run past the end to the left, with leading zero weights.
+    const int first = std::min(lo[k], in_size - taps);
+    result.first[k] = first;
+    float* out = result.weights.data() + static_cast<std::size_t>(k) * taps;
+    for (int j = 0; j < hi[k] - lo[k]; ++j) out[lo[k] - first + j] = static_cast<float>(total > 0 ? weights[j] / total : 0.0);
   }
-  return taps;
+  return result;
 }
 
 inline std::uint8_t to_byte(float v) {
@@ -56,41 +62,49 @@ template <int C>
 void resample(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
   const AxisTaps rows = axis_taps(image.height, p.resized_height, p.top, p.height);
   const AxisTaps cols = axis_taps(image.width, p.resized_width, p.left, p.width);
-  int row_lo = image.height;
-  int row_hi = 0;
-  for (int y = 0; y < p.height; ++y) {
-    row_lo = std::min(row_lo, rows.first[y]);
-    row_hi = std::max(row_hi, rows.first[y] + rows.count[y]);
-  }
+  const int row_lo = rows.first.front() < rows.first.back() ? rows.first.front() : rows.first.back();
+  const int row_hi = (rows.first.front() > rows.first.back() ? rows.first.front() : rows.first.back()) + rows.taps;
+  const std::size_t out_row = static_cast<std::size_t>(p.width) * C;
+
   // Horizontal pass over the source rows the vertical pass needs, into [row][x][c] floats.
   thread_local std::vector<float> horizontal;
-  horizontal.resize(static_cast<std::size_t>(std::max(row_hi - row_lo, 0)) * p.width * C);
+  thread_local std::vector<float> source_row;
+  horizontal.resize(static_cast<std::size_t>(row_hi - row_lo) * out_row);
+  source_row.resize(static_cast<std::size_t>(image.width) * C);
+  const int taps = cols.taps;
   for (int r = row_lo; r < row_hi; ++r) {
     const std::uint8_t* src = image.pixels.data() + static_cast<std::size_t>(r) * image.width * C;
-    float* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * p.width * C;
+    for (std::size_t i = 0; i < source_row.size(); ++i) source_row[i] = src[i];
+    float* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * out_row;
     for (int x = 0; x < p.width; ++x) {
       const int k = p.flip ? p.width - 1 - x : x;
-      const float* w = cols.weights.data() + static_cast<std::size_t>(k) * cols.stride;
-      const std::uint8_t* s = src + static_cast<std::size_t>(cols.first[k]) * C;
+      const float* w = cols.weights.data() + static_cast<std::size_t>(k) * taps;
+      const float* s = source_row.data() + static_cast<std::size_t>(cols.first[k]) * C;
       float sum[C] = {};
-      for (int j = 0; j < cols.count[k]; ++j) {
+      for (int j = 0; j < taps; ++j) {
         for (int c = 0; c < C; ++c) sum[c] += w[j] * s[j * C + c];
       }
       for (int c = 0; c < C; ++c) dst[x * C + c] = sum[c];
     }
   }
-  // Vertical pass, written planar.
+
+  // Vertical pass: a weighted sum of whole rows, then written planar.
+  thread_local std::vector<float> accumulated;
+  accumulated.resize(out_row);
   const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
   for (int y = 0; y < p.height; ++y) {
-    const float* w = rows.weights.data() + static_cast<std::size_t>(y) * rows.stride;
-    const float* base = horizontal.data() + static_cast<std::size_t>(rows.first[y] - row_lo) * p.width * C;
+    const float* w = rows.weights.data() + static_cast<std::size_t>(y) * rows.taps;
+    std::fill(accumulated.begin(), accumulated.end(), 0.0f);
+    float* acc = accumulated.data();
+    for (int j = 0; j < rows.taps; ++j) {
+      const float weight = w[j];
+      if (weight == 0.0f) continue;
+      const float* s = horizontal.data() + static_cast<std::size_t>(rows.first[y] + j - row_lo) * out_row;
+      for (std::size_t i = 0; i < out_row; ++i) acc[i] += weight * s[i];
+    }
+    std::uint8_t* out = output + static_cast<std::size_t>(y) * p.width;
     for (int x = 0; x < p.width; ++x) {
-      float sum[C] = {};
-      for (int j = 0; j < rows.count[y]; ++j) {
-        const float* s = base + (static_cast<std::size_t>(j) * p.width + x) * C;
-        for (int c = 0; c < C; ++c) sum[c] += w[j] * s[c];
-      }
-      for (int c = 0; c < C; ++c) output[c * plane + static_cast<std::size_t>(y) * p.width + x] = to_byte(sum[c]);
+      for (int c = 0; c < C; ++c) out[c * plane + x] = to_byte(acc[x * C + c]);
     }
   }
 }
