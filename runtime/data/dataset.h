@@ -22,10 +22,9 @@ struct Sample {
   std::int64_t label = -1;
 };
 
-// What the transform will do with the image, so that decoding can take shortcuts (JPEG DCT scaling).
-struct ReadHint {
-  int min_shorter_side = 0;
-};
+// What the transform will use of an image, so that decoding can take shortcuts (JPEG DCT scaling, decoding
+// only the window a crop keeps).
+using ReadHint = DecodeHint;
 
 class Dataset {
  public:

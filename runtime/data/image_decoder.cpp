@@ -15,10 +15,10 @@ ImageFormat sniff_image_format(const std::uint8_t* data, std::size_t size) {
 }
 
 void decode_image(const std::uint8_t* data, std::size_t size, const std::string& origin, DecodedImage& out,
-                  int min_shorter_side) {
+                  const DecodeHint& hint) {
   switch (sniff_image_format(data, size)) {
     case ImageFormat::jpeg:
-      return decode_jpeg(data, size, origin, out, min_shorter_side);
+      return decode_jpeg(data, size, origin, out, hint);
     case ImageFormat::png:
       return decode_png(data, size, origin, out);
     case ImageFormat::unknown:

@@ -86,7 +86,7 @@ class ImageFolderDataset final : public Dataset {
   void read(std::int64_t index, const ReadHint& hint, Sample& out) const override {
     const std::string& path = paths_[static_cast<std::size_t>(index)];
     const std::string bytes = read_file_bytes(path);
-    decode_image(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), path, out.image, hint.min_shorter_side);
+    decode_image(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), path, out.image, hint);
     out.label = labels_.empty() ? -1 : labels_[static_cast<std::size_t>(index)];
   }
   std::string source(std::int64_t index) const override { return paths_[static_cast<std::size_t>(index)]; }

@@ -7,6 +7,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -52,6 +53,60 @@ struct StagedBatch {
   Batch batch;
   c10::Event ready;
   std::vector<SkippedSample> skipped;
+};
+
+// Host memory for batches, reused once Lua drops a batch: fresh multi-megabyte allocations would cost a
+// page fault per 4 KiB on every batch. Buffers return through the tensor's deleter, from any thread.
+class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
+ public:
+  explicit BatchBufferPool(std::size_t max_free) : max_free_(max_free) {}
+  ~BatchBufferPool() {
+    for (const Buffer& buffer : free_) std::free(buffer.data);
+  }
+
+  at::Tensor make(const std::vector<std::int64_t>& shape, at::ScalarType dtype) {
+    std::size_t bytes = at::elementSize(dtype);
+    for (std::int64_t dim : shape) bytes *= static_cast<std::size_t>(dim);
+    Buffer buffer = take(bytes);
+    auto pool = shared_from_this();
+    return at::from_blob(
+        buffer.data, shape, [pool, buffer](void*) { pool->give_back(buffer); }, at::TensorOptions().dtype(dtype));
+  }
+
+ private:
+  struct Buffer {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+
+  Buffer take(std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->bytes == bytes) {
+          const Buffer buffer = *it;
+          free_.erase(it);
+          return buffer;
+        }
+      }
+    }
+    void* data = std::aligned_alloc(64, (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64);
+    if (data == nullptr) throw std::bad_alloc();
+    return Buffer{data, bytes};
+  }
+
+  void give_back(const Buffer& buffer) {
+    std::lock_guard lock(mutex_);
+    if (free_.size() < max_free_) {
+      free_.push_back(buffer);
+    } else {
+      std::free(buffer.data);
+    }
+  }
+
+  std::size_t max_free_;
+  std::mutex mutex_;
+  std::vector<Buffer> free_;
 };
 
 }  // namespace
@@ -140,6 +195,14 @@ struct Loader::Impl {
 
   bool normalize_on_device() const { return cuda; }
 
+  std::shared_ptr<BatchBufferPool> buffers;
+
+  at::Tensor allocate_batch(const std::vector<std::int64_t>& shape, at::ScalarType dtype, bool pinned) {
+    // Pinned memory comes from LibTorch's caching host allocator, which already reuses blocks.
+    if (pinned) return at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(true));
+    return buffers->make(shape, dtype);
+  }
+
   // Assembles a batch. Runs on worker threads, or on the calling thread for synchronous loaders.
   HostBatch make_batch(std::uint64_t batch_seed, std::int64_t batch_position) {
     HostBatch batch;
@@ -148,7 +211,6 @@ struct Loader::Impl {
     const std::vector<std::int64_t> indices = batch_indices(batch_seed, batch_position);
     const auto n = static_cast<std::int64_t>(indices.size());
     const TransformSpec& spec = options.transform;
-    const ReadHint hint = spec.read_hint();
     const bool pinned = cuda && options.pin_memory;
     auto host = [&](at::ScalarType dtype) { return at::TensorOptions().dtype(dtype).pinned_memory(pinned); };
 
@@ -165,10 +227,9 @@ struct Loader::Impl {
       const std::int64_t index = indices[static_cast<std::size_t>(j)];
       try {
         sample.label = -1;
-        dataset->read(index, hint, sample);
         SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch), static_cast<std::uint64_t>(index));
         if (dataset->kind() == SampleKind::image) {
-          const Placement placement = place_sample(spec, sample.image.height, sample.image.width, rng, dataset->source(index));
+          const Placement placement = read_and_place(*dataset, index, spec, rng, sample);
           const std::vector<std::int64_t> shape{sample.image.channels, placement.height, placement.width};
           if (!batch.data.defined()) {
             sample_shape = shape;
@@ -177,7 +238,7 @@ struct Loader::Impl {
             sample_elements = shape[0] * shape[1] * shape[2];
             std::vector<std::int64_t> batch_shape{n};
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
-            batch.data = at::empty(batch_shape, host(sample_dtype));
+            batch.data = allocate_batch(batch_shape, sample_dtype, pinned);
           } else if (shape != sample_shape) {
             throw DataError(dataset->source(index), "is " + shape_text(shape) + " after the transform but the batch's first sample is " +
                                                         shape_text(sample_shape) + " (resize and crop to one size)");
@@ -190,6 +251,7 @@ struct Loader::Impl {
             render_image(sample.image, placement, batch.data.data_ptr<std::uint8_t>() + kept * sample_elements);
           }
         } else {
+          dataset->read(index, ReadHint{}, sample);
           at::Tensor& tensor = sample.tensor;
           if (dataset->reads_on_caller_thread() && (!tensor.is_contiguous() || !tensor.device().is_cpu()))
             tensor = tensor.to(at::kCPU).contiguous();
@@ -206,7 +268,7 @@ struct Loader::Impl {
             for (std::int64_t d : shape) sample_elements *= d;
             std::vector<std::int64_t> batch_shape{n};
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
-            batch.data = at::empty(batch_shape, host(normalize && !normalize_on_device() ? at::kFloat : sample_dtype));
+            batch.data = allocate_batch(batch_shape, normalize && !normalize_on_device() ? at::kFloat : sample_dtype, pinned);
           } else if (shape != sample_shape || tensor.scalar_type() != sample_dtype) {
             throw DataError(dataset->source(index), "is " + shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
                                                         " but the batch's first sample is " + shape_text(sample_shape) + " " +
@@ -428,6 +490,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : 
                                 " with drop_last");
   }
   m.cuda = m.options.device.is_cuda();
+  m.buffers = std::make_shared<BatchBufferPool>(static_cast<std::size_t>(m.options.prefetch) + 4);
   m.synchronous = m.options.workers == 0;
   m.stats.workers = m.options.workers;
   m.seed = m.options.seed;

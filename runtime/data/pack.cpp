@@ -89,13 +89,12 @@ PackResult pack_image_folder(const std::string& root, const std::string& out_pat
   auto work = [&] {
     Sample sample;
     std::vector<std::uint8_t> row(row_bytes);
-    SampleRng unused(0, 0, 0);
+    SampleRng unused(0, 0, 0);  // a center crop draws nothing
     while (!failed) {
       const std::int64_t index = next++;
       if (index >= total) return;
       try {
-        dataset->read(index, spec.read_hint(), sample);
-        const Placement placement = place_sample(spec, sample.image.height, sample.image.width, unused, dataset->source(index));
+        const Placement placement = read_and_place(*dataset, index, spec, unused, sample);
         render_image(sample.image, placement, row.data());
         file.write_at(header.size() + row_bytes * static_cast<std::uint64_t>(index), row.data(), row_bytes, "a row");
         labels[static_cast<std::size_t>(index)] = sample.label;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "runtime/data/data_error.h"
 
@@ -58,28 +59,34 @@ inline std::uint8_t to_byte(float v) {
   return static_cast<std::uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
 }
 
+// The range of source positions [first, last) that the taps of `taps` read (first is non-decreasing).
+std::pair<int, int> tap_range(const AxisTaps& taps) { return {taps.first.front(), taps.first.back() + taps.taps}; }
+
 template <int C>
 void resample(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
-  const AxisTaps rows = axis_taps(image.height, p.resized_height, p.top, p.height);
-  const AxisTaps cols = axis_taps(image.width, p.resized_width, p.left, p.width);
-  const int row_lo = rows.first.front() < rows.first.back() ? rows.first.front() : rows.first.back();
-  const int row_hi = (rows.first.front() > rows.first.back() ? rows.first.front() : rows.first.back()) + rows.taps;
+  const AxisTaps rows = axis_taps(image.full_height, p.resized_height, p.top, p.height);
+  const AxisTaps cols = axis_taps(image.full_width, p.resized_width, p.left, p.width);
+  const auto [row_lo, row_hi] = tap_range(rows);
+  const auto [col_lo, col_hi] = tap_range(cols);
+  if (row_lo < image.top || row_hi > image.top + image.height || col_lo < image.left || col_hi > image.left + image.width)
+    throw DataError("", "internal error: the decoded window does not cover the resampling taps");
   const std::size_t out_row = static_cast<std::size_t>(p.width) * C;
 
   // Horizontal pass over the source rows the vertical pass needs, into [row][x][c] floats.
   thread_local std::vector<float> horizontal;
   thread_local std::vector<float> source_row;
   horizontal.resize(static_cast<std::size_t>(row_hi - row_lo) * out_row);
-  source_row.resize(static_cast<std::size_t>(image.width) * C);
+  source_row.resize(static_cast<std::size_t>(col_hi - col_lo) * C);
   const int taps = cols.taps;
   for (int r = row_lo; r < row_hi; ++r) {
-    const std::uint8_t* src = image.pixels.data() + static_cast<std::size_t>(r) * image.width * C;
+    const std::uint8_t* src = image.pixels.data() +
+                              (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * C;
     for (std::size_t i = 0; i < source_row.size(); ++i) source_row[i] = src[i];
     float* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * out_row;
     for (int x = 0; x < p.width; ++x) {
       const int k = p.flip ? p.width - 1 - x : x;
       const float* w = cols.weights.data() + static_cast<std::size_t>(k) * taps;
-      const float* s = source_row.data() + static_cast<std::size_t>(cols.first[k]) * C;
+      const float* s = source_row.data() + static_cast<std::size_t>(cols.first[k] - col_lo) * C;
       float sum[C] = {};
       for (int j = 0; j < taps; ++j) {
         for (int c = 0; c < C; ++c) sum[c] += w[j] * s[j * C + c];
@@ -113,7 +120,8 @@ void copy_window(const DecodedImage& image, const Placement& p, std::uint8_t* ou
   const int C = image.channels;
   const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
   for (int y = 0; y < p.height; ++y) {
-    const std::uint8_t* src = image.pixels.data() + (static_cast<std::size_t>(p.top + y) * image.width + p.left) * C;
+    const std::uint8_t* src =
+        image.pixels.data() + (static_cast<std::size_t>(p.top + y - image.top) * image.width + (p.left - image.left)) * C;
     for (int x = 0; x < p.width; ++x) {
       const int sx = p.flip ? p.width - 1 - x : x;
       for (int c = 0; c < C; ++c) output[c * plane + static_cast<std::size_t>(y) * p.width + x] = src[sx * C + c];
@@ -166,8 +174,29 @@ Placement place_sample(const TransformSpec& spec, int height, int width, SampleR
   return p;
 }
 
+PixelWindow source_window(const Placement& p, int height, int width) {
+  if (p.resized_height == height && p.resized_width == width) return PixelWindow{p.top, p.left, p.height, p.width};
+  const auto [row_lo, row_hi] = tap_range(axis_taps(height, p.resized_height, p.top, p.height));
+  const auto [col_lo, col_hi] = tap_range(axis_taps(width, p.resized_width, p.left, p.width));
+  return PixelWindow{row_lo, col_lo, row_hi - row_lo, col_hi - col_lo};
+}
+
+Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, SampleRng& rng,
+                         Sample& sample) {
+  std::optional<Placement> placed;
+  DecodeHint hint;
+  hint.min_shorter_side = spec.min_shorter_side();
+  hint.window = [&](int height, int width) {
+    placed = place_sample(spec, height, width, rng, dataset.source(index));
+    return source_window(*placed, height, width);
+  };
+  dataset.read(index, hint, sample);
+  if (placed) return *placed;
+  return place_sample(spec, sample.image.full_height, sample.image.full_width, rng, dataset.source(index));
+}
+
 void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
-  if (p.resized_height == image.height && p.resized_width == image.width) return copy_window(image, p, output);
+  if (p.resized_height == image.full_height && p.resized_width == image.full_width) return copy_window(image, p, output);
   switch (image.channels) {
     case 1: return resample<1>(image, p, output);
     case 3: return resample<3>(image, p, output);

@@ -22,7 +22,7 @@ struct TransformSpec {
   bool normalize = true;     // 8-bit values v become float32 v / 127.5 - 1
   bool fast_decode = true;   // let JPEG decoding downscale in the DCT domain when resizing anyway
 
-  ReadHint read_hint() const { return ReadHint{fast_decode ? resize : 0}; }
+  int min_shorter_side() const { return fast_decode ? resize : 0; }
 };
 
 // Where a sample's output comes from: the resized image size, the crop window in it, and the flip.
@@ -40,7 +40,16 @@ struct Placement {
 // (a crop larger than the resized image).
 Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const std::string& origin);
 
-// Renders an interleaved 8-bit image through `placement` into planar (CHW) uint8 output.
+// The part of a height x width source that rendering through `placement` reads.
+PixelWindow source_window(const Placement& placement, int height, int width);
+
+// Reads image sample `index` and draws its placement; decoding is told the window the placement keeps,
+// so a JPEG is decoded only as far as the crop needs.
+Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, SampleRng& rng,
+                         Sample& sample);
+
+// Renders an interleaved 8-bit image (which may be a window of the full image: see DecodedImage) through
+// `placement` into planar (CHW) uint8 output.
 void render_image(const DecodedImage& image, const Placement& placement, std::uint8_t* output);
 
 // Resized size of the shorter side to `target` as torchvision's Resize(int): the longer side is truncated.

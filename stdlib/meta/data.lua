@@ -65,8 +65,8 @@ function data.dataset(options) end
 --- true). Tensor samples (.npy, Lua datasets): crop and flip act on the last two dimensions; normalize
 --- applies to uint8 data only. Random choices are a function of (seed, epoch, sample index) only.
 --- `fast_decode` (default true) lets JPEG decoding downscale by 1/2, 1/4 or 1/8 in the DCT domain to a size
---- still at least `resize` (as PIL's draft mode) and skip chroma interpolation for images that will shrink;
---- false decodes at full size, pixel-identical to PIL.
+--- still at least `resize` (as PIL's draft mode); false decodes at full size, pixel-identical to PIL. Either
+--- way a JPEG is decoded only down to the last row the crop needs, and only the columns around it.
 ---@alias Transform {resize?: integer, crop?: integer|integer[], random_crop?: integer|integer[], flip?: boolean, normalize?: boolean, fast_decode?: boolean}
 
 ---@class Batch
