@@ -410,18 +410,22 @@ int loader_tostring(lua_State* L) {
   return 1;
 }
 
+void set_metamethods(lua_State* L, const char* type_name, lua_CFunction len, lua_CFunction tostring) {
+  luaL_getmetatable(L, type_name);
+  lua_pushcfunction(L, len);
+  lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+}
+
 }  // namespace
 
 void open_data(lua_State* L) {
   new_metatable<DatasetBox>(L, kDatasetType,
                             {{"get", wrap<dataset_get>}, {"classes", wrap<dataset_classes>}, {"len", wrap<dataset_len>}});
   lua_pop(L, 1);
-  luaL_getmetatable(L, kDatasetType);
-  lua_pushcfunction(L, wrap<dataset_len>);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, wrap<dataset_tostring>);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
+  set_metamethods(L, kDatasetType, wrap<dataset_len>, wrap<dataset_tostring>);
 
   new_metatable<LoaderBox>(L, kLoaderType,
                            {{"next", wrap<loader_next>},
@@ -436,12 +440,7 @@ void open_data(lua_State* L) {
                             {"skip_reports", wrap<loader_skip_reports>},
                             {"dataset", wrap<loader_dataset>}});
   lua_pop(L, 1);
-  luaL_getmetatable(L, kLoaderType);
-  lua_pushcfunction(L, wrap<loader_len>);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, wrap<loader_tostring>);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
+  set_metamethods(L, kLoaderType, wrap<loader_len>, wrap<loader_tostring>);
 
   lua_getglobal(L, "runner");
   lua_newtable(L);

@@ -117,9 +117,14 @@ bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, Dec
     d.window.height = std::clamp(d.window.height, 0, full_height - d.window.top);
     d.window.width = std::clamp(d.window.width, 0, full_width - d.window.left);
   }
-  if (d.window.width < full_width) {
-    JDIMENSION left = static_cast<JDIMENSION>(d.window.left);
-    JDIMENSION width = static_cast<JDIMENSION>(d.window.width);
+  // Fancy upsampling treats the edges of a cropped column range like image edges: a margin of one iMCU
+  // (up to 16 pixels, scaled) on each side keeps the window's pixels equal to those of a full decode.
+  const int margin = 16 * static_cast<int>(d.info.scale_num) / 8 + 1;
+  if (d.window.width + 2 * margin < full_width) {
+    const int lo = std::max(d.window.left - margin, 0);
+    const int hi = std::min(d.window.left + d.window.width + margin, full_width);
+    JDIMENSION left = static_cast<JDIMENSION>(lo);
+    JDIMENSION width = static_cast<JDIMENSION>(hi - lo);
     jpeg_crop_scanline(&d.info, &left, &width);  // widens to iMCU column boundaries
     d.window.left = static_cast<int>(left);
     d.window.width = static_cast<int>(width);

@@ -318,6 +318,101 @@ class ResizeCrop(DataDir):
         self.check("up", 48)
 
 
+class WindowDecoding(DataDir):
+    """A crop makes JPEG decoding stop after the crop's last row and skip iMCU columns outside it; the pixels
+    must be those of a full decode, for every chroma layout."""
+
+    @classmethod
+    def make_data(cls, root):
+        rng = np.random.default_rng(5)
+        (root / "jpegs").mkdir()
+        for name, mode, options in [("420", "RGB", {"subsampling": 2}), ("422", "RGB", {"subsampling": 1}),
+                                    ("444", "RGB", {"subsampling": 0}), ("gray", "L", {}),
+                                    ("progressive", "RGB", {"progressive": True, "subsampling": 2})]:
+            noise_image(rng, mode, 173, 141).save(root / "jpegs" / f"{name}.jpg", quality=90, **options)
+
+    def test_center_crops_equal_crops_of_the_full_decode(self):
+        from torchvision.transforms.v2 import functional as F
+
+        for height, width in [(37, 51), (100, 20), (141, 9), (2, 173)]:
+            with self.subTest(crop=(height, width)):
+                self.run_lua("window.lua", DUMP_LOADER + f"""
+                    local ds = runner.data.image_folder{{path = "jpegs"}}
+                    local loader = runner.data.loader(ds, {{batch = 5, shuffle = false, workers = 2, transform =
+                        {{crop = {{{height}, {width}}}, normalize = false, fast_decode = false}}}})
+                    dump_loader(loader, "window.safetensors")
+                """)
+                (got, _, _), = batches_of(self.load("window.safetensors"))
+                for path, sample in zip(sorted((self.dir / "jpegs").iterdir()), got):
+                    expected = F.center_crop(pil_rgb(path), [height, width])
+                    self.assertTrue(torch.equal(sample, expected), f"{path.name}: max diff "
+                                    f"{(sample.int() - expected.int()).abs().max().item()}")
+
+
+class Pack(DataDir):
+    """runner data pack: an image folder into a uint8 .npy with labels and class names."""
+
+    @classmethod
+    def make_data(cls, root):
+        rng = np.random.default_rng(6)
+        for label in ["b_dogs", "a_cats"]:
+            (root / "photos" / label).mkdir(parents=True)
+            for k in range(3):
+                noise_image(rng, "RGB", int(rng.integers(40, 90)), int(rng.integers(40, 90))).save(
+                    root / "photos" / label / f"{k}.jpg", quality=90)
+        good = (root / "photos" / "a_cats" / "0.jpg").read_bytes()
+        (root / "bad").mkdir()
+        (root / "bad" / "cats").mkdir()
+        (root / "bad" / "cats" / "good.jpg").write_bytes(good)
+        (root / "bad" / "cats" / "short.jpg").write_bytes(good[:200])
+
+    def test_pack_writes_rows_labels_and_classes(self):
+        result = run("data", "pack", "photos", "out/photos32.npy", "--size", "32", "--workers", "2", cwd=self.dir)
+        self.assertEqual(result.returncode, 1, "the output folder does not exist yet")
+        (self.dir / "out").mkdir()
+        result = run("data", "pack", "photos", "out/photos32.npy", "--size", "32", "--workers", "2", cwd=self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("wrote out/photos32.npy: 6 images, uint8 [6, 3, 32, 32]", result.stdout)
+        array = np.load(self.dir / "out" / "photos32.npy", mmap_mode="r")
+        self.assertEqual((array.shape, array.dtype), ((6, 3, 32, 32), np.uint8))
+        self.assertEqual(np.load(self.dir / "out" / "photos32.labels.npy").tolist(), [0, 0, 0, 1, 1, 1])
+        self.assertEqual((self.dir / "out" / "photos32.classes.json").read_text().split(), ['[', '"a_cats",', '"b_dogs"', ']'])
+        from torchvision.transforms.v2 import functional as F
+        paths = sorted((self.dir / "photos").glob("*/*.jpg"))
+        for path, row in zip(paths, array):
+            resized = F.resize(pil_rgb(path), 32, interpolation=F.InterpolationMode.BILINEAR, antialias=True)
+            expected = F.center_crop(resized, 32)
+            # One 8-bit level at most: torchvision resamples in fixed point, runner in float.
+            self.assertLessEqual((torch.from_numpy(np.array(row)).int() - expected.int()).abs().max().item(), 1, path.name)
+        # The packed file reads back through data.npy with its labels and class names.
+        self.run_lua("read_pack.lua", DUMP_DATASET + """
+            dump(runner.data.npy{path = "out/photos32.npy", labels = "out/photos32.labels.npy",
+                                 classes = "out/photos32.classes.json"}, "read_pack.safetensors")
+        """)
+
+    def test_a_bad_image_stops_the_pack_and_leaves_nothing(self):
+        result = run("data", "pack", "bad", "bad.npy", "--size", "16", cwd=self.dir)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.splitlines()[-1],
+                         "runner data: bad/cats/short.jpg: corrupt or truncated JPEG: Premature end of JPEG file")
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir() if p.name.startswith("bad.")), [])
+
+    def test_skip_bad_leaves_the_bad_image_out(self):
+        result = run("data", "pack", "bad", "skipped.npy", "--size", "16", "--skip-bad", cwd=self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("skipped bad/cats/short.jpg: corrupt or truncated JPEG: Premature end of JPEG file", result.stderr)
+        self.assertIn("skipped 1 unreadable images", result.stdout)
+        self.assertEqual(np.load(self.dir / "skipped.npy").shape, (1, 3, 16, 16))
+        self.assertEqual(np.load(self.dir / "skipped.labels.npy").tolist(), [0])
+
+    def test_usage_errors(self):
+        result = run("data", "pack", "photos", "x.npy", cwd=self.dir)
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr.splitlines()[0], "runner data: pack needs --size N")
+        result = run("data", "pack", "photos", "x.npy", "--size", "0", cwd=self.dir)
+        self.assertEqual(result.stderr.splitlines()[0], "runner data: --size needs a positive integer, got '0'")
+
+
 class Flip(DataDir):
     @classmethod
     def make_data(cls, root):
