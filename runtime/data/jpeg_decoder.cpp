@@ -128,6 +128,14 @@ bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, Dec
     jpeg_crop_scanline(&d.info, &left, &width);  // widens to iMCU column boundaries
     d.window.left = static_cast<int>(left);
     d.window.width = static_cast<int>(width);
+  } else {
+    d.window.left = 0;
+    d.window.width = full_width;
+  }
+  if (d.window.width != static_cast<int>(d.info.output_width)) {
+    std::snprintf(d.errors.message, sizeof d.errors.message, "internal error: decoded width %u is not the window's %d",
+                  d.info.output_width, d.window.width);
+    return false;
   }
   out.resize(d.window.height, d.window.width, 3);
   out.full_height = full_height;
