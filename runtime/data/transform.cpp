@@ -116,6 +116,80 @@ void resample(const DecodedImage& image, const Placement& p, std::uint8_t* outpu
   }
 }
 
+// RGB resampling with each pixel in one 4-float vector (R, G, B, 0): the taps become whole-vector
+// multiply-adds, which plain x86-64 (SSE2) and ARM (NEON) both do four lanes at a time.
+typedef float Pixel4 __attribute__((vector_size(16)));
+
+void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
+  const AxisTaps rows = axis_taps(image.full_height, p.resized_height, p.top, p.height);
+  const AxisTaps cols = axis_taps(image.full_width, p.resized_width, p.left, p.width);
+  const auto [row_lo, row_hi] = tap_range(rows);
+  const auto [col_lo, col_hi] = tap_range(cols);
+  if (row_lo < image.top || row_hi > image.top + image.height || col_lo < image.left || col_hi > image.left + image.width)
+    throw DataError("", "internal error: the decoded window does not cover the resampling taps");
+
+  thread_local std::vector<Pixel4> horizontal;
+  thread_local std::vector<Pixel4> source_row;
+  thread_local std::vector<Pixel4> accumulated;
+  horizontal.resize(static_cast<std::size_t>(row_hi - row_lo) * p.width);
+  source_row.resize(static_cast<std::size_t>(col_hi - col_lo));
+  accumulated.resize(static_cast<std::size_t>(p.width));
+  const int taps = cols.taps;
+  for (int r = row_lo; r < row_hi; ++r) {
+    const std::uint8_t* src = image.pixels.data() +
+                              (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * 3;
+    for (std::size_t i = 0; i < source_row.size(); ++i) {
+      source_row[i] = Pixel4{static_cast<float>(src[3 * i]), static_cast<float>(src[3 * i + 1]),
+                             static_cast<float>(src[3 * i + 2]), 0.0f};
+    }
+    Pixel4* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * p.width;
+    auto weights_of = [&](int x) { return cols.weights.data() + static_cast<std::size_t>(p.flip ? p.width - 1 - x : x) * taps; };
+    auto source_of = [&](int x) { return source_row.data() + (cols.first[p.flip ? p.width - 1 - x : x] - col_lo); };
+    int x = 0;
+    // Four output pixels at a time: four independent add chains instead of one long one.
+    for (; x + 4 <= p.width; x += 4) {
+      const float *w0 = weights_of(x), *w1 = weights_of(x + 1), *w2 = weights_of(x + 2), *w3 = weights_of(x + 3);
+      const Pixel4 *s0 = source_of(x), *s1 = source_of(x + 1), *s2 = source_of(x + 2), *s3 = source_of(x + 3);
+      Pixel4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+      for (int j = 0; j < taps; ++j) {
+        a0 += w0[j] * s0[j];
+        a1 += w1[j] * s1[j];
+        a2 += w2[j] * s2[j];
+        a3 += w3[j] * s3[j];
+      }
+      dst[x] = a0;
+      dst[x + 1] = a1;
+      dst[x + 2] = a2;
+      dst[x + 3] = a3;
+    }
+    for (; x < p.width; ++x) {
+      const float* w = weights_of(x);
+      const Pixel4* s = source_of(x);
+      Pixel4 sum = {0, 0, 0, 0};
+      for (int j = 0; j < taps; ++j) sum += w[j] * s[j];
+      dst[x] = sum;
+    }
+  }
+  const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
+  for (int y = 0; y < p.height; ++y) {
+    const float* w = rows.weights.data() + static_cast<std::size_t>(y) * rows.taps;
+    std::fill(accumulated.begin(), accumulated.end(), Pixel4{0, 0, 0, 0});
+    Pixel4* acc = accumulated.data();
+    for (int j = 0; j < rows.taps; ++j) {
+      const float weight = w[j];
+      if (weight == 0.0f) continue;
+      const Pixel4* s = horizontal.data() + static_cast<std::size_t>(rows.first[y] + j - row_lo) * p.width;
+      for (int x = 0; x < p.width; ++x) acc[x] += weight * s[x];
+    }
+    std::uint8_t* out = output + static_cast<std::size_t>(y) * p.width;
+    for (int x = 0; x < p.width; ++x) {
+      out[x] = to_byte(acc[x][0]);
+      out[plane + x] = to_byte(acc[x][1]);
+      out[2 * plane + x] = to_byte(acc[x][2]);
+    }
+  }
+}
+
 void copy_window(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
   const int C = image.channels;
   const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
@@ -199,7 +273,7 @@ void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* o
   if (p.resized_height == image.full_height && p.resized_width == image.full_width) return copy_window(image, p, output);
   switch (image.channels) {
     case 1: return resample<1>(image, p, output);
-    case 3: return resample<3>(image, p, output);
+    case 3: return resample_rgb(image, p, output);
     default: throw DataError("", "images with " + std::to_string(image.channels) + " channels cannot be resized");
   }
 }
