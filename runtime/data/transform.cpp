@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "runtime/data/data_error.h"
 
@@ -62,14 +63,30 @@ inline std::uint8_t to_byte(float v) {
 // The range of source positions [first, last) that the taps of `taps` read (first is non-decreasing).
 std::pair<int, int> tap_range(const AxisTaps& taps) { return {taps.first.front(), taps.first.back() + taps.taps}; }
 
+// The filter taps of both axes for rendering `image` through `p`, and the source rows and columns they read.
+struct ResamplePlan {
+  AxisTaps rows;
+  AxisTaps cols;
+  int row_lo, row_hi, col_lo, col_hi;
+};
+
+ResamplePlan plan_resample(const DecodedImage& image, const Placement& p) {
+  ResamplePlan plan{axis_taps(image.full_height, p.resized_height, p.top, p.height),
+                    axis_taps(image.full_width, p.resized_width, p.left, p.width), 0, 0, 0, 0};
+  std::tie(plan.row_lo, plan.row_hi) = tap_range(plan.rows);
+  std::tie(plan.col_lo, plan.col_hi) = tap_range(plan.cols);
+  if (plan.row_lo < image.top || plan.row_hi > image.top + image.height || plan.col_lo < image.left ||
+      plan.col_hi > image.left + image.width)
+    throw DataError("", "internal error: the decoded window does not cover the resampling taps");
+  return plan;
+}
+
 template <int C>
 void resample(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
-  const AxisTaps rows = axis_taps(image.full_height, p.resized_height, p.top, p.height);
-  const AxisTaps cols = axis_taps(image.full_width, p.resized_width, p.left, p.width);
-  const auto [row_lo, row_hi] = tap_range(rows);
-  const auto [col_lo, col_hi] = tap_range(cols);
-  if (row_lo < image.top || row_hi > image.top + image.height || col_lo < image.left || col_hi > image.left + image.width)
-    throw DataError("", "internal error: the decoded window does not cover the resampling taps");
+  const ResamplePlan plan = plan_resample(image, p);
+  const AxisTaps& rows = plan.rows;
+  const AxisTaps& cols = plan.cols;
+  const int row_lo = plan.row_lo, row_hi = plan.row_hi, col_lo = plan.col_lo, col_hi = plan.col_hi;
   const std::size_t out_row = static_cast<std::size_t>(p.width) * C;
 
   // Horizontal pass over the source rows the vertical pass needs, into [row][x][c] floats.
@@ -121,12 +138,10 @@ void resample(const DecodedImage& image, const Placement& p, std::uint8_t* outpu
 typedef float Pixel4 __attribute__((vector_size(16)));
 
 void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
-  const AxisTaps rows = axis_taps(image.full_height, p.resized_height, p.top, p.height);
-  const AxisTaps cols = axis_taps(image.full_width, p.resized_width, p.left, p.width);
-  const auto [row_lo, row_hi] = tap_range(rows);
-  const auto [col_lo, col_hi] = tap_range(cols);
-  if (row_lo < image.top || row_hi > image.top + image.height || col_lo < image.left || col_hi > image.left + image.width)
-    throw DataError("", "internal error: the decoded window does not cover the resampling taps");
+  const ResamplePlan plan = plan_resample(image, p);
+  const AxisTaps& rows = plan.rows;
+  const AxisTaps& cols = plan.cols;
+  const int row_lo = plan.row_lo, row_hi = plan.row_hi, col_lo = plan.col_lo, col_hi = plan.col_hi;
 
   thread_local std::vector<Pixel4> horizontal;
   thread_local std::vector<Pixel4> source_row;
