@@ -256,10 +256,11 @@ struct Loader::Impl {
           if (dataset->reads_on_caller_thread() && (!tensor.is_contiguous() || !tensor.device().is_cpu()))
             tensor = tensor.to(at::kCPU).contiguous();
           const std::vector<std::int64_t> in_shape = tensor.sizes().vec();
-          const std::vector<std::int64_t> shape = tensor_output_shape(spec, in_shape, dataset->source(index));
+          const SampleOrigin origin = [&] { return dataset->source(index); };
+          const std::vector<std::int64_t> shape = tensor_output_shape(spec, in_shape, origin);
           const int h = in_shape.size() >= 2 ? static_cast<int>(in_shape[in_shape.size() - 2]) : 1;
           const int w = in_shape.empty() ? 1 : static_cast<int>(in_shape.back());
-          Placement placement = place_sample(spec, h, w, rng, dataset->source(index));
+          Placement placement = place_sample(spec, h, w, rng, origin);
           if (!batch.data.defined()) {
             sample_shape = shape;
             sample_dtype = tensor.scalar_type();

@@ -232,7 +232,7 @@ void resized_size(int height, int width, int target, int& out_height, int& out_w
   }
 }
 
-Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const std::string& origin) {
+Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const SampleOrigin& origin) {
   Placement p;
   if (spec.resize > 0) {
     resized_size(height, width, spec.resize, p.resized_height, p.resized_width);
@@ -244,7 +244,7 @@ Placement place_sample(const TransformSpec& spec, int height, int width, SampleR
   p.width = p.resized_width;
   if (spec.crop_height > 0) {
     if (spec.crop_height > p.resized_height || spec.crop_width > p.resized_width) {
-      throw DataError(origin, "is " + size_text(p.resized_height, p.resized_width) + (spec.resize > 0 ? " after resizing" : "") +
+      throw DataError(origin(), "is " + size_text(p.resized_height, p.resized_width) + (spec.resize > 0 ? " after resizing" : "") +
                                   ", smaller than the crop " + size_text(spec.crop_height, spec.crop_width) +
                                   (spec.resize > 0 ? "" : " (add resize to the transform)"));
     }
@@ -273,15 +273,16 @@ PixelWindow source_window(const Placement& p, int height, int width) {
 Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, SampleRng& rng,
                          Sample& sample) {
   std::optional<Placement> placed;
+  const SampleOrigin origin = [&] { return dataset.source(index); };
   DecodeHint hint;
   hint.min_shorter_side = spec.min_shorter_side();
   hint.window = [&](int height, int width) {
-    placed = place_sample(spec, height, width, rng, dataset.source(index));
+    placed = place_sample(spec, height, width, rng, origin);
     return source_window(*placed, height, width);
   };
   dataset.read(index, hint, sample);
   if (placed) return *placed;
-  return place_sample(spec, sample.image.full_height, sample.image.full_width, rng, dataset.source(index));
+  return place_sample(spec, sample.image.full_height, sample.image.full_width, rng, origin);
 }
 
 void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
@@ -294,17 +295,17 @@ void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* o
 }
 
 std::vector<std::int64_t> tensor_output_shape(const TransformSpec& spec, const std::vector<std::int64_t>& shape,
-                                              const std::string& origin) {
+                                              const SampleOrigin& origin) {
   if (spec.resize > 0)
-    throw DataError(origin, "resize applies to images, not to tensor samples (store the array at the size you need)");
+    throw DataError(origin(), "resize applies to images, not to tensor samples (store the array at the size you need)");
   std::vector<std::int64_t> out = shape;
   if ((spec.crop_height > 0 || spec.flip) && shape.size() < (spec.crop_height > 0 ? 2u : 1u))
-    throw DataError(origin, "crop and flip need samples with at least 2 (crop) or 1 (flip) dimensions");
+    throw DataError(origin(), "crop and flip need samples with at least 2 (crop) or 1 (flip) dimensions");
   if (spec.crop_height > 0) {
     const std::int64_t h = shape[shape.size() - 2];
     const std::int64_t w = shape.back();
     if (spec.crop_height > h || spec.crop_width > w) {
-      throw DataError(origin, "samples are " + size_text(static_cast<int>(h), static_cast<int>(w)) + ", smaller than the crop " +
+      throw DataError(origin(), "samples are " + size_text(static_cast<int>(h), static_cast<int>(w)) + ", smaller than the crop " +
                                   size_text(spec.crop_height, spec.crop_width));
     }
     out[out.size() - 2] = spec.crop_height;

@@ -5,6 +5,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,12 @@ struct Placement {
   bool flip = false;
 };
 
+// Names a sample in error messages; called only when there is an error.
+using SampleOrigin = std::function<std::string()>;
+
 // Draws the crop offset and flip for a source of height x width; `origin` names the sample in errors
 // (a crop larger than the resized image).
-Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const std::string& origin);
+Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const SampleOrigin& origin);
 
 // The part of a height x width source that rendering through `placement` reads.
 PixelWindow source_window(const Placement& placement, int height, int width);
@@ -61,7 +65,7 @@ void render_tensor(const at::Tensor& sample, const Placement& placement, at::Ten
 
 // Output shape (without the batch dimension) of a tensor sample of `shape` under `spec`.
 std::vector<std::int64_t> tensor_output_shape(const TransformSpec& spec, const std::vector<std::int64_t>& shape,
-                                              const std::string& origin);
+                                              const SampleOrigin& origin);
 
 // v / 127.5 - 1 for each byte, written as float32.
 void normalize_bytes(const std::uint8_t* input, float* output, std::size_t count);
