@@ -136,6 +136,8 @@ void resample(const DecodedImage& image, const Placement& p, std::uint8_t* outpu
 // RGB resampling with each pixel in one 4-float vector (R, G, B, 0): the taps become whole-vector
 // multiply-adds, which plain x86-64 (SSE2) and ARM (NEON) both do four lanes at a time.
 typedef float Pixel4 __attribute__((vector_size(16)));
+typedef int Int4 __attribute__((vector_size(16)));
+
 
 void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
   const ResamplePlan plan = plan_resample(image, p);
@@ -146,6 +148,9 @@ void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* o
   thread_local std::vector<Pixel4> horizontal;
   thread_local std::vector<Pixel4> source_row;
   thread_local std::vector<Pixel4> accumulated;
+  thread_local std::vector<float> row_floats;
+  const Pixel4 zero4 = {0, 0, 0, 0};
+  row_floats.resize(3 * static_cast<std::size_t>(col_hi - col_lo) + 1);
   horizontal.resize(static_cast<std::size_t>(row_hi - row_lo) * p.width);
   source_row.resize(static_cast<std::size_t>(col_hi - col_lo));
   accumulated.resize(static_cast<std::size_t>(p.width));
@@ -153,9 +158,14 @@ void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* o
   for (int r = row_lo; r < row_hi; ++r) {
     const std::uint8_t* src = image.pixels.data() +
                               (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * 3;
-    for (std::size_t i = 0; i < source_row.size(); ++i) {
-      source_row[i] = Pixel4{static_cast<float>(src[3 * i]), static_cast<float>(src[3 * i + 1]),
-                             static_cast<float>(src[3 * i + 2]), 0.0f};
+    // Bytes to floats (a loop the compiler vectorizes), then each RGB triple widened to a vector by an
+    // unaligned 4-float load with the fourth lane cleared (row_floats has one float of slack).
+    const std::size_t count = source_row.size();
+    for (std::size_t i = 0; i < 3 * count; ++i) row_floats[i] = static_cast<float>(src[i]);
+    for (std::size_t i = 0; i < count; ++i) {
+      Pixel4 v;
+      std::memcpy(&v, row_floats.data() + 3 * i, sizeof v);
+      source_row[i] = __builtin_shufflevector(v, zero4, 0, 1, 2, 4);
     }
     Pixel4* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * p.width;
     auto weights_of = [&](int x) { return cols.weights.data() + static_cast<std::size_t>(p.flip ? p.width - 1 - x : x) * taps; };
@@ -197,10 +207,16 @@ void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* o
       for (int x = 0; x < p.width; ++x) acc[x] += weight * s[x];
     }
     std::uint8_t* out = output + static_cast<std::size_t>(y) * p.width;
+    const Pixel4 zero = {0, 0, 0, 0};
+    const Pixel4 top = {255, 255, 255, 255};
     for (int x = 0; x < p.width; ++x) {
-      out[x] = to_byte(acc[x][0]);
-      out[plane + x] = to_byte(acc[x][1]);
-      out[2 * plane + x] = to_byte(acc[x][2]);
+      Pixel4 v = acc[x] + 0.5f;  // weights are non-negative: v is in [0.5, 255.5] up to rounding
+      v = v < zero ? zero : v;
+      v = v > top ? top : v;
+      const Int4 bytes = __builtin_convertvector(v, Int4);
+      out[x] = static_cast<std::uint8_t>(bytes[0]);
+      out[plane + x] = static_cast<std::uint8_t>(bytes[1]);
+      out[2 * plane + x] = static_cast<std::uint8_t>(bytes[2]);
     }
   }
 }
