@@ -1,5 +1,5 @@
-// Built-in nn modules (Linear, Conv2d, GroupNorm, LayerNorm, Embedding, Dropout, activations) as Lua
-// userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
+// Built-in nn modules (Linear, Conv2d, GroupNorm, LayerNorm, Embedding, Dropout, activations, and the
+// UNet and DiT denoisers) as Lua userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
 // dicts are built on top of these in stdlib/runner/nn.lua.
 #include <torch/nn.h>
 
@@ -8,9 +8,12 @@
 #include <sstream>
 
 #include "bindings/bindings.h"
+#include "bindings/nn_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/nn/dit.h"
+#include "runtime/nn/unet.h"
 
 namespace runner::bindings {
 namespace {
@@ -20,6 +23,7 @@ constexpr const char* kModuleType = "runner.NativeModule";
 struct ModuleBox {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
+  std::shared_ptr<runner::nn::Denoiser> denoiser;  // set for UNet and DiT: forward(x, t [, labels])
 };
 
 template <class Holder>
@@ -133,10 +137,96 @@ int simple_module(lua_State* L) {
   return 1;
 }
 
+void push_denoiser(lua_State* L, const std::shared_ptr<runner::nn::Denoiser>& denoiser) {
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{denoiser, nullptr, denoiser});
+}
+
+std::vector<std::int64_t> field_integers(lua_State* L, int index, const char* key, const std::vector<std::int64_t>& fallback) {
+  if (!has_field(L, index, key)) return fallback;
+  lua_getfield(L, index, key);
+  const bool is_table = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (!is_table) return {field_integer(L, index, key, 0)};
+  std::vector<std::int64_t> values;
+  for (double value : field_numbers(L, index, key, {})) {
+    if (value != static_cast<double>(static_cast<std::int64_t>(value))) {
+      throw std::invalid_argument(fmt::format("option '{}' must hold integers, got {}", key, value));
+    }
+    values.push_back(static_cast<std::int64_t>(value));
+  }
+  return values;
+}
+
+// nn.UNet{channels, mults, blocks, attention, dropout, image, in_channels, out_channels, learn_sigma, classes,
+// class_dropout, groups, checkpoint}
+int nn_unet(lua_State* L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+  check_option_keys(L, 1, "UNet", {"channels", "mults", "blocks", "attention", "dropout", "image", "in_channels",
+                                   "out_channels", "learn_sigma", "classes", "class_dropout", "groups", "checkpoint"});
+  runner::nn::UNetOptions o;
+  o.channels = field_integer(L, 1, "channels", o.channels);
+  o.mults = field_integers(L, 1, "mults", o.mults);
+  o.blocks = field_integer(L, 1, "blocks", o.blocks);
+  o.attention = field_integers(L, 1, "attention", o.attention);
+  o.dropout = field_number(L, 1, "dropout", o.dropout);
+  o.image = field_integer(L, 1, "image", o.image);
+  o.in_channels = field_integer(L, 1, "in_channels", o.in_channels);
+  if (has_field(L, 1, "out_channels")) o.out_channels = field_integer(L, 1, "out_channels", 0);
+  o.learn_sigma = field_boolean(L, 1, "learn_sigma", o.learn_sigma);
+  o.classes = field_integer(L, 1, "classes", o.classes);
+  o.class_dropout = field_number(L, 1, "class_dropout", o.class_dropout);
+  o.groups = field_integer(L, 1, "groups", o.groups);
+  o.checkpoint = field_boolean(L, 1, "checkpoint", o.checkpoint);
+  push_denoiser(L, std::make_shared<runner::nn::UNetImpl>(o));
+  return 1;
+}
+
+// nn.DiT{size = "DiT-XL/2" | depth, hidden, heads, patch; image, in_channels, classes, class_dropout, mlp_ratio,
+// learn_sigma, checkpoint}: explicit fields override the size preset.
+int nn_dit(lua_State* L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+  check_option_keys(L, 1, "DiT", {"size", "depth", "hidden", "heads", "patch", "image", "in_channels", "classes",
+                                  "class_dropout", "mlp_ratio", "learn_sigma", "checkpoint"});
+  runner::nn::DiTOptions o;
+  if (has_field(L, 1, "size")) {
+    o = runner::nn::dit_preset(field_string(L, 1, "size", ""));
+  } else if (!has_field(L, 1, "depth") || !has_field(L, 1, "hidden") || !has_field(L, 1, "heads")) {
+    throw std::invalid_argument("DiT: give a size (e.g. size = \"DiT-S/2\") or depth, hidden and heads");
+  }
+  o.depth = field_integer(L, 1, "depth", o.depth);
+  o.hidden = field_integer(L, 1, "hidden", o.hidden);
+  o.heads = field_integer(L, 1, "heads", o.heads);
+  o.patch = field_integer(L, 1, "patch", o.patch);
+  o.image = field_integer(L, 1, "image", o.image);
+  o.in_channels = field_integer(L, 1, "in_channels", o.in_channels);
+  o.classes = field_integer(L, 1, "classes", o.classes);
+  o.class_dropout = field_number(L, 1, "class_dropout", o.class_dropout);
+  o.mlp_ratio = field_number(L, 1, "mlp_ratio", o.mlp_ratio);
+  o.learn_sigma = field_boolean(L, 1, "learn_sigma", o.learn_sigma);
+  o.checkpoint = field_boolean(L, 1, "checkpoint", o.checkpoint);
+  push_denoiser(L, std::make_shared<runner::nn::DiTImpl>(o));
+  return 1;
+}
+
 // Module methods ----------------------------------------------------------------------------------
+
+// Timesteps as a tensor, or one number for the whole batch.
+at::Tensor check_timesteps(lua_State* L, int index, const at::Tensor& x) {
+  if (lua_type(L, index) == LUA_TNUMBER) {
+    return at::full({x.dim() > 0 ? x.size(0) : 1}, check_integer(L, index), x.options().dtype(at::kLong));
+  }
+  return check_tensor(L, index);
+}
 
 int module_forward(lua_State* L) {
   ModuleBox& box = check_module(L, 1);
+  if (box.denoiser) {
+    const at::Tensor& x = check_tensor(L, 2);
+    std::optional<at::Tensor> labels;
+    if (!lua_isnoneornil(L, 4)) labels = check_tensor(L, 4);
+    push_tensor(L, box.denoiser->forward(x, check_timesteps(L, 3, x), labels));
+    return 1;
+  }
   push_tensor(L, box.forward(check_tensor(L, 2)));
   return 1;
 }
@@ -195,6 +285,41 @@ int module_tostring(lua_State* L) {
   std::string description = text.str();
   if (description.rfind("torch::nn::", 0) == 0) description.erase(0, 11);
   lua_pushstring(L, description.c_str());
+  return 1;
+}
+
+runner::nn::Denoiser& check_denoiser(lua_State* L, int index) {
+  ModuleBox& box = check_module(L, index);
+  if (!box.denoiser) raise_type_error(L, index, "UNet or DiT");
+  return *box.denoiser;
+}
+
+// m:set_checkpointing(on): recompute each block's activations in backward instead of storing them.
+int module_set_checkpointing(lua_State* L) {
+  check_denoiser(L, 1).set_checkpointing(opt_boolean(L, 2, true));
+  lua_settop(L, 1);
+  return 1;
+}
+
+// m:info() -> {in_channels, out_channels, image, classes, class_dropout, null_label, learned_sigma, checkpointing}
+int module_info(lua_State* L) {
+  const auto& d = check_denoiser(L, 1);
+  lua_createtable(L, 0, 8);
+  auto set_integer = [&](const char* key, std::int64_t value) {
+    lua_pushnumber(L, static_cast<lua_Number>(value));
+    lua_setfield(L, -2, key);
+  };
+  set_integer("in_channels", d.in_channels());
+  set_integer("out_channels", d.out_channels());
+  set_integer("image", d.image_size());
+  set_integer("classes", d.classes());
+  lua_pushnumber(L, d.class_dropout());
+  lua_setfield(L, -2, "class_dropout");
+  if (d.has_null_label()) set_integer("null_label", d.classes());
+  lua_pushboolean(L, d.out_channels() == 2 * d.in_channels());
+  lua_setfield(L, -2, "learned_sigma");
+  lua_pushboolean(L, d.checkpointing());
+  lua_setfield(L, -2, "checkpointing");
   return 1;
 }
 
@@ -285,6 +410,11 @@ int f_layer_norm(lua_State* L) {
 
 }  // namespace
 
+std::shared_ptr<runner::nn::Denoiser> test_denoiser(lua_State* L, int index) {
+  ModuleBox* box = test_userdata<ModuleBox>(L, index, kModuleType);
+  return box ? box->denoiser : nullptr;
+}
+
 void open_nn(lua_State* L) {
   new_metatable<ModuleBox>(L, kModuleType, {
       {"forward", wrap<module_forward>},
@@ -293,6 +423,8 @@ void open_nn(lua_State* L) {
       {"_is_training", wrap<module_is_training>},
       {"_to", wrap<module_to>},
       {"type_name", wrap<module_type_name>},
+      {"set_checkpointing", wrap<module_set_checkpointing>},
+      {"info", wrap<module_info>},
   });
   lua_pop(L, 1);
   luaL_getmetatable(L, kModuleType);
@@ -315,6 +447,8 @@ void open_nn(lua_State* L) {
       {"Sigmoid", wrap<simple_module<torch::nn::Sigmoid>>},
       {"Mish", wrap<simple_module<torch::nn::Mish>>},
       {"Identity", wrap<simple_module<torch::nn::Identity>>},
+      {"UNet", wrap<nn_unet>},
+      {"DiT", wrap<nn_dit>},
       {"_is_native", wrap<nn_is_native>},
   });
   lua_newtable(L);

@@ -132,6 +132,8 @@ void open_all_bindings(lua_State* L) {
   open_optim(L);
   open_runner(L);
   open_data(L);
+  open_diffusion(L);
+  open_samples(L);
 }
 
 }  // namespace runner::bindings

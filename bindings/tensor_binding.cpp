@@ -711,6 +711,12 @@ int torch_manual_seed(lua_State* L) {
   return 0;
 }
 
+// torch.initial_seed() -> the seed of the CPU generator (the last torch.manual_seed, or LibTorch's default)
+int torch_initial_seed(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(at::detail::getDefaultCPUGenerator().current_seed()));
+  return 1;
+}
+
 int torch_is_tensor(lua_State* L) {
   lua_pushboolean(L, test_tensor(L, 1) != nullptr);
   return 1;
@@ -826,6 +832,7 @@ void open_tensor(lua_State* L) {
       {"enable_grad", wrap<torch_enable_grad>},
       {"is_grad_enabled", wrap<torch_is_grad_enabled>},
       {"manual_seed", wrap<torch_manual_seed>},
+      {"initial_seed", wrap<torch_initial_seed>},
       {"is_tensor", wrap<torch_is_tensor>},
       {"device", wrap<torch_device>},
       {"set_num_threads", wrap<torch_set_num_threads>},

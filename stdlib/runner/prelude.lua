@@ -1,7 +1,9 @@
--- Loaded into every runner Lua state: completes the torch, nn, optim, runner and runner.data namespaces, defines config.
+-- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
+-- namespaces, defines config.
 require("runner.nn")
 require("runner.optim")
 require("runner.data")
+runner.diffusion = require("runner.diffusion")
 runner.pretty = require("runner.pretty")
 config = require("runner.config").declare
 

@@ -1,0 +1,288 @@
+// Gaussian diffusion in Lua: schedules, the training loss with keyed random streams, DDPM/DDIM sampling with
+// classifier-free guidance (natives in runner._diffusion, wrapped by stdlib/runner/diffusion.lua).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <optional>
+
+#include "bindings/bindings.h"
+#include "bindings/nn_binding.h"
+#include "bindings/tensor_binding.h"
+#include "runtime/diffusion/gaussian_diffusion.h"
+#include "runtime/diffusion/noise_schedule.h"
+#include "runtime/diffusion/sample_streams.h"
+#include "runtime/diffusion/sampler.h"
+
+namespace runner::bindings {
+namespace {
+
+namespace diff = runner::diffusion;
+
+constexpr const char* kDiffusionType = "runner.Diffusion";
+
+struct DiffusionBox {
+  diff::NoiseSchedule schedule;
+  std::string schedule_kind;
+  diff::LossOptions loss;
+  diff::SampleStreams streams;
+};
+
+DiffusionBox& check_diffusion(lua_State* L, int index) {
+  return *check_userdata<DiffusionBox>(L, index, kDiffusionType, "Diffusion");
+}
+
+std::optional<at::Tensor> opt_tensor(lua_State* L, int index) {
+  if (lua_isnoneornil(L, index)) return std::nullopt;
+  return check_tensor(L, index);
+}
+
+// The model at `index` as a diffusion::Denoiser: a built-in UNet/DiT is called directly; anything else
+// (a Lua module or function) is called as model(x, t, labels) on this thread.
+diff::Denoiser denoiser_at(lua_State* L, int index) {
+  if (auto native = test_denoiser(L, index)) {
+    return [native](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
+      return native->forward(x, t, labels);
+    };
+  }
+  const int type = lua_type(L, index);
+  if (type != LUA_TFUNCTION && type != LUA_TTABLE && type != LUA_TUSERDATA) raise_type_error(L, index, "model");
+  const int model = index > 0 ? index : lua_gettop(L) + index + 1;
+  return [L, model](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
+    lua_pushvalue(L, model);
+    push_tensor(L, x);
+    push_tensor(L, t);
+    if (labels) push_tensor(L, *labels);
+    else lua_pushnil(L);
+    lua_call(L, 3, 1);
+    at::Tensor* out = test_tensor(L, -1);
+    if (out == nullptr) {
+      const std::string got = luaL_typename(L, -1);
+      lua_pop(L, 1);
+      throw std::invalid_argument("the model returned " + got + ", expected a tensor");
+    }
+    at::Tensor result = *out;
+    lua_pop(L, 1);
+    return result;
+  };
+}
+
+// runner._diffusion.new{schedule, timesteps, beta_start, beta_end, prediction, min_snr, seed}
+int diffusion_new(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  check_option_keys(L, 1, "diffusion", {"schedule", "timesteps", "beta_start", "beta_end", "prediction", "min_snr", "seed"});
+  diff::ScheduleOptions schedule;
+  schedule.kind = field_string(L, 1, "schedule", schedule.kind);
+  schedule.timesteps = field_integer(L, 1, "timesteps", schedule.timesteps);
+  if (has_field(L, 1, "beta_start")) schedule.beta_start = field_number(L, 1, "beta_start", 0.0);
+  if (has_field(L, 1, "beta_end")) schedule.beta_end = field_number(L, 1, "beta_end", 0.0);
+  diff::LossOptions loss;
+  loss.prediction = diff::parse_prediction(field_string(L, 1, "prediction", "eps"));
+  if (has_field(L, 1, "min_snr")) {
+    loss.min_snr_gamma = field_number(L, 1, "min_snr", 5.0);
+    if (*loss.min_snr_gamma <= 0) throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *loss.min_snr_gamma));
+  }
+  const auto seed = static_cast<std::uint64_t>(field_integer(L, 1, "seed", 0));
+  new_userdata<DiffusionBox>(L, kDiffusionType, DiffusionBox{diff::make_schedule(schedule), schedule.kind, loss, diff::SampleStreams(seed)});
+  return 1;
+}
+
+// d:_loss(model, x0, labels|nil, epoch|nil, indices|nil, label_dropout) -> loss, t, mse, vb
+// Timesteps, noise and label dropout come from the keyed streams: keys from (epoch, indices) for loader
+// batches, else the next running keys.
+int diffusion_loss(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  const diff::Denoiser model = denoiser_at(L, 2);
+  const at::Tensor& x0 = check_tensor(L, 3);
+  std::optional<at::Tensor> labels = opt_tensor(L, 4);
+  if (x0.dim() < 2) throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0.dim()));
+  at::Tensor keys;
+  if (!lua_isnoneornil(L, 6)) {
+    const at::Tensor indices = check_tensor(L, 6).to(at::kCPU).to(at::kLong);
+    if (indices.dim() != 1 || indices.size(0) != x0.size(0)) {
+      throw std::invalid_argument(fmt::format("loss: batch.index must hold {} dataset indices, got {}", x0.size(0), indices.numel()));
+    }
+    keys = diff::SampleStreams::loader_keys(check_integer(L, 5), indices);
+  } else {
+    keys = box.streams.next_keys(x0.size(0));
+  }
+  const double label_dropout = luaL_optnumber(L, 7, 0.0);
+  const auto t = box.streams.timesteps(keys, box.schedule.timesteps(), x0.device());
+  const auto noise = box.streams.noise(keys, x0.sizes().slice(1), x0.options());
+  if (labels && label_dropout > 0) {
+    const std::int64_t null_label = check_integer(L, 8);
+    const auto drop = box.streams.label_drop(keys, label_dropout, labels->device());
+    labels = at::where(drop, at::full_like(*labels, null_label), *labels);
+  }
+  const auto terms = diff::training_loss(box.schedule, model, x0, t, noise, labels, box.loss);
+  push_tensor(L, terms.loss);
+  push_tensor(L, t);
+  push_tensor(L, terms.mse);
+  if (terms.vb.defined()) push_tensor(L, terms.vb);
+  else lua_pushnil(L);
+  return 4;
+}
+
+// d:training_loss(model, x0, t, noise [, labels]) -> loss, mse, vb: the loss for given timesteps and noise.
+int diffusion_training_loss(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  const auto terms = diff::training_loss(box.schedule, denoiser_at(L, 2), check_tensor(L, 3), check_tensor(L, 4),
+                                         check_tensor(L, 5), opt_tensor(L, 6), box.loss);
+  push_tensor(L, terms.loss);
+  push_tensor(L, terms.mse);
+  if (terms.vb.defined()) push_tensor(L, terms.vb);
+  else lua_pushnil(L);
+  return 3;
+}
+
+// d:q_sample(x0, t, noise) -> x_t
+int diffusion_q_sample(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  push_tensor(L, diff::q_sample(box.schedule, check_tensor(L, 2), check_tensor(L, 3), check_tensor(L, 4)));
+  return 1;
+}
+
+// d:_sample(model, x_T, labels|nil, options, noise|nil, seed) -> x [, trajectory]
+// noise: a tensor [steps, B, ...] of per-step noise; without it, noise comes from a generator seeded with seed.
+int diffusion_sample(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  const diff::Denoiser model = denoiser_at(L, 2);
+  const at::Tensor x_T = check_tensor(L, 3);
+  const std::optional<at::Tensor> labels = opt_tensor(L, 4);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  check_option_keys(L, 5, "sample", {"sampler", "steps", "eta", "variance", "clip", "guidance", "null_label",
+                                     "trajectory", "autocast"});
+  diff::SampleOptions o;
+  o.sampler = field_string(L, 5, "sampler", o.sampler);
+  o.steps = field_integer(L, 5, "steps", std::min<std::int64_t>(o.steps, box.schedule.timesteps()));
+  o.eta = field_number(L, 5, "eta", o.eta);
+  o.variance = field_string(L, 5, "variance", o.variance);
+  o.clip = field_boolean(L, 5, "clip", o.clip);
+  o.guidance = field_number(L, 5, "guidance", o.guidance);
+  if (has_field(L, 5, "null_label")) o.null_label = field_integer(L, 5, "null_label", 0);
+  o.keep_trajectory = field_boolean(L, 5, "trajectory", false);
+  o.autocast = field_boolean(L, 5, "autocast", false);
+  o.prediction = box.loss.prediction;
+  diff::NoiseSource noise;
+  if (!lua_isnoneornil(L, 6)) {
+    const at::Tensor given = check_tensor(L, 6);
+    noise = [given](std::int64_t step, const at::Tensor& like) {
+      if (given.dim() != like.dim() + 1 || step >= given.size(0) || given[step].sizes() != like.sizes()) {
+        throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]", fmt::join(like.sizes(), ", "),
+                                                fmt::join(given.sizes(), ", ")));
+      }
+      return given[step].to(like.options());
+    };
+  } else {
+    auto generator = at::globalContext().defaultGenerator(x_T.device()).clone();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_current_seed(static_cast<std::uint64_t>(check_integer(L, 7)) ^ 0x5a17c0de5a17c0deULL);
+    }
+    noise = [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
+  }
+  const auto result = diff::sample(box.schedule, model, x_T, labels, o, noise);
+  push_tensor(L, result.x);
+  if (!o.keep_trajectory) return 1;
+  push_tensor(L, at::stack(result.trajectory));
+  return 2;
+}
+
+// runner._diffusion.initial_noise(shape, seed, device) -> x_T: the sampler's starting noise for a seed.
+int diffusion_initial_noise(lua_State* L) {
+  int next = 1;
+  const auto shape = check_sizes(L, 1, &next);
+  const auto seed = static_cast<std::uint64_t>(check_integer(L, next));
+  const auto device = c10::Device(check_string(L, next + 1));
+  auto generator = at::globalContext().defaultGenerator(device).clone();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
+  }
+  push_tensor(L, at::randn(shape, generator, at::TensorOptions().device(device)));
+  return 1;
+}
+
+// d:schedule() -> {betas =, alphas_cumprod =, ...} float64 tensors [T]
+int diffusion_schedule(lua_State* L) {
+  const diff::NoiseSchedule& s = check_diffusion(L, 1).schedule;
+  lua_createtable(L, 0, 8);
+  const std::pair<const char*, const at::Tensor*> fields[] = {
+      {"betas", &s.betas},
+      {"alphas_cumprod", &s.alphas_cumprod},
+      {"alphas_cumprod_prev", &s.alphas_cumprod_prev},
+      {"posterior_variance", &s.posterior_variance},
+      {"posterior_log_variance_clipped", &s.posterior_log_variance_clipped},
+      {"posterior_mean_coef1", &s.posterior_mean_coef1},
+      {"posterior_mean_coef2", &s.posterior_mean_coef2},
+  };
+  for (const auto& [name, tensor] : fields) {
+    push_tensor(L, *tensor);
+    lua_setfield(L, -2, name);
+  }
+  return 1;
+}
+
+int diffusion_info(lua_State* L) {
+  const DiffusionBox& box = check_diffusion(L, 1);
+  lua_createtable(L, 0, 5);
+  lua_pushnumber(L, static_cast<lua_Number>(box.schedule.timesteps()));
+  lua_setfield(L, -2, "timesteps");
+  lua_pushstring(L, box.schedule_kind.c_str());
+  lua_setfield(L, -2, "schedule");
+  lua_pushstring(L, diff::prediction_name(box.loss.prediction).c_str());
+  lua_setfield(L, -2, "prediction");
+  if (box.loss.min_snr_gamma) {
+    lua_pushnumber(L, *box.loss.min_snr_gamma);
+    lua_setfield(L, -2, "min_snr");
+  }
+  lua_pushnumber(L, static_cast<lua_Number>(box.streams.seed()));
+  lua_setfield(L, -2, "seed");
+  return 1;
+}
+
+// d:stream_counter([value]) -> the running key counter (part of a resumable state)
+int diffusion_stream_counter(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  if (!lua_isnoneornil(L, 2)) box.streams.set_counter(check_integer(L, 2));
+  lua_pushnumber(L, static_cast<lua_Number>(box.streams.counter()));
+  return 1;
+}
+
+// runner._diffusion.sampling_timesteps(T, steps) -> list of timesteps (descending)
+int diffusion_sampling_timesteps(lua_State* L) {
+  const auto steps = diff::sampling_timesteps(check_integer(L, 1), check_integer(L, 2));
+  lua_createtable(L, static_cast<int>(steps.size()), 0);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    lua_pushnumber(L, static_cast<lua_Number>(steps[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+}  // namespace
+
+void open_diffusion(lua_State* L) {
+  new_metatable<DiffusionBox>(L, kDiffusionType,
+                              {{"_loss", wrap<diffusion_loss>},
+                               {"training_loss", wrap<diffusion_training_loss>},
+                               {"q_sample", wrap<diffusion_q_sample>},
+                               {"_sample", wrap<diffusion_sample>},
+                               {"schedule", wrap<diffusion_schedule>},
+                               {"_info", wrap<diffusion_info>},
+                               {"stream_counter", wrap<diffusion_stream_counter>}});
+  lua_pop(L, 1);
+  lua_getglobal(L, "runner");
+  lua_newtable(L);
+  set_functions(L, {{"new", wrap<diffusion_new>},
+                    {"initial_noise", wrap<diffusion_initial_noise>},
+                    {"sampling_timesteps", wrap<diffusion_sampling_timesteps>}});
+  luaL_getmetatable(L, kDiffusionType);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "methods");
+  lua_pop(L, 1);
+  lua_setfield(L, -2, "_diffusion");
+  lua_pop(L, 1);
+}
+
+}  // namespace runner::bindings

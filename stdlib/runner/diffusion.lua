@@ -1,0 +1,130 @@
+-- runner.diffusion: noise schedules, the training loss and DDPM/DDIM sampling with classifier-free guidance
+-- (natives in bindings/diffusion_binding.cpp; the math is defined in docs/models-and-diffusion.md).
+local native = runner._diffusion
+runner._diffusion = nil
+local methods = native.methods
+
+local diffusion = {}
+
+local function check_options(options, name, known)
+  options = options or {}
+  if type(options) ~= "table" then error(string.format("%s: expected an options table", name), 3) end
+  for key in pairs(options) do
+    if not known[key] then
+      local names = {}
+      for k in pairs(known) do names[#names + 1] = k end
+      table.sort(names)
+      error(string.format("unknown option '%s' to '%s' (known: %s)", tostring(key), name, table.concat(names, ", ")), 3)
+    end
+  end
+  return options
+end
+
+local function model_info(model)
+  if nn.is_module(model) and model.info then
+    local ok, info = pcall(model.info, model)
+    if ok then return info end
+  end
+  return nil
+end
+
+--- runner.diffusion.gaussian{timesteps = 1000, schedule = "linear", prediction = "eps", min_snr, beta_start,
+--- beta_end, seed} -> Diffusion. `seed` (default: the seed given to torch.manual_seed) keys the training
+--- streams of timesteps, noise and label dropout.
+function diffusion.gaussian(options)
+  options = check_options(options, "diffusion.gaussian", {
+    timesteps = true, schedule = true, prediction = true, min_snr = true, beta_start = true, beta_end = true, seed = true,
+  })
+  local settings = {}
+  for k, v in pairs(options) do settings[k] = v end
+  if settings.seed == nil then settings.seed = torch.initial_seed() end
+  return native.new(settings)
+end
+diffusion.ddpm = diffusion.gaussian
+
+--- d:loss(model, batch [, {labels, label_dropout}]) -> loss, details
+--- batch: a loader batch ({data, label, index, epoch}) or an image tensor [B, C, H, W]. Labels come from
+--- batch.label when the model is class-conditional (or options.labels); with label dropout (default: the
+--- model's class_dropout) a label becomes the null label. details = {t, mse, vb}.
+function methods:loss(model, batch, options)
+  options = check_options(options, "loss", { labels = true, label_dropout = true })
+  local x0, labels, epoch, index
+  if torch.is_tensor(batch) then
+    x0 = batch
+  elseif type(batch) == "table" and torch.is_tensor(batch.data) then
+    x0, epoch, index = batch.data, batch.epoch, batch.index
+    labels = batch.label
+  else
+    error("loss: batch must be a tensor or a loader batch {data = ..., label = ..., index = ..., epoch = ...}", 2)
+  end
+  if options.labels ~= nil then labels = options.labels end
+  local info = model_info(model)
+  if info and info.classes == 0 then labels = nil end
+  if info and info.classes > 0 and labels == nil then
+    error(string.format("loss: the model is class-conditional (%d classes) but the batch has no labels", info.classes), 2)
+  end
+  local dropout = options.label_dropout
+  if dropout == nil then dropout = info and info.class_dropout or 0 end
+  local null_label = info and info.null_label
+  if labels ~= nil and dropout > 0 and null_label == nil then
+    error("loss: label_dropout needs a model with a null label (class_dropout > 0)", 2)
+  end
+  if labels ~= nil and labels.device ~= x0.device then labels = labels:to(x0.device) end
+  local loss, t, mse, vb = self:_loss(model, x0, labels, epoch and (epoch - 1) or 0, index, labels and dropout or 0, null_label)
+  return loss, { t = t, mse = mse, vb = vb }
+end
+
+local function labels_tensor(labels, n, device)
+  if labels == nil then return nil end
+  if torch.is_tensor(labels) then return labels:to(device) end
+  if type(labels) == "number" then return torch.full({ n }, labels, { dtype = "int64", device = device }) end
+  if type(labels) == "table" then return torch.tensor(labels, { dtype = "int64", device = device }) end
+  error("sample: labels must be a tensor, a list of class ids or one class id", 3)
+end
+
+--- d:sample(model, {n, labels, steps = 50, sampler = "ddim", eta = 0, guidance = 1, variance = "auto", clip = true,
+--- seed, x_T, noise, trajectory = false, device, autocast = false}) -> samples [n, C, H, W] float32 (and the
+--- trajectory [steps + 1, ...] with trajectory = true). The model runs in eval mode and without gradients.
+function methods:sample(model, options)
+  options = check_options(options, "sample", {
+    n = true, labels = true, steps = true, sampler = true, eta = true, guidance = true, variance = true, clip = true,
+    seed = true, x_T = true, noise = true, trajectory = true, device = true, null_label = true, autocast = true,
+  })
+  local info = model_info(model)
+  local seed = options.seed or self:_info().seed
+  local x_T = options.x_T
+  if x_T == nil then
+    if info == nil then error("sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT", 2) end
+    local n = options.n or 16
+    local device = options.device
+    if device == nil then
+      local parameters = model:parameters()
+      device = #parameters > 0 and parameters[1].device or "cpu"
+    end
+    x_T = native.initial_noise({ n, info.in_channels, info.image, info.image }, seed, device)
+  end
+  local n = x_T.shape[1]
+  local labels = labels_tensor(options.labels, n, x_T.device)
+  if info and info.classes > 0 and labels == nil then
+    error(string.format("sample: the model is class-conditional (%d classes): give labels", info.classes), 2)
+  end
+  local settings = {
+    sampler = options.sampler, steps = options.steps, eta = options.eta, variance = options.variance, clip = options.clip,
+    guidance = options.guidance, trajectory = options.trajectory, autocast = options.autocast,
+    null_label = options.null_label or (info and info.null_label),
+  }
+  local was_training = nn.is_module(model) and model:is_training()
+  if was_training then model:eval() end
+  local ok, x, trajectory = pcall(self._sample, self, model, x_T, labels, settings, options.noise, seed)
+  if was_training then model:train() end
+  if not ok then error(x, 0) end
+  return x, trajectory
+end
+
+function methods:info()
+  return self:_info()
+end
+
+diffusion.sampling_timesteps = native.sampling_timesteps
+
+return diffusion
