@@ -92,10 +92,13 @@ class AutocastRestore {
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<RecomputeState> state, variable_list inputs) {
-    ctx->save_for_backward(inputs);
+  // Inputs come as a TensorList: autograd records the tensors of a TensorList argument as inputs (one
+  // gradient each), but not those of a std::vector.
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<RecomputeState> state, at::TensorList inputs) {
+    variable_list input_list(inputs.begin(), inputs.end());
+    ctx->save_for_backward(input_list);
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
-    return state->block(inputs);
+    return state->block(input_list);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -153,7 +156,7 @@ TensorList checkpointed(const BlockFunction& block, const TensorList& inputs) {
   }
   state->cpu_autocast = AutocastState::capture(at::kCPU);
   state->cuda_autocast = AutocastState::capture(at::kCUDA);
-  return CheckpointFunction::apply(state, inputs);
+  return CheckpointFunction::apply(state, at::TensorList(inputs));
 }
 
 }  // namespace runner::nn

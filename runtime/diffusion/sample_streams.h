@@ -1,0 +1,48 @@
+// Per-sample keyed training draws (timesteps, noise, label dropout), independent of how batches are split.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/TensorOptions.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cstdint>
+
+namespace runner::diffusion {
+
+// Every draw of a sample is a pure function of (seed, stream, key). Keys are int64 CPU tensors [B]: a
+// loader sample's (epoch, dataset index) through loader_keys, or a running count from next_keys.
+// Timesteps and label dropout come from a splitmix64 counter generator (runtime/data/sample_rng.h);
+// noise is randn from a clone of the device's default generator seeded with noise_seed(key) for each
+// sample (on the CPU, whose mt19937 takes 32-bit seeds, only the low 32 bits of that seed count).
+class SampleStreams {
+ public:
+  explicit SampleStreams(std::uint64_t seed);
+
+  std::uint64_t seed() const { return seed_; }
+
+  // int64 [B] uniform in 0..T-1 (no modulo bias).
+  at::Tensor timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device) const;
+  // [B, sample_shape...] standard normal, floating dtype and device from options.
+  at::Tensor noise(const at::Tensor& keys, at::IntArrayRef sample_shape, const at::TensorOptions& options) const;
+  // bool [B]: true (drop the label) with probability p.
+  at::Tensor label_drop(const at::Tensor& keys, double p, at::Device device) const;
+
+  // n fresh keys [counter, counter + n) with the top bit set (never equal to a loader key); advances the
+  // counter.
+  at::Tensor next_keys(std::int64_t n);
+  std::int64_t counter() const { return counter_; }
+  void set_counter(std::int64_t counter);
+
+  // epoch * 2^40 + index for each dataset index: epoch in [0, 2^23), indices in [0, 2^40).
+  static at::Tensor loader_keys(std::int64_t epoch, const at::Tensor& indices);
+
+  // The generator seed of a sample's noise.
+  std::uint64_t noise_seed(std::int64_t key) const;
+
+ private:
+  std::uint64_t seed_;
+  std::int64_t counter_ = 0;
+};
+
+}  // namespace runner::diffusion
