@@ -114,6 +114,8 @@ int run(const Command& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Progress lines reach a log file or a pipe as they are printed, not when a buffer fills.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc >= 2 && std::strcmp(argv[1], "data") == 0) {
     runner::core::init_logging("info");
     const int status = runner::bindings::run_data_command(argc - 1, argv + 1);

@@ -113,6 +113,40 @@ function nn.Mish() end
 ---@return Module
 function nn.Identity() end
 
+--- The DDPM UNet of Ho et al. (2020); names, layout and initialisation in docs/models-and-diffusion.md.
+--- Called as `unet(x [B, C, H, W], t [B] int64 timesteps or one number, labels [B] int64 | nil)`.
+--- Defaults are the paper's CIFAR-10 model (35.7M parameters). With `classes > 0` the model is
+--- class-conditional and label id `classes` means "no label" (classifier-free guidance).
+---@param options? {channels?: integer, mults?: integer[], blocks?: integer, attention?: integer[], dropout?: number, image?: integer, in_channels?: integer, out_channels?: integer, learn_sigma?: boolean, classes?: integer, class_dropout?: number, groups?: integer, checkpoint?: boolean}
+---@return Denoiser
+function nn.UNet(options) end
+
+--- DiT (Peebles & Xie 2023) by size name ("DiT-S/2" ... "DiT-XL/8") or by depth, hidden and heads (explicit
+--- fields override the size). Defaults: image 32, in_channels 4, classes 1000, class_dropout 0.1 (label id
+--- `classes` is the null label), mlp_ratio 4, learn_sigma true (2 x in_channels outputs). Parameter counts
+--- equal the official code's (DiT-XL/2: 675,129,632). Called as `dit(x, t, labels)`.
+---@param options {size?: string, depth?: integer, hidden?: integer, heads?: integer, patch?: integer, image?: integer, in_channels?: integer, classes?: integer, class_dropout?: number, mlp_ratio?: number, learn_sigma?: boolean, checkpoint?: boolean}
+---@return Denoiser
+function nn.DiT(options) end
+
+---@class Denoiser: Module
+local Denoiser = {}
+--- Activation checkpointing: each block's activations are recomputed in backward instead of kept
+--- (dropout masks and autocast settings are restored for the recomputation). Returns self.
+---@param enabled? boolean default true
+---@return Denoiser
+function Denoiser:set_checkpointing(enabled) end
+--- {in_channels, out_channels, image, classes, class_dropout, null_label (nil without one), learned_sigma, checkpointing}
+---@return table
+function Denoiser:info() end
+
+--- ema <- decay * ema + (1 - decay) * model for each parameter; buffers are copied. Both models must be built
+--- the same way (e.g. two calls of one constructor).
+---@param ema_model Module
+---@param model Module
+---@param decay number in [0, 1]
+function nn.ema_update(ema_model, model, decay) end
+
 --- Built-in modules also have:
 ---@return string  # "Linear", "Conv2d", ...
 function Module:type_name() end

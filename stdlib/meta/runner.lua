@@ -46,3 +46,23 @@ runner.pretty = {}
 function runner.pretty.repr(value, depth) end
 --- Prints each value rendered by repr, separated by tabs.
 function runner.pretty.print(...) end
+
+--- Writes a batch of images as one PNG grid (torchvision's make_grid layout, `columns` images per row, the
+--- file written atomically). Float values in `range` (default {-1, 1}) map to 0..255; uint8 images are
+--- written as they are. images: [N, 1 or 3, H, W] on any device.
+---@param path string
+---@param images Tensor
+---@param options? {columns?: integer, padding?: integer, range?: number[], pad_value?: number}
+function runner.save_grid(path, images, options) end
+--- The grid save_grid writes, as a uint8 tensor [H, W, C] on the CPU.
+---@return Tensor
+function runner.make_grid(images, options) end
+
+runner.eval = {}
+--- Sliced Wasserstein distance between two image sets of the same shape [N, C, H, W], compared as pixels
+--- average-pooled to resolution x resolution: the mean over `projections` random unit directions (from a
+--- CPU generator seeded with `seed`) of the 1-D Wasserstein-1 distance of the projected sets. 0 for equal
+--- sets; lower is closer. A sample-quality number that needs no download.
+---@param options? {resolution?: integer, projections?: integer, seed?: integer}
+---@return number
+function runner.eval.sliced_wasserstein(a, b, options) end

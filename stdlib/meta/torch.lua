@@ -99,6 +99,9 @@ function torch.is_grad_enabled() end
 --- Seeds the CPU and every CUDA generator.
 ---@param seed integer
 function torch.manual_seed(seed) end
+--- The CPU generator's seed: the last torch.manual_seed, or LibTorch's default.
+---@return integer
+function torch.initial_seed() end
 ---@return boolean
 function torch.is_tensor(value) end
 --- Resolves a device name: torch.device("auto") is "cuda:0" or "cpu".

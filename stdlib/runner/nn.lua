@@ -201,6 +201,23 @@ for name, method in pairs(common) do
   Module[name] = method
 end
 
+--- nn.ema_update(ema_model, model, decay): ema <- decay * ema + (1 - decay) * model for every parameter
+--- (buffers are copied). Both models must have the same structure, e.g. two instances of one constructor.
+function nn.ema_update(ema_model, model, decay)
+  if type(decay) ~= "number" or decay < 0 or decay > 1 then error("nn.ema_update: decay must be in [0, 1]", 2) end
+  local targets, sources = ema_model:parameters(), model:parameters()
+  if #targets ~= #sources then
+    error(string.format("nn.ema_update: the EMA model has %d parameters, the model %d", #targets, #sources), 2)
+  end
+  torch.no_grad(function()
+    for i, target in ipairs(targets) do target:lerp_(sources[i], 1 - decay) end
+    local target_buffers, source_buffers = {}, {}
+    for _, b in ema_model:named_buffers() do target_buffers[#target_buffers + 1] = b end
+    for _, b in model:named_buffers() do source_buffers[#source_buffers + 1] = b end
+    for i, target in ipairs(target_buffers) do target:copy_(source_buffers[i]) end
+  end)
+end
+
 -- Lua-defined modules --------------------------------------------------------------------------------
 
 local function new_registry()

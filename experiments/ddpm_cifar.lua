@@ -1,0 +1,84 @@
+-- DDPM on CIFAR-10 with the setup of Ho et al. (2020): the 35.7M-parameter UNet, 1000 linear-schedule steps,
+-- Adam at 2e-4 with 5000 warmup steps, batch 128, gradient clipping at 1, random flips, EMA 0.9999.
+-- The data is the CIFAR-10 binary version (the folder holding data_batch_1.bin ... data_batch_5.bin):
+--   scripts/run experiments/ddpm_cifar.lua data=/path/to/cifar-10-batches-bin
+--   scripts/run experiments/ddpm_cifar.lua data=... channels=64 steps=50000 batch=64
+local cfg = config {
+  data = "",                  -- folder of the CIFAR-10 binary batches (required)
+  steps = 800000,             -- optimizer steps
+  batch = 128,
+  lr = 2e-4,
+  warmup = 5000,              -- linear learning-rate warmup steps
+  clip = 1.0,                 -- gradient norm clipping
+  ema = 0.9999,               -- EMA decay of the weights used for sampling
+  channels = 128,
+  mults = { 1, 2, 2, 2 },
+  blocks = 2,
+  attention = { 16 },
+  dropout = 0.1,
+  timesteps = 1000,
+  schedule = "linear",
+  sample_every = 10000,       -- write a grid of EMA samples every this many steps (and at the end)
+  sample_steps = 100,         -- DDIM steps for the grids
+  samples = 64,
+  log_every = 100,
+  seed = 0,
+  device = "auto",
+  workers = -1,               -- loader threads (-1: automatic)
+  out = "ddpm_cifar",         -- folder for sample grids and weights
+}
+if cfg.data == "" then runner.usage_error("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin") end
+
+torch.manual_seed(cfg.seed)
+local device = torch.device(cfg.device)
+os.execute(string.format("mkdir -p '%s'", cfg.out))
+
+local train_set = runner.data.cifar10 { path = cfg.data, split = "train" }
+local loader_options = { batch = cfg.batch, shuffle = true, drop_last = true, seed = cfg.seed, device = device,
+                         transform = { flip = true } }
+if cfg.workers >= 0 then loader_options.workers = cfg.workers end
+local loader = runner.data.loader(train_set, loader_options)
+
+local function make_model()
+  return nn.UNet { image = 32, channels = cfg.channels, mults = cfg.mults, blocks = cfg.blocks,
+                   attention = cfg.attention, dropout = cfg.dropout }
+end
+local model = make_model():to(device)
+local ema = make_model():to(device)
+ema:load_state_dict(model:state_dict())
+ema:eval()
+local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
+local opt = optim.Adam(model, { lr = cfg.lr })
+print(model)
+print(string.format("%.1fM parameters on %s; %s; %d steps of batch %d", model:num_parameters() / 1e6, device,
+  tostring(train_set), cfg.steps, cfg.batch))
+
+local function write_samples(step)
+  local samples = ddpm:sample(ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local path = string.format("%s/samples-%07d.png", cfg.out, step)
+  runner.save_grid(path, samples)
+  print(string.format("step %7d  EMA samples: %s", step, path))
+end
+
+local start = runner.clock()
+local running, count = 0, 0
+for batch in loader:iter { from = 0, to = cfg.steps } do
+  local step = batch.step
+  opt:set_lr(cfg.lr * math.min(1, step / math.max(1, cfg.warmup)))
+  local loss = ddpm:loss(model, batch)
+  opt:zero_grad()
+  loss:backward()
+  local grad_norm = optim.clip_grad_norm(model, cfg.clip)
+  opt:step()
+  nn.ema_update(ema, model, cfg.ema)
+  running, count = running + loss:item(), count + 1
+  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
+    local elapsed = runner.clock() - start
+    print(string.format("step %7d  loss %.4f  grad norm %.3f  lr %.2e  %.1f img/s", step, running / count, grad_norm,
+      opt:lr(), step * cfg.batch / elapsed))
+    running, count = 0, 0
+  end
+  if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
+end
+ema:save(cfg.out .. "/ema.safetensors", { steps = tostring(cfg.steps) })
+print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, cfg.out))

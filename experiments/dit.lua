@@ -1,0 +1,86 @@
+-- Class-conditional DiT (Peebles & Xie 2023) on a dataset of latents stored as .npy: [N, 4, 32, 32] float
+-- latents (e.g. images of 256 px through a VAE, scaled) with int64 labels [N]. Learned sigma, linear schedule
+-- of 1000 steps, AdamW at 1e-4 without weight decay, EMA 0.9999, label dropout 0.1 for classifier-free
+-- guidance; samples are drawn with guidance in the latent space and saved as raw latents (.safetensors) and,
+-- for a first look, as a grid of their first three channels.
+--   scripts/run experiments/dit.lua data=latents.npy labels=latents.labels.npy size=DiT-B/2
+local cfg = config {
+  data = "",                 -- .npy of latents [N, C, H, W] (required)
+  labels = "",               -- .npy of int64 class labels [N] (required)
+  classes = 1000,
+  size = "DiT-XL/2",         -- DiT-S/2 ... DiT-XL/8
+  steps = 400000,
+  batch = 256,
+  lr = 1e-4,
+  ema = 0.9999,
+  class_dropout = 0.1,
+  timesteps = 1000,
+  schedule = "linear",
+  guidance = 4.0,            -- classifier-free guidance scale for the samples
+  sample_steps = 250,        -- DDPM steps for the samples
+  sample_every = 50000,
+  sample_classes = { 207, 360, 387, 974, 88, 979, 417, 279 },
+  checkpoint = false,        -- activation checkpointing (less memory, about a third more compute)
+  log_every = 100,
+  seed = 0,
+  device = "auto",
+  workers = -1,
+  out = "dit",
+}
+if cfg.data == "" or cfg.labels == "" then
+  runner.usage_error("give the latents and their labels: data=latents.npy labels=latents.labels.npy")
+end
+
+torch.manual_seed(cfg.seed)
+local device = torch.device(cfg.device)
+os.execute(string.format("mkdir -p '%s'", cfg.out))
+
+local latents = runner.data.npy { path = cfg.data, labels = cfg.labels }
+local shape = latents:get(1).shape
+local loader_options = { batch = cfg.batch, shuffle = true, drop_last = true, seed = cfg.seed, device = device }
+if cfg.workers >= 0 then loader_options.workers = cfg.workers end
+local loader = runner.data.loader(latents, loader_options)
+
+local function make_model()
+  return nn.DiT { size = cfg.size, image = shape[3], in_channels = shape[1], classes = cfg.classes,
+                  class_dropout = cfg.class_dropout, learn_sigma = true, checkpoint = cfg.checkpoint }
+end
+local model = make_model():to(device)
+local ema = make_model():to(device)
+ema:load_state_dict(model:state_dict())
+ema:eval()
+local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
+local opt = optim.AdamW(model, { lr = cfg.lr, weight_decay = 0 })
+print(model)
+print(string.format("%s: %.1fM parameters on %s; %s", cfg.size, model:num_parameters() / 1e6, device, tostring(latents)))
+
+local function write_samples(step)
+  local labels = {}
+  for i, class in ipairs(cfg.sample_classes) do labels[i] = class % cfg.classes end
+  local samples = diffusion:sample(ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
+                                          steps = cfg.sample_steps, seed = cfg.seed })
+  local stem = string.format("%s/samples-%07d", cfg.out, step)
+  torch.save({ latents = samples, labels = torch.tensor(labels, { dtype = "int64" }) }, stem .. ".safetensors")
+  runner.save_grid(stem .. ".png", samples:narrow(2, 1, math.min(3, shape[1])), { range = { -2, 2 } })
+  print(string.format("step %7d  EMA samples (guidance %.1f): %s.safetensors", step, cfg.guidance, stem))
+end
+
+local start = runner.clock()
+local running, count = 0, 0
+for batch in loader:iter { from = 0, to = cfg.steps } do
+  local step = batch.step
+  local loss = diffusion:loss(model, batch)
+  opt:zero_grad()
+  loss:backward()
+  opt:step()
+  nn.ema_update(ema, model, cfg.ema)
+  running, count = running + loss:item(), count + 1
+  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
+    local elapsed = runner.clock() - start
+    print(string.format("step %7d  loss %.4f  %.1f img/s", step, running / count, step * cfg.batch / elapsed))
+    running, count = 0, 0
+  end
+  if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
+end
+ema:save(cfg.out .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
+print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, cfg.out))

@@ -1,0 +1,69 @@
+---@meta
+-- `runner.diffusion` (also `require("runner.diffusion")`): Gaussian diffusion for training and sampling.
+-- The exact definitions (schedules, targets, min-SNR, learned-sigma VB term, samplers, CFG, random streams)
+-- are in docs/models-and-diffusion.md.
+
+runner.diffusion = {}
+
+---@class Diffusion
+local Diffusion = {}
+
+--- A Gaussian diffusion process.
+--- schedule: "linear" (1e-4..0.02 at 1000 steps, scaled by 1000/T otherwise), "cosine" (Nichol & Dhariwal) or
+--- "scaled_linear" (latent diffusion); prediction: what the model predicts, "eps", "x0" or "v"; min_snr: the
+--- gamma of min-SNR loss weighting (off when nil); seed (default torch.initial_seed()) keys the training
+--- streams of timesteps, noise and label dropout.
+---@param options? {timesteps?: integer, schedule?: string, prediction?: string, min_snr?: number, beta_start?: number, beta_end?: number, seed?: integer}
+---@return Diffusion
+function runner.diffusion.gaussian(options) end
+--- The same as gaussian.
+function runner.diffusion.ddpm(options) end
+
+--- The training loss of a batch: uniform timesteps, noise and label dropout from streams keyed by each
+--- sample's (epoch, dataset index) for loader batches, or by a running count for a plain tensor, so the
+--- result does not depend on how a batch is split. Labels come from batch.label when the model is
+--- class-conditional; label dropout (default: the model's class_dropout) replaces a label with the null
+--- label. MSE on the model's first C channels (min-SNR weighted if set) plus, when the model outputs 2C
+--- channels (learned sigma), the variational term of improved DDPM.
+---@param model Module|function  a built-in UNet/DiT (called directly in C++) or any callable model(x, t, labels)
+---@param batch Tensor|{data: Tensor, label?: Tensor, index?: Tensor, epoch?: integer}
+---@param options? {labels?: Tensor, label_dropout?: number}
+---@return Tensor loss, {t: Tensor, mse: Tensor, vb: Tensor|nil} details
+function Diffusion:loss(model, batch, options) end
+
+--- The loss for given timesteps t (int64 [B]) and noise.
+---@return Tensor loss, Tensor mse, Tensor|nil vb
+function Diffusion:training_loss(model, x0, t, noise, labels) end
+
+--- x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise
+---@return Tensor
+function Diffusion:q_sample(x0, t, noise) end
+
+--- Draws samples (float32, values clipped to [-1, 1] unless clip = false) with DDIM (default; eta 0 is
+--- deterministic) or DDPM ancestral sampling over `steps` timesteps round(linspace(0, T-1, steps)). variance
+--- (ddpm): auto (learned for 2C-channel models, else large), small, large or learned. guidance > 1 runs
+--- classifier-free guidance (labels required; the null label is the model's). The start noise and step
+--- noise come from `seed` (default: the diffusion's seed) unless x_T and noise [steps, B, ...] are given. The
+--- model runs in eval mode without gradients and autocast off (autocast = true keeps the caller's).
+--- With trajectory = true, also returns x_T and every step's x stacked: [steps + 1, B, C, H, W].
+---@param options? {n?: integer, labels?: Tensor|integer[]|integer, steps?: integer, sampler?: "ddim"|"ddpm", eta?: number, variance?: string, clip?: boolean, guidance?: number, null_label?: integer, seed?: integer, x_T?: Tensor, noise?: Tensor, trajectory?: boolean, device?: string, autocast?: boolean}
+---@return Tensor samples, Tensor|nil trajectory
+function Diffusion:sample(model, options) end
+
+--- The schedule's float64 tables [T]: betas, alphas_cumprod, alphas_cumprod_prev, posterior_variance,
+--- posterior_log_variance_clipped, posterior_mean_coef1, posterior_mean_coef2.
+---@return table<string, Tensor>
+function Diffusion:schedule() end
+
+--- {timesteps, schedule, prediction, min_snr, seed}
+---@return table
+function Diffusion:info() end
+
+--- The running key counter of plain-tensor batches (read, or set when a value is given): part of a
+--- resumable training state.
+---@return integer
+function Diffusion:stream_counter(value) end
+
+--- The timesteps `steps` sampling steps visit, descending.
+---@return integer[]
+function runner.diffusion.sampling_timesteps(timesteps, steps) end
