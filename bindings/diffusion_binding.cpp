@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <optional>
 
 #include "bindings/bindings.h"
@@ -31,6 +32,18 @@ struct DiffusionBox {
 DiffusionBox& check_diffusion(lua_State* L, int index) {
   return *check_userdata<DiffusionBox>(L, index, kDiffusionType, "Diffusion");
 }
+
+// A seed given as a Lua number: an integer in [0, 2^64). A process that never called torch.manual_seed has a random
+// 64-bit default seed, which torch.initial_seed() (the default seed of diffusion.gaussian) returns rounded to a
+// double; such values are taken as they are rather than refused by the 2^53 limit of check_integer.
+std::uint64_t seed_value(double value) {
+  if (!(value >= 0) || !(value < 18446744073709551616.0) || std::floor(value) != value) {
+    throw std::invalid_argument(fmt::format("seed must be an integer in [0, 2^64), got {}", value));
+  }
+  return static_cast<std::uint64_t>(value);
+}
+
+std::uint64_t check_seed(lua_State* L, int index) { return seed_value(luaL_checknumber(L, index)); }
 
 std::optional<at::Tensor> opt_tensor(lua_State* L, int index) {
   if (lua_isnoneornil(L, index)) return std::nullopt;
@@ -82,7 +95,7 @@ int diffusion_new(lua_State* L) {
     loss.min_snr_gamma = field_number(L, 1, "min_snr", 5.0);
     if (*loss.min_snr_gamma <= 0) throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *loss.min_snr_gamma));
   }
-  const auto seed = static_cast<std::uint64_t>(field_integer(L, 1, "seed", 0));
+  const std::uint64_t seed = has_field(L, 1, "seed") ? seed_value(field_number(L, 1, "seed", 0.0)) : 0;
   new_userdata<DiffusionBox>(L, kDiffusionType, DiffusionBox{diff::make_schedule(schedule), schedule.kind, loss, diff::SampleStreams(seed)});
   return 1;
 }
@@ -177,7 +190,7 @@ int diffusion_sample(lua_State* L) {
     auto generator = at::globalContext().defaultGenerator(x_T.device()).clone();
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(static_cast<std::uint64_t>(check_integer(L, 7)) ^ 0x5a17c0de5a17c0deULL);
+      generator.set_current_seed(check_seed(L, 7) ^ 0x5a17c0de5a17c0deULL);
     }
     noise = [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
   }
@@ -192,7 +205,7 @@ int diffusion_sample(lua_State* L) {
 int diffusion_initial_noise(lua_State* L) {
   int next = 1;
   const auto shape = check_sizes(L, 1, &next);
-  const auto seed = static_cast<std::uint64_t>(check_integer(L, next));
+  const std::uint64_t seed = check_seed(L, next);
   const auto device = c10::Device(check_string(L, next + 1));
   auto generator = at::globalContext().defaultGenerator(device).clone();
   {
