@@ -4,18 +4,10 @@ runner._data = nil
 
 local data = {}
 
+local check_options = require("runner.options").check
+
 local function options_of(options, name, known)
-  options = options or {}
-  if type(options) ~= "table" then error(string.format("data.%s: expected an options table", name), 3) end
-  for key in pairs(options) do
-    if not known[key] then
-      local names = {}
-      for k in pairs(known) do names[#names + 1] = k end
-      table.sort(names)
-      error(string.format("unknown option '%s' to 'data.%s' (known: %s)", tostring(key), name, table.concat(names, ", ")), 3)
-    end
-  end
-  return options
+  return check_options(options, "data." .. name, known, 3)
 end
 
 local function required_path(options, name)

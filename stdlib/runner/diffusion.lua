@@ -6,19 +6,7 @@ local methods = native.methods
 
 local diffusion = {}
 
-local function check_options(options, name, known)
-  options = options or {}
-  if type(options) ~= "table" then error(string.format("%s: expected an options table", name), 3) end
-  for key in pairs(options) do
-    if not known[key] then
-      local names = {}
-      for k in pairs(known) do names[#names + 1] = k end
-      table.sort(names)
-      error(string.format("unknown option '%s' to '%s' (known: %s)", tostring(key), name, table.concat(names, ", ")), 3)
-    end
-  end
-  return options
-end
+local check_options = require("runner.options").check
 
 local function model_info(model)
   if nn.is_module(model) and model.info then

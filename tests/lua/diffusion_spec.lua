@@ -2,8 +2,8 @@
 -- trajectories), the keyed training streams, label dropout, the sampler's options and errors, sample grids
 -- against torchvision and runner.eval.sliced_wasserstein against its definition.
 -- Everything runs on the CPU in float32 (the reference cases are CPU float32), whatever test.device says.
-local cases_dir = os.getenv("RUNNER_REFERENCE_CASES")
-if not cases_dir then error("RUNNER_REFERENCE_CASES is not set (ctest runs tests/reference/make_cases.py first)") end
+local reference = dofile("tests/lua/reference_cases.lua")
+local cases_dir = reference.dir
 -- Small tensors: more threads only add overhead, and on a busy machine (ctest -j) spinning worker threads slow
 -- each model call 5-10x. One thread also gives the reduction order the reference used (make_cases.py).
 torch.set_num_threads(1)
@@ -12,9 +12,7 @@ torch.set_num_threads(1)
 -- random 64-bit default seed, usually above 2^53 (see "sampling works with the default seed" below).
 local unseeded_diffusion = runner.diffusion.gaussian { timesteps = 100 }
 
-local function literal(text)
-  return assert(loadstring("return " .. text))()
-end
+local literal = reference.literal
 
 local function int64(list)
   return torch.tensor(list, { dtype = "int64" })
@@ -26,19 +24,9 @@ local function count_keys(t)
   return n
 end
 
--- A built-in model with the weights of DIR/models/<name>.safetensors, in eval mode (as models_spec loads them).
+-- A built-in model with the weights of DIR/models/<name>.safetensors, in eval mode.
 local function load_model(name)
-  local tensors, meta = torch.load(cases_dir .. "/models/" .. name .. ".safetensors")
-  local options = literal(meta.options)
-  local model = meta.model == "unet" and nn.UNet(options) or nn.DiT(options)
-  local state = {}
-  for key, value in pairs(tensors) do
-    local name_in_model = key:match("^param%.(.*)$")
-    if name_in_model then state[name_in_model] = value end
-  end
-  model:load_state_dict(state)
-  model:eval()
-  return model
+  return (reference.model(name))
 end
 
 -- A small UNet whose weights are all random (a fresh UNet's zero conv_out makes its output 0 whatever the input).

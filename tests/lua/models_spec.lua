@@ -2,8 +2,7 @@
 -- weights give the same outputs and parameter gradients; parameter counts; checkpointing; input errors.
 local device = test.device
 local dtype = os.getenv("RUNNER_TEST_DTYPE") or "float32"
-local cases_dir = os.getenv("RUNNER_REFERENCE_CASES")
-if not cases_dir then error("RUNNER_REFERENCE_CASES is not set (ctest runs tests/reference/make_cases.py first)") end
+local reference = dofile("tests/lua/reference_cases.lua")
 
 -- Relative to the largest reference value of each tensor: 1e-5 in float32 (the issue's bar), bf16 about
 -- three significant bits of headroom over its 8-bit mantissa for these small, shallow networks.
@@ -21,18 +20,9 @@ local function expect_scaled_close(actual, expected, what, scale)
 end
 
 local function load_case(name)
-  local tensors, meta = torch.load(cases_dir .. "/models/" .. name .. ".safetensors")
-  local options = assert(loadstring("return " .. meta.options))()
-  local model = meta.model == "unet" and nn.UNet(options) or nn.DiT(options)
-  local state = {}
-  for key, value in pairs(tensors) do
-    local name_in_model = key:match("^param%.(.*)$")
-    if name_in_model then state[name_in_model] = value end
-  end
-  model:load_state_dict(state)
+  local model, tensors, meta = reference.model(name)
   model:to(device)
   if dtype ~= "float32" then model:to(dtype) end
-  model:eval()
   return model, tensors, meta
 end
 
