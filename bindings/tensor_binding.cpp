@@ -49,15 +49,21 @@ int tensor_gc(lua_State* L) {
 
 std::int64_t lua_held_tensor_bytes() { return held_bytes; }
 
+namespace {
+
+void collect_tensors(lua_State* L) {
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  allocated_since_collect = 0;
+  held_after_collect = held_bytes;
+}
+
+}  // namespace
+
 void push_tensor(lua_State* L, at::Tensor tensor) {
   const std::int64_t bytes = tensor_bytes(tensor);
   held_bytes += bytes;
   allocated_since_collect += bytes;
-  if (allocated_since_collect > std::max(kMinimumCollectBytes, held_after_collect)) {
-    lua_gc(L, LUA_GCCOLLECT, 0);
-    allocated_since_collect = 0;
-    held_after_collect = held_bytes;
-  }
+  if (allocated_since_collect > std::max(kMinimumCollectBytes, held_after_collect)) collect_tensors(L);
   new_userdata<TensorBox>(L, kTensorType, TensorBox{std::move(tensor), bytes});
 }
 
@@ -662,6 +668,10 @@ int tensor_backward(lua_State* L) {
   std::optional<bool> retain_graph;
   if (has_field(L, options, "retain_graph")) retain_graph = field_boolean(L, options, "retain_graph", false);
   self.backward(gradient, retain_graph, create_graph);
+  // A backward usually ends a training step. The unreachable tensors of earlier steps keep their autograd
+  // graphs (and the memory those reference), which the byte count of push_tensor does not see: collect them
+  // now, while the Lua heap is small, instead of letting them pile up to gigabytes between collections.
+  if (!retain_graph.value_or(create_graph)) collect_tensors(L);
   return 0;
 }
 
