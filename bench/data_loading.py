@@ -14,16 +14,13 @@ Rounds alternate runner / PyTorch; the medians are reported. The last line print
 """
 
 import argparse
-import datetime
 import io
 import json
 import math
 import multiprocessing
 import os
-import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
+
+from bench_record import machine_info, runner_version, write_record
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -185,27 +184,6 @@ def measure_pytorch(folder, size, workers):
 
 # Report ---------------------------------------------------------------------------------------------
 
-def machine_info():
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    ram_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"hostname": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
-            "ram_gib": ram_gib, "os": platform.platform(), "python": platform.python_version()}
-
-
 def versions(runner):
     import PIL
     import torch
@@ -219,8 +197,7 @@ def versions(runner):
     except Exception:
         pass
     if runner is not None:
-        done = subprocess.run([str(runner), "--version"], capture_output=True, text=True)
-        found["runner"] = (done.stdout + done.stderr).strip()
+        found["runner"] = runner_version(runner)
     return found
 
 
@@ -297,13 +274,7 @@ def main():
         print(f"{row['size']:>5}  {row['workers']:>7}  {format_rate(row['runner_images_per_s']):>12}  "
               f"{format_rate(row['pytorch_images_per_s']):>13}  {ratio:>6}")
 
-    now = datetime.datetime.now()
-    machine = machine_info()
-    report = {
-        "benchmark": "data_loading",
-        "date": now.isoformat(timespec="seconds"),
-        "machine": machine,
-        "versions": versions(runner),
+    fields = {
         "settings": {"images": args.images, "workers": args.workers, "rounds": args.rounds, "batch": BATCH,
                      "sizes": list(SIZES), "seed": args.seed, "dataset": str(folder), "sides": sides,
                      "pipeline": "decode, resize shorter side to S, random crop S, random horizontal flip, "
@@ -312,17 +283,8 @@ def main():
                               "batches after the first"},
         "rounds": {str(size): rounds[size] for size in SIZES},
         "medians": summary,
-        "ratio_geomean": geomean,
     }
-    if args.output:
-        output = Path(args.output)
-    else:
-        output = BENCH_DIR / "results" / f"data_loading-{now:%Y%m%d-%H%M%S}-{machine['hostname']}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results: {output}")
-    if geomean is not None:
-        print(f"ratio {geomean:.2f}")
+    write_record("data_loading", machine_info(), versions(runner), fields, geomean, args.output)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,9 @@ bfloat16), reported beside the ratio but not in it.
 """
 
 import argparse
-import datetime
 import gc
 import json
 import math
-import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +37,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import models as reference  # noqa: E402  (tests/reference/models.py: the same UNet and DiT in PyTorch)
+from bench_record import machine_info, runner_version, write_record  # noqa: E402
 
 TIMESTEPS = 1000
 
@@ -172,25 +169,10 @@ def measure_pytorch(builder, options, settings, autocast=False, count_flops=Fals
 
 # Report --------------------------------------------------------------------------------------------
 
-def machine_info(device):
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    ram_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    info = {"hostname": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
-            "ram_gib": ram_gib, "os": platform.platform(), "python": platform.python_version(), "gpu": None}
+def machine_info_with_gpu(device):
+    """bench_record's machine entries plus "gpu": None, or the CUDA device's name, memory, SMs and capability."""
+    info = machine_info()
+    info["gpu"] = None
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
         info["gpu"] = {"name": properties.name, "memory_gib": round(properties.total_memory / 2**30, 1),
@@ -205,8 +187,7 @@ def versions(runner):
     found = {"torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
              "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
     if runner is not None:
-        done = subprocess.run([str(runner), "--version"], capture_output=True, text=True)
-        found["runner"] = (done.stdout + done.stderr).strip()
+        found["runner"] = runner_version(runner)
     return found
 
 
@@ -368,13 +349,7 @@ def main():
                       ", ".join(f"{side} {row[f'{side}_tflops']:.0f} TFLOP/s" for side in all_sides
                                 if row.get(f"{side}_tflops") is not None))
 
-    now = datetime.datetime.now()
-    machine = machine_info(device)
-    report = {
-        "benchmark": "model_throughput",
-        "date": now.isoformat(timespec="seconds"),
-        "machine": machine,
-        "versions": versions(runner),
+    fields = {
         "settings": {"device": args.device, "dtype": args.dtype, "precision": precision[args.dtype],
                      "models": names, "small": args.small, "batch_unet": args.batch_unet, "batch_dit": args.batch_dit,
                      "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
@@ -388,17 +363,8 @@ def main():
         "rounds": rounds,
         "medians": summary,
         "errors": errors,
-        "ratio_geomean": geomean,
     }
-    if args.output:
-        output = Path(args.output)
-    else:
-        output = BENCH_DIR / "results" / f"model_throughput-{now:%Y%m%d-%H%M%S}-{machine['hostname']}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results: {output}")
-    if geomean is not None:
-        print(f"ratio {geomean:.2f}")
+    write_record("model_throughput", machine_info_with_gpu(device), versions(runner), fields, geomean, args.output)
 
 
 if __name__ == "__main__":
