@@ -7,10 +7,12 @@ local cfg = config {
   steps = 700,             -- optimizer steps
   batch = 64,              -- images per step
   lr = 2e-3,               -- AdamW learning rate
+  ema = 0.995,             -- decay of the weight average that samples are drawn from
   image = 16,              -- image side
   channels = 32,           -- UNet base width
   timesteps = 1000,        -- diffusion steps
   schedule = "cosine",     -- noise schedule: linear, cosine or scaled_linear
+  prediction = "v",        -- what the model predicts: eps, x0 or v
   sample_steps = 50,       -- DDIM steps when sampling
   sample_every = 350,      -- write a sample grid every this many steps (and at the end)
   metric_samples = 256,    -- generated and real images compared by the quality metric
@@ -27,12 +29,15 @@ os.execute(string.format("mkdir -p '%s'", cfg.out))
 local shapes = runner.data.shapes { size = cfg.image, count = 50000, seed = cfg.seed }
 local loader = runner.data.loader(shapes, { batch = cfg.batch, shuffle = true, seed = cfg.seed, device = device })
 
-local model = nn.UNet {
-  image = cfg.image, channels = cfg.channels, mults = { 1, 2, 2 }, blocks = 1, attention = { 8 }, dropout = 0,
-  groups = 8,
-}
-model:to(device)
-local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
+local function make_model()
+  return nn.UNet { image = cfg.image, channels = cfg.channels, mults = { 1, 2, 2 }, blocks = 1, attention = { 8 },
+                   dropout = 0, groups = 8 }
+end
+local model = make_model():to(device)
+local ema = make_model():to(device)
+ema:load_state_dict(model:state_dict())
+local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
+                                         seed = cfg.seed }
 local opt = optim.AdamW(model, { lr = cfg.lr, weight_decay = 0 })
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
@@ -43,7 +48,7 @@ local real = runner.data.loader(held_out, { batch = cfg.metric_samples }):next()
 runner.save_grid(cfg.out .. "/real.png", real:narrow(1, 1, 64))
 
 local function evaluate(step)
-  local samples = ddpm:sample(model, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = ddpm:sample(ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = string.format("%s/samples-%06d.png", cfg.out, step)
   runner.save_grid(path, samples:narrow(1, 1, 64))
   local distance = runner.eval.sliced_wasserstein(samples, real)
@@ -59,6 +64,7 @@ for batch in loader:iter { from = 0, to = cfg.steps } do
   opt:zero_grad()
   loss:backward()
   opt:step()
+  nn.ema_update(ema, model, cfg.ema)
   running, count = running + loss:item(), count + 1
   local step = batch.step
   if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then

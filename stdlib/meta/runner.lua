@@ -59,10 +59,13 @@ function runner.save_grid(path, images, options) end
 function runner.make_grid(images, options) end
 
 runner.eval = {}
---- Sliced Wasserstein distance between two image sets of the same shape [N, C, H, W], compared as pixels
---- average-pooled to resolution x resolution: the mean over `projections` random unit directions (from a
---- CPU generator seeded with `seed`) of the 1-D Wasserstein-1 distance of the projected sets. 0 for equal
---- sets; lower is closer. A sample-quality number that needs no download.
+--- Sliced Wasserstein distance between two image sets of the same shape [N, C, H, W], average-pooled to
+--- resolution x resolution and compared level by level on a Laplacian pyramid (detail at each side >= 8,
+--- then the low-pass rest; each level scaled by the standard deviation of both sets' values): per level, the
+--- mean over `projections` random unit directions (from a CPU generator seeded with `seed`) of the 1-D
+--- Wasserstein-1 distance of the projected sets; the result is the mean over levels. 0 for equal sets;
+--- lower is closer. A sample-quality number that needs no download (definition in
+--- runtime/eval/sliced_wasserstein.h).
 ---@param options? {resolution?: integer, projections?: integer, seed?: integer}
 ---@return number
 function runner.eval.sliced_wasserstein(a, b, options) end
