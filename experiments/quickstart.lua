@@ -4,7 +4,7 @@
 -- Wasserstein distance between generated and real images (lower is better; needs no download).
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
 local cfg = config {
-  steps = 700,             -- optimizer steps
+  steps = 600,             -- optimizer steps
   batch = 64,              -- images per step
   lr = 2e-3,               -- AdamW learning rate
   ema = 0.995,             -- decay of the weight average that samples are drawn from
@@ -14,7 +14,7 @@ local cfg = config {
   schedule = "cosine",     -- noise schedule: linear, cosine or scaled_linear
   prediction = "v",        -- what the model predicts: eps, x0 or v
   sample_steps = 50,       -- DDIM steps when sampling
-  sample_every = 350,      -- write a sample grid every this many steps (and at the end)
+  sample_every = 300,      -- write a sample grid every this many steps (and at the end)
   metric_samples = 256,    -- generated and real images compared by the quality metric
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto

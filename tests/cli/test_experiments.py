@@ -32,10 +32,9 @@ class Experiments(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def quickstart_quality(self, steps):
+    def quickstart_quality(self, *overrides, steps):
         out = self.dir / f"quickstart-{steps}"
-        stdout = run_experiment("quickstart.lua", f"steps={steps}", "metric_samples=128", "sample_steps=25",
-                                f"sample_every={max(steps, 1)}", f"out={out}", cwd=self.dir)
+        stdout = run_experiment("quickstart.lua", *overrides, f"out={out}", cwd=self.dir)
         match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+)", stdout)
         self.assertIsNotNone(match, stdout)
         grid = out / f"samples-{steps:06d}.png"
@@ -45,13 +44,14 @@ class Experiments(unittest.TestCase):
         return float(match.group(1)), stdout
 
     def test_quickstart_learns_shapes(self):
-        untrained, _ = self.quickstart_quality(0)
-        trained, stdout = self.quickstart_quality(300)
+        # The main job as it ships (600 steps), against the same script with an untrained model.
+        untrained, _ = self.quickstart_quality("steps=0", steps=0)
+        trained, stdout = self.quickstart_quality(steps=600)
         losses = [float(m) for m in re.findall(r"loss ([0-9.]+)", stdout)]
         self.assertGreaterEqual(len(losses), 4, stdout)
         self.assertLess(losses[-1], losses[0] * 0.5, stdout)
-        # Measured on a 2-core CPU: untrained about 0.42, 300 steps about 0.05.
-        self.assertLess(trained, untrained / 3, f"trained {trained} vs untrained {untrained}\n{stdout}")
+        # Measured on a 2-core CPU: untrained 0.73, trained about 0.27.
+        self.assertLess(trained, untrained / 2, f"trained {trained} vs untrained {untrained}\n{stdout}")
 
     def write_cifar(self, root, per_file=6):
         rng = np.random.default_rng(0)
