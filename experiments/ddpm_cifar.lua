@@ -16,6 +16,7 @@ local cfg = config {
   blocks = 2,
   attention = { 16 },
   dropout = 0.1,
+  groups = 32,                -- GroupNorm groups
   timesteps = 1000,
   schedule = "linear",
   sample_every = 10000,       -- write a grid of EMA samples every this many steps (and at the end)
@@ -41,7 +42,7 @@ local loader = runner.data.loader(train_set, loader_options)
 
 local function make_model()
   return nn.UNet { image = 32, channels = cfg.channels, mults = cfg.mults, blocks = cfg.blocks,
-                   attention = cfg.attention, dropout = cfg.dropout }
+                   attention = cfg.attention, dropout = cfg.dropout, groups = cfg.groups }
 end
 local model = make_model():to(device)
 local ema = make_model():to(device)

@@ -45,6 +45,7 @@ function Diffusion:q_sample(x0, t, noise) end
 --- classifier-free guidance (labels required; the null label is the model's). The start noise and step
 --- noise come from `seed` (default: the diffusion's seed) unless x_T and noise [steps, B, ...] are given. The
 --- model runs in eval mode without gradients and autocast off (autocast = true keeps the caller's).
+--- n defaults to the number of labels given, else 16.
 --- With trajectory = true, also returns x_T and every step's x stacked: [steps + 1, B, C, H, W].
 ---@param options? {n?: integer, labels?: Tensor|integer[]|integer, steps?: integer, sampler?: "ddim"|"ddpm", eta?: number, variance?: string, clip?: boolean, guidance?: number, null_label?: integer, seed?: integer, x_T?: Tensor, noise?: Tensor, trajectory?: boolean, device?: string, autocast?: boolean}
 ---@return Tensor samples, Tensor|nil trajectory

@@ -83,7 +83,11 @@ function methods:sample(model, options)
   local x_T = options.x_T
   if x_T == nil then
     if info == nil then error("sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT", 2) end
-    local n = options.n or 16
+    local n = options.n
+    if n == nil then
+      local labels = options.labels
+      n = torch.is_tensor(labels) and labels.shape[1] or (type(labels) == "table" and #labels) or 16
+    end
     local device = options.device
     if device == nil then
       local parameters = model:parameters()

@@ -2,8 +2,16 @@
 local new_optimizer = optim._new
 optim._new = nil
 
+-- A module's parameters that train (fixed ones such as DiT's pos_embed, which do not require grad, are left
+-- out, as PyTorch's optimizers skip them).
 local function parameter_list(value, where)
-  if nn.is_module(value) then return value:parameters() end
+  if nn.is_module(value) then
+    local trainable = {}
+    for _, p in ipairs(value:parameters()) do
+      if p.requires_grad then trainable[#trainable + 1] = p end
+    end
+    return trainable
+  end
   if type(value) == "table" then return value end
   error(string.format("%s: expected a module, a list of tensors or a list of parameter groups", where), 3)
 end

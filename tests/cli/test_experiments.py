@@ -40,7 +40,8 @@ class Experiments(unittest.TestCase):
         grid = out / f"samples-{steps:06d}.png"
         self.assertTrue(grid.exists(), stdout)
         # 64 images of 16 px in 8 columns with 2 px padding.
-        self.assertEqual(Image.open(grid).size, (8 * 18 + 2, 8 * 18 + 2))
+        with Image.open(grid) as image:
+            self.assertEqual(image.size, (8 * 18 + 2, 8 * 18 + 2))
         return float(match.group(1)), stdout
 
     def test_quickstart_learns_shapes(self):
@@ -64,13 +65,14 @@ class Experiments(unittest.TestCase):
     def test_ddpm_cifar_runs_end_to_end(self):
         self.write_cifar(self.dir / "cifar")
         out = self.dir / "cifar-run"
-        stdout = run_experiment("ddpm_cifar.lua", f"data={self.dir / 'cifar'}", "channels=16", "mults=1,2",
+        stdout = run_experiment("ddpm_cifar.lua", f"data={self.dir / 'cifar'}", "channels=16", "mults=1,2", "groups=8",
                                 "blocks=1", "attention=16", "batch=8", "steps=4", "warmup=2", "sample_every=2",
                                 "sample_steps=3", "samples=4", "log_every=1", "workers=1", f"out={out}", cwd=self.dir)
         self.assertIn("step       4  loss", stdout)
         self.assertIn("lr 2.00e-04", stdout)  # warmup over
         self.assertTrue((out / "samples-0000002.png").exists(), stdout)
-        self.assertEqual(Image.open(out / "samples-0000004.png").size, (4 * 34 + 2, 34))
+        with Image.open(out / "samples-0000004.png") as image:
+            self.assertEqual(image.size, (4 * 34 + 2, 34 + 2))
         weights = load_file(str(out / "ema.safetensors"))
         self.assertEqual(weights["conv_in.weight"].shape, (16, 3, 3, 3))
         self.assertIn("down.1.attn.0.q.weight", weights)
