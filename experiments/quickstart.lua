@@ -1,5 +1,5 @@
 -- Quickstart: a small DDPM UNet learns to draw the built-in `shapes` images (16x16 circles, squares and
--- triangles) in about three minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
+-- triangles) in three to four minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
 -- loss as it goes, writes sample grids as PNG files and reports a sample-quality number: the sliced
 -- Wasserstein distance between generated and real images (lower is better; needs no download).
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
