@@ -11,12 +11,14 @@
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/runner_binding.h"
+#include "bindings/runs_binding.h"
 #include "runtime/core/interrupt.h"
 
 namespace runner::bindings {
 namespace {
 
 lua_State* active_state = nullptr;
+volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
 
@@ -77,8 +79,11 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   if (core::take_interrupt()) raise_interrupt(L);
 }
 
-void on_sigint(int) {
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C before the script stops ends the process
+// SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the script at the next Lua instruction or blocking runtime call,
+// so that the run is marked interrupted and its metrics flushed.
+void on_stop_signal(int signal_number) {
+  std::signal(signal_number, SIG_DFL);  // a second signal before the script stops ends the process
+  interrupt_signal = signal_number;
   core::request_interrupt();
   if (active_state) lua_sethook(active_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
@@ -148,8 +153,11 @@ int LuaHost::report_failure(int status) {
   }
   if (is_interrupt_error(L_, -1)) {
     lua_pop(L_, 1);
-    std::fputs("interrupted\n", stderr);
-    return kExitInterrupted;
+    const int signal_number = interrupt_signal;
+    last_error_ = signal_number == SIGINT ? "interrupted (Ctrl-C)" : fmt::format("interrupted by signal {} ({})",
+                                                                               signal_number, strsignal(signal_number));
+    std::fprintf(stderr, "%s\n", signal_number == SIGINT ? "interrupted" : last_error_.c_str());
+    return 128 + signal_number;
   }
   const bool usage = is_usage_error(L_, -1);
   if (usage) {
@@ -157,7 +165,8 @@ int LuaHost::report_failure(int status) {
     lua_remove(L_, -2);
   }
   const char* message = lua_tostring(L_, -1);
-  std::fprintf(stderr, "%s\n", message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error"));
+  last_error_ = message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error");
+  std::fprintf(stderr, "%s\n", last_error_.c_str());
   std::fflush(stderr);
   lua_pop(L_, 1);
   return usage ? kExitUsage : kExitError;
@@ -168,9 +177,14 @@ int LuaHost::call(int nargs, int nresults) {
   lua_pushcfunction(L_, message_handler);
   lua_insert(L_, function_index);
   core::take_interrupt();
-  auto previous = std::signal(SIGINT, on_sigint);
+  interrupt_signal = SIGINT;
+  auto previous_int = std::signal(SIGINT, on_stop_signal);
+  auto previous_term = std::signal(SIGTERM, on_stop_signal);
+  auto previous_hup = std::signal(SIGHUP, on_stop_signal);
   const int status = lua_pcall(L_, nargs, nresults, function_index);
-  std::signal(SIGINT, previous);
+  std::signal(SIGINT, previous_int);
+  std::signal(SIGTERM, previous_term);
+  std::signal(SIGHUP, previous_hup);
   lua_sethook(L_, nullptr, 0, 0);
   lua_remove(L_, function_index);
   if (status == 0) return kExitOk;
@@ -204,6 +218,18 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
   if (status != kExitOk || exit_requested_) return status;
   if (check_overrides_used(L_)) return kExitOk;
   return report_failure(LUA_ERRRUN);
+}
+
+void LuaHost::end_run(int status) {
+  if (status == kExitOk) {
+    end_active_run(L_, "finished", std::nullopt);
+  } else if (status == kExitInterrupted || status == 128 + SIGTERM || status == 128 + SIGHUP) {
+    end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
+  } else {
+    std::string error = last_error_;
+    if (exit_requested_ && error.empty()) error = fmt::format("the script called os.exit({})", status);
+    end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
+  }
 }
 
 int LuaHost::run_string(const std::string& code, const std::string& chunk_name) {

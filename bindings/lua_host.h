@@ -13,7 +13,7 @@ namespace runner::bindings {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitInterrupted = 130;  // Ctrl-C; SIGTERM and SIGHUP give 128 + the signal number
 
 class LuaHost {
  public:
@@ -36,6 +36,10 @@ class LuaHost {
   // message on the stack.
   int load_text(const std::string& text, const std::string& chunk_name);
 
+  // Ends the run that runner.start opened, if any, with the status the script ended with (0: finished;
+  // an interrupt: interrupted; else failed with the last error printed).
+  void end_run(int status);
+
   // True once os.exit ran: the process must exit with exit_status().
   bool exit_requested() const { return exit_requested_; }
   void request_exit(int status);
@@ -46,6 +50,7 @@ class LuaHost {
   int report_failure(int status);
   lua_State* L_;
   bool exit_requested_ = false;
+  std::string last_error_;
   int exit_status_ = kExitOk;
 };
 

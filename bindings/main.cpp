@@ -7,6 +7,7 @@
 
 #include "bindings/data_command.h"
 #include "bindings/lua_host.h"
+#include "runtime/cli/index_commands.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
 
@@ -21,6 +22,7 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner [options] -e 'lua code'                   run a code string
        runner [options] repl                            interactive REPL
        runner data pack DIR OUT.npy --size N            preprocess an image folder into a .npy array
+       runner runs | show | compare | query | report | rm | gc ...   the run index (below)
        runner --help | --version
 
 options:
@@ -106,8 +108,12 @@ int run(const Command& command) {
   } else if (!command.script.empty()) {
     status = host.run_file(command.script, command.overrides, command.script_args);
   }
+  host.end_run(host.exit_requested() ? host.exit_status() : status);
   if (host.exit_requested()) return host.exit_status();
-  if (command.repl || command.interactive) status = runner::bindings::run_repl(host);
+  if (command.repl || command.interactive) {
+    status = runner::bindings::run_repl(host);
+    host.end_run(status);
+  }
   return status;
 }
 
@@ -123,6 +129,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return status;
   }
+  if (argc >= 2 && runner::cli::is_index_command(argv[1])) {
+    const int status = runner::cli::run_index_command(argc - 1, argv + 1);
+    std::fflush(stdout);
+    return status;
+  }
   Command command;
   try {
     command = parse_command(argc, argv);
@@ -133,6 +144,8 @@ int main(int argc, char** argv) {
   }
   if (command.help) {
     std::fputs(kUsage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(runner::cli::index_commands_usage(), stdout);
     return kExitOk;
   }
   if (command.version) {

@@ -134,6 +134,7 @@ void open_all_bindings(lua_State* L) {
   open_data(L);
   open_diffusion(L);
   open_samples(L);
+  open_runs(L);
 }
 
 }  // namespace runner::bindings

@@ -3,12 +3,12 @@
 #include <ATen/ATen.h>
 
 #include "bindings/bindings.h"
+#include "bindings/samples_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/eval/sliced_wasserstein.h"
 #include "runtime/image/image_grid.h"
 
 namespace runner::bindings {
-namespace {
 
 image::GridOptions grid_options(lua_State* L, int index, const char* function) {
   image::GridOptions o;
@@ -24,6 +24,8 @@ image::GridOptions grid_options(lua_State* L, int index, const char* function) {
   o.high = range[1];
   return o;
 }
+
+namespace {
 
 // runner.save_grid(path, images [N, C, H, W] [, {columns = 8, padding = 2, range = {-1, 1}, pad_value = 0}])
 int save_grid(lua_State* L) {

@@ -1,9 +1,12 @@
 // spdlog configuration and the log entry point for the runner process.
 #include "runtime/core/logging.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
+#include <algorithm>
+#include <mutex>
 #include <utility>
 
 namespace runner::core {
@@ -31,6 +34,19 @@ std::shared_ptr<spdlog::logger> runner_logger() {
   return logger;
 }
 
+// The run's log file: log messages through `sink` (with timestamps), printed text through `raw` (as is).
+// Both append to the same file and flush every line, so the file keeps the order of events.
+struct LogFile {
+  std::mutex mutex;
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> sink;
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> raw;
+};
+
+LogFile& log_file() {
+  static LogFile file;
+  return file;
+}
+
 }  // namespace
 
 LogLevel parse_log_level(const std::string& level) {
@@ -53,5 +69,46 @@ void log(LogLevel level, std::string_view message) {
 bool log_enabled(LogLevel level) { return runner_logger()->should_log(to_spdlog(level)); }
 
 void flush_logs() { runner_logger()->flush(); }
+
+}  // namespace runner::core
+
+namespace runner::core {
+
+void attach_log_file(const std::string& path) {
+  detach_log_file();
+  LogFile& file = log_file();
+  std::lock_guard lock(file.mutex);
+  try {
+    file.sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+    file.raw = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+  } catch (const spdlog::spdlog_ex& error) {
+    file.sink.reset();
+    throw std::runtime_error(path + ": cannot open the log file: " + error.what());
+  }
+  file.sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  file.sink->set_level(spdlog::level::trace);
+  file.raw->set_pattern("%v");
+  runner_logger()->sinks().push_back(file.sink);
+}
+
+void detach_log_file() {
+  LogFile& file = log_file();
+  std::lock_guard lock(file.mutex);
+  if (!file.sink) return;
+  auto& sinks = runner_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), file.sink), sinks.end());
+  file.sink->flush();
+  file.sink.reset();
+  file.raw.reset();
+}
+
+void append_to_log_file(std::string_view text) {
+  LogFile& file = log_file();
+  std::lock_guard lock(file.mutex);
+  if (!file.raw) return;
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  file.raw->log(spdlog::details::log_msg("", spdlog::level::info, spdlog::string_view_t(text.data(), text.size())));
+  file.raw->flush();
+}
 
 }  // namespace runner::core

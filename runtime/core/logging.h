@@ -17,4 +17,11 @@ void log(LogLevel level, std::string_view message);
 bool log_enabled(LogLevel level);
 void flush_logs();
 
+// While attached, log messages (every level the logger passes) are also appended to `path` with full
+// timestamps, and append_to_log_file() adds raw lines (a script's printed output). Throws
+// std::runtime_error naming the path when it cannot be opened.
+void attach_log_file(const std::string& path);
+void detach_log_file();
+void append_to_log_file(std::string_view text);
+
 }  // namespace runner::core

@@ -1,10 +1,11 @@
 -- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
--- namespaces, defines config.
+-- namespaces, runner.start and runner.query, defines config.
 require("runner.nn")
 require("runner.optim")
 require("runner.data")
 runner.diffusion = require("runner.diffusion")
 runner.pretty = require("runner.pretty")
+require("runner.run")
 config = require("runner.config").declare
 
 local log_message = runner.log

@@ -1,0 +1,140 @@
+// Option parsing and value formatting shared by the index commands.
+#include "runtime/cli/command_support.h"
+
+#include <cmath>
+#include <ctime>
+#include <fmt/format.h>
+
+#include "runtime/index/run_store.h"
+
+namespace runner::cli {
+
+std::optional<std::string> ParsedArguments::value(const std::string& option) const {
+  auto found = values.find(option);
+  if (found == values.end()) return std::nullopt;
+  return found->second;
+}
+
+ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
+                                const std::set<std::string>& flag_options) {
+  ParsedArguments parsed;
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (options_done || arg.size() < 2 || arg[0] != '-' || (arg[1] != '-' && arg != "-o" && arg != "-n")) {
+      parsed.positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (auto equals = arg.find('='); equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+      arg = arg.substr(0, equals);
+      inline_value = true;
+    }
+    if (value_options.count(arg)) {
+      if (!inline_value) {
+        if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+        value = argv[++i];
+      }
+      parsed.values[arg] = value;
+    } else if (flag_options.count(arg) && !inline_value) {
+      parsed.flags.insert(arg);
+    } else {
+      throw UsageError("unknown option '" + arg + "'");
+    }
+  }
+  return parsed;
+}
+
+TableFormat table_format(const ParsedArguments& arguments) {
+  if (arguments.has("--csv") && arguments.has("--json")) throw UsageError("give --csv or --json, not both");
+  if (arguments.has("--csv")) return TableFormat::csv;
+  if (arguments.has("--json")) return TableFormat::json;
+  return TableFormat::aligned;
+}
+
+std::string format_time(double unix_seconds) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
+  std::tm local{};
+  ::localtime_r(&seconds, &local);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
+  return buffer;
+}
+
+std::string format_duration(double seconds) {
+  const auto total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (total < 60) return fmt::format("{}s", total);
+  if (total < 3600) return fmt::format("{}m {:02d}s", total / 60, total % 60);
+  if (total < 86400) return fmt::format("{}h {:02d}m", total / 3600, (total % 3600) / 60);
+  return fmt::format("{}d {}h", total / 86400, (total % 86400) / 3600);
+}
+
+std::string format_bytes(uint64_t bytes) {
+  if (bytes < 1000) return fmt::format("{} B", bytes);
+  const char* units[] = {"kB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while (value >= 1000 && unit < 3) {
+    value /= 1000;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+Cell json_cell(const nlohmann::json& value) {
+  if (value.is_null()) return std::monostate{};
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array()) {
+    std::string text;
+    for (const auto& item : value) text += (text.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
+    return text;
+  }
+  return value.dump();
+}
+
+double parse_since(const std::string& text) {
+  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
+    size_t used = 0;
+    double amount = 0;
+    try {
+      amount = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string unit = text.substr(used);
+    const std::map<std::string, double> units = {{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}};
+    if (used > 0 && units.count(unit)) return index::now_seconds() - amount * units.at(unit);
+    std::tm local{};
+    for (const char* format : {"%Y-%m-%d %H:%M", "%Y-%m-%d"}) {
+      local = {};
+      const char* end = ::strptime(text.c_str(), format, &local);
+      if (end && *end == '\0') {
+        local.tm_isdst = -1;
+        return static_cast<double>(std::mktime(&local));
+      }
+    }
+  }
+  throw UsageError("--since '" + text + "': expected an age such as 30m, 6h, 2d, 1w or a date such as 2026-11-20");
+}
+
+int64_t parse_count(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < 0) throw UsageError(option + " '" + text + "': expected a non-negative integer");
+  return value;
+}
+
+}  // namespace runner::cli

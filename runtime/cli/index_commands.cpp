@@ -1,0 +1,181 @@
+// The index commands' dispatch and usage, and `runner query`, `runner report`, `runner rm`, `runner gc`.
+#include "runtime/cli/index_commands.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "runtime/cli/command_support.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/read_query.h"
+#include "runtime/index/run_removal.h"
+#include "runtime/index/run_store.h"
+#include "runtime/report/html_report.h"
+
+namespace runner::cli {
+namespace {
+
+constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs):
+  runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sort KEY [--desc]] [--limit N]
+              [--metrics a,b] [--csv|--json]
+                                      table of runs, newest first (KEY: a metric, started, duration, step, name)
+  runner show RUN [--json]            config, versions, summary, latest metrics, checkpoints, artifacts
+  runner compare RUN RUN... [--all] [--csv|--json]
+                                      config differences and metrics side by side
+  runner query "SQL" [--csv|--json]   read-only SQL over the index (schema: docs/index-schema.md)
+  runner report RUN... [-o report.html] [--metrics a,b]
+                                      one self-contained HTML file: curves, config, latest sample grids
+  runner rm RUN... [--force]          delete runs with their files (--force: also running ones)
+  runner gc [--dry-run] [--orphans]   finish interrupted deletions, mark dead runs interrupted, delete
+                                      checkpoints no longer kept (--orphans: run folders the index lost)
+RUN is an id, a unique id prefix, a name, or 'last'.
+)";
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+std::vector<std::string> split_keys(const std::string& text) {
+  std::vector<std::string> keys;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    std::string key = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!key.empty()) keys.push_back(key);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return keys;
+}
+
+}  // namespace
+
+const char* index_commands_usage() { return kUsage; }
+
+bool is_index_command(const std::string& name) {
+  return name == "runs" || name == "show" || name == "compare" || name == "query" || name == "report" || name == "rm" ||
+         name == "gc";
+}
+
+int query_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
+  if (arguments.positional.size() != 1) throw UsageError("expected one SQL statement in quotes");
+  const TableFormat format = table_format(arguments);
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  const index::QueryResult result = index::run_read_query(db, arguments.positional[0]);
+  print(format_table({result.columns, result.rows}, format));
+  return 0;
+}
+
+int report_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {});
+  if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
+  const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
+  const std::string home = index::home_directory();
+  index::Database db = index::open_index_for_reading(home);
+  const double now = index::now_seconds();
+  std::vector<report::ReportRun> runs;
+  std::optional<std::vector<std::string>> chosen;
+  if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
+  for (const auto& reference : arguments.positional) {
+    const index::RunRecord record = index::resolve_run(db, reference);
+    report::ReportRun run;
+    run.id = record.id;
+    run.name = record.name;
+    run.status = index::effective_status(record, now);
+    run.started = format_time(record.started_at).substr(0, 16);
+    run.duration_seconds = index::duration_seconds(record, now);
+    run.step = record.step;
+    run.config = record.config;
+    run.summary = record.summary;
+    std::vector<std::string> keys;
+    if (chosen) keys = *chosen;
+    else
+      for (const auto& latest : index::latest_metrics(db, record.run)) keys.push_back(latest.key);
+    for (const auto& key : keys) {
+      auto& series = run.metrics[key];
+      for (const auto& point : index::metric_series(db, record.run, key)) series.emplace_back(point.step, point.value);
+      if (series.empty()) run.metrics.erase(key);
+    }
+    for (const auto& artifact : index::latest_artifacts(db, record.run, "image"))
+      run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
+    runs.push_back(std::move(run));
+  }
+  report::ReportOptions options;
+  options.title = arguments.value("--title").value_or(
+      runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
+  options.generated_at = format_time(now);
+  report::write_html_report(output, runs, options);
+  print(fmt::format("wrote {} ({} run{})\n", output, runs.size(), runs.size() == 1 ? "" : "s"));
+  return 0;
+}
+
+int rm_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force"});
+  if (arguments.positional.empty()) throw UsageError("expected one or more RUNs to delete");
+  const std::string home = index::home_directory();
+  index::Database db = index::open_index_for_writing(home);
+  const double now = index::now_seconds();
+  // Every reference is resolved before anything is deleted, so a typo deletes nothing.
+  std::vector<index::RunRecord> runs;
+  for (const auto& reference : arguments.positional) {
+    index::RunRecord run = index::resolve_run(db, reference);
+    if (index::effective_status(run, now) == "running" && !arguments.has("--force"))
+      throw index::IndexError(fmt::format("run {} ({}) is still running (pid {} on {}); stop it first or use --force",
+                                          run.name, run.id, run.pid, run.host));
+    bool duplicate = false;
+    for (const auto& seen : runs) duplicate = duplicate || seen.run == run.run;
+    if (!duplicate) runs.push_back(std::move(run));
+  }
+  for (const auto& run : runs) {
+    const index::RemovedRun removed = index::remove_run(db, home, run);
+    print(fmt::format("removed {} ({}): {} metric values, {} checkpoints, {} artifacts, {}\n", removed.name, removed.id,
+                      removed.metrics, removed.checkpoints, removed.artifacts, format_bytes(removed.bytes)));
+  }
+  return 0;
+}
+
+int gc_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--dry-run", "--orphans"});
+  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  const bool dry_run = arguments.has("--dry-run");
+  const std::string home = index::home_directory();
+  index::Database db = index::open_index_for_writing(home);
+  const index::GarbageReport report = index::collect_garbage(db, home, dry_run, arguments.has("--orphans"));
+  const std::string verb = dry_run ? "would " : "";
+  for (const auto& entry : report.finished_removals) print(fmt::format("{}finish deleting {}/.trash/{}\n", verb, home, entry));
+  for (const auto& name : report.interrupted_runs) print(fmt::format("{}mark {} interrupted (its process is gone)\n", verb, name));
+  for (const auto& path : report.dropped_checkpoints) print(fmt::format("{}delete checkpoint {}/{} (no longer kept)\n", verb, home, path));
+  for (const auto& entry : report.orphan_directories) {
+    if (arguments.has("--orphans")) print(fmt::format("{}delete {}/{} (a run directory not in the index)\n", verb, home, entry));
+    else print(fmt::format("note: {}/{} looks like a run directory but is not in the index (--orphans deletes it)\n", home, entry));
+  }
+  for (const auto& name : report.missing_directories)
+    print(fmt::format("note: run {} has no directory under {} (its rows are kept; `runner rm {}` deletes them)\n", name, home, name));
+  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", format_bytes(report.bytes_freed)));
+  return 0;
+}
+
+int run_index_command(int argc, char** argv) {
+  const std::string name = argv[0];
+  try {
+    if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+      print(kUsage);
+      return 0;
+    }
+    if (name == "runs") return runs_command(argc, argv);
+    if (name == "show") return show_command(argc, argv);
+    if (name == "compare") return compare_command(argc, argv);
+    if (name == "query") return query_command(argc, argv);
+    if (name == "report") return report_command(argc, argv);
+    if (name == "rm") return rm_command(argc, argv);
+    if (name == "gc") return gc_command(argc, argv);
+    throw UsageError("unknown command '" + name + "'");
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), error.what(), kUsage);
+    return 2;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "runner %s: %s\n", name.c_str(), error.what());
+    return 1;
+  }
+}
+
+}  // namespace runner::cli

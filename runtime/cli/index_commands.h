@@ -1,0 +1,25 @@
+// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc.
+#pragma once
+
+#include <string>
+
+namespace runner::cli {
+
+bool is_index_command(const std::string& name);
+// argv[0] is the command name. Prints results on stdout and one-line errors on stderr
+// ("runner show: no run matches 'x' ..."). Returns 0, 1 (an error) or 2 (a usage error).
+int run_index_command(int argc, char** argv);
+
+// Each command with argv[0] its name; they throw UsageError (command_support.h) or index::IndexError.
+int runs_command(int argc, char** argv);     // runs_commands.cpp
+int show_command(int argc, char** argv);     // runs_commands.cpp
+int compare_command(int argc, char** argv);  // runs_commands.cpp
+int query_command(int argc, char** argv);    // index_commands.cpp
+int report_command(int argc, char** argv);   // index_commands.cpp
+int rm_command(int argc, char** argv);       // index_commands.cpp
+int gc_command(int argc, char** argv);       // index_commands.cpp
+
+// The usage text of all index commands, for `runner --help`.
+const char* index_commands_usage();
+
+}  // namespace runner::cli

@@ -1,0 +1,334 @@
+// `runner runs`, `runner show` and `runner compare`: the index as tables for people (and CSV/JSON).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fmt/format.h>
+#include <limits>
+
+#include "runtime/cli/command_support.h"
+#include "runtime/cli/index_commands.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+
+namespace runner::cli {
+namespace {
+
+// A metric column's value for a run: the summary value when the run set one, else the latest logged value.
+std::optional<double> metric_value(index::Database& db, const index::RunRecord& run, const std::string& key) {
+  if (run.summary.is_object() && run.summary.contains(key) && run.summary[key].is_number())
+    return run.summary[key].get<double>();
+  return index::latest_metric(db, run.run, key);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+}  // namespace
+
+int runs_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics"},
+                                                    {"--csv", "--json", "--desc"});
+  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  const TableFormat format = table_format(arguments);
+  index::RunFilter filter;
+  if (auto status = arguments.value("--status")) {
+    static const std::set<std::string> statuses = {"running", "finished", "failed", "interrupted"};
+    if (!statuses.count(*status))
+      throw UsageError("--status '" + *status + "': expected running, finished, failed or interrupted");
+    filter.status = *status;
+  }
+  filter.name_glob = arguments.value("--name");
+  if (auto since = arguments.value("--since")) filter.started_after = parse_since(*since);
+  const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
+
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  std::vector<index::RunRecord> runs = index::list_runs(db, filter);
+  const double now = index::now_seconds();
+
+  std::vector<std::string> metrics;
+  if (auto chosen = arguments.value("--metrics")) {
+    metrics = split_list(*chosen);
+  } else {
+    std::set<std::string> keys;
+    for (const auto& run : runs)
+      for (const auto& [key, value] : run.summary.items())
+        if (value.is_number()) keys.insert(key);
+    metrics.assign(keys.begin(), keys.end());
+    if (metrics.size() > 4) metrics.resize(4);
+    if (metrics.empty()) metrics.push_back("loss");
+  }
+  const std::optional<std::string> sort = arguments.value("--sort");
+  if (sort && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
+    static const std::set<std::string> builtin = {"started", "name", "duration", "step", "status"};
+    if (!builtin.count(*sort)) metrics.insert(metrics.begin(), *sort);
+  }
+
+  struct Line {
+    const index::RunRecord* run;
+    std::vector<std::optional<double>> values;
+  };
+  std::vector<Line> lines;
+  for (const auto& run : runs) {
+    Line line{&run, {}};
+    for (const auto& key : metrics) line.values.push_back(metric_value(db, run, key));
+    lines.push_back(std::move(line));
+  }
+  // A metric column with no value in any run is dropped unless it was asked for.
+  if (!arguments.value("--metrics")) {
+    for (size_t m = metrics.size(); m-- > 0;) {
+      const bool any = std::any_of(lines.begin(), lines.end(), [&](const Line& l) { return l.values[m].has_value(); });
+      if (!any && (!sort || metrics[m] != *sort)) {
+        metrics.erase(metrics.begin() + static_cast<std::ptrdiff_t>(m));
+        for (auto& line : lines) line.values.erase(line.values.begin() + static_cast<std::ptrdiff_t>(m));
+      }
+    }
+  }
+  const bool descending = arguments.has("--desc");
+  if (sort) {
+    auto position = std::find(metrics.begin(), metrics.end(), *sort);
+    auto key = [&](const Line& line) -> std::optional<double> {
+      if (position != metrics.end()) return line.values[static_cast<size_t>(position - metrics.begin())];
+      if (*sort == "started") return line.run->started_at;
+      if (*sort == "duration") return index::duration_seconds(*line.run, now);
+      if (*sort == "step") return static_cast<double>(line.run->step);
+      return std::nullopt;
+    };
+    std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
+      if (*sort == "name") return descending ? a.run->name > b.run->name : a.run->name < b.run->name;
+      if (*sort == "status") return descending ? a.run->status > b.run->status : a.run->status < b.run->status;
+      const auto ka = key(a), kb = key(b);
+      const bool va = ka && !std::isnan(*ka), vb = kb && !std::isnan(*kb);
+      if (va != vb) return va;  // runs without the value go last
+      if (!va) return false;
+      return descending ? *ka > *kb : *ka < *kb;
+    });
+  }
+  const size_t total = lines.size();
+  if (limit > 0 && lines.size() > static_cast<size_t>(limit)) lines.resize(static_cast<size_t>(limit));
+
+  Table table;
+  table.columns = {"id", "name", "status", "started", "duration", "step"};
+  for (const auto& key : metrics) table.columns.push_back(key);
+  for (const auto& line : lines) {
+    const auto& run = *line.run;
+    std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
+    if (format == TableFormat::aligned) {
+      row.push_back(format_time(run.started_at).substr(0, 16));
+      row.push_back(format_duration(index::duration_seconds(run, now)));
+    } else {
+      row.push_back(run.started_at);
+      row.push_back(index::duration_seconds(run, now));
+    }
+    row.push_back(run.step);
+    for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
+    table.rows.push_back(std::move(row));
+  }
+  if (format == TableFormat::aligned && table.rows.empty()) {
+    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after ? "no runs yet\n"
+                                                                                        : "no runs match\n");
+    return 0;
+  }
+  print(format_table(table, format));
+  if (format == TableFormat::aligned && total > lines.size())
+    print(fmt::format("({} of {} runs shown; --limit 0 shows all)\n", lines.size(), total));
+  return 0;
+}
+
+namespace {
+
+nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double now) {
+  nlohmann::json out = {{"id", run.id},
+                        {"name", run.name},
+                        {"status", index::effective_status(run, now)},
+                        {"script", run.script},
+                        {"script_hash", run.script_hash},
+                        {"config", run.config},
+                        {"summary", run.summary},
+                        {"versions", run.versions},
+                        {"host", run.host},
+                        {"pid", run.pid},
+                        {"device", run.device},
+                        {"world_size", run.world_size},
+                        {"dir", run.dir},
+                        {"started_at", run.started_at},
+                        {"duration", index::duration_seconds(run, now)},
+                        {"step", run.step}};
+  out["seed"] = run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr);
+  out["git_revision"] = run.git_revision ? nlohmann::json(*run.git_revision) : nlohmann::json(nullptr);
+  out["git_dirty"] = run.git_dirty ? nlohmann::json(*run.git_dirty) : nlohmann::json(nullptr);
+  out["ended_at"] = run.ended_at ? nlohmann::json(*run.ended_at) : nlohmann::json(nullptr);
+  out["error"] = run.error ? nlohmann::json(*run.error) : nlohmann::json(nullptr);
+  out["parent"] = run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json(nullptr);
+  nlohmann::json metrics = nlohmann::json::object();
+  for (const auto& latest : index::latest_metrics(db, run.run)) {
+    metrics[latest.key] = {{"step", latest.point.step},
+                           {"value", std::isfinite(latest.point.value) ? nlohmann::json(latest.point.value)
+                                                                       : nlohmann::json(format_number(latest.point.value))}};
+  }
+  out["metrics"] = metrics;
+  nlohmann::json checkpoints = nlohmann::json::array();
+  for (const auto& c : index::checkpoints(db, run.run)) {
+    checkpoints.push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}, {"hash", c.hash}, {"kept", c.kept},
+                           {"metric", c.metric ? nlohmann::json(*c.metric) : nlohmann::json(nullptr)},
+                           {"metric_value", c.metric_value ? nlohmann::json(*c.metric_value) : nlohmann::json(nullptr)}});
+  }
+  out["checkpoints"] = checkpoints;
+  nlohmann::json artifacts = nlohmann::json::array();
+  for (const auto& a : index::artifacts(db, run.run))
+    artifacts.push_back({{"step", a.step}, {"kind", a.kind}, {"name", a.name}, {"path", a.path}, {"bytes", a.bytes}});
+  out["artifacts"] = artifacts;
+  return out;
+}
+
+void print_section(const std::string& title, const Table& table) {
+  if (table.rows.empty()) return;
+  print("\n" + title + "\n");
+  std::string text = format_table(table, TableFormat::aligned);
+  // Indent the section's table by two spaces.
+  std::string indented;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    indented += "  " + text.substr(start, end - start + 1);
+    start = end + 1;
+  }
+  print(indented);
+}
+
+Table key_values(const nlohmann::json& object, const std::string& value_column) {
+  Table table{{"key", value_column}, {}};
+  if (object.is_object())
+    for (const auto& [key, value] : object.items()) table.rows.push_back({key, json_cell(value)});
+  return table;
+}
+
+}  // namespace
+
+int show_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--json"});
+  if (arguments.positional.size() != 1) throw UsageError("expected one RUN (an id, id prefix, name or 'last')");
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  const index::RunRecord run = index::resolve_run(db, arguments.positional[0]);
+  const double now = index::now_seconds();
+  if (arguments.has("--json")) {
+    print(run_json(db, run, now).dump(2) + "\n");
+    return 0;
+  }
+  const std::string status = index::effective_status(run, now);
+  std::string text = fmt::format("run       {} ({})\n", run.name, run.id);
+  text += fmt::format("status    {}{}\n", status,
+                      status != run.status ? " (its process is gone: killed or crashed)" : "");
+  if (run.error) {
+    const std::string first_line = run.error->substr(0, run.error->find('\n'));
+    text += fmt::format("error     {}\n", first_line);
+  }
+  text += fmt::format("started   {}   duration {}   step {}\n", format_time(run.started_at),
+                      format_duration(index::duration_seconds(run, now)), run.step);
+  text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : run.script,
+                      run.script_hash.empty() ? "" : fmt::format("   sha256 {}", run.script_hash.substr(0, 12)));
+  if (run.git_revision)
+    text += fmt::format("git       {}{}\n", run.git_revision->substr(0, 12), run.git_dirty.value_or(false) ? " (modified)" : "");
+  text += fmt::format("host      {}   pid {}   device {}   world size {}{}\n", run.host, run.pid,
+                      run.device.empty() ? "-" : run.device, run.world_size,
+                      run.seed ? fmt::format("   seed {}", *run.seed) : "");
+  text += fmt::format("directory {}/{}\n", index::home_directory(), run.dir);
+  if (run.parent_id) text += fmt::format("parent    {}\n", *run.parent_id);
+  print(text);
+  print_section("config", key_values(run.config, "value"));
+  print_section("summary", key_values(run.summary, "value"));
+  Table metrics{{"metric", "step", "value"}, {}};
+  for (const auto& latest : index::latest_metrics(db, run.run))
+    metrics.rows.push_back({latest.key, latest.point.step, latest.point.value});
+  print_section("metrics (latest)", metrics);
+  Table checkpoints{{"step", "path", "size", "kept", "metric"}, {}};
+  for (const auto& c : index::checkpoints(db, run.run)) {
+    checkpoints.rows.push_back({c.step, c.path, format_bytes(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
+                                c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? format_number(*c.metric_value) : "-"))
+                                         : Cell(std::monostate{})});
+  }
+  print_section("checkpoints", checkpoints);
+  Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
+  for (const auto& a : index::artifacts(db, run.run))
+    artifacts.rows.push_back({a.step, a.kind, a.name, a.path, format_bytes(static_cast<uint64_t>(a.bytes))});
+  print_section("artifacts", artifacts);
+  Table versions = key_values(run.versions, "version");
+  print_section("versions", versions);
+  return 0;
+}
+
+int compare_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json"});
+  if (arguments.positional.size() < 2) throw UsageError("expected two or more RUNs to compare");
+  const TableFormat format = table_format(arguments);
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  std::vector<index::RunRecord> runs;
+  for (const auto& reference : arguments.positional) {
+    runs.push_back(index::resolve_run(db, reference));
+    for (size_t i = 0; i + 1 < runs.size(); ++i)
+      if (runs[i].run == runs.back().run) throw UsageError(fmt::format("run {} is given twice", runs.back().name));
+  }
+  std::vector<std::string> heads = {"", ""};
+  heads[0] = "section";
+  heads[1] = "key";
+  for (const auto& run : runs) heads.push_back(fmt::format("{} ({})", run.name, run.id));
+  Table table{heads, {}};
+
+  std::set<std::string> config_keys;
+  for (const auto& run : runs)
+    for (const auto& [key, value] : run.config.items()) config_keys.insert(key);
+  for (const auto& key : config_keys) {
+    std::vector<Cell> row = {"config", key};
+    std::set<std::string> distinct;
+    for (const auto& run : runs) {
+      const bool has = run.config.contains(key);
+      row.push_back(has ? json_cell(run.config[key]) : Cell(std::monostate{}));
+      distinct.insert(has ? run.config[key].dump() : "<absent>");
+    }
+    if (distinct.size() > 1 || arguments.has("--all")) table.rows.push_back(std::move(row));
+  }
+  std::set<std::string> summary_keys, metric_keys;
+  for (const auto& run : runs) {
+    for (const auto& [key, value] : run.summary.items()) summary_keys.insert(key);
+    for (const auto& latest : index::latest_metrics(db, run.run)) metric_keys.insert(latest.key);
+  }
+  for (const auto& key : summary_keys) {
+    std::vector<Cell> row = {"summary", key};
+    for (const auto& run : runs) row.push_back(run.summary.contains(key) ? json_cell(run.summary[key]) : Cell(std::monostate{}));
+    table.rows.push_back(std::move(row));
+  }
+  for (const auto& key : metric_keys) {
+    std::vector<Cell> row = {"metric", key};
+    for (const auto& run : runs) {
+      auto value = index::latest_metric(db, run.run, key);
+      row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
+    }
+    table.rows.push_back(std::move(row));
+  }
+  const double now = index::now_seconds();
+  std::vector<Cell> status = {"run", "status"}, steps = {"run", "step"}, duration = {"run", "duration"};
+  for (const auto& run : runs) {
+    status.push_back(index::effective_status(run, now));
+    steps.push_back(run.step);
+    duration.push_back(format == TableFormat::aligned ? Cell(format_duration(index::duration_seconds(run, now)))
+                                                      : Cell(index::duration_seconds(run, now)));
+  }
+  table.rows.insert(table.rows.begin(), {status, steps, duration});
+  print(format_table(table, format));
+  if (format == TableFormat::aligned && config_keys.size() > 0 && !arguments.has("--all"))
+    print("(config keys with equal values are hidden; --all shows them)\n");
+  return 0;
+}
+
+}  // namespace runner::cli

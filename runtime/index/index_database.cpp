@@ -1,0 +1,234 @@
+// The index's location, schema (as migrations) and the pragmas every connection gets.
+#include "runtime/index/index_database.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+
+namespace runner::index {
+namespace {
+
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE runs (
+  run INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL UNIQUE,
+  status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
+  script TEXT,
+  script_hash TEXT,
+  config TEXT NOT NULL DEFAULT '{}',
+  summary TEXT NOT NULL DEFAULT '{}',
+  git_revision TEXT,
+  git_dirty INTEGER,
+  host TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  device TEXT,
+  seed INTEGER,
+  world_size INTEGER NOT NULL DEFAULT 1,
+  versions TEXT NOT NULL DEFAULT '{}',
+  dir TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL,
+  heartbeat_at REAL NOT NULL,
+  step INTEGER NOT NULL DEFAULT 0,
+  error TEXT,
+  parent INTEGER REFERENCES runs (run) ON DELETE SET NULL,
+  sweep INTEGER REFERENCES sweeps (sweep) ON DELETE SET NULL,
+  trial INTEGER
+);
+CREATE INDEX runs_by_start ON runs (started_at);
+
+CREATE TABLE metrics (
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  time REAL NOT NULL,
+  PRIMARY KEY (run, key, step)
+) WITHOUT ROWID;
+
+CREATE TABLE metric_latest (
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  time REAL NOT NULL,
+  PRIMARY KEY (run, key)
+) WITHOUT ROWID;
+
+CREATE TABLE checkpoints (
+  checkpoint INTEGER PRIMARY KEY,
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  metric TEXT,
+  metric_value REAL,
+  kept INTEGER NOT NULL DEFAULT 1,
+  created_at REAL NOT NULL,
+  UNIQUE (run, path)
+);
+
+CREATE TABLE checkpoint_files (
+  checkpoint INTEGER NOT NULL REFERENCES checkpoints (checkpoint) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  hash TEXT NOT NULL,
+  PRIMARY KEY (checkpoint, name)
+) WITHOUT ROWID;
+
+CREATE TABLE artifacts (
+  artifact INTEGER PRIMARY KEY,
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  created_at REAL NOT NULL
+);
+CREATE INDEX artifacts_by_run ON artifacts (run, name, step);
+
+CREATE TABLE sweeps (
+  sweep INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  script TEXT NOT NULL,
+  spec TEXT NOT NULL DEFAULT '{}',
+  status TEXT NOT NULL,
+  created_at REAL NOT NULL
+);
+
+CREATE TABLE trials (
+  sweep INTEGER NOT NULL REFERENCES sweeps (sweep) ON DELETE CASCADE,
+  trial INTEGER NOT NULL,
+  params TEXT NOT NULL DEFAULT '{}',
+  run INTEGER REFERENCES runs (run) ON DELETE SET NULL,
+  status TEXT NOT NULL,
+  rung INTEGER NOT NULL DEFAULT 0,
+  metric REAL,
+  PRIMARY KEY (sweep, trial)
+);
+)sql"},
+};
+
+int user_version(Database& db) {
+  Statement statement = db.prepare("PRAGMA user_version");
+  statement.step();
+  return static_cast<int>(statement.integer(0));
+}
+
+int table_count(Database& db) {
+  Statement statement = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table'");
+  statement.step();
+  return static_cast<int>(statement.integer(0));
+}
+
+void check_version(Database& db, int version, int supported) {
+  if (version > supported)
+    throw IndexError(fmt::format("{}: the index has schema version {}, newer than this runner supports ({}); "
+                                 "use a newer runner",
+                                 db.path(), version, supported));
+}
+
+void check_is_index(Database& db, int version) {
+  if (version == 0 && table_count(db) > 0)
+    throw IndexError(fmt::format("{}: not a runner index (an SQLite database without the runner schema)", db.path()));
+}
+
+void make_directories(const std::string& path) {
+  std::string prefix;
+  size_t position = 0;
+  while (position != std::string::npos) {
+    position = path.find('/', position + 1);
+    prefix = path.substr(0, position);
+    if (prefix.empty()) continue;
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
+      throw IndexError(fmt::format("{}: cannot create the directory: {}", prefix, std::strerror(errno)));
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+}  // namespace
+
+std::string home_directory() {
+  const char* home = std::getenv("RUNNER_HOME");
+  std::string path = home && *home ? home : "runs";
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+std::string index_path(const std::string& home) { return home + "/index.db"; }
+
+std::span<const Migration> schema_migrations() { return kMigrations; }
+
+int schema_version() { return kMigrations[std::size(kMigrations) - 1].version; }
+
+int migrate(Database& db, std::span<const Migration> migrations) {
+  const int latest = migrations.empty() ? 0 : migrations.back().version;
+  int version = user_version(db);
+  check_version(db, version, latest);
+  check_is_index(db, version);
+  for (const Migration& migration : migrations) {
+    if (migration.version <= version) continue;
+    Transaction transaction(db);
+    const int current = user_version(db);  // another process may have migrated meanwhile
+    if (current >= migration.version) {
+      version = current;
+      continue;
+    }
+    check_is_index(db, current);
+    db.execute(migration.sql);
+    db.execute(fmt::format("PRAGMA user_version = {}", migration.version));
+    transaction.commit();
+    version = migration.version;
+  }
+  return version;
+}
+
+Database open_index_for_writing(const std::string& home) {
+  make_directories(home);
+  Database db(index_path(home), OpenMode::read_write_create);
+  // journal_mode needs the lock that a concurrent creator may hold: the busy timeout covers it.
+  {
+    Statement mode = db.prepare("PRAGMA journal_mode = WAL");
+    mode.step();
+    if (mode.text(0) != "wal") throw IndexError(fmt::format("{}: cannot switch to WAL mode", db.path()));
+  }
+  db.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON");
+  migrate(db, schema_migrations());
+  return db;
+}
+
+Database open_index_for_reading(const std::string& home) {
+  const std::string path = index_path(home);
+  if (!file_exists(path))
+    throw IndexError(fmt::format("{}: no runner index here (RUNNER_HOME is '{}'; a script that calls runner.start "
+                                 "creates it)",
+                                 path, home));
+  {
+    Database db(path, OpenMode::read_only);
+    const int version = user_version(db);
+    check_version(db, version, schema_version());
+    check_is_index(db, version);
+    if (version == 0) throw IndexError(fmt::format("{}: not a runner index (an empty database)", path));
+    if (version == schema_version()) {
+      db.execute("PRAGMA query_only = ON");
+      return db;
+    }
+  }
+  open_index_for_writing(home);  // an older schema: migrate, then read
+  Database db(path, OpenMode::read_only);
+  db.execute("PRAGMA query_only = ON");
+  return db;
+}
+
+}  // namespace runner::index

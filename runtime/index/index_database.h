@@ -1,0 +1,38 @@
+// The runner index: where it lives (RUNNER_HOME), its schema and migrations, and opening it safely.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "runtime/index/sqlite_database.h"
+
+namespace runner::index {
+
+// RUNNER_HOME, or ./runs when unset: holds index.db and one directory per run.
+std::string home_directory();
+std::string index_path(const std::string& home);
+
+// One step of the schema: applied in a transaction that also sets PRAGMA user_version = version.
+struct Migration {
+  int version;
+  const char* sql;
+};
+
+// The schema this runner writes and reads (docs/index-schema.md describes it).
+std::span<const Migration> schema_migrations();
+int schema_version();
+
+// Applies the migrations newer than the database's user_version, each in its own immediate transaction
+// (so concurrent openers apply each at most once). Throws IndexError for a database from a newer schema or
+// an SQLite file that has tables but no runner schema. Returns the version now in the database.
+int migrate(Database& db, std::span<const Migration> migrations);
+
+// Opens the index for writing: creates the file (and `home`) when missing, sets WAL mode, synchronous
+// NORMAL, foreign keys, and migrates. Errors are IndexError with the path.
+Database open_index_for_writing(const std::string& home);
+
+// Opens the index read-only for queries and reports. A missing file, a file that is not a runner index,
+// or a newer schema is an IndexError; an older schema is first migrated through a writable connection.
+Database open_index_for_reading(const std::string& home);
+
+}  // namespace runner::index

@@ -1,0 +1,209 @@
+// The metric writer thread: batched INSERT OR REPLACE of queued values, the per-key latest values and the
+// run's heartbeat, one immediate transaction per batch.
+#include "runtime/index/metric_writer.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "runtime/core/logging.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+
+namespace runner::index {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds(double value) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(value));
+}
+
+}  // namespace
+
+MetricWriter::MetricWriter(std::string home, int64_t run, MetricWriterOptions options)
+    : home_(std::move(home)), run_(run), options_(options) {
+  // Opening here reports a bad index to the caller instead of failing later on the thread.
+  open_index_for_writing(home_);
+  thread_ = std::thread([this] { run_thread(); });
+}
+
+MetricWriter::~MetricWriter() {
+  try {
+    close();
+  } catch (const std::exception& error) {
+    core::log(core::LogLevel::error, std::string("metrics not written: ") + error.what());
+  }
+}
+
+uint32_t MetricWriter::intern(std::string_view key) {
+  auto found = key_ids_.find(std::string(key));
+  if (found != key_ids_.end()) return found->second;
+  const auto id = static_cast<uint32_t>(keys_.size());
+  keys_.emplace_back(key);
+  key_ids_.emplace(keys_.back(), id);
+  return id;
+}
+
+void MetricWriter::push(Entry entry) {
+  std::unique_lock lock(mutex_);
+  if (closed_) throw IndexError("metrics cannot be logged after the run has finished");
+  if (queued_.size() >= options_.max_queued_rows) {
+    wake_writer_.notify_one();
+    batch_done_.wait(lock, [&] { return queued_.size() < options_.max_queued_rows || failure_; });
+    if (failure_ && queued_.size() >= options_.max_queued_rows) std::rethrow_exception(failure_);
+  }
+  queued_.push_back(std::move(entry));
+  ++queued_total_;
+  if (queued_.size() == options_.flush_rows) wake_writer_.notify_one();
+}
+
+void MetricWriter::log(std::string_view key, int64_t step, double value, double time) {
+  std::unique_lock lock(mutex_);
+  const uint32_t id = intern(key);
+  lock.unlock();
+  push({id, step, time, value, {}});
+}
+
+void MetricWriter::log(std::string_view key, int64_t step, const at::Tensor& value, double time) {
+  if (value.numel() != 1)
+    throw std::invalid_argument("metric '" + std::string(key) + "' must be a number or a one-element tensor, got " +
+                                std::to_string(value.numel()) + " elements");
+  std::unique_lock lock(mutex_);
+  const uint32_t id = intern(key);
+  lock.unlock();
+  push({id, step, time, 0.0, value.requires_grad() ? value.detach() : value});
+}
+
+void MetricWriter::set_step(int64_t step) {
+  std::lock_guard lock(mutex_);
+  step_ = step;
+}
+
+void MetricWriter::flush() {
+  std::unique_lock lock(mutex_);
+  if (closed_ && !thread_.joinable()) return;
+  const uint64_t target = queued_total_;
+  if (committed_total_ >= target) return;
+  flush_target_ = std::max(flush_target_, target);
+  wake_writer_.notify_one();
+  batch_done_.wait(lock, [&] { return committed_total_ >= target || failure_ || !thread_.joinable(); });
+  if (committed_total_ < target && failure_) std::rethrow_exception(failure_);
+}
+
+void MetricWriter::close() {
+  {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    closed_ = true;
+    stopping_ = true;
+  }
+  wake_writer_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mutex_);
+  if (committed_total_ < queued_total_ && failure_) std::rethrow_exception(failure_);
+}
+
+uint64_t MetricWriter::rows_written() const {
+  std::lock_guard lock(mutex_);
+  return committed_total_;
+}
+
+void MetricWriter::run_thread() {
+  std::optional<Database> db;
+  std::optional<Statement> insert, latest, heartbeat;
+  std::vector<std::string> keys;
+  std::vector<Entry> batch;
+  auto last_flush = Clock::now();
+  auto next_heartbeat = Clock::now();
+  int failures = 0;
+
+  std::unique_lock lock(mutex_);
+  while (true) {
+    const auto retry_pause = seconds(std::min(30.0, options_.flush_interval_seconds * (1 << std::min(failures, 5))));
+    const auto deadline = std::min(last_flush + (failures ? retry_pause : seconds(options_.flush_interval_seconds)),
+                                   next_heartbeat);
+    wake_writer_.wait_until(lock, deadline, [&] {
+      return stopping_ || (!failures && (queued_.size() >= options_.flush_rows || flush_target_ > committed_total_));
+    });
+    const auto now = Clock::now();
+    const bool heartbeat_due = now >= next_heartbeat;
+    if (queued_.empty() && !heartbeat_due && !stopping_) continue;
+    batch.swap(queued_);
+    for (size_t i = keys.size(); i < keys_.size(); ++i) keys.push_back(keys_[i]);
+    const int64_t step = step_;
+    const bool stopping = stopping_;
+    lock.unlock();
+
+    std::exception_ptr failure;
+    try {
+      if (!db) {
+        db.emplace(open_index_for_writing(home_));
+        insert.emplace(*db, "INSERT OR REPLACE INTO metrics (run, key, step, value, time) VALUES (?, ?, ?, ?, ?)");
+        latest.emplace(*db,
+                       "INSERT INTO metric_latest (run, key, step, value, time) VALUES (?, ?, ?, ?, ?) "
+                       "ON CONFLICT (run, key) DO UPDATE SET step = excluded.step, value = excluded.value, "
+                       "time = excluded.time WHERE excluded.step >= metric_latest.step");
+        heartbeat.emplace(*db, "UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
+      }
+      Transaction transaction(*db);
+      std::map<uint32_t, size_t> newest;  // key -> index of the entry with the highest step
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Entry& entry = batch[i];
+        if (entry.tensor.defined()) {
+          entry.value = entry.tensor.item<double>();
+          entry.tensor = at::Tensor();
+        }
+        insert->bind(1, run_).bind(2, keys[entry.key]).bind(3, entry.step);
+        if (std::isnan(entry.value)) insert->bind_null(4);
+        else insert->bind(4, entry.value);
+        insert->bind(5, entry.time);
+        insert->run();
+        auto [slot, fresh] = newest.emplace(entry.key, i);
+        if (!fresh && batch[slot->second].step <= entry.step) slot->second = i;
+      }
+      for (const auto& [key, i] : newest) {
+        const Entry& entry = batch[i];
+        latest->bind(1, run_).bind(2, keys[key]).bind(3, entry.step);
+        if (std::isnan(entry.value)) latest->bind_null(4);
+        else latest->bind(4, entry.value);
+        latest->bind(5, entry.time);
+        latest->run();
+      }
+      heartbeat->bind(1, now_seconds()).bind(2, step).bind(3, run_);
+      heartbeat->run();
+      transaction.commit();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+
+    lock.lock();
+    last_flush = Clock::now();
+    if (failure) {
+      // Nothing of the batch was committed: it goes back in front of what was queued meanwhile.
+      batch.insert(batch.end(), std::make_move_iterator(queued_.begin()), std::make_move_iterator(queued_.end()));
+      queued_.swap(batch);
+      if (!failures) {
+        try {
+          std::rethrow_exception(failure);
+        } catch (const std::exception& error) {
+          core::log(core::LogLevel::warn, std::string("metrics are waiting to be written: ") + error.what());
+        }
+      }
+      ++failures;
+      failure_ = failure;
+    } else {
+      committed_total_ += batch.size();
+      failures = 0;
+      failure_ = nullptr;
+      next_heartbeat = last_flush + seconds(options_.heartbeat_seconds);
+    }
+    batch.clear();
+    batch_done_.notify_all();
+    if (stopping && (queued_.empty() || failure)) break;
+  }
+}
+
+}  // namespace runner::index

@@ -1,0 +1,133 @@
+// A run from runner.start to its final status: index row, run directory, log file, metric writer.
+#include "runtime/index/run_context.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "runtime/core/atomic_file.h"
+#include "runtime/core/logging.h"
+#include "runtime/index/index_database.h"
+
+namespace runner::index {
+namespace {
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs a command; returns its stdout, or nothing when it fails.
+std::optional<std::string> command_output(const std::string& command) {
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return std::nullopt;
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), got);
+  if (::pclose(pipe) != 0) return std::nullopt;
+  return output;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  core::AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size(), "text");
+  writer.commit();
+}
+
+void check_artifact_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 100 && name[0] != '.';
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.');
+  if (!ok)
+    throw std::invalid_argument(fmt::format("image name '{}' is not allowed: use 1 to 100 letters, digits, '_', '-' "
+                                            "and '.', not starting with '.'",
+                                            name));
+}
+
+}  // namespace
+
+GitState git_state(const std::string& directory) {
+  const std::string git = "git -C " + shell_quote(directory.empty() ? "." : directory);
+  GitState state;
+  if (auto revision = command_output(git + " rev-parse HEAD 2>/dev/null")) {
+    while (!revision->empty() && std::isspace(static_cast<unsigned char>(revision->back()))) revision->pop_back();
+    if (!revision->empty()) state.revision = *revision;
+  }
+  if (state.revision) {
+    if (auto status = command_output(git + " status --porcelain --untracked-files=no 2>/dev/null"))
+      state.dirty = !status->empty();
+  }
+  return state;
+}
+
+RunContext::RunContext(const RunStart& start) : home_(start.home), db_(open_index_for_writing(start.home)) {
+  reap_stale_runs(db_, now_seconds());
+  record_ = create_run(db_, start.run, home_);
+  directory_ = home_ + "/" + record_.dir;
+  try {
+    if (::mkdir(directory_.c_str(), 0777) != 0)
+      throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
+    write_text_file(directory_ + "/script.lua", start.script_text);
+    write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
+    core::attach_log_file(directory_ + "/log.txt");
+    writer_ = std::make_unique<MetricWriter>(home_, record_.run, start.writer);
+  } catch (const std::exception& error) {
+    finish_run(db_, record_.run, "failed", std::string("the run could not start: ") + error.what());
+    core::detach_log_file();
+    finished_ = true;
+    throw;
+  }
+}
+
+RunContext::~RunContext() {
+  try {
+    finish("interrupted", "the run was not finished (the process ended early)");
+  } catch (const std::exception& error) {
+    core::log(core::LogLevel::error, std::string("run ") + record_.name + ": " + error.what());
+  }
+}
+
+void RunContext::merge_summary(const nlohmann::json& values) {
+  index::merge_summary(db_, record_.run, values);
+}
+
+std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,
+                                    const image::GridOptions& options) {
+  check_artifact_name(name);
+  const std::string folder = directory_ + "/images";
+  if (::mkdir(folder.c_str(), 0777) != 0 && errno != EEXIST)
+    throw IndexError(fmt::format("{}: cannot create the directory: {}", folder, std::strerror(errno)));
+  const std::string relative = fmt::format("images/{}-{:07d}.png", name, step);
+  const std::string path = directory_ + "/" + relative;
+  image::save_grid(path, images, options);
+  struct stat info {};
+  ::stat(path.c_str(), &info);
+  add_artifact(db_, {0, record_.run, step, "image", name, relative, static_cast<int64_t>(info.st_size), 0});
+  return path;
+}
+
+void RunContext::finish(const std::string& status, const std::optional<std::string>& error) {
+  if (finished_) return;
+  finished_ = true;
+  std::string final_status = status;
+  std::optional<std::string> final_error = error;
+  std::exception_ptr flush_failure;
+  try {
+    writer_->close();
+  } catch (const std::exception& failure) {
+    flush_failure = std::current_exception();
+    final_status = status == "finished" ? "failed" : status;
+    final_error = (error ? *error + "; " : std::string()) + "metrics not written: " + failure.what();
+  }
+  core::detach_log_file();
+  finish_run(db_, record_.run, final_status, final_error);
+  record_ = load_run(db_, record_.run);
+  if (flush_failure) std::rethrow_exception(flush_failure);
+}
+
+}  // namespace runner::index

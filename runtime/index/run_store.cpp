@@ -1,0 +1,413 @@
+// Run, checkpoint and artifact rows of the index, and the lookup of runs by what users type.
+#include "runtime/index/run_store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fmt/format.h>
+#include <limits>
+#include <random>
+
+namespace runner::index {
+namespace {
+
+constexpr const char* kRunColumns =
+    "r.run, r.id, r.name, r.status, r.script, r.script_hash, r.config, r.summary, r.git_revision, r.git_dirty, "
+    "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
+    "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent)";
+
+nlohmann::json parse_json_column(const Statement& statement, int column) {
+  const std::string text = statement.text(column);
+  return nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+}
+
+RunRecord read_run(const Statement& s) {
+  RunRecord run;
+  run.run = s.integer(0);
+  run.id = s.text(1);
+  run.name = s.text(2);
+  run.status = s.text(3);
+  run.script = s.text(4);
+  run.script_hash = s.text(5);
+  run.config = parse_json_column(s, 6);
+  run.summary = parse_json_column(s, 7);
+  run.git_revision = s.optional_text(8);
+  if (auto dirty = s.optional_integer(9)) run.git_dirty = *dirty != 0;
+  run.host = s.text(10);
+  run.pid = s.integer(11);
+  run.device = s.text(12);
+  run.seed = s.optional_integer(13);
+  run.world_size = static_cast<int>(s.integer(14));
+  run.versions = parse_json_column(s, 15);
+  run.dir = s.text(16);
+  run.started_at = s.real(17);
+  run.ended_at = s.optional_real(18);
+  run.heartbeat_at = s.real(19);
+  run.step = s.integer(20);
+  run.error = s.optional_text(21);
+  run.parent_id = s.optional_text(22);
+  return run;
+}
+
+std::vector<RunRecord> query_runs(Database& db, const std::string& where, const std::vector<std::string>& texts) {
+  Statement statement = db.prepare(fmt::format("SELECT {} FROM runs r {} ORDER BY r.started_at DESC, r.run DESC",
+                                               kRunColumns, where));
+  for (size_t i = 0; i < texts.size(); ++i) statement.bind(static_cast<int>(i + 1), texts[i]);
+  std::vector<RunRecord> runs;
+  while (statement.step()) runs.push_back(read_run(statement));
+  return runs;
+}
+
+bool process_alive(int64_t pid) {
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+std::string random_id() {
+  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::random_device device;
+  std::mt19937_64 generator((static_cast<uint64_t>(device()) << 32) ^ device() ^
+                            static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::string id;
+  for (int i = 0; i < 8; ++i) id += kAlphabet[generator() % 36];
+  return id;
+}
+
+bool exists_on_disk(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+bool name_taken(Database& db, const std::string& name) {
+  Statement statement = db.prepare("SELECT 1 FROM runs WHERE name = ?");
+  statement.bind(1, name);
+  return statement.step();
+}
+
+std::string script_stem(const std::string& script) {
+  std::string stem = script.substr(script.rfind('/') == std::string::npos ? 0 : script.rfind('/') + 1);
+  if (stem.size() > 4 && stem.ends_with(".lua")) stem.resize(stem.size() - 4);
+  std::string clean;
+  for (char c : stem) clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
+  if (clean.empty() || clean[0] == '.') clean = "run" + clean;
+  return clean;
+}
+
+void check_name(const std::string& name) {
+  if (name.empty() || name.size() > 100 || name[0] == '.' || name == "last")
+    throw IndexError(fmt::format("run name '{}' is not allowed (1 to 100 characters, not starting with '.', not 'last')", name));
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      throw IndexError(fmt::format("run name '{}' is not allowed: use letters, digits, '_', '-' and '.'", name));
+}
+
+std::string describe_matches(const std::vector<RunRecord>& runs) {
+  std::string text;
+  for (size_t i = 0; i < runs.size() && i < 5; ++i) text += fmt::format("{}{} ({})", i ? ", " : "", runs[i].id, runs[i].name);
+  if (runs.size() > 5) text += fmt::format(" and {} more", runs.size() - 5);
+  return text;
+}
+
+MetricPoint read_point(const Statement& s, int first) {
+  return {s.integer(first), s.is_null(first + 1) ? std::numeric_limits<double>::quiet_NaN() : s.real(first + 1),
+          s.real(first + 2)};
+}
+
+}  // namespace
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char buffer[256] = {};
+  if (::gethostname(buffer, sizeof buffer - 1) != 0) return "unknown";
+  return buffer;
+}
+
+std::string effective_status(const RunRecord& run, double now) {
+  if (run.status != "running") return run.status;
+  if (now - run.heartbeat_at > kStaleAfterSeconds) return "interrupted";
+  if (run.host == host_name() && !process_alive(run.pid)) return "interrupted";
+  return "running";
+}
+
+double duration_seconds(const RunRecord& run, double now) {
+  const double end = run.ended_at ? *run.ended_at : (effective_status(run, now) == "running" ? now : run.heartbeat_at);
+  return std::max(0.0, end - run.started_at);
+}
+
+RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) {
+  if (!spec.name.empty()) check_name(spec.name);
+  const double now = now_seconds();
+  for (int attempt = 0;; ++attempt) {
+    std::optional<int64_t> inserted;
+    with_transaction(db, [&] {
+      std::string name = spec.name;
+      if (name.empty()) {
+        const std::string stem = script_stem(spec.script.empty() ? "run" : spec.script);
+        Statement count = db.prepare("SELECT count(*) FROM runs WHERE name GLOB ? || '-[0-9]*'");
+        count.bind(1, stem);
+        count.step();
+        for (int64_t n = count.integer(0) + 1;; ++n) {
+          name = fmt::format("{}-{}", stem, n);
+          if (!name_taken(db, name) && !exists_on_disk(home + "/" + name)) break;
+        }
+      } else if (name_taken(db, name)) {
+        throw IndexError(fmt::format("{}: a run named '{}' already exists; choose another name or remove it with "
+                                     "`runner rm {}`",
+                                     db.path(), name, name));
+      } else if (exists_on_disk(home + "/" + name)) {
+        throw IndexError(fmt::format("{}/{}: the run directory already exists but is not in the index; choose "
+                                     "another name or move the directory away",
+                                     home, name));
+      }
+      const std::string id = random_id();
+      Statement clash = db.prepare("SELECT 1 FROM runs WHERE id = ?");
+      clash.bind(1, id);
+      if (clash.step()) return;  // retried with another id
+      Statement insert = db.prepare(
+          "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
+          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent) "
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
+      insert.bind(6, spec.git_revision);
+      if (spec.git_dirty) insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
+      else insert.bind_null(7);
+      insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
+      insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
+      insert.bind(17, spec.parent);
+      insert.run();
+      inserted = db.last_insert_rowid();
+    });
+    if (inserted) return load_run(db, *inserted);
+    if (attempt > 100) throw IndexError(fmt::format("{}: cannot find a free run id", db.path()));
+  }
+}
+
+void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
+  with_transaction(db, [&] {
+    Statement statement =
+        db.prepare("UPDATE runs SET status = ?, error = ?, ended_at = ?, heartbeat_at = ? WHERE run = ?");
+    const double now = now_seconds();
+    statement.bind(1, status).bind(2, error).bind(3, now).bind(4, now).bind(5, run);
+    statement.run();
+  });
+}
+
+void merge_summary(Database& db, int64_t run, const nlohmann::json& values) {
+  with_transaction(db, [&] {
+    Statement read = db.prepare("SELECT summary FROM runs WHERE run = ?");
+    read.bind(1, run);
+    if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+    nlohmann::json summary = parse_json_column(read, 0);
+    if (!summary.is_object()) summary = nlohmann::json::object();
+    summary.update(values);
+    Statement write = db.prepare("UPDATE runs SET summary = ? WHERE run = ?");
+    write.bind(1, summary.dump()).bind(2, run);
+    write.run();
+  });
+}
+
+void record_heartbeat(Database& db, int64_t run, int64_t step, double now) {
+  Statement statement = db.prepare("UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
+  statement.bind(1, now).bind(2, step).bind(3, run);
+  statement.run();
+}
+
+RunRecord load_run(Database& db, int64_t run) {
+  Statement statement = db.prepare(fmt::format("SELECT {} FROM runs r WHERE r.run = ?", kRunColumns));
+  statement.bind(1, run);
+  if (!statement.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+  return read_run(statement);
+}
+
+RunRecord resolve_run(Database& db, const std::string& reference) {
+  if (reference.empty()) throw IndexError("an empty run reference (expected an id, an id prefix, a name or 'last')");
+  if (reference == "last") {
+    auto runs = query_runs(db, "", {});
+    if (runs.empty()) throw IndexError(fmt::format("{}: there are no runs yet, so 'last' matches nothing", db.path()));
+    return runs.front();
+  }
+  auto exact = query_runs(db, "WHERE r.id = ?1 OR r.name = ?1", {reference});
+  if (exact.size() == 1) return exact.front();
+  if (exact.size() > 1)
+    throw IndexError(fmt::format("run '{}' is ambiguous: it is the id of one run and the name of another ({})",
+                                 reference, describe_matches(exact)));
+  auto prefixed = query_runs(db, "WHERE substr(r.id, 1, length(?1)) = ?1", {reference});
+  if (prefixed.size() == 1) return prefixed.front();
+  if (prefixed.size() > 1)
+    throw IndexError(fmt::format("run prefix '{}' is ambiguous: it matches {} runs: {}", reference, prefixed.size(),
+                                 describe_matches(prefixed)));
+  throw IndexError(fmt::format("no run matches '{}' (give an id, a unique id prefix, a name or 'last'; `runner runs` "
+                               "lists them)",
+                               reference));
+}
+
+std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
+  std::string where;
+  std::vector<std::string> texts;
+  auto add = [&](const std::string& condition) { where += (where.empty() ? "WHERE " : " AND ") + condition; };
+  if (filter.name_glob) {
+    texts.push_back(*filter.name_glob);
+    add(fmt::format("r.name GLOB ?{}", texts.size()));
+  }
+  if (filter.started_after) add(fmt::format("r.started_at >= {:.6f}", *filter.started_after));
+  auto runs = query_runs(db, where, texts);
+  const double now = now_seconds();
+  std::vector<RunRecord> kept;
+  for (auto& run : runs) {
+    if (filter.status && effective_status(run, now) != *filter.status) continue;
+    if (filter.limit && static_cast<int64_t>(kept.size()) >= *filter.limit) break;
+    kept.push_back(std::move(run));
+  }
+  return kept;
+}
+
+int reap_stale_runs(Database& db, double now) {
+  auto running = query_runs(db, "WHERE r.status = 'running'", {});
+  int reaped = 0;
+  for (const auto& run : running) {
+    if (effective_status(run, now) != "interrupted") continue;
+    with_transaction(db, [&] {
+      Statement statement = db.prepare(
+          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, "
+          "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
+          "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
+      statement.bind(1, run.run).bind(2, run.heartbeat_at);
+      statement.run();
+      reaped += db.changes();
+    });
+  }
+  return reaped;
+}
+
+std::vector<LatestMetric> latest_metrics(Database& db, int64_t run) {
+  Statement statement = db.prepare("SELECT key, step, value, time FROM metric_latest WHERE run = ? ORDER BY key");
+  statement.bind(1, run);
+  std::vector<LatestMetric> metrics;
+  while (statement.step()) metrics.push_back({statement.text(0), read_point(statement, 1)});
+  return metrics;
+}
+
+std::optional<double> latest_metric(Database& db, int64_t run, const std::string& key) {
+  Statement statement = db.prepare("SELECT value FROM metric_latest WHERE run = ? AND key = ?");
+  statement.bind(1, run).bind(2, key);
+  if (!statement.step()) return std::nullopt;
+  return statement.is_null(0) ? std::numeric_limits<double>::quiet_NaN() : statement.real(0);
+}
+
+std::vector<MetricPoint> metric_series(Database& db, int64_t run, const std::string& key) {
+  Statement statement = db.prepare("SELECT step, value, time FROM metrics WHERE run = ? AND key = ? ORDER BY step");
+  statement.bind(1, run).bind(2, key);
+  std::vector<MetricPoint> points;
+  while (statement.step()) points.push_back(read_point(statement, 0));
+  return points;
+}
+
+int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint) {
+  return with_transaction(db, [&] {
+    Statement insert = db.prepare(
+        "INSERT INTO checkpoints (run, step, path, bytes, hash, metric, metric_value, kept, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    insert.bind(1, checkpoint.run).bind(2, checkpoint.step).bind(3, checkpoint.path).bind(4, checkpoint.bytes);
+    insert.bind(5, checkpoint.hash).bind(6, checkpoint.metric).bind(7, checkpoint.metric_value);
+    insert.bind(8, static_cast<int64_t>(checkpoint.kept)).bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
+    insert.run();
+    const int64_t id = db.last_insert_rowid();
+    Statement file = db.prepare("INSERT INTO checkpoint_files (checkpoint, name, bytes, hash) VALUES (?, ?, ?, ?)");
+    for (const auto& f : checkpoint.files) {
+      file.bind(1, id).bind(2, f.name).bind(3, f.bytes).bind(4, f.hash);
+      file.run();
+    }
+    return id;
+  });
+}
+
+void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept) {
+  with_transaction(db, [&] {
+    Statement statement = db.prepare("UPDATE checkpoints SET kept = ? WHERE checkpoint = ?");
+    statement.bind(1, static_cast<int64_t>(kept)).bind(2, checkpoint);
+    statement.run();
+  });
+}
+
+std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run) {
+  Statement statement = db.prepare(
+      "SELECT checkpoint, run, step, path, bytes, hash, metric, metric_value, kept, created_at FROM checkpoints "
+      "WHERE run = ? ORDER BY step, checkpoint");
+  statement.bind(1, run);
+  std::vector<CheckpointRecord> records;
+  while (statement.step()) {
+    CheckpointRecord c;
+    c.checkpoint = statement.integer(0);
+    c.run = statement.integer(1);
+    c.step = statement.integer(2);
+    c.path = statement.text(3);
+    c.bytes = statement.integer(4);
+    c.hash = statement.text(5);
+    c.metric = statement.optional_text(6);
+    c.metric_value = statement.optional_real(7);
+    c.kept = statement.integer(8) != 0;
+    c.created_at = statement.real(9);
+    records.push_back(std::move(c));
+  }
+  Statement files = db.prepare("SELECT name, bytes, hash FROM checkpoint_files WHERE checkpoint = ? ORDER BY name");
+  for (auto& c : records) {
+    files.bind(1, c.checkpoint);
+    while (files.step()) c.files.push_back({files.text(0), files.integer(1), files.text(2)});
+    files.reset();
+  }
+  return records;
+}
+
+int64_t add_artifact(Database& db, const ArtifactRecord& artifact) {
+  return with_transaction(db, [&] {
+    Statement insert = db.prepare(
+        "INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+    insert.bind(1, artifact.run).bind(2, artifact.step).bind(3, artifact.kind).bind(4, artifact.name);
+    insert.bind(5, artifact.path).bind(6, artifact.bytes);
+    insert.bind(7, artifact.created_at ? artifact.created_at : now_seconds());
+    insert.run();
+    return db.last_insert_rowid();
+  });
+}
+
+namespace {
+std::vector<ArtifactRecord> query_artifacts(Database& db, const std::string& sql, int64_t run,
+                                            const std::optional<std::string>& kind) {
+  Statement statement = db.prepare(sql);
+  statement.bind(1, run);
+  if (kind) statement.bind(2, *kind);
+  std::vector<ArtifactRecord> records;
+  while (statement.step()) {
+    records.push_back({statement.integer(0), statement.integer(1), statement.integer(2), statement.text(3),
+                       statement.text(4), statement.text(5), statement.integer(6), statement.real(7)});
+  }
+  return records;
+}
+}  // namespace
+
+std::vector<ArtifactRecord> artifacts(Database& db, int64_t run) {
+  return query_artifacts(db,
+                         "SELECT artifact, run, step, kind, name, path, bytes, created_at FROM artifacts WHERE run = ? "
+                         "ORDER BY name, step, artifact",
+                         run, std::nullopt);
+}
+
+std::vector<ArtifactRecord> latest_artifacts(Database& db, int64_t run, const std::string& kind) {
+  return query_artifacts(db,
+                         "SELECT a.artifact, a.run, a.step, a.kind, a.name, a.path, a.bytes, a.created_at FROM artifacts a "
+                         "WHERE a.run = ?1 AND a.kind = ?2 AND a.artifact = (SELECT b.artifact FROM artifacts b WHERE "
+                         "b.run = a.run AND b.kind = a.kind AND b.name = a.name ORDER BY b.step DESC, b.artifact DESC "
+                         "LIMIT 1) ORDER BY a.name",
+                         run, kind);
+}
+
+}  // namespace runner::index

@@ -1,0 +1,146 @@
+// Runs in the index: creating and finishing them, their checkpoints and artifacts, and finding them again
+// by id, id prefix, name or `last`. All functions take an open index (index_database.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/index/sqlite_database.h"
+
+namespace runner::index {
+
+// A live run rewrites its heartbeat this often; a `running` row whose heartbeat is older than
+// kStaleAfterSeconds (or whose process on this host is gone) is shown as interrupted.
+inline constexpr double kHeartbeatSeconds = 5.0;
+inline constexpr double kStaleAfterSeconds = 60.0;
+
+// Unix time in seconds with sub-second precision.
+double now_seconds();
+std::string host_name();
+
+struct NewRun {
+  std::string name;  // empty: "<script stem>-<n>" with the first free n
+  std::string script;
+  std::string script_hash;
+  nlohmann::json config = nlohmann::json::object();
+  std::optional<std::string> git_revision;
+  std::optional<bool> git_dirty;
+  std::string device;
+  std::optional<int64_t> seed;
+  int world_size = 1;
+  nlohmann::json versions = nlohmann::json::object();
+  std::optional<int64_t> parent;
+};
+
+struct RunRecord {
+  int64_t run = 0;     // the integer key other tables refer to
+  std::string id;      // what users type: 8 characters of [0-9a-z]
+  std::string name;
+  std::string status;  // as stored: running, finished, failed, interrupted
+  std::string script;
+  std::string script_hash;
+  nlohmann::json config;
+  nlohmann::json summary;
+  std::optional<std::string> git_revision;
+  std::optional<bool> git_dirty;
+  std::string host;
+  int64_t pid = 0;
+  std::string device;
+  std::optional<int64_t> seed;
+  int world_size = 1;
+  nlohmann::json versions;
+  std::string dir;  // relative to the index's home directory
+  double started_at = 0;
+  std::optional<double> ended_at;
+  double heartbeat_at = 0;
+  int64_t step = 0;
+  std::optional<std::string> error;
+  std::optional<std::string> parent_id;
+};
+
+// The status users see: a `running` row whose process is gone (same host) or whose heartbeat is stale is
+// `interrupted`.
+std::string effective_status(const RunRecord& run, double now);
+// Seconds from start to end, or to the last heartbeat for runs that did not end.
+double duration_seconds(const RunRecord& run, double now);
+
+// Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
+// is free both in the index and as a directory under `home`. A given name that exists is an IndexError.
+RunRecord create_run(Database& db, const NewRun& run, const std::string& home);
+// status: finished, failed or interrupted.
+void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error);
+// Merges `values` into the summary object.
+void merge_summary(Database& db, int64_t run, const nlohmann::json& values);
+void record_heartbeat(Database& db, int64_t run, int64_t step, double now);
+
+RunRecord load_run(Database& db, int64_t run);
+// `reference`: an exact id, an exact name, `last` (the most recently started run) or a unique prefix of
+// an id. Throws IndexError "no run matches '...'" or "run prefix '...' is ambiguous: ...".
+RunRecord resolve_run(Database& db, const std::string& reference);
+
+struct RunFilter {
+  std::optional<std::string> status;       // effective status
+  std::optional<std::string> name_glob;    // SQLite GLOB on the name
+  std::optional<double> started_after;     // unix seconds
+  std::optional<int64_t> limit;
+};
+// Newest first.
+std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter);
+// Marks stale `running` rows as interrupted; returns how many.
+int reap_stale_runs(Database& db, double now);
+
+struct MetricPoint {
+  int64_t step;
+  double value;  // NaN where a non-finite NaN was logged (stored as NULL)
+  double time;
+};
+struct LatestMetric {
+  std::string key;
+  MetricPoint point;
+};
+std::vector<LatestMetric> latest_metrics(Database& db, int64_t run);
+std::optional<double> latest_metric(Database& db, int64_t run, const std::string& key);
+std::vector<MetricPoint> metric_series(Database& db, int64_t run, const std::string& key);
+
+struct CheckpointFile {
+  std::string name;  // relative to the checkpoint directory
+  int64_t bytes = 0;
+  std::string hash;  // sha256, hex
+};
+struct CheckpointRecord {
+  int64_t checkpoint = 0;
+  int64_t run = 0;
+  int64_t step = 0;
+  std::string path;  // relative to the run directory
+  int64_t bytes = 0;
+  std::string hash;
+  std::optional<std::string> metric;
+  std::optional<double> metric_value;
+  bool kept = true;
+  double created_at = 0;
+  std::vector<CheckpointFile> files;
+};
+int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint);
+void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept);
+std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run);
+
+struct ArtifactRecord {
+  int64_t artifact = 0;
+  int64_t run = 0;
+  int64_t step = 0;
+  std::string kind;  // image, file
+  std::string name;
+  std::string path;  // relative to the run directory
+  int64_t bytes = 0;
+  double created_at = 0;
+};
+int64_t add_artifact(Database& db, const ArtifactRecord& artifact);
+std::vector<ArtifactRecord> artifacts(Database& db, int64_t run);
+// The newest artifact of each name of a kind.
+std::vector<ArtifactRecord> latest_artifacts(Database& db, int64_t run, const std::string& kind);
+
+}  // namespace runner::index

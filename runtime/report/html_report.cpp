@@ -1,0 +1,348 @@
+// The self-contained HTML report of one or more runs: run table, metric charts, config diff, latest samples.
+#include "runtime/report/html_report.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <stdexcept>
+
+#include "runtime/core/atomic_file.h"
+
+namespace runner::report {
+
+std::string base64_encode(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string encoded;
+  encoded.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t group = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
+                           static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
+                           static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
+    encoded += kAlphabet[group >> 18 & 63];
+    encoded += kAlphabet[group >> 12 & 63];
+    encoded += kAlphabet[group >> 6 & 63];
+    encoded += kAlphabet[group & 63];
+  }
+  const std::size_t rest = bytes.size() - i;
+  if (rest > 0) {
+    uint32_t group = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (rest == 2) group |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    encoded += kAlphabet[group >> 18 & 63];
+    encoded += kAlphabet[group >> 12 & 63];
+    encoded += rest == 2 ? kAlphabet[group >> 6 & 63] : '=';
+    encoded += '=';
+  }
+  return encoded;
+}
+
+const std::string& run_colour(std::size_t run_index) {
+  static const std::array<std::string, 10> kTab10 = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  return kTab10[run_index % kTab10.size()];
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  const auto total = static_cast<int64_t>(std::llround(seconds));
+  const int64_t hours = total / 3600, minutes = total / 60 % 60, secs = total % 60;
+  if (hours > 0) return fmt::format("{}h {:02}m {:02}s", hours, minutes, secs);
+  if (minutes > 0) return fmt::format("{}m {:02}s", minutes, secs);
+  return fmt::format("{}s", secs);
+}
+
+std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs) {
+  std::set<std::string> keys;
+  for (const auto& run : runs) {
+    for (const auto& [key, points] : run.metrics) keys.insert(key);
+  }
+  std::vector<std::string> ordered;
+  if (keys.erase("loss")) ordered.push_back("loss");
+  ordered.insert(ordered.end(), keys.begin(), keys.end());
+  return ordered;
+}
+
+namespace {
+
+constexpr const char* kStyle = R"css(
+* { box-sizing: border-box; }
+body { margin: 0; padding: 14px 24px 40px; color: #222; background: #fff;
+       font: 13px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+h1 { font-size: 20px; margin: 0 0 2px; }
+h2 { font-size: 15px; margin: 18px 0 8px; padding-bottom: 4px; border-bottom: 1px solid #e3e3e3; }
+h3 { font-size: 13px; margin: 12px 0 6px; }
+.meta, .note { color: #666; margin: 0 0 8px; }
+.table-wrap { overflow: auto; border: 1px solid #e3e3e3; border-radius: 4px; }
+.runs .table-wrap { max-height: 260px; }
+table { border-collapse: collapse; min-width: 100%; }
+th, td { padding: 4px 10px; text-align: left; border-bottom: 1px solid #eee; white-space: nowrap; }
+thead th { position: sticky; top: 0; background: #f5f5f5; font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.id, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; }
+td.config-value { white-space: pre-wrap; max-width: 420px; overflow-wrap: anywhere; }
+td.missing { color: #aaa; }
+tr.differs > * { background: #fff4cc; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
+.status { padding: 1px 7px; border-radius: 9px; font-size: 11px; font-weight: 600; }
+.status-finished { background: #e2f3df; color: #1e6b1a; }
+.status-running { background: #e0ecf8; color: #1b4f8a; }
+.status-failed { background: #fbe2e2; color: #9b1c1c; }
+.status-interrupted { background: #fcefd9; color: #8a5300; }
+.status-other { background: #eee; color: #444; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+figure { margin: 0; }
+figure.chart { padding: 6px; border: 1px solid #e3e3e3; border-radius: 4px; }
+svg.chart { display: block; max-width: 100%; height: auto; }
+.samples { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
+.samples img { display: block; max-width: 100%; height: auto; image-rendering: pixelated; border: 1px solid #ddd; }
+figcaption { color: #555; font-size: 12px; margin-top: 3px; }
+)css";
+
+// Line styles for runs beyond the palette's ten colours.
+const std::string& run_dash_pattern(std::size_t run_index) {
+  static const std::array<std::string, 3> kPatterns = {"", "7 4", "2 3"};
+  return kPatterns[run_index / 10 % kPatterns.size()];
+}
+
+// The name a run goes by in legends and headings: its name (its id when unnamed), with the id added when
+// several runs share a name.
+std::vector<std::string> run_labels(const std::vector<ReportRun>& runs) {
+  std::map<std::string, int> name_counts;
+  for (const auto& run : runs) ++name_counts[run.name];
+  std::vector<std::string> labels;
+  for (const auto& run : runs) {
+    if (run.name.empty()) {
+      labels.push_back(run.id);
+    } else if (name_counts[run.name] > 1) {
+      labels.push_back(fmt::format("{} ({})", run.name, run.id));
+    } else {
+      labels.push_back(run.name);
+    }
+  }
+  return labels;
+}
+
+std::string swatch(std::size_t run_index) {
+  return fmt::format("<span class=\"swatch\" style=\"background:{}\"></span>", run_colour(run_index));
+}
+
+std::string status_badge(const std::string& status) {
+  static const std::set<std::string> kKnown = {"running", "finished", "failed", "interrupted"};
+  const std::string css_class = kKnown.contains(status) ? status : "other";
+  return fmt::format("<span class=\"status status-{}\">{}</span>", css_class, escape_html(status));
+}
+
+// Summary values: floats to six significant digits; everything else as written.
+std::string format_summary_value(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_float()) return fmt::format("{:.6g}", value.get<double>());
+  return value.dump();
+}
+
+// Config values: strings bare, everything else as JSON (exact numbers, arrays).
+std::string format_config_value(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+const nlohmann::json* find_key(const nlohmann::json& object, const std::string& key) {
+  if (!object.is_object()) return nullptr;
+  const auto found = object.find(key);
+  return found == object.end() ? nullptr : &*found;
+}
+
+std::set<std::string> object_keys(const std::vector<ReportRun>& runs, nlohmann::json ReportRun::*member) {
+  std::set<std::string> keys;
+  for (const auto& run : runs) {
+    const nlohmann::json& object = run.*member;
+    if (!object.is_object()) continue;
+    for (const auto& [key, value] : object.items()) keys.insert(key);
+  }
+  return keys;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) throw std::runtime_error(fmt::format("{}: cannot read image: {}", path, std::strerror(errno)));
+  std::string bytes{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
+  if (stream.bad()) throw std::runtime_error(fmt::format("{}: cannot read image: {}", path, std::strerror(errno)));
+  return bytes;
+}
+
+struct PngSize {
+  uint32_t width = 0, height = 0;
+};
+
+// The size from the IHDR chunk, which must come first.
+PngSize png_size(const std::string& bytes, const std::string& path) {
+  static constexpr std::string_view kSignature = "\x89PNG\r\n\x1a\n";
+  if (bytes.size() < 24 || std::string_view(bytes).substr(0, 8) != kSignature ||
+      std::string_view(bytes).substr(12, 4) != "IHDR") {
+    throw std::runtime_error(fmt::format("{}: not a PNG file", path));
+  }
+  auto big_endian = [&](std::size_t offset) {
+    uint32_t value = 0;
+    for (std::size_t i = 0; i < 4; ++i) value = value << 8 | static_cast<unsigned char>(bytes[offset + i]);
+    return value;
+  };
+  return {big_endian(16), big_endian(20)};
+}
+
+void append_run_table(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels) {
+  const std::set<std::string> summary_keys = object_keys(runs, &ReportRun::summary);
+  auto out = std::back_inserter(html);
+  html += "<section class=\"runs\">\n<div class=\"table-wrap\"><table>\n<thead><tr><th>id</th><th>name</th>"
+          "<th>status</th><th>started</th><th>duration</th><th>steps</th>";
+  for (const auto& key : summary_keys) fmt::format_to(out, "<th>{}</th>", escape_html(key));
+  html += "</tr></thead>\n<tbody>\n";
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const ReportRun& run = runs[r];
+    fmt::format_to(out,
+                   "<tr><td class=\"id\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>"
+                   "<td class=\"num\">{}</td>",
+                   swatch(r), escape_html(run.id), escape_html(labels[r]), status_badge(run.status),
+                   escape_html(run.started), format_duration(run.duration_seconds), run.step);
+    for (const auto& key : summary_keys) {
+      const nlohmann::json* value = find_key(run.summary, key);
+      if (value == nullptr || value->is_null()) {
+        html += "<td class=\"missing\">-</td>";
+      } else {
+        fmt::format_to(out, "<td{}>{}</td>", value->is_number() ? " class=\"num\"" : "",
+                       escape_html(format_summary_value(*value)));
+      }
+    }
+    html += "</tr>\n";
+  }
+  html += "</tbody></table></div>\n</section>\n";
+}
+
+void append_charts(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels,
+                   const ReportOptions& options) {
+  html += "<section class=\"metrics\">\n<h2>Metrics</h2>\n";
+  const std::vector<std::string> keys = metric_keys(runs);
+  if (keys.empty()) html += "<p class=\"note\">No metrics were logged.</p>\n";
+  html += "<div class=\"charts\">\n";
+  for (const auto& key : keys) {
+    std::vector<ChartSeries> series;
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      const auto found = runs[r].metrics.find(key);
+      if (found == runs[r].metrics.end() || found->second.empty()) continue;
+      series.push_back({labels[r], run_colour(r), run_dash_pattern(r), found->second});
+    }
+    ChartOptions chart;
+    chart.title = key;
+    chart.max_points_per_series = options.max_points_per_series;
+    html += "<figure class=\"chart\">\n";
+    html += render_line_chart(series, chart);
+    html += "</figure>\n";
+  }
+  html += "</div>\n</section>\n";
+}
+
+void append_config_table(std::string& html, const std::vector<ReportRun>& runs,
+                         const std::vector<std::string>& labels) {
+  const std::set<std::string> keys = object_keys(runs, &ReportRun::config);
+  auto out = std::back_inserter(html);
+  html += "<section class=\"config\">\n<h2>Config</h2>\n";
+  if (keys.empty()) {
+    html += "<p class=\"note\">No config values were recorded.</p>\n</section>\n";
+    return;
+  }
+  std::string rows;
+  int differing = 0;
+  for (const auto& key : keys) {
+    std::vector<const nlohmann::json*> values;
+    for (const auto& run : runs) values.push_back(find_key(run.config, key));
+    bool differs = false;
+    for (const nlohmann::json* value : values) {
+      const bool same = (value == nullptr && values[0] == nullptr) ||
+                        (value != nullptr && values[0] != nullptr && *value == *values[0]);
+      differs = differs || !same;
+    }
+    differing += differs;
+    fmt::format_to(std::back_inserter(rows), "<tr{}><th class=\"mono\">{}</th>", differs ? " class=\"differs\"" : "",
+                   escape_html(key));
+    for (const nlohmann::json* value : values) {
+      if (value == nullptr) {
+        rows += "<td class=\"missing\">-</td>";
+      } else {
+        fmt::format_to(std::back_inserter(rows), "<td class=\"config-value\">{}</td>",
+                       escape_html(format_config_value(*value)));
+      }
+    }
+    rows += "</tr>\n";
+  }
+  if (runs.size() > 1) {
+    fmt::format_to(out, "<p class=\"note\">{} of {} keys differ between runs (highlighted).</p>\n", differing,
+                   keys.size());
+  }
+  html += "<div class=\"table-wrap\"><table>\n<thead><tr><th>key</th>";
+  for (std::size_t r = 0; r < runs.size(); ++r) fmt::format_to(out, "<th>{}{}</th>", swatch(r), escape_html(labels[r]));
+  html += "</tr></thead>\n<tbody>\n";
+  html += rows;
+  html += "</tbody></table></div>\n</section>\n";
+}
+
+void append_samples(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels) {
+  bool any = false;
+  for (const auto& run : runs) any = any || !run.images.empty();
+  if (!any) return;
+  auto out = std::back_inserter(html);
+  html += "<section class=\"images\">\n<h2>Latest samples</h2>\n";
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].images.empty()) continue;
+    fmt::format_to(out, "<h3>{}{} <span class=\"meta mono\">{}</span></h3>\n<div class=\"samples\">\n", swatch(r),
+                   escape_html(labels[r]), escape_html(runs[r].id));
+    for (const ReportImage& image : runs[r].images) {
+      const std::string bytes = read_file(image.png_path);
+      const PngSize size = png_size(bytes, image.png_path);
+      // Small grids (e.g. a few 32x32 samples) are enlarged by a whole factor; pixelated rendering keeps them sharp.
+      const uint32_t factor = size.width > 0 && size.width < 256 ? 256 / size.width : 1;
+      const std::string caption = fmt::format("{} \u00b7 step {}", image.name, image.step);
+      fmt::format_to(out,
+                     "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{}\">"
+                     "<figcaption>{}</figcaption></figure>\n",
+                     base64_encode(bytes), uint64_t{size.width} * factor, uint64_t{size.height} * factor,
+                     escape_html(caption), escape_html(caption));
+    }
+    html += "</div>\n";
+  }
+  html += "</section>\n";
+}
+
+}  // namespace
+
+std::string render_html_report(const std::vector<ReportRun>& runs, const ReportOptions& options) {
+  const std::vector<std::string> labels = run_labels(runs);
+  std::string html;
+  auto out = std::back_inserter(html);
+  fmt::format_to(out,
+                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+                 "<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n",
+                 escape_html(options.title), kStyle);
+  fmt::format_to(out, "<header>\n<h1>{}</h1>\n<p class=\"meta\">{} run{}{}</p>\n</header>\n",
+                 escape_html(options.title), runs.size(), runs.size() == 1 ? "" : "s",
+                 options.generated_at.empty() ? "" : " \u00b7 generated " + escape_html(options.generated_at));
+  append_run_table(html, runs, labels);
+  append_charts(html, runs, labels, options);
+  append_config_table(html, runs, labels);
+  append_samples(html, runs, labels);
+  html += "</body>\n</html>\n";
+  return html;
+}
+
+void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options) {
+  const std::string html = render_html_report(runs, options);
+  core::AtomicFileWriter file(path);
+  file.write(html.data(), html.size(), "the HTML report");
+  file.commit();
+}
+
+}  // namespace runner::report

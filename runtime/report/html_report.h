@@ -1,0 +1,63 @@
+// The self-contained HTML report of one or more runs: run table, metric charts, config diff, latest samples.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runtime/report/svg_chart.h"
+
+namespace runner::report {
+
+struct ReportImage {
+  std::string name;      // artifact name, e.g. "samples"
+  int64_t step = 0;      // training step it was written at
+  std::string png_path;  // an existing PNG file, embedded as a base64 data: URI
+};
+
+struct ReportRun {
+  std::string id;       // e.g. "k3f9a2b1"
+  std::string name;     // e.g. "quickstart-3"
+  std::string status;   // running | finished | failed | interrupted
+  std::string started;  // already formatted, e.g. "2026-11-22 14:03"
+  double duration_seconds = 0;
+  int64_t step = 0;
+  nlohmann::json config;   // object: key -> number/bool/string/array
+  nlohmann::json summary;  // object: key -> number/string
+  std::map<std::string, SeriesPoints> metrics;  // key -> (step, value) sorted by step; NaN values possible
+  std::vector<ReportImage> images;               // latest image per artifact name
+};
+
+struct ReportOptions {
+  std::string title = "runner report";
+  std::string generated_at;  // shown under the title when not empty
+  std::size_t max_points_per_series = 2000;
+};
+
+// The whole page: one HTML5 document with inline CSS and SVG, no script and no external URL. Reads the PNG
+// files; throws std::runtime_error whose message starts with the path of a PNG that cannot be read or is
+// not a PNG.
+std::string render_html_report(const std::vector<ReportRun>& runs, const ReportOptions& options);
+
+// render_html_report written atomically through core::AtomicFileWriter (whose errors name `path`).
+void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options);
+
+// Standard base64 (RFC 4648, with '=' padding).
+std::string base64_encode(std::string_view bytes);
+
+// matplotlib's tab10 colour of the run at this position (cycling after ten).
+const std::string& run_colour(std::size_t run_index);
+
+// "45s", "3m 12s", "2h 05m 09s".
+std::string format_duration(double seconds);
+
+// Metric keys of all runs: "loss" first when present, then the others by name.
+std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs);
+
+}  // namespace runner::report

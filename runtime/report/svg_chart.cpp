@@ -1,0 +1,352 @@
+// Inline SVG line charts of metric series (step on x, value on y) for the HTML report.
+#include "runtime/report/svg_chart.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+
+namespace runner::report {
+
+std::string escape_html(std::string_view text) {
+  std::string escaped;
+  escaped.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': escaped += "&amp;"; break;
+      case '<': escaped += "&lt;"; break;
+      case '>': escaped += "&gt;"; break;
+      case '"': escaped += "&quot;"; break;
+      case '\'': escaped += "&#39;"; break;
+      default: escaped += c;
+    }
+  }
+  return escaped;
+}
+
+AxisTicks nice_ticks(double low, double high, int target_intervals) {
+  if (!(high > low) || !std::isfinite(high - low) || target_intervals < 1) {
+    throw std::invalid_argument(fmt::format("nice_ticks: bad range [{}, {}] or interval count {}", low, high,
+                                            target_intervals));
+  }
+  const double raw_step = (high - low) / target_intervals;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw_step)));
+  const double fraction = raw_step / magnitude;
+  constexpr double slack = 1e-9;
+  const double multiplier = fraction <= 1 + slack ? 1 : fraction <= 2 + slack ? 2 : fraction <= 5 + slack ? 5 : 10;
+  AxisTicks ticks;
+  // For steps below 1, dividing by the exact power of ten gives the correctly rounded decimal (0.6, not
+  // 3 * 0.2 = 0.6000000000000001).
+  const double inverse_magnitude = magnitude < 1 ? std::round(1 / magnitude) : 0;
+  ticks.step = inverse_magnitude > 0 ? multiplier / inverse_magnitude : multiplier * magnitude;
+  const auto first = static_cast<int64_t>(std::floor(low / ticks.step + slack));
+  const auto last = static_cast<int64_t>(std::ceil(high / ticks.step - slack));
+  for (int64_t i = first; i <= last; ++i) {
+    const double value = inverse_magnitude > 0 ? static_cast<double>(i) * multiplier / inverse_magnitude
+                                               : static_cast<double>(i) * ticks.step;
+    ticks.values.push_back(value);
+  }
+  return ticks;
+}
+
+bool wants_log_scale(const std::vector<ChartSeries>& series) {
+  double smallest = std::numeric_limits<double>::infinity();
+  double largest = 0;
+  for (const auto& one : series) {
+    for (const auto& [step, value] : one.points) {
+      if (!std::isfinite(value)) continue;
+      if (value <= 0) return false;
+      smallest = std::min(smallest, value);
+      largest = std::max(largest, value);
+    }
+  }
+  return std::isfinite(smallest) && largest / smallest > 100;
+}
+
+SeriesPoints downsample_min_max(const SeriesPoints& points, std::size_t max_points) {
+  max_points = std::max<std::size_t>(max_points, 8);
+  if (points.size() <= max_points) return points;
+  // Each bucket contributes at most three points (min, max, first gap); the first and last point are kept.
+  const std::size_t bucket_count = (max_points - 2) / 3;
+  const std::size_t interior = points.size() - 2;
+  SeriesPoints kept;
+  kept.reserve(max_points);
+  kept.push_back(points.front());
+  std::vector<std::size_t> chosen;
+  for (std::size_t bucket = 0; bucket < bucket_count; ++bucket) {
+    const std::size_t begin = 1 + interior * bucket / bucket_count;
+    const std::size_t end = 1 + interior * (bucket + 1) / bucket_count;
+    std::size_t lowest = end, highest = end, first_gap = end;
+    for (std::size_t i = begin; i < end; ++i) {
+      const double value = points[i].second;
+      if (!std::isfinite(value)) {
+        if (first_gap == end) first_gap = i;
+        continue;
+      }
+      if (lowest == end || value < points[lowest].second) lowest = i;
+      if (highest == end || value > points[highest].second) highest = i;
+    }
+    chosen.clear();
+    for (std::size_t i : {lowest, highest, first_gap}) {
+      if (i != end) chosen.push_back(i);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    for (std::size_t i : chosen) kept.push_back(points[i]);
+  }
+  kept.push_back(points.back());
+  return kept;
+}
+
+namespace {
+
+constexpr double kMarginLeft = 64;
+constexpr double kMarginRight = 20;
+constexpr double kMarginTop = 32;
+constexpr double kXAxisBand = 40;  // tick labels and the "step" label below the plot
+constexpr double kLegendItemWidth = 180;
+constexpr double kLegendRowHeight = 18;
+constexpr std::size_t kLegendLabelChars = 24;
+constexpr double kValueMargin = 0.04;  // of the value range, above and below
+
+// The ticks within [low, high]; nice ticks computed over that range leave at least two.
+AxisTicks ticks_within(const AxisTicks& ticks, double low, double high) {
+  const double slack = ticks.step * 1e-9;
+  AxisTicks inside{ticks.step, {}};
+  for (double v : ticks.values) {
+    if (v >= low - slack && v <= high + slack) inside.values.push_back(v);
+  }
+  return inside;
+}
+
+// Maps data to pixels; y may be logarithmic.
+struct Frame {
+  double left, right, top, bottom;
+  double x_low, x_high, y_low, y_high;  // y bounds in log10 units when log_y
+  bool log_y = false;
+
+  double x(double step) const { return left + (step - x_low) / (x_high - x_low) * (right - left); }
+  double axis_y(double axis_value) const { return bottom - (axis_value - y_low) / (y_high - y_low) * (bottom - top); }
+  double y(double value) const { return axis_y(log_y ? std::log10(value) : value); }
+};
+
+std::string format_linear_tick(double value, double step, double largest_magnitude) {
+  if (value == 0) return "0";  // also -0
+  if (step >= 1e-3 && largest_magnitude < 1e6) {
+    const int decimals = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
+    return fmt::format("{:.{}f}", value, decimals);
+  }
+  // Enough significant digits that neighbouring ticks differ.
+  const int digits = std::max(
+      1, static_cast<int>(std::floor(std::log10(largest_magnitude)) - std::floor(std::log10(step))) + 1);
+  return fmt::format("{:.{}g}", value, digits);
+}
+
+std::string format_decade(int exponent) {
+  if (exponent >= -3 && exponent <= 5) return fmt::format("{:g}", std::pow(10.0, exponent));
+  return fmt::format("1e{}", exponent);
+}
+
+// Shortens to at most `limit` code points, ending in an ellipsis when cut.
+std::string shorten(const std::string& text, std::size_t limit) {
+  std::size_t code_points = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) continue;
+    if (code_points++ == limit - 1) {
+      std::size_t rest = 0;
+      for (std::size_t j = i; j < text.size(); ++j) rest += (static_cast<unsigned char>(text[j]) & 0xC0) != 0x80;
+      if (rest > 1) return text.substr(0, i) + "\u2026";
+      return text;
+    }
+  }
+  return text;
+}
+
+struct Extent {
+  double low = std::numeric_limits<double>::infinity();
+  double high = -std::numeric_limits<double>::infinity();
+  bool empty() const { return low > high; }
+  void add(double v) {
+    low = std::min(low, v);
+    high = std::max(high, v);
+  }
+};
+
+void append_polyline(std::string& svg, const ChartSeries& series, const std::vector<std::pair<double, double>>& run) {
+  const std::string colour = escape_html(series.colour);
+  const std::string label = escape_html(series.label);
+  if (run.size() == 1) {
+    fmt::format_to(std::back_inserter(svg), "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
+                   run[0].first, run[0].second, colour, label);
+    return;
+  }
+  fmt::format_to(std::back_inserter(svg),
+                 "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
+                 "stroke-linecap=\"round\"",
+                 colour);
+  if (!series.dash_pattern.empty()) {
+    fmt::format_to(std::back_inserter(svg), " stroke-dasharray=\"{}\"", escape_html(series.dash_pattern));
+  }
+  svg += " points=\"";
+  for (std::size_t i = 0; i < run.size(); ++i) {
+    fmt::format_to(std::back_inserter(svg), "{}{:.1f},{:.1f}", i ? " " : "", run[i].first, run[i].second);
+  }
+  fmt::format_to(std::back_inserter(svg), "\"><title>{}</title></polyline>\n", label);
+}
+
+void append_series(std::string& svg, const ChartSeries& series, const Frame& frame, std::size_t max_points) {
+  std::vector<std::pair<double, double>> run;
+  for (const auto& [step, value] : downsample_min_max(series.points, max_points)) {
+    const double px = frame.x(static_cast<double>(step));
+    const double py = std::isfinite(value) ? frame.y(value) : std::numeric_limits<double>::quiet_NaN();
+    if (std::isfinite(px) && std::isfinite(py)) {
+      run.emplace_back(px, py);
+    } else if (!run.empty()) {
+      append_polyline(svg, series, run);
+      run.clear();
+    }
+  }
+  if (!run.empty()) append_polyline(svg, series, run);
+}
+
+}  // namespace
+
+std::string render_line_chart(const std::vector<ChartSeries>& series, const ChartOptions& options) {
+  Extent steps, values;
+  for (const auto& one : series) {
+    for (const auto& [step, value] : one.points) {
+      if (!std::isfinite(value)) continue;
+      steps.add(static_cast<double>(step));
+      values.add(value);
+    }
+  }
+  const bool log_y = !values.empty() && wants_log_scale(series);
+
+  const int width = std::max(options.width, 200);
+  const int legend_columns = std::max(1, static_cast<int>((width - kMarginLeft) / kLegendItemWidth));
+  const int legend_rows = static_cast<int>((series.size() + legend_columns - 1) / legend_columns);
+  Frame frame{};
+  frame.left = kMarginLeft;
+  frame.right = width - kMarginRight;
+  frame.top = kMarginTop;
+  frame.bottom = kMarginTop + std::max(options.plot_height, 60);
+  frame.log_y = log_y;
+  const double legend_top = frame.bottom + kXAxisBand + 8;
+  const double height = legend_top + legend_rows * kLegendRowHeight + 4;
+
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 frame.left, escape_html(options.title));
+  if (log_y) {
+    fmt::format_to(out, "<text class=\"scale\" x=\"{}\" y=\"20\" text-anchor=\"end\" fill=\"#666\">log</text>\n",
+                   frame.right);
+  }
+
+  if (values.empty()) {
+    fmt::format_to(out,
+                   "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"none\" stroke=\"#bbb\"/>\n"
+                   "<text x=\"{4}\" y=\"{5}\" text-anchor=\"middle\" fill=\"#888\">no finite values</text>\n",
+                   frame.left, frame.top, frame.right - frame.left, frame.bottom - frame.top,
+                   (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
+  } else {
+    // x: integer steps; a short range is widened to a few steps so a single point sits mid-axis.
+    double x_low = steps.low, x_high = steps.high;
+    if (x_high - x_low < 4) {
+      x_low = std::floor((x_low + x_high) / 2 - 2);
+      if (steps.low >= 0) x_low = std::max(0.0, x_low);
+      x_high = x_low + 4;
+    }
+    frame.x_low = x_low;
+    frame.x_high = x_high;
+    const AxisTicks x_ticks = ticks_within(nice_ticks(x_low, x_high, 6), x_low, x_high);
+
+    // y: (value or log10 value, label) pairs.
+    std::vector<std::pair<double, std::string>> y_ticks;
+    if (log_y) {
+      const int low_exponent = static_cast<int>(std::floor(std::log10(values.low)));
+      int high_exponent = static_cast<int>(std::ceil(std::log10(values.high)));
+      const int decade_step = std::max(1, (high_exponent - low_exponent + 5) / 6);
+      while ((high_exponent - low_exponent) % decade_step) ++high_exponent;
+      for (int e = low_exponent; e <= high_exponent; e += decade_step) y_ticks.emplace_back(e, format_decade(e));
+      frame.y_low = low_exponent;
+      frame.y_high = high_exponent;
+    } else {
+      double y_low = values.low, y_high = values.high;
+      const double magnitude = std::max(std::abs(y_low), std::abs(y_high));
+      if (!(y_high - y_low > 1e-9 * magnitude) || !std::isfinite(y_high - y_low)) {  // constant series
+        const double pad = magnitude > 0 && std::isfinite(magnitude) ? magnitude * 0.1 : 1;
+        y_low -= pad;
+        y_high += pad;
+      }
+      if (std::isfinite(y_high - y_low)) {
+        // Ticks come from the data's range; the axis adds a small margin so curves do not run along its edges.
+        const AxisTicks covering = nice_ticks(y_low, y_high, 5);
+        const double margin = (y_high - y_low) * kValueMargin;
+        y_low -= margin;
+        y_high += margin;
+        const AxisTicks ticks = ticks_within(covering, y_low, y_high);
+        const double largest = std::max(std::abs(ticks.values.front()), std::abs(ticks.values.back()));
+        for (double v : ticks.values) y_ticks.emplace_back(v, format_linear_tick(v, ticks.step, largest));
+      } else {
+        y_ticks = {{y_low, fmt::format("{:.3g}", y_low)}, {y_high, fmt::format("{:.3g}", y_high)}};
+      }
+      frame.y_low = y_low;
+      frame.y_high = y_high;
+    }
+
+    svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
+    for (const auto& [v, label] : y_ticks) {
+      fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.left, frame.right,
+                     frame.axis_y(v), frame.axis_y(v));
+    }
+    for (double v : x_ticks.values) {
+      fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.x(v), frame.x(v),
+                     frame.top, frame.bottom);
+    }
+    svg += "</g>\n";
+    fmt::format_to(out,
+                   "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\"><line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" "
+                   "y2=\"{2}\"/><line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/></g>\n",
+                   frame.left, frame.top, frame.bottom, frame.right);
+    svg += "<g class=\"ticks\" fill=\"#444\">\n";
+    for (const auto& [v, label] : y_ticks) {
+      fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\">{}</text>\n",
+                     frame.left - 6, frame.axis_y(v), escape_html(label));
+    }
+    for (double v : x_ticks.values) {
+      fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", frame.x(v),
+                     frame.bottom + 16, format_linear_tick(v, x_ticks.step, std::abs(x_ticks.values.back())));
+    }
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#666\">step</text>\n",
+                   (frame.left + frame.right) / 2, frame.bottom + 32);
+    svg += "</g>\n";
+
+    for (const auto& one : series) append_series(svg, one, frame, options.max_points_per_series);
+  }
+
+  svg += "<g class=\"legend\">\n";
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const double x = frame.left + static_cast<double>(i % legend_columns) * kLegendItemWidth;
+    const double y = legend_top + static_cast<double>(i / legend_columns) * kLegendRowHeight;
+    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"",
+                   x, x + 22, y, y, escape_html(series[i].colour));
+    if (!series[i].dash_pattern.empty()) {
+      fmt::format_to(out, " stroke-dasharray=\"{}\"", escape_html(series[i].dash_pattern));
+    }
+    fmt::format_to(out, "/><text x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\" fill=\"#222\">{}<title>{}</title></text>\n",
+                   x + 28, y, escape_html(shorten(series[i].label, kLegendLabelChars)), escape_html(series[i].label));
+  }
+  svg += "</g>\n</svg>\n";
+  return svg;
+}
+
+}  // namespace runner::report
