@@ -197,6 +197,10 @@ int migrate(Database& db, std::span<const Migration> migrations) {
 Database open_index_for_writing(const std::string& home) {
   make_directories(home);
   Database db(index_path(home), OpenMode::read_write_create);
+  // A foreign or newer database is refused before anything (even the journal mode) is changed in it.
+  const int version = user_version(db);
+  check_version(db, version, schema_version());
+  check_is_index(db, version);
   // journal_mode needs the lock that a concurrent creator may hold: the busy timeout covers it.
   {
     Statement mode = db.prepare("PRAGMA journal_mode = WAL");

@@ -282,7 +282,7 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
     } else {
       double y_low = values.low, y_high = values.high;
       const double magnitude = std::max(std::abs(y_low), std::abs(y_high));
-      if (!(y_high - y_low > 1e-9 * magnitude) || !std::isfinite(y_high - y_low)) {  // constant series
+      if (!(y_high - y_low > 1e-9 * magnitude)) {  // constant, up to rounding
         const double pad = magnitude > 0 && std::isfinite(magnitude) ? magnitude * 0.1 : 1;
         y_low -= pad;
         y_high += pad;

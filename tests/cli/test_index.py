@@ -1,0 +1,458 @@
+"""End-to-end tests of the run index: runs recorded by scripts, the index commands, crashes, concurrency, bad input."""
+import hashlib
+import json
+import os
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import report_screenshot
+
+RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+
+TRAINING_SCRIPT = """
+local cfg = config { steps = 30, lr = 0.01, label = "base", keys = 3 }
+local run = runner.start(cfg)
+print("training " .. run.name)
+for step in run:steps(cfg.steps) do
+  local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
+  for k = 3, cfg.keys do values["extra" .. k] = k * step end
+  run:log(values)
+  if run:every(10) then run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4)) end
+end
+run:set_summary { final_loss = 1 / cfg.steps * cfg.lr * 100 }
+"""
+
+
+def file_digest(path):
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+class IndexTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = pathlib.Path(self.tmp.name)
+        self.home = self.dir / "home"
+        self.env = {**os.environ, "RUNNER_HOME": str(self.home)}
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def script(self, name, text):
+        (self.dir / name).write_text(textwrap.dedent(text).lstrip("\n"))
+        return name
+
+    def runner(self, *args, timeout=180, check=None):
+        result = subprocess.run([RUNNER, *args], capture_output=True, text=True, cwd=self.dir, env=self.env,
+                                timeout=timeout)
+        if check is not None:
+            self.assertEqual(result.returncode, check, f"runner {' '.join(args)}\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def train(self, *overrides):
+        self.script("train.lua", TRAINING_SCRIPT)
+        self.runner("train.lua", *overrides, check=0)
+        return json.loads(self.runner("show", "last", "--json", check=0).stdout)
+
+    def sql(self, query, *parameters):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute(query, parameters).fetchall()
+
+    def set_sql(self, query, *parameters):
+        db = sqlite3.connect(self.home / "index.db")
+        db.execute(query, parameters)
+        db.commit()
+        db.close()
+
+
+class RunsRecordedByScripts(IndexTest):
+    def test_a_finished_run_has_its_row_directory_metrics_and_images(self):
+        shown = self.train("lr=0.02")
+        self.assertEqual(shown["status"], "finished")
+        self.assertEqual(shown["name"], "train-1")
+        self.assertRegex(shown["id"], r"^[0-9a-z]{8}$")
+        self.assertEqual(shown["config"], {"steps": 30, "lr": 0.02, "label": "base", "keys": 3})
+        self.assertEqual(shown["step"], 30)
+        self.assertEqual(shown["summary"], {"final_loss": 1 / 30 * 0.02 * 100})
+        self.assertEqual(shown["script_hash"], hashlib.sha256(TRAINING_SCRIPT.lstrip("\n").encode()).hexdigest())
+        self.assertEqual(shown["versions"]["libtorch"], "2.11.0")
+        self.assertEqual(shown["device"], "cpu")
+        self.assertIsNone(shown["error"])
+        self.assertEqual(shown["metrics"]["loss"], {"step": 30, "value": 1 / 30 * 0.02 * 100})
+        self.assertEqual([a["path"] for a in shown["artifacts"]],
+                         ["images/samples-0000010.png", "images/samples-0000020.png", "images/samples-0000030.png"])
+        rows = self.sql("SELECT key, count(*), min(m.step), max(m.step) FROM metrics m JOIN runs r ON r.run = m.run "
+                        "WHERE r.id = ? GROUP BY key ORDER BY key", shown["id"])
+        self.assertEqual(rows, [("extra3", 30, 1, 30), ("loss", 30, 1, 30), ("lr", 30, 1, 30)])
+        run_dir = self.home / "train-1"
+        self.assertEqual((run_dir / "script.lua").read_text(), TRAINING_SCRIPT.lstrip("\n"))
+        self.assertEqual(json.loads((run_dir / "config.json").read_text())["lr"], 0.02)
+        self.assertIn("training train-1", (run_dir / "log.txt").read_text())
+        self.assertEqual((run_dir / "images" / "samples-0000030.png").read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+
+    def test_a_script_error_marks_the_run_failed_with_the_error(self):
+        self.script("broken.lua", """
+            local run = runner.start()
+            run:log({ loss = 1 }, 1)
+            error("boom")
+        """)
+        result = self.runner("broken.lua", check=1)
+        self.assertIn("broken.lua:3: boom", result.stderr)
+        shown = json.loads(self.runner("show", "broken-1", "--json", check=0).stdout)
+        self.assertEqual(shown["status"], "failed")
+        self.assertTrue(shown["error"].startswith("broken.lua:3: boom"), shown["error"])
+        self.assertEqual(shown["metrics"]["loss"]["value"], 1)
+
+    def test_os_exit_sets_the_status(self):
+        self.script("exit0.lua", "runner.start() os.exit(0)")
+        self.script("exit3.lua", "runner.start() os.exit(3)")
+        self.runner("exit0.lua", check=0)
+        self.runner("exit3.lua", check=3)
+        self.assertEqual(self.sql("SELECT name, status, error FROM runs ORDER BY name"),
+                         [("exit0-1", "finished", None), ("exit3-1", "failed", "the script called os.exit(3)")])
+
+    def test_lua_errors_name_the_script_line(self):
+        self.script("bad_metric.lua", """
+            local run = runner.start()
+            run:log { loss = "high" }
+        """)
+        result = self.runner("bad_metric.lua", check=1)
+        self.assertIn("bad_metric.lua:2: run:log: metric 'loss' must be a number or a one-element tensor, got a string",
+                      result.stderr)
+        self.script("twice.lua", "runner.start() runner.start()")
+        result = self.runner("twice.lua", check=1)
+        self.assertIn("twice.lua:1: run 'twice-1' is still active in this process", result.stderr)
+        self.script("named.lua", "runner.start(nil, { name = 'exp' })")
+        self.runner("named.lua", check=0)
+        result = self.runner("named.lua", check=1)
+        self.assertIn("a run named 'exp' already exists", result.stderr)
+
+    def test_runner_query_from_lua(self):
+        self.train()
+        self.train("lr=0.5")
+        result = self.runner("-e", """
+            local rows, columns = runner.query("SELECT name, json_extract(config, '$.lr') AS lr FROM runs "
+              .. "WHERE json_extract(config, '$.lr') > ? ORDER BY name", 0.1)
+            print(#rows, rows[1].name, rows[1].lr, table.concat(columns, ","))
+        """, check=0)
+        self.assertEqual(result.stdout.strip(), "1\ttrain-2\t0.5\tname,lr")
+
+
+class Interruptions(IndexTest):
+    LOOP = """
+        local run = runner.start(nil, { flush_interval = 0.05 })
+        for step in run:steps(1000000) do
+          run:log { loss = step, other = -step }
+          if step % 10 == 0 then run:flush() print("flushed " .. step) io.stdout:flush() end
+        end
+    """
+
+    def start_loop(self):
+        self.script("loop.lua", self.LOOP)
+        process = subprocess.Popen([RUNNER, "loop.lua"], cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        flushed = 0
+        for line in process.stdout:
+            if line.startswith("flushed "):
+                flushed = int(line.split()[1])
+                if flushed >= 200:
+                    break
+        return process, flushed
+
+    def test_sigkill_leaves_a_consistent_index_with_every_flushed_metric(self):
+        process, flushed = self.start_loop()
+        process.kill()
+        process.communicate(timeout=30)
+        self.assertEqual(process.returncode, -signal.SIGKILL)
+        self.assertEqual(self.sql("PRAGMA integrity_check"), [("ok",)])
+        steps = [s for (s,) in self.sql("SELECT step FROM metrics WHERE key = 'loss' ORDER BY step")]
+        self.assertGreaterEqual(len(steps), flushed)
+        self.assertEqual(steps, list(range(1, len(steps) + 1)))
+        shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
+        self.assertEqual(shown["status"], "interrupted")
+        listed = self.runner("runs", "--status", "interrupted", "--csv", check=0).stdout.splitlines()
+        self.assertEqual(len(listed), 2)
+        # A later run marks the dead one interrupted in the index itself.
+        self.script("next.lua", "runner.start()")
+        self.runner("next.lua", check=0)
+        self.assertEqual(self.sql("SELECT status, error FROM runs WHERE name = 'loop-1'"),
+                         [("interrupted", "the process stopped without finishing the run (killed or crashed)")])
+
+    def test_sigterm_flushes_and_marks_the_run_interrupted(self):
+        process, flushed = self.start_loop()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        self.assertEqual(process.returncode, 128 + signal.SIGTERM, stderr)
+        self.assertIn("interrupted by signal 15 (Terminated)", stderr)
+        status, error, step = self.sql("SELECT status, error, step FROM runs")[0]
+        self.assertEqual((status, error), ("interrupted", "interrupted by signal 15 (Terminated)"))
+        logged = self.sql("SELECT count(*), max(step) FROM metrics WHERE key = 'loss'")[0]
+        # Everything logged before the signal was flushed at exit, not only what the script flushed.
+        self.assertEqual(logged[0], logged[1])
+        self.assertGreaterEqual(logged[1], flushed)
+        self.assertGreaterEqual(step, flushed)
+
+
+class ConcurrentWriters(IndexTest):
+    def test_eight_processes_write_at_once_and_lose_nothing(self):
+        self.script("writer.lua", """
+            local cfg = config { steps = 4000, worker = 0 }
+            local run = runner.start(cfg, { flush_interval = 0.002 })
+            for step in run:steps(cfg.steps) do
+              run:log { a = step, b = step * 2, c = cfg.worker }
+              if step % 500 == 0 then run:set_summary { progress = step } end
+            end
+        """)
+        self.runner("writer.lua", "steps=1", check=0)  # creates the index before the stampede
+        processes = [subprocess.Popen([RUNNER, "writer.lua", f"worker={w}"], cwd=self.dir, env=self.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(8)]
+        readers_ok = 0
+        while any(p.poll() is None for p in processes):
+            result = self.runner("query", "SELECT count(*) FROM metrics", "--csv")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            readers_ok += 1
+        for p in processes:
+            out, err = p.communicate()
+            self.assertEqual(p.returncode, 0, err)
+            self.assertNotIn("locked", err)
+        self.assertGreater(readers_ok, 0)
+        counts = self.sql("SELECT json_extract(r.config, '$.worker'), count(*), sum(m.value) FROM metrics m "
+                          "JOIN runs r ON r.run = m.run WHERE r.name != 'writer-1' GROUP BY r.run ORDER BY 1")
+        self.assertEqual([(w, n) for w, n, _ in counts], [(w, 3 * 4000) for w in range(8)])
+        for worker, _, total in counts:
+            self.assertEqual(total, 3 * 4000 * 4001 / 2 + 4000 * worker)
+        self.assertEqual(self.sql("SELECT DISTINCT status FROM runs"), [("finished",)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(summary, '$.progress') = 4000"), [(8,)])
+
+
+class IndexCommands(IndexTest):
+    def three_runs(self):
+        self.train("lr=0.01", "label=a")
+        self.train("lr=0.04", "label=b")
+        self.script("broken.lua", "runner.start() error('boom')")
+        self.runner("broken.lua", check=1)
+
+    def test_runs_table_filters_and_sorting(self):
+        self.three_runs()
+        table = self.runner("runs", check=0).stdout.splitlines()
+        self.assertEqual(table[0].split(), ["id", "name", "status", "started", "duration", "step", "final_loss"])
+        self.assertEqual([line.split()[1] for line in table[2:]], ["broken-1", "train-2", "train-1"])
+        self.assertEqual(table[2].split()[2], "failed")
+        by_loss = self.runner("runs", "--sort", "final_loss", "--csv", check=0).stdout.splitlines()
+        self.assertEqual([line.split(",")[1] for line in by_loss[1:]], ["train-1", "train-2", "broken-1"])
+        descending = self.runner("runs", "--sort", "final_loss", "--desc", "--csv", check=0).stdout.splitlines()
+        self.assertEqual([line.split(",")[1] for line in descending[1:]], ["train-2", "train-1", "broken-1"])
+        failed = json.loads(self.runner("runs", "--status", "failed", "--json", check=0).stdout)
+        self.assertEqual([r["name"] for r in failed], ["broken-1"])
+        named = json.loads(self.runner("runs", "--name", "train-*", "--json", "--metrics", "loss,lr", check=0).stdout)
+        self.assertEqual([(r["name"], r["lr"]) for r in named], [("train-2", 0.04), ("train-1", 0.01)])
+        self.assertEqual(self.runner("runs", "--since", "2099-01-01", check=0).stdout, "no runs match\n")
+        self.assertEqual(len(json.loads(self.runner("runs", "--since", "1h", "--json", check=0).stdout)), 3)
+        limited = self.runner("runs", "--limit", "1", check=0).stdout.splitlines()
+        self.assertEqual(limited[-1], "(1 of 3 runs shown; --limit 0 shows all)")
+        result = self.runner("runs", "--status", "done", check=2)
+        self.assertTrue(result.stderr.startswith(
+            "runner runs: --status 'done': expected running, finished, failed or interrupted\n"))
+
+    def test_show_prints_config_metrics_and_artifacts(self):
+        self.three_runs()
+        text = self.runner("show", "train-2", check=0).stdout
+        self.assertRegex(text, r"^run       train-2 \([0-9a-z]{8}\)\nstatus    finished\n")
+        self.assertRegex(text, r"\n  loss +30 +0\.133333\n")
+        for expected in ["\nconfig\n", "  lr     0.04", "\nmetrics (latest)\n", "\nartifacts\n",
+                         "images/samples-0000030.png", "\nversions\n", "  libtorch  2.11.0"]:
+            self.assertIn(expected, text)
+        failed = self.runner("show", "broken-1", check=0).stdout
+        self.assertIn("status    failed\nerror     broken.lua:1: boom\n", failed)
+
+    def test_compare_lists_differences_and_metrics_side_by_side(self):
+        self.three_runs()
+        table = self.runner("compare", "train-1", "train-2", "--csv", check=0).stdout.splitlines()
+        header = table[0].split(",")
+        self.assertEqual(header[:2], ["section", "key"])
+        self.assertRegex(header[2], r"^train-1 \([0-9a-z]{8}\)$")
+        rows = {tuple(line.split(",")[:2]): line.split(",")[2:] for line in table[1:]}
+        self.assertEqual(rows[("config", "lr")], ["0.01", "0.04"])
+        self.assertEqual(rows[("config", "label")], ["a", "b"])
+        self.assertNotIn(("config", "steps"), rows)
+        self.assertEqual(rows[("metric", "lr")], ["0.01", "0.04"])
+        self.assertEqual(rows[("run", "status")], ["finished", "finished"])
+        with_all = self.runner("compare", "train-1", "train-2", "--all", "--csv", check=0).stdout
+        self.assertIn("config,steps,30,30", with_all)
+        result = self.runner("compare", "train-1", check=2)
+        self.assertTrue(result.stderr.startswith("runner compare: expected two or more RUNs to compare\n"))
+
+    def test_query_output_formats(self):
+        self.three_runs()
+        sql = "SELECT name, step, json_extract(config, '$.lr') AS lr FROM runs WHERE name LIKE 'train%' ORDER BY name"
+        self.assertEqual(self.runner("query", sql, check=0).stdout,
+                         "name     step    lr\n-------  ----  ----\ntrain-1    30  0.01\ntrain-2    30  0.04\n")
+        self.assertEqual(self.runner("query", sql, "--csv", check=0).stdout,
+                         "name,step,lr\ntrain-1,30,0.01\ntrain-2,30,0.04\n")
+        self.assertEqual(json.loads(self.runner("query", sql, "--json", check=0).stdout),
+                         [{"name": "train-1", "step": 30, "lr": 0.01}, {"name": "train-2", "step": 30, "lr": 0.04}])
+
+    def test_run_references(self):
+        self.three_runs()
+        ids = dict(self.sql("SELECT name, id FROM runs"))
+        for reference, name in [(ids["train-1"], "train-1"), (ids["train-2"][:5], "train-2"), ("train-1", "train-1"),
+                                ("last", "broken-1")]:
+            shown = json.loads(self.runner("show", reference, "--json", check=0).stdout)
+            self.assertEqual(shown["name"], name, reference)
+        self.set_sql("UPDATE runs SET id = 'abc11111' WHERE name = 'train-1'")
+        self.set_sql("UPDATE runs SET id = 'abc22222' WHERE name = 'train-2'")
+        result = self.runner("show", "abc", check=1)
+        self.assertEqual(result.stderr,
+                         "runner show: run prefix 'abc' is ambiguous: it matches 2 runs: abc22222 (train-2), "
+                         "abc11111 (train-1)\n")
+        result = self.runner("show", "nosuchrun", check=1)
+        self.assertEqual(result.stderr, "runner show: no run matches 'nosuchrun' (give an id, a unique id prefix, "
+                                        "a name or 'last'; `runner runs` lists them)\n")
+
+    def test_report_is_self_contained_and_renders_curves_in_chromium(self):
+        self.three_runs()
+        result = self.runner("report", "train-1", "train-2", "-o", "report.html", check=0)
+        self.assertEqual(result.stdout, "wrote report.html (2 runs)\n")
+        html = (self.dir / "report.html").read_text()
+        self.assertNotIn("http://", html.replace("http://www.w3.org/2000/svg", ""))
+        self.assertNotIn("https://", html)
+        self.assertNotIn("<script", html)
+        self.assertEqual(html.count("data:image/png;base64,"), 2)
+        self.assertIn("train-1", html)
+        if report_screenshot.chromium_binary() is None:
+            self.fail("chromium is not installed (scripts/setup installs it); the report cannot be checked")
+        png = report_screenshot.screenshot(self.dir / "report.html", self.dir / "report.png")
+        first_run = report_screenshot.count_colour(png, "#1f77b4", tolerance=40)
+        second_run = report_screenshot.count_colour(png, "#ff7f0e", tolerance=40)
+        self.assertGreater(first_run, 200, "the first run's curve is not visible")
+        self.assertGreater(second_run, 200, "the second run's curve is not visible")
+        blank = self.dir / "blank.html"
+        blank.write_text("<!doctype html><html><body></body></html>")
+        blank_png = report_screenshot.screenshot(blank, self.dir / "blank.png")
+        self.assertLess(report_screenshot.count_colour(blank_png, "#1f77b4", tolerance=40), 10)
+
+    def test_rm_deletes_rows_and_files_and_refuses_running_runs(self):
+        self.three_runs()
+        result = self.runner("rm", "train-1", check=0)
+        self.assertRegex(result.stdout, r"^removed train-1 \([0-9a-z]{8}\): 90 metric values, 0 checkpoints, "
+                                        r"3 artifacts, [0-9.]+ kB\n$")
+        self.assertFalse((self.home / "train-1").exists())
+        self.assertEqual(self.sql("SELECT name FROM runs ORDER BY name"), [("broken-1",), ("train-2",)])
+        self.assertEqual(self.sql("SELECT count(*) FROM metrics"), [(90,)])
+        self.assertEqual(self.sql("SELECT count(*) FROM artifacts"), [(3,)])
+        self.assertEqual(self.sql("SELECT count(*) FROM metric_latest"), [(3,)])
+        self.assertFalse(any((self.home / ".trash").iterdir()))
+        # A typo among the references deletes nothing.
+        result = self.runner("rm", "train-2", "nosuch", check=1)
+        self.assertTrue((self.home / "train-2").is_dir())
+        self.script("waiting.lua", """
+            runner.start()
+            while not io.open("release") do os.execute("sleep 0.05") end
+        """)
+        waiting = subprocess.Popen([RUNNER, "waiting.lua"], cwd=self.dir, env=self.env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                if self.sql("SELECT count(*) FROM runs WHERE name = 'waiting-1'") == [(1,)]:
+                    break
+                time.sleep(0.05)
+            result = self.runner("rm", "waiting-1", check=1)
+            self.assertRegex(result.stderr, r"^runner rm: run waiting-1 \([0-9a-z]{8}\) is still running \(pid \d+ on "
+                                            r".+\); stop it first or use --force\n$")
+        finally:
+            (self.dir / "release").write_text("")
+            waiting.wait(timeout=60)
+        self.runner("rm", "waiting-1", check=0)
+
+    def test_gc_finishes_interrupted_deletions_and_reports_orphans(self):
+        self.three_runs()
+        run_id = self.sql("SELECT id FROM runs WHERE name = 'train-1'")[0][0]
+        (self.home / ".trash").mkdir()
+        (self.home / "train-1").rename(self.home / ".trash" / f"{run_id}-train-1")
+        orphan = self.home / "lost-run"
+        orphan.mkdir()
+        (orphan / "config.json").write_text("{}")
+        (orphan / "script.lua").write_text("")
+        before = file_digest(self.home / "index.db")
+        dry = self.runner("gc", "--dry-run", check=0).stdout
+        self.assertIn(f"would finish deleting {self.home}/.trash/{run_id}-train-1\n", dry)
+        self.assertIn("lost-run looks like a run directory but is not in the index", dry)
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+        self.assertTrue((self.home / ".trash" / f"{run_id}-train-1").exists())
+        self.runner("gc", check=0)
+        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE name = 'train-1'"), [(0,)])
+        self.assertFalse((self.home / ".trash" / f"{run_id}-train-1").exists())
+        self.assertTrue(orphan.exists())
+        self.runner("gc", "--orphans", check=0)
+        self.assertFalse(orphan.exists())
+        self.assertEqual(self.sql("SELECT name FROM runs ORDER BY name"), [("broken-1",), ("train-2",)])
+
+
+class BadIndexFiles(IndexTest):
+    def assert_one_line_error(self, args, status, message):
+        result = self.runner(*args)
+        self.assertEqual(result.returncode, status, result.stderr)
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+        self.assertIn(message, result.stderr)
+        return result
+
+    def test_missing_index(self):
+        self.assert_one_line_error(["runs"], 1, f"{self.home}/index.db: no runner index here")
+        self.assertFalse(self.home.exists())
+
+    def test_write_statements_and_malformed_sql_change_nothing(self):
+        self.train()
+        before = file_digest(self.home / "index.db")
+        self.assert_one_line_error(["query", "DELETE FROM metrics"], 1,
+                                   "runner query: the index is read-only here: this statement would modify it (DELETE)")
+        self.assert_one_line_error(["query", "UPDATE runs SET name = 'x'"], 1, "would modify it (UPDATE)")
+        self.assert_one_line_error(["query", "SELEC 1"], 1, 'runner query: SQL error: near "SELEC": syntax error')
+        self.assert_one_line_error(["query", "SELECT 1; DELETE FROM runs"], 1, "give one statement at a time")
+        self.assert_one_line_error(["query", "SELECT nosuch FROM runs"], 1, "runner query: SQL error: no such column: nosuch")
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+        self.assertEqual(self.sql("SELECT count(*) FROM metrics"), [(90,)])
+
+    def test_a_corrupt_index_is_reported_and_left_alone(self):
+        self.home.mkdir()
+        (self.home / "index.db").write_bytes(os.urandom(8192))
+        before = file_digest(self.home / "index.db")
+        for args in (["runs"], ["query", "SELECT 1 FROM runs"], ["show", "last"], ["gc"]):
+            self.assert_one_line_error(args, 1, f"{self.home}/index.db: ")
+        self.script("start.lua", "runner.start()")
+        result = self.runner("start.lua", check=1)
+        self.assertIn(f"{self.home}/index.db: ", result.stderr)
+        self.assertIn("not an SQLite database", result.stderr)
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+
+    def test_an_index_from_a_newer_runner_is_refused(self):
+        self.train()
+        self.set_sql("PRAGMA user_version = 99")
+        before = file_digest(self.home / "index.db")
+        message = "index has schema version 99, newer than this runner supports (1); use a newer runner"
+        for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
+            self.assert_one_line_error(args, 1, message)
+        self.script("start.lua", "runner.start()")
+        result = self.runner("start.lua", check=1)
+        self.assertIn(message, result.stderr)
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+        self.assertEqual(sorted(p.name for p in self.home.iterdir()), ["index.db", "train-1"])
+
+    def test_a_foreign_sqlite_file_is_not_taken_for_an_index(self):
+        self.home.mkdir()
+        with sqlite3.connect(self.home / "index.db") as db:
+            db.execute("CREATE TABLE notes (text TEXT)")
+        before = file_digest(self.home / "index.db")
+        self.assert_one_line_error(["runs"], 1, "not a runner index (an SQLite database without the runner schema)")
+        self.script("start.lua", "runner.start()")
+        self.assertIn("not a runner index", self.runner("start.lua", check=1).stderr)
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1157 @@
+// Tests of runtime/index: the SQLite run index (migrations, opening), runs and their lookup, the background
+// metric writer, read-only queries, run removal and gc, and the active run context.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/index/index_database.h"
+#include "runtime/index/metric_writer.h"
+#include "runtime/index/read_query.h"
+#include "runtime/index/run_context.h"
+#include "runtime/index/run_removal.h"
+#include "runtime/index/run_store.h"
+#include "runtime/index/sqlite_database.h"
+
+using namespace runner::index;
+using Catch::Contains;
+using Catch::StartsWith;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under $RUNNER_TEST_TMP (or /tmp), deleted with everything in it at the end of the test.
+struct TempHome {
+  std::string path;
+  TempHome() {
+    const char* base = std::getenv("RUNNER_TEST_TMP");
+    const std::string root = base && *base ? base : "/tmp";
+    fs::create_directories(root);
+    std::string pattern = root + "/index-test-XXXXXX";
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed under " + root);
+    path = pattern;
+  }
+  ~TempHome() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  TempHome(const TempHome&) = delete;
+  TempHome& operator=(const TempHome&) = delete;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+bool exists(const std::string& path) { return fs::exists(fs::symlink_status(path)); }
+
+// The message of the IndexError that `body` throws; fails the test for no exception or another type.
+std::string index_error(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const IndexError& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    FAIL("expected an IndexError, got another exception: " << error.what());
+  }
+  FAIL("expected an IndexError, nothing was thrown");
+  return {};
+}
+
+int64_t scalar(Database& db, const std::string& sql) {
+  Statement statement = db.prepare(sql);
+  REQUIRE(statement.step());
+  return statement.integer(0);
+}
+
+double scalar_real(Database& db, const std::string& sql) {
+  Statement statement = db.prepare(sql);
+  REQUIRE(statement.step());
+  return statement.real(0);
+}
+
+std::string scalar_text(Database& db, const std::string& sql) {
+  Statement statement = db.prepare(sql);
+  REQUIRE(statement.step());
+  return statement.text(0);
+}
+
+bool table_exists(Database& db, const std::string& table) {
+  Statement statement = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  statement.bind(1, table);
+  return statement.step();
+}
+
+NewRun new_run(const std::string& script = "experiments/foo.lua", const std::string& name = "") {
+  NewRun run;
+  run.name = name;
+  run.script = script;
+  run.script_hash = "0123abcd";
+  run.config = {{"lr", 0.001}, {"batch", 64}, {"model", {{"kind", "unet"}, {"channels", {64, 128}}}}};
+  run.device = "cpu";
+  run.seed = 7;
+  return run;
+}
+
+int64_t count_for_run(Database& db, const std::string& table, int64_t run) {
+  return scalar(db, "SELECT count(*) FROM " + table + " WHERE run = " + std::to_string(run));
+}
+
+// A pid that belonged to a process of this host that has exited (and been waited for).
+int64_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return child;
+}
+
+template <typename Condition>
+bool eventually(Condition condition, double seconds = 5.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Opening and migrating
+
+TEST_CASE("a fresh index is created with the current schema, and migrating again changes nothing", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path + "/nested/home";
+  {
+    Database db = open_index_for_writing(home);
+    CHECK(db.path() == home + "/index.db");
+    CHECK(index_path(home) == home + "/index.db");
+    CHECK(scalar(db, "PRAGMA user_version") == schema_version());
+    CHECK(schema_version() == schema_migrations().back().version);
+    CHECK(scalar_text(db, "PRAGMA journal_mode") == "wal");
+    CHECK(scalar(db, "PRAGMA foreign_keys") == 1);
+    for (const char* table : {"runs", "metrics", "metric_latest", "checkpoints", "checkpoint_files", "artifacts"})
+      CHECK(table_exists(db, table));
+    create_run(db, new_run(), home);
+  }
+  CHECK(fs::is_directory(home));
+
+  Database db = open_index_for_writing(home);
+  Database observer(index_path(home), OpenMode::read_only);
+  const int64_t data_version = scalar(observer, "PRAGMA data_version");
+  CHECK(migrate(db, schema_migrations()) == schema_version());
+  CHECK(migrate(db, schema_migrations()) == schema_version());
+  CHECK(scalar(observer, "PRAGMA data_version") == data_version);  // nothing was committed
+  CHECK(scalar(db, "PRAGMA user_version") == schema_version());
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
+}
+
+TEST_CASE("migrate applies only the missing steps of a migration list", "[index]") {
+  TempHome tmp;
+  const std::string path = tmp.path + "/custom.db";
+  static constexpr Migration kFirst[] = {{1, "CREATE TABLE first (x INTEGER)"}};
+  static constexpr Migration kBoth[] = {{1, "CREATE TABLE first (x INTEGER)"},
+                                        {2, "CREATE TABLE second (y TEXT); INSERT INTO first VALUES (42)"}};
+  {
+    Database db(path, OpenMode::read_write_create);
+    CHECK(migrate(db, kFirst) == 1);
+    CHECK(scalar(db, "PRAGMA user_version") == 1);
+    CHECK(table_exists(db, "first"));
+    CHECK_FALSE(table_exists(db, "second"));
+  }
+  Database db(path, OpenMode::read_write);
+  CHECK(migrate(db, kBoth) == 2);  // step 1 again would fail: "table first already exists"
+  CHECK(scalar(db, "PRAGMA user_version") == 2);
+  CHECK(table_exists(db, "first"));
+  CHECK(table_exists(db, "second"));
+  CHECK(scalar(db, "SELECT count(*) FROM first") == 1);
+  CHECK(migrate(db, kBoth) == 2);
+  CHECK(scalar(db, "SELECT count(*) FROM first") == 1);
+
+  // Older list than the database: refused.
+  CHECK_THAT(index_error([&] { migrate(db, kFirst); }), Contains("newer than this runner supports"));
+}
+
+TEST_CASE("a migration that fails leaves the database at the previous version", "[index]") {
+  TempHome tmp;
+  const std::string path = tmp.path + "/custom.db";
+  static constexpr Migration kBroken[] = {{1, "CREATE TABLE first (x INTEGER)"},
+                                          {2, "CREATE TABLE second (y TEXT); THIS IS NOT SQL"}};
+  Database db(path, OpenMode::read_write_create);
+  CHECK_THAT(index_error([&] { migrate(db, kBroken); }), StartsWith(path + ": "));
+  CHECK(scalar(db, "PRAGMA user_version") == 1);
+  CHECK(table_exists(db, "first"));
+  CHECK_FALSE(table_exists(db, "second"));
+}
+
+TEST_CASE("an index from a newer runner is refused and left byte-identical", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  const std::string path = index_path(home);
+  {
+    Database db = open_index_for_writing(home);
+    create_run(db, new_run(), home);
+    db.execute("PRAGMA user_version = " + std::to_string(schema_version() + 5));
+  }
+  REQUIRE_FALSE(exists(path + "-wal"));
+  const std::string before = read_file(path);
+  REQUIRE(!before.empty());
+
+  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  CHECK_THAT(reading, StartsWith(path + ": "));
+  CHECK_THAT(reading, Contains("newer than this runner supports"));
+  CHECK(read_file(path) == before);
+
+  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  CHECK_THAT(writing, StartsWith(path + ": "));
+  CHECK_THAT(writing, Contains("newer than this runner supports"));
+  CHECK(read_file(path) == before);
+
+  {
+    Database db(path, OpenMode::read_write);
+    CHECK_THAT(index_error([&] { migrate(db, schema_migrations()); }), Contains("newer than this runner supports"));
+  }
+  CHECK(read_file(path) == before);
+}
+
+TEST_CASE("an SQLite file without the runner schema is not an index", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  const std::string path = index_path(home);
+  {
+    Database db(path, OpenMode::read_write_create);
+    db.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, caption TEXT); INSERT INTO photos VALUES (1, 'cat')");
+  }
+  const std::string before = read_file(path);
+
+  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  CHECK_THAT(reading, StartsWith(path + ": "));
+  CHECK_THAT(reading, Contains("not a runner index"));
+  CHECK(read_file(path) == before);
+
+  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  CHECK_THAT(writing, StartsWith(path + ": "));
+  CHECK_THAT(writing, Contains("not a runner index"));
+
+  Database db(path, OpenMode::read_write);
+  CHECK_THAT(index_error([&] { migrate(db, schema_migrations()); }), Contains("not a runner index"));
+  CHECK_FALSE(table_exists(db, "runs"));
+  CHECK(scalar(db, "PRAGMA user_version") == 0);
+  CHECK(scalar(db, "SELECT count(*) FROM photos") == 1);
+}
+
+TEST_CASE("an SQLite file without the runner schema is not changed by an attempt to open it for writing",
+          "[index]") {
+  // A user's own database that happens to be called index.db: runner refuses it, and must not convert it
+  // (e.g. to WAL mode) on the way.
+  TempHome tmp;
+  const std::string path = index_path(tmp.path);
+  {
+    Database db(path, OpenMode::read_write_create);
+    db.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, caption TEXT); INSERT INTO photos VALUES (1, 'cat')");
+  }
+  const std::string before = read_file(path);
+  CHECK_THAT(index_error([&] { open_index_for_writing(tmp.path); }), Contains("not a runner index"));
+  CHECK(read_file(path) == before);
+  Database db(path, OpenMode::read_only);
+  CHECK(scalar_text(db, "PRAGMA journal_mode") == "delete");
+}
+
+TEST_CASE("a file of random bytes named index.db is reported with its path and left unchanged", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  const std::string path = index_path(home);
+  std::mt19937 generator(1234);
+  std::string bytes(8192, '\0');
+  for (char& c : bytes) c = static_cast<char>(generator() & 0xff);
+  write_file(path, bytes);
+
+  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  CHECK_THAT(reading, StartsWith(path + ": "));
+  CHECK_THAT(reading, Contains("not an SQLite database"));
+  CHECK(read_file(path) == bytes);
+
+  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  CHECK_THAT(writing, StartsWith(path + ": "));
+  CHECK_THAT(writing, Contains("not an SQLite database"));
+  CHECK(read_file(path) == bytes);
+}
+
+TEST_CASE("reading an index that does not exist says so and creates nothing", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path + "/nowhere";
+  const std::string message = index_error([&] { open_index_for_reading(home); });
+  CHECK_THAT(message, StartsWith(home + "/index.db: no runner index here"));
+  CHECK_THAT(message, Contains("'" + home + "'"));
+  CHECK_FALSE(exists(home));
+
+  // An empty file is not an index either.
+  write_file(tmp.path + "/empty/index.db", "");
+  CHECK_THAT(index_error([&] { open_index_for_reading(tmp.path + "/empty"); }), Contains("not a runner index"));
+}
+
+TEST_CASE("an index opened for reading reads but refuses writes", "[index]") {
+  TempHome tmp;
+  {
+    Database db = open_index_for_writing(tmp.path);
+    create_run(db, new_run(), tmp.path);
+  }
+  Database db = open_index_for_reading(tmp.path);
+  CHECK(db.read_only());
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
+  CHECK_THROWS_AS(db.execute("DELETE FROM runs"), IndexError);
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Runs
+
+TEST_CASE("create_run names runs after the script and gives them fresh ids", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+
+  const RunRecord first = create_run(db, new_run("experiments/foo.lua"), home);
+  const RunRecord second = create_run(db, new_run("experiments/foo.lua"), home);
+  CHECK(first.name == "foo-1");
+  CHECK(second.name == "foo-2");
+  CHECK(first.dir == "foo-1");
+  CHECK(first.status == "running");
+  CHECK(first.script == "experiments/foo.lua");
+  CHECK(first.script_hash == "0123abcd");
+  CHECK(first.config == new_run().config);
+  CHECK(first.device == "cpu");
+  CHECK(first.seed == std::optional<int64_t>(7));
+  CHECK(first.pid == static_cast<int64_t>(::getpid()));
+  CHECK(first.host == host_name());
+  CHECK_FALSE(first.ended_at.has_value());
+  CHECK(first.heartbeat_at == first.started_at);
+  CHECK(std::abs(first.started_at - now_seconds()) < 60);
+  CHECK(effective_status(first, now_seconds()) == "running");
+
+  // A directory of that name (not in the index) is skipped too.
+  fs::create_directories(home + "/foo-3");
+  CHECK(create_run(db, new_run("experiments/foo.lua"), home).name == "foo-4");
+  CHECK(create_run(db, new_run("other/bar.lua"), home).name == "bar-1");
+
+  CHECK(create_run(db, new_run("x.lua", "baseline"), home).name == "baseline");
+  const std::string taken = index_error([&] { create_run(db, new_run("x.lua", "baseline"), home); });
+  CHECK_THAT(taken, Contains("a run named 'baseline' already exists"));
+  const std::string taken_dir = index_error([&] { create_run(db, new_run("x.lua", "foo-3"), home); });
+  CHECK_THAT(taken_dir, StartsWith(home + "/foo-3: the run directory already exists"));
+
+  CHECK(index_error([&] { create_run(db, new_run("x.lua", "a/b"), home); }) ==
+        "run name 'a/b' is not allowed: use letters, digits, '_', '-' and '.'");
+  CHECK_THAT(index_error([&] { create_run(db, new_run("x.lua", "../up"), home); }), Contains("is not allowed"));
+  CHECK_THAT(index_error([&] { create_run(db, new_run("x.lua", "last"), home); }), Contains("is not allowed"));
+  CHECK_THAT(index_error([&] { create_run(db, new_run("x.lua", ".hidden"), home); }), Contains("is not allowed"));
+  CHECK_FALSE(exists(home + "/a"));
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 5);
+}
+
+TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  std::set<std::string> ids;
+  for (int i = 0; i < 60; ++i) {
+    const RunRecord run = create_run(db, new_run(), tmp.path);
+    REQUIRE(run.id.size() == 8);
+    for (char c : run.id) REQUIRE(((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')));
+    ids.insert(run.id);
+  }
+  CHECK(ids.size() == 60);
+  CHECK(scalar(db, "SELECT count(DISTINCT id) FROM runs") == 60);
+  CHECK(scalar(db, "SELECT count(DISTINCT name) FROM runs") == 60);
+}
+
+TEST_CASE("resolve_run finds runs by id, name, last and unique prefix", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+
+  CHECK_THAT(index_error([&] { resolve_run(db, "last"); }), Contains("there are no runs yet"));
+
+  const RunRecord a = create_run(db, new_run("a.lua", "alpha"), home);
+  const RunRecord b = create_run(db, new_run("b.lua", "beta"), home);
+  // Start times decide `last`, not insertion order.
+  db.execute("UPDATE runs SET started_at = started_at + 100 WHERE run = " + std::to_string(a.run));
+
+  CHECK(resolve_run(db, a.id).run == a.run);
+  CHECK(resolve_run(db, b.id).run == b.run);
+  CHECK(resolve_run(db, "alpha").run == a.run);
+  CHECK(resolve_run(db, "beta").id == b.id);
+  CHECK(resolve_run(db, "last").run == a.run);
+  db.execute("UPDATE runs SET started_at = started_at + 200 WHERE run = " + std::to_string(b.run));
+  CHECK(resolve_run(db, "last").run == b.run);
+
+  // Keep creating runs until two ids share their first character (at most 37 by pigeonhole).
+  std::vector<RunRecord> runs{a, b};
+  std::string shared;
+  while (shared.empty()) {
+    runs.push_back(create_run(db, new_run("many.lua"), home));
+    REQUIRE(runs.size() <= 40);
+    for (size_t i = 0; i + 1 < runs.size() && shared.empty(); ++i)
+      if (runs[i].id[0] == runs.back().id[0]) shared = runs.back().id.substr(0, 1);
+  }
+  const std::string ambiguous = index_error([&] { resolve_run(db, shared); });
+  CHECK_THAT(ambiguous, StartsWith("run prefix '" + shared + "' is ambiguous: it matches "));
+
+  // A unique prefix: the shortest prefix of a run's id that no other id starts with.
+  for (const RunRecord& run : runs) {
+    for (size_t length = 1; length < 8; ++length) {
+      const std::string prefix = run.id.substr(0, length);
+      bool unique = true;
+      for (const RunRecord& other : runs) unique = unique && (other.run == run.run || !other.id.starts_with(prefix));
+      if (!unique) continue;
+      INFO("prefix " << prefix << " of " << run.id);
+      CHECK(resolve_run(db, prefix).run == run.run);
+      break;
+    }
+  }
+
+  const std::string unknown = index_error([&] { resolve_run(db, "zz-not-a-run"); });
+  CHECK_THAT(unknown, StartsWith("no run matches 'zz-not-a-run'"));
+  CHECK_THROWS_AS(resolve_run(db, ""), IndexError);
+
+  // A name that is another run's id.
+  create_run(db, new_run("c.lua", a.id), home);
+  CHECK_THAT(index_error([&] { resolve_run(db, a.id); }), Contains("is ambiguous"));
+}
+
+TEST_CASE("effective_status shows running rows of dead or silent processes as interrupted", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord live = create_run(db, new_run("live.lua"), home);
+  const RunRecord dead = create_run(db, new_run("dead.lua"), home);
+  const RunRecord silent = create_run(db, new_run("silent.lua"), home);
+  const RunRecord done = create_run(db, new_run("done.lua"), home);
+
+  const double now = now_seconds();
+  db.execute("UPDATE runs SET pid = " + std::to_string(dead_pid()) + " WHERE run = " + std::to_string(dead.run));
+  db.execute("UPDATE runs SET heartbeat_at = " + std::to_string(now - kStaleAfterSeconds - 5) +
+             " WHERE run = " + std::to_string(silent.run));
+  finish_run(db, done.run, "finished", std::nullopt);
+
+  CHECK(effective_status(load_run(db, live.run), now) == "running");
+  CHECK(effective_status(load_run(db, dead.run), now) == "interrupted");
+  CHECK(effective_status(load_run(db, silent.run), now) == "interrupted");
+  CHECK(effective_status(load_run(db, done.run), now) == "finished");
+  // The stored status is still `running` until reaped.
+  CHECK(load_run(db, dead.run).status == "running");
+
+  // The same process on another host: only the heartbeat counts.
+  RunRecord elsewhere = load_run(db, dead.run);
+  elsewhere.host = "some-other-host.invalid";
+  CHECK(effective_status(elsewhere, now) == "running");
+
+  RunFilter only_running;
+  only_running.status = "running";
+  const auto running = list_runs(db, only_running);
+  REQUIRE(running.size() == 1);
+  CHECK(running[0].run == live.run);
+
+  CHECK(reap_stale_runs(db, now) == 2);
+  for (const RunRecord& run : {load_run(db, dead.run), load_run(db, silent.run)}) {
+    CHECK(run.status == "interrupted");
+    REQUIRE(run.ended_at.has_value());
+    CHECK(*run.ended_at == run.heartbeat_at);
+    REQUIRE(run.error.has_value());
+    CHECK_THAT(*run.error, Contains("the process stopped without finishing the run"));
+  }
+  CHECK(load_run(db, live.run).status == "running");
+  CHECK(load_run(db, done.run).status == "finished");
+  CHECK(reap_stale_runs(db, now) == 0);
+}
+
+TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  merge_summary(db, run.run, {{"fid", 12.5}, {"note", "a"}});
+  merge_summary(db, run.run, {{"note", "b"}, {"best_step", 400}});
+  record_heartbeat(db, run.run, 300, run.started_at + 10);
+  record_heartbeat(db, run.run, 200, run.started_at + 20);  // the step never goes back
+  RunRecord loaded = load_run(db, run.run);
+  CHECK(loaded.summary == nlohmann::json({{"fid", 12.5}, {"note", "b"}, {"best_step", 400}}));
+  CHECK(loaded.step == 300);
+  CHECK(loaded.heartbeat_at == Approx(run.started_at + 20));
+  CHECK(duration_seconds(loaded, run.started_at + 20) == Approx(20).margin(1e-6));
+
+  finish_run(db, run.run, "failed", std::string("out of memory"));
+  loaded = load_run(db, run.run);
+  CHECK(loaded.status == "failed");
+  CHECK(loaded.error == std::optional<std::string>("out of memory"));
+  REQUIRE(loaded.ended_at.has_value());
+  CHECK(*loaded.ended_at >= loaded.started_at);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The metric writer
+
+TEST_CASE("the metric writer stores every logged value", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = create_run(db, new_run(), home);
+
+  MetricWriter writer(home, run.run);
+  const char* keys[] = {"loss", "lr", "grad_norm"};
+  const double time = now_seconds();
+  for (int i = 0; i < 10000; ++i) writer.log(keys[i % 3], i, i * 0.5, time);
+  writer.flush();
+  CHECK(writer.rows_written() == 10000);
+  CHECK(count_for_run(db, "metrics", run.run) == 10000);
+  CHECK(scalar(db, "SELECT count(*) FROM metrics WHERE key = 'loss'") == 3334);
+  CHECK(scalar(db, "SELECT count(*) FROM metrics WHERE key = 'lr'") == 3333);
+  CHECK(scalar(db, "SELECT count(*) FROM metrics WHERE key = 'grad_norm'") == 3333);
+  CHECK(scalar_real(db, "SELECT value FROM metrics WHERE key = 'lr' AND step = 9997") == 9997 * 0.5);
+
+  const auto series = metric_series(db, run.run, "grad_norm");
+  REQUIRE(series.size() == 3333);
+  CHECK(series.front().step == 2);
+  CHECK(series.back().step == 9998);
+  CHECK(series.back().value == 4999.0);
+  CHECK(series.back().time == time);
+
+  const auto latest = latest_metrics(db, run.run);
+  REQUIRE(latest.size() == 3);
+  CHECK(latest[0].key == "grad_norm");
+  CHECK(latest[0].point.step == 9998);
+  CHECK(latest[1].key == "loss");
+  CHECK(latest[1].point.step == 9999);
+  CHECK(latest[1].point.value == 4999.5);
+  CHECK(latest[2].key == "lr");
+  CHECK(latest[2].point.step == 9997);
+  CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(4999.5));
+  CHECK_FALSE(latest_metric(db, run.run, "missing").has_value());
+  writer.close();
+  CHECK(writer.rows_written() == 10000);
+}
+
+TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and the highest step as latest",
+          "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = create_run(db, new_run(), home);
+  MetricWriter writer(home, run.run);
+  const double time = now_seconds();
+
+  SECTION("the same step twice in one batch and across batches") {
+    writer.log("loss", 5, 1.0, time);
+    writer.log("loss", 5, 2.0, time + 1);
+    writer.flush();
+    auto series = metric_series(db, run.run, "loss");
+    REQUIRE(series.size() == 1);
+    CHECK(series[0].value == 2.0);
+    CHECK(series[0].time == time + 1);
+    CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(2.0));
+
+    writer.log("loss", 5, 3.0, time + 2);
+    writer.flush();
+    series = metric_series(db, run.run, "loss");
+    REQUIRE(series.size() == 1);
+    CHECK(series[0].value == 3.0);
+    CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(3.0));
+  }
+
+  SECTION("NaN is stored as NULL and read back as NaN; infinities are kept") {
+    writer.log("loss", 1, std::numeric_limits<double>::quiet_NaN(), time);
+    writer.log("loss", 2, std::numeric_limits<double>::infinity(), time);
+    writer.log("loss", 3, -std::numeric_limits<double>::infinity(), time);
+    writer.log("loss", 4, 0.25, time);
+    writer.log("bad", 9, std::numeric_limits<double>::quiet_NaN(), time);
+    writer.flush();
+    CHECK(scalar(db, "SELECT value IS NULL FROM metrics WHERE key = 'loss' AND step = 1") == 1);
+    CHECK(scalar(db, "SELECT count(*) FROM metrics WHERE value IS NULL") == 2);
+    CHECK(scalar(db, "SELECT value IS NULL FROM metric_latest WHERE key = 'bad'") == 1);
+    const auto series = metric_series(db, run.run, "loss");
+    REQUIRE(series.size() == 4);
+    CHECK(std::isnan(series[0].value));
+    CHECK(series[1].value == std::numeric_limits<double>::infinity());
+    CHECK(series[2].value == -std::numeric_limits<double>::infinity());
+    CHECK(series[3].value == 0.25);
+    const auto bad = latest_metric(db, run.run, "bad");
+    REQUIRE(bad.has_value());
+    CHECK(std::isnan(*bad));
+  }
+
+  SECTION("a lower step logged later does not replace the latest value") {
+    writer.log("loss", 10, 1.0, time);
+    writer.flush();
+    writer.log("loss", 5, 2.0, time + 1);
+    writer.flush();
+    CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(1.0));
+    // Within one batch as well.
+    writer.log("acc", 20, 0.9, time);
+    writer.log("acc", 7, 0.1, time + 1);
+    writer.flush();
+    const auto latest = latest_metrics(db, run.run);
+    REQUIRE(latest.size() == 2);
+    CHECK(latest[0].key == "acc");
+    CHECK(latest[0].point.step == 20);
+    CHECK(latest[0].point.value == 0.9);
+    CHECK(latest[1].key == "loss");
+    CHECK(latest[1].point.step == 10);
+    CHECK(latest[1].point.value == 1.0);
+    CHECK(metric_series(db, run.run, "loss").size() == 2);
+    CHECK(metric_series(db, run.run, "acc").size() == 2);
+  }
+
+  SECTION("one-element tensors are stored with their value") {
+    writer.log("zero_dim", 1, at::scalar_tensor(2.5, at::kFloat), time);
+    writer.log("one_element", 1, at::tensor({0.125}, at::kDouble), time);
+    writer.log("integer", 1, at::scalar_tensor(7, at::kLong), time);
+    writer.log("grad", 1, at::scalar_tensor(1.5).requires_grad_(), time);
+    writer.log("half", 1, at::scalar_tensor(0.5, at::kHalf), time);
+    REQUIRE_THROWS_WITH(writer.log("vector", 1, at::ones({2}), time),
+                        "metric 'vector' must be a number or a one-element tensor, got 2 elements");
+    writer.flush();
+    CHECK(latest_metric(db, run.run, "zero_dim") == std::optional<double>(2.5));
+    CHECK(latest_metric(db, run.run, "one_element") == std::optional<double>(0.125));
+    CHECK(latest_metric(db, run.run, "integer") == std::optional<double>(7.0));
+    CHECK(latest_metric(db, run.run, "grad") == std::optional<double>(1.5));
+    CHECK(latest_metric(db, run.run, "half") == std::optional<double>(0.5));
+    CHECK_FALSE(latest_metric(db, run.run, "vector").has_value());
+    CHECK(count_for_run(db, "metrics", run.run) == 5);
+  }
+
+  SECTION("logging after close is an error; close is idempotent") {
+    writer.log("loss", 1, 1.0, time);
+    writer.close();
+    writer.close();
+    CHECK(count_for_run(db, "metrics", run.run) == 1);
+    CHECK_THAT(index_error([&] { writer.log("loss", 2, 1.0, time); }),
+               Catch::Equals("metrics cannot be logged after the run has finished"));
+    CHECK_THAT(index_error([&] { writer.log("loss", 2, at::scalar_tensor(1.0), time); }),
+               Catch::Equals("metrics cannot be logged after the run has finished"));
+    writer.flush();  // nothing queued: returns
+    CHECK(count_for_run(db, "metrics", run.run) == 1);
+  }
+}
+
+TEST_CASE("the metric writer keeps the run's heartbeat and step fresh", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = create_run(db, new_run(), home);
+  const std::string where = " FROM runs WHERE run = " + std::to_string(run.run);
+
+  MetricWriterOptions options;
+  options.flush_interval_seconds = 0.05;
+  options.heartbeat_seconds = 0.05;
+  MetricWriter writer(home, run.run, options);
+  writer.set_step(42);
+  CHECK(eventually([&] { return scalar(db, "SELECT step" + where) == 42; }));
+  const double first = scalar_real(db, "SELECT heartbeat_at" + where);
+  CHECK(first > run.heartbeat_at);
+  // Heartbeats continue with nothing logged.
+  CHECK(eventually([&] { return scalar_real(db, "SELECT heartbeat_at" + where) > first; }));
+  writer.set_step(100);
+  CHECK(eventually([&] { return scalar(db, "SELECT step" + where) == 100; }));
+  writer.close();
+  CHECK(load_run(db, run.run).step == 100);
+}
+
+TEST_CASE("the metric writer flushes on its timer without flush()", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  int64_t run = 0;
+  {
+    Database db = open_index_for_writing(home);
+    run = create_run(db, new_run(), home).run;
+  }
+  MetricWriterOptions options;
+  options.flush_interval_seconds = 0.05;
+  MetricWriter writer(home, run, options);
+  for (int i = 0; i < 25; ++i) writer.log("loss", i, 1.0 / (i + 1), now_seconds());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Database reader = open_index_for_reading(home);
+  // 0.5 s is ten flush intervals; allow a loaded machine a little more before failing.
+  CHECK(eventually([&] { return count_for_run(reader, "metrics", run) == 25; }, 2.0));
+  CHECK(writer.rows_written() == 25);
+}
+
+TEST_CASE("the metric writer waits when too much is queued and loses nothing", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = create_run(db, new_run(), home);
+  MetricWriterOptions options;
+  options.flush_rows = 64;
+  options.max_queued_rows = 100;
+  MetricWriter writer(home, run.run, options);
+  for (int i = 0; i < 5000; ++i) writer.log("loss", i, i, now_seconds());
+  writer.close();
+  CHECK(count_for_run(db, "metrics", run.run) == 5000);
+}
+
+TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = create_run(db, new_run(), home);
+  MetricWriter writer(home, run.run);
+  writer.log("loss", 1, 1.0, now_seconds());
+  writer.flush();
+  db.execute("DELETE FROM runs");  // e.g. `runner rm` of a live run
+  writer.log("loss", 2, 1.0, now_seconds());
+  CHECK_THAT(index_error([&] { writer.flush(); }), Contains("FOREIGN KEY"));
+  CHECK_THROWS_AS(writer.close(), IndexError);
+  CHECK(scalar(db, "SELECT count(*) FROM metrics") == 0);
+}
+
+TEST_CASE("two metric writers on one index from two threads write everything", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord first = create_run(db, new_run(), home);
+  const RunRecord second = create_run(db, new_run(), home);
+
+  constexpr int kRows = 20000;
+  std::exception_ptr failures[2];
+  uint64_t written[2] = {0, 0};
+  auto work = [&](int index, int64_t run) {
+    try {
+      MetricWriterOptions options;
+      options.flush_rows = 200;
+      options.flush_interval_seconds = 0.01;
+      MetricWriter writer(home, run, options);
+      for (int i = 0; i < kRows; ++i) {
+        writer.log(i % 2 ? "loss" : "lr", i, static_cast<double>(i) * (index + 1), now_seconds());
+        writer.set_step(i);
+      }
+      writer.close();
+      written[index] = writer.rows_written();
+    } catch (...) {
+      failures[index] = std::current_exception();
+    }
+  };
+  std::thread a(work, 0, first.run);
+  std::thread b(work, 1, second.run);
+  a.join();
+  b.join();
+  for (const auto& failure : failures) {
+    if (!failure) continue;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& error) {
+      FAIL("a writer failed: " << error.what());
+    }
+  }
+  CHECK(written[0] == kRows);
+  CHECK(written[1] == kRows);
+  CHECK(count_for_run(db, "metrics", first.run) == kRows);
+  CHECK(count_for_run(db, "metrics", second.run) == kRows);
+  CHECK(scalar_real(db, "SELECT value FROM metrics WHERE run = " + std::to_string(second.run) +
+                            " AND key = 'loss' AND step = 19999") == 2.0 * 19999);
+  CHECK(load_run(db, first.run).step == kRows - 1);
+  CHECK(load_run(db, second.run).step == kRows - 1);
+  CHECK(latest_metric(db, first.run, "loss") == std::optional<double>(19999.0));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Read-only queries
+
+TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  int64_t run = 0;
+  std::string id;
+  {
+    Database db = open_index_for_writing(home);
+    const RunRecord record = create_run(db, new_run("q.lua", "query-me"), home);
+    run = record.run;
+    id = record.id;
+    create_run(db, new_run("q.lua", "other"), home);
+  }
+
+  for (bool writable : {false, true}) {
+    INFO("writable connection: " << writable);
+    Database db = writable ? open_index_for_writing(home) : open_index_for_reading(home);
+
+    QueryResult result = run_read_query(db, "SELECT 1 AS i, 2.5 AS r, 'text' AS t, NULL AS n, x'4142' AS b");
+    REQUIRE(result.columns == std::vector<std::string>{"i", "r", "t", "n", "b"});
+    REQUIRE(result.rows.size() == 1);
+    const auto& row = result.rows[0];
+    CHECK(std::get<int64_t>(row[0]) == 1);
+    CHECK(std::get<double>(row[1]) == 2.5);
+    CHECK(std::get<std::string>(row[2]) == "text");
+    CHECK(std::holds_alternative<std::monostate>(row[3]));
+    CHECK(std::get<std::string>(row[4]) == "AB");
+
+    result = run_read_query(db, "SELECT name, status FROM runs ORDER BY name");
+    CHECK(result.columns == std::vector<std::string>{"name", "status"});
+    REQUIRE(result.rows.size() == 2);
+    CHECK(std::get<std::string>(result.rows[0][0]) == "other");
+    CHECK(std::get<std::string>(result.rows[1][1]) == "running");
+
+    result = run_read_query(db, "SELECT run, name FROM runs WHERE id = ?1 AND run = ?2", {id, run});
+    REQUIRE(result.rows.size() == 1);
+    CHECK(std::get<int64_t>(result.rows[0][0]) == run);
+    CHECK(std::get<std::string>(result.rows[0][1]) == "query-me");
+    result = run_read_query(db, "SELECT ?1 * 2, ?2 IS NULL", {SqlValue(1.25), SqlValue(std::monostate{})});
+    CHECK(std::get<double>(result.rows[0][0]) == 2.5);
+    CHECK(std::get<int64_t>(result.rows[0][1]) == 1);
+    CHECK_THAT(index_error([&] { run_read_query(db, "SELECT ?1", {}); }), StartsWith("SQL error:"));
+
+    result = run_read_query(db, "SELECT * FROM runs WHERE 0;  ");
+    CHECK(result.rows.empty());
+    CHECK(result.columns.size() > 10);
+
+    const std::string deleting = index_error([&] { run_read_query(db, "DELETE FROM runs"); });
+    CHECK_THAT(deleting, Contains("read-only"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "UPDATE runs SET name = 'x'"); }), Contains("read-only"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "DROP TABLE metrics"); }), Contains("read-only"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "SELEC name FROM runs"); }), StartsWith("SQL error:"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "SELECT nope FROM runs"); }), StartsWith("SQL error:"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "SELECT 1; SELECT 2"); }), Contains("one statement at a time"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "SELECT 1; DELETE FROM runs"); }),
+               Contains("one statement at a time"));
+    CHECK_THAT(index_error([&] { run_read_query(db, "   "); }), StartsWith("SQL error:"));
+    CHECK(scalar(db, "SELECT count(*) FROM runs") == 2);
+    CHECK(table_exists(db, "metrics"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Removal and garbage collection
+
+namespace {
+
+// A run with a directory, metrics, an artifact and a checkpoint of two files.
+RunRecord populated_run(Database& db, const std::string& home, const std::string& name) {
+  const RunRecord run = create_run(db, new_run("exp.lua", name), home);
+  const std::string dir = home + "/" + run.dir;
+  write_file(dir + "/config.json", "{}");
+  write_file(dir + "/script.lua", "-- script\n");
+  write_file(dir + "/images/s-0000001.png", std::string(100, 'p'));
+  write_file(dir + "/checkpoints/step-1/model.safetensors", std::string(1000, 'm'));
+  write_file(dir + "/checkpoints/step-1/optim.safetensors", std::string(500, 'o'));
+  {
+    MetricWriter writer(home, run.run);
+    for (int i = 0; i < 30; ++i) writer.log(i % 2 ? "loss" : "lr", i, i, now_seconds());
+  }
+  add_artifact(db, {0, run.run, 1, "image", "s", "images/s-0000001.png", 100, 0});
+  CheckpointRecord checkpoint;
+  checkpoint.run = run.run;
+  checkpoint.step = 1;
+  checkpoint.path = "checkpoints/step-1";
+  checkpoint.bytes = 1500;
+  checkpoint.hash = "abc";
+  checkpoint.files = {{"model.safetensors", 1000, "h1"}, {"optim.safetensors", 500, "h2"}};
+  add_checkpoint(db, checkpoint);
+  return run;
+}
+
+struct RowCounts {
+  int64_t runs, metrics, latest, artifacts, checkpoints, checkpoint_files;
+  bool operator==(const RowCounts&) const = default;
+};
+
+RowCounts row_counts(Database& db, int64_t run) {
+  const std::string r = std::to_string(run);
+  return {scalar(db, "SELECT count(*) FROM runs WHERE run = " + r), count_for_run(db, "metrics", run),
+          count_for_run(db, "metric_latest", run), count_for_run(db, "artifacts", run),
+          count_for_run(db, "checkpoints", run),
+          scalar(db, "SELECT count(*) FROM checkpoint_files f JOIN checkpoints c USING (checkpoint) WHERE c.run = " + r)};
+}
+
+std::string describe(const RowCounts& c) {
+  return std::to_string(c.runs) + " " + std::to_string(c.metrics) + " " + std::to_string(c.latest) + " " +
+         std::to_string(c.artifacts) + " " + std::to_string(c.checkpoints) + " " + std::to_string(c.checkpoint_files);
+}
+
+}  // namespace
+
+TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord gone = populated_run(db, home, "gone");
+  const RunRecord kept = populated_run(db, home, "kept");
+  const RowCounts full{1, 30, 2, 1, 1, 2};
+  REQUIRE(describe(row_counts(db, gone.run)) == describe(full));
+  const int64_t checkpoints_before = scalar(db, "SELECT count(*) FROM checkpoint_files");
+
+  const RemovedRun removed = remove_run(db, home, gone);
+  CHECK(removed.id == gone.id);
+  CHECK(removed.name == "gone");
+  CHECK(removed.metrics == 30);
+  CHECK(removed.checkpoints == 1);
+  CHECK(removed.artifacts == 1);
+  CHECK(removed.bytes == 2 + 10 + 100 + 1000 + 500);
+
+  CHECK(describe(row_counts(db, gone.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
+  CHECK(scalar(db, "SELECT count(*) FROM checkpoint_files") == checkpoints_before - 2);
+  CHECK_FALSE(exists(home + "/gone"));
+  CHECK(fs::is_empty(home + "/.trash"));
+  CHECK_THAT(index_error([&] { resolve_run(db, gone.id); }), StartsWith("no run matches"));
+
+  CHECK(describe(row_counts(db, kept.run)) == describe(full));
+  CHECK(exists(home + "/kept/checkpoints/step-1/model.safetensors"));
+  CHECK(resolve_run(db, "kept").run == kept.run);
+
+  // A run whose directory is already gone is removed too.
+  fs::remove_all(home + "/kept");
+  const RemovedRun second = remove_run(db, home, kept);
+  CHECK(second.bytes == 0);
+  CHECK(describe(row_counts(db, kept.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 0);
+}
+
+TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds orphans", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+
+  // A removal that stopped after the directory was moved to the trash.
+  const RunRecord half = populated_run(db, home, "half");
+  const std::string trash_entry = half.id + "-" + half.dir;
+  fs::create_directories(home + "/.trash");
+  fs::rename(home + "/half", home + "/.trash/" + trash_entry);
+  const uint64_t trash_bytes = 2 + 10 + 100 + 1000 + 500;
+
+  // A run with one kept checkpoint and one rotated out.
+  const RunRecord rotating = populated_run(db, home, "rotating");
+  write_file(home + "/rotating/checkpoints/step-2.safetensors", std::string(300, 'x'));
+  CheckpointRecord dropped;
+  dropped.run = rotating.run;
+  dropped.step = 2;
+  dropped.path = "checkpoints/step-2.safetensors";
+  dropped.bytes = 300;
+  dropped.hash = "def";
+  dropped.files = {{"step-2.safetensors", 300, "h3"}};
+  const int64_t dropped_id = add_checkpoint(db, dropped);
+  set_checkpoint_kept(db, dropped_id, false);
+
+  // A run of a process that died, with no directory.
+  const RunRecord stale = create_run(db, new_run("stale.lua", "stale"), home);
+  db.execute("UPDATE runs SET pid = " + std::to_string(dead_pid()) + " WHERE run = " + std::to_string(stale.run));
+
+  // An orphan run directory, and a folder that is not a run.
+  write_file(home + "/orphan/config.json", "{}");
+  write_file(home + "/orphan/script.lua", "-- orphan\n");
+  write_file(home + "/data/config.json", "{}");
+  const uint64_t orphan_bytes = 2 + 10;
+
+  auto snapshot = [&] {
+    return describe(row_counts(db, half.run)) + "|" + describe(row_counts(db, rotating.run)) + "|" +
+           load_run(db, stale.run).status;
+  };
+  const std::string before = snapshot();
+
+  SECTION("dry run reports everything and changes nothing") {
+    const GarbageReport report = collect_garbage(db, home, true, true);
+    CHECK(report.finished_removals == std::vector<std::string>{trash_entry});
+    CHECK(report.dropped_checkpoints == std::vector<std::string>{"rotating/checkpoints/step-2.safetensors"});
+    CHECK(report.orphan_directories == std::vector<std::string>{"orphan"});
+    CHECK(report.interrupted_runs == std::vector<std::string>{"stale"});
+    CHECK(report.missing_directories == std::vector<std::string>{"stale"});
+    CHECK(report.bytes_freed == trash_bytes + 300 + orphan_bytes);
+
+    CHECK(snapshot() == before);
+    CHECK(exists(home + "/.trash/" + trash_entry + "/checkpoints/step-1/model.safetensors"));
+    CHECK(exists(home + "/rotating/checkpoints/step-2.safetensors"));
+    CHECK(exists(home + "/orphan/script.lua"));
+    CHECK(exists(home + "/data/config.json"));
+  }
+
+  SECTION("a real run deletes; orphans only when asked") {
+    GarbageReport report = collect_garbage(db, home, false, false);
+    CHECK(report.finished_removals == std::vector<std::string>{trash_entry});
+    CHECK(report.dropped_checkpoints == std::vector<std::string>{"rotating/checkpoints/step-2.safetensors"});
+    CHECK(report.orphan_directories == std::vector<std::string>{"orphan"});
+    CHECK(report.interrupted_runs == std::vector<std::string>{"stale"});
+    CHECK(report.bytes_freed == trash_bytes + 300);
+
+    // The half-removed run: rows and trash entry gone.
+    CHECK(describe(row_counts(db, half.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
+    CHECK_FALSE(exists(home + "/.trash/" + trash_entry));
+    // The rotated checkpoint: file and rows gone; the kept one untouched.
+    CHECK_FALSE(exists(home + "/rotating/checkpoints/step-2.safetensors"));
+    CHECK(exists(home + "/rotating/checkpoints/step-1/model.safetensors"));
+    const auto remaining = checkpoints(db, rotating.run);
+    REQUIRE(remaining.size() == 1);
+    CHECK(remaining[0].path == "checkpoints/step-1");
+    CHECK(remaining[0].files.size() == 2);
+    CHECK(scalar(db, "SELECT count(*) FROM checkpoint_files WHERE checkpoint = " + std::to_string(dropped_id)) == 0);
+    CHECK(describe(row_counts(db, rotating.run)) == describe(RowCounts{1, 30, 2, 1, 1, 2}));
+    // The dead run is marked.
+    CHECK(load_run(db, stale.run).status == "interrupted");
+    // The orphan stays without remove_orphans.
+    CHECK(exists(home + "/orphan/script.lua"));
+
+    report = collect_garbage(db, home, false, true);
+    CHECK(report.finished_removals.empty());
+    CHECK(report.dropped_checkpoints.empty());
+    CHECK(report.interrupted_runs.empty());
+    CHECK(report.orphan_directories == std::vector<std::string>{"orphan"});
+    CHECK(report.bytes_freed == orphan_bytes);
+    CHECK_FALSE(exists(home + "/orphan"));
+    CHECK(exists(home + "/data/config.json"));
+    CHECK(exists(home + "/rotating/script.lua"));
+    CHECK(exists(index_path(home)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The run context
+
+namespace {
+
+RunStart run_start(const std::string& home, const std::string& name = "") {
+  RunStart start;
+  start.home = home;
+  start.run = new_run("experiments/foo.lua", name);
+  start.script_text = "local x = 1\n-- ü and a tab\t\nprint(x)\n";
+  start.writer.flush_interval_seconds = 0.05;
+  start.writer.heartbeat_seconds = 0.05;
+  return start;
+}
+
+}  // namespace
+
+TEST_CASE("a run context creates the run directory with script, config and log", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  const RunStart start = run_start(home);
+  {
+    RunContext context(start);
+    CHECK(context.record().name == "foo-1");
+    CHECK(context.record().status == "running");
+    CHECK(context.directory() == home + "/foo-1");
+    CHECK(context.home() == home);
+    CHECK_FALSE(context.finished());
+    CHECK(read_file(home + "/foo-1/script.lua") == start.script_text);
+    CHECK(nlohmann::json::parse(read_file(home + "/foo-1/config.json")) == start.run.config);
+    CHECK(exists(home + "/foo-1/log.txt"));
+
+    context.metrics().log("loss", 3, 0.5, now_seconds());
+    context.merge_summary({{"fid", 3.25}});
+    context.finish("failed", "boom");
+    CHECK(context.finished());
+    CHECK(context.record().status == "failed");
+    CHECK(context.record().error == std::optional<std::string>("boom"));
+    context.finish("finished");  // idempotent: the first status stays
+    CHECK(context.record().status == "failed");
+    CHECK_THAT(index_error([&] { context.metrics().log("loss", 4, 0.5, now_seconds()); }),
+               Catch::Equals("metrics cannot be logged after the run has finished"));
+  }
+  Database db = open_index_for_reading(home);
+  const RunRecord run = resolve_run(db, "foo-1");
+  CHECK(run.status == "failed");
+  CHECK(run.error == std::optional<std::string>("boom"));
+  CHECK(run.ended_at.has_value());
+  CHECK(run.summary == nlohmann::json({{"fid", 3.25}}));
+  CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(0.5));
+
+  // The next context gets the next name.
+  RunContext next(start);
+  CHECK(next.record().name == "foo-2");
+  next.finish("finished");
+  CHECK(next.record().status == "finished");
+  CHECK_FALSE(next.record().error.has_value());
+}
+
+TEST_CASE("a run context destroyed before finish records an interrupted run", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  {
+    RunContext context(run_start(home, "early"));
+    context.metrics().log("loss", 1, 0.75, now_seconds());
+    context.metrics().set_step(1);
+  }
+  Database db = open_index_for_reading(home);
+  const RunRecord run = resolve_run(db, "early");
+  CHECK(run.status == "interrupted");
+  REQUIRE(run.error.has_value());
+  CHECK(*run.error == "the run was not finished (the process ended early)");
+  CHECK(run.ended_at.has_value());
+  CHECK(latest_metric(db, run.run, "loss") == std::optional<double>(0.75));
+}
+
+TEST_CASE("a run context refuses a name that is taken and leaves the existing run alone", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  RunContext first(run_start(home, "exp"));
+  CHECK_THAT(index_error([&] { RunContext second(run_start(home, "exp")); }), Contains("already exists"));
+  first.finish("finished");
+  Database db = open_index_for_reading(home);
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
+  CHECK(resolve_run(db, "exp").status == "finished");
+}
+
+TEST_CASE("save_images writes the grid under images/ and records the artifact", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  RunContext context(run_start(home, "pics"));
+  const at::Tensor images = at::rand({4, 3, 8, 8}) * 2 - 1;
+  const std::string path = context.save_images("samples", 5, images, {});
+  CHECK(path == home + "/pics/images/samples-0000005.png");
+  REQUIRE(exists(path));
+  const std::string png = read_file(path);
+  CHECK(png.substr(1, 3) == "PNG");
+  context.save_images("samples", 1234567, images, {});
+  CHECK(exists(home + "/pics/images/samples-1234567.png"));
+
+  CHECK_THROWS_AS(context.save_images("../x", 6, images, {}), std::invalid_argument);
+  CHECK_THROWS_WITH(context.save_images("../x", 6, images, {}), Contains("image name '../x' is not allowed"));
+  CHECK_THROWS_AS(context.save_images("a/b", 6, images, {}), std::invalid_argument);
+  CHECK_THROWS_AS(context.save_images("", 6, images, {}), std::invalid_argument);
+  CHECK_FALSE(exists(home + "/x-0000006.png"));
+  CHECK_FALSE(exists(home + "/pics/x-0000006.png"));
+
+  Database db = open_index_for_reading(home);
+  const auto recorded = artifacts(db, context.record().run);
+  REQUIRE(recorded.size() == 2);
+  CHECK(recorded[0].kind == "image");
+  CHECK(recorded[0].name == "samples");
+  CHECK(recorded[0].step == 5);
+  CHECK(recorded[0].path == "images/samples-0000005.png");
+  CHECK(recorded[0].bytes == static_cast<int64_t>(png.size()));
+  const auto latest = latest_artifacts(db, context.record().run, "image");
+  REQUIRE(latest.size() == 1);
+  CHECK(latest[0].step == 1234567);
+  context.finish("finished");
+}
+
+TEST_CASE("git_state is empty outside a repository", "[index]") {
+  TempHome tmp;
+  const GitState state = git_state(tmp.path);
+  CHECK_FALSE(state.revision.has_value());
+  CHECK_FALSE(state.dirty.has_value());
+}
