@@ -130,6 +130,11 @@ function Run:finish(status, message)
   if runner.run == self then runner.run = nil end
 end
 
+--- run:native_rows(): how many metric values the writer has committed so far.
+function Run:native_rows()
+  return self.native:rows_written()
+end
+
 function Run:__tostring()
   return string.format("Run(%s, %s, step %d)", self.name, self.id, self.step)
 end

@@ -91,6 +91,7 @@ chunk()
 
 for _, t in ipairs(tests) do
   local ok, err = xpcall(t.body, debug.traceback)
+  if runner.run then runner.run:finish(ok and "finished" or "failed") end  -- a failed test leaves no active run
   if ok then
     passed = passed + 1
     print("ok - " .. t.name)
