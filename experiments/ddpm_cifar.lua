@@ -26,13 +26,11 @@ local cfg = config {
   seed = 0,
   device = "auto",
   workers = -1,               -- loader threads (-1: automatic)
-  out = "ddpm_cifar",         -- folder for sample grids and weights
 }
 if cfg.data == "" then runner.usage_error("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin") end
 
-torch.manual_seed(cfg.seed)
-local device = torch.device(cfg.device)
-os.execute(string.format("mkdir -p '%s'", cfg.out))
+local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
+local device = run.device
 
 local train_set = runner.data.cifar10 { path = cfg.data, split = "train" }
 local loader_options = { batch = cfg.batch, shuffle = true, drop_last = true, seed = cfg.seed, device = device,
@@ -56,15 +54,15 @@ print(string.format("%.1fM parameters on %s; %s; %d steps of batch %d", model:nu
 
 local function write_samples(step)
   local samples = ddpm:sample(ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
-  local path = string.format("%s/samples-%07d.png", cfg.out, step)
-  runner.save_grid(path, samples)
+  local path = run:images("samples", samples)
   print(string.format("step %7d  EMA samples: %s", step, path))
 end
 
 local start = runner.clock()
-local running, count = 0, 0
+local running, count, last_loss = 0, 0, nil
 for batch in loader:iter { from = 0, to = cfg.steps } do
   local step = batch.step
+  run.step = step
   opt:set_lr(cfg.lr * math.min(1, step / math.max(1, cfg.warmup)))
   local loss = ddpm:loss(model, batch)
   opt:zero_grad()
@@ -72,7 +70,9 @@ for batch in loader:iter { from = 0, to = cfg.steps } do
   local grad_norm = optim.clip_grad_norm(model, cfg.clip)
   opt:step()
   nn.ema_update(ema, model, cfg.ema)
-  running, count = running + loss:item(), count + 1
+  local loss_value = loss:item()
+  running, count, last_loss = running + loss_value, count + 1, loss_value
+  run:log { loss = loss, grad_norm = grad_norm, lr = opt:lr() }
   if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
     local elapsed = runner.clock() - start
     print(string.format("step %7d  loss %.4f  grad norm %.3f  lr %.2e  %.1f img/s", step, running / count, grad_norm,
@@ -81,5 +81,6 @@ for batch in loader:iter { from = 0, to = cfg.steps } do
   end
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
-ema:save(cfg.out .. "/ema.safetensors", { steps = tostring(cfg.steps) })
-print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, cfg.out))
+ema:save(run.dir .. "/ema.safetensors", { steps = tostring(cfg.steps) })
+run:set_summary { loss = last_loss, seconds = runner.clock() - start }
+print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))

@@ -25,15 +25,13 @@ local cfg = config {
   seed = 0,
   device = "auto",
   workers = -1,
-  out = "dit",
 }
 if cfg.data == "" or cfg.labels == "" then
   runner.usage_error("give the latents and their labels: data=latents.npy labels=latents.labels.npy")
 end
 
-torch.manual_seed(cfg.seed)
-local device = torch.device(cfg.device)
-os.execute(string.format("mkdir -p '%s'", cfg.out))
+local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
+local device = run.device
 
 local latents = runner.data.npy { path = cfg.data, labels = cfg.labels }
 local shape = latents:get(1).shape
@@ -59,9 +57,9 @@ local function write_samples(step)
   for i, class in ipairs(cfg.sample_classes) do labels[i] = class % cfg.classes end
   local samples = diffusion:sample(ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
                                           steps = cfg.sample_steps, seed = cfg.seed })
-  local stem = string.format("%s/samples-%07d", cfg.out, step)
+  local stem = string.format("%s/samples-%07d", run.dir, step)
   torch.save({ latents = samples, labels = torch.tensor(labels, { dtype = "int64" }) }, stem .. ".safetensors")
-  runner.save_grid(stem .. ".png", samples:narrow(2, 1, math.min(3, shape[1])), { range = { -2, 2 } })
+  run:images("samples", samples:narrow(2, 1, math.min(3, shape[1])), { range = { -2, 2 } })
   print(string.format("step %7d  EMA samples (guidance %.1f): %s.safetensors", step, cfg.guidance, stem))
 end
 
@@ -69,12 +67,14 @@ local start = runner.clock()
 local running, count = 0, 0
 for batch in loader:iter { from = 0, to = cfg.steps } do
   local step = batch.step
+  run.step = step
   local loss = diffusion:loss(model, batch)
   opt:zero_grad()
   loss:backward()
   opt:step()
   nn.ema_update(ema, model, cfg.ema)
   running, count = running + loss:item(), count + 1
+  run:log { loss = loss }
   if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
     local elapsed = runner.clock() - start
     print(string.format("step %7d  loss %.4f  %.1f img/s", step, running / count, step * cfg.batch / elapsed))
@@ -82,5 +82,5 @@ for batch in loader:iter { from = 0, to = cfg.steps } do
   end
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
-ema:save(cfg.out .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
-print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, cfg.out))
+ema:save(run.dir .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
+print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))

@@ -1,7 +1,8 @@
 -- Quickstart: a small DDPM UNet learns to draw the built-in `shapes` images (16x16 circles, squares and
 -- triangles) in three to four minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
--- loss as it goes, writes sample grids as PNG files and reports a sample-quality number: the sliced
--- Wasserstein distance between generated and real images (lower is better; needs no download).
+-- loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between generated and
+-- real images (lower is better; needs no download). The run is recorded in the index (runs/ by default):
+-- metrics, sample grids and the final numbers; `runner show last` and `runner report last` show them.
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
 local cfg = config {
   steps = 600,             -- optimizer steps
@@ -19,12 +20,10 @@ local cfg = config {
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
   log_every = 50,
-  out = "quickstart",      -- folder for the sample grids
 }
 
-torch.manual_seed(cfg.seed)
-local device = torch.device(cfg.device)
-os.execute(string.format("mkdir -p '%s'", cfg.out))
+local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
+local device = run.device
 
 local shapes = runner.data.shapes { size = cfg.image, count = 50000, seed = cfg.seed }
 local loader = runner.data.loader(shapes, { batch = cfg.batch, shuffle = true, seed = cfg.seed, device = device })
@@ -45,14 +44,14 @@ print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_pa
 -- Real images the metric compares against: shapes the model never trains on (another seed).
 local held_out = runner.data.shapes { size = cfg.image, count = cfg.metric_samples, seed = cfg.seed + 1000003 }
 local real = runner.data.loader(held_out, { batch = cfg.metric_samples }):next().data
-runner.save_grid(cfg.out .. "/real.png", real:narrow(1, 1, 64))
+run:images("real", real:narrow(1, 1, 64))
 
-local function evaluate(step)
+local function evaluate()
   local samples = ddpm:sample(ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
-  local path = string.format("%s/samples-%06d.png", cfg.out, step)
-  runner.save_grid(path, samples:narrow(1, 1, 64))
+  local path = run:images("samples", samples:narrow(1, 1, 64))
   local distance = runner.eval.sliced_wasserstein(samples, real)
-  print(string.format("step %5d  samples: %s  sliced Wasserstein to real shapes: %.4f", step, path, distance))
+  run:log { swd = distance }
+  print(string.format("step %5d  samples: %s  sliced Wasserstein to real shapes: %.4f", run.step, path, distance))
   return distance
 end
 
@@ -67,13 +66,18 @@ for batch in loader:iter { from = 0, to = cfg.steps } do
   nn.ema_update(ema, model, cfg.ema)
   running, count = running + loss:item(), count + 1
   local step = batch.step
+  run.step = step
+  run:log { loss = loss }
   if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
     local elapsed = runner.clock() - start
     print(string.format("step %5d  loss %.4f  %.1f steps/s  %.0f s", step, running / count, step / elapsed, elapsed))
     running, count = 0, 0
   end
-  if step % cfg.sample_every == 0 and step ~= cfg.steps then evaluate(step) end
+  if step % cfg.sample_every == 0 and step ~= cfg.steps then evaluate() end
 end
-distance = evaluate(cfg.steps)
+run.step = cfg.steps
+distance = evaluate()
+run:set_summary { swd = distance, seconds = runner.clock() - start }
 print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f", distance))
-print(string.format("done in %.0f s; sample grids in %s/", runner.clock() - start, cfg.out))
+print(string.format("done in %.0f s; run %s: sample grids in %s/images (runner show %s, runner report %s)",
+  runner.clock() - start, run.name, run.dir, run.name, run.name))

@@ -1,5 +1,6 @@
 """End-to-end runs of the example experiments on small data: the quickstart learns (its sample-quality
 number beats an untrained model's by far), and ddpm_cifar.lua and dit.lua train, sample and save."""
+import json
 import os
 import pathlib
 import re
@@ -18,10 +19,19 @@ EXPERIMENTS = SOURCE / "experiments"
 
 def run_experiment(name, *overrides, cwd, timeout=600):
     result = subprocess.run([RUNNER, str(EXPERIMENTS / name), *overrides], capture_output=True, text=True, cwd=cwd,
-                            timeout=timeout)
+                            timeout=timeout, env={**os.environ, "RUNNER_HOME": str(pathlib.Path(cwd) / "runs")})
     if result.returncode != 0:
         raise AssertionError(f"{name} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
     return result.stdout
+
+
+def last_run(cwd):
+    """`runner show last --json` in the experiments' index: the run's record, with its directory as 'path'."""
+    result = subprocess.run([RUNNER, "show", "last", "--json"], capture_output=True, text=True, cwd=cwd, timeout=60,
+                            env={**os.environ, "RUNNER_HOME": str(pathlib.Path(cwd) / "runs")}, check=True)
+    record = json.loads(result.stdout)
+    record["path"] = pathlib.Path(cwd) / "runs" / record["dir"]
+    return record
 
 
 class Experiments(unittest.TestCase):
@@ -33,11 +43,16 @@ class Experiments(unittest.TestCase):
         self.tmp.cleanup()
 
     def quickstart_quality(self, *overrides, steps):
-        out = self.dir / f"quickstart-{steps}"
-        stdout = run_experiment("quickstart.lua", *overrides, f"out={out}", cwd=self.dir)
+        stdout = run_experiment("quickstart.lua", *overrides, cwd=self.dir)
         match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+)", stdout)
         self.assertIsNotNone(match, stdout)
-        grid = out / f"samples-{steps:06d}.png"
+        run = last_run(self.dir)
+        self.assertEqual(run["status"], "finished")
+        self.assertAlmostEqual(run["summary"]["swd"], float(match.group(1)), places=4)
+        self.assertEqual(run["step"], steps)
+        if steps > 0:
+            self.assertEqual(run["metrics"]["loss"]["step"], steps)
+        grid = run["path"] / "images" / f"samples-{steps:07d}.png"
         self.assertTrue(grid.exists(), stdout)
         # 64 images of 16 px in 8 columns with 2 px padding.
         with Image.open(grid) as image:
@@ -64,14 +79,17 @@ class Experiments(unittest.TestCase):
 
     def test_ddpm_cifar_runs_end_to_end(self):
         self.write_cifar(self.dir / "cifar")
-        out = self.dir / "cifar-run"
         stdout = run_experiment("ddpm_cifar.lua", f"data={self.dir / 'cifar'}", "channels=16", "mults=1,2", "groups=8",
                                 "blocks=1", "attention=16", "batch=8", "steps=4", "warmup=2", "sample_every=2",
-                                "sample_steps=3", "samples=4", "log_every=1", "workers=1", f"out={out}", cwd=self.dir)
+                                "sample_steps=3", "samples=4", "log_every=1", "workers=1", cwd=self.dir)
         self.assertIn("step       4  loss", stdout)
         self.assertIn("lr 2.00e-04", stdout)  # warmup over
-        self.assertTrue((out / "samples-0000002.png").exists(), stdout)
-        with Image.open(out / "samples-0000004.png") as image:
+        run = last_run(self.dir)
+        out = run["path"]
+        self.assertEqual(sorted(run["metrics"]), ["grad_norm", "loss", "lr"])
+        self.assertEqual(run["metrics"]["lr"], {"step": 4, "value": 2e-4})
+        self.assertTrue((out / "images" / "samples-0000002.png").exists(), stdout)
+        with Image.open(out / "images" / "samples-0000004.png") as image:
             self.assertEqual(image.size, (4 * 34 + 2, 34 + 2))
         weights = load_file(str(out / "ema.safetensors"))
         self.assertEqual(weights["conv_in.weight"].shape, (16, 3, 3, 3))
@@ -88,11 +106,14 @@ class Experiments(unittest.TestCase):
         rng = np.random.default_rng(1)
         np.save(self.dir / "latents.npy", rng.standard_normal((24, 4, 8, 8)).astype(np.float32))
         np.save(self.dir / "latents.labels.npy", rng.integers(0, 10, 24).astype(np.int64))
-        out = self.dir / "dit-run"
         stdout = run_experiment("dit.lua", "data=latents.npy", "labels=latents.labels.npy", "size=DiT-S/4",
                                 "classes=10", "batch=6", "steps=3", "sample_every=3", "sample_steps=4",
-                                "sample_classes=1,2,3", "log_every=1", "workers=1", f"out={out}", cwd=self.dir)
+                                "sample_classes=1,2,3", "log_every=1", "workers=1", cwd=self.dir)
         self.assertIn("step       3  loss", stdout)
+        run = last_run(self.dir)
+        out = run["path"]
+        self.assertEqual(run["config"]["size"], "DiT-S/4")
+        self.assertEqual([a["path"] for a in run["artifacts"]], ["images/samples-0000003.png"])
         self.assertIn("EMA samples (guidance 4.0)", stdout)
         samples = load_file(str(out / "samples-0000003.safetensors"))
         self.assertEqual(samples["latents"].shape, (3, 4, 8, 8))
