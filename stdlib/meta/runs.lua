@@ -1,0 +1,89 @@
+---@meta
+-- Runs and the index: runner.start, the Run object, runner.query, runner.home (stdlib/runner/run.lua).
+
+--- Starts the run of this script and records it in the index (RUNNER_HOME/index.db, RUNNER_HOME defaulting
+--- to ./runs): a row with the script path and its sha256, the resolved config, the git revision of the
+--- script's repository (and whether it was modified), host, pid, device, seed and versions; a directory
+--- RUNNER_HOME/<name>/ with script.lua (a copy), config.json and log.txt (log messages and printed output
+--- from now on). Seeds torch (CPU and CUDA) and math.random from `seed`, then the config's `seed`, else a
+--- fresh one (recorded). The device is options.device, else the config's `device`, else "auto".
+--- The name is options.name, else the config's `name`, else "<script>-<n>"; a name that exists is an error.
+--- `parent` (an id, id prefix, name or 'last') links the run to the run it continues from.
+--- The run ends when the script ends: `finished` on success, `failed` with the error text on an error or a
+--- nonzero os.exit, `interrupted` on Ctrl-C, SIGTERM or SIGHUP (exit status 130, 143, 129). A process killed
+--- outright shows as interrupted once its heartbeat stops (immediately on the same host). Metrics logged
+--- before the end are flushed to the index whenever the process lives to end the run (not after SIGKILL or a
+--- crash, where what was flushed before stays).
+---@param cfg? table the config from config{} (default runner.config, or {})
+---@param options? {name?: string, seed?: integer, device?: string, parent?: string, flush_interval?: number}
+---@return Run
+function runner.start(cfg, options) end
+
+---@class Run
+---@field id string       # 8 characters of [0-9a-z]; what `runner show` takes (or a unique prefix of it)
+---@field name string
+---@field dir string      # the run directory, RUNNER_HOME/<name>
+---@field step integer    # the step metrics and images are recorded at; set it, or use run:steps()
+---@field seed integer
+---@field device string   # "cpu", "cuda:0", ...
+---@field config table
+local Run = {}
+
+--- Records each name = value at `step` (default run.step). Values are numbers or one-element tensors; a
+--- tensor is read by the background writer, so logging a CUDA loss does not wait for the GPU. The call only
+--- queues: rows reach the index in one transaction per flush (every flush_interval seconds, default 1, or
+--- every 50,000 values). Logging a name again at the same step replaces the value.
+---@param values table<string, number|Tensor>
+---@param step? integer
+function Run:log(values, step) end
+
+--- True when run.step is a positive multiple of n.
+---@param n integer
+---@return boolean
+function Run:every(n) end
+
+--- `for step in run:steps(total) do ... end`: steps run.step + 1 .. total, keeping run.step current.
+---@param total integer
+function Run:steps(total) end
+
+--- Writes a PNG grid (as runner.save_grid) to images/<name>-<step, 7 digits>.png in the run directory and
+--- records it as an image artifact; returns the path. `runner report` shows the latest grid of each name.
+---@param name string letters, digits, '_', '-', '.'
+---@param images Tensor [N, 1 or 3, H, W]
+---@param options? {columns?: integer, padding?: integer, range?: number[], pad_value?: number}
+---@return string
+function Run:images(name, images, options) end
+
+--- Merges final numbers (or strings) into the run's summary, shown by `runner runs` and used by --sort.
+---@param values table<string, number|string|boolean|Tensor>
+function Run:set_summary(values) end
+
+--- Returns once every value logged so far is committed to the index.
+function Run:flush() end
+
+--- Ends the run now with `status` (finished, failed or interrupted; default finished) and an error text.
+---@param status? string
+---@param error? string
+function Run:finish(status, error) end
+
+--- How many metric values the writer has committed so far.
+---@return integer
+function Run:native_rows() end
+
+--- A read-only SQL query over the index (schema: docs/index-schema.md). `?` parameters take the extra
+--- arguments (numbers, strings, booleans, nil). Returns the rows, each a table keyed by column name (NULL
+--- values are absent), and the column names. A statement that would write is refused.
+---
+--- Example: `runner.query("SELECT name, json_extract(summary, '$.swd') AS swd FROM runs WHERE status = ?", "finished")`
+---@param sql string
+---@return table[] rows
+---@return string[] columns
+function runner.query(sql, ...) end
+
+--- The directory of the index and run directories: RUNNER_HOME, or ./runs.
+---@return string
+function runner.home() end
+
+--- The run runner.start opened in this process, until it finishes.
+---@type Run|nil
+runner.run = nil
