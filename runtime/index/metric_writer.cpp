@@ -71,10 +71,16 @@ void MetricWriter::log(std::string_view key, int64_t step, const at::Tensor& val
   if (value.numel() != 1)
     throw std::invalid_argument("metric '" + std::string(key) + "' must be a number or a one-element tensor, got " +
                                 std::to_string(value.numel()) + " elements");
+  // The value is the one the tensor holds now, even if the script changes it in place afterwards: a CPU value
+  // is read at once, a device value is copied (asynchronously) and read on the writer thread.
+  if (!value.is_cuda() && !value.is_privateuseone() && !value.is_xpu() && !value.is_mps()) {
+    log(key, step, value.item<double>(), time);
+    return;
+  }
   std::unique_lock lock(mutex_);
   const uint32_t id = intern(key);
   lock.unlock();
-  push({id, step, time, 0.0, value.requires_grad() ? value.detach() : value});
+  push({id, step, time, 0.0, value.detach().clone()});
 }
 
 void MetricWriter::set_step(int64_t step) {

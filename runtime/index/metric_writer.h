@@ -34,8 +34,8 @@ class MetricWriter {
 
   // Queues one value at `step`; (key, step) pairs are unique per run: a later value replaces an earlier one.
   void log(std::string_view key, int64_t step, double value, double time);
-  // A 0-dim (or one-element) tensor is read on the writer thread, so a CUDA value costs the training loop
-  // no device synchronisation.
+  // A one-element tensor's current value: a device tensor is copied and read on the writer thread, so a
+  // CUDA value costs the training loop no device synchronisation.
   void log(std::string_view key, int64_t step, const at::Tensor& value, double time);
   // The step the heartbeat records as the run's progress.
   void set_step(int64_t step);

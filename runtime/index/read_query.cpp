@@ -7,6 +7,16 @@
 #include <fmt/format.h>
 
 namespace runner::index {
+namespace {
+
+std::string first_word(const std::string& sql) {
+  const size_t start = sql.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return "";
+  const size_t end = sql.find_first_of(" \t\r\n(;", start);
+  return sql.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+}  // namespace
 
 QueryResult run_read_query(Database& db, const std::string& sql, const std::vector<SqlValue>& parameters) {
   sqlite3_stmt* raw = nullptr;
@@ -21,13 +31,18 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
     ~Finalize() { sqlite3_finalize(statement); }
   } finalize{raw};
   if (!raw) throw IndexError("SQL error: the query is empty");
-  for (const char* c = tail; c && *c; ++c)
-    if (!std::isspace(static_cast<unsigned char>(*c)) && *c != ';')
-      throw IndexError("SQL error: give one statement at a time (found more after the first ';')");
+  if (tail && *tail) {
+    // Whatever follows must compile to nothing: whitespace, ';' or comments.
+    sqlite3_stmt* next = nullptr;
+    const int next_code = sqlite3_prepare_v2(db.handle(), tail, -1, &next, nullptr);
+    const bool another = next != nullptr || next_code != SQLITE_OK;
+    sqlite3_finalize(next);
+    if (another) throw IndexError("SQL error: give one statement at a time (found more after the first ';')");
+  }
   if (!sqlite3_stmt_readonly(raw))
     throw IndexError(fmt::format("the index is read-only here: this statement would modify it ({}); queries can "
                                  "only read",
-                                 std::string(sql.substr(0, sql.find_first_of(" \t\n(")))));
+                                 first_word(sql)));
   if (static_cast<int>(parameters.size()) != sqlite3_bind_parameter_count(raw))
     throw IndexError(fmt::format("SQL error: the query has {} parameters but {} values were given",
                                  sqlite3_bind_parameter_count(raw), parameters.size()));

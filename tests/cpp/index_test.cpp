@@ -40,6 +40,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Not std::filesystem::remove_all: libtorch.so exports its own copy, which calls a libstdc++ symbol missing
+// from the system library and crashes.
+void delete_tree(const fs::path& path) {
+  std::error_code ignored;
+  if (fs::is_directory(fs::symlink_status(path, ignored))) {
+    for (const auto& entry : fs::directory_iterator(path, ignored)) delete_tree(entry.path());
+  }
+  fs::remove(path, ignored);
+}
+
 // A fresh directory under $RUNNER_TEST_TMP (or /tmp), deleted with everything in it at the end of the test.
 struct TempHome {
   std::string path;
@@ -51,10 +61,7 @@ struct TempHome {
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed under " + root);
     path = pattern;
   }
-  ~TempHome() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
+  ~TempHome() { delete_tree(path); }
   TempHome(const TempHome&) = delete;
   TempHome& operator=(const TempHome&) = delete;
 };
@@ -649,6 +656,21 @@ TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and th
     CHECK(count_for_run(db, "metrics", run.run) == 5);
   }
 
+  SECTION("a tensor changed in place after log() keeps the value it had when logged") {
+    // The usual accumulator pattern of a training loop: log the running total, then reset it.
+    at::Tensor total = at::scalar_tensor(4.0, at::kDouble);
+    writer.log("loss_sum", 1, total, time);
+    total.zero_();
+    total.add_(9.0);
+    writer.log("loss_sum", 2, total, time);
+    total.zero_();
+    writer.flush();
+    const auto series = metric_series(db, run.run, "loss_sum");
+    REQUIRE(series.size() == 2);
+    CHECK(series[0].value == 4.0);
+    CHECK(series[1].value == 9.0);
+  }
+
   SECTION("logging after close is an error; close is idempotent") {
     writer.log("loss", 1, 1.0, time);
     writer.close();
@@ -847,6 +869,27 @@ TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[
   }
 }
 
+TEST_CASE("run_read_query accepts a comment after the statement", "[index]") {
+  TempHome tmp;
+  {
+    Database db = open_index_for_writing(tmp.path);
+    create_run(db, new_run(), tmp.path);
+  }
+  Database db = open_index_for_reading(tmp.path);
+  QueryResult result;
+  CHECK_NOTHROW(result = run_read_query(db, "SELECT count(*) AS n FROM runs -- how many runs"));
+  CHECK(result.rows.size() == 1);
+  // A comment after the final ';' is not a second statement either.
+  result = {};
+  CHECK_NOTHROW(result = run_read_query(db, "SELECT count(*) AS n FROM runs; -- how many runs"));
+  CHECK(result.rows.size() == 1);
+  result = {};
+  CHECK_NOTHROW(result = run_read_query(db, "SELECT count(*) AS n FROM runs;\n/* done */\n"));
+  CHECK(result.rows.size() == 1);
+  CHECK_THAT(index_error([&] { run_read_query(db, "SELECT 1; -- note\nSELECT 2"); }),
+             Contains("one statement at a time"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Removal and garbage collection
 
@@ -926,7 +969,7 @@ TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[
   CHECK(resolve_run(db, "kept").run == kept.run);
 
   // A run whose directory is already gone is removed too.
-  fs::remove_all(home + "/kept");
+  delete_tree(home + "/kept");
   const RemovedRun second = remove_run(db, home, kept);
   CHECK(second.bytes == 0);
   CHECK(describe(row_counts(db, kept.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
