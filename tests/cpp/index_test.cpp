@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cpp/temp_directory.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/read_query.h"
@@ -40,30 +41,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Not std::filesystem::remove_all: libtorch.so exports its own copy, which calls a libstdc++ symbol missing
-// from the system library and crashes.
-void delete_tree(const fs::path& path) {
-  std::error_code ignored;
-  if (fs::is_directory(fs::symlink_status(path, ignored))) {
-    for (const auto& entry : fs::directory_iterator(path, ignored)) delete_tree(entry.path());
-  }
-  fs::remove(path, ignored);
-}
+using runner::testing::remove_tree;
 
-// A fresh directory under $RUNNER_TEST_TMP (or /tmp), deleted with everything in it at the end of the test.
-struct TempHome {
-  std::string path;
-  TempHome() {
-    const char* base = std::getenv("RUNNER_TEST_TMP");
-    const std::string root = base && *base ? base : "/tmp";
-    fs::create_directories(root);
-    std::string pattern = root + "/index-test-XXXXXX";
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed under " + root);
-    path = pattern;
-  }
-  ~TempHome() { delete_tree(path); }
-  TempHome(const TempHome&) = delete;
-  TempHome& operator=(const TempHome&) = delete;
+// A fresh home directory for the index, deleted with everything in it at the end of the test.
+struct TempHome : runner::testing::TempDir {
+  TempHome() : TempDir("index-test") {}
 };
 
 std::string read_file(const std::string& path) {
@@ -969,7 +951,7 @@ TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[
   CHECK(resolve_run(db, "kept").run == kept.run);
 
   // A run whose directory is already gone is removed too.
-  delete_tree(home + "/kept");
+  remove_tree(home + "/kept");
   const RemovedRun second = remove_run(db, home, kept);
   CHECK(second.bytes == 0);
   CHECK(describe(row_counts(db, kept.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));

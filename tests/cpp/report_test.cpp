@@ -13,39 +13,14 @@
 #include "runtime/image/png_writer.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/svg_chart.h"
+#include "tests/cpp/temp_directory.h"
 
 using namespace runner::report;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Not std::filesystem::remove_all: libtorch.so exports its own copy, which calls a libstdc++ symbol
-// missing from the system library and crashes.
-void remove_tree(const fs::path& path) {
-  std::error_code ignored;
-  if (fs::is_directory(fs::symlink_status(path, ignored))) {
-    for (const auto& entry : fs::directory_iterator(path, ignored)) remove_tree(entry.path());
-  }
-  fs::remove(path, ignored);
-}
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("runner-report-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    remove_tree(path_);
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() { remove_tree(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using runner::testing::TempDir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream stream(path, std::ios::binary);
@@ -294,7 +269,7 @@ TEST_CASE("long series are downsampled keeping spikes, gaps and both ends", "[re
 }
 
 TEST_CASE("images are embedded as data URIs that decode to the file's bytes", "[report]") {
-  TempDir dir;
+  TempDir dir("runner-report-test");
   const std::string png = dir.file("samples.png");
   runner::image::write_png(png, (at::arange(10 * 12 * 3) % 251).to(at::kByte).reshape({10, 12, 3}));
   ReportRun run = make_run("aaaa1111", "alpha");
@@ -314,7 +289,7 @@ TEST_CASE("images are embedded as data URIs that decode to the file's bytes", "[
 }
 
 TEST_CASE("an unreadable or non-PNG image throws naming its path, and no report is written", "[report]") {
-  TempDir dir;
+  TempDir dir("runner-report-test");
   const std::string missing = dir.file("missing.png");
   const std::string report = dir.file("report.html");
   ReportRun run = make_run("aaaa1111", "alpha");

@@ -1,4 +1,5 @@
 // Tests for runtime/ckpt/safetensors: round trips, exact file layout, rejected malformations, atomic saves.
+#include "tests/cpp/temp_directory.h"
 #include "runtime/ckpt/safetensors.h"
 
 #include <ATen/ATen.h>
@@ -29,39 +30,7 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-// std::filesystem::remove_all is not used: libtorch.so exports its own copy, which calls a libstdc++
-// symbol missing from the system library and crashes.
-void remove_tree(const fs::path& path) {
-  std::error_code ignored;
-  if (fs::is_directory(fs::symlink_status(path, ignored))) {
-    for (const auto& entry : fs::directory_iterator(path, ignored)) remove_tree(entry.path());
-  }
-  fs::remove(path, ignored);
-}
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("runner-safetensors-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    remove_tree(path_);
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() { remove_tree(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
+using runner::testing::TempDir;
 
 std::vector<std::uint8_t> read_bytes(const std::string& path) {
   std::ifstream stream(path, std::ios::binary);
@@ -127,7 +96,7 @@ std::string single_entry(std::string_view entry) { return R"({"w":)" + std::stri
 }  // namespace
 
 TEST_CASE("every dtype round-trips with exact bytes and metadata", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("all.safetensors");
   const auto tensors = one_tensor_of_every_dtype();
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"step", "1200"}, {"note", "ünïcode ✓"}};
@@ -156,7 +125,7 @@ TEST_CASE("every dtype round-trips with exact bytes and metadata", "[safetensors
 }
 
 TEST_CASE("the written file has the exact safetensors layout", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("layout.safetensors");
   save_safetensors(path, {{"w", at::tensor({1.0f, 2.0f})}, {"b", at::tensor({7}, at::kByte)}}, {{"format", "pt"}});
 
@@ -182,7 +151,7 @@ TEST_CASE("the written file has the exact safetensors layout", "[safetensors]") 
 }
 
 TEST_CASE("non-contiguous, offset, sparse and grad-requiring tensors are saved as their values", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("views.safetensors");
   const at::Tensor base = at::arange(12, at::kFloat).reshape({3, 4});
   const at::Tensor transposed = base.t();
@@ -210,7 +179,7 @@ TEST_CASE("non-contiguous, offset, sparse and grad-requiring tensors are saved a
 }
 
 TEST_CASE("scalar and zero-element tensors round-trip", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("edge.safetensors");
   const std::vector<NamedTensor> tensors{
       {"empty_first", at::empty({0}, at::kFloat)},
@@ -423,7 +392,7 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
 }
 
 TEST_CASE("load_safetensors reports errors with the path", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("bad.safetensors");
   REQUIRE_THROWS_WITH(load_safetensors(path), path + ": cannot open: No such file or directory");
   REQUIRE_THROWS_WITH(load_safetensors(dir.file("")), Contains("is not a regular file"));
@@ -450,7 +419,7 @@ TEST_CASE("load_safetensors reports errors with the path", "[safetensors]") {
 }
 
 TEST_CASE("failed saves leave no file behind and keep an existing file", "[safetensors]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("model.safetensors");
   const at::Tensor weight = at::ones({2, 2});
 
@@ -506,7 +475,7 @@ TEST_CASE("failed saves leave no file behind and keep an existing file", "[safet
 }
 
 TEST_CASE("mutated files either parse or throw SafetensorsError", "[safetensors][mutation]") {
-  TempDir dir;
+  TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("seed.safetensors");
   save_safetensors(path,
                    {{"weight", at::arange(6, at::kFloat).reshape({2, 3})},
