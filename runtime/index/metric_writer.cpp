@@ -27,6 +27,9 @@ MetricWriter::MetricWriter(std::string home, int64_t run, MetricWriterOptions op
     : home_(std::move(home)), run_(run), options_(options) {
   // Opening here reports a bad index to the caller instead of failing later on the thread.
   open_index_for_writing(home_);
+  // Both buffers start at a batch's size, so the training loop's push never pays for growing the queue
+  // while the writer keeps up.
+  queued_.reserve(options_.flush_rows);
   thread_ = std::thread([this] { run_thread(); });
 }
 
@@ -122,6 +125,7 @@ void MetricWriter::run_thread() {
   std::optional<Statement> insert, latest, heartbeat;
   std::vector<std::string> keys;
   std::vector<Entry> batch;
+  batch.reserve(options_.flush_rows);
   auto last_flush = Clock::now();
   auto next_heartbeat = Clock::now();
   int failures = 0;
