@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from runner_side import run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -141,16 +141,8 @@ def read_all_files(folder):
 # The two sides --------------------------------------------------------------------------------------
 
 def measure_runner(runner, folder, size, workers, images):
-    command = [str(runner), str(BENCH_DIR / "data_loading.lua"), f"path={folder}", f"size={size}",
-               f"workers={workers}", f"batch={BATCH}", f"images={images}"]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"runner failed (exit status {done.returncode}): {' '.join(command)}\n"
-                 f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    sys.exit(f"runner printed no RESULT line: {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return run_runner_script(runner, "data_loading.lua",
+                             {"path": folder, "size": size, "workers": workers, "batch": BATCH, "images": images})
 
 
 def measure_pytorch(folder, size, workers):

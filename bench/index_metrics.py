@@ -50,7 +50,6 @@ import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +58,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
+from runner_side import run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
 
 TARGET_ROWS_PER_S = 200_000
@@ -125,18 +125,11 @@ def verify(db_path, run_key, steps, keys, tolerance):
 # runner -----------------------------------------------------------------------------------------------
 
 def run_runner(runner, home, settings, mode, steps):
-    command = [str(runner), str(BENCH_DIR / "index_metrics.lua"), f"steps={steps}", f"keys={settings['keys']}",
-               f"mode={mode}", f"sample_every={settings['sample_every']}",
-               f"flush_interval={settings['flush_interval']}", f"work_us={settings['work_us']}"]
-    env = dict(os.environ, RUNNER_HOME=str(home))
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"runner failed (exit status {done.returncode}): RUNNER_HOME={home} {' '.join(command)}\n"
-                 f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    sys.exit(f"runner printed no RESULT line: {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return run_runner_script(runner, "index_metrics.lua",
+                             {"steps": steps, "keys": settings["keys"], "mode": mode,
+                              "sample_every": settings["sample_every"], "flush_interval": settings["flush_interval"],
+                              "work_us": settings["work_us"]},
+                             env={"RUNNER_HOME": str(home)})
 
 
 def measure_runner(runner, home, settings, mode):

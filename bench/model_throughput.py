@@ -25,7 +25,6 @@ import gc
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import models as reference  # noqa: E402  (tests/reference/models.py: the same UNet and DiT in PyTorch)
+from runner_side import run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
 
 TIMESTEPS = 1000
@@ -67,30 +67,22 @@ DEFAULTS = {  # (batch unet, batch dit, warmup, steps)
 
 # The two sides -------------------------------------------------------------------------------------
 
-def lua_arguments(options):
-    args = []
+def lua_values(options):
+    """Model options as config override values: lists comma-separated, booleans as true/false."""
+    values = {}
     for key, value in options.items():
         if isinstance(value, (tuple, list)):
             value = ",".join(str(v) for v in value)
         elif isinstance(value, bool):
             value = "true" if value else "false"
-        args.append(f"{key}={value}")
-    return args
+        values[key] = value
+    return values
 
 
 def measure_runner(runner, model, options, settings):
-    command = [str(runner), str(BENCH_DIR / "model_throughput.lua"), f"model={model}",
-               f"device={settings['device']}", f"dtype={settings['dtype']}", f"batch={settings['batch']}",
-               f"warmup={settings['warmup']}", f"steps={settings['steps']}", f"threads={settings['threads']}",
-               f"seed={settings['seed']}"] + lua_arguments(options)
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"runner failed (exit status {done.returncode}): {' '.join(command)}\n"
-                 f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    sys.exit(f"runner printed no RESULT line: {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    overrides = {"model": model, **{key: settings[key] for key in
+                                    ("device", "dtype", "batch", "warmup", "steps", "threads", "seed")}}
+    return run_runner_script(runner, "model_throughput.lua", {**overrides, **lua_values(options)})
 
 
 def synchronize(device):
