@@ -31,7 +31,8 @@ options:
   --version           versions of runner, LibTorch, CUDA, LuaJIT and SQLite
 
 key=value overrides the defaults the script declares with config { ... }; values are parsed by the
-type of the default. Exit status: 0 success, 1 error in the script, 2 usage error, 130 interrupted.
+type of the default. Exit status: 0 success, 1 error in the script, 2 usage error, 130 interrupted
+(Ctrl-C; 143 for SIGTERM, 129 for SIGHUP).
 )";
 
 struct Command {
