@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/ckpt/checkpoint_rotation.h"
 #include "runtime/core/sha256.h"
 #include "tests/cpp/temp_directory.h"
 
@@ -135,4 +136,27 @@ TEST_CASE("checkpoint arguments are checked", "[checkpoint]") {
   twice.push_back(twice[0]);
   CHECK_THROWS_WITH(write_checkpoint(run.path, 1, twice), "checkpoint file 'model.safetensors' is given twice");
   CHECK(checkpoint_path(12345678) == "checkpoints/step-12345678");
+}
+
+TEST_CASE("rotation keeps the last K and the best N, and never the last good one", "[checkpoint]") {
+  using runner::ckpt::RotationCandidate;
+  using runner::ckpt::RotationPolicy;
+  std::vector<RotationCandidate> candidates = {
+      {1, 100, 0.50}, {2, 200, 0.20}, {3, 300, 0.40}, {4, 400, 0.30}, {5, 500, 0.60}, {6, 600, std::nullopt}};
+  CHECK(checkpoints_to_drop(candidates, {2, 0, true}) == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(checkpoints_to_drop(candidates, {2, 1, true}) == std::vector<int64_t>{1, 3, 4});
+  CHECK(checkpoints_to_drop(candidates, {1, 2, false}) == std::vector<int64_t>{2, 3, 4});
+  CHECK(checkpoints_to_drop(candidates, {0, 0, true}) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  // A damaged newest checkpoint: the newest good one stays even with keep_last 0, the damaged one goes.
+  candidates[5].good = false;
+  CHECK(checkpoints_to_drop(candidates, {0, 0, true}) == std::vector<int64_t>{1, 2, 3, 4, 6});
+  CHECK(checkpoints_to_drop(candidates, {1, 1, true}) == std::vector<int64_t>{1, 3, 4, 6});
+  // Nothing good: nothing is dropped.
+  for (auto& candidate : candidates) candidate.good = false;
+  CHECK(checkpoints_to_drop(candidates, {1, 0, true}).empty());
+  // NaN is never among the best.
+  std::vector<RotationCandidate> nan_case = {{1, 1, std::nan("")}, {2, 2, 5.0}, {3, 3, 9.0}};
+  CHECK(checkpoints_to_drop(nan_case, {1, 1, true}) == std::vector<int64_t>{1});
+  CHECK_THROWS_WITH(checkpoints_to_drop(nan_case, {-1, 0, true}),
+                    "checkpoint rotation: keep_last and keep_best must be >= 0");
 }
