@@ -1,0 +1,108 @@
+// Progress lines of the training loop: rates over a sliding window, ETA, terminal redraw or plain lines.
+#include "runtime/train/progress_display.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+namespace runner::train {
+namespace {
+
+constexpr double kRateWindowSeconds = 10.0;
+
+std::string format_value(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  const double magnitude = std::fabs(value);
+  if (magnitude != 0 && (magnitude < 1e-3 || magnitude >= 1e5)) return fmt::format("{:.3e}", value);
+  return fmt::format("{:.4f}", value);
+}
+
+}  // namespace
+
+std::string format_eta(double seconds) {
+  const auto total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (total < 60) return fmt::format("{}s", total);
+  if (total < 3600) return fmt::format("{}m {:02d}s", total / 60, total % 60);
+  if (total < 86400) return fmt::format("{}h {:02d}m", total / 3600, (total % 3600) / 60);
+  return fmt::format("{}d {}h", total / 86400, (total % 86400) / 3600);
+}
+
+std::string format_memory(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
+  if (mib < 1024) return fmt::format("{:.0f} MiB", mib);
+  return fmt::format("{:.1f} GiB", mib / 1024.0);
+}
+
+ProgressDisplay::ProgressDisplay(ProgressOptions options, double start_seconds, std::FILE* out)
+    : options_(options), out_(out), start_(start_seconds), window_time_(start_seconds) {}
+
+void ProgressDisplay::observe(int64_t step, double now) {
+  if (first_step_ < 0) {
+    // The window starts at the clock given at construction, with the steps done before it (a resume).
+    first_step_ = step;
+    window_step_ = std::max<int64_t>(0, step - 1);
+  }
+  const double elapsed = now - window_time_;
+  if (elapsed > 0 && step > window_step_) rate_ = static_cast<double>(step - window_step_) / elapsed;
+  if (elapsed >= kRateWindowSeconds) {
+    window_step_ = step;
+    window_time_ = now;
+  }
+}
+
+std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now_seconds) const {
+  std::string line;
+  if (options_.total_steps > 0) {
+    const int digits = static_cast<int>(std::to_string(options_.total_steps).size());
+    line = fmt::format("step {:>{}}/{} {:3.0f}%", snapshot.step, digits, options_.total_steps,
+                       100.0 * static_cast<double>(snapshot.step) / static_cast<double>(options_.total_steps));
+  } else {
+    line = fmt::format("step {}", snapshot.step);
+  }
+  for (const auto& [name, value] : snapshot.values) line += fmt::format("  {} {}", name, format_value(value));
+  if (snapshot.lr) line += fmt::format("  lr {:.2e}", *snapshot.lr);
+  if (rate_ > 0) {
+    line += rate_ >= 1 ? fmt::format("  {:.2f} it/s", rate_) : fmt::format("  {:.2f} s/it", 1.0 / rate_);
+    if (options_.batch_size > 0) line += fmt::format("  {:.0f} img/s", rate_ * static_cast<double>(options_.batch_size));
+    if (options_.total_steps > snapshot.step)
+      line += "  ETA " + format_eta(static_cast<double>(options_.total_steps - snapshot.step) / rate_);
+  }
+  line += "  elapsed " + format_eta(now_seconds - start_);
+  if (snapshot.memory_bytes) line += "  mem " + format_memory(*snapshot.memory_bytes);
+  return line;
+}
+
+void ProgressDisplay::emit(const std::string& text, bool final) {
+  if (!options_.terminal) {
+    std::fprintf(out_, "%s\n", text.c_str());
+  } else {
+    std::string line = text;
+    if (options_.width > 0 && line.size() > static_cast<size_t>(options_.width)) line.resize(static_cast<size_t>(options_.width));
+    // Pad over what the previous, longer line left on screen.
+    const size_t pad = drawn_width_ > line.size() ? drawn_width_ - line.size() : 0;
+    std::fprintf(out_, "\r%s%s%s", line.c_str(), std::string(pad, ' ').c_str(), final ? "\n" : "");
+    drawn_width_ = final ? 0 : line.size();
+  }
+  std::fflush(out_);
+}
+
+bool ProgressDisplay::update(const ProgressSnapshot& snapshot, double now_seconds) {
+  observe(snapshot.step, now_seconds);
+  const double interval = options_.terminal ? options_.redraw_seconds : options_.line_seconds;
+  const bool first = last_shown_ < -1e299;
+  const bool last = options_.total_steps > 0 && snapshot.step >= options_.total_steps;
+  if (!first && !last && now_seconds - last_shown_ < interval) return false;
+  last_shown_ = now_seconds;
+  shown_step_ = snapshot.step;
+  emit(render(snapshot, now_seconds), false);
+  return true;
+}
+
+void ProgressDisplay::finish(const ProgressSnapshot& snapshot, double now_seconds) {
+  observe(snapshot.step, now_seconds);
+  if (!options_.terminal && shown_step_ == snapshot.step) return;  // that line is already printed
+  emit(render(snapshot, now_seconds), true);
+}
+
+}  // namespace runner::train
