@@ -1,0 +1,270 @@
+// Exponential moving average of model weights: diffusers' decay rule, one _foreach_lerp_ per update.
+#include "runtime/train/ema.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "runtime/core/dtype.h"
+
+namespace runner::train {
+namespace {
+
+constexpr const char* kStateError = "ema state: ";
+constexpr const char* kHyperError = "ema hyperparameters: ";
+
+std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+
+void validate(const EmaOptions& options) {
+  const auto fail = [](const std::string& what) { throw std::invalid_argument("ema: " + what); };
+  if (!(options.decay >= 0 && options.decay <= 1)) fail(fmt::format("decay must be in [0, 1], got {}", options.decay));
+  if (!(options.min_decay >= 0 && options.min_decay <= options.decay)) {
+    fail(fmt::format("min_decay must be in [0, decay], got {}", options.min_decay));
+  }
+  if (options.update_after_step < 0) fail(fmt::format("update_after_step must be >= 0, got {}", options.update_after_step));
+  if (!(options.inv_gamma > 0)) fail(fmt::format("inv_gamma must be > 0, got {}", options.inv_gamma));
+  if (!(options.warmup_power > 0)) fail(fmt::format("warmup_power must be > 0, got {}", options.warmup_power));
+  if (options.update_every < 1) fail(fmt::format("update_every must be >= 1, got {}", options.update_every));
+}
+
+at::ScalarType shadow_dtype(at::ScalarType dtype) { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Empty tensors like `like` (shape, device) with the given dtypes, then one _foreach_copy_ from `sources`.
+std::vector<at::Tensor> converted_copies(const std::vector<at::Tensor>& sources, const std::vector<at::ScalarType>& dtypes) {
+  std::vector<at::Tensor> copies;
+  copies.reserve(sources.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    copies.push_back(at::empty(sources[i].sizes(), sources[i].options().dtype(dtypes[i])));
+  }
+  if (!copies.empty()) at::_foreach_copy_(copies, sources);
+  return copies;
+}
+
+}  // namespace
+
+Ema::Ema(std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, EmaOptions options)
+    : params_(std::move(parameters)), buffers_(std::move(buffers)), options_(options) {
+  validate(options_);
+  at::NoGradGuard no_grad;
+  std::vector<at::ScalarType> dtypes;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& param = params_[i];
+    if (!param.defined()) throw std::invalid_argument(fmt::format("ema: parameter {} is undefined", i));
+    if (!at::isFloatingType(param.scalar_type())) {
+      throw std::invalid_argument(fmt::format("ema: parameter {} has dtype {}; parameters must be floating point", i,
+                                              core::dtype_name(param.scalar_type())));
+    }
+    dtypes.push_back(shadow_dtype(param.scalar_type()));
+  }
+  std::vector<at::ScalarType> buffer_dtypes;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    if (!buffers_[i].defined()) throw std::invalid_argument(fmt::format("ema: buffer {} is undefined", i));
+    buffer_dtypes.push_back(buffers_[i].scalar_type());
+  }
+  std::vector<at::Tensor> detached_params, detached_buffers;
+  for (const at::Tensor& param : params_) detached_params.push_back(param.detach());
+  for (const at::Tensor& buffer : buffers_) detached_buffers.push_back(buffer.detach());
+  shadow_ = converted_copies(detached_params, dtypes);
+  shadow_buffers_ = converted_copies(detached_buffers, buffer_dtypes);
+}
+
+double Ema::current_decay(std::int64_t step) const {
+  const std::int64_t s = std::max<std::int64_t>(0, step - options_.update_after_step - 1);
+  if (s <= 0) return 0.0;
+  double value = options_.warmup
+                     ? 1 - std::pow(1 + static_cast<double>(s) / options_.inv_gamma, -options_.warmup_power)
+                     : options_.decay;
+  value = std::min(value, options_.decay);
+  return std::max(value, options_.min_decay);
+}
+
+bool Ema::due(std::int64_t step) const { return step >= 1 && step % options_.update_every == 0; }
+
+void Ema::update(std::int64_t step) {
+  if (step < 1) throw std::invalid_argument(fmt::format("ema: update needs an optimizer step >= 1, got {}", step));
+  if (!due(step)) return;
+  at::NoGradGuard no_grad;
+  const double decay = current_decay(step);
+
+  std::vector<at::Tensor> averaged_shadow, averaged_params, converted_params, frozen_shadow, frozen_params;
+  std::vector<at::ScalarType> converted_dtypes;
+  std::vector<std::size_t> converted_positions;  // positions in averaged_params that need a float copy
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor param = params_[i].detach();
+    if (!params_[i].requires_grad()) {
+      frozen_shadow.push_back(shadow_[i]);
+      frozen_params.push_back(param);
+      continue;
+    }
+    averaged_shadow.push_back(shadow_[i]);
+    averaged_params.push_back(param);
+    if (param.scalar_type() != shadow_[i].scalar_type()) {
+      converted_positions.push_back(averaged_params.size() - 1);
+      converted_params.push_back(param);
+      converted_dtypes.push_back(shadow_[i].scalar_type());
+    }
+  }
+  if (!converted_params.empty()) {
+    const std::vector<at::Tensor> converted = converted_copies(converted_params, converted_dtypes);
+    for (std::size_t k = 0; k < converted_positions.size(); ++k) averaged_params[converted_positions[k]] = converted[k];
+  }
+  if (!averaged_shadow.empty()) at::_foreach_lerp_(averaged_shadow, averaged_params, 1 - decay);
+  if (!frozen_shadow.empty()) at::_foreach_copy_(frozen_shadow, frozen_params);
+  if (!shadow_buffers_.empty()) {
+    std::vector<at::Tensor> buffers;
+    for (const at::Tensor& buffer : buffers_) buffers.push_back(buffer.detach());
+    at::_foreach_copy_(shadow_buffers_, buffers);
+  }
+  ++update_count_;
+  last_update_step_ = step;
+}
+
+void Ema::copy_to(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers) const {
+  if (params.size() != shadow_.size()) {
+    throw std::invalid_argument(fmt::format("ema: copy_to got {} parameters, the EMA has {}", params.size(), shadow_.size()));
+  }
+  if (!buffers.empty() && buffers.size() != shadow_buffers_.size()) {
+    throw std::invalid_argument(
+        fmt::format("ema: copy_to got {} buffers, the EMA has {}", buffers.size(), shadow_buffers_.size()));
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined() || params[i].sizes() != shadow_[i].sizes()) {
+      throw std::invalid_argument(fmt::format("ema: copy_to parameter {} has shape {}, the shadow has {}", i,
+                                              params[i].defined() ? shape_text(params[i].sizes()) : "(undefined)",
+                                              shape_text(shadow_[i].sizes())));
+    }
+  }
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    if (!buffers[i].defined() || buffers[i].sizes() != shadow_buffers_[i].sizes()) {
+      throw std::invalid_argument(fmt::format("ema: copy_to buffer {} has shape {}, the shadow has {}", i,
+                                              buffers[i].defined() ? shape_text(buffers[i].sizes()) : "(undefined)",
+                                              shape_text(shadow_buffers_[i].sizes())));
+    }
+  }
+  at::NoGradGuard no_grad;
+  if (!params.empty()) at::_foreach_copy_(params, shadow_);
+  if (!buffers.empty()) at::_foreach_copy_(buffers, shadow_buffers_);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Ema::state_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (std::size_t i = 0; i < shadow_.size(); ++i) tensors.emplace_back(fmt::format("param{}", i), shadow_[i]);
+  for (std::size_t i = 0; i < shadow_buffers_.size(); ++i) {
+    tensors.emplace_back(fmt::format("buffer{}", i), shadow_buffers_[i]);
+  }
+  return tensors;
+}
+
+void Ema::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::map<std::string, const at::Tensor*> expected;  // name -> shadow tensor
+  for (std::size_t i = 0; i < shadow_.size(); ++i) expected[fmt::format("param{}", i)] = &shadow_[i];
+  for (std::size_t i = 0; i < shadow_buffers_.size(); ++i) expected[fmt::format("buffer{}", i)] = &shadow_buffers_[i];
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [name, tensor] : tensors) {
+    const auto found = expected.find(name);
+    if (found == expected.end()) {
+      throw std::invalid_argument(fmt::format(
+          "{}unexpected tensor name '{}' (expected param<I> for I < {} and buffer<I> for I < {})", kStateError, name,
+          shadow_.size(), shadow_buffers_.size()));
+    }
+    if (loaded.count(name)) throw std::invalid_argument(fmt::format("{}duplicate tensor '{}'", kStateError, name));
+    if (!tensor.defined()) throw std::invalid_argument(fmt::format("{}'{}' is an undefined tensor", kStateError, name));
+    const at::Tensor& target = *found->second;
+    if (tensor.sizes() != target.sizes()) {
+      throw std::invalid_argument(fmt::format("{}'{}' has shape {}, expected {}", kStateError, name,
+                                              shape_text(tensor.sizes()), shape_text(target.sizes())));
+    }
+    if (tensor.scalar_type() != target.scalar_type()) {
+      throw std::invalid_argument(fmt::format("{}'{}' has dtype {}, expected {}", kStateError, name,
+                                              core::dtype_name(tensor.scalar_type()), core::dtype_name(target.scalar_type())));
+    }
+    loaded.emplace(name, tensor);
+  }
+  std::vector<std::string> missing;
+  for (const auto& [name, target] : expected) {
+    if (!loaded.count(name)) missing.push_back(name);
+  }
+  if (!missing.empty()) {
+    throw std::invalid_argument(fmt::format("{}missing {}", kStateError, fmt::join(missing, ", ")));
+  }
+  std::vector<at::Tensor> targets, sources;
+  for (const auto& [name, target] : expected) {
+    targets.push_back(*target);
+    sources.push_back(loaded.at(name));
+  }
+  at::NoGradGuard no_grad;
+  if (!targets.empty()) at::_foreach_copy_(targets, sources);
+}
+
+nlohmann::json Ema::hyperparameters() const {
+  return {{"decay", options_.decay},
+          {"min_decay", options_.min_decay},
+          {"update_after_step", options_.update_after_step},
+          {"warmup", options_.warmup},
+          {"inv_gamma", options_.inv_gamma},
+          {"warmup_power", options_.warmup_power},
+          {"update_every", options_.update_every},
+          {"update_count", update_count_},
+          {"last_update_step", last_update_step_},
+          {"params", shadow_.size()},
+          {"buffers", shadow_buffers_.size()}};
+}
+
+void Ema::load_hyperparameters(const nlohmann::json& hyperparameters) {
+  if (!hyperparameters.is_object()) throw std::invalid_argument(fmt::format("{}expected a JSON object", kHyperError));
+  const auto number = [&](const char* key) {
+    const auto found = hyperparameters.find(key);
+    if (found == hyperparameters.end() || !found->is_number()) {
+      throw std::invalid_argument(fmt::format("{}missing or non-numeric '{}'", kHyperError, key));
+    }
+    return found->get<double>();
+  };
+  const auto integer = [&](const char* key) {
+    const auto found = hyperparameters.find(key);
+    if (found == hyperparameters.end() || !found->is_number_integer()) {
+      throw std::invalid_argument(fmt::format("{}missing or non-integer '{}'", kHyperError, key));
+    }
+    return found->get<std::int64_t>();
+  };
+  const auto warmup = hyperparameters.find("warmup");
+  if (warmup == hyperparameters.end() || !warmup->is_boolean()) {
+    throw std::invalid_argument(fmt::format("{}missing or non-boolean 'warmup'", kHyperError));
+  }
+  if (integer("params") != static_cast<std::int64_t>(shadow_.size())) {
+    throw std::invalid_argument(
+        fmt::format("{}{} parameters, this EMA has {}", kHyperError, integer("params"), shadow_.size()));
+  }
+  if (integer("buffers") != static_cast<std::int64_t>(shadow_buffers_.size())) {
+    throw std::invalid_argument(
+        fmt::format("{}{} buffers, this EMA has {}", kHyperError, integer("buffers"), shadow_buffers_.size()));
+  }
+  EmaOptions options;
+  options.decay = number("decay");
+  options.min_decay = number("min_decay");
+  options.update_after_step = integer("update_after_step");
+  options.warmup = warmup->get<bool>();
+  options.inv_gamma = number("inv_gamma");
+  options.warmup_power = number("warmup_power");
+  options.update_every = integer("update_every");
+  const std::int64_t update_count = integer("update_count");
+  const std::int64_t last_update_step = integer("last_update_step");
+  try {
+    validate(options);
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(kHyperError + std::string(error.what()));
+  }
+  if (update_count < 0 || last_update_step < 0) {
+    throw std::invalid_argument(fmt::format("{}negative update_count or last_update_step", kHyperError));
+  }
+  options_ = options;
+  update_count_ = update_count;
+  last_update_step_ = last_update_step;
+}
+
+}  // namespace runner::train

@@ -1,0 +1,521 @@
+// Optimizers with parameter groups: foreach math as torch.optim's _multi_tensor_* paths, fused kernels on CUDA.
+#include "runtime/train/optimizer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "runtime/core/dtype.h"
+
+namespace runner::train {
+namespace {
+
+constexpr const char* kStateError = "optimizer state: ";
+constexpr const char* kHyperError = "optimizer hyperparameters: ";
+
+std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+
+void validate_group(OptimizerKind kind, const ParamGroup& group, std::size_t index) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("optimizer group {}: {}", index, what));
+  };
+  if (!(group.lr >= 0)) fail(fmt::format("lr must be >= 0, got {}", group.lr));
+  if (!(group.weight_decay >= 0)) fail(fmt::format("weight_decay must be >= 0, got {}", group.weight_decay));
+  if (kind == OptimizerKind::sgd) {
+    if (!(group.momentum >= 0)) fail(fmt::format("momentum must be >= 0, got {}", group.momentum));
+    if (!(group.dampening >= 0)) fail(fmt::format("dampening must be >= 0, got {}", group.dampening));
+    if (group.nesterov && (group.momentum <= 0 || group.dampening != 0)) {
+      fail("nesterov momentum requires a momentum and zero dampening");
+    }
+  } else {
+    if (!(group.beta1 >= 0 && group.beta1 < 1)) fail(fmt::format("beta1 must be in [0, 1), got {}", group.beta1));
+    if (!(group.beta2 >= 0 && group.beta2 < 1)) fail(fmt::format("beta2 must be in [0, 1), got {}", group.beta2));
+    if (!(group.eps >= 0)) fail(fmt::format("eps must be >= 0, got {}", group.eps));
+  }
+}
+
+// The parameters of a group that have a grad, split by (device, dtype) as
+// torch.optim.Optimizer._group_tensors_by_device_and_dtype does; buckets in order of first appearance.
+struct Bucket {
+  at::Device device;
+  at::ScalarType dtype;
+  std::vector<std::size_t> indices;
+};
+
+std::vector<Bucket> buckets_with_grad(const std::vector<at::Tensor>& params) {
+  std::vector<Bucket> buckets;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& param = params[i];
+    const at::Tensor& grad = param.grad();
+    if (!grad.defined()) continue;
+    if (grad.is_sparse()) throw std::invalid_argument("optimizer: sparse gradients are not supported");
+    if (grad.scalar_type() != param.scalar_type() || grad.device() != param.device()) {
+      throw std::invalid_argument(fmt::format("optimizer: a gradient of dtype {} on {} for a parameter of dtype {} on {}",
+                                              core::dtype_name(grad.scalar_type()), grad.device().str(),
+                                              core::dtype_name(param.scalar_type()), param.device().str()));
+    }
+    auto found = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& bucket) {
+      return bucket.device == param.device() && bucket.dtype == param.scalar_type();
+    });
+    if (found == buckets.end()) {
+      buckets.push_back(Bucket{param.device(), param.scalar_type(), {}});
+      found = std::prev(buckets.end());
+    }
+    found->indices.push_back(i);
+  }
+  return buckets;
+}
+
+std::vector<at::Scalar> scalars(const std::vector<double>& values) { return {values.begin(), values.end()}; }
+
+// The state entries a group keeps, in state_tensors() order.
+std::vector<std::string> entries_of(OptimizerKind kind, const ParamGroup& group) {
+  if (kind == OptimizerKind::sgd) {
+    if (group.momentum == 0) return {};
+    return {"momentum_buffer"};
+  }
+  return {"step", "exp_avg", "exp_avg_sq"};
+}
+
+// Parses "group<G>.param<P>.<entry>" with canonical decimal indices; false if the text has another form.
+bool parse_state_name(const std::string& name, std::size_t& group, std::size_t& param, std::string& entry) {
+  const auto number = [](const std::string& text, std::size_t& value) {
+    if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    if (text.size() > 1 && text[0] == '0') return false;
+    value = std::stoul(text);
+    return true;
+  };
+  if (name.rfind("group", 0) != 0) return false;
+  const std::size_t dot1 = name.find('.');
+  if (dot1 == std::string::npos || name.compare(dot1 + 1, 5, "param") != 0) return false;
+  const std::size_t dot2 = name.find('.', dot1 + 1);
+  if (dot2 == std::string::npos) return false;
+  entry = name.substr(dot2 + 1);
+  return number(name.substr(5, dot1 - 5), group) && number(name.substr(dot1 + 6, dot2 - dot1 - 6), param) &&
+         !entry.empty();
+}
+
+double json_number(const nlohmann::json& object, const char* key, const std::string& where) {
+  const auto found = object.find(key);
+  if (found == object.end() || !found->is_number()) {
+    throw std::invalid_argument(fmt::format("{}missing or non-numeric '{}' in {}", kHyperError, key, where));
+  }
+  return found->get<double>();
+}
+
+}  // namespace
+
+std::string optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adam: return "adam";
+    case OptimizerKind::adamw: return "adamw";
+  }
+  return "?";
+}
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "adam") return OptimizerKind::adam;
+  if (name == "adamw") return OptimizerKind::adamw;
+  throw std::invalid_argument(fmt::format("unknown optimizer '{}' (expected sgd, adam or adamw)", name));
+}
+
+Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, OptimizerImplementation implementation)
+    : kind_(kind), implementation_(implementation), groups_(std::move(groups)) {
+  std::set<const void*> seen;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    validate_group(kind_, groups_[g], g);
+    for (std::size_t p = 0; p < groups_[g].params.size(); ++p) {
+      const at::Tensor& param = groups_[g].params[p];
+      if (!param.defined()) throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} is undefined", g, p));
+      if (!at::isFloatingType(param.scalar_type())) {
+        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} has dtype {}; parameters must be floating point",
+                                                g, p, core::dtype_name(param.scalar_type())));
+      }
+      if (!seen.insert(param.unsafeGetTensorImpl()).second) {
+        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} appears more than once", g, p));
+      }
+    }
+    state_.emplace_back(groups_[g].params.size());
+  }
+}
+
+bool Optimizer::use_fused(const at::Tensor& param) const {
+  switch (implementation_) {
+    case OptimizerImplementation::foreach: return false;
+    case OptimizerImplementation::fused: return true;
+    case OptimizerImplementation::automatic: return param.is_cuda();
+  }
+  return false;
+}
+
+void Optimizer::init_state(const at::Tensor& param, ParamState& state) const {
+  if (kind_ == OptimizerKind::sgd) return;  // momentum buffers are created from the first grad
+  // adam.py _init_group: a float32 step on the CPU for foreach, on the parameter's device for fused.
+  state.step = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU));
+  state.step_value = 0;
+  state.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+  state.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+}
+
+void Optimizer::step() {
+  at::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (kind_ == OptimizerKind::sgd) {
+      step_sgd_group(g);
+    } else {
+      step_adam_group(g);
+    }
+  }
+  ++step_count_;
+}
+
+// adam.py _multi_tensor_adam (decoupled_weight_decay for AdamW) or _fused_adam, per (device, dtype) bucket.
+void Optimizer::step_adam_group(std::size_t g) {
+  const ParamGroup& group = groups_[g];
+  const bool decoupled = kind_ == OptimizerKind::adamw;
+  for (const Bucket& bucket : buckets_with_grad(group.params)) {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    std::vector<ParamState*> states;
+    for (std::size_t i : bucket.indices) {
+      ParamState& state = state_[g][i];
+      if (!state.step.defined()) init_state(group.params[i], state);
+      params.push_back(group.params[i]);
+      grads.push_back(group.params[i].grad());
+      exp_avgs.push_back(state.exp_avg);
+      exp_avg_sqs.push_back(state.exp_avg_sq);
+      steps.push_back(state.step);
+      states.push_back(&state);
+    }
+    for (ParamState* state : states) state->step_value += 1.0f;
+
+    if (use_fused(params.front())) {
+      at::_foreach_add_(steps, 1);
+      if (decoupled) {
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
+                          group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false);
+      } else {
+        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
+                         group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false);
+      }
+      continue;
+    }
+
+    // Steps on the CPU: one wrapped 1.0 for all of them, as PyTorch does.
+    if (steps.front().is_cpu()) {
+      at::_foreach_add_(steps, at::scalar_tensor(1.0, at::kFloat), 1.0);
+    } else {
+      at::_foreach_add_(steps, 1);
+    }
+    if (group.weight_decay != 0) {
+      if (decoupled) {
+        at::_foreach_mul_(params, 1 - group.lr * group.weight_decay);
+      } else {
+        grads = at::_foreach_add(grads, params, group.weight_decay);
+      }
+    }
+    at::_foreach_lerp_(exp_avgs, grads, 1 - group.beta1);
+    at::_foreach_mul_(exp_avg_sqs, group.beta2);
+    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - group.beta2);
+    grads.clear();
+
+    std::vector<double> step_size, bias_correction2_sqrt;
+    step_size.reserve(states.size());
+    bias_correction2_sqrt.reserve(states.size());
+    for (const ParamState* state : states) {
+      const double step = state->step_value;
+      const double bias_correction1 = 1 - std::pow(group.beta1, step);
+      const double bias_correction2 = 1 - std::pow(group.beta2, step);
+      step_size.push_back((group.lr / bias_correction1) * -1);
+      bias_correction2_sqrt.push_back(std::pow(bias_correction2, 0.5));  // Python's bc ** 0.5
+    }
+    std::vector<at::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denominators, scalars(bias_correction2_sqrt));
+    at::_foreach_add_(denominators, group.eps);
+    at::_foreach_addcdiv_(params, exp_avgs, denominators, scalars(step_size));
+  }
+}
+
+// sgd.py _multi_tensor_sgd or _fused_sgd, per (device, dtype) bucket.
+void Optimizer::step_sgd_group(std::size_t g) {
+  const ParamGroup& group = groups_[g];
+  const bool momentum = group.momentum != 0;
+  for (const Bucket& bucket : buckets_with_grad(group.params)) {
+    std::vector<at::Tensor> params, grads;
+    std::vector<std::size_t> with_buffer, without_buffer;  // positions in params
+    for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+      const std::size_t i = bucket.indices[k];
+      params.push_back(group.params[i]);
+      grads.push_back(group.params[i].grad());
+      (state_[g][i].momentum_buffer.defined() ? with_buffer : without_buffer).push_back(k);
+    }
+    const auto pick = [](const std::vector<at::Tensor>& all, const std::vector<std::size_t>& positions) {
+      std::vector<at::Tensor> picked;
+      picked.reserve(positions.size());
+      for (std::size_t k : positions) picked.push_back(all[k]);
+      return picked;
+    };
+    const auto buffers_at = [&](const std::vector<std::size_t>& positions) {
+      std::vector<at::Tensor> buffers;
+      buffers.reserve(positions.size());
+      for (std::size_t k : positions) buffers.push_back(state_[g][bucket.indices[k]].momentum_buffer);
+      return buffers;
+    };
+
+    if (use_fused(params.front())) {
+      if (!momentum) {
+        at::_fused_sgd_(params, grads, /*momentum_buffer_list=*/{}, group.weight_decay, group.momentum, group.lr,
+                        group.dampening, group.nesterov, /*maximize=*/false, /*is_first_step=*/false);
+        continue;
+      }
+      // PyTorch sets is_first_step when no parameter of the group has a buffer yet and creates them with
+      // empty_like(grad); parameters whose first grad comes later get their own call with is_first_step.
+      if (!with_buffer.empty()) {
+        at::_fused_sgd_(pick(params, with_buffer), pick(grads, with_buffer), buffers_at(with_buffer), group.weight_decay,
+                        group.momentum, group.lr, group.dampening, group.nesterov, false, /*is_first_step=*/false);
+      }
+      if (!without_buffer.empty()) {
+        for (std::size_t k : without_buffer) state_[g][bucket.indices[k]].momentum_buffer = at::empty_like(grads[k]);
+        at::_fused_sgd_(pick(params, without_buffer), pick(grads, without_buffer), buffers_at(without_buffer),
+                        group.weight_decay, group.momentum, group.lr, group.dampening, group.nesterov, false,
+                        /*is_first_step=*/true);
+      }
+      continue;
+    }
+
+    std::vector<at::Tensor> directions =
+        group.weight_decay != 0 ? at::_foreach_add(grads, params, group.weight_decay) : grads;
+    if (momentum) {
+      if (!with_buffer.empty()) {
+        std::vector<at::Tensor> buffers = buffers_at(with_buffer);
+        at::_foreach_mul_(buffers, group.momentum);
+        at::_foreach_add_(buffers, pick(directions, with_buffer), 1 - group.dampening);
+      }
+      if (!without_buffer.empty()) {
+        // buf = d_p.detach().clone() for a parameter's first momentum step.
+        std::vector<at::Tensor> fresh;
+        fresh.reserve(without_buffer.size());
+        for (std::size_t k : without_buffer) {
+          fresh.push_back(at::empty_like(directions[k]));
+          state_[g][bucket.indices[k]].momentum_buffer = fresh.back();
+        }
+        at::_foreach_copy_(fresh, pick(directions, without_buffer));
+      }
+      std::vector<at::Tensor> buffers;
+      buffers.reserve(bucket.indices.size());
+      for (std::size_t i : bucket.indices) buffers.push_back(state_[g][i].momentum_buffer);
+      if (group.nesterov) {
+        directions = at::_foreach_add(directions, buffers, group.momentum);  // out of place: grads stay as they are
+      } else {
+        directions = std::move(buffers);
+      }
+    }
+    at::_foreach_add_(params, directions, -group.lr);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (ParamGroup& group : groups_) {
+    for (at::Tensor& param : group.params) param.mutable_grad().reset();
+  }
+}
+
+void Optimizer::set_lr(std::size_t group, double lr) {
+  if (group >= groups_.size()) {
+    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group, groups_.size()));
+  }
+  if (!(lr >= 0)) throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group, lr));
+  groups_[group].lr = lr;
+}
+
+double Optimizer::lr(std::size_t group) const {
+  if (group >= groups_.size()) {
+    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group, groups_.size()));
+  }
+  return groups_[group].lr;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (std::size_t g = 0; g < state_.size(); ++g) {
+    for (std::size_t p = 0; p < state_[g].size(); ++p) {
+      const ParamState& state = state_[g][p];
+      const std::string prefix = fmt::format("group{}.param{}.", g, p);
+      if (kind_ == OptimizerKind::sgd) {
+        if (state.momentum_buffer.defined()) tensors.emplace_back(prefix + "momentum_buffer", state.momentum_buffer);
+      } else if (state.step.defined()) {
+        tensors.emplace_back(prefix + "step", state.step);
+        tensors.emplace_back(prefix + "exp_avg", state.exp_avg);
+        tensors.emplace_back(prefix + "exp_avg_sq", state.exp_avg_sq);
+      }
+    }
+  }
+  return tensors;
+}
+
+void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  // (group, param) -> entry -> tensor; everything is checked before the state changes.
+  std::map<std::pair<std::size_t, std::size_t>, std::map<std::string, at::Tensor>> loaded;
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : tensors) {
+    if (!names.insert(name).second) throw std::invalid_argument(fmt::format("{}duplicate tensor '{}'", kStateError, name));
+    std::size_t g = 0, p = 0;
+    std::string entry;
+    const bool parsed = parse_state_name(name, g, p, entry);
+    if (parsed && g >= groups_.size()) {
+      throw std::invalid_argument(
+          fmt::format("{}'{}' names group {}, but the optimizer has {} groups", kStateError, name, g, groups_.size()));
+    }
+    const std::vector<std::string> expected = parsed ? entries_of(kind_, groups_[g]) : std::vector<std::string>{};
+    if (!parsed || std::find(expected.begin(), expected.end(), entry) == expected.end()) {
+      if (parsed && kind_ == OptimizerKind::sgd && expected.empty() && entry == "momentum_buffer") {
+        throw std::invalid_argument(
+            fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state", kStateError, name, g));
+      }
+      throw std::invalid_argument(fmt::format(
+          "{}unexpected tensor name '{}' (expected group<G>.param<P>.<entry> with entry {})", kStateError, name,
+          kind_ == OptimizerKind::sgd ? "momentum_buffer" : "step, exp_avg or exp_avg_sq"));
+    }
+    if (p >= groups_[g].params.size()) {
+      throw std::invalid_argument(fmt::format("{}'{}' names parameter {} of group {}, which has {} parameters", kStateError,
+                                              name, p, g, groups_[g].params.size()));
+    }
+    if (!tensor.defined()) throw std::invalid_argument(fmt::format("{}'{}' is an undefined tensor", kStateError, name));
+    const at::Tensor& param = groups_[g].params[p];
+    const bool is_step = entry == "step";
+    const at::ScalarType dtype = is_step ? at::kFloat : param.scalar_type();
+    const std::vector<std::int64_t> shape = is_step ? std::vector<std::int64_t>{} : param.sizes().vec();
+    if (tensor.sizes() != at::IntArrayRef(shape)) {
+      throw std::invalid_argument(fmt::format("{}'{}' has shape {}, expected {}", kStateError, name,
+                                              shape_text(tensor.sizes()), shape_text(shape)));
+    }
+    if (tensor.scalar_type() != dtype) {
+      throw std::invalid_argument(fmt::format("{}'{}' has dtype {}, expected {}", kStateError, name,
+                                              core::dtype_name(tensor.scalar_type()), core::dtype_name(dtype)));
+    }
+    loaded[{g, p}][entry] = tensor;
+  }
+  for (const auto& [key, entries] : loaded) {
+    std::vector<std::string> missing;
+    for (const std::string& entry : entries_of(kind_, groups_[key.first])) {
+      if (!entries.count(entry)) missing.push_back(entry);
+    }
+    if (!missing.empty()) {
+      throw std::invalid_argument(fmt::format("{}incomplete state for group{}.param{}: missing {}", kStateError, key.first,
+                                              key.second, fmt::join(missing, ", ")));
+    }
+  }
+
+  std::vector<std::vector<ParamState>> state;
+  for (const ParamGroup& group : groups_) state.emplace_back(group.params.size());
+  for (const auto& [key, entries] : loaded) {
+    const at::Tensor& param = groups_[key.first].params[key.second];
+    ParamState& target = state[key.first][key.second];
+    const auto like_param = [&](const at::Tensor& source) {
+      return at::empty_like(param, at::MemoryFormat::Preserve).copy_(source);
+    };
+    if (kind_ == OptimizerKind::sgd) {
+      target.momentum_buffer = like_param(entries.at("momentum_buffer"));
+      continue;
+    }
+    const at::Tensor& step = entries.at("step");
+    target.step = at::empty({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU))
+                      .copy_(step);
+    target.step_value = step.item<float>();
+    target.exp_avg = like_param(entries.at("exp_avg"));
+    target.exp_avg_sq = like_param(entries.at("exp_avg_sq"));
+  }
+  state_ = std::move(state);
+}
+
+nlohmann::json Optimizer::hyperparameters() const {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const ParamGroup& group : groups_) {
+    nlohmann::json entry = {{"params", group.params.size()}, {"lr", group.lr}, {"weight_decay", group.weight_decay}};
+    if (kind_ == OptimizerKind::sgd) {
+      entry["momentum"] = group.momentum;
+      entry["dampening"] = group.dampening;
+      entry["nesterov"] = group.nesterov;
+    } else {
+      entry["beta1"] = group.beta1;
+      entry["beta2"] = group.beta2;
+      entry["eps"] = group.eps;
+    }
+    groups.push_back(std::move(entry));
+  }
+  return {{"kind", optimizer_kind_name(kind_)}, {"step_count", step_count_}, {"groups", std::move(groups)}};
+}
+
+void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
+  if (!hyperparameters.is_object()) throw std::invalid_argument(fmt::format("{}expected a JSON object", kHyperError));
+  const auto kind = hyperparameters.find("kind");
+  if (kind == hyperparameters.end() || !kind->is_string()) {
+    throw std::invalid_argument(fmt::format("{}missing or non-string 'kind'", kHyperError));
+  }
+  if (kind->get<std::string>() != optimizer_kind_name(kind_)) {
+    throw std::invalid_argument(fmt::format("{}kind is '{}', this optimizer is '{}'", kHyperError,
+                                            kind->get<std::string>(), optimizer_kind_name(kind_)));
+  }
+  const auto step_count = hyperparameters.find("step_count");
+  if (step_count == hyperparameters.end() || !step_count->is_number_integer() || step_count->get<std::int64_t>() < 0) {
+    throw std::invalid_argument(fmt::format("{}missing or invalid 'step_count' (a non-negative integer)", kHyperError));
+  }
+  const auto groups = hyperparameters.find("groups");
+  if (groups == hyperparameters.end() || !groups->is_array()) {
+    throw std::invalid_argument(fmt::format("{}missing or non-array 'groups'", kHyperError));
+  }
+  if (groups->size() != groups_.size()) {
+    throw std::invalid_argument(
+        fmt::format("{}{} groups, this optimizer has {}", kHyperError, groups->size(), groups_.size()));
+  }
+  std::vector<ParamGroup> updated = groups_;
+  for (std::size_t g = 0; g < updated.size(); ++g) {
+    const nlohmann::json& entry = (*groups)[g];
+    const std::string where = fmt::format("group {}", g);
+    if (!entry.is_object()) throw std::invalid_argument(fmt::format("{}{} is not an object", kHyperError, where));
+    const auto params = entry.find("params");
+    if (params == entry.end() || !params->is_number_integer() || params->get<std::int64_t>() < 0) {
+      throw std::invalid_argument(fmt::format("{}missing or invalid 'params' in {}", kHyperError, where));
+    }
+    if (params->get<std::int64_t>() != static_cast<std::int64_t>(updated[g].params.size())) {
+      throw std::invalid_argument(fmt::format("{}group {} has {} parameters, this optimizer's group {} has {}", kHyperError,
+                                              g, params->get<std::int64_t>(), g, updated[g].params.size()));
+    }
+    ParamGroup& group = updated[g];
+    group.lr = json_number(entry, "lr", where);
+    group.weight_decay = json_number(entry, "weight_decay", where);
+    if (kind_ == OptimizerKind::sgd) {
+      group.momentum = json_number(entry, "momentum", where);
+      group.dampening = json_number(entry, "dampening", where);
+      const auto nesterov = entry.find("nesterov");
+      if (nesterov == entry.end() || !nesterov->is_boolean()) {
+        throw std::invalid_argument(fmt::format("{}missing or non-boolean 'nesterov' in {}", kHyperError, where));
+      }
+      group.nesterov = nesterov->get<bool>();
+    } else {
+      group.beta1 = json_number(entry, "beta1", where);
+      group.beta2 = json_number(entry, "beta2", where);
+      group.eps = json_number(entry, "eps", where);
+    }
+    try {
+      validate_group(kind_, group, g);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(kHyperError + std::string(error.what()));
+    }
+  }
+  groups_ = std::move(updated);
+  step_count_ = step_count->get<std::int64_t>();
+}
+
+}  // namespace runner::train
