@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from runner_side import run_runner_script  # noqa: E402
+from runner_side import find_runner, run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -218,11 +218,7 @@ def main():
 
     runner = None
     if args.only != "pytorch":
-        runner = Path(args.runner)
-        if not runner.is_absolute():
-            runner = REPO_ROOT / runner
-        if not runner.is_file():
-            sys.exit(f"no runner binary at {runner} (build it with scripts/build, or pass --runner)")
+        runner = find_runner(args.runner)
 
     batches_per_worker = (args.images // BATCH) / max(args.workers, 1)
     if batches_per_worker < 8:

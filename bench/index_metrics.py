@@ -58,7 +58,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
-from runner_side import run_runner_script  # noqa: E402
+from runner_side import find_runner, run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
 
 TARGET_ROWS_PER_S = 200_000
@@ -404,11 +404,7 @@ def main():
         parser.error("--work-us must be >= 0, --flush-interval > 0")
     if args.runner == "build/runner" and os.environ.get("RUNNER_BIN"):
         args.runner = os.environ["RUNNER_BIN"]
-    runner = Path(args.runner)
-    if not runner.is_absolute():
-        runner = REPO_ROOT / runner
-    if not runner.is_file():  # needed by both sides: the peer's schema comes from a runner-made index
-        sys.exit(f"no runner binary at {runner} (build it with scripts/build, or pass --runner / RUNNER_BIN)")
+    runner = find_runner(args.runner)  # needed by both sides: the peer's schema comes from a runner-made index
     tensor_steps = args.tensor_steps or max(1, args.steps // 4)
     mlflow_ok, mlflow_note = mlflow_available()
     settings = {"steps": args.steps, "keys": args.keys, "tensor_steps": tensor_steps,

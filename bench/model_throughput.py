@@ -36,7 +36,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import models as reference  # noqa: E402  (tests/reference/models.py: the same UNet and DiT in PyTorch)
-from runner_side import run_runner_script  # noqa: E402
+from runner_side import find_runner, run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
 
 TIMESTEPS = 1000
@@ -245,11 +245,7 @@ def main():
 
     runner = None
     if args.only != "pytorch":
-        runner = Path(args.runner)
-        if not runner.is_absolute():
-            runner = REPO_ROOT / runner
-        if not runner.is_file():
-            sys.exit(f"no runner binary at {runner} (build it with scripts/build, or pass --runner)")
+        runner = find_runner(args.runner)
 
     configs = SMALL if args.small else FULL
     sides = [s for s in ("runner", "pytorch") if args.only in (None, s)]

@@ -23,3 +23,13 @@ def run_runner_script(runner, script, overrides, env=None):
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     sys.exit(f"runner printed no RESULT line: {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def find_runner(path_text):
+    """The runner binary named by --runner (relative paths from the repository root); exits when it is missing."""
+    runner = Path(path_text)
+    if not runner.is_absolute():
+        runner = REPO_ROOT / runner
+    if not runner.is_file():
+        sys.exit(f"no runner binary at {runner} (build it with scripts/build, or pass --runner)")
+    return runner
