@@ -27,6 +27,12 @@ int raise_error(lua_State* L, const std::string& message);
 int raise_interrupt(lua_State* L);
 bool is_interrupt_error(lua_State* L, int index);
 
+// A Lua error raised inside a Lua callback that runtime code called (a loss function): its message already
+// says where, so wrap() raises it unchanged.
+struct LuaCallbackError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Every lua_CFunction is registered through wrap<F>: C++ exceptions (c10::Error included) turn into Lua
 // errors with the user's file:line after the C++ frames have unwound; a pending Ctrl-C is raised first.
 // Lua errors pass through untouched (they are foreign exceptions; never catch(...) here).
@@ -35,17 +41,25 @@ int wrap(lua_State* L) {
   if (core::take_interrupt()) return raise_interrupt(L);
   std::string message;
   bool interrupted = false;
+  bool located = false;
   try {
     return F(L);
   } catch (const core::Interrupted&) {
     core::take_interrupt();
     interrupted = true;
+  } catch (const LuaCallbackError& error) {
+    message = error.what();
+    located = true;
   } catch (const c10::Error& error) {
     message = error.what_without_backtrace();
   } catch (const std::exception& error) {
     message = error.what();
   }
   if (interrupted) return raise_interrupt(L);
+  if (located) {
+    lua_pushlstring(L, message.data(), message.size());
+    return lua_error(L);
+  }
   return raise_error(L, message);
 }
 

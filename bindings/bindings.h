@@ -11,6 +11,7 @@ void open_data(lua_State* L);   // data_binding.cpp; after open_runner (fills ru
 void open_diffusion(lua_State* L);  // diffusion_binding.cpp; after open_runner (fills runner._diffusion)
 void open_samples(lua_State* L);
 void open_runs(lua_State* L);       // runs_binding.cpp; after open_runner (fills runner._index)    // samples_binding.cpp; after open_runner (runner.save_grid, runner.eval)
+void open_train(lua_State* L);      // train_binding.cpp; after open_runner (fills runner._train)
 void open_all_bindings(lua_State* L);
 
 }  // namespace runner::bindings

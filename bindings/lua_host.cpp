@@ -2,6 +2,7 @@
 #include "bindings/lua_host.h"
 
 #include <csignal>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <fmt/format.h>
@@ -79,9 +80,15 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   if (core::take_interrupt()) raise_interrupt(L);
 }
 
-// SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the script at the next Lua instruction or blocking runtime call,
+// SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGUSR1 stop the script at the next Lua instruction or blocking runtime call,
 // so that the run is marked interrupted and its metrics flushed.
 void on_stop_signal(int signal_number) {
+  // A training loop that checkpoints finishes its step first; the next signal interrupts.
+  if (core::graceful_stop_enabled() && core::request_stop(signal_number)) {
+    static const char notice[] = "stopping after this step and a checkpoint (signal again to stop at once)\n";
+    (void)!::write(STDERR_FILENO, notice, sizeof(notice) - 1);
+    return;
+  }
   std::signal(signal_number, SIG_DFL);  // a second signal before the script stops ends the process
   interrupt_signal = signal_number;
   core::request_interrupt();
@@ -181,10 +188,12 @@ int LuaHost::call(int nargs, int nresults) {
   auto previous_int = std::signal(SIGINT, on_stop_signal);
   auto previous_term = std::signal(SIGTERM, on_stop_signal);
   auto previous_hup = std::signal(SIGHUP, on_stop_signal);
+  auto previous_usr1 = std::signal(SIGUSR1, on_stop_signal);
   const int status = lua_pcall(L_, nargs, nresults, function_index);
   std::signal(SIGINT, previous_int);
   std::signal(SIGTERM, previous_term);
   std::signal(SIGHUP, previous_hup);
+  std::signal(SIGUSR1, previous_usr1);
   lua_sethook(L_, nullptr, 0, 0);
   lua_remove(L_, function_index);
   if (status == 0) return kExitOk;
@@ -223,7 +232,7 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
 void LuaHost::end_run(int status) {
   if (status == kExitOk) {
     end_active_run(L_, "finished", std::nullopt);
-  } else if (status == kExitInterrupted || status == 128 + SIGTERM || status == 128 + SIGHUP) {
+  } else if (status == kExitInterrupted || status == 128 + SIGTERM || status == 128 + SIGHUP || status == 128 + SIGUSR1) {
     end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
   } else {
     std::string error = last_error_;

@@ -13,7 +13,7 @@ namespace runner::bindings {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitInterrupted = 130;  // Ctrl-C; SIGTERM and SIGHUP give 128 + the signal number
+inline constexpr int kExitInterrupted = 130;  // Ctrl-C; SIGTERM, SIGHUP and SIGUSR1 give 128 + the signal number
 
 class LuaHost {
  public:

@@ -27,12 +27,17 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
 
 options:
   --log-level LEVEL   trace, debug, info (default), warn, error or off
+  --resume RUN        continue that run (an id, a name or `last`) from its latest good checkpoint
+  --fresh             start a new run even when an ended run of the script with the same config could
+                      be continued (by default runner.start continues it)
   -h, --help          this help
   --version           versions of runner, LibTorch, CUDA, LuaJIT and SQLite
 
 key=value overrides the defaults the script declares with config { ... }; values are parsed by the
 type of the default. Exit status: 0 success, 1 error in the script, 2 usage error, 130 interrupted
-(Ctrl-C; 143 for SIGTERM, 129 for SIGHUP).
+(Ctrl-C; 143 for SIGTERM, 129 for SIGHUP, 138 for SIGUSR1). A training loop that checkpoints
+(run:restore) finishes its step on the first signal, saves a checkpoint and exits with 0 (SIGTERM,
+SIGUSR1, SIGHUP) or 130 (Ctrl-C).
 )";
 
 struct Command {
@@ -46,6 +51,8 @@ struct Command {
   std::vector<std::string> overrides;
   std::vector<std::string> script_args;
   std::string log_level = "info";
+  std::string resume;  // --resume RUN
+  bool fresh = false;  // --fresh
 };
 
 struct UsageError : std::runtime_error {
@@ -87,6 +94,7 @@ Command parse_command(int argc, char** argv) {
     throw UsageError("no script given");
   if (command.interactive && command.script.empty() && !command.has_code)
     throw UsageError("-i needs a script or -e code");
+  if (command.fresh && !command.resume.empty()) throw UsageError("--fresh and --resume exclude each other");
   return command;
 }
 
@@ -103,6 +111,14 @@ void print_version() {
 
 int run(const Command& command) {
   runner::bindings::LuaHost host;
+  if (command.fresh || !command.resume.empty()) {
+    lua_State* L = host.state();
+    lua_getglobal(L, "runner");
+    if (command.fresh) lua_pushboolean(L, 0);
+    else lua_pushstring(L, command.resume.c_str());
+    lua_setfield(L, -2, "command_line_resume");
+    lua_pop(L, 1);
+  }
   int status = kExitOk;
   if (command.has_code) {
     status = host.run_string(command.code);

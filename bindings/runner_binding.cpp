@@ -135,6 +135,7 @@ void open_all_bindings(lua_State* L) {
   open_diffusion(L);
   open_samples(L);
   open_runs(L);
+  open_train(L);
 }
 
 }  // namespace runner::bindings

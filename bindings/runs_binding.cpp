@@ -2,11 +2,13 @@
 // over the index, and the host's hook that ends the active run when the script ends.
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <cmath>
 #include <fmt/format.h>
 #include <memory>
 
 #include "bindings/binding.h"
+#include "bindings/lua_json.h"
 #include "bindings/bindings.h"
 #include "bindings/runs_binding.h"
 #include "bindings/samples_binding.h"
@@ -16,6 +18,8 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
 #include "runtime/index/run_context.h"
+#include "runtime/ckpt/checkpoint_store.h"
+#include "bindings/train_binding.h"
 
 namespace runner::bindings {
 namespace {
@@ -25,89 +29,13 @@ constexpr const char* kActiveRunKey = "runner.active_run";
 
 struct RunBox {
   std::unique_ptr<index::RunContext> context;
+  std::unique_ptr<ckpt::CheckpointSaver> saver;
 };
 
 index::RunContext& check_run(lua_State* L, int index) {
   auto* box = check_userdata<RunBox>(L, index, kRunType, "Run");
   if (!box->context) throw std::logic_error("the run is closed");
   return *box->context;
-}
-
-// Lua values as JSON: numbers (integral ones as integers), strings, booleans, arrays and string-keyed tables;
-// one-element tensors as numbers.
-nlohmann::json to_json(lua_State* L, int index, const std::string& where, int depth = 0) {
-  if (index < 0 && index > LUA_REGISTRYINDEX) index = lua_gettop(L) + index + 1;
-  if (depth > 20) throw std::invalid_argument(where + ": nested too deeply");
-  switch (lua_type(L, index)) {
-    case LUA_TNUMBER: {
-      const double value = lua_tonumber(L, index);
-      if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9.007199254740992e15)
-        return static_cast<int64_t>(value);
-      if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
-      return value;
-    }
-    case LUA_TSTRING: return std::string(lua_tostring(L, index));
-    case LUA_TBOOLEAN: return static_cast<bool>(lua_toboolean(L, index));
-    case LUA_TTABLE: {
-      const size_t length = lua_objlen(L, index);
-      size_t count = 0;
-      lua_pushnil(L);
-      while (lua_next(L, index)) {
-        ++count;
-        lua_pop(L, 1);
-      }
-      if (length > 0 && count == length) {
-        nlohmann::json array = nlohmann::json::array();
-        for (size_t i = 1; i <= length; ++i) {
-          lua_rawgeti(L, index, static_cast<int>(i));
-          array.push_back(to_json(L, -1, fmt::format("{}[{}]", where, i), depth + 1));
-          lua_pop(L, 1);
-        }
-        return array;
-      }
-      nlohmann::json object = nlohmann::json::object();
-      lua_pushnil(L);
-      while (lua_next(L, index)) {
-        if (lua_type(L, -2) != LUA_TSTRING) {
-          lua_pop(L, 2);
-          throw std::invalid_argument(where + ": a table with keys that are not strings cannot be recorded");
-        }
-        const std::string key = lua_tostring(L, -2);
-        object[key] = to_json(L, -1, where + "." + key, depth + 1);
-        lua_pop(L, 1);
-      }
-      return object;
-    }
-    default:
-      if (at::Tensor* tensor = test_tensor(L, index)) {
-        if (tensor->numel() != 1)
-          throw std::invalid_argument(fmt::format("{}: only one-element tensors can be recorded, got {} elements", where,
-                                                  tensor->numel()));
-        return tensor->item<double>();
-      }
-      throw std::invalid_argument(fmt::format("{}: a {} cannot be recorded (numbers, strings, booleans and tables of them)",
-                                              where, luaL_typename(L, index)));
-  }
-}
-
-void push_json(lua_State* L, const nlohmann::json& value) {
-  if (value.is_null()) lua_pushnil(L);
-  else if (value.is_boolean()) lua_pushboolean(L, value.get<bool>());
-  else if (value.is_number()) lua_pushnumber(L, value.get<double>());
-  else if (value.is_string()) lua_pushstring(L, value.get<std::string>().c_str());
-  else if (value.is_array()) {
-    lua_createtable(L, static_cast<int>(value.size()), 0);
-    for (size_t i = 0; i < value.size(); ++i) {
-      push_json(L, value[i]);
-      lua_rawseti(L, -2, static_cast<int>(i + 1));
-    }
-  } else {
-    lua_createtable(L, 0, static_cast<int>(value.size()));
-    for (const auto& [key, item] : value.items()) {
-      push_json(L, item);
-      lua_setfield(L, -2, key.c_str());
-    }
-  }
 }
 
 void push_record(lua_State* L, const index::RunContext& context) {
@@ -125,6 +53,8 @@ void push_record(lua_State* L, const index::RunContext& context) {
   lua_setfield(L, -2, "status");
   lua_pushnumber(L, r.started_at);
   lua_setfield(L, -2, "started_at");
+  lua_pushboolean(L, context.resumed());
+  lua_setfield(L, -2, "resumed");
   if (r.git_revision) {
     lua_pushstring(L, r.git_revision->c_str());
     lua_setfield(L, -2, "git_revision");
@@ -141,7 +71,7 @@ int start(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   check_option_keys(L, 1, "runner.start",
                     {"script", "script_text", "name", "config", "device", "seed", "parent", "versions",
-                     "flush_interval", "heartbeat"});
+                     "flush_interval", "heartbeat", "resume"});
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   if (auto* active = test_userdata<RunBox>(L, -1, kRunType); active && active->context && !active->context->finished())
     throw std::logic_error(fmt::format("run '{}' is still active in this process: call run:finish() before starting "
@@ -176,6 +106,14 @@ int start(lua_State* L) {
     spec.run.git_revision = git.revision;
     spec.run.git_dirty = git.dirty;
   }
+  // resume: a run reference (continue that run), or true (continue the latest ended run of this script with
+  // this exact config that has a checkpoint, else start a new one).
+  if (lua_getfield(L, 1, "resume"), !lua_isnil(L, -1)) {
+    index::Database db = index::open_index_for_writing(spec.home);
+    if (lua_type(L, -1) == LUA_TSTRING) spec.resume = index::resolve_run(db, lua_tostring(L, -1)).run;
+    else if (lua_toboolean(L, -1)) spec.resume = index::find_resumable_run(db, spec.run.script, spec.run.config);
+  }
+  lua_pop(L, 1);
   auto* box = new_userdata<RunBox>(L, kRunType);
   box->context = std::make_unique<index::RunContext>(spec);
   lua_pushvalue(L, -1);
@@ -246,6 +184,7 @@ int run_finish(lua_State* L) {
     throw std::invalid_argument("run status must be finished, failed or interrupted, got '" + status + "'");
   std::optional<std::string> error;
   if (!lua_isnoneornil(L, 3)) error = check_string(L, 3);
+  if (box->saver) box->saver->wait();
   if (box->context) box->context->finish(status, error);
   return 0;
 }
@@ -258,6 +197,118 @@ int run_info(lua_State* L) {
 int run_rows_written(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(check_run(L, 1).metrics().rows_written()));
   return 1;
+}
+
+void push_report(lua_State* L, const ckpt::SaveReport& report) {
+  lua_createtable(L, 0, 6);
+  lua_pushnumber(L, static_cast<lua_Number>(report.step));
+  lua_setfield(L, -2, "step");
+  lua_pushstring(L, report.path.c_str());
+  lua_setfield(L, -2, "path");
+  lua_pushnumber(L, static_cast<lua_Number>(report.bytes));
+  lua_setfield(L, -2, "bytes");
+  lua_pushnumber(L, report.write_seconds);
+  lua_setfield(L, -2, "seconds");
+  if (report.error) {
+    lua_pushstring(L, report.error->c_str());
+    lua_setfield(L, -2, "error");
+  }
+  lua_createtable(L, static_cast<int>(report.dropped.size()), 0);
+  for (size_t i = 0; i < report.dropped.size(); ++i) {
+    lua_pushstring(L, report.dropped[i].c_str());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  lua_setfield(L, -2, "dropped");
+}
+
+// run:checkpoint(trainer, step, extra, {metric, value, keep_last, keep_best, mode}) -> stall seconds
+// Copies the training state (the stall) and hands it to the saving thread; the previous save is waited for
+// first (that wait is part of the stall).
+int run_checkpoint(lua_State* L) {
+  auto* box = check_userdata<RunBox>(L, 1, kRunType, "Run");
+  if (!box->context) throw std::logic_error("the run is closed");
+  train::Trainer& trainer = check_trainer(L, 2);
+  const int64_t step = check_integer(L, 3);
+  const nlohmann::json extra = lua_isnoneornil(L, 4) ? nlohmann::json::object() : to_json(L, 4, "checkpoint state");
+  luaL_checktype(L, 5, LUA_TTABLE);
+  check_option_keys(L, 5, "run:checkpoint", {"metric", "value", "keep_last", "keep_best", "mode"});
+  ckpt::RotationPolicy rotation;
+  rotation.keep_last = field_integer(L, 5, "keep_last", rotation.keep_last);
+  rotation.keep_best = field_integer(L, 5, "keep_best", rotation.keep_best);
+  const std::string mode = field_string(L, 5, "mode", "min");
+  if (mode != "min" && mode != "max") throw std::invalid_argument("checkpoint mode must be 'min' or 'max', got '" + mode + "'");
+  rotation.lower_is_better = mode == "min";
+  if (rotation.keep_last < 0 || rotation.keep_best < 0) throw std::invalid_argument("keep_last and keep_best must be 0 or more");
+  if (rotation.keep_last == 0 && rotation.keep_best == 0) throw std::invalid_argument("keep_last and keep_best cannot both be 0");
+
+  const auto start = std::chrono::steady_clock::now();
+  if (!box->saver || box->saver->rotation().keep_last != rotation.keep_last || box->saver->rotation().keep_best != rotation.keep_best ||
+      box->saver->rotation().lower_is_better != rotation.lower_is_better) {
+    if (box->saver) box->saver->wait();
+    box->saver = std::make_unique<ckpt::CheckpointSaver>(box->context->home(), box->context->record().run,
+                                                         box->context->directory(), rotation);
+  }
+  box->saver->wait();
+  train::Trainer::Snapshot snapshot = trainer.snapshot(extra);
+  ckpt::SaveRequest request;
+  request.step = step;
+  request.files = std::move(snapshot.files);
+  request.wait_ready = std::move(snapshot.wait_ready);
+  request.manifest_extra = {{"run", box->context->record().id}};
+  if (has_field(L, 5, "metric")) {
+    request.metric = field_string(L, 5, "metric", "");
+    if (has_field(L, 5, "value")) request.metric_value = field_number(L, 5, "value", 0.0);
+  }
+  box->saver->submit(std::move(request));
+  lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return 1;
+}
+
+// run:checkpoint_reports([wait]) -> list of finished saves since the last call
+int run_checkpoint_reports(lua_State* L) {
+  auto* box = check_userdata<RunBox>(L, 1, kRunType, "Run");
+  std::vector<ckpt::SaveReport> reports;
+  if (box->saver) {
+    if (lua_toboolean(L, 2)) box->saver->wait();
+    reports = box->saver->take_reports();
+  }
+  lua_createtable(L, static_cast<int>(reports.size()), 0);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    push_report(L, reports[i]);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+// run:choose_checkpoint([run reference]) -> {step, path, dir} or nil, rejected (list of messages)
+// The newest good checkpoint of this run (or of the referenced run, for a fork).
+int run_choose_checkpoint(lua_State* L) {
+  index::RunContext& context = check_run(L, 1);
+  int64_t run = context.record().run;
+  std::string run_dir = context.directory();
+  if (!lua_isnoneornil(L, 2)) {
+    const index::RunRecord source = index::resolve_run(context.database(), check_string(L, 2));
+    run = source.run;
+    run_dir = context.home() + "/" + source.dir;
+  }
+  const ckpt::RestoreChoice choice = ckpt::choose_checkpoint(context.database(), run, run_dir);
+  if (choice.checkpoint) {
+    lua_createtable(L, 0, 3);
+    lua_pushnumber(L, static_cast<lua_Number>(choice.checkpoint->step));
+    lua_setfield(L, -2, "step");
+    lua_pushstring(L, choice.checkpoint->path.c_str());
+    lua_setfield(L, -2, "path");
+    lua_pushstring(L, choice.directory.c_str());
+    lua_setfield(L, -2, "dir");
+  } else {
+    lua_pushnil(L);
+  }
+  lua_createtable(L, static_cast<int>(choice.rejected.size()), 0);
+  for (size_t i = 0; i < choice.rejected.size(); ++i) {
+    lua_pushstring(L, choice.rejected[i].c_str());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 2;
 }
 
 // runner._index.query(sql, ...) -> rows, columns
@@ -330,7 +381,10 @@ void open_runs(lua_State* L) {
                          {"save_images", wrap<run_save_images>},
                          {"finish", wrap<run_finish>},
                          {"info", wrap<run_info>},
-                         {"rows_written", wrap<run_rows_written>}});
+                         {"rows_written", wrap<run_rows_written>},
+                         {"checkpoint", wrap<run_checkpoint>},
+                         {"checkpoint_reports", wrap<run_checkpoint_reports>},
+                         {"choose_checkpoint", wrap<run_choose_checkpoint>}});
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
@@ -345,6 +399,7 @@ void end_active_run(lua_State* L, const std::string& status, const std::optional
   lua_pop(L, 1);
   if (!box || !box->context || box->context->finished()) return;
   try {
+    if (box->saver) box->saver->wait();
     box->context->finish(status, error);
     const auto& record = box->context->record();
     core::log(core::LogLevel::info, fmt::format("run {} ({}) {}", record.name, record.id, record.status));

@@ -23,6 +23,9 @@ local cfg = config {
   sample_steps = 100,         -- DDIM steps for the grids
   samples = 64,
   log_every = 100,
+  checkpoint_every = 5000,    -- save a resumable checkpoint every this many steps (and at the end)
+  amp = "auto",               -- bf16 autocast on GPUs, fp32 on the CPU (or bf16, fp16, fp32)
+  accumulate = 1,             -- micro-batches per step (the batch is split into this many)
   seed = 0,
   device = "auto",
   workers = -1,               -- loader threads (-1: automatic)
@@ -43,44 +46,41 @@ local function make_model()
                    attention = cfg.attention, dropout = cfg.dropout, groups = cfg.groups }
 end
 local model = make_model():to(device)
-local ema = make_model():to(device)
-ema:load_state_dict(model:state_dict())
-ema:eval()
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
-local opt = optim.Adam(model, { lr = cfg.lr })
+-- Adam with linear warmup, clipping and an EMA copy, each step in C++; the EMA model is what samples come from.
+local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr }, warmup = cfg.warmup, clip = cfg.clip,
+                               ema = cfg.ema, ema_model = make_model():to(device), amp = cfg.amp,
+                               accumulate = cfg.accumulate, steps = cfg.steps, batch = cfg.batch, progress = false }
+-- Continues from the latest good checkpoint when the run was interrupted.
+run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)
-print(string.format("%.1fM parameters on %s; %s; %d steps of batch %d", model:num_parameters() / 1e6, device,
-  tostring(train_set), cfg.steps, cfg.batch))
+print(string.format("%.1fM parameters on %s; %s; %d steps of batch %d (%s)", model:num_parameters() / 1e6, device,
+  tostring(train_set), cfg.steps, cfg.batch, train:precision()))
 
 local function write_samples(step)
-  local samples = ddpm:sample(ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = ddpm:sample(train.ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples)
   print(string.format("step %7d  EMA samples: %s", step, path))
 end
 
 local start = runner.clock()
-local running, count, last_loss = 0, 0, nil
-for batch in loader:iter { from = 0, to = cfg.steps } do
-  local step = batch.step
-  run.step = step
-  opt:set_lr(cfg.lr * math.min(1, step / math.max(1, cfg.warmup)))
-  local loss = ddpm:loss(model, batch)
-  opt:zero_grad()
-  loss:backward()
-  local grad_norm = optim.clip_grad_norm(model, cfg.clip)
-  opt:step()
-  nn.ema_update(ema, model, cfg.ema)
-  local loss_value = loss:item()
-  running, count, last_loss = running + loss_value, count + 1, loss_value
-  run:log { loss = loss, grad_norm = grad_norm, lr = opt:lr() }
-  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
+local first = run.step
+local running, count, last = 0, 0, nil
+for batch in loader:iter { from = run.step, to = cfg.steps } do
+  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  local step = run.step
+  run:log { loss = out.loss, grad_norm = out.grad_norm, lr = out.lr }
+  last = out
+  if step == first + 1 or step % cfg.log_every == 0 or step == cfg.steps then
+    local loss_value = out.loss:item()  -- reading the loss waits for the device: only on log lines
     local elapsed = runner.clock() - start
-    print(string.format("step %7d  loss %.4f  grad norm %.3f  lr %.2e  %.1f img/s", step, running / count, grad_norm,
-      opt:lr(), step * cfg.batch / elapsed))
-    running, count = 0, 0
+    print(string.format("step %7d  loss %.4f  grad norm %.3f  lr %.2e  %.1f img/s", step, loss_value,
+      out.grad_norm:item(), out.lr, (step - first) * cfg.batch / elapsed))
   end
+  if step % cfg.checkpoint_every == 0 then run:checkpoint() end
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
-ema:save(run.dir .. "/ema.safetensors", { steps = tostring(cfg.steps) })
-run:set_summary { loss = last_loss, seconds = runner.clock() - start }
+run:checkpoint { wait = true }
+train.ema:save(run.dir .. "/ema.safetensors", { steps = tostring(cfg.steps) })
+run:set_summary { loss = last and last.loss:item() or nil, seconds = runner.clock() - start }
 print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))

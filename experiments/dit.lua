@@ -22,6 +22,8 @@ local cfg = config {
   sample_classes = { 207, 360, 387, 974, 88, 979, 417, 279 },
   checkpoint = false,        -- activation checkpointing (less memory, about a third more compute)
   log_every = 100,
+  checkpoint_every = 10000,  -- save a resumable checkpoint every this many steps (and at the end)
+  amp = "auto",              -- bf16 autocast on GPUs, fp32 on the CPU (or bf16, fp16, fp32)
   seed = 0,
   device = "auto",
   workers = -1,
@@ -44,18 +46,20 @@ local function make_model()
                   class_dropout = cfg.class_dropout, learn_sigma = true, checkpoint = cfg.checkpoint }
 end
 local model = make_model():to(device)
-local ema = make_model():to(device)
-ema:load_state_dict(model:state_dict())
-ema:eval()
 local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
-local opt = optim.AdamW(model, { lr = cfg.lr, weight_decay = 0 })
+-- AdamW (fused on CUDA) under bf16 autocast on GPUs, with an EMA copy for sampling, each step in C++.
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = cfg.ema,
+                               ema_model = make_model():to(device), amp = cfg.amp, steps = cfg.steps, batch = cfg.batch,
+                               progress = false }
+-- Continues from the latest good checkpoint when the run was interrupted.
+run:restore { trainer = train, loader = loader, state = { diffusion = diffusion } }
 print(model)
 print(string.format("%s: %.1fM parameters on %s; %s", cfg.size, model:num_parameters() / 1e6, device, tostring(latents)))
 
 local function write_samples(step)
   local labels = {}
   for i, class in ipairs(cfg.sample_classes) do labels[i] = class % cfg.classes end
-  local samples = diffusion:sample(ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
+  local samples = diffusion:sample(train.ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
                                           steps = cfg.sample_steps, seed = cfg.seed })
   local stem = string.format("%s/samples-%07d", run.dir, step)
   torch.save({ latents = samples, labels = torch.tensor(labels, { dtype = "int64" }) }, stem .. ".safetensors")
@@ -64,23 +68,18 @@ local function write_samples(step)
 end
 
 local start = runner.clock()
-local running, count = 0, 0
-for batch in loader:iter { from = 0, to = cfg.steps } do
-  local step = batch.step
-  run.step = step
-  local loss = diffusion:loss(model, batch)
-  opt:zero_grad()
-  loss:backward()
-  opt:step()
-  nn.ema_update(ema, model, cfg.ema)
-  running, count = running + loss:item(), count + 1
-  run:log { loss = loss }
-  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
+local first = run.step
+for batch in loader:iter { from = run.step, to = cfg.steps } do
+  local out = train:step(batch, function(micro) return diffusion:loss(model, micro) end)
+  local step = run.step
+  run:log { loss = out.loss }
+  if step == first + 1 or step % cfg.log_every == 0 or step == cfg.steps then
     local elapsed = runner.clock() - start
-    print(string.format("step %7d  loss %.4f  %.1f img/s", step, running / count, step * cfg.batch / elapsed))
-    running, count = 0, 0
+    print(string.format("step %7d  loss %.4f  %.1f img/s", step, out.loss:item(), (step - first) * cfg.batch / elapsed))
   end
+  if step % cfg.checkpoint_every == 0 then run:checkpoint() end
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
-ema:save(run.dir .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
+run:checkpoint { wait = true }
+train.ema:save(run.dir .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
 print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))

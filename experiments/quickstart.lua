@@ -2,7 +2,8 @@
 -- triangles) in three to four minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
 -- loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between generated and
 -- real images (lower is better; needs no download). The run is recorded in the index (runs/ by default):
--- metrics, sample grids and the final numbers; `runner show last` and `runner report last` show them.
+-- metrics, sample grids, checkpoints and the final numbers; `runner show last` and `runner report last` show
+-- them. Stopped (Ctrl-C) or killed, it continues from its latest checkpoint when started again.
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
 local cfg = config {
   steps = 600,             -- optimizer steps
@@ -16,10 +17,10 @@ local cfg = config {
   prediction = "v",        -- what the model predicts: eps, x0 or v
   sample_steps = 50,       -- DDIM steps when sampling
   sample_every = 300,      -- write a sample grid every this many steps (and at the end)
+  checkpoint_every = 100,  -- save a checkpoint every this many steps (and at the end)
   metric_samples = 256,    -- generated and real images compared by the quality metric
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
-  log_every = 50,
 }
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
@@ -33,11 +34,13 @@ local function make_model()
                    dropout = 0, groups = 8 }
 end
 local model = make_model():to(device)
-local ema = make_model():to(device)
-ema:load_state_dict(model:state_dict())
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
                                          seed = cfg.seed }
-local opt = optim.AdamW(model, { lr = cfg.lr, weight_decay = 0 })
+-- The trainer runs each step in C++ (AdamW, EMA, progress display); the EMA model is what samples come from.
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = cfg.ema,
+                               ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
+-- Continues from the latest checkpoint when this run was interrupted (or is run again with the same config).
+run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
 
@@ -47,7 +50,7 @@ local real = runner.data.loader(held_out, { batch = cfg.metric_samples }):next()
 run:images("real", real:narrow(1, 1, 64))
 
 local function evaluate()
-  local samples = ddpm:sample(ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = ddpm:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples:narrow(1, 1, 64))
   local distance = runner.eval.sliced_wasserstein(samples, real)
   run:log { swd = distance }
@@ -56,27 +59,14 @@ local function evaluate()
 end
 
 local start = runner.clock()
-local running, count = 0, 0
-local distance
-for batch in loader:iter { from = 0, to = cfg.steps } do
-  local loss = ddpm:loss(model, batch)
-  opt:zero_grad()
-  loss:backward()
-  opt:step()
-  nn.ema_update(ema, model, cfg.ema)
-  running, count = running + loss:item(), count + 1
-  local step = batch.step
-  run.step = step
-  run:log { loss = loss }
-  if step == 1 or step % cfg.log_every == 0 or step == cfg.steps then
-    local elapsed = runner.clock() - start
-    print(string.format("step %5d  loss %.4f  %.1f steps/s  %.0f s", step, running / count, step / elapsed, elapsed))
-    running, count = 0, 0
-  end
-  if step % cfg.sample_every == 0 and step ~= cfg.steps then evaluate() end
+for batch in loader:iter { from = run.step, to = cfg.steps } do
+  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  run:log { loss = out.loss }
+  if run:every(cfg.checkpoint_every) and run.step ~= cfg.steps then run:checkpoint() end
+  if run:every(cfg.sample_every) and run.step ~= cfg.steps then evaluate() end
 end
-run.step = cfg.steps
-distance = evaluate()
+local distance = evaluate()
+run:checkpoint { metric = "swd", value = distance, wait = true }
 run:set_summary { swd = distance, seconds = runner.clock() - start }
 print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f", distance))
 print(string.format("done in %.0f s; run %s: sample grids in %s/images (runner show %s, runner report %s)",

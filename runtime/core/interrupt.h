@@ -17,4 +17,13 @@ bool interrupt_requested() noexcept;
 // Returns whether an interrupt was pending and clears it.
 bool take_interrupt() noexcept;
 
+// Graceful stops: while enabled (a training loop that can checkpoint), the first stop signal only records
+// itself for the loop to act on after its current step; a second one interrupts at once.
+void set_graceful_stop(bool enabled) noexcept;
+bool graceful_stop_enabled() noexcept;
+// Async-signal-safe. Records `signal_number` unless a stop is already pending; returns whether it did.
+bool request_stop(int signal_number) noexcept;
+// The signal of the pending stop, 0 when none.
+int stop_signal() noexcept;
+
 }  // namespace runner::core

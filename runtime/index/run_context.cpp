@@ -67,10 +67,11 @@ GitState git_state(const std::string& directory) {
 
 RunContext::RunContext(const RunStart& start) : home_(start.home), db_(open_index_for_writing(start.home)) {
   reap_stale_runs(db_, now_seconds());
-  record_ = create_run(db_, start.run, home_);
+  resumed_ = start.resume.has_value();
+  record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, home_);
   directory_ = home_ + "/" + record_.dir;
   try {
-    if (::mkdir(directory_.c_str(), 0777) != 0)
+    if (::mkdir(directory_.c_str(), 0777) != 0 && !(resumed_ && errno == EEXIST))
       throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
     write_text_file(directory_ + "/script.lua", start.script_text);
     write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");

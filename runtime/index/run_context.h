@@ -20,6 +20,7 @@ struct RunStart {
   NewRun run;                // script, config, name, device, seed, versions, parent
   std::string script_text;   // copied into the run directory as script.lua
   MetricWriterOptions writer;
+  std::optional<int64_t> resume;  // an ended run to continue (reopen_run) instead of a new one
 };
 
 // The script's repository revision and whether tracked files differ from it; both empty outside a git
@@ -34,13 +35,16 @@ class RunContext {
  public:
   // Creates the index row (status running), the directory <home>/<name>/ with script.lua, config.json and
   // log.txt (the process's log from now on), and starts the metric writer. Stale runs of dead processes
-  // are marked interrupted on the way.
+  // are marked interrupted on the way. With `resume`, the existing run is reopened instead: its row is
+  // running again, script.lua and config.json are rewritten and log.txt is appended to.
   explicit RunContext(const RunStart& start);
   ~RunContext();  // finishes as interrupted if finish() was not called
   RunContext(const RunContext&) = delete;
   RunContext& operator=(const RunContext&) = delete;
 
   const RunRecord& record() const { return record_; }
+  bool resumed() const { return resumed_; }
+  Database& database() { return db_; }
   // <home>/<name>
   const std::string& directory() const { return directory_; }
   const std::string& home() const { return home_; }
@@ -64,6 +68,7 @@ class RunContext {
   RunRecord record_;
   std::unique_ptr<MetricWriter> writer_;
   bool finished_ = false;
+  bool resumed_ = false;
 };
 
 }  // namespace runner::index

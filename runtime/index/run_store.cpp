@@ -191,6 +191,45 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
   }
 }
 
+RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
+  with_transaction(db, [&] {
+    Statement read = db.prepare("SELECT status, pid, host, heartbeat_at FROM runs WHERE run = ?");
+    read.bind(1, run);
+    if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+    RunRecord current;
+    current.status = read.text(0);
+    current.pid = read.integer(1);
+    current.host = read.text(2);
+    current.heartbeat_at = read.real(3);
+    if (effective_status(current, now_seconds()) == "running")
+      throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice",
+                                   db.path(), current.pid, current.host));
+    Statement update = db.prepare(
+        "UPDATE runs SET status = 'running', error = NULL, ended_at = NULL, host = ?, pid = ?, heartbeat_at = ?, "
+        "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ? WHERE run = ?");
+    update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now_seconds());
+    update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
+    if (spec.git_dirty) update.bind(7, static_cast<int64_t>(*spec.git_dirty));
+    else update.bind_null(7);
+    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, run);
+    update.run();
+  });
+  return load_run(db, run);
+}
+
+std::optional<int64_t> find_resumable_run(Database& db, const std::string& script, const nlohmann::json& config) {
+  Statement statement = db.prepare(
+      "SELECT run FROM runs WHERE script = ? AND config = ? AND EXISTS "
+      "(SELECT 1 FROM checkpoints WHERE checkpoints.run = runs.run AND kept = 1) ORDER BY started_at DESC, run DESC");
+  statement.bind(1, script).bind(2, config.dump());
+  const double now = now_seconds();
+  while (statement.step()) {
+    const RunRecord record = load_run(db, statement.integer(0));
+    if (effective_status(record, now) != "running") return record.run;
+  }
+  return std::nullopt;
+}
+
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
   with_transaction(db, [&] {
     Statement statement =
@@ -313,6 +352,9 @@ std::vector<MetricPoint> metric_series(Database& db, int64_t run, const std::str
 
 int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint) {
   return with_transaction(db, [&] {
+    Statement replaced = db.prepare("DELETE FROM checkpoints WHERE run = ? AND path = ?");
+    replaced.bind(1, checkpoint.run).bind(2, checkpoint.path);
+    replaced.run();
     Statement insert = db.prepare(
         "INSERT INTO checkpoints (run, step, path, bytes, hash, metric, metric_value, kept, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");

@@ -71,6 +71,13 @@ double duration_seconds(const RunRecord& run, double now);
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
 // is free both in the index and as a directory under `home`. A given name that exists is an IndexError.
 RunRecord create_run(Database& db, const NewRun& run, const std::string& home);
+// Makes an ended run of the index running again in this process (resuming it): status, pid, host,
+// heartbeat, and the script hash, config, git state, device and versions of `spec`; the error and end time
+// are cleared. A run that is still running elsewhere is an IndexError.
+RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec);
+// The most recently started run of `script` with exactly this config that is not running and has a kept
+// checkpoint: what `runner.start` continues by default.
+std::optional<int64_t> find_resumable_run(Database& db, const std::string& script, const nlohmann::json& config);
 // status: finished, failed or interrupted.
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error);
 // Merges `values` into the summary object.

@@ -169,8 +169,13 @@ void Optimizer::init_state(const at::Tensor& param, ParamState& state) const {
   state.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
 }
 
-void Optimizer::step() {
+void Optimizer::step(const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
+  bool device_side = found_inf.defined() && kind_ != OptimizerKind::sgd;
+  for (const ParamGroup& group : groups_)
+    for (const at::Tensor& param : group.params) device_side = device_side && use_fused(param);
+  if (found_inf.defined() && !device_side && found_inf.item<double>() != 0) return;
+  found_inf_ = device_side ? found_inf.to(at::kFloat) : at::Tensor();
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (kind_ == OptimizerKind::sgd) {
       step_sgd_group(g);
@@ -202,13 +207,20 @@ void Optimizer::step_adam_group(std::size_t g) {
 
     if (use_fused(params.front())) {
       at::_foreach_add_(steps, 1);
+      // adam.py _fused_adam: the kernels leave every tensor unchanged when found_inf is set, and the steps
+      // taken back afterwards.
+      const std::optional<at::Tensor> found_inf =
+          found_inf_.defined() ? std::optional<at::Tensor>(found_inf_.to(params.front().device())) : std::nullopt;
       if (decoupled) {
         at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
-                          group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false);
+                          group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false,
+                          /*grad_scale=*/std::nullopt, found_inf);
       } else {
         at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
-                         group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false);
+                         group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false,
+                         /*grad_scale=*/std::nullopt, found_inf);
       }
+      if (found_inf) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
       continue;
     }
 

@@ -62,14 +62,17 @@ class Optimizer {
   Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups,
             OptimizerImplementation implementation = OptimizerImplementation::automatic);
 
-  // One optimizer step over every parameter with a defined grad, under NoGradGuard.
-  void step();
+  // One optimizer step over every parameter with a defined grad, under NoGradGuard. With `found_inf` (a
+  // one-element tensor, non-zero when the gradients hold inf/NaN) the step is skipped: inside the fused
+  // Adam/AdamW kernels when every parameter takes that path (no host synchronisation, as GradScaler with a
+  // fused optimizer), otherwise by reading the flag on the host first.
+  void step(const at::Tensor& found_inf = at::Tensor());
   // Sets every parameter's grad to an undefined tensor (set_to_none).
   void zero_grad();
 
   void set_lr(std::size_t group, double lr);  // throws std::out_of_range / std::invalid_argument
   double lr(std::size_t group) const;
-  std::int64_t step_count() const { return step_count_; }  // calls of step()
+  std::int64_t step_count() const { return step_count_; }  // calls of step() not skipped on the host
 
   OptimizerKind kind() const { return kind_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
@@ -107,6 +110,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // [group][param]
   std::int64_t step_count_ = 0;
+  at::Tensor found_inf_;  // the flag of the step in progress, when the fused kernels read it
 };
 
 }  // namespace runner::train

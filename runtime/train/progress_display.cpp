@@ -87,16 +87,24 @@ void ProgressDisplay::emit(const std::string& text, bool final) {
   std::fflush(out_);
 }
 
-bool ProgressDisplay::update(const ProgressSnapshot& snapshot, double now_seconds) {
-  observe(snapshot.step, now_seconds);
+bool ProgressDisplay::tick(int64_t step, double now_seconds) {
+  observe(step, now_seconds);
   const double interval = options_.terminal ? options_.redraw_seconds : options_.line_seconds;
   const bool first = last_shown_ < -1e299;
-  const bool last = options_.total_steps > 0 && snapshot.step >= options_.total_steps;
-  if (!first && !last && now_seconds - last_shown_ < interval) return false;
+  const bool last = options_.total_steps > 0 && step >= options_.total_steps;
+  return first || last || now_seconds - last_shown_ >= interval;
+}
+
+bool ProgressDisplay::update(const ProgressSnapshot& snapshot, double now_seconds) {
+  if (!tick(snapshot.step, now_seconds)) return false;
+  show(snapshot, now_seconds);
+  return true;
+}
+
+void ProgressDisplay::show(const ProgressSnapshot& snapshot, double now_seconds) {
   last_shown_ = now_seconds;
   shown_step_ = snapshot.step;
   emit(render(snapshot, now_seconds), false);
-  return true;
 }
 
 void ProgressDisplay::finish(const ProgressSnapshot& snapshot, double now_seconds) {

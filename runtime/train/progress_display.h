@@ -34,6 +34,10 @@ class ProgressDisplay {
 
   // Shows the state after a step when it is time to (see the options); returns whether it printed.
   bool update(const ProgressSnapshot& snapshot, double now_seconds);
+  // update() in two parts, so that values that cost something to read (a device tensor) are read only when
+  // shown: tick() records that `step` is done and says whether it is time to show; show() prints.
+  bool tick(int64_t step, double now_seconds);
+  void show(const ProgressSnapshot& snapshot, double now_seconds);
   // Prints the final state and, on a terminal, ends the line.
   void finish(const ProgressSnapshot& snapshot, double now_seconds);
 

@@ -62,6 +62,11 @@ function methods:loss(model, batch, options)
   return loss, { t = t, mse = mse, vb = vb }
 end
 
+--- d:state() -> {stream_counter}: what a checkpoint keeps of the diffusion (run:restore{state = {ddpm = d}}).
+function methods:state() return { stream_counter = self:stream_counter() } end
+--- d:load_state(state): continues the training streams where state() left them.
+function methods:load_state(state) self:stream_counter(state.stream_counter) end
+
 local function labels_tensor(labels, n, device)
   if labels == nil then return nil end
   if torch.is_tensor(labels) then return labels:to(device) end

@@ -6,6 +6,7 @@ require("runner.data")
 runner.diffusion = require("runner.diffusion")
 runner.pretty = require("runner.pretty")
 require("runner.run")
+require("runner.train")
 config = require("runner.config").declare
 
 local log_message = runner.log

@@ -40,11 +40,25 @@ local function logging_print(...)
   native.log_text(table.concat(parts, "\t"))
 end
 
---- runner.start([cfg [, {name, seed, device, parent, flush_interval}]]) -> Run
+--- runner.start([cfg [, {name, seed, device, parent, fork, resume, flush_interval}]]) -> Run
+--- resume: true (default: continue the latest ended run of this script with the same config that has a
+--- checkpoint), false (always a new run), or a run reference (continue that run). `runner --resume RUN|last`
+--- and `runner --fresh` on the command line override it. fork: start a new run from another run's latest
+--- good checkpoint (run:restore loads it), with that run as parent.
 function runner.start(cfg, options)
   if type(cfg) ~= "table" and cfg ~= nil then error("runner.start expects the config table (or nothing)", 2) end
   options = check_options(options, "runner.start", { name = true, seed = true, device = true, parent = true,
-                                                     flush_interval = true })
+                                                     fork = true, resume = true, flush_interval = true })
+  local resume = options.resume
+  if resume == nil then resume = true end
+  if runner.command_line_resume ~= nil then resume = runner.command_line_resume end
+  if options.fork ~= nil then
+    if type(options.fork) ~= "string" then error("runner.start: fork must be a run reference (id, name or last)", 2) end
+    resume = false
+  end
+  if resume ~= true and resume ~= false and type(resume) ~= "string" then
+    error("runner.start: resume must be true, false or a run reference, got " .. tostring(resume), 2)
+  end
   cfg = cfg or runner.config or {}
   local seed = options.seed or declared(cfg, "seed") or fresh_seed()
   if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) then
@@ -60,7 +74,8 @@ function runner.start(cfg, options)
     config = plain_config(cfg),
     device = device,
     seed = seed,
-    parent = options.parent,
+    parent = options.parent or options.fork,
+    resume = resume ~= false and resume or nil,
     versions = { runner = versions.runner, libtorch = versions.libtorch, luajit = versions.luajit,
                  sqlite = versions.sqlite, cuda = versions.cuda_runtime ~= "" and versions.cuda_runtime or nil,
                  gpus = #versions.cuda_devices > 0 and versions.cuda_devices or nil },
@@ -71,11 +86,16 @@ function runner.start(cfg, options)
   local info = native_run:info()
   local run = setmetatable({
     native = native_run, id = info.id, name = info.name, dir = info.dir, seed = seed, device = device,
-    config = cfg, step = 0,
+    config = cfg, step = 0, fork = options.fork, resumed = info.resumed,
   }, Run)
   print = logging_print
   runner.run = run
-  runner.log.info("run %s (%s) started: %s", run.name, run.id, run.dir)
+  if run.resumed then
+    runner.log.info("run %s (%s) resumed: %s", run.name, run.id, run.dir)
+    raw_print(string.format("resuming run %s (start a new run with `runner --fresh ...`)", run.name))
+  else
+    runner.log.info("run %s (%s) started: %s", run.name, run.id, run.dir)
+  end
   return run
 end
 
@@ -148,3 +168,5 @@ end
 
 --- runner.home(): the directory of the index and the run directories (RUNNER_HOME, default ./runs).
 runner.home = native.home
+
+return Run

@@ -1,0 +1,82 @@
+// A run's checkpoints over time: saving on a background thread (write, verify, index row, rotation) and
+// choosing the newest good checkpoint to restore, skipping damaged ones.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/ckpt/checkpoint_rotation.h"
+#include "runtime/index/run_store.h"
+#include "runtime/index/sqlite_database.h"
+
+namespace runner::ckpt {
+
+struct SaveRequest {
+  int64_t step = 0;
+  std::vector<CheckpointFileContent> files;  // host tensors (see wait_ready)
+  std::function<void()> wait_ready;          // called on the saving thread before the files are written
+  nlohmann::json manifest_extra = nlohmann::json::object();
+  std::optional<std::string> metric;         // the metric rotation's keep_best ranks by, and its value
+  std::optional<double> metric_value;
+};
+
+struct SaveReport {
+  int64_t step = 0;
+  std::string path;                  // relative to the run directory
+  int64_t bytes = 0;
+  double write_seconds = 0;          // on the saving thread: write, fsync, verify, index row, rotation
+  std::optional<std::string> error;  // set when the save failed; nothing of it is left behind
+  std::vector<std::string> dropped;  // checkpoints rotation deleted
+};
+
+// One save at a time: submit() waits for the previous one first. Each save writes the directory
+// (checkpoint_directory.h), reads every file back against its hash, records the checkpoint and its files
+// in the index (replacing a row of the same step), and only then deletes the checkpoints rotation drops.
+class CheckpointSaver {
+ public:
+  CheckpointSaver(std::string home, int64_t run, std::string run_dir, RotationPolicy rotation);
+  ~CheckpointSaver();  // waits for the save in flight
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  void submit(SaveRequest request);
+  // Waits for the save in flight, if any.
+  void wait();
+  // The reports of saves finished since the last call (never blocks).
+  std::vector<SaveReport> take_reports();
+  bool busy();
+
+  const RotationPolicy& rotation() const { return rotation_; }
+
+ private:
+  SaveReport save(SaveRequest& request);
+
+  std::string home_;
+  int64_t run_;
+  std::string run_dir_;
+  RotationPolicy rotation_;
+  std::thread worker_;
+  std::mutex mutex_;
+  bool running_ = false;
+  std::vector<SaveReport> reports_;
+};
+
+struct RestoreChoice {
+  std::optional<index::CheckpointRecord> checkpoint;  // the newest kept checkpoint whose files verify
+  std::string directory;                              // its absolute directory
+  std::vector<std::string> rejected;                  // "checkpoints/step-0000300: model.safetensors: ..." per bad one
+};
+
+// Looks through the run's kept checkpoints, newest first, verifying each file's size and sha256 against the
+// index, and stops at the first good one.
+RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::string& run_dir);
+
+}  // namespace runner::ckpt

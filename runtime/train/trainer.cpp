@@ -1,0 +1,483 @@
+// The trainer step and the training state of a checkpoint.
+#include "runtime/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "runtime/core/logging.h"
+#include "runtime/train/rng_state.h"
+
+namespace runner::train {
+namespace {
+
+std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Autocast for one device type over a scope, restoring what was set before (the cast cache is cleared when
+// the outermost autocast region ends, as torch.autocast does).
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device_type, std::optional<at::ScalarType> dtype) : device_type_(device_type) {
+    if (!dtype) return;
+    active_ = true;
+    previous_enabled_ = at::autocast::is_autocast_enabled(device_type);
+    previous_dtype_ = at::autocast::get_autocast_dtype(device_type);
+    at::autocast::set_autocast_enabled(device_type, true);
+    at::autocast::set_autocast_dtype(device_type, *dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_type_, previous_enabled_);
+    at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool active_ = false;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
+
+std::optional<at::ScalarType> autocast_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return at::kBFloat16;
+    case Precision::fp16: return at::kHalf;
+    case Precision::fp32: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// torch.nn.utils.clip_grad_norm_'s total norm (foreach): the L2 norm of the per-tensor norms.
+at::Tensor global_norm(const std::vector<at::Tensor>& grads, const c10::Device& device) {
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  std::map<std::pair<std::string, at::ScalarType>, std::vector<at::Tensor>> buckets;
+  for (const auto& g : grads) buckets[{g.device().str(), g.scalar_type()}].push_back(g);
+  std::vector<at::Tensor> norms;
+  for (auto& [key, bucket] : buckets)
+    for (auto& norm : at::_foreach_norm(bucket, 2)) norms.push_back(norm.to(grads.front().device()));
+  return at::linalg_vector_norm(at::stack(norms), 2).to(at::kFloat);
+}
+
+std::string describe_range(const std::string& name, const at::Tensor& tensor) {
+  if (!tensor.defined()) return name + " (none)";
+  std::string text = fmt::format("{} {} {}", name, shape_text(tensor.sizes()), c10::toString(tensor.scalar_type()));
+  if (tensor.numel() == 0) return text + " (empty)";
+  const at::Tensor values = tensor.detach().to(at::kCPU).to(at::kDouble);
+  const at::Tensor finite = at::isfinite(values);
+  const int64_t bad = values.numel() - finite.sum().item<int64_t>();
+  if (bad < values.numel()) {
+    const at::Tensor finite_values = values.masked_select(finite);
+    text += fmt::format(" range [{:.6g}, {:.6g}]", finite_values.min().item<double>(), finite_values.max().item<double>());
+  }
+  if (bad > 0) text += fmt::format(", {} non-finite", bad);
+  return text;
+}
+
+// "3 NaN, 1 inf" for a tensor with non-finite values; empty when every value is finite.
+std::string nonfinite_counts(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.is_floating_point()) return "";
+  const int64_t nan = at::isnan(tensor).sum().item<int64_t>();
+  const int64_t inf = at::isinf(tensor).sum().item<int64_t>();
+  if (nan == 0 && inf == 0) return "";
+  std::vector<std::string> parts;
+  if (nan) parts.push_back(fmt::format("{} NaN", nan));
+  if (inf) parts.push_back(fmt::format("{} inf", inf));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string list_nonfinite(const NamedTensorList& tensors, bool grads) {
+  std::vector<std::string> found;
+  int64_t more = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const std::string counts = nonfinite_counts(grads ? tensor.grad() : tensor.detach());
+    if (counts.empty()) continue;
+    if (found.size() < 8) found.push_back(fmt::format("{} ({})", name, counts));
+    else ++more;
+  }
+  if (found.empty()) return "none";
+  return fmt::format("{}", fmt::join(found, ", ")) + (more ? fmt::format(" and {} more", more) : "");
+}
+
+// A snapshot copy of one tensor: pinned host memory filled asynchronously for device tensors, a CPU clone
+// otherwise.
+at::Tensor host_copy(const at::Tensor& tensor) {
+  const at::Tensor source = tensor.detach();
+  if (source.is_cpu()) return source.clone(at::MemoryFormat::Contiguous);
+  at::Tensor copy = at::empty(source.sizes(), source.options().device(at::kCPU).pinned_memory(true));
+  copy.copy_(source, /*non_blocking=*/true);
+  return copy;
+}
+
+std::vector<ckpt::NamedTensor> host_copies(const NamedTensorList& tensors) {
+  std::vector<ckpt::NamedTensor> copies;
+  copies.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) copies.push_back({name, host_copy(tensor)});
+  return copies;
+}
+
+std::string ema_file_name(std::size_t index, std::size_t count) {
+  return count == 1 || index == 0 ? std::string("ema.safetensors") : fmt::format("ema-{}.safetensors", index + 1);
+}
+
+NamedTensorList as_list(const ckpt::SafetensorsContents& contents) {
+  NamedTensorList list;
+  for (const auto& t : contents.tensors) list.emplace_back(t.name, t.tensor);
+  return list;
+}
+
+}  // namespace
+
+Precision resolve_precision(const std::string& amp, const c10::Device& device) {
+  if (amp == "auto") return device.is_cuda() ? Precision::bf16 : Precision::fp32;
+  if (amp == "bf16" || amp == "bfloat16") return Precision::bf16;
+  if (amp == "fp32" || amp == "none" || amp == "float32") return Precision::fp32;
+  if (amp == "fp16" || amp == "float16") {
+    if (!device.is_cuda()) throw std::invalid_argument("amp 'fp16' needs a CUDA device (use 'bf16' or 'fp32' on the CPU)");
+    return Precision::fp16;
+  }
+  throw std::invalid_argument(fmt::format("amp must be auto, bf16, fp16 or fp32, got '{}'", amp));
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "fp32";
+}
+
+NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
+  if (name == "skip") return NonFinitePolicy::skip;
+  if (name == "stop") return NonFinitePolicy::stop;
+  throw std::invalid_argument(fmt::format("on_nonfinite must be 'skip' or 'stop', got '{}'", name));
+}
+
+// Device events around the parts of a CUDA step; read once they have completed.
+struct Trainer::Events {
+  std::vector<c10::Event> marks;  // start, after backward, after the optimizer, after EMA
+  bool pending = false;
+};
+
+Trainer::Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup> groups, LrScheduleOptions schedule,
+                 std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device)
+    : model_(std::move(model)), options_(std::move(options)), device_(device),
+      precision_(resolve_precision(options_.amp, device)), events_(std::make_unique<Events>()) {
+  if (options_.accumulate < 1)
+    throw std::invalid_argument(fmt::format("accumulate must be 1 or more, got {}", options_.accumulate));
+  if (options_.clip && !(*options_.clip > 0))
+    throw std::invalid_argument(fmt::format("clip must be a positive gradient norm, got {}", *options_.clip));
+  std::map<const void*, std::string> names;
+  for (const auto& [name, tensor] : model_.parameters) names[tensor.unsafeGetTensorImpl()] = name;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    base_lrs_.push_back(groups[g].lr);
+    for (const auto& p : groups[g].params) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      if (it == names.end())
+        throw std::invalid_argument(fmt::format("parameter group {} holds a tensor that is not a parameter of the model", g + 1));
+      trainable_.emplace_back(it->second, p);
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(kind, std::move(groups));
+  schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
+  std::vector<at::Tensor> params, buffers;
+  for (const auto& [name, tensor] : model_.parameters) params.push_back(tensor);
+  for (const auto& [name, tensor] : model_.buffers) buffers.push_back(tensor);
+  for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
+  if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
+  skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<at::Tensor> Trainer::trainable_grads() const {
+  std::vector<at::Tensor> grads;
+  for (const auto& [name, p] : trainable_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+StepTiming Trainer::timing() {
+  Events& events = *events_;
+  if (events.pending) {
+    bool done = true;
+    for (const auto& mark : events.marks) done = done && mark.query();
+    if (done) {
+      timing_.forward_backward = events.marks[0].elapsedTime(events.marks[1]) / 1000.0;
+      timing_.optimizer = events.marks[1].elapsedTime(events.marks[2]) / 1000.0;
+      timing_.ema = events.marks[2].elapsedTime(events.marks[3]) / 1000.0;
+      events.pending = false;
+    }
+  }
+  return timing_;
+}
+
+StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs) {
+  const bool cuda = device_.is_cuda();
+  // A new set of device events only when the previous one has been read (timing() reads completed ones).
+  timing();
+  const bool record = cuda && !events_->pending;
+  std::optional<c10::impl::VirtualGuardImpl> guard;
+  if (record) {
+    guard.emplace(c10::DeviceType::CUDA);
+    events_->marks.clear();
+    for (int i = 0; i < 4; ++i) events_->marks.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  }
+  auto mark = [&](int index) {
+    if (record) events_->marks[index].record(guard->getStream(device_));
+  };
+  double host_time = seconds_now();
+  auto host_lap = [&](double& slot) {
+    const double now = seconds_now();
+    if (!cuda) slot = now - host_time;
+    host_time = now;
+  };
+
+  mark(0);
+  optimizer_->zero_grad();
+  const int64_t count = options_.accumulate;
+  std::vector<at::Tensor> micro_losses;
+  for (int64_t micro = 0; micro < count; ++micro) {
+    at::Tensor loss;
+    {
+      AutocastScope autocast(device_.type(), autocast_dtype(precision_));
+      loss = loss_of(micro, count);
+    }
+    if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())
+      throw std::invalid_argument(fmt::format("the loss function must return a floating-point scalar tensor, got {}",
+                                              loss.defined() ? shape_text(loss.sizes()) + " " + c10::toString(loss.scalar_type())
+                                                             : std::string("nothing")));
+    if (!loss.requires_grad())
+      throw std::invalid_argument("the loss does not require grad: it was computed without the model's parameters or under no_grad");
+    at::Tensor objective = loss.reshape({}).to(at::kFloat);
+    if (count > 1) objective = objective / static_cast<double>(count);
+    if (scaler_) objective = scaler_->scale_loss(objective);
+    objective.backward();
+    micro_losses.push_back(loss.detach().reshape({}).to(at::kFloat));
+  }
+  at::Tensor loss_mean = micro_losses.front();
+  if (count > 1) loss_mean = at::stack(micro_losses).sum() / static_cast<double>(count);
+  mark(1);
+  host_lap(timing_.forward_backward);
+
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads = trainable_grads();
+  const at::Tensor loss_bad = at::logical_not(at::isfinite(loss_mean)).to(at::kFloat).reshape({1});
+  at::Tensor found;
+  at::Tensor grad_norm;
+  if (scaler_) {
+    const at::Tensor found_inf = scaler_->unscale(grads);
+    grad_norm = global_norm(grads, device_);
+    found = at::maximum(found_inf, loss_bad);
+    if (options_.on_nonfinite == NonFinitePolicy::stop && loss_bad.item<float>() != 0)
+      throw NonFiniteError(nonfinite_report(micro_losses, inputs));
+    found_inf.copy_(found);
+    found = found_inf;
+  } else {
+    grad_norm = global_norm(grads, device_);
+    found = at::maximum(loss_bad, at::logical_not(at::isfinite(grad_norm)).to(at::kFloat).reshape({1}));
+    if (options_.on_nonfinite == NonFinitePolicy::stop && found.item<float>() != 0)
+      throw NonFiniteError(nonfinite_report(micro_losses, inputs));
+  }
+  if (options_.clip && !grads.empty()) {
+    const at::Tensor coefficient = (*options_.clip / (grad_norm + 1e-6)).clamp_max(1.0);
+    at::_foreach_mul_(grads, coefficient);
+  }
+  const double factor = schedule_->factor(step_);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, base_lrs_[g] * factor);
+  optimizer_->step(found);
+  skipped_.add_(found.reshape({}).to(at::kLong));
+  if (scaler_) scaler_->update(found);
+  ++step_;
+  mark(2);
+  host_lap(timing_.optimizer);
+
+  for (Ema& ema : emas_) ema.update(step_);
+  mark(3);
+  host_lap(timing_.ema);
+  if (record) events_->pending = true;
+
+  StepResult result;
+  result.loss = loss_mean;
+  result.grad_norm = grad_norm;
+  if (scaler_) result.loss_scale = scaler_->scale_tensor();
+  result.skipped = skipped_;
+  result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
+  result.step = step_;
+  return result;
+}
+
+std::string Trainer::nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const {
+  std::vector<std::string> losses;
+  for (const auto& l : micro_losses) losses.push_back(fmt::format("{:.6g}", l.item<double>()));
+  std::vector<std::string> input_ranges;
+  for (const auto& [name, tensor] : inputs) input_ranges.push_back(describe_range(name, tensor));
+  return fmt::format(
+      "non-finite values at step {}: loss per micro-batch [{}]; gradients: {}; parameters: {}; inputs: {}",
+      step_ + 1, fmt::join(losses, ", "), list_nonfinite(trainable_, true), list_nonfinite(model_.parameters, false),
+      input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")));
+}
+
+Trainer::Snapshot Trainer::snapshot(const nlohmann::json& extra) const {
+  std::vector<ckpt::CheckpointFileContent> files;
+  NamedTensorList state_dict = model_.parameters;
+  state_dict.insert(state_dict.end(), model_.buffers.begin(), model_.buffers.end());
+  files.push_back({"model.safetensors", host_copies(state_dict), {{"format", "runner.model"}}});
+
+  for (std::size_t e = 0; e < emas_.size(); ++e) {
+    NamedTensorList averaged;
+    const auto& shadow = emas_[e].shadow();
+    const auto& shadow_buffers = emas_[e].shadow_buffers();
+    for (std::size_t i = 0; i < shadow.size(); ++i) averaged.emplace_back(model_.parameters[i].first, shadow[i]);
+    for (std::size_t i = 0; i < shadow_buffers.size(); ++i) averaged.emplace_back(model_.buffers[i].first, shadow_buffers[i]);
+    files.push_back({ema_file_name(e, emas_.size()), host_copies(averaged),
+                     {{"format", "runner.ema"}, {"decay", fmt::format("{}", emas_[e].options().decay)}}});
+  }
+
+  files.push_back({"optimizer.safetensors", host_copies(optimizer_->state_tensors()),
+                   {{"format", "runner.optimizer"}, {"hyperparameters", optimizer_->hyperparameters().dump()}}});
+
+  NamedTensorList trainer_tensors = capture_rng_states();
+  if (scaler_) {
+    for (const auto& [name, tensor] : scaler_->state_tensors()) trainer_tensors.emplace_back("scaler." + name, tensor);
+  }
+  trainer_tensors.emplace_back("skipped", skipped_);
+  nlohmann::json state = {{"step", step_},
+                          {"micro_step", 0},
+                          {"precision", precision_name(precision_)},
+                          {"accumulate", options_.accumulate},
+                          {"schedule", schedule_->state()},
+                          {"emas", nlohmann::json::array()},
+                          {"extra", extra}};
+  for (const Ema& ema : emas_) state["emas"].push_back(ema.hyperparameters());
+  files.push_back({"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});
+  Snapshot result{std::move(files), [] {}};
+  if (device_.is_cuda()) {
+    auto copied = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    copied->record(guard.getStream(device_));
+    result.wait_ready = [copied] { copied->synchronize(); };
+  }
+  return result;
+}
+
+nlohmann::json Trainer::restore(const std::string& checkpoint_dir) {
+  auto load = [&](const std::string& name) {
+    try {
+      return ckpt::load_safetensors(checkpoint_dir + "/" + name);
+    } catch (const std::exception& error) {
+      throw std::invalid_argument(error.what());
+    }
+  };
+  const auto model_file = load("model.safetensors");
+  const auto trainer_file = load("trainer.safetensors");
+  const auto optimizer_file = load("optimizer.safetensors");
+  std::vector<ckpt::SafetensorsContents> ema_files;
+  for (std::size_t e = 0; e < emas_.size(); ++e) ema_files.push_back(load(ema_file_name(e, emas_.size())));
+
+  // Everything is checked against this trainer before anything changes.
+  const std::string model_path = checkpoint_dir + "/model.safetensors";
+  NamedTensorList state_dict = model_.parameters;
+  state_dict.insert(state_dict.end(), model_.buffers.begin(), model_.buffers.end());
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : state_dict) {
+    expected.insert(name);
+    const at::Tensor* saved = model_file.find(name);
+    if (!saved) throw std::invalid_argument(fmt::format("{}: '{}' is missing: the checkpoint is of a different model", model_path, name));
+    if (saved->sizes() != tensor.sizes() || saved->scalar_type() != tensor.scalar_type())
+      throw std::invalid_argument(fmt::format("{}: '{}' is {} {}, the model's is {} {}", model_path, name,
+                                              shape_text(saved->sizes()), c10::toString(saved->scalar_type()),
+                                              shape_text(tensor.sizes()), c10::toString(tensor.scalar_type())));
+  }
+  for (const auto& saved : model_file.tensors)
+    if (!expected.count(saved.name))
+      throw std::invalid_argument(fmt::format("{}: '{}' is not in the model: the checkpoint is of a different model", model_path, saved.name));
+  auto metadata = trainer_file.metadata.find("trainer");
+  if (metadata == trainer_file.metadata.end())
+    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the 'trainer' metadata is missing");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(metadata->second);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the 'trainer' metadata is not JSON: " + error.what());
+  }
+  if (!state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
+    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the step is missing");
+  if (state.value("emas", nlohmann::json::array()).size() != emas_.size())
+    throw std::invalid_argument(fmt::format("{}: the checkpoint has {} EMA averages, the trainer {}", checkpoint_dir,
+                                            state.value("emas", nlohmann::json::array()).size(), emas_.size()));
+  NamedTensorList rng, scaler;
+  at::Tensor skipped;
+  for (const auto& t : trainer_file.tensors) {
+    if (t.name.rfind("rng.", 0) == 0) rng.emplace_back(t.name, t.tensor);
+    else if (t.name.rfind("scaler.", 0) == 0) scaler.emplace_back(t.name.substr(7), t.tensor);
+    else if (t.name == "skipped") skipped = t.tensor;
+  }
+
+  // Optimizer and EMA loads validate before they change anything; the model's tensors were checked above.
+  optimizer_->load_state_tensors(as_list(optimizer_file));
+  for (std::size_t e = 0; e < emas_.size(); ++e) {
+    NamedTensorList named;
+    std::map<std::string, std::string> slot;
+    for (std::size_t i = 0; i < model_.parameters.size(); ++i) slot[model_.parameters[i].first] = fmt::format("param{}", i);
+    for (std::size_t i = 0; i < model_.buffers.size(); ++i) slot[model_.buffers[i].first] = fmt::format("buffer{}", i);
+    for (const auto& t : ema_files[e].tensors) {
+      auto it = slot.find(t.name);
+      if (it == slot.end())
+        throw std::invalid_argument(fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas_.size()), t.name));
+      named.emplace_back(it->second, t.tensor);
+    }
+    emas_[e].load_state_tensors(named);
+    emas_[e].load_hyperparameters(state["emas"][e]);
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, tensor] : state_dict) tensor.copy_(*model_file.find(name));
+  }
+  if (scaler_ && !scaler.empty()) scaler_->load_state_tensors(scaler);
+  if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
+  schedule_->load_state(state.value("schedule", nlohmann::json::object()));
+  restore_rng_states(rng);
+  step_ = state["step"].get<int64_t>();
+  if (state.value("accumulate", options_.accumulate) != options_.accumulate ||
+      state.value("precision", precision_name(precision_)) != precision_name(precision_))
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: saved with accumulate={} and {}, continuing with accumulate={} and {}: the run no longer "
+                          "repeats an uninterrupted one exactly",
+                          checkpoint_dir, state.value("accumulate", 0), state.value("precision", std::string("?")),
+                          options_.accumulate, precision_name(precision_)));
+  return state.value("extra", nlohmann::json::object());
+}
+
+void set_tf32(bool enabled) {
+  at::globalContext().setAllowTF32CuBLAS(enabled);
+  at::globalContext().setAllowTF32CuDNN(enabled);
+}
+
+void set_deterministic(bool enabled) {
+  if (enabled) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(enabled);
+  at::globalContext().setBenchmarkCuDNN(false);
+}
+
+}  // namespace runner::train

@@ -1,0 +1,151 @@
+// The trainer step: forward under autocast, backward with gradient accumulation and loss scaling, the
+// non-finite guard, clipping, the optimizer step, the LR schedule and EMA; and the training state that a
+// checkpoint holds so that a resumed run continues bit for bit.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/train/ema.h"
+#include "runtime/train/loss_scaler.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/train/optimizer.h"
+
+namespace runner::train {
+
+using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
+
+enum class Precision { fp32, bf16, fp16 };
+
+// "auto" (bf16 on a CUDA device that supports it, fp32 elsewhere), "bf16", "fp16", "fp32" (also "none").
+// fp16 is refused on the CPU. Throws std::invalid_argument listing the accepted names.
+Precision resolve_precision(const std::string& amp, const c10::Device& device);
+std::string precision_name(Precision precision);
+
+// What happens when the loss or a gradient is inf or NaN: skip the optimizer step and count it, or stop
+// with a NonFiniteError that names the non-finite tensors. With fp16 a gradient overflow is the loss
+// scaler's business (the step is skipped and the scale backed off, as GradScaler does); only a non-finite
+// loss triggers the policy there.
+enum class NonFinitePolicy { skip, stop };
+NonFinitePolicy parse_nonfinite_policy(const std::string& name);  // "skip" or "stop"
+
+struct NonFiniteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainerOptions {
+  std::string amp = "auto";
+  std::int64_t accumulate = 1;         // micro-batches per optimizer step
+  std::optional<double> clip;          // max global L2 norm of the gradients
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::skip;
+  LossScalerOptions scaler;            // fp16 only
+};
+
+// The model as the trainer sees it: every parameter and buffer under its state-dict name.
+struct TrainerModel {
+  NamedTensorList parameters;  // all of them; the optimizer's groups hold those that train
+  NamedTensorList buffers;
+};
+
+// Wall time of the parts of a step, in seconds. On a CUDA device the forward/backward, optimizer and EMA
+// parts are measured with device events and are those of the latest step whose events have completed
+// (reading them never waits for the device).
+struct StepTiming {
+  double forward_backward = 0;
+  double optimizer = 0;
+  double ema = 0;
+};
+
+// What a step returns. The tensors stay on the device: nothing is read back unless the caller reads it.
+struct StepResult {
+  at::Tensor loss;        // float32 scalar: the mean of the micro-batch losses
+  at::Tensor grad_norm;   // float32 scalar: the global L2 norm of the gradients before clipping (after unscaling)
+  at::Tensor loss_scale;  // float32 [1] (fp16); undefined otherwise
+  at::Tensor skipped;     // int64 scalar: optimizer steps skipped so far (non-finite values or fp16 overflow)
+  double lr = 0;          // the first group's learning rate used by this step
+  std::int64_t step = 0;  // optimizer steps done, this one included
+};
+
+// The loss of micro-batch `micro` (0-based) of `count`; must return a floating scalar that requires grad.
+using LossFunction = std::function<at::Tensor(std::int64_t micro, std::int64_t count)>;
+
+class Trainer {
+ public:
+  // The model's tensors are used in place (not copied). Each EmaOptions adds an average of the parameters
+  // (one per decay). Throws std::invalid_argument for bad options (accumulate < 1, clip <= 0, fp16 on CPU).
+  Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup> groups, LrScheduleOptions schedule,
+          std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step: zero the gradients, then for each micro-batch run `loss_of` under autocast and
+  // backpropagate loss / count (scaled for fp16); unscale, measure the global norm, apply the non-finite
+  // policy, clip, set the scheduled LR, step the optimizer (skipped when non-finite), update the loss scale
+  // and the EMAs. `inputs` (the batch's tensors, optional) are described in a NonFiniteError report.
+  StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
+
+  std::int64_t step_count() const { return step_; }
+  Precision precision() const { return precision_; }
+  const c10::Device& device() const { return device_; }
+  const TrainerOptions& options() const { return options_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  LrSchedule& schedule() { return *schedule_; }
+  std::vector<Ema>& emas() { return emas_; }
+  const TrainerModel& model() const { return model_; }
+  StepTiming timing();  // see StepTiming
+  double base_lr(std::size_t group) const { return base_lrs_.at(group); }
+
+  // The files of a checkpoint, copied off the training tensors (a CUDA tensor goes to pinned host memory
+  // asynchronously; wait_ready() blocks until every copy has landed): model.safetensors (parameters and buffers by
+  // name), ema.safetensors (the first average, float32, under the model's names; ema-<k>.safetensors for
+  // the k-th of several), optimizer.safetensors, trainer.safetensors (loss scale, skip count, every RNG
+  // stream; its metadata "trainer" holds the step, the schedule and EMA counters and `extra`).
+  struct Snapshot {
+    std::vector<ckpt::CheckpointFileContent> files;
+    std::function<void()> wait_ready;  // blocks until the device-to-host copies are complete
+  };
+  Snapshot snapshot(const nlohmann::json& extra) const;
+  // Restores everything snapshot() wrote from the files of a checkpoint directory; returns the `extra` JSON.
+  // Throws std::invalid_argument naming the file and what does not match (a different model or optimizer).
+  nlohmann::json restore(const std::string& checkpoint_dir);
+
+ private:
+  struct Events;
+  std::vector<at::Tensor> trainable_grads() const;
+  std::string nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const;
+
+  TrainerModel model_;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;  // parameters of the optimizer's groups, by name
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::vector<Ema> emas_;
+  std::unique_ptr<LossScaler> scaler_;
+  TrainerOptions options_;
+  c10::Device device_;
+  Precision precision_;
+  std::vector<double> base_lrs_;
+  std::int64_t step_ = 0;
+  at::Tensor skipped_;
+  std::unique_ptr<Events> events_;
+  StepTiming timing_;
+};
+
+// TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN).
+void set_tf32(bool enabled);
+// Deterministic algorithms (errors for ops without one), deterministic cuDNN without autotuning, and the
+// cuBLAS workspace setting that deterministic matmuls need.
+void set_deterministic(bool enabled);
+
+}  // namespace runner::train
