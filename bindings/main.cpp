@@ -76,6 +76,9 @@ Command parse_command(int argc, char** argv) {
       command.has_code = true;
     } else if (arg == "--log-level") command.log_level = value_of(arg);
     else if (arg.rfind("--log-level=", 0) == 0) command.log_level = arg.substr(12);
+    else if (arg == "--resume") command.resume = value_of(arg);
+    else if (arg.rfind("--resume=", 0) == 0) command.resume = arg.substr(9);
+    else if (arg == "--fresh") command.fresh = true;
     else if (arg == "repl" && !command.has_code) command.repl = true;
     else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
     else command.script = arg;

@@ -55,6 +55,10 @@ void push_record(lua_State* L, const index::RunContext& context) {
   lua_setfield(L, -2, "started_at");
   lua_pushboolean(L, context.resumed());
   lua_setfield(L, -2, "resumed");
+  if (r.seed) {
+    lua_pushnumber(L, static_cast<lua_Number>(*r.seed));
+    lua_setfield(L, -2, "seed");
+  }
   if (r.git_revision) {
     lua_pushstring(L, r.git_revision->c_str());
     lua_setfield(L, -2, "git_revision");

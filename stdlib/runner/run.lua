@@ -81,9 +81,11 @@ function runner.start(cfg, options)
                  gpus = #versions.cuda_devices > 0 and versions.cuda_devices or nil },
     flush_interval = options.flush_interval,
   }
+  local info = native_run:info()
+  -- A resumed run keeps the seed it started with unless one is given (run:restore restores the generators).
+  if info.resumed and info.seed and options.seed == nil and declared(cfg, "seed") == nil then seed = info.seed end
   torch.manual_seed(seed)
   math.randomseed(seed)
-  local info = native_run:info()
   local run = setmetatable({
     native = native_run, id = info.id, name = info.name, dir = info.dir, seed = seed, device = device,
     config = cfg, step = 0, fork = options.fork, resumed = info.resumed,

@@ -17,8 +17,8 @@ SOURCE = pathlib.Path(os.environ.get("RUNNER_SOURCE", pathlib.Path(__file__).res
 EXPERIMENTS = SOURCE / "experiments"
 
 
-def run_experiment(name, *overrides, cwd, timeout=600):
-    result = subprocess.run([RUNNER, str(EXPERIMENTS / name), *overrides], capture_output=True, text=True, cwd=cwd,
+def run_experiment(name, *overrides, cwd, timeout=600, flags=()):
+    result = subprocess.run([RUNNER, *flags, str(EXPERIMENTS / name), *overrides], capture_output=True, text=True, cwd=cwd,
                             timeout=timeout, env={**os.environ, "RUNNER_HOME": str(pathlib.Path(cwd) / "runs")})
     if result.returncode != 0:
         raise AssertionError(f"{name} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
@@ -69,6 +69,20 @@ class Experiments(unittest.TestCase):
         # Measured on a 2-core CPU: untrained 0.73, trained about 0.27.
         self.assertLess(trained, untrained / 2, f"trained {trained} vs untrained {untrained}\n{stdout}")
 
+    def test_quickstart_run_again_resumes(self):
+        args = ("steps=20", "checkpoint_every=10", "sample_every=10", "metric_samples=64")
+        first = run_experiment("quickstart.lua", *args, cwd=self.dir)
+        self.assertIn("step 20/20 100%", first)
+        checkpoints = self.dir / "runs" / "quickstart-1" / "checkpoints"
+        self.assertEqual(sorted(p.name for p in checkpoints.iterdir()), ["step-0000010", "step-0000020"])
+        again = run_experiment("quickstart.lua", *args, cwd=self.dir)
+        self.assertIn("resuming run quickstart-1", again)
+        self.assertNotIn("step 1/20", again)  # no training step repeated
+        self.assertEqual(last_run(self.dir)["name"], "quickstart-1")
+        fresh = run_experiment("quickstart.lua", *args, cwd=self.dir, flags=("--fresh",))
+        self.assertIn("step  1/20", fresh)
+        self.assertEqual(last_run(self.dir)["name"], "quickstart-2")
+
     def write_cifar(self, root, per_file=6):
         rng = np.random.default_rng(0)
         root.mkdir()
@@ -86,7 +100,8 @@ class Experiments(unittest.TestCase):
         self.assertIn("lr 2.00e-04", stdout)  # warmup over
         run = last_run(self.dir)
         out = run["path"]
-        self.assertEqual(sorted(run["metrics"]), ["grad_norm", "loss", "lr"])
+        self.assertEqual(sorted(run["metrics"]), ["checkpoint_stall_ms", "grad_norm", "loss", "lr"])
+        self.assertTrue((out / "checkpoints" / "step-0000004" / "ema.safetensors").exists(), stdout)
         self.assertEqual(run["metrics"]["lr"], {"step": 4, "value": 2e-4})
         self.assertTrue((out / "images" / "samples-0000002.png").exists(), stdout)
         with Image.open(out / "images" / "samples-0000004.png") as image:

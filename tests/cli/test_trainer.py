@@ -48,7 +48,7 @@ torch.save(result, "result.safetensors")
 # A small UNet on the built-in shapes with checkpoints every 4 steps: deterministic on the CPU, so an
 # interrupted and resumed run must end bit for bit where an uninterrupted one does.
 RESUMABLE = """
-local cfg = config { steps = 40, every = 4, accumulate = 2, on_error = "stop", name = "run" }
+local cfg = config { steps = 40, every = 4, accumulate = 2, on_error = "stop", name = "run", keep = 2, seed = 5 }
 local run = runner.start(cfg, { name = cfg.name })
 local shapes = runner.data.shapes { size = 8, count = 512, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
@@ -58,7 +58,7 @@ local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-3, weight_decay = 0.01 }, warmup = 5,
                                schedule = "cosine", steps = cfg.steps, clip = 1.0, ema = { 0.9, 0.99 },
                                accumulate = cfg.accumulate, amp = "fp32", deterministic = true, progress = false }
-run:restore { trainer = train, loader = loader, state = { ddpm = ddpm }, keep_last = 2, on_error = cfg.on_error }
+run:restore { trainer = train, loader = loader, state = { ddpm = ddpm }, keep_last = cfg.keep, on_error = cfg.on_error }
 print("start at " .. run.step)
 for batch in loader:iter { from = run.step, to = cfg.steps } do
   local out = train:step(batch, function(micro) return ddpm:loss(model, micro) + 0 * math.random() end)
@@ -183,7 +183,7 @@ class TrainerTest(unittest.TestCase):
         self.wait_for_checkpoint(first, "killed", 0)
         time.sleep(rng.uniform(0.0, 0.3))
         first.kill()
-        first.wait()
+        first.communicate()
         for stop in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             step = self.latest_step("killed")
             process = self.start_resumable("--resume", "killed", script, "name=killed")
@@ -214,16 +214,16 @@ class TrainerTest(unittest.TestCase):
 
     def test_damaged_checkpoints_are_skipped(self):
         script = self.script("resumable.lua", RESUMABLE)
-        self.runner(script, "name=straight", "steps=12")
+        self.runner(script, "name=straight", "steps=12", "keep=3")
         reference = load_file(self.checkpoint_dir("straight", 12) / "model.safetensors")
-        self.runner(script, "name=damaged", "steps=12")
+        self.runner(script, "name=damaged", "steps=12", "keep=3")
         newest = self.checkpoint_dir("damaged", 12) / "model.safetensors"
         data = bytearray(newest.read_bytes())
         data[len(data) // 2] ^= 0x01
         newest.write_bytes(bytes(data))
         older = self.checkpoint_dir("damaged", 8) / "optimizer.safetensors"
         older.write_bytes(older.read_bytes()[:100])
-        result = self.runner("--resume", "damaged", script, "name=damaged", "steps=12")
+        result = self.runner("--resume", "damaged", script, "name=damaged", "steps=12", "keep=3")
         self.assertIn("checkpoint skipped, it is damaged: checkpoints/step-0000012: model.safetensors: sha256 differs "
                       "(damaged)", result.stderr)
         self.assertRegex(result.stderr, r"checkpoint skipped, it is damaged: checkpoints/step-0000008: "
