@@ -1,0 +1,118 @@
+-- runner.trainer from Lua: options, micro-batch splitting, schedules and EMA models, the non-finite guard
+-- (skip and stop), errors from the loss function, early stopping and the batch-size finder on the CPU.
+local home = runner.home()
+os.execute("rm -rf '" .. home .. "'")
+
+local function mlp()
+  return nn.Sequential(nn.Linear(4, 8), nn.SiLU(), nn.Linear(8, 2))
+end
+
+local function regression(model, batch)
+  local diff = model:forward(batch.data) - batch.target
+  return (diff * diff):mean()
+end
+
+local function batch_of(n)
+  return { data = torch.linspace(-1, 1, n * 4):reshape(n, 4), target = torch.zeros(n, 2), step = 1 }
+end
+
+describe("runner.trainer", function()
+  it("steps, splits batches into micro-batches and reports lr, norm and steps", function()
+    torch.manual_seed(1)
+    local model = mlp()
+    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, warmup = 2, accumulate = 2,
+                                   progress = false }
+    local sizes = {}
+    local out = train:step(batch_of(6), function(micro)
+      sizes[#sizes + 1] = micro.data.shape[1]
+      expect_eq(micro.step, 1, "other fields are shared")
+      return regression(model, micro)
+    end)
+    expect_list(sizes, { 3, 3 })
+    expect_eq(out.step, 1)
+    expect_eq(out.lr, 0, "warmup starts at 0")
+    expect_eq(train:lr(), 0.05, "half way through the warmup")
+    expect_true(out.grad_norm:item() > 0, "grad norm")
+    expect_eq(out.skipped:item(), 0)
+    expect_eq(train.step_count, 1)
+    expect_true(out.timing.forward_backward >= 0 and out.timing.optimizer >= 0 and out.timing.ema >= 0, "timing")
+    expect_eq(train:precision(), "fp32", "auto is fp32 on the CPU")
+    expect_error(function() train:step(batch_of(5), function(m) return regression(model, m) end) end,
+      "train:step: a batch of 5 does not split into 2 equal micro-batches (accumulate)", true)
+  end)
+
+  it("fills the EMA model with the average", function()
+    torch.manual_seed(2)
+    local model, average = mlp(), mlp()
+    local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.5 }, ema = 0.5, ema_model = average,
+                                   progress = false }
+    local before = model:state_dict()["0.weight"]:clone()
+    train:step(batch_of(4), function(b) return regression(model, b) end)
+    -- the first update copies the weights (diffusers' decay is 0 at the first step)
+    expect_close(train.ema:state_dict()["0.weight"], model:state_dict()["0.weight"], 0, 0, "copy at step 1")
+    local after_one = model:state_dict()["0.weight"]:clone()
+    train:step(batch_of(4), function(b) return regression(model, b) end)
+    local expected = after_one * 0.5 + model:state_dict()["0.weight"] * 0.5
+    expect_close(train.ema:state_dict()["0.weight"], expected, 1e-6, 1e-6, "decay 0.5 at step 2")
+    expect_true(not torch.equal(before, after_one), "the model trained")
+    local plain = runner.trainer { model = mlp(), optimizer = { "sgd", lr = 0.5 }, progress = false }
+    expect_error(function() return plain.ema end, "pass ema_model = <another instance of the model>", true)
+  end)
+
+  it("skips non-finite steps and counts them, or stops with a report", function()
+    local model = mlp()
+    local skip = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, progress = false }
+    local before = model:state_dict()["0.weight"]:clone()
+    local out = skip:step(batch_of(4), function(b) return regression(model, b) * (0 / 0) end)
+    expect_eq(out.skipped:item(), 1)
+    expect_close(model:state_dict()["0.weight"], before, 0, 0, "weights unchanged")
+    local stop = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, on_nonfinite = "stop",
+                                  progress = false }
+    local ok, message = pcall(stop.step, stop, batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
+    expect_true(not ok, "stopped")
+    expect_true(message:find("non-finite values at step 1: loss per micro-batch [inf]; gradients: ", 1, true), message)
+    expect_true(message:find("0.weight (", 1, true), "names the gradients: " .. message)
+    expect_true(message:find("parameters: none; inputs: ", 1, true), message)
+    expect_true(message:find("data [4, 4] Float range [-1, 1]", 1, true), message)
+  end)
+
+  it("reports bad options and bad losses where the script is", function()
+    local model = mlp()
+    expect_error(function() runner.trainer { model = model } end, "'optimizer' is required", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw" } } end,
+      "the optimizer needs a learning rate", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "lion", lr = 1 } } end, "lion", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, amp = "fp16" } end,
+      "amp 'fp16' needs a CUDA device", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, schedule = "cosine" } end,
+      "a cosine schedule needs schedule.total_steps or the trainer's 'steps'", true)
+    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, progress = false }
+    expect_error(function() train:step(function() return 3 end) end, "the loss function must return the loss tensor, got a number", true)
+    expect_error(function() train:step(function() return torch.ones(2, { requires_grad = true }) end) end,
+      "must return a floating-point scalar tensor, got [2] Float", true)
+    expect_error(function() train:step(function() error("broken batch") end) end, "train_spec.lua:", true)
+    expect_error(function() train:step(function() error("broken batch") end) end, "broken batch", true)
+  end)
+end)
+
+describe("runner.early_stopping", function()
+  it("stops after patience observations without improvement", function()
+    local stopper = runner.early_stopping { patience = 2, mode = "min", min_delta = 0.01 }
+    local decisions = {}
+    for _, value in ipairs({ 1.0, 0.9, 0.895, 0.95, 0.9 }) do decisions[#decisions + 1] = stopper:observe(value) end
+    expect_list(decisions, { false, false, false, false, true })
+    expect_eq(stopper.best, 0.9)
+    local copy = runner.early_stopping { patience = 2 }
+    copy:load_state(stopper:state())
+    expect_eq(copy.bad, 3)
+    expect_error(function() runner.early_stopping { mode = "lowest" } end, "mode must be 'min' or 'max'", true)
+  end)
+end)
+
+describe("runner.find_batch_size", function()
+  it("says that it does not apply on the CPU", function()
+    local tried = false
+    expect_eq(runner.find_batch_size { try = function() tried = true end, device = "cpu" }, nil)
+    expect_true(not tried, "nothing was tried")
+  end)
+end)
