@@ -32,6 +32,23 @@ int raise_error(lua_State* L, const std::string& message) {
   return lua_error(L);
 }
 
+namespace {
+thread_local lua_State* calling_state = nullptr;
+}  // namespace
+
+lua_State* calling_lua_state() { return calling_state; }
+
+detail::CallingState::CallingState(lua_State* L) : previous_(calling_state) { calling_state = L; }
+detail::CallingState::~CallingState() { calling_state = previous_; }
+
+int raise_exit(lua_State* L, int status) {
+  lua_getglobal(L, "os");
+  lua_getfield(L, -1, "exit");
+  lua_pushinteger(L, status);
+  lua_call(L, 1, 0);
+  return luaL_error(L, "os.exit returned");
+}
+
 int raise_interrupt(lua_State* L) {
   lua_pushlightuserdata(L, const_cast<char*>(interrupt_key));
   return lua_error(L);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 
 namespace runner::bindings {
@@ -33,8 +34,30 @@ struct LuaCallbackError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The lua_State of the innermost wrapped binding running on this thread: where runtime code that calls back
+// into Lua (a loss function, the named state of a checkpoint) runs its callbacks.
+lua_State* calling_lua_state();
+
+// Ends the script as os.exit(status) does (an unwind the host turns into the exit status). Never returns.
+int raise_exit(lua_State* L, int status);
+
+namespace detail {
+// Sets calling_lua_state() for the extent of one wrapped call.
+class CallingState {
+ public:
+  explicit CallingState(lua_State* L);
+  ~CallingState();
+  CallingState(const CallingState&) = delete;
+  CallingState& operator=(const CallingState&) = delete;
+
+ private:
+  lua_State* previous_;
+};
+}  // namespace detail
+
 // Every lua_CFunction is registered through wrap<F>: C++ exceptions (c10::Error included) turn into Lua
-// errors with the user's file:line after the C++ frames have unwound; a pending Ctrl-C is raised first.
+// errors with the user's file:line after the C++ frames have unwound; a pending Ctrl-C is raised first;
+// core::ExitRequest ends the script as os.exit does.
 // Lua errors pass through untouched (they are foreign exceptions; never catch(...) here).
 template <lua_CFunction F>
 int wrap(lua_State* L) {
@@ -42,8 +65,12 @@ int wrap(lua_State* L) {
   std::string message;
   bool interrupted = false;
   bool located = false;
+  int exit_status = -1;
   try {
+    detail::CallingState calling(L);
     return F(L);
+  } catch (const core::ExitRequest& request) {
+    exit_status = request.status;
   } catch (const core::Interrupted&) {
     core::take_interrupt();
     interrupted = true;
@@ -56,6 +83,7 @@ int wrap(lua_State* L) {
     message = error.what();
   }
   if (interrupted) return raise_interrupt(L);
+  if (exit_status >= 0) return raise_exit(L, exit_status);
   if (located) {
     lua_pushlstring(L, message.data(), message.size());
     return lua_error(L);

@@ -6,6 +6,9 @@
 
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
+#include "bindings/data_binding.h"
+#include "bindings/lua_json.h"
+#include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/data/data_error.h"
@@ -79,7 +82,7 @@ struct DatasetBox {
 };
 
 struct LoaderBox {
-  std::unique_ptr<Loader> loader;
+  std::shared_ptr<Loader> loader;
   std::shared_ptr<const Dataset> dataset;
 };
 
@@ -96,9 +99,7 @@ const Dataset& check_dataset(lua_State* L, int index) {
   return *check_userdata<DatasetBox>(L, index, kDatasetType, "dataset")->dataset;
 }
 
-Loader& check_loader(lua_State* L, int index) {
-  return *check_userdata<LoaderBox>(L, index, kLoaderType, "loader")->loader;
-}
+Loader& check_loader(lua_State* L, int index) { return *shared_loader(L, index); }
 
 bool check_split(lua_State* L, int index) {
   const std::string split = luaL_optstring(L, index, "train");
@@ -192,9 +193,8 @@ int dataset_get(lua_State* L) {
   return 2;
 }
 
-// A crop size: n or {h, w}.
-void crop_field(lua_State* L, int index, const char* key, int& height, int& width) {
-  lua_getfield(L, index, key);
+// A crop size at the top of the stack: n or {h, w}.
+void crop_size(lua_State* L, const char* key, int& height, int& width) {
   if (lua_type(L, -1) == LUA_TNUMBER) {
     height = width = static_cast<int>(lua_tointeger(L, -1));
   } else if (lua_istable(L, -1)) {
@@ -204,59 +204,72 @@ void crop_field(lua_State* L, int index, const char* key, int& height, int& widt
     width = static_cast<int>(lua_tointeger(L, -1));
     lua_pop(L, 2);
   } else {
-    lua_pop(L, 1);
     raise_error(L, std::string("transform option '") + key + "' must be a size n or {height, width}");
   }
-  lua_pop(L, 1);
   if (height < 1 || width < 1) raise_error(L, std::string("transform option '") + key + "' must be positive");
 }
 
-data::TransformSpec check_transform(lua_State* L, int index) {
-  data::TransformSpec spec;
-  if (lua_isnoneornil(L, index)) return spec;
-  if (!lua_istable(L, index)) raise_error(L, "option 'transform' must be a table");
-  check_option_keys(L, index, "transform", {"resize", "crop", "random_crop", "flip", "normalize", "fast_decode"});
-  spec.resize = static_cast<int>(field_integer(L, index, "resize", 0));
-  if (spec.resize < 0) raise_error(L, "transform option 'resize' must be positive");
-  const bool center = has_field(L, index, "crop");
-  const bool random = has_field(L, index, "random_crop");
-  if (center && random) raise_error(L, "transform takes either 'crop' (center) or 'random_crop', not both");
-  if (center || random) crop_field(L, index, center ? "crop" : "random_crop", spec.crop_height, spec.crop_width);
-  spec.random_crop = random;
-  spec.flip = field_boolean(L, index, "flip", false);
-  spec.normalize = field_boolean(L, index, "normalize", true);
-  spec.fast_decode = field_boolean(L, index, "fast_decode", true);
-  return spec;
+void read_crop(lua_State* L, const char* key, data::TransformSpec& spec) {
+  if (spec.crop_height > 0) raise_error(L, "transform takes either 'crop' (center) or 'random_crop', not both");
+  crop_size(L, key, spec.crop_height, spec.crop_width);
+  spec.random_crop = std::string_view(key) == "random_crop";
 }
+
+const OptionTable<data::TransformSpec> kTransformOptions(
+    "transform", "TransformOptions",
+    {
+        option_with<data::TransformSpec>("resize", [](lua_State* L, const char* key, data::TransformSpec& spec) {
+          read_option_value(L, key, spec.resize);
+          if (spec.resize < 0) raise_error(L, "transform option 'resize' must be positive");
+        }),
+        option_with<data::TransformSpec>("crop", read_crop),
+        option_with<data::TransformSpec>("random_crop", read_crop),
+        option("flip", &data::TransformSpec::flip),
+        option("normalize", &data::TransformSpec::normalize),
+        option("fast_decode", &data::TransformSpec::fast_decode),
+    });
+
+const OptionTable<data::LoaderOptions> kLoaderOptions(
+    "loader", "LoaderOptions",
+    {
+        option("batch", &data::LoaderOptions::batch_size, /*required=*/true),
+        option("shuffle", &data::LoaderOptions::shuffle),
+        option("drop_last", &data::LoaderOptions::drop_last),
+        option_with<data::LoaderOptions>("workers", [](lua_State* L, const char* key, data::LoaderOptions& o) {
+          read_option_value(L, key, o.workers);
+          if (o.workers < 0) raise_error(L, "loader: workers must be 0 or more");
+        }),
+        option("prefetch", &data::LoaderOptions::prefetch),
+        option_with<data::LoaderOptions>("seed", [](lua_State* L, const char* key, data::LoaderOptions& o) {
+          if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) < 0) raise_error(L, "loader: seed must be non-negative");
+          read_option_value(L, key, o.seed);
+        }),
+        option("rank", &data::LoaderOptions::rank),
+        option("world_size", &data::LoaderOptions::world_size),
+        option_with<data::LoaderOptions>("device", [](lua_State* L, const char* key, data::LoaderOptions& o) {
+          std::string name;
+          read_option_value(L, key, name);
+          o.device = core::parse_device(name);
+        }),
+        option("pin_memory", &data::LoaderOptions::pin_memory),
+        option_with<data::LoaderOptions>("transform", [](lua_State* L, const char*, data::LoaderOptions& o) {
+          if (!lua_istable(L, -1)) raise_error(L, "option 'transform' must be a table");
+          o.transform = kTransformOptions.read(L, lua_gettop(L));
+        }),
+        option_with<data::LoaderOptions>("on_error", [](lua_State* L, const char* key, data::LoaderOptions& o) {
+          std::string name;
+          read_option_value(L, key, name);
+          if (name != "raise" && name != "skip") raise_error(L, "loader: on_error must be 'raise' or 'skip', got '" + name + "'");
+          o.on_bad_sample = name == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
+        }),
+    });
 
 // data._loader(dataset, options)
 int data_loader(lua_State* L) {
   auto* dataset_box = check_userdata<DatasetBox>(L, 1, kDatasetType, "dataset");
   luaL_checktype(L, 2, LUA_TTABLE);
-  check_option_keys(L, 2, "loader", {"batch", "shuffle", "drop_last", "workers", "prefetch", "seed", "rank", "world_size",
-                                     "device", "pin_memory", "transform", "on_error"});
-  if (!has_field(L, 2, "batch")) raise_error(L, "loader: option 'batch' is required");
-  data::LoaderOptions options;
-  options.batch_size = field_integer(L, 2, "batch", 1);
-  options.shuffle = field_boolean(L, 2, "shuffle", true);
-  options.drop_last = field_boolean(L, 2, "drop_last", false);
-  options.workers = static_cast<int>(field_integer(L, 2, "workers", -1));
-  options.prefetch = static_cast<int>(field_integer(L, 2, "prefetch", -1));
-  const std::int64_t seed = field_integer(L, 2, "seed", 0);
-  if (seed < 0) raise_error(L, "loader: seed must be non-negative");
-  options.seed = static_cast<std::uint64_t>(seed);
-  options.rank = static_cast<int>(field_integer(L, 2, "rank", 0));
-  options.world_size = static_cast<int>(field_integer(L, 2, "world_size", 1));
-  options.device = core::parse_device(field_string(L, 2, "device", "cpu"));
-  options.pin_memory = field_boolean(L, 2, "pin_memory", true);
-  lua_getfield(L, 2, "transform");
-  options.transform = check_transform(L, lua_gettop(L));
-  lua_pop(L, 1);
-  const std::string on_error = field_string(L, 2, "on_error", "raise");
-  if (on_error != "raise" && on_error != "skip") raise_error(L, "loader: on_error must be 'raise' or 'skip', got '" + on_error + "'");
-  options.on_bad_sample = on_error == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
-  if (options.workers < -1) raise_error(L, "loader: workers must be 0 or more");
-  auto loader = std::make_unique<Loader>(dataset_box->dataset, std::move(options));
+  data::LoaderOptions options = kLoaderOptions.read(L, 2);
+  auto loader = std::make_shared<Loader>(dataset_box->dataset, std::move(options));
   new_userdata<LoaderBox>(L, kLoaderType, LoaderBox{std::move(loader), dataset_box->dataset});
   return 1;
 }
@@ -323,46 +336,17 @@ int loader_indices(lua_State* L) {
   return 1;
 }
 
+// loader:state() -> {seed, position, dataset_size, batch, rank, world_size, shuffle, drop_last}
 int loader_state(lua_State* L) {
-  const data::LoaderState state = check_loader(L, 1).state();
-  lua_createtable(L, 0, 8);
-  // The seed is kept as a decimal string so that all 64 bits survive Lua numbers and JSON.
-  lua_pushstring(L, std::to_string(state.seed).c_str());
-  lua_setfield(L, -2, "seed");
-  set_integer(L, "position", state.position);
-  set_integer(L, "dataset_size", state.dataset_size);
-  set_integer(L, "batch", state.batch_size);
-  set_integer(L, "rank", state.rank);
-  set_integer(L, "world_size", state.world_size);
-  lua_pushboolean(L, state.shuffle);
-  lua_setfield(L, -2, "shuffle");
-  lua_pushboolean(L, state.drop_last);
-  lua_setfield(L, -2, "drop_last");
+  push_json(L, data::loader_state_json(check_loader(L, 1).state()));
   return 1;
 }
 
+// loader:restore(state): continues where the state was taken (a different setup is an error).
 int loader_restore(lua_State* L) {
   Loader& loader = check_loader(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  for (const char* key : {"seed", "position", "dataset_size", "batch", "rank", "world_size", "shuffle", "drop_last"}) {
-    if (!has_field(L, 2, key)) raise_error(L, std::string("loader:restore: the state lacks '") + key + "'");
-  }
-  data::LoaderState state;
-  lua_getfield(L, 2, "seed");
-  const char* seed_text = lua_tostring(L, -1);
-  char* end = nullptr;
-  state.seed = seed_text ? std::strtoull(seed_text, &end, 10) : 0;
-  if (seed_text == nullptr || *end != '\0') raise_error(L, "loader:restore: 'seed' must be a decimal string");
-  lua_pop(L, 1);
-  state.position = field_integer(L, 2, "position", 0);
-  state.dataset_size = field_integer(L, 2, "dataset_size", 0);
-  state.batch_size = field_integer(L, 2, "batch", 0);
-  state.rank = static_cast<int>(field_integer(L, 2, "rank", 0));
-  state.world_size = static_cast<int>(field_integer(L, 2, "world_size", 1));
-  state.shuffle = field_boolean(L, 2, "shuffle", true);
-  state.drop_last = field_boolean(L, 2, "drop_last", false);
-  if (state.position < 0) raise_error(L, "loader:restore: 'position' must be 0 or more");
-  loader.restore(state);
+  loader.restore(data::loader_state_from_json(to_json(L, 2, "loader state"), "loader:restore"));
   return 0;
 }
 
@@ -420,6 +404,10 @@ void set_metamethods(lua_State* L, const char* type_name, lua_CFunction len, lua
 }
 
 }  // namespace
+
+std::shared_ptr<data::Loader> shared_loader(lua_State* L, int index) {
+  return check_userdata<LoaderBox>(L, index, kLoaderType, "loader")->loader;
+}
 
 void open_data(lua_State* L) {
   new_metatable<DatasetBox>(L, kDatasetType,

@@ -232,7 +232,7 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
 void LuaHost::end_run(int status) {
   if (status == kExitOk) {
     end_active_run(L_, "finished", std::nullopt);
-  } else if (status == kExitInterrupted || status == 128 + SIGTERM || status == 128 + SIGHUP || status == 128 + SIGUSR1) {
+  } else if (core::is_interrupt_status(status)) {
     end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
   } else {
     std::string error = last_error_;

@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/exit_status.h"
+
 namespace runner::bindings {
 
-// Exit statuses of the runner process.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitInterrupted = 130;  // Ctrl-C; SIGTERM, SIGHUP and SIGUSR1 give 128 + the signal number
+using core::kExitError;
+using core::kExitInterrupted;
+using core::kExitOk;
+using core::kExitUsage;
 
 class LuaHost {
  public:
@@ -53,9 +54,5 @@ class LuaHost {
   std::string last_error_;
   int exit_status_ = kExitOk;
 };
-
-// The REPL (repl.cpp): line editing, history and completion on a terminal, plain line-by-line reading
-// otherwise. Returns the process exit status.
-int run_repl(LuaHost& host);
 
 }  // namespace runner::bindings

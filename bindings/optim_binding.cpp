@@ -1,12 +1,14 @@
-// Optimizers (SGD with momentum, Adam, AdamW) with parameter groups, and gradient-norm clipping.
+// optim: the trainer's optimizers (runtime/train/optimizer.h: PyTorch's foreach math, fused kernels on CUDA)
+// as Lua objects with parameter groups, shared with runner.trainer; gradient-norm clipping.
 // stdlib/runner/optim.lua turns modules and parameter lists into the groups taken here.
-#include <torch/nn/utils/clip_grad.h>
-#include <torch/optim.h>
-
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include "bindings/bindings.h"
+#include "bindings/option_table.h"
+#include "bindings/optim_binding.h"
 #include "bindings/tensor_binding.h"
+#include "runtime/train/grad_norm.h"
 
 namespace runner::bindings {
 namespace {
@@ -14,153 +16,168 @@ namespace {
 constexpr const char* kOptimizerType = "runner.Optimizer";
 
 struct OptimizerBox {
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::string kind;
+  std::shared_ptr<train::Optimizer> optimizer;
 };
 
-OptimizerBox& check_optimizer(lua_State* L, int index) {
-  return *check_userdata<OptimizerBox>(L, index, kOptimizerType, "Optimizer");
+train::Optimizer& check_optimizer(lua_State* L, int index) {
+  return *check_userdata<OptimizerBox>(L, index, kOptimizerType, "Optimizer")->optimizer;
 }
 
-std::tuple<double, double> betas_option(lua_State* L, int index, std::tuple<double, double> fallback) {
-  const auto betas = field_numbers(L, index, "betas", {std::get<0>(fallback), std::get<1>(fallback)});
-  if (betas.size() != 2) throw std::invalid_argument("option 'betas' must hold two numbers");
-  return {betas[0], betas[1]};
+void read_betas(lua_State* L, const char* key, train::ParamGroup& group) {
+  std::vector<double> betas;
+  read_option_value(L, key, betas);
+  if (betas.size() != 2) raise_error(L, "option 'betas' must hold two numbers");
+  group.beta1 = betas[0];
+  group.beta2 = betas[1];
 }
 
-// Options read from the table at `index` on top of `base` (the defaults, or a group's own table).
-torch::optim::SGDOptions sgd_options(lua_State* L, int index, torch::optim::SGDOptions base) {
-  check_option_keys(L, index, "SGD", {"params", "lr", "momentum", "dampening", "weight_decay", "nesterov"});
-  return base.lr(field_number(L, index, "lr", base.lr()))
-      .momentum(field_number(L, index, "momentum", base.momentum()))
-      .dampening(field_number(L, index, "dampening", base.dampening()))
-      .weight_decay(field_number(L, index, "weight_decay", base.weight_decay()))
-      .nesterov(field_boolean(L, index, "nesterov", base.nesterov()));
+// The keys of a group table: params (the stdlib's list of tensors) and the kind's hyperparameters.
+const OptionTable<train::ParamGroup> kSgdOptions("SGD", "SGDOptions",
+                                                 {
+                                                     lua_option<train::ParamGroup>("params"),
+                                                     option("lr", &train::ParamGroup::lr),
+                                                     option("momentum", &train::ParamGroup::momentum),
+                                                     option("dampening", &train::ParamGroup::dampening),
+                                                     option("weight_decay", &train::ParamGroup::weight_decay),
+                                                     option("nesterov", &train::ParamGroup::nesterov),
+                                                 });
+const OptionTable<train::ParamGroup> kAdamOptions("Adam", "AdamOptions",
+                                                  {
+                                                      lua_option<train::ParamGroup>("params"),
+                                                      option("lr", &train::ParamGroup::lr),
+                                                      option_with<train::ParamGroup>("betas", read_betas),
+                                                      option("eps", &train::ParamGroup::eps),
+                                                      option("weight_decay", &train::ParamGroup::weight_decay),
+                                                      option("amsgrad", &train::ParamGroup::amsgrad),
+                                                  });
+const OptionTable<train::ParamGroup> kAdamWOptions("AdamW", "AdamWOptions",
+                                                   {
+                                                       lua_option<train::ParamGroup>("params"),
+                                                       option("lr", &train::ParamGroup::lr),
+                                                       option_with<train::ParamGroup>("betas", read_betas),
+                                                       option("eps", &train::ParamGroup::eps),
+                                                       option("weight_decay", &train::ParamGroup::weight_decay),
+                                                       option("amsgrad", &train::ParamGroup::amsgrad),
+                                                   });
+
+const OptionTable<train::ParamGroup>& options_of(train::OptimizerKind kind) {
+  switch (kind) {
+    case train::OptimizerKind::sgd: return kSgdOptions;
+    case train::OptimizerKind::adam: return kAdamOptions;
+    case train::OptimizerKind::adamw: return kAdamWOptions;
+  }
+  return kAdamWOptions;
 }
 
-template <class Options>
-Options adam_options(lua_State* L, int index, Options base, const char* name) {
-  check_option_keys(L, index, name, {"params", "lr", "betas", "eps", "weight_decay", "amsgrad"});
-  return base.lr(field_number(L, index, "lr", base.lr()))
-      .betas(betas_option(L, index, base.betas()))
-      .eps(field_number(L, index, "eps", base.eps()))
-      .weight_decay(field_number(L, index, "weight_decay", base.weight_decay()))
-      .amsgrad(field_boolean(L, index, "amsgrad", base.amsgrad()));
-}
-
-// Builds one group per entry of the list at index 1: {params = {tensors}, <option overrides>}.
-template <class Options, class ParseOptions>
-std::vector<torch::optim::OptimizerParamGroup> param_groups(lua_State* L, const Options& defaults, ParseOptions parse) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  const int count = static_cast<int>(lua_objlen(L, 1));
+// optim._new(kind, groups, defaults): groups is a list of {params = {tensors}, <overrides>}.
+int optim_new(lua_State* L) {
+  const train::OptimizerKind kind = train::parse_optimizer_kind(check_string(L, 1));
+  const OptionTable<train::ParamGroup>& table = options_of(kind);
+  if (kind == train::OptimizerKind::sgd && !has_field(L, 3, "lr"))
+    throw std::invalid_argument(fmt::format("{}: option 'lr' is required", table.function()));
+  const train::ParamGroup defaults = table.read(L, 3, train::default_param_group(kind));
+  luaL_checktype(L, 2, LUA_TTABLE);
+  std::vector<train::ParamGroup> groups;
+  const int count = static_cast<int>(lua_objlen(L, 2));
   for (int i = 1; i <= count; ++i) {
-    lua_rawgeti(L, 1, i);
-    const int group = lua_gettop(L);
-    lua_getfield(L, group, "params");
-    auto params = check_tensor_list(L, lua_gettop(L));
-    lua_pop(L, 1);
-    if (params.empty()) throw std::invalid_argument(fmt::format("parameter group {} has no parameters", i));
-    for (const auto& p : params)
+    lua_rawgeti(L, 2, i);
+    const int group_index = lua_gettop(L);
+    train::ParamGroup group = table.read(L, group_index, defaults);
+    lua_getfield(L, group_index, "params");
+    group.params = check_tensor_list(L, lua_gettop(L));
+    lua_pop(L, 2);
+    if (group.params.empty()) throw std::invalid_argument(fmt::format("parameter group {} has no parameters", i));
+    for (const auto& p : group.params)
       if (!p.is_leaf() || !p.requires_grad())
         throw std::invalid_argument(fmt::format("parameter group {} holds a tensor that is not a leaf requiring grad", i));
-    groups.emplace_back(std::move(params), std::make_unique<Options>(parse(L, group, defaults)));
-    lua_pop(L, 1);
+    groups.push_back(std::move(group));
   }
   if (groups.empty()) throw std::invalid_argument("optimizer got no parameters");
-  return groups;
-}
-
-// optim._new(groups, defaults, kind)
-int optim_new(lua_State* L) {
-  const std::string kind = check_string(L, 3);
-  if (lua_isnoneornil(L, 2)) {
-    lua_newtable(L);
-    lua_replace(L, 2);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (kind == "SGD") {
-    if (!has_field(L, 2, "lr")) throw std::invalid_argument("SGD: option 'lr' is required");
-    const auto defaults = sgd_options(L, 2, torch::optim::SGDOptions(0.0));
-    optimizer = std::make_unique<torch::optim::SGD>(param_groups(L, defaults, sgd_options), defaults);
-  } else if (kind == "Adam") {
-    const auto defaults = adam_options(L, 2, torch::optim::AdamOptions(), "Adam");
-    auto parse = [](lua_State* S, int i, torch::optim::AdamOptions b) { return adam_options(S, i, b, "Adam"); };
-    optimizer = std::make_unique<torch::optim::Adam>(param_groups(L, defaults, parse), defaults);
-  } else if (kind == "AdamW") {
-    const auto defaults = adam_options(L, 2, torch::optim::AdamWOptions(), "AdamW");
-    auto parse = [](lua_State* S, int i, torch::optim::AdamWOptions b) { return adam_options(S, i, b, "AdamW"); };
-    optimizer = std::make_unique<torch::optim::AdamW>(param_groups(L, defaults, parse), defaults);
-  } else {
-    throw std::invalid_argument("unknown optimizer '" + kind + "' (expected SGD, Adam or AdamW)");
-  }
-  new_userdata<OptimizerBox>(L, kOptimizerType, OptimizerBox{std::move(optimizer), kind});
+  new_userdata<OptimizerBox>(L, kOptimizerType, OptimizerBox{std::make_shared<train::Optimizer>(kind, std::move(groups))});
   return 1;
 }
 
 int optimizer_step(lua_State* L) {
-  check_optimizer(L, 1).optimizer->step();
+  check_optimizer(L, 1).step();
   return 0;
 }
 
 // opt:zero_grad([set_to_none = true])
 int optimizer_zero_grad(lua_State* L) {
-  check_optimizer(L, 1).optimizer->zero_grad(opt_boolean(L, 2, true));
+  check_optimizer(L, 1).zero_grad(opt_boolean(L, 2, true));
   return 0;
 }
 
-torch::optim::OptimizerParamGroup& check_group(lua_State* L, OptimizerBox& box, int index) {
-  auto& groups = box.optimizer->param_groups();
+std::size_t check_group(lua_State* L, train::Optimizer& optimizer, int index) {
   const std::int64_t group = opt_integer(L, index, 1);
-  if (group < 1 || group > static_cast<std::int64_t>(groups.size()))
-    luaL_argerror(L, index, fmt::format("group {} out of range (the optimizer has {} groups)", group, groups.size()).c_str());
-  return groups[static_cast<size_t>(group - 1)];
+  const auto count = static_cast<std::int64_t>(optimizer.groups().size());
+  if (group < 1 || group > count)
+    luaL_argerror(L, index, fmt::format("group {} out of range (the optimizer has {} groups)", group, count).c_str());
+  return static_cast<std::size_t>(group - 1);
 }
 
 // opt:lr([group = 1]) -> learning rate of that group
 int optimizer_lr(lua_State* L) {
-  OptimizerBox& box = check_optimizer(L, 1);
-  lua_pushnumber(L, check_group(L, box, 2).options().get_lr());
+  train::Optimizer& optimizer = check_optimizer(L, 1);
+  lua_pushnumber(L, optimizer.lr(check_group(L, optimizer, 2)));
   return 1;
 }
 
 // opt:set_lr(lr [, group]): one group, or every group when none is named.
 int optimizer_set_lr(lua_State* L) {
-  OptimizerBox& box = check_optimizer(L, 1);
+  train::Optimizer& optimizer = check_optimizer(L, 1);
   const double lr = luaL_checknumber(L, 2);
   if (lua_isnoneornil(L, 3)) {
-    for (auto& group : box.optimizer->param_groups()) group.options().set_lr(lr);
+    for (std::size_t g = 0; g < optimizer.groups().size(); ++g) optimizer.set_lr(g, lr);
   } else {
-    check_group(L, box, 3).options().set_lr(lr);
+    optimizer.set_lr(check_group(L, optimizer, 3), lr);
   }
   return 0;
 }
 
 int optimizer_group_count(lua_State* L) {
-  lua_pushnumber(L, static_cast<lua_Number>(check_optimizer(L, 1).optimizer->param_groups().size()));
+  lua_pushnumber(L, static_cast<lua_Number>(check_optimizer(L, 1).groups().size()));
+  return 1;
+}
+
+int optimizer_kind(lua_State* L) {
+  lua_pushstring(L, train::optimizer_kind_name(check_optimizer(L, 1).kind()).c_str());
   return 1;
 }
 
 int optimizer_tostring(lua_State* L) {
-  OptimizerBox& box = check_optimizer(L, 1);
-  std::string text = box.kind + "(";
-  int i = 0;
-  for (auto& group : box.optimizer->param_groups())
-    text += fmt::format("{}group {}: {} tensors, lr={}", i++ ? "; " : "", i, group.params().size(), group.options().get_lr());
+  train::Optimizer& optimizer = check_optimizer(L, 1);
+  std::string text = options_of(optimizer.kind()).function() + std::string("(");
+  for (std::size_t g = 0; g < optimizer.groups().size(); ++g)
+    text += fmt::format("{}group {}: {} tensors, lr={}", g ? "; " : "", g + 1, optimizer.groups()[g].params.size(),
+                        optimizer.lr(g));
   lua_pushstring(L, (text + ")").c_str());
   return 1;
 }
 
-// optim.clip_grad_norm(params, max_norm [, norm_type = 2]) -> total norm before clipping
+// optim.clip_grad_norm(params, max_norm [, norm_type = 2]) -> total norm before clipping (a number)
 int optim_clip_grad_norm(lua_State* L) {
   const auto params = check_tensor_list(L, 1);
   const double max_norm = luaL_checknumber(L, 2);
   const double norm_type = luaL_optnumber(L, 3, 2.0);
-  lua_pushnumber(L, torch::nn::utils::clip_grad_norm_(params, max_norm, norm_type));
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) {
+    lua_pushnumber(L, 0);
+    return 1;
+  }
+  const at::Tensor norm = train::clip_grad_norm(grads, max_norm, norm_type);
+  lua_pushnumber(L, norm.item<double>());
   return 1;
 }
 
 }  // namespace
+
+std::shared_ptr<train::Optimizer> test_optimizer(lua_State* L, int index) {
+  auto* box = test_userdata<OptimizerBox>(L, index, kOptimizerType);
+  return box ? box->optimizer : nullptr;
+}
 
 void open_optim(lua_State* L) {
   new_metatable<OptimizerBox>(L, kOptimizerType, {
@@ -169,6 +186,7 @@ void open_optim(lua_State* L) {
       {"lr", wrap<optimizer_lr>},
       {"set_lr", wrap<optimizer_set_lr>},
       {"group_count", wrap<optimizer_group_count>},
+      {"kind", wrap<optimizer_kind>},
   });
   lua_pop(L, 1);
   luaL_getmetatable(L, kOptimizerType);

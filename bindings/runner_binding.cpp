@@ -6,6 +6,7 @@
 
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
+#include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
@@ -88,6 +89,7 @@ void open_runner(lua_State* L) {
       {"log", wrap<runner_log>},
       {"clock", wrap<runner_clock>},
       {"versions", wrap<runner_versions>},
+      {"option_tables", wrap<push_declared_option_tables>},
   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

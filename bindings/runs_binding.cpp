@@ -1,25 +1,27 @@
-// runner._index: the run context as userdata (metrics, summary, images, final status), read-only queries
-// over the index, and the host's hook that ends the active run when the script ends.
+// runner._run: the run as userdata (runtime/run: start policy, metrics, summary, images, checkpoints,
+// restore, final status), read-only queries over the index, and the host's hook that ends the active run.
+// Argument conversion only; stdlib/runner/run.lua is the Lua API.
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cmath>
 #include <fmt/format.h>
 #include <memory>
 
 #include "bindings/binding.h"
-#include "bindings/lua_json.h"
 #include "bindings/bindings.h"
+#include "bindings/lua_json.h"
+#include "bindings/option_table.h"
 #include "bindings/runs_binding.h"
 #include "bindings/samples_binding.h"
 #include "bindings/tensor_binding.h"
+#include "bindings/data_binding.h"
+#include "bindings/train_binding.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
-#include "runtime/core/sha256.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
-#include "runtime/index/run_context.h"
-#include "runtime/ckpt/checkpoint_store.h"
-#include "bindings/train_binding.h"
+#include "runtime/run/run_start.h"
+#include "runtime/run/training_run.h"
 
 namespace runner::bindings {
 namespace {
@@ -28,111 +30,139 @@ constexpr const char* kRunType = "runner.Run";
 constexpr const char* kActiveRunKey = "runner.active_run";
 
 struct RunBox {
-  std::unique_ptr<index::RunContext> context;
-  std::unique_ptr<ckpt::CheckpointSaver> saver;
+  std::unique_ptr<run::RunContext> context;
+  std::unique_ptr<run::TrainingRun> training;
+  int named_state_ref = LUA_NOREF;  // the Lua function that collects the script's named state
 };
 
-index::RunContext& check_run(lua_State* L, int index) {
-  auto* box = check_userdata<RunBox>(L, index, kRunType, "Run");
-  if (!box->context) throw std::logic_error("the run is closed");
-  return *box->context;
+RunBox& check_box(lua_State* L, int index) { return *check_userdata<RunBox>(L, index, kRunType, "Run"); }
+
+run::RunContext& check_run(lua_State* L, int index) {
+  RunBox& box = check_box(L, index);
+  if (!box.context) throw std::logic_error("the run is closed");
+  return *box.context;
 }
 
-void push_record(lua_State* L, const index::RunContext& context) {
+run::TrainingRun& check_training(lua_State* L, int index, const char* function) {
+  RunBox& box = check_box(L, index);
+  if (!box.training)
+    throw std::logic_error(fmt::format("{}: call run:restore{{trainer = ..., loader = ...}} first: it tells the run what a "
+                                       "checkpoint holds",
+                                       function));
+  return *box.training;
+}
+
+// Ends the training part (waits for saves, reports) and then the run.
+void finish_box(lua_State* L, RunBox& box, const std::string& status, const std::optional<std::string>& error) {
+  if (box.training) {
+    box.training->finish();
+    box.training.reset();
+  }
+  if (box.named_state_ref != LUA_NOREF) {
+    luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
+    box.named_state_ref = LUA_NOREF;
+  }
+  if (box.context) box.context->finish(status, error);
+}
+
+void set_string(lua_State* L, const char* key, const std::string& value) {
+  lua_pushlstring(L, value.data(), value.size());
+  lua_setfield(L, -2, key);
+}
+
+void push_record(lua_State* L, const run::RunContext& context) {
   const index::RunRecord& r = context.record();
   lua_newtable(L);
-  lua_pushstring(L, r.id.c_str());
-  lua_setfield(L, -2, "id");
-  lua_pushstring(L, r.name.c_str());
-  lua_setfield(L, -2, "name");
-  lua_pushstring(L, context.directory().c_str());
-  lua_setfield(L, -2, "dir");
-  lua_pushstring(L, context.home().c_str());
-  lua_setfield(L, -2, "home");
-  lua_pushstring(L, r.status.c_str());
-  lua_setfield(L, -2, "status");
+  set_string(L, "id", r.id);
+  set_string(L, "name", r.name);
+  set_string(L, "dir", context.directory());
+  set_string(L, "home", context.home());
+  set_string(L, "status", r.status);
   lua_pushnumber(L, r.started_at);
   lua_setfield(L, -2, "started_at");
   lua_pushboolean(L, context.resumed());
   lua_setfield(L, -2, "resumed");
-  if (r.seed) {
-    lua_pushnumber(L, static_cast<lua_Number>(*r.seed));
-    lua_setfield(L, -2, "seed");
-  }
-  if (r.git_revision) {
-    lua_pushstring(L, r.git_revision->c_str());
-    lua_setfield(L, -2, "git_revision");
-  }
-  if (r.error) {
-    lua_pushstring(L, r.error->c_str());
-    lua_setfield(L, -2, "error");
-  }
+  lua_pushnumber(L, static_cast<lua_Number>(context.seed()));
+  lua_setfield(L, -2, "seed");
+  if (context.fork()) set_string(L, "fork", context.fork()->name);
+  if (r.git_revision) set_string(L, "git_revision", *r.git_revision);
+  if (r.error) set_string(L, "error", *r.error);
 }
 
-// runner._index.start{script=, script_text=, name=, config=, device=, seed=, parent=, versions=,
-//                     flush_interval=, heartbeat=} -> Run
+void read_resume(lua_State* L, const char* key, run::StartRequest& request) {
+  if (lua_type(L, -1) == LUA_TBOOLEAN) request.resume = lua_toboolean(L, -1) != 0;
+  else if (lua_type(L, -1) == LUA_TSTRING) request.resume = std::string(lua_tostring(L, -1));
+  else raise_error(L, fmt::format("runner.start: {} must be true, false or a run reference, got {}", key, luaL_typename(L, -1)));
+}
+
+void read_seed(lua_State* L, const char* key, run::StartRequest& request) {
+  const bool number = lua_type(L, -1) == LUA_TNUMBER;
+  const double value = number ? lua_tonumber(L, -1) : -1;
+  if (value < 0 || value != std::floor(value) || value > 9007199254740992.0)
+    raise_error(L, fmt::format("runner.start: {} must be a non-negative integer, got {}", key,
+                               number ? fmt::format("{}", value)
+                                      : lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1)));
+  request.seed = static_cast<int64_t>(value);
+}
+
+void read_json(lua_State* L, const char* key, nlohmann::json& target) { target = to_json(L, lua_gettop(L), key); }
+
+const OptionTable<run::StartRequest> kStartOptions(
+    "runner.start", "StartOptions",
+    {
+        option("name", &run::StartRequest::name),
+        option_with<run::StartRequest>("seed", read_seed),
+        option("device", &run::StartRequest::device),
+        option("parent", &run::StartRequest::parent),
+        option("fork", &run::StartRequest::fork),
+        option_with<run::StartRequest>("resume", read_resume),
+        option_with<run::StartRequest>("flush_interval", [](lua_State* L, const char* key, run::StartRequest& r) {
+          read_option_value(L, key, r.writer.flush_interval_seconds);
+        }),
+        option_with<run::StartRequest>("heartbeat", [](lua_State* L, const char* key, run::StartRequest& r) {
+          read_option_value(L, key, r.writer.heartbeat_seconds);
+        }),
+    });
+
+// runner._run.start(options, {script, script_text, config, versions}) -> Run
+// options are runner.start's (StartOptions); the second table is what the stdlib adds.
 int start(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "runner.start",
-                    {"script", "script_text", "name", "config", "device", "seed", "parent", "versions",
-                     "flush_interval", "heartbeat", "resume"});
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   if (auto* active = test_userdata<RunBox>(L, -1, kRunType); active && active->context && !active->context->finished())
-    throw std::logic_error(fmt::format("run '{}' is still active in this process: call run:finish() before starting "
-                                       "another",
+    throw std::logic_error(fmt::format("run '{}' is still active in this process: call run:finish() before starting another",
                                        active->context->record().name));
   lua_pop(L, 1);
-
-  index::RunStart spec;
-  spec.home = index::home_directory();
-  spec.run.script = field_string(L, 1, "script", "");
-  spec.script_text = field_string(L, 1, "script_text", "");
-  spec.run.script_hash = spec.script_text.empty() ? "" : core::sha256_hex(spec.script_text);
-  spec.run.name = field_string(L, 1, "name", "");
-  spec.run.device = field_string(L, 1, "device", "cpu");
-  if (has_field(L, 1, "seed")) spec.run.seed = field_integer(L, 1, "seed", 0);
-  lua_getfield(L, 1, "config");
-  if (!lua_isnil(L, -1)) spec.run.config = to_json(L, -1, "config");
+  run::StartRequest request = kStartOptions.read(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  request.script = field_string(L, 2, "script", "");
+  request.script_text = field_string(L, 2, "script_text", "");
+  lua_getfield(L, 2, "config");
+  if (!lua_isnil(L, -1)) read_json(L, "config", request.config);
   lua_pop(L, 1);
-  lua_getfield(L, 1, "versions");
-  if (!lua_isnil(L, -1)) spec.run.versions = to_json(L, -1, "versions");
+  lua_getfield(L, 2, "versions");
+  if (!lua_isnil(L, -1)) read_json(L, "versions", request.versions);
   lua_pop(L, 1);
-  if (has_field(L, 1, "parent")) {
-    index::Database db = index::open_index_for_writing(spec.home);
-    spec.run.parent = index::resolve_run(db, field_string(L, 1, "parent", "")).run;
+  if (has_field(L, 2, "device")) request.device = field_string(L, 2, "device", request.device);
+  if (!request.seed && has_field(L, 2, "seed")) {
+    lua_getfield(L, 2, "seed");
+    read_seed(L, "seed", request);
+    lua_pop(L, 1);
   }
-  spec.writer.flush_interval_seconds = field_number(L, 1, "flush_interval", spec.writer.flush_interval_seconds);
-  spec.writer.heartbeat_seconds = field_number(L, 1, "heartbeat", spec.writer.heartbeat_seconds);
-  const std::string script_dir =
-      spec.run.script.rfind('/') == std::string::npos ? "." : spec.run.script.substr(0, spec.run.script.rfind('/'));
-  if (!spec.run.script.empty()) {
-    const index::GitState git = index::git_state(script_dir);
-    spec.run.git_revision = git.revision;
-    spec.run.git_dirty = git.dirty;
-  }
-  // resume: a run reference (continue that run), or true (continue the latest ended run of this script with
-  // this exact config that has a checkpoint, else start a new one).
-  if (lua_getfield(L, 1, "resume"), !lua_isnil(L, -1)) {
-    index::Database db = index::open_index_for_writing(spec.home);
-    if (lua_type(L, -1) == LUA_TSTRING) spec.resume = index::resolve_run(db, lua_tostring(L, -1)).run;
-    else if (lua_toboolean(L, -1)) spec.resume = index::find_resumable_run(db, spec.run.script, spec.run.config);
-  }
-  lua_pop(L, 1);
+  if (request.name.empty()) request.name = field_string(L, 2, "name", "");
   auto* box = new_userdata<RunBox>(L, kRunType);
-  box->context = std::make_unique<index::RunContext>(spec);
+  box->context = run::start_run(request, core::launch_context(), index::home_directory());
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   return 1;
 }
 
-// run:log(values, step): numbers and one-element tensors by string key.
+// run:log(values [, step]): numbers and one-element tensors by string key, at `step` or the run's step.
 int run_log(lua_State* L) {
-  index::RunContext& context = check_run(L, 1);
+  run::RunContext& context = check_run(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  const int64_t step = check_integer(L, 3);
+  const int64_t step = lua_isnoneornil(L, 3) ? context.step() : check_integer(L, 3);
   const double now = index::now_seconds();
   index::MetricWriter& writer = context.metrics();
-  writer.set_step(step);
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     if (lua_type(L, -2) != LUA_TSTRING) throw std::invalid_argument("run:log: metric names must be strings");
@@ -156,13 +186,20 @@ int run_flush(lua_State* L) {
   return 0;
 }
 
+int run_step(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(check_run(L, 1).step()));
+  return 1;
+}
+
 int run_set_step(lua_State* L) {
-  check_run(L, 1).metrics().set_step(check_integer(L, 2));
+  const int64_t step = check_integer(L, 2);
+  if (step < 0) throw std::invalid_argument(fmt::format("run.step must be 0 or more, got {}", step));
+  check_run(L, 1).set_step(step);
   return 0;
 }
 
 int run_merge_summary(lua_State* L) {
-  index::RunContext& context = check_run(L, 1);
+  run::RunContext& context = check_run(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   nlohmann::json values = to_json(L, 2, "summary");
   if (!values.is_object()) throw std::invalid_argument("run:set_summary expects a table of name = value");
@@ -170,26 +207,24 @@ int run_merge_summary(lua_State* L) {
   return 0;
 }
 
-// run:_save_images(name, step, images, options) -> path
+// run:save_images(name, images, options) -> path, at the run's step
 int run_save_images(lua_State* L) {
-  index::RunContext& context = check_run(L, 1);
+  run::RunContext& context = check_run(L, 1);
   const std::string name = check_string(L, 2);
-  const int64_t step = check_integer(L, 3);
-  const std::string path = context.save_images(name, step, check_tensor(L, 4), grid_options(L, 5, "run:images"));
+  const std::string path = context.save_images(name, context.step(), check_tensor(L, 3), grid_options(L, 4, "run:images"));
   lua_pushstring(L, path.c_str());
   return 1;
 }
 
-// run:_finish(status [, error])
+// run:finish(status [, error])
 int run_finish(lua_State* L) {
-  auto* box = check_userdata<RunBox>(L, 1, kRunType, "Run");
+  RunBox& box = check_box(L, 1);
   const std::string status = check_string(L, 2);
   if (status != "finished" && status != "failed" && status != "interrupted")
     throw std::invalid_argument("run status must be finished, failed or interrupted, got '" + status + "'");
   std::optional<std::string> error;
   if (!lua_isnoneornil(L, 3)) error = check_string(L, 3);
-  if (box->saver) box->saver->wait();
-  if (box->context) box->context->finish(status, error);
+  finish_box(L, box, status, error);
   return 0;
 }
 
@@ -203,119 +238,98 @@ int run_rows_written(lua_State* L) {
   return 1;
 }
 
-void push_report(lua_State* L, const ckpt::SaveReport& report) {
-  lua_createtable(L, 0, 6);
-  lua_pushnumber(L, static_cast<lua_Number>(report.step));
-  lua_setfield(L, -2, "step");
-  lua_pushstring(L, report.path.c_str());
-  lua_setfield(L, -2, "path");
-  lua_pushnumber(L, static_cast<lua_Number>(report.bytes));
-  lua_setfield(L, -2, "bytes");
-  lua_pushnumber(L, report.write_seconds);
-  lua_setfield(L, -2, "seconds");
-  if (report.error) {
-    lua_pushstring(L, report.error->c_str());
-    lua_setfield(L, -2, "error");
-  }
-  lua_createtable(L, static_cast<int>(report.dropped.size()), 0);
-  for (size_t i = 0; i < report.dropped.size(); ++i) {
-    lua_pushstring(L, report.dropped[i].c_str());
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-  lua_setfield(L, -2, "dropped");
+// The Lua function collecting named state, called while the training thread is in a binding.
+run::NamedStateFunction named_state_function(int ref) {
+  return [ref]() -> nlohmann::json {
+    lua_State* L = calling_lua_state();
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    if (lua_pcall(L, 0, 1, 0) != 0) {
+      std::string message = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(error object is not a string)";
+      lua_pop(L, 1);
+      throw LuaCallbackError(message);
+    }
+    nlohmann::json state = lua_isnil(L, -1) ? nlohmann::json::object() : to_json(L, lua_gettop(L), "checkpoint state");
+    lua_pop(L, 1);
+    return state;
+  };
 }
 
-// run:checkpoint(trainer, step, extra, {metric, value, keep_last, keep_best, mode}) -> stall seconds
-// Copies the training state (the stall) and hands it to the saving thread; the previous save is waited for
-// first (that wait is part of the stall).
-int run_checkpoint(lua_State* L) {
-  auto* box = check_userdata<RunBox>(L, 1, kRunType, "Run");
-  if (!box->context) throw std::logic_error("the run is closed");
-  train::Trainer& trainer = check_trainer(L, 2);
-  const int64_t step = check_integer(L, 3);
-  const nlohmann::json extra = lua_isnoneornil(L, 4) ? nlohmann::json::object() : to_json(L, 4, "checkpoint state");
-  luaL_checktype(L, 5, LUA_TTABLE);
-  check_option_keys(L, 5, "run:checkpoint", {"metric", "value", "keep_last", "keep_best", "mode"});
-  ckpt::RotationPolicy rotation;
-  rotation.keep_last = field_integer(L, 5, "keep_last", rotation.keep_last);
-  rotation.keep_best = field_integer(L, 5, "keep_best", rotation.keep_best);
-  const std::string mode = field_string(L, 5, "mode", "min");
-  if (mode != "min" && mode != "max") throw std::invalid_argument("checkpoint mode must be 'min' or 'max', got '" + mode + "'");
-  rotation.lower_is_better = mode == "min";
-  if (rotation.keep_last < 0 || rotation.keep_best < 0) throw std::invalid_argument("keep_last and keep_best must be 0 or more");
-  if (rotation.keep_last == 0 && rotation.keep_best == 0) throw std::invalid_argument("keep_last and keep_best cannot both be 0");
-
-  const auto start = std::chrono::steady_clock::now();
-  if (!box->saver || box->saver->rotation().keep_last != rotation.keep_last || box->saver->rotation().keep_best != rotation.keep_best ||
-      box->saver->rotation().lower_is_better != rotation.lower_is_better) {
-    if (box->saver) box->saver->wait();
-    box->saver = std::make_unique<ckpt::CheckpointSaver>(box->context->home(), box->context->record().run,
-                                                         box->context->directory(), rotation);
-  }
-  box->saver->wait();
-  train::Trainer::Snapshot snapshot = trainer.snapshot(extra);
-  ckpt::SaveRequest request;
-  request.step = step;
-  request.files = std::move(snapshot.files);
-  request.wait_ready = std::move(snapshot.wait_ready);
-  request.manifest_extra = {{"run", box->context->record().id}};
-  if (has_field(L, 5, "metric")) {
-    request.metric = field_string(L, 5, "metric", "");
-    if (has_field(L, 5, "value")) request.metric_value = field_number(L, 5, "value", 0.0);
-  }
-  box->saver->submit(std::move(request));
-  lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return 1;
+void read_mode(lua_State* L, const char* key, run::CheckpointPolicy& policy) {
+  std::string mode;
+  read_option_value(L, key, mode);
+  if (mode != "min" && mode != "max") raise_error(L, "run:restore: mode must be 'min' or 'max', got '" + mode + "'");
+  policy.rotation.lower_is_better = mode == "min";
 }
 
-// run:checkpoint_reports([wait]) -> list of finished saves since the last call
-int run_checkpoint_reports(lua_State* L) {
-  auto* box = check_userdata<RunBox>(L, 1, kRunType, "Run");
-  std::vector<ckpt::SaveReport> reports;
-  if (box->saver) {
-    if (lua_toboolean(L, 2)) box->saver->wait();
-    reports = box->saver->take_reports();
-  }
-  lua_createtable(L, static_cast<int>(reports.size()), 0);
-  for (size_t i = 0; i < reports.size(); ++i) {
-    push_report(L, reports[i]);
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-  return 1;
-}
+const OptionTable<run::CheckpointPolicy> kRestoreOptions(
+    "run:restore", "RestoreOptions",
+    {
+        lua_option<run::CheckpointPolicy>("trainer", true),
+        lua_option<run::CheckpointPolicy>("loader"),
+        lua_option<run::CheckpointPolicy>("state"),
+        option_with<run::CheckpointPolicy>("keep_last", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+          read_option_value(L, key, p.rotation.keep_last);
+        }),
+        option_with<run::CheckpointPolicy>("keep_best", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+          read_option_value(L, key, p.rotation.keep_best);
+        }),
+        option("metric", &run::CheckpointPolicy::metric),
+        option_with<run::CheckpointPolicy>("mode", read_mode),
+        option_with<run::CheckpointPolicy>("on_error", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+          std::string name;
+          read_option_value(L, key, name);
+          try {
+            p.on_error = run::parse_checkpoint_failure_policy(name);
+          } catch (const std::invalid_argument& error) {
+            raise_error(L, std::string("run:restore: ") + error.what());
+          }
+        }),
+    });
 
-// run:choose_checkpoint([run reference]) -> {step, path, dir} or nil, rejected (list of messages)
-// The newest good checkpoint of this run (or of the referenced run, for a fork).
-int run_choose_checkpoint(lua_State* L) {
-  index::RunContext& context = check_run(L, 1);
-  int64_t run = context.record().run;
-  std::string run_dir = context.directory();
-  if (!lua_isnoneornil(L, 2)) {
-    const index::RunRecord source = index::resolve_run(context.database(), check_string(L, 2));
-    run = source.run;
-    run_dir = context.home() + "/" + source.dir;
+// run:restore(options, trainer_native, loader_or_nil, named_state_function_or_nil) -> step, named_state
+// Attaches what a checkpoint holds and continues from the newest good checkpoint.
+int run_restore(lua_State* L) {
+  RunBox& box = check_box(L, 1);
+  run::RunContext& context = check_run(L, 1);
+  const run::CheckpointPolicy policy = kRestoreOptions.read(L, 2);
+  std::shared_ptr<train::Trainer> trainer = shared_trainer(L, 3);
+  std::shared_ptr<data::Loader> loader = lua_isnoneornil(L, 4) ? nullptr : shared_loader(L, 4);
+  if (box.training) {
+    box.training->finish();
+    box.training.reset();
   }
-  const ckpt::RestoreChoice choice = ckpt::choose_checkpoint(context.database(), run, run_dir);
-  if (choice.checkpoint) {
-    lua_createtable(L, 0, 3);
-    lua_pushnumber(L, static_cast<lua_Number>(choice.checkpoint->step));
-    lua_setfield(L, -2, "step");
-    lua_pushstring(L, choice.checkpoint->path.c_str());
-    lua_setfield(L, -2, "path");
-    lua_pushstring(L, choice.directory.c_str());
-    lua_setfield(L, -2, "dir");
-  } else {
-    lua_pushnil(L);
+  if (box.named_state_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
+  box.named_state_ref = LUA_NOREF;
+  run::NamedStateFunction named_state;
+  if (lua_isfunction(L, 5)) {
+    lua_pushvalue(L, 5);
+    box.named_state_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    named_state = named_state_function(box.named_state_ref);
   }
-  lua_createtable(L, static_cast<int>(choice.rejected.size()), 0);
-  for (size_t i = 0; i < choice.rejected.size(); ++i) {
-    lua_pushstring(L, choice.rejected[i].c_str());
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
+  box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader), std::move(named_state), policy);
+  const auto restored = box.training->restore();
+  lua_pushnumber(L, static_cast<lua_Number>(restored ? restored->step : 0));
+  if (restored) push_json(L, restored->named_state);
+  else lua_pushnil(L);
   return 2;
 }
 
-// runner._index.query(sql, ...) -> rows, columns
+const OptionTable<run::CheckpointRequest> kCheckpointOptions("run:checkpoint", "CheckpointOptions",
+                                                             {
+                                                                 option("metric", &run::CheckpointRequest::metric),
+                                                                 option("value", &run::CheckpointRequest::value),
+                                                                 option("wait", &run::CheckpointRequest::wait),
+                                                             });
+
+// run:checkpoint([options]) -> stall seconds
+int run_checkpoint(lua_State* L) {
+  run::TrainingRun& training = check_training(L, 1, "run:checkpoint");
+  const run::CheckpointRequest request = kCheckpointOptions.read(L, 2);
+  lua_pushnumber(L, training.checkpoint(request));
+  return 1;
+}
+
+// runner._run.query(sql, ...) -> rows, columns
 int query(lua_State* L) {
   const std::string sql = check_string(L, 1);
   std::vector<index::SqlValue> parameters;
@@ -361,7 +375,7 @@ int query(lua_State* L) {
   return 2;
 }
 
-// runner._index.log_text(text): appends printed text to the active run's log file.
+// runner._run.log_text(text): appends printed text to the active run's log file.
 int log_text(lua_State* L) {
   size_t length = 0;
   const char* text = luaL_checklstring(L, 1, &length);
@@ -380,20 +394,23 @@ void open_runs(lua_State* L) {
   new_metatable<RunBox>(L, kRunType,
                         {{"log", wrap<run_log>},
                          {"flush", wrap<run_flush>},
+                         {"step", wrap<run_step>},
                          {"set_step", wrap<run_set_step>},
                          {"merge_summary", wrap<run_merge_summary>},
                          {"save_images", wrap<run_save_images>},
                          {"finish", wrap<run_finish>},
                          {"info", wrap<run_info>},
                          {"rows_written", wrap<run_rows_written>},
-                         {"checkpoint", wrap<run_checkpoint>},
-                         {"checkpoint_reports", wrap<run_checkpoint_reports>},
-                         {"choose_checkpoint", wrap<run_choose_checkpoint>}});
+                         {"restore", wrap<run_restore>},
+                         {"checkpoint", wrap<run_checkpoint>}});
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
-  set_functions(L, {{"start", wrap<start>}, {"query", wrap<query>}, {"log_text", wrap<log_text>}, {"home", wrap<home>}});
-  lua_setfield(L, -2, "_index");
+  set_functions(L, {{"start", wrap<start>},
+                    {"query", wrap<query>},
+                    {"log_text", wrap<log_text>},
+                    {"home", wrap<home>}});
+  lua_setfield(L, -2, "_run");
   lua_pop(L, 1);
 }
 
@@ -401,10 +418,12 @@ void end_active_run(lua_State* L, const std::string& status, const std::optional
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   auto* box = test_userdata<RunBox>(L, -1, kRunType);
   lua_pop(L, 1);
-  if (!box || !box->context || box->context->finished()) return;
+  if (!box || !box->context || box->context->finished()) {
+    if (box) box->training.reset();
+    return;
+  }
   try {
-    if (box->saver) box->saver->wait();
-    box->context->finish(status, error);
+    finish_box(L, *box, status, error);
     const auto& record = box->context->record();
     core::log(core::LogLevel::info, fmt::format("run {} ({}) {}", record.name, record.id, record.status));
   } catch (const std::exception& failure) {

@@ -1,5 +1,5 @@
-// runner._train: the trainer as userdata (one call per step with a Lua loss function), the progress display,
-// device memory and the TF32 / deterministic switches. stdlib/runner/train.lua builds the friendly API on it.
+// runner._train: the trainer as userdata (its options declared once; one call per step with a Lua loss
+// function), the progress display and device memory. stdlib/runner/train.lua builds the friendly API on it.
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
@@ -13,8 +13,11 @@
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/lua_json.h"
+#include "bindings/option_table.h"
+#include "bindings/optim_binding.h"
 #include "bindings/tensor_binding.h"
 #include "bindings/train_binding.h"
+#include "runtime/core/clock.h"
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/train/progress_display.h"
@@ -26,16 +29,12 @@ constexpr const char* kTrainerType = "runner.Trainer";
 constexpr const char* kProgressType = "runner.Progress";
 
 struct TrainerBox {
-  std::unique_ptr<train::Trainer> trainer;
+  std::shared_ptr<train::Trainer> trainer;
 };
 
 struct ProgressBox {
   std::unique_ptr<train::ProgressDisplay> display;
 };
-
-double clock_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A list of {name, tensor} pairs at `index`.
 train::NamedTensorList named_tensors(lua_State* L, int index, const char* what) {
@@ -56,137 +55,140 @@ train::NamedTensorList named_tensors(lua_State* L, int index, const char* what) 
   return list;
 }
 
-template <class T>
-std::optional<T> optional_field(lua_State* L, int index, const char* key) {
-  if (!has_field(L, index, key)) return std::nullopt;
-  if constexpr (std::is_same_v<T, std::string>) return field_string(L, index, key, "");
-  else if constexpr (std::is_same_v<T, std::int64_t>) return field_integer(L, index, key, 0);
-  else return field_number(L, index, key, 0.0);
-}
+const OptionTable<train::LrScheduleOptions> kScheduleOptions(
+    "schedule", "ScheduleOptions",
+    {
+        option("kind", &train::LrScheduleOptions::kind),
+        option("warmup_steps", &train::LrScheduleOptions::warmup_steps),
+        option("warmup_start_factor", &train::LrScheduleOptions::warmup_start_factor),
+        option("total_steps", &train::LrScheduleOptions::total_steps),
+        option("min_lr_factor", &train::LrScheduleOptions::min_lr_factor),
+        option("step_size", &train::LrScheduleOptions::step_size),
+        option("gamma", &train::LrScheduleOptions::gamma),
+        option("milestones", &train::LrScheduleOptions::milestones),
+        option("mode", &train::LrScheduleOptions::mode),
+        option("factor", &train::LrScheduleOptions::factor),
+        option("patience", &train::LrScheduleOptions::patience),
+        option("threshold", &train::LrScheduleOptions::threshold),
+        option("threshold_mode", &train::LrScheduleOptions::threshold_mode),
+        option("cooldown", &train::LrScheduleOptions::cooldown),
+        option("eps", &train::LrScheduleOptions::eps),
+    });
 
-train::LrScheduleOptions schedule_options(lua_State* L, int index) {
-  train::LrScheduleOptions o;
-  if (lua_isnoneornil(L, index)) return o;
-  luaL_checktype(L, index, LUA_TTABLE);
-  check_option_keys(L, index, "schedule",
-                    {"kind", "warmup_steps", "warmup_start_factor", "total_steps", "min_lr_factor", "step_size", "gamma",
-                     "milestones", "mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "eps"});
-  o.kind = field_string(L, index, "kind", o.kind);
-  o.warmup_steps = field_integer(L, index, "warmup_steps", o.warmup_steps);
-  o.warmup_start_factor = field_number(L, index, "warmup_start_factor", o.warmup_start_factor);
-  o.total_steps = optional_field<std::int64_t>(L, index, "total_steps");
-  o.min_lr_factor = optional_field<double>(L, index, "min_lr_factor");
-  o.step_size = optional_field<std::int64_t>(L, index, "step_size");
-  o.gamma = optional_field<double>(L, index, "gamma");
-  for (double m : field_numbers(L, index, "milestones", {})) o.milestones.push_back(static_cast<std::int64_t>(m));
-  o.mode = optional_field<std::string>(L, index, "mode");
-  o.factor = optional_field<double>(L, index, "factor");
-  o.patience = optional_field<std::int64_t>(L, index, "patience");
-  o.threshold = optional_field<double>(L, index, "threshold");
-  o.threshold_mode = optional_field<std::string>(L, index, "threshold_mode");
-  o.cooldown = optional_field<std::int64_t>(L, index, "cooldown");
-  o.eps = optional_field<double>(L, index, "eps");
-  return o;
-}
+const OptionTable<train::EmaOptions> kEmaOptions("ema", "EmaOptions",
+                                                 {
+                                                     option("decay", &train::EmaOptions::decay),
+                                                     option("min_decay", &train::EmaOptions::min_decay),
+                                                     option("update_after_step", &train::EmaOptions::update_after_step),
+                                                     option("warmup", &train::EmaOptions::warmup),
+                                                     option("inv_gamma", &train::EmaOptions::inv_gamma),
+                                                     option("power", &train::EmaOptions::warmup_power),
+                                                     option("update_every", &train::EmaOptions::update_every),
+                                                 });
 
-train::EmaOptions ema_options(lua_State* L, int index) {
-  check_option_keys(L, index, "ema", {"decay", "min_decay", "update_after_step", "warmup", "inv_gamma", "power", "update_every"});
-  train::EmaOptions o;
-  o.decay = field_number(L, index, "decay", o.decay);
-  o.min_decay = field_number(L, index, "min_decay", o.min_decay);
-  o.update_after_step = field_integer(L, index, "update_after_step", o.update_after_step);
-  o.warmup = field_boolean(L, index, "warmup", o.warmup);
-  o.inv_gamma = field_number(L, index, "inv_gamma", o.inv_gamma);
-  o.warmup_power = field_number(L, index, "power", o.warmup_power);
-  o.update_every = field_integer(L, index, "update_every", o.update_every);
-  return o;
-}
+const OptionTable<train::LossScalerOptions> kScalerOptions(
+    "scaler", "ScalerOptions",
+    {
+        option("init_scale", &train::LossScalerOptions::init_scale),
+        option("growth_factor", &train::LossScalerOptions::growth_factor),
+        option("backoff_factor", &train::LossScalerOptions::backoff_factor),
+        option("growth_interval", &train::LossScalerOptions::growth_interval),
+    });
 
-train::ParamGroup param_group(lua_State* L, int index, int number) {
-  check_option_keys(L, index, "optimizer group",
-                    {"params", "lr", "weight_decay", "betas", "eps", "momentum", "dampening", "nesterov"});
-  train::ParamGroup group;
-  lua_getfield(L, index, "params");
-  group.params = check_tensor_list(L, lua_gettop(L));
-  lua_pop(L, 1);
-  if (group.params.empty()) throw std::invalid_argument(fmt::format("parameter group {} has no parameters", number));
-  if (!has_field(L, index, "lr")) throw std::invalid_argument(fmt::format("parameter group {} has no lr", number));
-  group.lr = field_number(L, index, "lr", group.lr);
-  group.weight_decay = field_number(L, index, "weight_decay", group.weight_decay);
-  const auto betas = field_numbers(L, index, "betas", {group.beta1, group.beta2});
-  if (betas.size() != 2) throw std::invalid_argument("option 'betas' must hold two numbers");
-  group.beta1 = betas[0];
-  group.beta2 = betas[1];
-  group.eps = field_number(L, index, "eps", group.eps);
-  group.momentum = field_number(L, index, "momentum", group.momentum);
-  group.dampening = field_number(L, index, "dampening", group.dampening);
-  group.nesterov = field_boolean(L, index, "nesterov", group.nesterov);
-  return group;
-}
-
-// runner._train.new{parameters, buffers, optimizer, groups, schedule, emas, amp, accumulate, clip, on_nonfinite,
-//                   device, scaler}
-int trainer_new(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "trainer",
-                    {"parameters", "buffers", "optimizer", "groups", "schedule", "emas", "amp", "accumulate", "clip",
-                     "on_nonfinite", "device", "scaler"});
-  train::TrainerModel model;
-  lua_getfield(L, 1, "parameters");
-  model.parameters = named_tensors(L, lua_gettop(L), "parameters");
-  lua_pop(L, 1);
-  lua_getfield(L, 1, "buffers");
-  model.buffers = named_tensors(L, lua_gettop(L), "buffers");
-  lua_pop(L, 1);
-
-  std::vector<train::ParamGroup> groups;
-  lua_getfield(L, 1, "groups");
-  luaL_checktype(L, -1, LUA_TTABLE);
-  const int group_count = static_cast<int>(lua_objlen(L, -1));
-  for (int i = 1; i <= group_count; ++i) {
-    lua_rawgeti(L, -1, i);
-    groups.push_back(param_group(L, lua_gettop(L), i));
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-  if (groups.empty()) throw std::invalid_argument("the optimizer has no parameters to train");
-
-  lua_getfield(L, 1, "schedule");
-  const train::LrScheduleOptions schedule = schedule_options(L, lua_gettop(L));
-  lua_pop(L, 1);
-
+// runner.trainer's options: the trainer's own (TrainerOptions) and what the binding builds around it.
+struct TrainerSpec {
+  train::TrainerOptions options;
+  train::LrScheduleOptions schedule;
+  std::optional<std::int64_t> warmup;
   std::vector<train::EmaOptions> emas;
-  lua_getfield(L, 1, "emas");
-  if (lua_istable(L, -1)) {
-    const int count = static_cast<int>(lua_objlen(L, -1));
+  std::optional<std::int64_t> steps;
+  std::optional<bool> tf32;
+  bool deterministic = false;
+};
+
+// A decay, {decay = ..., ...}, or a list of them.
+void read_emas(lua_State* L, const char* key, TrainerSpec& spec) {
+  const int value = lua_gettop(L);
+  auto one = [&](int index) {
+    if (lua_type(L, index) == LUA_TNUMBER) {
+      train::EmaOptions ema;
+      ema.decay = lua_tonumber(L, index);
+      return ema;
+    }
+    if (!lua_istable(L, index))
+      raise_error(L, fmt::format("runner.trainer: '{}' must be a decay, a table {{decay = ..., warmup = ...}} or a list of them", key));
+    return kEmaOptions.read(L, index);
+  };
+  if (lua_type(L, value) == LUA_TBOOLEAN && !lua_toboolean(L, value)) return;
+  if (lua_istable(L, value) && lua_objlen(L, value) > 0) {
+    const int count = static_cast<int>(lua_objlen(L, value));
     for (int i = 1; i <= count; ++i) {
-      lua_rawgeti(L, -1, i);
-      emas.push_back(ema_options(L, lua_gettop(L)));
+      lua_rawgeti(L, value, i);
+      spec.emas.push_back(one(lua_gettop(L)));
       lua_pop(L, 1);
     }
+  } else {
+    spec.emas.push_back(one(value));
   }
-  lua_pop(L, 1);
+}
 
-  train::TrainerOptions options;
-  options.amp = field_string(L, 1, "amp", options.amp);
-  options.accumulate = field_integer(L, 1, "accumulate", options.accumulate);
-  if (has_field(L, 1, "clip")) options.clip = field_number(L, 1, "clip", 0.0);
-  options.on_nonfinite = train::parse_nonfinite_policy(field_string(L, 1, "on_nonfinite", "skip"));
-  lua_getfield(L, 1, "scaler");
-  if (lua_istable(L, -1)) {
-    const int scaler = lua_gettop(L);
-    check_option_keys(L, scaler, "scaler", {"init_scale", "growth_factor", "backoff_factor", "growth_interval"});
-    options.scaler.init_scale = field_number(L, scaler, "init_scale", options.scaler.init_scale);
-    options.scaler.growth_factor = field_number(L, scaler, "growth_factor", options.scaler.growth_factor);
-    options.scaler.backoff_factor = field_number(L, scaler, "backoff_factor", options.scaler.backoff_factor);
-    options.scaler.growth_interval = field_integer(L, scaler, "growth_interval", options.scaler.growth_interval);
+void read_schedule(lua_State* L, const char*, TrainerSpec& spec) {
+  if (lua_type(L, -1) == LUA_TSTRING) spec.schedule.kind = lua_tostring(L, -1);
+  else spec.schedule = kScheduleOptions.read(L, lua_gettop(L));
+}
+
+const OptionTable<TrainerSpec> kTrainerOptions(
+    "runner.trainer", "TrainerOptions",
+    {
+        lua_option<TrainerSpec>("model", true),
+        lua_option<TrainerSpec>("optimizer", true),
+        option_with<TrainerSpec>("schedule", read_schedule),
+        option("warmup", &TrainerSpec::warmup),
+        option_with<TrainerSpec>("ema", read_emas),
+        lua_option<TrainerSpec>("ema_model"),
+        option_with<TrainerSpec>("amp", [](lua_State* L, const char* key, TrainerSpec& s) { read_option_value(L, key, s.options.amp); }),
+        option_with<TrainerSpec>("accumulate", [](lua_State* L, const char* key, TrainerSpec& s) {
+          read_option_value(L, key, s.options.accumulate);
+        }),
+        option_with<TrainerSpec>("clip", [](lua_State* L, const char* key, TrainerSpec& s) { read_option_value(L, key, s.options.clip); }),
+        option_with<TrainerSpec>("on_nonfinite", [](lua_State* L, const char* key, TrainerSpec& s) {
+          std::string name;
+          read_option_value(L, key, name);
+          s.options.on_nonfinite = train::parse_nonfinite_policy(name);
+        }),
+        option("steps", &TrainerSpec::steps),
+        lua_option<TrainerSpec>("batch"),
+        lua_option<TrainerSpec>("progress"),
+        option("tf32", &TrainerSpec::tf32),
+        option("deterministic", &TrainerSpec::deterministic),
+        option_with<TrainerSpec>("scaler", [](lua_State* L, const char*, TrainerSpec& s) {
+          s.options.scaler = kScalerOptions.read(L, lua_gettop(L));
+        }),
+    });
+
+// runner._train.new(options, parameters, buffers, optimizer) -> Trainer
+// options: runner.trainer's table (TrainerOptions); parameters and buffers: lists of {name, tensor} of the
+// model; optimizer: an optim object over the model's parameters.
+int trainer_new(lua_State* L) {
+  TrainerSpec spec = kTrainerOptions.read(L, 1);
+  train::TrainerModel model;
+  model.parameters = named_tensors(L, 2, "parameters");
+  model.buffers = named_tensors(L, 3, "buffers");
+  if (model.parameters.empty()) throw std::invalid_argument("runner.trainer: the model has no parameters");
+  std::shared_ptr<train::Optimizer> optimizer = test_optimizer(L, 4);
+  if (!optimizer) throw std::invalid_argument("runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
+  if (spec.warmup) spec.schedule.warmup_steps = *spec.warmup;
+  if ((spec.schedule.kind == "cosine" || spec.schedule.kind == "linear") && !spec.schedule.total_steps) {
+    if (!spec.steps)
+      throw std::invalid_argument(fmt::format("runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'",
+                                              spec.schedule.kind));
+    spec.schedule.total_steps = std::max<std::int64_t>(1, *spec.steps - spec.schedule.warmup_steps);
   }
-  lua_pop(L, 1);
-  const c10::Device device = core::parse_device(field_string(L, 1, "device", "cpu"));
-  const auto kind = train::parse_optimizer_kind(field_string(L, 1, "optimizer", "adamw"));
-
-  auto trainer = std::make_unique<train::Trainer>(std::move(model), kind, std::move(groups), schedule, std::move(emas),
-                                                  options, device);
+  const c10::Device device = model.parameters.front().second.device();
+  if (spec.deterministic) train::set_deterministic(true);
+  train::set_tf32(spec.tf32.value_or(device.is_cuda() && !spec.deterministic));
+  auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), spec.schedule, std::move(spec.emas),
+                                                  spec.options, device);
   new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});
   return 1;
 }
@@ -265,6 +267,11 @@ int trainer_timing(lua_State* L) {
   return 1;
 }
 
+int trainer_state_version(lua_State* L) {
+  lua_pushnumber(L, static_cast<lua_Number>(check_trainer(L, 1).state_version()));
+  return 1;
+}
+
 int trainer_step_count(lua_State* L) {
   lua_pushnumber(L, static_cast<lua_Number>(check_trainer(L, 1).step_count()));
   return 1;
@@ -304,12 +311,6 @@ int trainer_copy_ema(lua_State* L) {
   return 0;
 }
 
-// trainer:restore(checkpoint_dir) -> extra (a table)
-int trainer_restore(lua_State* L) {
-  push_json(L, check_trainer(L, 1).restore(check_string(L, 2)));
-  return 1;
-}
-
 // runner._train.device_memory(device) -> bytes allocated by tensors on a CUDA device, or nil
 int device_memory(lua_State* L) {
   const c10::Device device = core::parse_device(check_string(L, 1));
@@ -325,28 +326,6 @@ int empty_device_cache(lua_State* L) {
   return 0;
 }
 
-// runner._train.graceful(enabled): the first stop signal waits for the end of the current step.
-int graceful(lua_State* L) {
-  core::set_graceful_stop(lua_toboolean(L, 1) != 0);
-  return 0;
-}
-
-// runner._train.stop_signal() -> the pending stop's signal number, 0 when none
-int stop_signal(lua_State* L) {
-  lua_pushnumber(L, core::stop_signal());
-  return 1;
-}
-
-int set_tf32(lua_State* L) {
-  train::set_tf32(lua_toboolean(L, 1) != 0);
-  return 0;
-}
-
-int set_deterministic(lua_State* L) {
-  train::set_deterministic(lua_toboolean(L, 1) != 0);
-  return 0;
-}
-
 // runner._train.progress{total, batch, terminal} -> Progress
 int progress_new(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -356,7 +335,7 @@ int progress_new(lua_State* L) {
   options.batch_size = field_integer(L, 1, "batch", 0);
   options.terminal = field_boolean(L, 1, "terminal", ::isatty(::fileno(stdout)) != 0);
   options.line_seconds = field_number(L, 1, "line_seconds", options.line_seconds);
-  new_userdata<ProgressBox>(L, kProgressType, ProgressBox{std::make_unique<train::ProgressDisplay>(options, clock_seconds())});
+  new_userdata<ProgressBox>(L, kProgressType, ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});
   return 1;
 }
 
@@ -366,7 +345,7 @@ int progress_update(lua_State* L) {
   auto* box = check_userdata<ProgressBox>(L, 1, kProgressType, "Progress");
   const std::int64_t step = check_integer(L, 2);
   const bool final = lua_toboolean(L, 6) != 0;
-  const double now = clock_seconds();
+  const double now = core::steady_seconds();
   if (!final && !box->display->tick(step, now)) {
     lua_pushboolean(L, 0);
     return 1;
@@ -396,9 +375,10 @@ int progress_update(lua_State* L) {
 
 }  // namespace
 
-train::Trainer& check_trainer(lua_State* L, int index) {
-  auto* box = check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer");
-  return *box->trainer;
+train::Trainer& check_trainer(lua_State* L, int index) { return *shared_trainer(L, index); }
+
+std::shared_ptr<train::Trainer> shared_trainer(lua_State* L, int index) {
+  return check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer")->trainer;
 }
 
 void open_train(lua_State* L) {
@@ -406,12 +386,12 @@ void open_train(lua_State* L) {
                             {{"step", wrap<trainer_step>},
                              {"timing", wrap<trainer_timing>},
                              {"step_count", wrap<trainer_step_count>},
+                             {"state_version", wrap<trainer_state_version>},
                              {"precision", wrap<trainer_precision>},
                              {"lr", wrap<trainer_lr>},
                              {"observe", wrap<trainer_observe>},
                              {"describe_schedule", wrap<trainer_describe_schedule>},
-                             {"copy_ema", wrap<trainer_copy_ema>},
-                             {"restore", wrap<trainer_restore>}});
+                             {"copy_ema", wrap<trainer_copy_ema>}});
   lua_pop(L, 1);
   new_metatable<ProgressBox>(L, kProgressType, {{"update", wrap<progress_update>}});
   lua_pop(L, 1);
@@ -420,11 +400,7 @@ void open_train(lua_State* L) {
   set_functions(L, {{"new", wrap<trainer_new>},
                     {"progress", wrap<progress_new>},
                     {"device_memory", wrap<device_memory>},
-                    {"empty_device_cache", wrap<empty_device_cache>},
-                    {"graceful", wrap<graceful>},
-                    {"stop_signal", wrap<stop_signal>},
-                    {"set_tf32", wrap<set_tf32>},
-                    {"set_deterministic", wrap<set_deterministic>}});
+                    {"empty_device_cache", wrap<empty_device_cache>}});
   lua_setfield(L, -2, "_train");
   lua_pop(L, 1);
 }

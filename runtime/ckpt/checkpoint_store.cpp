@@ -5,18 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 
+#include "runtime/core/clock.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
 
 namespace runner::ckpt {
 namespace {
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::vector<CheckpointFileRecord> file_records(const index::CheckpointRecord& record) {
   std::vector<CheckpointFileRecord> files;
@@ -63,7 +59,7 @@ void CheckpointSaver::submit(SaveRequest request) {
 }
 
 SaveReport CheckpointSaver::save(SaveRequest& request) {
-  const double start = seconds_now();
+  const double start = core::steady_seconds();
   SaveReport report;
   report.step = request.step;
   report.path = checkpoint_path(request.step);
@@ -107,7 +103,7 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
   } catch (const std::exception& error) {
     report.error = error.what();
   }
-  report.write_seconds = seconds_now() - start;
+  report.write_seconds = core::steady_seconds() - start;
   return report;
 }
 

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <fmt/format.h>
 
+#include "runtime/core/duration_text.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -67,13 +68,7 @@ std::string format_time(double unix_seconds) {
   return buffer;
 }
 
-std::string format_duration(double seconds) {
-  const auto total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  if (total < 60) return fmt::format("{}s", total);
-  if (total < 3600) return fmt::format("{}m {:02d}s", total / 60, total % 60);
-  if (total < 86400) return fmt::format("{}h {:02d}m", total / 3600, (total % 3600) / 60);
-  return fmt::format("{}d {}h", total / 86400, (total % 86400) / 3600);
-}
+std::string format_duration(double seconds) { return core::duration_text(seconds); }
 
 std::string format_bytes(uint64_t bytes) {
   if (bytes < 1000) return fmt::format("{} B", bytes);

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "runtime/core/launch_context.h"
+
 namespace runner::core {
 
 bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0; }
@@ -14,7 +16,16 @@ int cuda_device_count() { return at::hasCUDA() ? static_cast<int>(at::detail::ge
 
 c10::Device parse_device(const std::string& name) {
   if (name == "cpu") return c10::Device(c10::kCPU);
-  if (name == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (name == "auto") {
+    if (!cuda_available()) return c10::Device(c10::kCPU);
+    // One GPU per local rank (cuda:0 for a single process).
+    const int local_rank = launch_context().local_rank;
+    if (local_rank >= cuda_device_count())
+      throw std::invalid_argument("device 'auto' is cuda:" + std::to_string(local_rank) + " for local rank " +
+                                  std::to_string(local_rank) + ", but only " + std::to_string(cuda_device_count()) +
+                                  " CUDA device(s) are present");
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  }
   int index = 0;
   bool is_cuda = false;
   if (name == "cuda") {

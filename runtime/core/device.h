@@ -5,7 +5,8 @@
 
 namespace runner::core {
 
-// "auto" is the first CUDA device when one is available, else the CPU. Throws std::invalid_argument
+// "auto" is the CUDA device of this process's local rank (launch_context.h; cuda:0 for a single process)
+// when CUDA is available, else the CPU. Throws std::invalid_argument
 // naming the bad text and the accepted forms, or when CUDA is asked for and not available.
 c10::Device parse_device(const std::string& name);
 

@@ -21,6 +21,7 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
+#include "runtime/core/shape_text.h"
 #include "runtime/data/data_error.h"
 #include "runtime/data/sample_rng.h"
 
@@ -240,8 +241,8 @@ struct Loader::Impl {
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
             batch.data = allocate_batch(batch_shape, sample_dtype, pinned);
           } else if (shape != sample_shape) {
-            throw DataError(dataset->source(index), "is " + shape_text(shape) + " after the transform but the batch's first sample is " +
-                                                        shape_text(sample_shape) + " (resize and crop to one size)");
+            throw DataError(dataset->source(index), "is " + core::shape_text(shape) + " after the transform but the batch's first sample is " +
+                                                        core::shape_text(sample_shape) + " (resize and crop to one size)");
           }
           if (sample_dtype == at::kFloat) {
             rendered.resize(static_cast<std::size_t>(sample_elements));
@@ -271,8 +272,8 @@ struct Loader::Impl {
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
             batch.data = allocate_batch(batch_shape, normalize && !normalize_on_device() ? at::kFloat : sample_dtype, pinned);
           } else if (shape != sample_shape || tensor.scalar_type() != sample_dtype) {
-            throw DataError(dataset->source(index), "is " + shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
-                                                        " but the batch's first sample is " + shape_text(sample_shape) + " " +
+            throw DataError(dataset->source(index), "is " + core::shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
+                                                        " but the batch's first sample is " + core::shape_text(sample_shape) + " " +
                                                         c10::toString(sample_dtype));
           }
           if (in_shape.size() < 2) placement.height = 1, placement.width = w;
@@ -308,12 +309,6 @@ struct Loader::Impl {
     }
     batch.normalize_on_device = normalize && normalize_on_device();
     return batch;
-  }
-
-  static std::string shape_text(const std::vector<std::int64_t>& shape) {
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-    return text + "]";
   }
 
   void worker_loop() {

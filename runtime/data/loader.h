@@ -4,6 +4,7 @@
 
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/launch_context.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/transform.h"
 
@@ -29,8 +31,8 @@ struct LoaderOptions {
   int workers = -1;   // -1: default_worker_count(); 0: batches are made on the calling thread
   int prefetch = -1;  // batches in flight; -1: 2 per worker (at least 2)
   std::uint64_t seed = 0;
-  int rank = 0;
-  int world_size = 1;
+  int rank = core::launch_context().rank;              // this process's shard
+  int world_size = core::launch_context().world_size;
   c10::Device device = c10::Device(c10::kCPU);
   bool pin_memory = true;  // for CUDA devices
   TransformSpec transform;
@@ -58,6 +60,12 @@ struct LoaderState {
   bool shuffle = true;
   bool drop_last = false;
 };
+
+// As JSON: {"seed", "position", "dataset_size", "batch", "rank", "world_size", "shuffle", "drop_last"}, the
+// seed an unsigned 64-bit integer (a decimal string, as older checkpoints hold it, is read too).
+nlohmann::json loader_state_json(const LoaderState& state);
+// Throws std::invalid_argument naming `where` and the missing or bad field.
+LoaderState loader_state_from_json(const nlohmann::json& json, const std::string& where);
 
 struct LoaderStats {
   double wait_seconds = 0;     // time next() spent waiting for a batch

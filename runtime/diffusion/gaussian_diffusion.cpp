@@ -6,20 +6,14 @@
 
 #include <cmath>
 #include <numbers>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/shape_text.h"
 
 namespace runner::diffusion {
 namespace {
-
-std::string shape_text(const at::Tensor& tensor) {
-  std::ostringstream text;
-  text << tensor.sizes();
-  return text.str();
-}
 
 // Mean over every dimension but the batch dimension.
 at::Tensor mean_flat(const at::Tensor& tensor) {
@@ -34,18 +28,21 @@ at::Tensor approx_standard_normal_cdf(const at::Tensor& x) {
 
 void check_batch(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
   if (!x0.defined() || x0.dim() < 2) {
-    throw std::invalid_argument(fmt::format("x0 must have a batch and a channel dimension, got shape {}",
-                                            x0.defined() ? shape_text(x0) : std::string("(undefined)")));
+    throw std::invalid_argument(
+        fmt::format("x0 must have a batch and a channel dimension, got shape {}",
+                    x0.defined() ? core::shape_text(x0.sizes()) : std::string("(undefined)")));
   }
   if (!noise.defined() || noise.sizes() != x0.sizes()) {
-    throw std::invalid_argument(fmt::format("noise of shape {} does not match x0 of shape {}",
-                                            noise.defined() ? shape_text(noise) : std::string("(undefined)"),
-                                            shape_text(x0)));
+    throw std::invalid_argument(
+        fmt::format("noise of shape {} does not match x0 of shape {}",
+                    noise.defined() ? core::shape_text(noise.sizes()) : std::string("(undefined)"),
+                    core::shape_text(x0.sizes())));
   }
   if (!t.defined() || t.dim() != 1 || t.scalar_type() != at::kLong || t.size(0) != x0.size(0)) {
-    throw std::invalid_argument(fmt::format("timesteps must be an int64 tensor of shape [{}], got {}", x0.size(0),
-                                            t.defined() ? core::dtype_name(t.scalar_type()) + " " + shape_text(t)
-                                                        : std::string("an undefined tensor")));
+    throw std::invalid_argument(
+        fmt::format("timesteps must be an int64 tensor of shape [{}], got {}", x0.size(0),
+                    t.defined() ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
+                                : std::string("an undefined tensor")));
   }
 }
 
@@ -72,7 +69,8 @@ bool learns_sigma(const at::Tensor& output, const at::Tensor& x) {
     const std::int64_t channels = x.dim() >= 2 ? x.size(1) : 0;
     throw std::invalid_argument(fmt::format(
         "model output of shape {} does not fit input of shape {}: expected the same shape with {} or {} channels",
-        output.defined() ? shape_text(output) : std::string("(undefined)"), shape_text(x), channels, 2 * channels));
+        output.defined() ? core::shape_text(output.sizes()) : std::string("(undefined)"), core::shape_text(x.sizes()),
+        channels, 2 * channels));
   };
   if (!output.defined() || x.dim() < 2 || output.dim() != x.dim() || output.size(0) != x.size(0)) fail();
   for (std::int64_t d = 2; d < x.dim(); ++d) {

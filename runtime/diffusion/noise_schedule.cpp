@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/shape_text.h"
 
 namespace runner::diffusion {
 namespace {
@@ -41,12 +41,6 @@ double positive_override(const std::optional<double>& value, double fallback, co
     throw std::invalid_argument(fmt::format("{} must be a positive number, got {}", name, *value));
   }
   return *value;
-}
-
-std::string shape_text(const at::Tensor& tensor) {
-  std::ostringstream text;
-  text << tensor.sizes();
-  return text.str();
 }
 
 }  // namespace
@@ -103,13 +97,15 @@ NoiseSchedule make_schedule(const ScheduleOptions& options) {
 at::Tensor extract(const at::Tensor& values, const at::Tensor& t, const at::Tensor& like) {
   if (!values.defined() || values.dim() != 1) throw std::invalid_argument("schedule values must be a 1-D tensor");
   if (!t.defined() || t.dim() != 1 || t.scalar_type() != at::kLong) {
-    throw std::invalid_argument(fmt::format("timesteps must be an int64 tensor of shape [B], got {}",
-                                            t.defined() ? core::dtype_name(t.scalar_type()) + " " + shape_text(t)
-                                                        : std::string("an undefined tensor")));
+    throw std::invalid_argument(
+        fmt::format("timesteps must be an int64 tensor of shape [B], got {}",
+                    t.defined() ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
+                                : std::string("an undefined tensor")));
   }
   if (!like.defined() || like.dim() < 1 || like.size(0) != t.size(0)) {
-    throw std::invalid_argument(fmt::format("{} timesteps for a batch of shape {}", t.size(0),
-                                            like.defined() ? shape_text(like) : std::string("(undefined)")));
+    throw std::invalid_argument(
+        fmt::format("{} timesteps for a batch of shape {}", t.size(0),
+                    like.defined() ? core::shape_text(like.sizes()) : std::string("(undefined)")));
   }
   if (t.is_cpu() && t.numel() > 0) {
     const std::int64_t lowest = t.min().item<std::int64_t>();

@@ -11,6 +11,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "runtime/core/shape_text.h"
+
 #include "runtime/core/dtype.h"
 
 namespace runner::train {
@@ -19,7 +21,6 @@ namespace {
 constexpr const char* kStateError = "ema state: ";
 constexpr const char* kHyperError = "ema hyperparameters: ";
 
-std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
 
 void validate(const EmaOptions& options) {
   const auto fail = [](const std::string& what) { throw std::invalid_argument("ema: " + what); };
@@ -136,15 +137,15 @@ void Ema::copy_to(std::vector<at::Tensor> params, std::vector<at::Tensor> buffer
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!params[i].defined() || params[i].sizes() != shadow_[i].sizes()) {
       throw std::invalid_argument(fmt::format("ema: copy_to parameter {} has shape {}, the shadow has {}", i,
-                                              params[i].defined() ? shape_text(params[i].sizes()) : "(undefined)",
-                                              shape_text(shadow_[i].sizes())));
+                                              params[i].defined() ? core::shape_text(params[i].sizes()) : "(undefined)",
+                                              core::shape_text(shadow_[i].sizes())));
     }
   }
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     if (!buffers[i].defined() || buffers[i].sizes() != shadow_buffers_[i].sizes()) {
       throw std::invalid_argument(fmt::format("ema: copy_to buffer {} has shape {}, the shadow has {}", i,
-                                              buffers[i].defined() ? shape_text(buffers[i].sizes()) : "(undefined)",
-                                              shape_text(shadow_buffers_[i].sizes())));
+                                              buffers[i].defined() ? core::shape_text(buffers[i].sizes()) : "(undefined)",
+                                              core::shape_text(shadow_buffers_[i].sizes())));
     }
   }
   at::NoGradGuard no_grad;
@@ -178,7 +179,7 @@ void Ema::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor
     const at::Tensor& target = *found->second;
     if (tensor.sizes() != target.sizes()) {
       throw std::invalid_argument(fmt::format("{}'{}' has shape {}, expected {}", kStateError, name,
-                                              shape_text(tensor.sizes()), shape_text(target.sizes())));
+                                              core::shape_text(tensor.sizes()), core::shape_text(target.sizes())));
     }
     if (tensor.scalar_type() != target.scalar_type()) {
       throw std::invalid_argument(fmt::format("{}'{}' has dtype {}, expected {}", kStateError, name,

@@ -35,6 +35,7 @@ void validate_group(OptimizerKind kind, const ParamGroup& group, std::size_t ind
     if (group.nesterov && (group.momentum <= 0 || group.dampening != 0)) {
       fail("nesterov momentum requires a momentum and zero dampening");
     }
+    if (group.amsgrad) fail("amsgrad requires Adam or AdamW, not SGD");
   } else {
     if (!(group.beta1 >= 0 && group.beta1 < 1)) fail(fmt::format("beta1 must be in [0, 1), got {}", group.beta1));
     if (!(group.beta2 >= 0 && group.beta2 < 1)) fail(fmt::format("beta2 must be in [0, 1), got {}", group.beta2));
@@ -82,6 +83,7 @@ std::vector<std::string> entries_of(OptimizerKind kind, const ParamGroup& group)
     if (group.momentum == 0) return {};
     return {"momentum_buffer"};
   }
+  if (group.amsgrad) return {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   return {"step", "exp_avg", "exp_avg_sq"};
 }
 
@@ -131,6 +133,12 @@ OptimizerKind parse_optimizer_kind(const std::string& name) {
   throw std::invalid_argument(fmt::format("unknown optimizer '{}' (expected sgd, adam or adamw)", name));
 }
 
+ParamGroup default_param_group(OptimizerKind kind) {
+  ParamGroup group;
+  if (kind == OptimizerKind::adamw) group.weight_decay = 1e-2;
+  return group;
+}
+
 Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, OptimizerImplementation implementation)
     : kind_(kind), implementation_(implementation), groups_(std::move(groups)) {
   std::set<const void*> seen;
@@ -160,13 +168,14 @@ bool Optimizer::use_fused(const at::Tensor& param) const {
   return false;
 }
 
-void Optimizer::init_state(const at::Tensor& param, ParamState& state) const {
+void Optimizer::init_state(const at::Tensor& param, bool amsgrad, ParamState& state) const {
   if (kind_ == OptimizerKind::sgd) return;  // momentum buffers are created from the first grad
   // adam.py _init_group: a float32 step on the CPU for foreach, on the parameter's device for fused.
   state.step = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU));
   state.step_value = 0;
   state.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
   state.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+  if (amsgrad) state.max_exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
 }
 
 void Optimizer::step(const at::Tensor& found_inf) {
@@ -175,7 +184,9 @@ void Optimizer::step(const at::Tensor& found_inf) {
   for (const ParamGroup& group : groups_)
     for (const at::Tensor& param : group.params) device_side = device_side && use_fused(param);
   if (found_inf.defined() && !device_side && found_inf.item<double>() != 0) return;
-  found_inf_ = device_side ? found_inf.to(at::kFloat) : at::Tensor();
+  // As GradScaler's found_inf, a float32 scalar (0-dim): the steps (0-dim) are taken back by subtracting it,
+  // and an in-place op cannot broadcast them to shape [1] (LossScaler::unscale returns a [1] tensor).
+  found_inf_ = device_side ? found_inf.to(at::kFloat).reshape({}) : at::Tensor();
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (kind_ == OptimizerKind::sgd) {
       step_sgd_group(g);
@@ -191,15 +202,16 @@ void Optimizer::step_adam_group(std::size_t g) {
   const ParamGroup& group = groups_[g];
   const bool decoupled = kind_ == OptimizerKind::adamw;
   for (const Bucket& bucket : buckets_with_grad(group.params)) {
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
     std::vector<ParamState*> states;
     for (std::size_t i : bucket.indices) {
       ParamState& state = state_[g][i];
-      if (!state.step.defined()) init_state(group.params[i], state);
+      if (!state.step.defined()) init_state(group.params[i], group.amsgrad, state);
       params.push_back(group.params[i]);
       grads.push_back(group.params[i].grad());
       exp_avgs.push_back(state.exp_avg);
       exp_avg_sqs.push_back(state.exp_avg_sq);
+      if (group.amsgrad) max_exp_avg_sqs.push_back(state.max_exp_avg_sq);  // empty list without amsgrad
       steps.push_back(state.step);
       states.push_back(&state);
     }
@@ -212,12 +224,12 @@ void Optimizer::step_adam_group(std::size_t g) {
       const std::optional<at::Tensor> found_inf =
           found_inf_.defined() ? std::optional<at::Tensor>(found_inf_.to(params.front().device())) : std::nullopt;
       if (decoupled) {
-        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
-                          group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false,
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group.lr, group.beta1,
+                          group.beta2, group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false,
                           /*grad_scale=*/std::nullopt, found_inf);
       } else {
-        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, group.lr, group.beta1,
-                         group.beta2, group.weight_decay, group.eps, /*amsgrad=*/false, /*maximize=*/false,
+        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group.lr, group.beta1,
+                         group.beta2, group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false,
                          /*grad_scale=*/std::nullopt, found_inf);
       }
       if (found_inf) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
@@ -252,7 +264,14 @@ void Optimizer::step_adam_group(std::size_t g) {
       step_size.push_back((group.lr / bias_correction1) * -1);
       bias_correction2_sqrt.push_back(std::pow(bias_correction2, 0.5));  // Python's bc ** 0.5
     }
-    std::vector<at::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
+    std::vector<at::Tensor> denominators;
+    if (group.amsgrad) {
+      // The running maximum of the second moments, and the denominator from it.
+      at::_foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs);
+      denominators = at::_foreach_sqrt(max_exp_avg_sqs);
+    } else {
+      denominators = at::_foreach_sqrt(exp_avg_sqs);
+    }
     at::_foreach_div_(denominators, scalars(bias_correction2_sqrt));
     at::_foreach_add_(denominators, group.eps);
     at::_foreach_addcdiv_(params, exp_avgs, denominators, scalars(step_size));
@@ -337,9 +356,12 @@ void Optimizer::step_sgd_group(std::size_t g) {
   }
 }
 
-void Optimizer::zero_grad() {
+void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& group : groups_) {
-    for (at::Tensor& param : group.params) param.mutable_grad().reset();
+    for (at::Tensor& param : group.params) {
+      if (set_to_none) param.mutable_grad().reset();
+      else if (param.grad().defined()) param.mutable_grad().detach_().zero_();
+    }
   }
 }
 
@@ -370,6 +392,7 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const
         tensors.emplace_back(prefix + "step", state.step);
         tensors.emplace_back(prefix + "exp_avg", state.exp_avg);
         tensors.emplace_back(prefix + "exp_avg_sq", state.exp_avg_sq);
+        if (state.max_exp_avg_sq.defined()) tensors.emplace_back(prefix + "max_exp_avg_sq", state.max_exp_avg_sq);
       }
     }
   }
@@ -395,9 +418,19 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
         throw std::invalid_argument(
             fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state", kStateError, name, g));
       }
-      throw std::invalid_argument(fmt::format(
-          "{}unexpected tensor name '{}' (expected group<G>.param<P>.<entry> with entry {})", kStateError, name,
-          kind_ == OptimizerKind::sgd ? "momentum_buffer" : "step, exp_avg or exp_avg_sq"));
+      if (parsed && kind_ != OptimizerKind::sgd && entry == "max_exp_avg_sq") {
+        throw std::invalid_argument(
+            fmt::format("{}'{}' is not expected: group {} does not use amsgrad", kStateError, name, g));
+      }
+      std::string entries = "momentum_buffer";
+      if (kind_ != OptimizerKind::sgd) {
+        const bool any_amsgrad =
+            std::any_of(groups_.begin(), groups_.end(), [](const ParamGroup& group) { return group.amsgrad; });
+        entries = any_amsgrad ? "step, exp_avg, exp_avg_sq or max_exp_avg_sq (amsgrad groups)"
+                              : "step, exp_avg or exp_avg_sq";
+      }
+      throw std::invalid_argument(fmt::format("{}unexpected tensor name '{}' (expected group<G>.param<P>.<entry> with entry {})",
+                                              kStateError, name, entries));
     }
     if (p >= groups_[g].params.size()) {
       throw std::invalid_argument(fmt::format("{}'{}' names parameter {} of group {}, which has {} parameters", kStateError,
@@ -447,6 +480,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
     target.step_value = step.item<float>();
     target.exp_avg = like_param(entries.at("exp_avg"));
     target.exp_avg_sq = like_param(entries.at("exp_avg_sq"));
+    if (groups_[key.first].amsgrad) target.max_exp_avg_sq = like_param(entries.at("max_exp_avg_sq"));
   }
   state_ = std::move(state);
 }
@@ -463,6 +497,7 @@ nlohmann::json Optimizer::hyperparameters() const {
       entry["beta1"] = group.beta1;
       entry["beta2"] = group.beta2;
       entry["eps"] = group.eps;
+      entry["amsgrad"] = group.amsgrad;
     }
     groups.push_back(std::move(entry));
   }
@@ -519,6 +554,19 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
       group.beta1 = json_number(entry, "beta1", where);
       group.beta2 = json_number(entry, "beta2", where);
       group.eps = json_number(entry, "eps", where);
+      // Absent in hyperparameters saved before amsgrad existed: those groups ran without it.
+      const auto amsgrad = entry.find("amsgrad");
+      if (amsgrad != entry.end() && !amsgrad->is_boolean()) {
+        throw std::invalid_argument(fmt::format("{}non-boolean 'amsgrad' in {}", kHyperError, where));
+      }
+      group.amsgrad = amsgrad != entry.end() && amsgrad->get<bool>();
+      const bool has_state = std::any_of(state_[g].begin(), state_[g].end(),
+                                         [](const ParamState& state) { return state.step.defined(); });
+      if (group.amsgrad != groups_[g].amsgrad && has_state) {
+        throw std::invalid_argument(fmt::format(
+            "{}group {} has amsgrad {}, this optimizer's group {} has amsgrad {} and keeps state for its parameters",
+            kHyperError, g, group.amsgrad, g, groups_[g].amsgrad));
+      }
     }
     try {
       validate_group(kind_, group, g);

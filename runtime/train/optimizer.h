@@ -19,9 +19,14 @@ enum class OptimizerKind { sgd, adam, adamw };
 std::string optimizer_kind_name(OptimizerKind kind);
 OptimizerKind parse_optimizer_kind(const std::string& name);
 
-// One parameter group. Adam/AdamW read lr, weight_decay, beta1, beta2, eps; SGD reads lr, weight_decay,
-// momentum, dampening, nesterov. As in torch.optim: Adam's weight_decay is an L2 term added to the gradient,
-// AdamW's is decoupled (p *= 1 - lr * weight_decay before the moment update).
+struct ParamGroup;
+// torch.optim's defaults for `kind`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0 (AdamW: 1e-2).
+ParamGroup default_param_group(OptimizerKind kind);
+
+// One parameter group. Adam/AdamW read lr, weight_decay, beta1, beta2, eps, amsgrad; SGD reads lr,
+// weight_decay, momentum, dampening, nesterov (amsgrad must stay false). As in torch.optim: Adam's weight_decay
+// is an L2 term added to the gradient, AdamW's is decoupled (p *= 1 - lr * weight_decay before the moment
+// update); amsgrad divides by the running maximum of exp_avg_sq instead of exp_avg_sq itself.
 struct ParamGroup {
   std::vector<at::Tensor> params;
   double lr = 1e-3;
@@ -29,6 +34,7 @@ struct ParamGroup {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double momentum = 0, dampening = 0;
   bool nesterov = false;
+  bool amsgrad = false;
 };
 
 // Which kernels step() uses. automatic: the fused kernels for CUDA parameters, the foreach math elsewhere.
@@ -40,16 +46,18 @@ enum class OptimizerImplementation { automatic, foreach, fused };
 //   foreach: torch/optim/adam.py _multi_tensor_adam (decoupled_weight_decay for AdamW), torch/optim/sgd.py
 //            _multi_tensor_sgd; the same _foreach_* ops in the same order with the same host scalars (bias
 //            corrections 1 - beta^step computed on the host per parameter from its step, as PyTorch does), so
-//            results on the CPU equal PyTorch's bit for bit.
+//            results on the CPU equal PyTorch's bit for bit. With amsgrad: _foreach_maximum_(max_exp_avg_sqs,
+//            exp_avg_sqs), then the denominator from _foreach_sqrt(max_exp_avg_sqs).
 //   fused:   adam.py _fused_adam (_foreach_add_(steps, 1), then at::_fused_adam_ / at::_fused_adamw_ with the
-//            float32 step tensors on the parameters' device) and sgd.py _fused_sgd (at::_fused_sgd_ with
-//            is_first_step when the momentum buffers are new).
-// Not supported: amsgrad, maximize, capturable, differentiable, sparse gradients, grad scaling (grad_scale /
-// found_inf), tensor learning rates, complex parameters.
+//            float32 step tensors on the parameters' device, and the max_exp_avg_sqs with amsgrad) and sgd.py
+//            _fused_sgd (at::_fused_sgd_ with is_first_step when the momentum buffers are new).
+// Not supported: maximize, capturable, differentiable, sparse gradients, grad scaling (grad_scale / found_inf),
+// tensor learning rates, complex parameters.
 //
 // State (as PyTorch keeps it): per parameter, created at the first step() in which its grad is defined:
 //   Adam/AdamW: step (float32 scalar; on the CPU for foreach, on the parameter's device for fused),
-//               exp_avg and exp_avg_sq (shape, dtype and device of the parameter);
+//               exp_avg and exp_avg_sq (shape, dtype and device of the parameter), and in amsgrad groups
+//               max_exp_avg_sq (like the parameter: the elementwise maximum of every exp_avg_sq so far);
 //   SGD with momentum != 0: momentum_buffer (like the parameter); SGD without momentum keeps no state.
 // A parameter whose grad is undefined at a step() is skipped (its state, step included, does not advance).
 // Nesterov SGD without weight decay does not modify the gradients (PyTorch's foreach path adds the momentum
@@ -57,8 +65,8 @@ enum class OptimizerImplementation { automatic, foreach, fused };
 class Optimizer {
  public:
   // Throws std::invalid_argument for invalid hyperparameters (negative lr, eps or weight decay, betas outside
-  // [0, 1), negative momentum or dampening, nesterov without momentum or with dampening), undefined or
-  // non-floating parameters, or a parameter that appears twice.
+  // [0, 1), negative momentum or dampening, nesterov without momentum or with dampening, amsgrad with SGD),
+  // undefined or non-floating parameters, or a parameter that appears twice.
   Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups,
             OptimizerImplementation implementation = OptimizerImplementation::automatic);
 
@@ -67,8 +75,8 @@ class Optimizer {
   // Adam/AdamW kernels when every parameter takes that path (no host synchronisation, as GradScaler with a
   // fused optimizer), otherwise by reading the flag on the host first.
   void step(const at::Tensor& found_inf = at::Tensor());
-  // Sets every parameter's grad to an undefined tensor (set_to_none).
-  void zero_grad();
+  // Sets every parameter's grad to an undefined tensor (set_to_none), or to zeros in place.
+  void zero_grad(bool set_to_none = true);
 
   void set_lr(std::size_t group, double lr);  // throws std::out_of_range / std::invalid_argument
   double lr(std::size_t group) const;
@@ -78,30 +86,33 @@ class Optimizer {
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
   // The state tensors (the optimizer's own tensors, not copies), named "group<G>.param<P>.<entry>" with
-  // entry step, exp_avg, exp_avg_sq (Adam/AdamW) or momentum_buffer (SGD), in group, parameter, entry order;
-  // parameters without state are left out.
+  // entry step, exp_avg, exp_avg_sq, then max_exp_avg_sq in amsgrad groups (Adam/AdamW) or momentum_buffer
+  // (SGD), in group, parameter, entry order; parameters without state are left out.
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
   // Replaces the whole state with the named tensors (any device; copied): parameters not named start with no
   // state. Everything is validated before anything changes; std::invalid_argument on an unknown or
-  // duplicate name, a group or parameter index out of range, a wrong shape or dtype, or a parameter with only
-  // some of its entries. Messages start with "optimizer state: ".
+  // duplicate name, a group or parameter index out of range, a wrong shape or dtype, a parameter with only
+  // some of its entries (max_exp_avg_sq is one of them in amsgrad groups), or max_exp_avg_sq for a group
+  // without amsgrad. Messages start with "optimizer state: ".
   void load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
-  // {"kind", "step_count", "groups": [{"params": count, "lr", "weight_decay", then "beta1", "beta2", "eps"
-  // (Adam/AdamW) or "momentum", "dampening", "nesterov" (SGD)}]}.
+  // {"kind", "step_count", "groups": [{"params": count, "lr", "weight_decay", then "beta1", "beta2", "eps",
+  // "amsgrad" (Adam/AdamW) or "momentum", "dampening", "nesterov" (SGD)}]}.
   nlohmann::json hyperparameters() const;
   // Restores step_count and every group's hyperparameters. The kind, the number of groups and each group's
   // number of parameters must match; std::invalid_argument otherwise (messages start with
-  // "optimizer hyperparameters: ").
+  // "optimizer hyperparameters: "). A missing "amsgrad" (JSON written before it existed) reads as false.
+  // amsgrad cannot change in a group where a parameter has state (it would lack max_exp_avg_sq, or keep one
+  // that is no longer updated): std::invalid_argument as well.
   void load_hyperparameters(const nlohmann::json& hyperparameters);
 
  private:
   struct ParamState {
-    at::Tensor step, exp_avg, exp_avg_sq, momentum_buffer;
+    at::Tensor step, exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer;  // max_exp_avg_sq: amsgrad groups
     float step_value = 0;  // host copy of `step` (float32 as the tensor), for the foreach bias corrections
   };
   bool use_fused(const at::Tensor& param) const;
-  void init_state(const at::Tensor& param, ParamState& state) const;
+  void init_state(const at::Tensor& param, bool amsgrad, ParamState& state) const;
   void step_adam_group(std::size_t group);
   void step_sgd_group(std::size_t group);
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "runtime/core/duration_text.h"
+
 namespace runner::train {
 namespace {
 
@@ -20,13 +22,7 @@ std::string format_value(double value) {
 
 }  // namespace
 
-std::string format_eta(double seconds) {
-  const auto total = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  if (total < 60) return fmt::format("{}s", total);
-  if (total < 3600) return fmt::format("{}m {:02d}s", total / 60, total % 60);
-  if (total < 86400) return fmt::format("{}h {:02d}m", total / 3600, (total % 3600) / 60);
-  return fmt::format("{}d {}h", total / 86400, (total % 86400) / 3600);
-}
+std::string format_eta(double seconds) { return core::duration_text(seconds); }
 
 std::string format_memory(double bytes) {
   const double mib = bytes / (1024.0 * 1024.0);
@@ -66,9 +62,9 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
     line += rate_ >= 1 ? fmt::format("  {:.2f} it/s", rate_) : fmt::format("  {:.2f} s/it", 1.0 / rate_);
     if (options_.batch_size > 0) line += fmt::format("  {:.0f} img/s", rate_ * static_cast<double>(options_.batch_size));
     if (options_.total_steps > snapshot.step)
-      line += "  ETA " + format_eta(static_cast<double>(options_.total_steps - snapshot.step) / rate_);
+      line += "  ETA " + core::duration_text(static_cast<double>(options_.total_steps - snapshot.step) / rate_);
   }
-  line += "  elapsed " + format_eta(now_seconds - start_);
+  line += "  elapsed " + core::duration_text(now_seconds - start_);
   if (snapshot.memory_bytes) line += "  mem " + format_memory(*snapshot.memory_bytes);
   return line;
 }

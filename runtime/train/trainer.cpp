@@ -14,19 +14,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <set>
 
+#include "runtime/core/clock.h"
 #include "runtime/core/logging.h"
-#include "runtime/train/rng_state.h"
+#include "runtime/core/shape_text.h"
+#include "runtime/train/grad_norm.h"
 
 namespace runner::train {
 namespace {
-
-std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Autocast for one device type over a scope, restoring what was set before (the cast cache is cleared when
 // the outermost autocast region ends, as torch.autocast does).
@@ -66,20 +61,9 @@ std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   return std::nullopt;
 }
 
-// torch.nn.utils.clip_grad_norm_'s total norm (foreach): the L2 norm of the per-tensor norms.
-at::Tensor global_norm(const std::vector<at::Tensor>& grads, const c10::Device& device) {
-  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-  std::map<std::pair<std::string, at::ScalarType>, std::vector<at::Tensor>> buckets;
-  for (const auto& g : grads) buckets[{g.device().str(), g.scalar_type()}].push_back(g);
-  std::vector<at::Tensor> norms;
-  for (auto& [key, bucket] : buckets)
-    for (auto& norm : at::_foreach_norm(bucket, 2)) norms.push_back(norm.to(grads.front().device()));
-  return at::linalg_vector_norm(at::stack(norms), 2).to(at::kFloat);
-}
-
 std::string describe_range(const std::string& name, const at::Tensor& tensor) {
   if (!tensor.defined()) return name + " (none)";
-  std::string text = fmt::format("{} {} {}", name, shape_text(tensor.sizes()), c10::toString(tensor.scalar_type()));
+  std::string text = fmt::format("{} {} {}", name, core::shape_text(tensor.sizes()), c10::toString(tensor.scalar_type()));
   if (tensor.numel() == 0) return text + " (empty)";
   const at::Tensor values = tensor.detach().to(at::kCPU).to(at::kDouble);
   const at::Tensor finite = at::isfinite(values);
@@ -117,33 +101,6 @@ std::string list_nonfinite(const NamedTensorList& tensors, bool grads) {
   return fmt::format("{}", fmt::join(found, ", ")) + (more ? fmt::format(" and {} more", more) : "");
 }
 
-// A snapshot copy of one tensor: pinned host memory filled asynchronously for device tensors, a CPU clone
-// otherwise.
-at::Tensor host_copy(const at::Tensor& tensor) {
-  const at::Tensor source = tensor.detach();
-  if (source.is_cpu()) return source.clone(at::MemoryFormat::Contiguous);
-  at::Tensor copy = at::empty(source.sizes(), source.options().device(at::kCPU).pinned_memory(true));
-  copy.copy_(source, /*non_blocking=*/true);
-  return copy;
-}
-
-std::vector<ckpt::NamedTensor> host_copies(const NamedTensorList& tensors) {
-  std::vector<ckpt::NamedTensor> copies;
-  copies.reserve(tensors.size());
-  for (const auto& [name, tensor] : tensors) copies.push_back({name, host_copy(tensor)});
-  return copies;
-}
-
-std::string ema_file_name(std::size_t index, std::size_t count) {
-  return count == 1 || index == 0 ? std::string("ema.safetensors") : fmt::format("ema-{}.safetensors", index + 1);
-}
-
-NamedTensorList as_list(const ckpt::SafetensorsContents& contents) {
-  NamedTensorList list;
-  for (const auto& t : contents.tensors) list.emplace_back(t.name, t.tensor);
-  return list;
-}
-
 }  // namespace
 
 Precision resolve_precision(const std::string& amp, const c10::Device& device) {
@@ -178,9 +135,9 @@ struct Trainer::Events {
   bool pending = false;
 };
 
-Trainer::Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup> groups, LrScheduleOptions schedule,
+Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
                  std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device)
-    : model_(std::move(model)), options_(std::move(options)), device_(device),
+    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), device_(device),
       precision_(resolve_precision(options_.amp, device)), events_(std::make_unique<Events>()) {
   if (options_.accumulate < 1)
     throw std::invalid_argument(fmt::format("accumulate must be 1 or more, got {}", options_.accumulate));
@@ -188,6 +145,8 @@ Trainer::Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup>
     throw std::invalid_argument(fmt::format("clip must be a positive gradient norm, got {}", *options_.clip));
   std::map<const void*, std::string> names;
   for (const auto& [name, tensor] : model_.parameters) names[tensor.unsafeGetTensorImpl()] = name;
+  if (!optimizer_) throw std::invalid_argument("the trainer needs an optimizer");
+  const std::vector<ParamGroup>& groups = optimizer_->groups();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     base_lrs_.push_back(groups[g].lr);
     for (const auto& p : groups[g].params) {
@@ -197,7 +156,6 @@ Trainer::Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup>
       trainable_.emplace_back(it->second, p);
     }
   }
-  optimizer_ = std::make_unique<Optimizer>(kind, std::move(groups));
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
   std::vector<at::Tensor> params, buffers;
   for (const auto& [name, tensor] : model_.parameters) params.push_back(tensor);
@@ -208,6 +166,11 @@ Trainer::Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup>
 }
 
 Trainer::~Trainer() = default;
+
+at::Tensor Trainer::global_norm(const std::vector<at::Tensor>& grads) const {
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  return total_norm(grads).to(at::kFloat);
+}
 
 std::vector<at::Tensor> Trainer::trainable_grads() const {
   std::vector<at::Tensor> grads;
@@ -245,9 +208,9 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   auto mark = [&](int index) {
     if (record) events_->marks[index].record(guard->getStream(device_));
   };
-  double host_time = seconds_now();
+  double host_time = core::steady_seconds();
   auto host_lap = [&](double& slot) {
-    const double now = seconds_now();
+    const double now = core::steady_seconds();
     if (!cuda) slot = now - host_time;
     host_time = now;
   };
@@ -264,7 +227,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
     }
     if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())
       throw std::invalid_argument(fmt::format("the loss function must return a floating-point scalar tensor, got {}",
-                                              loss.defined() ? shape_text(loss.sizes()) + " " + c10::toString(loss.scalar_type())
+                                              loss.defined() ? core::shape_text(loss.sizes()) + " " + c10::toString(loss.scalar_type())
                                                              : std::string("nothing")));
     if (!loss.requires_grad())
       throw std::invalid_argument("the loss does not require grad: it was computed without the model's parameters or under no_grad");
@@ -286,28 +249,26 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   at::Tensor grad_norm;
   if (scaler_) {
     const at::Tensor found_inf = scaler_->unscale(grads);
-    grad_norm = global_norm(grads, device_);
+    grad_norm = global_norm(grads);
     found = at::maximum(found_inf, loss_bad);
     if (options_.on_nonfinite == NonFinitePolicy::stop && loss_bad.item<float>() != 0)
       throw NonFiniteError(nonfinite_report(micro_losses, inputs));
     found_inf.copy_(found);
     found = found_inf;
   } else {
-    grad_norm = global_norm(grads, device_);
+    grad_norm = global_norm(grads);
     found = at::maximum(loss_bad, at::logical_not(at::isfinite(grad_norm)).to(at::kFloat).reshape({1}));
     if (options_.on_nonfinite == NonFinitePolicy::stop && found.item<float>() != 0)
       throw NonFiniteError(nonfinite_report(micro_losses, inputs));
   }
-  if (options_.clip && !grads.empty()) {
-    const at::Tensor coefficient = (*options_.clip / (grad_norm + 1e-6)).clamp_max(1.0);
-    at::_foreach_mul_(grads, coefficient);
-  }
+  if (options_.clip) clip_by_norm(grads, *options_.clip, grad_norm);
   const double factor = schedule_->factor(step_);
   for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, base_lrs_[g] * factor);
   optimizer_->step(found);
   skipped_.add_(found.reshape({}).to(at::kLong));
   if (scaler_) scaler_->update(found);
   ++step_;
+  ++state_version_;
   mark(2);
   host_lap(timing_.optimizer);
 
@@ -323,6 +284,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   result.skipped = skipped_;
   result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
   result.step = step_;
+  if (observer_) observer_(step_);
   return result;
 }
 
@@ -337,135 +299,11 @@ std::string Trainer::nonfinite_report(const std::vector<at::Tensor>& micro_losse
       input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")));
 }
 
-Trainer::Snapshot Trainer::snapshot(const nlohmann::json& extra) const {
-  std::vector<ckpt::CheckpointFileContent> files;
-  NamedTensorList state_dict = model_.parameters;
-  state_dict.insert(state_dict.end(), model_.buffers.begin(), model_.buffers.end());
-  files.push_back({"model.safetensors", host_copies(state_dict), {{"format", "runner.model"}}});
-
-  for (std::size_t e = 0; e < emas_.size(); ++e) {
-    NamedTensorList averaged;
-    const auto& shadow = emas_[e].shadow();
-    const auto& shadow_buffers = emas_[e].shadow_buffers();
-    for (std::size_t i = 0; i < shadow.size(); ++i) averaged.emplace_back(model_.parameters[i].first, shadow[i]);
-    for (std::size_t i = 0; i < shadow_buffers.size(); ++i) averaged.emplace_back(model_.buffers[i].first, shadow_buffers[i]);
-    files.push_back({ema_file_name(e, emas_.size()), host_copies(averaged),
-                     {{"format", "runner.ema"}, {"decay", fmt::format("{}", emas_[e].options().decay)}}});
-  }
-
-  files.push_back({"optimizer.safetensors", host_copies(optimizer_->state_tensors()),
-                   {{"format", "runner.optimizer"}, {"hyperparameters", optimizer_->hyperparameters().dump()}}});
-
-  NamedTensorList trainer_tensors = capture_rng_states();
-  if (scaler_) {
-    for (const auto& [name, tensor] : scaler_->state_tensors()) trainer_tensors.emplace_back("scaler." + name, tensor);
-  }
-  trainer_tensors.emplace_back("skipped", skipped_);
-  nlohmann::json state = {{"step", step_},
-                          {"micro_step", 0},
-                          {"precision", precision_name(precision_)},
-                          {"accumulate", options_.accumulate},
-                          {"schedule", schedule_->state()},
-                          {"emas", nlohmann::json::array()},
-                          {"extra", extra}};
-  for (const Ema& ema : emas_) state["emas"].push_back(ema.hyperparameters());
-  files.push_back({"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});
-  Snapshot result{std::move(files), [] {}};
-  if (device_.is_cuda()) {
-    auto copied = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
-    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
-    copied->record(guard.getStream(device_));
-    result.wait_ready = [copied] { copied->synchronize(); };
-  }
-  return result;
-}
-
-nlohmann::json Trainer::restore(const std::string& checkpoint_dir) {
-  auto load = [&](const std::string& name) {
-    try {
-      return ckpt::load_safetensors(checkpoint_dir + "/" + name);
-    } catch (const std::exception& error) {
-      throw std::invalid_argument(error.what());
-    }
-  };
-  const auto model_file = load("model.safetensors");
-  const auto trainer_file = load("trainer.safetensors");
-  const auto optimizer_file = load("optimizer.safetensors");
-  std::vector<ckpt::SafetensorsContents> ema_files;
-  for (std::size_t e = 0; e < emas_.size(); ++e) ema_files.push_back(load(ema_file_name(e, emas_.size())));
-
-  // Everything is checked against this trainer before anything changes.
-  const std::string model_path = checkpoint_dir + "/model.safetensors";
-  NamedTensorList state_dict = model_.parameters;
-  state_dict.insert(state_dict.end(), model_.buffers.begin(), model_.buffers.end());
-  std::set<std::string> expected;
-  for (const auto& [name, tensor] : state_dict) {
-    expected.insert(name);
-    const at::Tensor* saved = model_file.find(name);
-    if (!saved) throw std::invalid_argument(fmt::format("{}: '{}' is missing: the checkpoint is of a different model", model_path, name));
-    if (saved->sizes() != tensor.sizes() || saved->scalar_type() != tensor.scalar_type())
-      throw std::invalid_argument(fmt::format("{}: '{}' is {} {}, the model's is {} {}", model_path, name,
-                                              shape_text(saved->sizes()), c10::toString(saved->scalar_type()),
-                                              shape_text(tensor.sizes()), c10::toString(tensor.scalar_type())));
-  }
-  for (const auto& saved : model_file.tensors)
-    if (!expected.count(saved.name))
-      throw std::invalid_argument(fmt::format("{}: '{}' is not in the model: the checkpoint is of a different model", model_path, saved.name));
-  auto metadata = trainer_file.metadata.find("trainer");
-  if (metadata == trainer_file.metadata.end())
-    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the 'trainer' metadata is missing");
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(metadata->second);
-  } catch (const nlohmann::json::exception& error) {
-    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the 'trainer' metadata is not JSON: " + error.what());
-  }
-  if (!state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
-    throw std::invalid_argument(checkpoint_dir + "/trainer.safetensors: the step is missing");
-  if (state.value("emas", nlohmann::json::array()).size() != emas_.size())
-    throw std::invalid_argument(fmt::format("{}: the checkpoint has {} EMA averages, the trainer {}", checkpoint_dir,
-                                            state.value("emas", nlohmann::json::array()).size(), emas_.size()));
-  NamedTensorList rng, scaler;
-  at::Tensor skipped;
-  for (const auto& t : trainer_file.tensors) {
-    if (t.name.rfind("rng.", 0) == 0) rng.emplace_back(t.name, t.tensor);
-    else if (t.name.rfind("scaler.", 0) == 0) scaler.emplace_back(t.name.substr(7), t.tensor);
-    else if (t.name == "skipped") skipped = t.tensor;
-  }
-
-  // Optimizer and EMA loads validate before they change anything; the model's tensors were checked above.
-  optimizer_->load_state_tensors(as_list(optimizer_file));
-  for (std::size_t e = 0; e < emas_.size(); ++e) {
-    NamedTensorList named;
-    std::map<std::string, std::string> slot;
-    for (std::size_t i = 0; i < model_.parameters.size(); ++i) slot[model_.parameters[i].first] = fmt::format("param{}", i);
-    for (std::size_t i = 0; i < model_.buffers.size(); ++i) slot[model_.buffers[i].first] = fmt::format("buffer{}", i);
-    for (const auto& t : ema_files[e].tensors) {
-      auto it = slot.find(t.name);
-      if (it == slot.end())
-        throw std::invalid_argument(fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas_.size()), t.name));
-      named.emplace_back(it->second, t.tensor);
-    }
-    emas_[e].load_state_tensors(named);
-    emas_[e].load_hyperparameters(state["emas"][e]);
-  }
-  {
-    at::NoGradGuard no_grad;
-    for (auto& [name, tensor] : state_dict) tensor.copy_(*model_file.find(name));
-  }
-  if (scaler_ && !scaler.empty()) scaler_->load_state_tensors(scaler);
+void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
+  if (step < 0) throw std::invalid_argument(fmt::format("the step count must be 0 or more, got {}", step));
   if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
-  schedule_->load_state(state.value("schedule", nlohmann::json::object()));
-  restore_rng_states(rng);
-  step_ = state["step"].get<int64_t>();
-  if (state.value("accumulate", options_.accumulate) != options_.accumulate ||
-      state.value("precision", precision_name(precision_)) != precision_name(precision_))
-    core::log(core::LogLevel::warn,
-              fmt::format("{}: saved with accumulate={} and {}, continuing with accumulate={} and {}: the run no longer "
-                          "repeats an uninterrupted one exactly",
-                          checkpoint_dir, state.value("accumulate", 0), state.value("precision", std::string("?")),
-                          options_.accumulate, precision_name(precision_)));
-  return state.value("extra", nlohmann::json::object());
+  step_ = step;
+  ++state_version_;
 }
 
 void set_tf32(bool enabled) {

@@ -1,6 +1,6 @@
 // The trainer step: forward under autocast, backward with gradient accumulation and loss scaling, the
-// non-finite guard, clipping, the optimizer step, the LR schedule and EMA; and the training state that a
-// checkpoint holds so that a resumed run continues bit for bit.
+// non-finite guard, clipping, the optimizer step, the LR schedule and EMA. The files a checkpoint makes of
+// its state are in runtime/run/checkpoint_format.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
@@ -82,9 +81,11 @@ using LossFunction = std::function<at::Tensor(std::int64_t micro, std::int64_t c
 
 class Trainer {
  public:
-  // The model's tensors are used in place (not copied). Each EmaOptions adds an average of the parameters
-  // (one per decay). Throws std::invalid_argument for bad options (accumulate < 1, clip <= 0, fp16 on CPU).
-  Trainer(TrainerModel model, OptimizerKind kind, std::vector<ParamGroup> groups, LrScheduleOptions schedule,
+  // The model's tensors are used in place (not copied); the optimizer is shared with whoever made it (its
+  // groups must hold parameters of the model; their lr is the base of the schedule). Each EmaOptions adds an
+  // average of the parameters (one per decay). Throws std::invalid_argument for bad options (accumulate < 1,
+  // clip <= 0, fp16 on CPU, a parameter not in the model).
+  Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
           std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -97,6 +98,8 @@ class Trainer {
   StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
 
   std::int64_t step_count() const { return step_; }
+  // Changes with every step and restore: what a copy of the averages into a model was taken at.
+  std::int64_t state_version() const { return state_version_; }
   Precision precision() const { return precision_; }
   const c10::Device& device() const { return device_; }
   const TrainerOptions& options() const { return options_; }
@@ -107,28 +110,29 @@ class Trainer {
   StepTiming timing();  // see StepTiming
   double base_lr(std::size_t group) const { return base_lrs_.at(group); }
 
-  // The files of a checkpoint, copied off the training tensors (a CUDA tensor goes to pinned host memory
-  // asynchronously; wait_ready() blocks until every copy has landed): model.safetensors (parameters and buffers by
-  // name), ema.safetensors (the first average, float32, under the model's names; ema-<k>.safetensors for
-  // the k-th of several), optimizer.safetensors, trainer.safetensors (loss scale, skip count, every RNG
-  // stream; its metadata "trainer" holds the step, the schedule and EMA counters and `extra`).
-  struct Snapshot {
-    std::vector<ckpt::CheckpointFileContent> files;
-    std::function<void()> wait_ready;  // blocks until the device-to-host copies are complete
-  };
-  Snapshot snapshot(const nlohmann::json& extra) const;
-  // Restores everything snapshot() wrote from the files of a checkpoint directory; returns the `extra` JSON.
-  // Throws std::invalid_argument naming the file and what does not match (a different model or optimizer).
-  nlohmann::json restore(const std::string& checkpoint_dir);
+  // Called at the end of every completed step with the new step count (a training run attached to the
+  // trainer: its step, checkpoint reports, stop requests). May throw; the step itself is complete by then.
+  void set_step_observer(std::function<void(std::int64_t step)> observer) { observer_ = std::move(observer); }
+
+  // The state a checkpoint holds beyond the model, optimizer, EMAs and schedule (checkpoint_format.h).
+  const LossScaler* loss_scaler() const { return scaler_.get(); }
+  LossScaler* loss_scaler() { return scaler_.get(); }
+  const at::Tensor& skipped() const { return skipped_; }  // int64 scalar on the device
+  const Optimizer& optimizer() const { return *optimizer_; }
+  const LrSchedule& schedule() const { return *schedule_; }
+  const std::vector<Ema>& emas() const { return emas_; }
+  // Continues counting from a checkpoint: `step` optimizer steps done, `skipped` of them skipped.
+  void restore_counters(std::int64_t step, const at::Tensor& skipped);
 
  private:
   struct Events;
   std::vector<at::Tensor> trainable_grads() const;
+  at::Tensor global_norm(const std::vector<at::Tensor>& grads) const;  // float32, 0 without gradients
   std::string nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const;
 
   TrainerModel model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;  // parameters of the optimizer's groups, by name
-  std::unique_ptr<Optimizer> optimizer_;
+  std::shared_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;
@@ -137,9 +141,11 @@ class Trainer {
   Precision precision_;
   std::vector<double> base_lrs_;
   std::int64_t step_ = 0;
+  std::int64_t state_version_ = 0;
   at::Tensor skipped_;
   std::unique_ptr<Events> events_;
   StepTiming timing_;
+  std::function<void(std::int64_t)> observer_;
 };
 
 // TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN).

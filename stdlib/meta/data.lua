@@ -67,7 +67,13 @@ function data.dataset(options) end
 --- `fast_decode` (default true) lets JPEG decoding downscale by 1/2, 1/4 or 1/8 in the DCT domain to a size
 --- still at least `resize` (as PIL's draft mode); false decodes at full size, pixel-identical to PIL. Either
 --- way a JPEG is decoded only down to the last row the crop needs, and only the columns around it.
----@alias Transform {resize?: integer, crop?: integer|integer[], random_crop?: integer|integer[], flip?: boolean, normalize?: boolean, fast_decode?: boolean}
+---@class TransformOptions
+---@field resize? integer                  the shorter side after resizing (0 or absent: no resize)
+---@field crop? integer|integer[]          center crop n or {height, width}
+---@field random_crop? integer|integer[]   random crop n or {height, width} (not with crop)
+---@field flip? boolean                    horizontal flip with probability 1/2 (default false)
+---@field normalize? boolean               8-bit v -> v / 127.5 - 1 (default true)
+---@field fast_decode? boolean             JPEG DCT-domain downscaling when resizing anyway (default true)
 
 ---@class Batch
 ---@field data Tensor [B, ...] on the loader's device (float32 in [-1, 1] for normalized 8-bit data)
@@ -88,7 +94,7 @@ function data.dataset(options) end
 ---@field images_per_s number
 
 ---@class LoaderState
----@field seed string the seed as a decimal string (all 64 bits)
+---@field seed integer the loader's seed
 ---@field position integer batches consumed
 ---@field dataset_size integer
 ---@field batch integer
@@ -136,14 +142,30 @@ function Loader:skip_reports() end
 ---@return Dataset
 function Loader:dataset() end
 
+---@class LoaderOptions
+---@field batch integer                    samples per batch for this rank (required)
+---@field shuffle? boolean                 default true
+---@field drop_last? boolean               default false
+---@field workers? integer                 decoding threads (default min(4 per GPU, cores - 1)); 0: on the caller's thread
+---@field prefetch? integer                batches in flight (default 2 per worker)
+---@field seed? integer                    the order's and the random transforms' seed (default 0)
+---@field rank? integer                    this process's shard (default: the launch's RANK, else 0)
+---@field world_size? integer              number of shards (default: the launch's WORLD_SIZE, else 1)
+---@field device? string                   where batches are delivered (default "cpu")
+---@field pin_memory? boolean              pinned host buffers for CUDA devices (default true)
+---@field transform? TransformOptions
+---@field on_error? "raise"|"skip"         bad samples: stop naming the file (default) or leave them out
+
 --- A loader: a seeded permutation per epoch (shuffle, default true), sharded by rank (each global batch of
 --- batch x world_size samples is split over the ranks, so every sample is seen once per epoch across
 --- ranks), batches assembled by `workers` threads (default: min(4 per GPU, cores - 1)) up to `prefetch`
 --- batches ahead (default 2 per worker), in pinned memory and copied to a CUDA device on a side stream
 --- before they are asked for. on_error = "skip" leaves bad samples out of their batch and reports each file
 --- once; "raise" (default) stops with an error naming the file.
+--- rank and world_size default to the process's place in a distributed job (RANK / WORLD_SIZE, as torchrun
+--- and Slurm set them; 0 and 1 for a single process).
 ---@param dataset Dataset
----@param options {batch: integer, shuffle?: boolean, drop_last?: boolean, workers?: integer, prefetch?: integer, seed?: integer, rank?: integer, world_size?: integer, device?: string, pin_memory?: boolean, transform?: Transform, on_error?: "raise"|"skip"}
+---@param options LoaderOptions
 ---@return Loader
 function data.loader(dataset, options) end
 

@@ -21,20 +21,50 @@ function Optimizer:lr(group) end
 function Optimizer:set_lr(lr, group) end
 ---@return integer
 function Optimizer:group_count() end
+---@return string kind "sgd", "adam" or "adamw"
+function Optimizer:kind() end
+
+---@class SGDOptions
+---@field params? ParamsOrGroups  in a group table: the group's parameters
+---@field lr number               required
+---@field momentum? number        default 0
+---@field dampening? number       default 0
+---@field weight_decay? number    L2 term added to the gradient (default 0)
+---@field nesterov? boolean       default false
+
+---@class AdamOptions
+---@field params? ParamsOrGroups  in a group table: the group's parameters
+---@field lr? number              default 1e-3
+---@field betas? number[]         default {0.9, 0.999}
+---@field eps? number             default 1e-8
+---@field weight_decay? number    L2 term added to the gradient (default 0)
+---@field amsgrad? boolean        default false
+
+---@class AdamWOptions
+---@field params? ParamsOrGroups  in a group table: the group's parameters
+---@field lr? number              default 1e-3
+---@field betas? number[]         default {0.9, 0.999}
+---@field eps? number             default 1e-8
+---@field weight_decay? number    decoupled weight decay (default 1e-2, as torch.optim.AdamW)
+---@field amsgrad? boolean        default false
+
+--- The optimizers are PyTorch's (torch.optim with foreach=True off CUDA, fused=True on CUDA: the same results,
+--- bit for bit on the CPU), and they are the trainer's: runner.trainer{optimizer = optim.AdamW(model, ...)}.
+--- Group tables override the defaults given in `options` for their parameters.
 
 --- SGD; lr is required.
 ---@param params ParamsOrGroups
----@param options {lr: number, momentum?: number, dampening?: number, weight_decay?: number, nesterov?: boolean}
+---@param options SGDOptions
 ---@return Optimizer
 function optim.SGD(params, options) end
---- Adam (defaults lr 1e-3, betas {0.9, 0.999}, eps 1e-8, weight_decay 0, amsgrad false).
+--- Adam.
 ---@param params ParamsOrGroups
----@param options? {lr?: number, betas?: number[], eps?: number, weight_decay?: number, amsgrad?: boolean}
+---@param options? AdamOptions
 ---@return Optimizer
 function optim.Adam(params, options) end
---- AdamW, decoupled weight decay (defaults lr 1e-3, betas {0.9, 0.999}, eps 1e-8, weight_decay 1e-2).
+--- AdamW, decoupled weight decay.
 ---@param params ParamsOrGroups
----@param options? {lr?: number, betas?: number[], eps?: number, weight_decay?: number, amsgrad?: boolean}
+---@param options? AdamWOptions
 ---@return Optimizer
 function optim.AdamW(params, options) end
 

@@ -35,6 +35,11 @@ function runner.clock() end
 ---@return table
 function runner.versions() end
 
+--- The options tables the runtime declares, by the name of their ---@class in these stubs: the keys each
+--- accepts, in declaration order (for tools and the spec that keeps these stubs true).
+---@return table<string, string[]>
+function runner.option_tables() end
+
 --- Stops the run as a usage error (exit status 2), prefixed with the calling script's file:line.
 ---@param message string
 function runner.usage_error(message) end

@@ -1,5 +1,6 @@
 ---@meta
--- Runs and the index: runner.start, the Run object, runner.query, runner.home (stdlib/runner/run.lua).
+-- Runs and the index: runner.start, the Run object (metrics, images, checkpoints, restore), runner.query,
+-- runner.home (stdlib/runner/run.lua; the run itself is runtime/run).
 
 --- Starts the run of this script and records it in the index (RUNNER_HOME/index.db, RUNNER_HOME defaulting
 --- to ./runs): a row with the script path and its sha256, the resolved config, the git revision of the
@@ -9,15 +10,30 @@
 --- fresh one (recorded). The device is options.device, else the config's `device`, else "auto".
 --- The name is options.name, else the config's `name`, else "<script>-<n>"; a name that exists is an error.
 --- `parent` (an id, id prefix, name or 'last') links the run to the run it continues from.
+--- `resume`: true (the default: continue the latest ended run of this script with the same config that has a
+--- checkpoint), false (always a new run), or a run reference (continue that run); `runner --resume RUN` and
+--- `runner --fresh` on the command line win over it. A resumed run keeps its seed unless one is given.
+--- `fork` (a run reference) starts a new run, with that run as parent, from its newest good checkpoint
+--- (run:restore loads it).
 --- The run ends when the script ends: `finished` on success, `failed` with the error text on an error or a
 --- nonzero os.exit, `interrupted` on Ctrl-C, SIGTERM or SIGHUP (exit status 130, 143, 129). A process killed
 --- outright shows as interrupted once its heartbeat stops (immediately on the same host). Metrics logged
 --- before the end are flushed to the index whenever the process lives to end the run (not after SIGKILL or a
 --- crash, where what was flushed before stays).
 ---@param cfg? table the config from config{} (default runner.config, or {})
----@param options? {name?: string, seed?: integer, device?: string, parent?: string, flush_interval?: number}
+---@param options? StartOptions
 ---@return Run
 function runner.start(cfg, options) end
+
+---@class StartOptions
+---@field name? string                 default: the config's name, else "<script>-<n>"
+---@field seed? integer                default: the config's seed, else the resumed run's, else a fresh one
+---@field device? string               default: the config's device, else "auto"
+---@field parent? string               a run reference
+---@field fork? string                 a run reference: start from its newest good checkpoint
+---@field resume? boolean|string       default true (see above)
+---@field flush_interval? number       seconds between metric commits (default 1)
+---@field heartbeat? number            seconds between heartbeats (default 5)
 
 ---@class Run
 ---@field id string       # 8 characters of [0-9a-z]; what `runner show` takes (or a unique prefix of it)
@@ -65,6 +81,40 @@ function Run:flush() end
 ---@param status? string
 ---@param error? string
 function Run:finish(status, error) end
+
+---Attaches what a checkpoint holds to the run and continues from the newest good checkpoint of this run (or,
+---for runner.start{fork = RUN}, of that run): weights, EMA, optimizer moments, loss scale, LR schedule, step,
+---every RNG stream (CPU and each CUDA device), the loader's position and each state object's state().
+---Checkpoints whose files do not match their recorded sha256 are reported and skipped. From now on the
+---first SIGINT/SIGTERM/SIGUSR1/SIGHUP finishes the step, saves a checkpoint, marks the run interrupted and
+---exits 0 (130 for SIGINT).
+---@param options RestoreOptions
+---@return integer step the step restored (0 when starting from scratch)
+function Run:restore(options) end
+
+---Saves a checkpoint of step run.step as checkpoints/step-NNNNNNN/ (model.safetensors, ema.safetensors,
+---optimizer.safetensors, trainer.safetensors, manifest.json): the tensors are copied (the stall, returned
+---and logged as checkpoint_stall_ms) and written, verified, indexed and rotated by a background thread.
+---A failed save raises at the next step (on_error = "stop") or is logged (on_error = "continue"); the
+---previous checkpoint is intact either way.
+---@param options? CheckpointOptions
+---@return number stall_seconds
+function Run:checkpoint(options) end
+
+---@class RestoreOptions
+---@field trainer Trainer              required
+---@field loader? Loader               its position is saved and restored
+---@field state? table<string, {state: fun(self): table, load_state: fun(self, s: table)}>  named objects saved with each checkpoint
+---@field keep_last? integer           keep the newest K checkpoints (default 3)
+---@field keep_best? integer           and the best N by `metric` (default 0)
+---@field metric? string               what keep_best ranks by (run:checkpoint's value)
+---@field mode? "min"|"max"            whether lower or higher metric values are better (default min)
+---@field on_error? "stop"|"continue"  a failed save: raise at the next step (default) or log and go on
+
+---@class CheckpointOptions
+---@field metric? string               the metric this checkpoint is ranked by (default: run:restore's)
+---@field value? number                its value
+---@field wait? boolean                return once the files are written, verified and indexed (default false)
 
 --- How many metric values the writer has committed so far.
 ---@return integer

@@ -1,13 +1,13 @@
 ---@meta
--- The training engine: runner.trainer, checkpoints (run:checkpoint, run:restore), early stopping and the
--- batch-size finder (stdlib/runner/train.lua; natives in bindings/train_binding.cpp, bindings/runs_binding.cpp).
+-- The training engine: runner.trainer, early stopping and the batch-size finder (stdlib/runner/train.lua;
+-- natives in bindings/train_binding.cpp). Checkpoints and restore are the run's: stdlib/meta/runs.lua.
 
 ---@class TrainerOptions
 ---@field model Module                 the module to train (its parameters that require grad)
----@field optimizer table|string       {"adamw"|"adam"|"sgd", lr = ..., weight_decay = 0, betas = {0.9, 0.999}, eps = 1e-8, momentum = 0, dampening = 0, nesterov = false, groups = {{params = module_or_tensors, <overrides>}, ...}}; fused AdamW/Adam/SGD kernels on CUDA, foreach ops elsewhere
----@field schedule? table|string       LR schedule: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
+---@field optimizer Optimizer|table|string  an optim object (optim.AdamW(model, {...})), or the same as a table: {"adamw"|"adam"|"sgd", <the optimizer's options: AdamWOptions, AdamOptions, SGDOptions>, groups = {{params = module_or_tensors, <overrides>}, ...}} (the model's trainable parameters when there are no groups); PyTorch's defaults (AdamW weight_decay 1e-2)
+---@field schedule? ScheduleOptions|string LR schedule: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
 ---@field warmup? integer              linear warmup steps (schedule.warmup_steps)
----@field ema? number|table            one decay, {decay, warmup = false, inv_gamma = 1, power = 2/3, min_decay = 0, update_after_step = 0, update_every = 1}, or a list of them (several averages); float32 averages updated with foreach ops after every optimizer step
+---@field ema? number|EmaOptions|EmaOptions[]|false one decay, the options of one average, or a list of them (several averages); float32 averages updated with foreach ops after every optimizer step
 ---@field ema_model? Module|Module[]   other instances of the model that train.ema / train:ema_model(i) fill with the averages
 ---@field amp? string                  "auto" (bf16 on CUDA, fp32 on the CPU), "bf16", "fp16" (with dynamic loss scaling), "fp32"
 ---@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into this many
@@ -18,7 +18,39 @@
 ---@field progress? boolean            false: no progress display
 ---@field tf32? boolean                TF32 matmuls and convolutions on CUDA (default: on for CUDA unless deterministic)
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
----@field scaler? table                fp16 loss scaling: {init_scale = 65536, growth_factor = 2, backoff_factor = 0.5, growth_interval = 2000}
+---@field scaler? ScalerOptions        fp16 loss scaling
+
+---@class ScheduleOptions
+---@field kind? string                 constant (default), linear, cosine, step, multistep, exponential, plateau
+---@field warmup_steps? integer        linear warmup before the schedule (default 0)
+---@field warmup_start_factor? number  the warmup's first factor (default 0)
+---@field total_steps? integer         linear, cosine: length after warmup (default: the trainer's steps - warmup)
+---@field min_lr_factor? number        linear's end, cosine's eta_min, plateau's min_lr, as fractions of the LR (default 0)
+---@field step_size? integer           step: steps between decays
+---@field gamma? number                step, multistep (default 0.1), exponential: the decay multiplier
+---@field milestones? integer[]        multistep: steps (after warmup) where the LR is multiplied by gamma
+---@field mode? "min"|"max"            plateau: whether lower or higher metrics are better (default min)
+---@field factor? number               plateau: multiplier of each reduction (default 0.1)
+---@field patience? integer            plateau: bad observations tolerated (default 10)
+---@field threshold? number            plateau: the margin to beat the best by (default 1e-4)
+---@field threshold_mode? "rel"|"abs"  plateau (default rel)
+---@field cooldown? integer            plateau: observations ignored after a reduction (default 0)
+---@field eps? number                  plateau: smaller LR changes are ignored (default 1e-8)
+
+---@class EmaOptions
+---@field decay? number                default 0.9999
+---@field min_decay? number            default 0
+---@field update_after_step? integer   default 0
+---@field warmup? boolean              diffusers' decay warmup 1 - (1 + step / inv_gamma)^-power (default false)
+---@field inv_gamma? number            default 1
+---@field power? number                default 2/3
+---@field update_every? integer        update on steps that are multiples of this (default 1)
+
+---@class ScalerOptions
+---@field init_scale? number           default 65536
+---@field growth_factor? number        default 2
+---@field backoff_factor? number       default 0.5
+---@field growth_interval? integer     default 2000
 
 ---@class StepOutput
 ---@field loss Tensor          mean of the micro-batch losses (float32, on the device; reading it waits for the device)
@@ -62,25 +94,6 @@ function Trainer:finish_progress() end
 ---@param options TrainerOptions
 ---@return Trainer
 function runner.trainer(options) end
-
----Attaches what a checkpoint holds to the run and continues from the newest good checkpoint of this run (or,
----for runner.start{fork = RUN}, of that run): weights, EMA, optimizer moments, loss scale, LR schedule, step,
----every RNG stream (CPU and each CUDA device), the loader's position and each state object's state().
----Checkpoints whose files do not match their recorded sha256 are reported and skipped. From now on the
----first SIGINT/SIGTERM/SIGUSR1/SIGHUP finishes the step, saves a checkpoint, marks the run interrupted and
----exits 0 (130 for SIGINT).
----@param options {trainer: Trainer, loader?: Loader, state?: table<string, {state: fun(self): table, load_state: fun(self, s: table)}>, keep_last?: integer, keep_best?: integer, metric?: string, mode?: "min"|"max", on_error?: "stop"|"continue"}
----@return integer step the step restored (0 when starting from scratch)
-function Run:restore(options) end
-
----Saves a checkpoint of step run.step as checkpoints/step-NNNNNNN/ (model.safetensors, ema.safetensors,
----optimizer.safetensors, trainer.safetensors, manifest.json): the tensors are copied (the stall, returned
----and logged as checkpoint_stall_ms) and written, verified, indexed and rotated by a background thread.
----A failed save raises at the next step (on_error = "stop") or is logged (on_error = "continue"); the
----previous checkpoint is intact either way.
----@param options? {metric?: string, value?: number, wait?: boolean}
----@return number stall_seconds
-function Run:checkpoint(options) end
 
 ---@class EarlyStopping
 ---@field best number|nil

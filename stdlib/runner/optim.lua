@@ -1,4 +1,5 @@
--- Optimizers over modules, parameter lists or parameter groups. Extends the global `optim`.
+-- Optimizers over modules, parameter lists or parameter groups (the trainer's optimizers: PyTorch's foreach
+-- math, fused kernels on CUDA; runner.trainer takes them). Extends the global `optim`.
 local new_optimizer = optim._new
 optim._new = nil
 
@@ -35,7 +36,7 @@ end
 
 for _, kind in ipairs({ "SGD", "Adam", "AdamW" }) do
   optim[kind] = function(target, options)
-    return new_optimizer(param_groups(target, kind), options or {}, kind)
+    return new_optimizer(string.lower(kind), param_groups(target, kind), options or {})
   end
 end
 

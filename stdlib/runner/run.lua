@@ -6,7 +6,21 @@ runner._index = nil
 local check_options = require("runner.options").check
 
 local Run = {}
-Run.__index = Run
+
+-- run.step lives in the run (runtime/run/run_context.h): a trainer attached by run:restore advances it.
+function Run.__index(self, key)
+  if key == "step" then return rawget(self, "native"):step() end
+  return Run[key]
+end
+
+function Run.__newindex(self, key, value)
+  if key == "step" then
+    if type(value) ~= "number" or value ~= math.floor(value) then error("run.step must be an integer, got " .. tostring(value), 2) end
+    self.native:set_step(value)
+  else
+    rawset(self, key, value)
+  end
+end
 
 local function read_file(path)
   local file = io.open(path, "rb")
@@ -28,10 +42,6 @@ local function plain_config(cfg)
   return plain
 end
 
-local function fresh_seed()
-  return (os.time() * 1000003 + math.floor(runner.clock() * 1e6)) % 2147483647
-end
-
 local raw_print = print
 local function logging_print(...)
   raw_print(...)
@@ -40,55 +50,31 @@ local function logging_print(...)
   native.log_text(table.concat(parts, "\t"))
 end
 
---- runner.start([cfg [, {name, seed, device, parent, fork, resume, flush_interval}]]) -> Run
---- resume: true (default: continue the latest ended run of this script with the same config that has a
---- checkpoint), false (always a new run), or a run reference (continue that run). `runner --resume RUN|last`
---- and `runner --fresh` on the command line override it. fork: start a new run from another run's latest
---- good checkpoint (run:restore loads it), with that run as parent.
+--- runner.start([cfg [, {name, seed, device, parent, fork, resume, flush_interval, heartbeat}]]) -> Run
+--- (see stdlib/meta/runs.lua; the options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
   if type(cfg) ~= "table" and cfg ~= nil then error("runner.start expects the config table (or nothing)", 2) end
-  options = check_options(options, "runner.start", { name = true, seed = true, device = true, parent = true,
-                                                     fork = true, resume = true, flush_interval = true })
-  local resume = options.resume
-  if resume == nil then resume = true end
-  if runner.command_line_resume ~= nil then resume = runner.command_line_resume end
-  if options.fork ~= nil then
-    if type(options.fork) ~= "string" then error("runner.start: fork must be a run reference (id, name or last)", 2) end
-    resume = false
-  end
-  if resume ~= true and resume ~= false and type(resume) ~= "string" then
-    error("runner.start: resume must be true, false or a run reference, got " .. tostring(resume), 2)
-  end
   cfg = cfg or runner.config or {}
-  local seed = options.seed or declared(cfg, "seed") or fresh_seed()
-  if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) then
-    error("runner.start: seed must be a non-negative integer, got " .. tostring(seed), 2)
-  end
-  local device = torch.device(options.device or declared(cfg, "device") or "auto")
   local script = arg and arg[0] or nil
   local versions = runner.versions()
-  local native_run = native.start {
+  local native_run = native.start(options, {
     script = script,
     script_text = script and read_file(script) or nil,
-    name = options.name or declared(cfg, "name"),
+    name = declared(cfg, "name"),
+    seed = declared(cfg, "seed"),
+    device = tostring(torch.device(options and options.device or declared(cfg, "device") or "auto")),
     config = plain_config(cfg),
-    device = device,
-    seed = seed,
-    parent = options.parent or options.fork,
-    resume = resume ~= false and resume or nil,
     versions = { runner = versions.runner, libtorch = versions.libtorch, luajit = versions.luajit,
                  sqlite = versions.sqlite, cuda = versions.cuda_runtime ~= "" and versions.cuda_runtime or nil,
                  gpus = #versions.cuda_devices > 0 and versions.cuda_devices or nil },
-    flush_interval = options.flush_interval,
-  }
+  })
   local info = native_run:info()
-  -- A resumed run keeps the seed it started with unless one is given (run:restore restores the generators).
-  if info.resumed and info.seed and options.seed == nil and declared(cfg, "seed") == nil then seed = info.seed end
-  torch.manual_seed(seed)
-  math.randomseed(seed)
+  torch.manual_seed(info.seed)
+  math.randomseed(info.seed)
   local run = setmetatable({
-    native = native_run, id = info.id, name = info.name, dir = info.dir, seed = seed, device = device,
-    config = cfg, step = 0, fork = options.fork, resumed = info.resumed,
+    native = native_run, id = info.id, name = info.name, dir = info.dir, seed = info.seed,
+    device = torch.device(options and options.device or declared(cfg, "device") or "auto"), config = cfg,
+    fork = info.fork, resumed = info.resumed,
   }, Run)
   print = logging_print
   runner.run = run
@@ -105,7 +91,7 @@ end
 --- Tensors are read by the writer thread, so logging a GPU loss does not wait for the GPU.
 function Run:log(values, step)
   if type(values) ~= "table" then error("run:log expects a table of name = value", 2) end
-  self.native:log(values, step or self.step)
+  self.native:log(values, step)
 end
 
 --- run:every(n): true when run.step is a positive multiple of n.
@@ -121,18 +107,19 @@ function Run:steps(total)
   if type(total) ~= "number" or total ~= math.floor(total) then
     error("run:steps expects an integer number of steps, got " .. tostring(total), 2)
   end
+  local native = self.native
   return function()
-    if self.step >= total then return nil end
-    self.step = self.step + 1
-    self.native:set_step(self.step)
-    return self.step
+    local step = native:step()
+    if step >= total then return nil end
+    native:set_step(step + 1)
+    return step + 1
   end
 end
 
 --- run:images(name, images [N, C, H, W] [, {columns, padding, range, pad_value}]) -> path
 --- Writes a PNG grid as images/<name>-<step>.png in the run directory and records it as an artifact.
 function Run:images(name, images, options)
-  return self.native:save_images(name, self.step, images, options)
+  return self.native:save_images(name, images, options)
 end
 
 --- run:set_summary{name = value, ...}: final numbers (or strings) shown by `runner runs` and `runner show`.
@@ -148,8 +135,50 @@ end
 --- run:finish([status = "finished" [, error]]): ends the run now (otherwise the end of the script does).
 function Run:finish(status, message)
   self.native:finish(status or "finished", message)
+  rawset(self, "_attached", nil)
   if print == logging_print then print = raw_print end
   if runner.run == self then runner.run = nil end
+end
+
+-- After every checkpoint save and every restore, math.random restarts from (seed, step): a resumed run
+-- draws what an uninterrupted one draws.
+local function reseed_lua_random(run, step)
+  math.randomseed(((run.seed or 0) * 1000003 + step * 7919) % 2147483647)
+end
+
+--- run:restore{trainer, loader, state, keep_last = 3, keep_best = 0, metric, mode = "min", on_error = "stop"}
+--- -> step. Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of
+--- the run it forks), skipping damaged ones with a warning; 0 when there is none.
+function Run:restore(options)
+  if type(options) ~= "table" then error("run:restore expects {trainer = ..., loader = ...}", 2) end
+  local trainer, loader, state = options.trainer, options.loader, options.state
+  if type(trainer) ~= "table" or trainer.native == nil then error("run:restore: 'trainer' (a runner.trainer) is required", 2) end
+  if state ~= nil and type(state) ~= "table" then error("run:restore: 'state' must be a table of name = object", 2) end
+  local collect = nil
+  if state then
+    collect = function()
+      local states = {}
+      for name, object in pairs(state) do states[name] = object:state() end
+      return states
+    end
+  end
+  local step, saved = self.native:restore(options, trainer.native, loader, collect)
+  rawset(self, "_attached", { trainer = trainer, loader = loader, state = state })
+  if saved then
+    for name, object in pairs(state or {}) do
+      if saved[name] ~= nil then object:load_state(saved[name]) end
+    end
+  end
+  reseed_lua_random(self, step)
+  return step
+end
+
+--- run:checkpoint([{metric, value, wait = false}]) -> stall seconds. Saves the trainer, loader and state given
+--- to run:restore at run.step; the files are written by a background thread.
+function Run:checkpoint(options)
+  local stall = self.native:checkpoint(options)
+  reseed_lua_random(self, self.step)
+  return stall
 end
 
 --- run:native_rows(): how many metric values the writer has committed so far.

@@ -1,14 +1,12 @@
 -- runner.trainer: the training step in C++ (autocast, accumulation, loss scaling, clipping, the non-finite
--- guard, optimizer, LR schedule, EMA) with a progress display; run:checkpoint / run:restore for crash-proof
--- resumable runs with graceful stops on SIGINT/SIGTERM/SIGUSR1; runner.early_stopping and
--- runner.find_batch_size. Natives in bindings/train_binding.cpp and bindings/runs_binding.cpp.
+-- guard, optimizer, LR schedule, EMA) with a progress display; runner.early_stopping and
+-- runner.find_batch_size. Natives in bindings/train_binding.cpp; checkpoints are the run's (run.lua).
 local native = runner._train
 runner._train = nil
 
 local check_options = require("runner.options").check
 
 local Trainer = {}
-local Run = require("runner.run")
 
 local function named(iterate)
   local list = {}
@@ -24,106 +22,42 @@ local function tensors_of(module, kind)
   return list
 end
 
-local optimizer_keys = { kind = true, lr = true, weight_decay = true, betas = true, eps = true, momentum = true,
-                         dampening = true, nesterov = true, groups = true }
+local optimizer_kinds = { adamw = "AdamW", adam = "Adam", sgd = "SGD" }
 
--- {"adamw", lr = ...} or {kind = "adamw", ...}: the optimizer's kind and its parameter groups over `model`.
-local function optimizer_groups(spec, model)
+-- An optim object, or the sugar {"adamw", lr = ..., groups = {...}}: optim.AdamW(groups or model, {lr = ...}).
+local function optimizer_of(spec, model)
   if type(spec) == "string" then spec = { spec } end
-  if type(spec) ~= "table" then error("runner.trainer: 'optimizer' must be a table such as {\"adamw\", lr = 1e-4}", 3) end
+  if type(spec) == "userdata" then return spec end
+  if type(spec) ~= "table" then error("runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}", 3) end
   local kind = spec.kind or spec[1] or "adamw"
-  local given = {}
-  for k, v in pairs(spec) do if k ~= 1 then given[k] = v end end
-  check_options(given, "optimizer", optimizer_keys, 3)
+  local constructor = optimizer_kinds[string.lower(tostring(kind))]
+  if constructor == nil then
+    error(string.format("runner.trainer: unknown optimizer '%s' (expected adamw, adam or sgd)", tostring(kind)), 3)
+  end
   if type(spec.lr) ~= "number" then error("runner.trainer: the optimizer needs a learning rate (optimizer = {\"" .. kind .. "\", lr = ...})", 3) end
   local defaults = {}
-  for k, v in pairs(given) do if k ~= "kind" and k ~= "groups" then defaults[k] = v end end
-  local function trainable(value)
-    if nn.is_module(value) then
-      local list = {}
-      for _, p in ipairs(value:parameters()) do if p.requires_grad then list[#list + 1] = p end end
-      return list
-    end
-    return value
-  end
-  local groups = {}
-  if spec.groups then
-    for i, group in ipairs(spec.groups) do
-      local g = {}
-      for k, v in pairs(defaults) do g[k] = v end
-      for k, v in pairs(group) do g[k] = v end
-      if g.params == nil then error(string.format("runner.trainer: optimizer group %d has no params", i), 3) end
-      g.params = trainable(g.params)
-      groups[i] = g
-    end
-  else
-    local g = {}
-    for k, v in pairs(defaults) do g[k] = v end
-    g.params = trainable(model)
-    groups[1] = g
-  end
-  return string.lower(kind), groups
-end
-
-local function ema_list(ema)
-  if ema == nil or ema == false then return {} end
-  if type(ema) == "number" then return { { decay = ema } } end
-  if type(ema) == "table" and ema.decay ~= nil then return { ema } end
-  if type(ema) == "table" then
-    local list = {}
-    for i, e in ipairs(ema) do list[i] = type(e) == "number" and { decay = e } or e end
-    return list
-  end
-  error("runner.trainer: 'ema' must be a decay, a table {decay = ..., warmup = ...} or a list of them", 3)
+  for k, v in pairs(spec) do if k ~= 1 and k ~= "kind" and k ~= "groups" then defaults[k] = v end end
+  return optim[constructor](spec.groups or model, defaults)
 end
 
 --- runner.trainer{model, optimizer, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
---- steps, batch, progress, tf32, deterministic, scaler} -> Trainer (see stdlib/meta/train.lua)
+--- steps, batch, progress, tf32, deterministic, scaler} -> Trainer (see stdlib/meta/train.lua; the options
+--- are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
-  options = check_options(options, "runner.trainer", {
-    model = true, optimizer = true, schedule = true, warmup = true, ema = true, ema_model = true, amp = true,
-    accumulate = true, clip = true, on_nonfinite = true, steps = true, batch = true, progress = true, tf32 = true,
-    deterministic = true, scaler = true,
-  })
+  if type(options) ~= "table" then error("runner.trainer expects an options table", 2) end
   local model = options.model
-  if not nn.is_module(model) then error("runner.trainer: 'model' must be a module", 2) end
-  local kind, groups = optimizer_groups(options.optimizer or error("runner.trainer: 'optimizer' is required, e.g. {\"adamw\", lr = 1e-4}", 2), model)
-  local parameters = named(model:named_parameters())
-  if #parameters == 0 then error("runner.trainer: the model has no parameters", 2) end
+  if model ~= nil and not nn.is_module(model) then error("runner.trainer: 'model' must be a module", 2) end
+  local optimizer = options.optimizer
+  if model ~= nil and optimizer ~= nil then optimizer = optimizer_of(optimizer, model) end
+  local parameters = model and named(model:named_parameters()) or {}
+  local buffers = model and named(model:named_buffers()) or {}
+  local trainer_native = native.new(options, parameters, buffers, optimizer)
   local device = parameters[1][2].device
-
-  local schedule = options.schedule
-  if type(schedule) == "string" then schedule = { kind = schedule } end
-  schedule = schedule or { kind = "constant" }
-  local copy = {}
-  for k, v in pairs(schedule) do copy[k] = v end
-  schedule = copy
-  if options.warmup ~= nil then schedule.warmup_steps = options.warmup end
-  if (schedule.kind == "cosine" or schedule.kind == "linear") and schedule.total_steps == nil then
-    if type(options.steps) ~= "number" then
-      error("runner.trainer: a " .. schedule.kind .. " schedule needs schedule.total_steps or the trainer's 'steps'", 2)
-    end
-    schedule.total_steps = math.max(1, options.steps - (schedule.warmup_steps or 0))
-  end
-
-  if options.deterministic then native.set_deterministic(true) end
-  local tf32 = options.tf32
-  if tf32 == nil then tf32 = device:match("^cuda") ~= nil and not options.deterministic end
-  native.set_tf32(tf32)
-
-  local emas = ema_list(options.ema)
   local ema_models = options.ema_model
   if nn.is_module(ema_models) then ema_models = { ema_models } end
-  ema_models = ema_models or {}
-
   local trainer = setmetatable({
-    native = native.new {
-      parameters = parameters, buffers = named(model:named_buffers()), optimizer = kind, groups = groups,
-      schedule = schedule, emas = emas, amp = options.amp, accumulate = options.accumulate, clip = options.clip,
-      on_nonfinite = options.on_nonfinite, device = device, scaler = options.scaler,
-    },
-    model = model, device = device, accumulate = options.accumulate or 1, step_count = 0, ema_models = ema_models,
-    ema_synced = {}, total_steps = options.steps, batch = options.batch, last_return = nil,
+    native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = options.accumulate or 1,
+    ema_models = ema_models or {}, ema_synced = {}, last_return = nil,
   }, Trainer)
   if options.progress ~= false and type(options.steps) == "number" then
     trainer.progress = native.progress { total = options.steps, batch = options.batch }
@@ -133,6 +67,7 @@ end
 
 function Trainer.__index(self, key)
   if key == "ema" then return self:ema_model(1) end
+  if key == "step_count" then return rawget(self, "native"):step_count() end
   return Trainer[key]
 end
 
@@ -191,18 +126,9 @@ function Trainer:step(batch, loss_fn)
   local timing = self.native:timing()
   timing.data = self.last_return and (started - self.last_return) or 0
   out.timing = timing
-  self.step_count = out.step
-  local run = runner.run
-  if run and run._attached and run._attached.trainer == self then
-    run.step = out.step
-    run.native:set_step(out.step)
-    run:_drain_checkpoint_reports(false)
-  end
   if self.progress then
     self.progress:update(out.step, { { "loss", out.loss } }, out.lr, native.device_memory(self.device))
   end
-  local signal = native.stop_signal()
-  if signal ~= 0 and run and run._attached and run._attached.trainer == self then run:_stop(signal) end
   self.last_return = runner.clock()
   return out
 end
@@ -214,9 +140,10 @@ function Trainer:ema_model(i)
   if model == nil then
     error(string.format("train.ema: pass ema_model = <another instance of the model> to runner.trainer to get EMA model %d", i), 2)
   end
-  if self.ema_synced[i] ~= self.step_count then
+  local version = self.native:state_version()
+  if self.ema_synced[i] ~= version then
     self.native:copy_ema(i, tensors_of(model, "parameters"), tensors_of(model, "buffers"))
-    self.ema_synced[i] = self.step_count
+    self.ema_synced[i] = version
   end
   return model
 end
@@ -233,126 +160,6 @@ function Trainer:precision() return self.native:precision() end
 --- train:finish_progress(): prints the final progress line (runs by itself at the last step).
 function Trainer:finish_progress()
   if self.progress then self.progress:update(self.step_count, {}, self:lr(), native.device_memory(self.device), true) end
-end
-
--- Checkpoints ------------------------------------------------------------------------------------------
-
--- After every checkpoint save and every restore, math.random restarts from (seed, step): a resumed run
--- draws what an uninterrupted one draws.
-local function reseed_lua_random(run, step)
-  math.randomseed(((run.seed or 0) * 1000003 + step * 7919) % 2147483647)
-end
-
-local function megabytes(bytes) return string.format("%.1f MB", bytes / 1e6) end
-
-function Run:_drain_checkpoint_reports(wait)
-  local attached = self._attached
-  for _, report in ipairs(self.native:checkpoint_reports(wait)) do
-    if report.error then
-      local message = string.format("checkpoint %s could not be saved: %s", report.path, report.error)
-      if attached and attached.on_error == "continue" then
-        runner.log.error("%s (the run continues; the previous checkpoint is intact)", message)
-      else
-        error(message .. " (the previous checkpoint is intact)", 0)
-      end
-    else
-      runner.log.info("checkpoint %s saved: %s in %.2f s (stall %.1f ms)", report.path, megabytes(report.bytes),
-        report.seconds, (self._stalls and self._stalls[report.step] or 0) * 1000)
-      for _, dropped in ipairs(report.dropped) do runner.log.info("checkpoint %s deleted (rotation)", dropped) end
-    end
-  end
-end
-
-local function extra_state(attached)
-  local extra = { state = {} }
-  if attached.loader then extra.loader = attached.loader:state() end
-  for name, object in pairs(attached.state or {}) do extra.state[name] = object:state() end
-  return extra
-end
-
---- run:checkpoint([{metric, value, wait = false}]) -> stall seconds. Saves the trainer, loader and state given
---- to run:restore at run.step; the files are written by a background thread.
-function Run:checkpoint(options)
-  options = check_options(options, "run:checkpoint", { metric = true, value = true, wait = true })
-  local attached = self._attached
-  if not attached then
-    error("run:checkpoint: call run:restore{trainer = ..., loader = ...} first: it tells the run what a checkpoint holds", 2)
-  end
-  self:_drain_checkpoint_reports(false)
-  local stall = self.native:checkpoint(attached.trainer.native, self.step, extra_state(attached), {
-    metric = options.metric or attached.metric, value = options.value, keep_last = attached.keep_last,
-    keep_best = attached.keep_best, mode = attached.mode,
-  })
-  self._stalls = self._stalls or {}
-  self._stalls[self.step] = stall
-  self:log { checkpoint_stall_ms = stall * 1000 }
-  reseed_lua_random(self, self.step)
-  if options.wait then self:_drain_checkpoint_reports(true) end
-  return stall
-end
-
---- run:restore{trainer, loader, state, keep_last = 3, keep_best = 0, metric, mode = "min", on_error = "stop"}
---- -> step. Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of
---- the run it forks), skipping damaged ones with a warning; 0 when there is none.
-function Run:restore(options)
-  options = check_options(options, "run:restore", {
-    trainer = true, loader = true, state = true, keep_last = true, keep_best = true, metric = true, mode = true,
-    on_error = true,
-  })
-  if getmetatable(options.trainer) ~= Trainer then error("run:restore: 'trainer' (a runner.trainer) is required", 2) end
-  local on_error = options.on_error or "stop"
-  if on_error ~= "stop" and on_error ~= "continue" then
-    error("run:restore: on_error must be 'stop' or 'continue', got '" .. tostring(on_error) .. "'", 2)
-  end
-  self._attached = {
-    trainer = options.trainer, loader = options.loader, state = options.state, keep_last = options.keep_last or 3,
-    keep_best = options.keep_best or 0, metric = options.metric, mode = options.mode or "min", on_error = on_error,
-  }
-  native.graceful(true)
-  local choice, rejected = self.native:choose_checkpoint()
-  for _, message in ipairs(rejected) do runner.log.warn("checkpoint skipped, it is damaged: %s", message) end
-  if choice == nil and self.fork then
-    choice, rejected = self.native:choose_checkpoint(self.fork)
-    for _, message in ipairs(rejected) do runner.log.warn("checkpoint of %s skipped, it is damaged: %s", self.fork, message) end
-    if choice == nil then error("run:restore: run " .. self.fork .. " has no good checkpoint to fork from", 2) end
-  end
-  if choice == nil then
-    reseed_lua_random(self, 0)
-    return 0
-  end
-  local extra = options.trainer.native:restore(choice.dir)
-  if options.loader and extra.loader then options.loader:restore(extra.loader) end
-  for name, object in pairs(options.state or {}) do
-    if extra.state and extra.state[name] ~= nil then object:load_state(extra.state[name]) end
-  end
-  options.trainer.step_count = choice.step
-  options.trainer.ema_synced = {}
-  self.step = choice.step
-  self.native:set_step(choice.step)
-  reseed_lua_random(self, choice.step)
-  runner.log.info("restored %s: continuing at step %d", choice.dir, choice.step)
-  return choice.step
-end
-
--- A stop signal arrived during a step: checkpoint, mark the run interrupted, exit (0 for SIGTERM/SIGUSR1/
--- SIGHUP, 130 for SIGINT).
-function Run:_stop(signal)
-  local names = { [2] = "SIGINT", [1] = "SIGHUP", [15] = "SIGTERM", [10] = "SIGUSR1" }
-  local name = names[signal] or ("signal " .. signal)
-  io.stderr:write(string.format("%s: saving a checkpoint at step %d before stopping\n", name, self.step))
-  self:checkpoint { wait = true }
-  self:finish("interrupted", string.format("stopped by %s at step %d after saving a checkpoint", name, self.step))
-  os.exit(signal == 2 and 130 or 0)
-end
-
-local finish_run = Run.finish
-function Run:finish(status, message)
-  if self._attached then
-    native.graceful(false)
-    local ok, problem = pcall(self._drain_checkpoint_reports, self, true)
-    if not ok then runner.log.error("%s", tostring(problem)) end
-  end
-  return finish_run(self, status, message)
 end
 
 -- Early stopping ---------------------------------------------------------------------------------------

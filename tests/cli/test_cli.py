@@ -1,33 +1,14 @@
 """End-to-end tests of the runner command line: exit codes and the exact text users see."""
-import os
-import pathlib
 import signal
 import subprocess
-import tempfile
 import textwrap
 import time
 import unittest
 
-RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+from runner_process import RUNNER, TempDirTest, run
 
 
-def run(*args, stdin=None, cwd=None, timeout=120):
-    return subprocess.run([RUNNER, *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=timeout)
-
-
-class ScriptDir(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = pathlib.Path(self.tmp.name)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def script(self, name, text):
-        path = self.dir / name
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-        return name
-
+class ScriptDir(TempDirTest):
     def run_script(self, *args, **kwargs):
         return run(*args, cwd=self.dir, **kwargs)
 

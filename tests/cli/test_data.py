@@ -7,9 +7,7 @@ NumPy. Pixel-level results are compared exactly unless a tolerance is stated nex
 import os
 import pathlib
 import struct
-import subprocess
 import tempfile
-import textwrap
 import unittest
 import zlib
 
@@ -18,13 +16,9 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+from runner_process import run, write_script
 
 ONE_LEVEL = 1 / 127.5  # one 8-bit level after v / 127.5 - 1
-
-
-def run(*args, cwd=None, timeout=120):
-    return subprocess.run([RUNNER, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 def noise_image(rng, mode, width, height):
@@ -80,8 +74,7 @@ class DataDir(unittest.TestCase):
         pass
 
     def run_lua(self, name, text, *args, expect_ok=True):
-        (self.dir / name).write_text(textwrap.dedent(text).lstrip("\n"))
-        result = run(name, *args, cwd=self.dir)
+        result = run(write_script(self.dir, name, text), *args, cwd=self.dir)
         if expect_ok:
             self.assertEqual(result.returncode, 0, result.stderr)
         return result

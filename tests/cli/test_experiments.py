@@ -4,22 +4,21 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 from PIL import Image
 from safetensors.numpy import load_file
 
-RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+from runner_process import TempDirTest, home_env, run
+
 SOURCE = pathlib.Path(os.environ.get("RUNNER_SOURCE", pathlib.Path(__file__).resolve().parents[2]))
 EXPERIMENTS = SOURCE / "experiments"
 
 
 def run_experiment(name, *overrides, cwd, timeout=600, flags=()):
-    result = subprocess.run([RUNNER, *flags, str(EXPERIMENTS / name), *overrides], capture_output=True, text=True, cwd=cwd,
-                            timeout=timeout, env={**os.environ, "RUNNER_HOME": str(pathlib.Path(cwd) / "runs")})
+    result = run(*flags, str(EXPERIMENTS / name), *overrides, cwd=cwd, timeout=timeout,
+                 env=home_env(pathlib.Path(cwd) / "runs"))
     if result.returncode != 0:
         raise AssertionError(f"{name} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
     return result.stdout
@@ -27,21 +26,14 @@ def run_experiment(name, *overrides, cwd, timeout=600, flags=()):
 
 def last_run(cwd):
     """`runner show last --json` in the experiments' index: the run's record, with its directory as 'path'."""
-    result = subprocess.run([RUNNER, "show", "last", "--json"], capture_output=True, text=True, cwd=cwd, timeout=60,
-                            env={**os.environ, "RUNNER_HOME": str(pathlib.Path(cwd) / "runs")}, check=True)
+    result = run("show", "last", "--json", cwd=cwd, timeout=60, env=home_env(pathlib.Path(cwd) / "runs"))
+    result.check_returncode()
     record = json.loads(result.stdout)
     record["path"] = pathlib.Path(cwd) / "runs" / record["dir"]
     return record
 
 
-class Experiments(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = pathlib.Path(self.tmp.name)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class Experiments(TempDirTest):
     def quickstart_quality(self, *overrides, steps):
         stdout = run_experiment("quickstart.lua", *overrides, cwd=self.dir)
         match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+)", stdout)
@@ -111,8 +103,7 @@ class Experiments(unittest.TestCase):
         self.assertIn("down.1.attn.0.q.weight", weights)
 
     def test_ddpm_cifar_needs_data(self):
-        result = subprocess.run([RUNNER, str(EXPERIMENTS / "ddpm_cifar.lua")], capture_output=True, text=True,
-                                cwd=self.dir, timeout=60)
+        result = run(str(EXPERIMENTS / "ddpm_cifar.lua"), cwd=self.dir, timeout=60)
         self.assertEqual(result.returncode, 2)
         self.assertIn("ddpm_cifar.lua:", result.stderr)
         self.assertIn("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin", result.stderr)

@@ -7,14 +7,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 import unittest
 
 import report_screenshot
-
-RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+from runner_process import RUNNER, RunnerHomeTest
 
 TRAINING_SCRIPT = """
 local cfg = config { steps = 30, lr = 0.01, label = "base", keys = 3 }
@@ -34,27 +31,7 @@ def file_digest(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-class IndexTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = pathlib.Path(self.tmp.name)
-        self.home = self.dir / "home"
-        self.env = {**os.environ, "RUNNER_HOME": str(self.home)}
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def script(self, name, text):
-        (self.dir / name).write_text(textwrap.dedent(text).lstrip("\n"))
-        return name
-
-    def runner(self, *args, timeout=180, check=None):
-        result = subprocess.run([RUNNER, *args], capture_output=True, text=True, cwd=self.dir, env=self.env,
-                                timeout=timeout)
-        if check is not None:
-            self.assertEqual(result.returncode, check, f"runner {' '.join(args)}\n{result.stdout}\n{result.stderr}")
-        return result
-
+class IndexTest(RunnerHomeTest):
     def train(self, *overrides):
         self.script("train.lua", TRAINING_SCRIPT)
         self.runner("train.lua", *overrides, check=0)

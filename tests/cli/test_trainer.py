@@ -1,21 +1,16 @@
 """End-to-end tests of the training engine: the trainer against a plain PyTorch loop, bit-identical resume
 after kill -9 and stop signals, damaged checkpoints, a full disk during a save, checkpoints read by Python."""
-import os
-import pathlib
 import random
 import resource
 import signal
 import sqlite3
 import subprocess
-import tempfile
-import textwrap
 import time
-import unittest
 
 import torch
 from safetensors.torch import load_file, save_file
 
-RUNNER = os.environ.get("RUNNER_BIN", str(pathlib.Path(__file__).resolve().parents[2] / "build" / "runner"))
+from runner_process import RUNNER, RunnerHomeTest
 
 # 20 steps of an MLP regression with AdamW, 5 warmup steps, clipping, EMA and accumulation 2; the initial
 # weights and the data come from Python, the losses and final weights go back to it.
@@ -76,26 +71,10 @@ def tensors_equal(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-class TrainerTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = pathlib.Path(self.tmp.name)
-        self.home = self.dir / "home"
-        self.env = {**os.environ, "RUNNER_HOME": str(self.home)}
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def script(self, name, text):
-        (self.dir / name).write_text(textwrap.dedent(text).lstrip("\n"))
-        return name
-
+class TrainerTest(RunnerHomeTest):
     def runner(self, *args, check=0, timeout=300, preexec_fn=None):
-        result = subprocess.run([RUNNER, *args], capture_output=True, text=True, cwd=self.dir, env=self.env,
-                                timeout=timeout, preexec_fn=preexec_fn)
-        if check is not None:
-            self.assertEqual(result.returncode, check, f"runner {' '.join(args)}\n{result.stdout}\n{result.stderr}")
-        return result
+        # Here a run must succeed unless a test says otherwise, and training steps get more time.
+        return super().runner(*args, check=check, timeout=timeout, preexec_fn=preexec_fn)
 
     def checkpoint_dir(self, run, step):
         return self.home / run / "checkpoints" / f"step-{step:07d}"

@@ -28,12 +28,14 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/read_query.h"
-#include "runtime/index/run_context.h"
+#include "runtime/run/run_context.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/sqlite_database.h"
 
 using namespace runner::index;
+using runner::run::RunContext;
+using runner::run::RunStart;
 using Catch::Contains;
 using Catch::StartsWith;
 

@@ -101,6 +101,7 @@ std::vector<ParamGroup> groups_from(const nlohmann::json& settings, const std::v
     group.momentum = s.value("momentum", 0.0);
     group.dampening = s.value("dampening", 0.0);
     group.nesterov = s.value("nesterov", false);
+    group.amsgrad = s.value("amsgrad", false);
     groups.push_back(std::move(group));
   }
   return groups;
@@ -343,12 +344,19 @@ TEST_CASE("optimizer basics: skipped parameters, zero_grad, learning rates, stat
         "optimizer group 0: nesterov momentum requires a momentum and zero dampening");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{at::ones({2}, at::kLong)}, 0.1}}); }) ==
         "optimizer group 0: parameter 0 has dtype int64; parameters must be floating point");
+  ParamGroup amsgrad_group{{w}, 0.1};
+  amsgrad_group.amsgrad = true;
+  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{b}, 0.1}, amsgrad_group}); }) ==
+        "optimizer group 1: amsgrad requires Adam or AdamW, not SGD");
+  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adam, {amsgrad_group}); }) == "no exception");
+  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adamw, {amsgrad_group}); }) == "no exception");
 }
 
 TEST_CASE("optimizer state round trip through safetensors reproduces later steps bit for bit", "[optimizer]") {
   const nlohmann::json cases = golden_metadata("cases");
   runner::testing::TempDir dir("optimizer-state");
-  for (const std::string name : {"adamw", "adam", "sgd", "sgd_nesterov", "adamw_fused", "sgd_fused"}) {
+  for (const std::string name :
+       {"adamw", "adam", "sgd", "sgd_nesterov", "adamw_fused", "sgd_fused", "adamw_amsgrad", "adam_amsgrad_fused"}) {
     for (const auto implementation : {OptimizerImplementation::foreach, OptimizerImplementation::fused}) {
       DYNAMIC_SECTION(name << (implementation == OptimizerImplementation::fused ? " fused" : " foreach")) {
         const nlohmann::json& c = cases.at(name);
@@ -474,6 +482,142 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
   changed["step_count"] = -1;
   CHECK(load_h(changed) == "optimizer hyperparameters: missing or invalid 'step_count' (a non-negative integer)");
   CHECK(adamw.hyperparameters() == h);
+}
+
+TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparameters check it", "[optimizer]") {
+  const auto params = golden_initial_params();  // group 0: [4, 3], [5], [2, 3, 2]; group 1: [3, 4], [1]
+  const nlohmann::json settings = golden_metadata("cases")["adamw_amsgrad"]["groups"];  // amsgrad in group 0 only
+  Optimizer adamw(OptimizerKind::adamw, groups_from(settings, params));
+  REQUIRE(adamw.groups()[0].amsgrad);
+  REQUIRE_FALSE(adamw.groups()[1].amsgrad);
+  set_golden_grads(params, 1, {1});  // group 0 parameter 2 has no grad yet: no state
+  adamw.step();
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : adamw.state_tensors()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"group0.param0.step", "group0.param0.exp_avg", "group0.param0.exp_avg_sq",
+                                          "group0.param0.max_exp_avg_sq", "group0.param1.step", "group0.param1.exp_avg",
+                                          "group0.param1.exp_avg_sq", "group0.param1.max_exp_avg_sq",
+                                          "group1.param0.step", "group1.param0.exp_avg", "group1.param0.exp_avg_sq",
+                                          "group1.param1.step", "group1.param1.exp_avg", "group1.param1.exp_avg_sq"});
+  // After the first step the maximum is exp_avg_sq itself (max(0, v) = v); a tensor of its own.
+  const NamedTensors first = adamw.state_tensors();
+  CHECK(bit_equal(first[3].second, first[2].second));
+  CHECK_FALSE(first[3].second.is_same(first[2].second));
+  set_golden_grads(params, 2, {1});
+  adamw.step();
+  const NamedTensors good = adamw.state_tensors();
+  REQUIRE(good.size() == 18);  // group 0 parameter 2 now has its four entries
+  CHECK(good[8].first == "group0.param2.step");
+  CHECK(good[11].first == "group0.param2.max_exp_avg_sq");
+  for (const auto& [name, tensor] : good) {
+    if (name.size() > 15 && name.compare(name.size() - 15, 15, ".max_exp_avg_sq") == 0) {
+      INFO(name);
+      const std::string base = name.substr(0, name.size() - 15);
+      const auto exp_avg_sq = std::find_if(good.begin(), good.end(), [&](const auto& e) { return e.first == base + ".exp_avg_sq"; });
+      REQUIRE(exp_avg_sq != good.end());
+      CHECK(at::all(tensor >= exp_avg_sq->second).item<bool>());
+    }
+  }
+
+  // Loading: max_exp_avg_sq is required in amsgrad groups and refused elsewhere.
+  const auto load = [&](NamedTensors tensors) { return invalid_argument_message([&] { adamw.load_state_tensors(tensors); }); };
+  NamedTensors without_max = good;
+  without_max.erase(std::remove_if(without_max.begin(), without_max.end(),
+                                   [](const auto& entry) { return entry.first == "group0.param1.max_exp_avg_sq"; }),
+                    without_max.end());
+  CHECK(load(without_max) == "optimizer state: incomplete state for group0.param1: missing max_exp_avg_sq");
+  NamedTensors extra = good;
+  extra.emplace_back("group1.param0.max_exp_avg_sq", at::zeros({3, 4}));
+  CHECK(load(extra) == "optimizer state: 'group1.param0.max_exp_avg_sq' is not expected: group 1 does not use amsgrad");
+  extra = good;
+  extra.emplace_back("group0.param0.max_exp_avg", at::zeros({4, 3}));
+  CHECK(load(extra) ==
+        "optimizer state: unexpected tensor name 'group0.param0.max_exp_avg' (expected group<G>.param<P>.<entry> with entry "
+        "step, exp_avg, exp_avg_sq or max_exp_avg_sq (amsgrad groups))");
+  NamedTensors wrong = good;
+  wrong[3].second = at::zeros({3, 4});
+  CHECK(load(wrong) == "optimizer state: 'group0.param0.max_exp_avg_sq' has shape [3, 4], expected [4, 3]");
+  wrong = good;
+  wrong[3].second = at::zeros({4, 3}, at::kDouble);
+  CHECK(load(wrong) == "optimizer state: 'group0.param0.max_exp_avg_sq' has dtype float64, expected float32");
+  require_same_state(adamw.state_tensors(), good);  // nothing changed by the failed loads
+  adamw.load_state_tensors(good);
+  require_same_state(adamw.state_tensors(), good);
+  CHECK_FALSE(adamw.state_tensors()[3].second.is_same(good[3].second));  // copied
+  const auto plain_params = clone_params(params);
+  Optimizer plain(OptimizerKind::adamw, groups_from(golden_metadata("cases")["adamw"]["groups"], plain_params));
+  CHECK(invalid_argument_message([&] { plain.load_state_tensors(good); }) ==
+        "optimizer state: 'group0.param0.max_exp_avg_sq' is not expected: group 0 does not use amsgrad");
+
+  // Hyperparameters: "amsgrad" per Adam/AdamW group; it cannot change while the group keeps state.
+  const nlohmann::json h = adamw.hyperparameters();
+  CHECK(h["groups"][0]["amsgrad"] == true);
+  CHECK(h["groups"][1]["amsgrad"] == false);
+  const auto load_h = [&](const nlohmann::json& j) { return invalid_argument_message([&] { adamw.load_hyperparameters(j); }); };
+  nlohmann::json changed = h;
+  changed["groups"][0]["amsgrad"] = 1;
+  CHECK(load_h(changed) == "optimizer hyperparameters: non-boolean 'amsgrad' in group 0");
+  changed = h;
+  changed["groups"][0]["amsgrad"] = false;
+  CHECK(load_h(changed) ==
+        "optimizer hyperparameters: group 0 has amsgrad false, this optimizer's group 0 has amsgrad true and keeps state "
+        "for its parameters");
+  changed = h;
+  changed["groups"][1]["amsgrad"] = true;
+  CHECK(load_h(changed) ==
+        "optimizer hyperparameters: group 1 has amsgrad true, this optimizer's group 1 has amsgrad false and keeps state "
+        "for its parameters");
+  CHECK(adamw.hyperparameters() == h);
+  adamw.load_hyperparameters(h);
+  CHECK(adamw.hyperparameters() == h);
+
+  // Hyperparameters saved before amsgrad existed have no "amsgrad": false. Accepted by an optimizer without
+  // state (which then runs without amsgrad) and by groups without amsgrad.
+  nlohmann::json old = h;
+  for (auto& group : old["groups"]) group.erase("amsgrad");
+  CHECK(load_h(old) ==
+        "optimizer hyperparameters: group 0 has amsgrad false, this optimizer's group 0 has amsgrad true and keeps state "
+        "for its parameters");
+  Optimizer fresh(OptimizerKind::adamw, groups_from(settings, clone_params(params)));
+  fresh.load_hyperparameters(old);
+  CHECK_FALSE(fresh.groups()[0].amsgrad);
+  CHECK(fresh.step_count() == 2);
+  CHECK(fresh.hyperparameters()["groups"][0]["amsgrad"] == false);
+  set_golden_grads(plain_params, 1, {});
+  plain.step();
+  nlohmann::json plain_old = plain.hyperparameters();
+  for (auto& group : plain_old["groups"]) group.erase("amsgrad");
+  plain.load_hyperparameters(plain_old);
+  CHECK(plain.hyperparameters()["groups"][0]["amsgrad"] == false);
+
+  // SGD groups have no "amsgrad" entry.
+  Optimizer sgd(OptimizerKind::sgd, {ParamGroup{clone_params(params)[0], 0.1}});
+  CHECK_FALSE(sgd.hyperparameters()["groups"][0].contains("amsgrad"));
+}
+
+TEST_CASE("fused AMSGrad leaves every tensor unchanged on a step with found_inf", "[optimizer]") {
+  for (const OptimizerKind kind : {OptimizerKind::adam, OptimizerKind::adamw}) {
+    const auto params = golden_initial_params();
+    const std::string name = kind == OptimizerKind::adam ? "adam_amsgrad_fused" : "adamw_amsgrad_fused";
+    Optimizer fused(kind, groups_from(golden_metadata("cases")[name]["groups"], params), OptimizerImplementation::fused);
+    for (int step = 1; step <= 2; ++step) {
+      set_golden_grads(params, step, {});
+      fused.step();
+    }
+    NamedTensors before;
+    for (const auto& [state_name, tensor] : fused.state_tensors()) before.emplace_back(state_name, tensor.clone());
+    std::vector<at::Tensor> values;
+    for (const auto& group : params)
+      for (const at::Tensor& param : group) values.push_back(param.detach().clone());
+    set_golden_grads(params, 3, {});
+    fused.step(at::ones({1}));
+    require_same_state(fused.state_tensors(), before);
+    std::size_t i = 0;
+    for (const auto& group : params)
+      for (const at::Tensor& param : group) CHECK(bit_equal(param.detach(), values[i++]));
+    fused.step(at::zeros({1}));  // a finite step moves the parameters again
+    CHECK_FALSE(bit_equal(params[0][0].detach(), values[0]));
+  }
 }
 
 TEST_CASE("EMA follows diffusers' decay rule with warmup and update_every", "[ema]") {

@@ -9,7 +9,9 @@ Optimizers: torch.optim.AdamW / Adam / SGD with foreach=True (torch.optim.adamw.
 decoupled weight decay, adam._multi_tensor_adam, sgd._multi_tensor_sgd) and, for the calling convention of
 the fused kernels, fused=True on the CPU (adam._fused_adam -> torch._fused_adamw_ / torch._fused_adam_,
 sgd._fused_sgd -> torch._fused_sgd_). Every case has two parameter groups with different learning rates
-and float32 parameters of several shapes; one parameter's grad is None on some steps.
+and float32 parameters of several shapes; one parameter's grad is None on some steps. The *_amsgrad cases
+set amsgrad=True in one of their two groups (group 0 for AdamW, with the parameter that misses grads;
+group 1 for Adam).
 
 EMA: the decay rule and update of diffusers' EMAModel (training_utils.py, get_decay and step), written out
 here so diffusers need not be installed, plus the update_every rule of runtime/train/ema.h.
@@ -19,7 +21,8 @@ Keys (s = 1..7 is the step after which the values are taken, G/P the group and p
     grad.stepS.groupG.paramP                 gradient of step S (absent: grad None on that step)
     CASE.stepS.groupG.paramP.param           parameter after step S
     CASE.stepS.groupG.paramP.STATE           optimizer state after step S (step, exp_avg, exp_avg_sq,
-                                             momentum_buffer), absent while the parameter has none
+                                             max_exp_avg_sq, momentum_buffer), absent while the parameter
+                                             has none
     ema.init.I / ema.param.stepS.I           EMA model parameters (initial, after optimizer step S)
     ema.buffer.stepS.0                       an EMA model buffer (copied, not averaged)
     EMACASE.stepS.I / EMACASE.stepS.buffer0  shadow after update(S)
@@ -67,6 +70,20 @@ OPTIMIZER_CASES = {
     "sgd_nesterov_fused": dict(kind="sgd", fused=True, none_steps=[3, 5],
                                groups=[dict(lr=0.1, weight_decay=1e-2, momentum=0.9, nesterov=True),
                                        dict(lr=0.05, weight_decay=0.0, momentum=0.8, nesterov=True)]),
+    # AMSGrad in one group of two: the other group's parameters keep no max_exp_avg_sq.
+    "adamw_amsgrad": dict(kind="adamw", fused=False, none_steps=[1, 4],
+                          groups=[dict(lr=1e-2, weight_decay=0.01, beta2=0.9, amsgrad=True),
+                                  dict(lr=3e-3, weight_decay=0.01, beta1=0.8, beta2=0.99, eps=1e-6)]),
+    "adam_amsgrad": dict(kind="adam", fused=False, none_steps=[1, 4],
+                         groups=[dict(lr=1e-2, weight_decay=0.1),
+                                 dict(lr=2e-2, weight_decay=0.1, beta1=0.85, beta2=0.95, eps=1e-7, amsgrad=True)]),
+    "adamw_amsgrad_fused": dict(kind="adamw", fused=True, none_steps=[3, 5],
+                                groups=[dict(lr=1e-2, weight_decay=0.01, beta2=0.9, amsgrad=True),
+                                        dict(lr=3e-3, weight_decay=0.01, beta1=0.8, beta2=0.99, eps=1e-6)]),
+    "adam_amsgrad_fused": dict(kind="adam", fused=True, none_steps=[3, 5],
+                               groups=[dict(lr=1e-2, weight_decay=0.1),
+                                       dict(lr=2e-2, weight_decay=0.1, beta1=0.85, beta2=0.95, eps=1e-7,
+                                            amsgrad=True)]),
 }
 
 
@@ -97,7 +114,7 @@ def torch_optimizer(case, params):
                          nesterov=settings.get("nesterov", False))
         else:
             group.update(betas=(settings.get("beta1", 0.9), settings.get("beta2", 0.999)),
-                         eps=settings.get("eps", 1e-8))
+                         eps=settings.get("eps", 1e-8), amsgrad=settings.get("amsgrad", False))
         groups.append(group)
     flags = {"fused": True} if case["fused"] else {"foreach": True}
     if case["kind"] == "adamw":

@@ -12,6 +12,7 @@ test = {
   tmp = os.getenv("RUNNER_TEST_TMP") or "/tmp/runner-test",
   python = os.getenv("RUNNER_PYTHON"),
   golden = function(name) return source_dir .. "/tests/golden/" .. name end,
+  source = function(path) return source_dir .. "/" .. path end,
 }
 os.execute("mkdir -p '" .. test.tmp .. "'")
 

@@ -1,5 +1,5 @@
 // `runner data pack DIR OUT.npy --size N`: an image folder into a memory-mappable .npy, with progress.
-#include "bindings/data_command.h"
+#include "runtime/cli/data_commands.h"
 
 #include <chrono>
 #include <csignal>
@@ -11,12 +11,12 @@
 
 #include <fmt/format.h>
 
-#include "bindings/lua_host.h"
+#include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/data/data_error.h"
 #include "runtime/data/pack.h"
 
-namespace runner::bindings {
+namespace runner::cli {
 namespace {
 
 constexpr const char* kDataUsage = R"(usage: runner data pack DIR OUT.npy --size N [options]
@@ -78,7 +78,7 @@ int run_pack(int argc, char** argv) {
     else if (arg == "--fast-decode") options.fast_decode = true;
     else if (arg == "-h" || arg == "--help") {
       std::fputs(kDataUsage, stdout);
-      return kExitOk;
+      return core::kExitOk;
     } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
     else if (directory.empty()) directory = arg;
     else if (output.empty()) output = arg;
@@ -110,7 +110,7 @@ int run_pack(int argc, char** argv) {
   } else {
     std::printf("use: runner.data.npy { path = \"%s\" }\n", output.c_str());
   }
-  return kExitOk;
+  return core::kExitOk;
 }
 
 }  // namespace
@@ -119,20 +119,20 @@ int run_data_command(int argc, char** argv) {
   try {
     if (argc < 2 || std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0) {
       std::fputs(kDataUsage, argc < 2 ? stderr : stdout);
-      return argc < 2 ? kExitUsage : kExitOk;
+      return argc < 2 ? core::kExitUsage : core::kExitOk;
     }
     if (std::strcmp(argv[1], "pack") == 0) return run_pack(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner data: %s\n\n%s", error.what(), kDataUsage);
-    return kExitUsage;
+    return core::kExitUsage;
   } catch (const core::Interrupted&) {
     std::fprintf(stderr, "\nrunner data: interrupted; nothing was written\n");
-    return kExitInterrupted;
+    return core::kExitInterrupted;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner data: %s\n", error.what());
-    return kExitError;
+    return core::kExitError;
   }
 }
 
-}  // namespace runner::bindings
+}  // namespace runner::cli

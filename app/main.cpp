@@ -1,21 +1,40 @@
-// The runner command line: run a Lua experiment script, a code string or the REPL.
+// The runner program: the subcommands' dispatch table, and running a Lua experiment script, a code string or
+// the REPL with the process's launch context (command line and environment, parsed once).
 #include <cstdio>
 #include <cstring>
 #include <fmt/format.h>
 #include <string>
 #include <vector>
 
-#include "bindings/data_command.h"
+#include "app/repl.h"
 #include "bindings/lua_host.h"
+#include "runtime/cli/data_commands.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
 
 namespace {
 
-using runner::bindings::kExitError;
-using runner::bindings::kExitOk;
-using runner::bindings::kExitUsage;
+using runner::core::kExitError;
+using runner::core::kExitOk;
+using runner::core::kExitUsage;
+
+// Subcommands: `runner NAME args...` with argv[0] = NAME. Each prints its own errors and returns the
+// exit status.
+struct Subcommand {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  bool logging;  // set up logging (at info) before running
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"data", runner::cli::run_data_command, true},     {"runs", runner::cli::run_index_command, false},
+    {"show", runner::cli::run_index_command, false},   {"compare", runner::cli::run_index_command, false},
+    {"query", runner::cli::run_index_command, false},  {"report", runner::cli::run_index_command, false},
+    {"rm", runner::cli::run_index_command, false},     {"gc", runner::cli::run_index_command, false},
+};
 
 constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value ...] [-- script args]
        runner [options] -i SCRIPT.lua [key=value ...]   run the script, then the REPL with its globals
@@ -112,16 +131,20 @@ void print_version() {
   std::printf("SQLite %s\n", info.sqlite.c_str());
 }
 
+// The launch context: the environment's part, then the command line's.
+runner::core::LaunchContext launch_context(const Command& command) {
+  runner::core::LaunchContext context = runner::core::launch_context_from_environment();
+  context.log_level = command.log_level;
+  if (command.fresh) context.resume = runner::core::ResumePolicy::fresh;
+  if (!command.resume.empty()) {
+    context.resume = runner::core::ResumePolicy::run;
+    context.resume_run = command.resume;
+  }
+  return context;
+}
+
 int run(const Command& command) {
   runner::bindings::LuaHost host;
-  if (command.fresh || !command.resume.empty()) {
-    lua_State* L = host.state();
-    lua_getglobal(L, "runner");
-    if (command.fresh) lua_pushboolean(L, 0);
-    else lua_pushstring(L, command.resume.c_str());
-    lua_setfield(L, -2, "command_line_resume");
-    lua_pop(L, 1);
-  }
   int status = kExitOk;
   if (command.has_code) {
     status = host.run_string(command.code);
@@ -131,7 +154,7 @@ int run(const Command& command) {
   host.end_run(host.exit_requested() ? host.exit_status() : status);
   if (host.exit_requested()) return host.exit_status();
   if (command.repl || command.interactive) {
-    status = runner::bindings::run_repl(host);
+    status = runner::app::run_repl(host);
     host.end_run(status);
   }
   return status;
@@ -142,15 +165,11 @@ int run(const Command& command) {
 int main(int argc, char** argv) {
   // Progress lines reach a log file or a pipe as they are printed, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc >= 2 && std::strcmp(argv[1], "data") == 0) {
-    runner::core::init_logging("info");
-    const int status = runner::bindings::run_data_command(argc - 1, argv + 1);
+  for (const Subcommand& subcommand : kSubcommands) {
+    if (argc < 2 || std::strcmp(argv[1], subcommand.name) != 0) continue;
+    if (subcommand.logging) runner::core::init_logging("info");
+    const int status = subcommand.run(argc - 1, argv + 1);
     runner::core::flush_logs();
-    std::fflush(stdout);
-    return status;
-  }
-  if (argc >= 2 && runner::cli::is_index_command(argv[1])) {
-    const int status = runner::cli::run_index_command(argc - 1, argv + 1);
     std::fflush(stdout);
     return status;
   }
@@ -158,6 +177,7 @@ int main(int argc, char** argv) {
   try {
     command = parse_command(argc, argv);
     runner::core::init_logging(command.log_level);
+    runner::core::set_launch_context(launch_context(command));
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner: %s\n\n%s", error.what(), kUsage);
     return kExitUsage;

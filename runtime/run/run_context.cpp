@@ -1,5 +1,5 @@
-// A run from runner.start to its final status: index row, run directory, log file, metric writer.
-#include "runtime/index/run_context.h"
+// A run from its start to its final status: index row, run directory, log file, metric writer.
+#include "runtime/run/run_context.h"
 
 #include <sys/stat.h>
 
@@ -13,26 +13,10 @@
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 
-namespace runner::index {
+namespace runner::run {
+
+using namespace runner::index;
 namespace {
-
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// Runs a command; returns its stdout, or nothing when it fails.
-std::optional<std::string> command_output(const std::string& command) {
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return std::nullopt;
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t got = 0;
-  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), got);
-  if (::pclose(pipe) != 0) return std::nullopt;
-  return output;
-}
 
 void write_text_file(const std::string& path, const std::string& text) {
   core::AtomicFileWriter writer(path);
@@ -51,25 +35,14 @@ void check_artifact_name(const std::string& name) {
 
 }  // namespace
 
-GitState git_state(const std::string& directory) {
-  const std::string git = "git -C " + shell_quote(directory.empty() ? "." : directory);
-  GitState state;
-  if (auto revision = command_output(git + " rev-parse HEAD 2>/dev/null")) {
-    while (!revision->empty() && std::isspace(static_cast<unsigned char>(revision->back()))) revision->pop_back();
-    if (!revision->empty()) state.revision = *revision;
-  }
-  if (state.revision) {
-    if (auto status = command_output(git + " status --porcelain --untracked-files=no 2>/dev/null"))
-      state.dirty = !status->empty();
-  }
-  return state;
-}
+RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.home)) {}
 
-RunContext::RunContext(const RunStart& start) : home_(start.home), db_(open_index_for_writing(start.home)) {
+RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), db_(std::move(db)), fork_(start.fork) {
   reap_stale_runs(db_, now_seconds());
   resumed_ = start.resume.has_value();
   record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, home_);
   directory_ = home_ + "/" + record_.dir;
+  seed_ = start.run.seed.value_or(record_.seed.value_or(0));
   try {
     if (::mkdir(directory_.c_str(), 0777) != 0 && !(resumed_ && errno == EEXIST))
       throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
@@ -91,6 +64,11 @@ RunContext::~RunContext() {
   } catch (const std::exception& error) {
     core::log(core::LogLevel::error, std::string("run ") + record_.name + ": " + error.what());
   }
+}
+
+void RunContext::set_step(int64_t step) {
+  step_ = step;
+  writer_->set_step(step);
 }
 
 void RunContext::merge_summary(const nlohmann::json& values) {
@@ -131,4 +109,4 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
   if (flush_failure) std::rethrow_exception(flush_failure);
 }
 
-}  // namespace runner::index
+}  // namespace runner::run

@@ -14,10 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "bindings/lua_host.h"
+#include "app/repl.h"
 
-namespace runner::bindings {
+namespace runner::app {
 namespace {
+
+using bindings::LuaHost;
+using core::kExitOk;
 
 lua_State* completion_state = nullptr;
 std::vector<std::string> completion_matches;
@@ -227,4 +230,4 @@ int run_repl(LuaHost& host) {
   return host.exit_requested() ? host.exit_status() : kExitOk;
 }
 
-}  // namespace runner::bindings
+}  // namespace runner::app

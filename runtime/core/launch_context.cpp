@@ -1,0 +1,93 @@
+// The process's launch context: environment parsing and the process-wide instance.
+#include "runtime/core/launch_context.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+
+extern char** environ;
+
+namespace runner::core {
+namespace {
+
+std::optional<std::string> lookup(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names,
+                                  std::string* which) {
+  for (const char* name : names) {
+    auto it = env.find(name);
+    if (it != env.end() && !it->second.empty()) {
+      *which = name;
+      return it->second;
+    }
+  }
+  return std::nullopt;
+}
+
+std::int64_t parse_integer(const std::string& name, const std::string& text, std::int64_t min, std::int64_t max) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())
+    throw LaunchError(fmt::format("environment variable {}='{}' is not a whole number", name, text));
+  if (value < min || value > max)
+    throw LaunchError(fmt::format("environment variable {}={} is out of range ({} to {})", name, value, min, max));
+  return value;
+}
+
+template <class T>
+void read_integer(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names, T& target,
+                  std::int64_t min, std::int64_t max) {
+  std::string which;
+  if (auto text = lookup(env, names, &which)) target = static_cast<T>(parse_integer(which, *text, min, max));
+}
+
+std::mutex context_mutex;
+LaunchContext process_context;
+
+}  // namespace
+
+LaunchContext launch_context_from_environment(const std::map<std::string, std::string>& env) {
+  constexpr std::int64_t kMaxRanks = 1 << 20;
+  LaunchContext context;
+  read_integer(env, {"WORLD_SIZE", "SLURM_NTASKS"}, context.world_size, 1, kMaxRanks);
+  read_integer(env, {"RANK", "SLURM_PROCID"}, context.rank, 0, kMaxRanks);
+  read_integer(env, {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"}, context.local_world_size, 1, kMaxRanks);
+  read_integer(env, {"LOCAL_RANK", "SLURM_LOCALID"}, context.local_rank, 0, kMaxRanks);
+  if (context.rank >= context.world_size)
+    throw LaunchError(fmt::format("rank {} is not below the world size {} (RANK / WORLD_SIZE)", context.rank, context.world_size));
+  std::string which;
+  if (auto addr = lookup(env, {"MASTER_ADDR"}, &which)) context.master_addr = *addr;
+  read_integer(env, {"MASTER_PORT"}, context.master_port, 1, 65535);
+  std::int64_t id = 0;
+  if (lookup(env, {"RUNNER_SWEEP"}, &which)) {
+    read_integer(env, {"RUNNER_SWEEP"}, id, 1, INT64_MAX);
+    context.sweep = id;
+  }
+  if (lookup(env, {"RUNNER_TRIAL"}, &which)) {
+    read_integer(env, {"RUNNER_TRIAL"}, id, 0, INT64_MAX);
+    context.trial = id;
+  }
+  return context;
+}
+
+LaunchContext launch_context_from_environment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text = *entry;
+    const auto equals = text.find('=');
+    if (equals != std::string::npos) env.emplace(text.substr(0, equals), text.substr(equals + 1));
+  }
+  return launch_context_from_environment(env);
+}
+
+const LaunchContext& launch_context() {
+  std::lock_guard<std::mutex> lock(context_mutex);
+  return process_context;
+}
+
+void set_launch_context(const LaunchContext& context) {
+  std::lock_guard<std::mutex> lock(context_mutex);
+  process_context = context;
+}
+
+}  // namespace runner::core

@@ -1,0 +1,52 @@
+// What this process is, parsed once from the command line and the environment: the resume policy, the log
+// level, its place in a distributed job (torchrun / Slurm variables) and in a sweep. Read by the run start
+// policy, the loader's sharding defaults and device "auto"; it lives in core because those sit below run/.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace runner::core {
+
+enum class ResumePolicy {
+  script,  // what the script's runner.start asks for (by default: continue a matching ended run)
+  fresh,   // --fresh: always a new run
+  run,     // --resume RUN: continue that run
+};
+
+struct LaunchContext {
+  ResumePolicy resume = ResumePolicy::script;
+  std::string resume_run;         // with ResumePolicy::run: an id, id prefix, name or "last"
+  std::string log_level = "info";
+  int rank = 0;                   // RANK (or SLURM_PROCID)
+  int world_size = 1;             // WORLD_SIZE (or SLURM_NTASKS)
+  int local_rank = 0;             // LOCAL_RANK (or SLURM_LOCALID): the GPU of this process on its node
+  int local_world_size = 1;       // LOCAL_WORLD_SIZE (or SLURM_NTASKS_PER_NODE)
+  std::string master_addr;        // MASTER_ADDR: the rendezvous host (c10d TCPStore)
+  int master_port = 0;            // MASTER_PORT
+  std::optional<std::int64_t> sweep;  // RUNNER_SWEEP: the sweep this process runs a trial of
+  std::optional<std::int64_t> trial;  // RUNNER_TRIAL
+
+  bool distributed() const { return world_size > 1; }
+};
+
+// A launch variable that is not a number or out of range; the message names the variable and its value.
+struct LaunchError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// The launch fields that come from the environment (everything but resume and log level), from `env`
+// (name -> value). torchrun's variables win over Slurm's. Throws LaunchError.
+LaunchContext launch_context_from_environment(const std::map<std::string, std::string>& env);
+// The same from this process's environment.
+LaunchContext launch_context_from_environment();
+
+// The process's context: set once by the program's entry point (before anything reads it); a default
+// context (single process, resume as the script says) until then.
+const LaunchContext& launch_context();
+void set_launch_context(const LaunchContext& context);
+
+}  // namespace runner::core

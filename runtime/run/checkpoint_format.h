@@ -1,0 +1,47 @@
+// The files of a training checkpoint, and restoring a trainer and a loader from them:
+//   model.safetensors      parameters and buffers under their state-dict names
+//   ema.safetensors        the first average (float32) under the model's names; ema-<k>.safetensors for the k-th
+//   optimizer.safetensors  the optimizer's state tensors; metadata "hyperparameters" (JSON)
+//   trainer.safetensors    loss scale, skip count, every RNG stream; metadata "trainer" (JSON): step, precision,
+//                          accumulate, schedule and EMA counters, and "extra": {"loader": loader state,
+//                          "state": the script's named state objects}
+// checkpoint_directory.h writes them (partial directory, hashes, manifest, rename).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/data/loader.h"
+#include "runtime/train/trainer.h"
+
+namespace runner::run {
+
+// A checkpoint's files copied off the training tensors: a CUDA tensor goes to pinned host memory
+// asynchronously, and wait_ready() blocks until every copy has landed.
+struct TrainingSnapshot {
+  std::vector<ckpt::CheckpointFileContent> files;
+  std::function<void()> wait_ready;
+};
+
+// `loader` may be null; `named_state` is a JSON object (name -> state) or null.
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
+                                   const nlohmann::json& named_state);
+
+struct RestoredTraining {
+  std::int64_t step = 0;
+  std::optional<data::LoaderState> loader;            // the saved loader state, when one was saved
+  nlohmann::json named_state = nlohmann::json::object();
+};
+
+// Reads the files of `checkpoint_dir`, checks everything against the trainer (a different model, optimizer
+// or number of EMAs is std::invalid_argument naming the file and what differs) and only then restores the
+// trainer: weights, EMAs, optimizer state and hyperparameters, loss scale, counters, schedule and every RNG
+// stream. The loader is left to the caller (it needs the same setup; data::Loader::restore checks that).
+RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer);
+
+}  // namespace runner::run

@@ -1,0 +1,80 @@
+// One run from its start to its final status: the index row, the run directory, the log file, the metric
+// writer, sample grids, and the run's current step. start_run (run_start.h) makes one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/image/image_grid.h"
+#include "runtime/index/metric_writer.h"
+#include "runtime/index/run_store.h"
+#include "runtime/index/sqlite_database.h"
+
+namespace runner::run {
+
+// A run to create or reopen, with everything resolved (start_run does the resolving).
+struct RunStart {
+  std::string home;                // RUNNER_HOME (index_database.h: home_directory())
+  index::NewRun run;               // script, config, name, device, seed, versions, parent
+  std::string script_text;         // copied into the run directory as script.lua
+  index::MetricWriterOptions writer;
+  std::optional<int64_t> resume;   // an ended run to continue (reopen_run) instead of a new one
+  std::optional<index::RunRecord> fork;  // the run whose checkpoint a new run starts from
+};
+
+class RunContext {
+ public:
+  // Creates the index row (status running), the directory <home>/<name>/ with script.lua, config.json and
+  // log.txt (the process's log from now on), and starts the metric writer. Stale runs of dead processes
+  // are marked interrupted on the way. With `resume`, the existing run is reopened instead: its row is
+  // running again, script.lua and config.json are rewritten and log.txt is appended to. `db` is the index
+  // opened for writing at `start.home`.
+  RunContext(const RunStart& start, index::Database db);
+  explicit RunContext(const RunStart& start);  // opens the index itself
+  ~RunContext();  // finishes as interrupted if finish() was not called
+  RunContext(const RunContext&) = delete;
+  RunContext& operator=(const RunContext&) = delete;
+
+  const index::RunRecord& record() const { return record_; }
+  bool resumed() const { return resumed_; }
+  // The seed this process uses: the one asked for, else (resumed) the run's recorded one.
+  int64_t seed() const { return seed_; }
+  const std::optional<index::RunRecord>& fork() const { return fork_; }
+  index::Database& database() { return db_; }
+  // <home>/<name>
+  const std::string& directory() const { return directory_; }
+  const std::string& home() const { return home_; }
+  bool finished() const { return finished_; }
+
+  // The step metrics, images and checkpoints are recorded at (the trainer's step once one is attached).
+  int64_t step() const { return step_; }
+  void set_step(int64_t step);
+
+  index::MetricWriter& metrics() { return *writer_; }
+  void merge_summary(const nlohmann::json& values);
+  // Saves a sample grid as images/<name>-<step>.png in the run directory and records the artifact;
+  // returns the file's path. `name`: letters, digits, '_', '-', '.'.
+  std::string save_images(const std::string& name, int64_t step, const at::Tensor& images,
+                          const image::GridOptions& options);
+
+  // Flushes the metrics and records the final status (finished, failed, interrupted) with the error text.
+  // Idempotent. A failure to flush is reported in the run's error and rethrown.
+  void finish(const std::string& status, const std::optional<std::string>& error = std::nullopt);
+
+ private:
+  std::string home_;
+  index::Database db_;
+  std::string directory_;
+  index::RunRecord record_;
+  std::optional<index::RunRecord> fork_;
+  std::unique_ptr<index::MetricWriter> writer_;
+  int64_t step_ = 0;
+  int64_t seed_ = 0;
+  bool finished_ = false;
+  bool resumed_ = false;
+};
+
+}  // namespace runner::run

@@ -1,0 +1,98 @@
+// The start policy of a run: resume, fork, parent, seed, script hash and git state.
+#include "runtime/run/run_start.h"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "runtime/core/sha256.h"
+#include "runtime/index/index_database.h"
+
+namespace runner::run {
+namespace {
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs a command; returns its stdout, or nothing when it fails.
+std::optional<std::string> command_output(const std::string& command) {
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return std::nullopt;
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), got);
+  if (::pclose(pipe) != 0) return std::nullopt;
+  return output;
+}
+
+// A seed for a run that names none: below 2^31, so that it is exact in every number type a script uses.
+int64_t fresh_seed() {
+  std::random_device device;
+  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return static_cast<int64_t>((static_cast<uint64_t>(device()) ^ now) % 2147483647ULL);
+}
+
+}  // namespace
+
+GitState git_state(const std::string& directory) {
+  const std::string git = "git -C " + shell_quote(directory.empty() ? "." : directory);
+  GitState state;
+  if (auto revision = command_output(git + " rev-parse HEAD 2>/dev/null")) {
+    while (!revision->empty() && std::isspace(static_cast<unsigned char>(revision->back()))) revision->pop_back();
+    if (!revision->empty()) state.revision = *revision;
+  }
+  if (state.revision) {
+    if (auto status = command_output(git + " status --porcelain --untracked-files=no 2>/dev/null"))
+      state.dirty = !status->empty();
+  }
+  return state;
+}
+
+std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
+                                      const std::string& home) {
+  index::Database db = index::open_index_for_writing(home);
+  RunStart start;
+  start.home = home;
+  start.script_text = request.script_text;
+  start.writer = request.writer;
+  index::NewRun& run = start.run;
+  run.script = request.script;
+  run.script_hash = request.script_text.empty() ? "" : core::sha256_hex(request.script_text);
+  run.name = request.name;
+  run.config = request.config;
+  run.versions = request.versions;
+  run.device = request.device;
+  run.world_size = launch.world_size;
+  if (!request.script.empty()) {
+    const auto slash = request.script.rfind('/');
+    const GitState git = git_state(slash == std::string::npos ? "." : request.script.substr(0, slash));
+    run.git_revision = git.revision;
+    run.git_dirty = git.dirty;
+  }
+  if (!request.fork.empty()) {
+    start.fork = index::resolve_run(db, request.fork);
+    run.parent = start.fork->run;
+  } else if (!request.parent.empty()) {
+    run.parent = index::resolve_run(db, request.parent).run;
+  }
+
+  ResumeRequest resume = request.fork.empty() ? request.resume : ResumeRequest(false);
+  if (launch.resume == core::ResumePolicy::fresh) resume = false;
+  else if (launch.resume == core::ResumePolicy::run) resume = launch.resume_run;
+  std::optional<index::RunRecord> resumed;
+  if (const auto* reference = std::get_if<std::string>(&resume)) {
+    resumed = index::resolve_run(db, *reference);
+  } else if (std::get<bool>(resume)) {
+    if (auto found = index::find_resumable_run(db, run.script, run.config)) resumed = index::load_run(db, *found);
+  }
+  if (resumed) start.resume = resumed->run;
+  run.seed = request.seed ? request.seed : resumed && resumed->seed ? resumed->seed : std::optional<int64_t>(fresh_seed());
+  return std::make_unique<RunContext>(start, std::move(db));
+}
+
+}  // namespace runner::run

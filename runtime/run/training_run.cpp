@@ -1,0 +1,143 @@
+// A training run: checkpoints, restore, save reports and graceful stops.
+#include "runtime/run/training_run.h"
+
+#include <csignal>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/interrupt.h"
+#include "runtime/core/logging.h"
+#include "runtime/index/run_store.h"
+#include "runtime/run/checkpoint_format.h"
+
+namespace runner::run {
+namespace {
+
+std::string signal_name(int signal_number) {
+  switch (signal_number) {
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return fmt::format("signal {}", signal_number);
+  }
+}
+
+void log_rejected(const std::vector<std::string>& rejected, const std::string& of) {
+  for (const auto& message : rejected)
+    core::log(core::LogLevel::warn, fmt::format("checkpoint{} skipped, it is damaged: {}", of, message));
+}
+
+}  // namespace
+
+CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name) {
+  if (name == "stop") return CheckpointFailurePolicy::stop;
+  if (name == "continue") return CheckpointFailurePolicy::keep_training;
+  throw std::invalid_argument(fmt::format("on_error must be 'stop' or 'continue', got '{}'", name));
+}
+
+TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> trainer, std::shared_ptr<data::Loader> loader,
+                         NamedStateFunction named_state, CheckpointPolicy policy)
+    : run_(run), trainer_(std::move(trainer)), loader_(std::move(loader)), named_state_(std::move(named_state)),
+      policy_(std::move(policy)) {
+  const ckpt::RotationPolicy& rotation = policy_.rotation;
+  if (rotation.keep_last < 0 || rotation.keep_best < 0) throw std::invalid_argument("keep_last and keep_best must be 0 or more");
+  if (rotation.keep_last == 0 && rotation.keep_best == 0) throw std::invalid_argument("keep_last and keep_best cannot both be 0");
+  saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
+  trainer_->set_step_observer([this](std::int64_t step) { after_step(step); });
+  core::set_graceful_stop(true);
+}
+
+TrainingRun::~TrainingRun() {
+  trainer_->set_step_observer(nullptr);
+  core::set_graceful_stop(false);
+  saver_->wait();
+}
+
+std::optional<TrainingRun::Restored> TrainingRun::restore() {
+  ckpt::RestoreChoice choice = ckpt::choose_checkpoint(run_.database(), run_.record().run, run_.directory());
+  log_rejected(choice.rejected, "");
+  if (!choice.checkpoint && run_.fork()) {
+    const index::RunRecord& source = *run_.fork();
+    choice = ckpt::choose_checkpoint(run_.database(), source.run, run_.home() + "/" + source.dir);
+    log_rejected(choice.rejected, " of " + source.name);
+    if (!choice.checkpoint) throw std::invalid_argument(fmt::format("run {} has no good checkpoint to fork from", source.name));
+  }
+  if (!choice.checkpoint) return std::nullopt;
+  RestoredTraining restored = restore_training(choice.directory, *trainer_);
+  if (loader_ && restored.loader) loader_->restore(*restored.loader);
+  run_.set_step(restored.step);
+  core::log(core::LogLevel::info, fmt::format("restored {}: continuing at step {}", choice.directory, restored.step));
+  return Restored{restored.step, choice.directory, std::move(restored.named_state)};
+}
+
+double TrainingRun::checkpoint(const CheckpointRequest& request) {
+  report_saves(false);
+  const double start = core::steady_seconds();
+  saver_->wait();
+  const nlohmann::json named_state = named_state_ ? named_state_() : nlohmann::json::object();
+  TrainingSnapshot snapshot = snapshot_training(*trainer_, loader_.get(), named_state);
+  ckpt::SaveRequest save;
+  save.step = run_.step();
+  save.files = std::move(snapshot.files);
+  save.wait_ready = std::move(snapshot.wait_ready);
+  save.manifest_extra = {{"run", run_.record().id}};
+  save.metric = request.metric ? request.metric : policy_.metric;
+  save.metric_value = request.value;
+  saver_->submit(std::move(save));
+  const double stall = core::steady_seconds() - start;
+  stalls_[run_.step()] = stall;
+  run_.metrics().log("checkpoint_stall_ms", run_.step(), stall * 1000, index::now_seconds());
+  if (request.wait) report_saves(true);
+  return stall;
+}
+
+void TrainingRun::report_saves(bool wait) {
+  if (wait) saver_->wait();
+  for (const ckpt::SaveReport& report : saver_->take_reports()) {
+    if (report.error) {
+      const std::string message = fmt::format("checkpoint {} could not be saved: {}", report.path, *report.error);
+      if (policy_.on_error == CheckpointFailurePolicy::keep_training) {
+        core::log(core::LogLevel::error, message + " (the run continues; the previous checkpoint is intact)");
+        continue;
+      }
+      throw std::runtime_error(message + " (the previous checkpoint is intact)");
+    }
+    const auto stall = stalls_.find(report.step);
+    core::log(core::LogLevel::info, fmt::format("checkpoint {} saved: {:.1f} MB in {:.2f} s (stall {:.1f} ms)", report.path,
+                                                static_cast<double>(report.bytes) / 1e6, report.write_seconds,
+                                                stall == stalls_.end() ? 0.0 : stall->second * 1000));
+    if (stall != stalls_.end()) stalls_.erase(stall);
+    for (const auto& dropped : report.dropped) core::log(core::LogLevel::info, fmt::format("checkpoint {} deleted (rotation)", dropped));
+  }
+}
+
+void TrainingRun::after_step(std::int64_t step) {
+  run_.set_step(step);
+  report_saves(false);
+  if (const int signal_number = core::stop_signal(); signal_number != 0) stop(signal_number);
+}
+
+void TrainingRun::stop(int signal_number) {
+  const std::string name = signal_name(signal_number);
+  std::fprintf(stderr, "%s: saving a checkpoint at step %lld before stopping\n", name.c_str(),
+               static_cast<long long>(run_.step()));
+  std::fflush(stderr);
+  checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
+  const std::string reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
+  run_.finish("interrupted", reason);
+  throw core::ExitRequest(signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk, reason);
+}
+
+void TrainingRun::finish() {
+  core::set_graceful_stop(false);
+  try {
+    report_saves(true);
+  } catch (const std::exception& error) {
+    core::log(core::LogLevel::error, error.what());
+  }
+}
+
+}  // namespace runner::run

@@ -1,0 +1,92 @@
+// A run that trains: the trainer, loader and named state a checkpoint holds, attached to a RunContext.
+// It saves checkpoints (the stall on the training thread, the files on a background thread), restores the
+// newest good one, reports finished saves, and acts on a stop request (SIGINT/SIGTERM/SIGUSR1/SIGHUP) after
+// a step: checkpoint, mark the run interrupted, end the process (core::ExitRequest).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ckpt/checkpoint_rotation.h"
+#include "runtime/ckpt/checkpoint_store.h"
+#include "runtime/data/loader.h"
+#include "runtime/run/run_context.h"
+#include "runtime/train/trainer.h"
+
+namespace runner::run {
+
+enum class CheckpointFailurePolicy {
+  stop,           // a failed save is raised at the next step (the previous checkpoint is intact)
+  keep_training,  // a failed save is logged and the run goes on
+};
+CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name);  // "stop" or "continue"
+
+struct CheckpointPolicy {
+  ckpt::RotationPolicy rotation;      // keep_last 3, keep_best 0, "min"
+  std::optional<std::string> metric;  // what keep_best ranks by, unless a checkpoint names its own
+  CheckpointFailurePolicy on_error = CheckpointFailurePolicy::stop;
+};
+
+struct CheckpointRequest {
+  std::optional<std::string> metric;
+  std::optional<double> value;
+  bool wait = false;  // return once the files are written, verified and indexed
+};
+
+// The script's named state objects (early stopping, counters) as a JSON object, collected at each save.
+using NamedStateFunction = std::function<nlohmann::json()>;
+
+class TrainingRun {
+ public:
+  // From now on the first stop signal waits for the end of the step (core::set_graceful_stop). `loader`
+  // and `named_state` may be empty. Throws std::invalid_argument for a bad policy.
+  TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> trainer, std::shared_ptr<data::Loader> loader,
+              NamedStateFunction named_state, CheckpointPolicy policy);
+  ~TrainingRun();  // waits for the save in flight, detaches from the trainer, graceful stops off
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  struct Restored {
+    std::int64_t step = 0;
+    std::string directory;
+    nlohmann::json named_state = nlohmann::json::object();  // name -> state, for the script's objects
+  };
+  // Continues from the newest good checkpoint of this run, or else of the run it forks; damaged ones are
+  // logged and skipped. Restores the trainer and the loader and sets the run's step; nothing when there
+  // is no checkpoint. Throws when the forked run has no good checkpoint.
+  std::optional<Restored> restore();
+
+  // Saves the state at the run's step; returns the stall in seconds (also logged as checkpoint_stall_ms).
+  // The previous save is waited for first (part of the stall). Raises a previous save's failure first
+  // under CheckpointFailurePolicy::stop.
+  double checkpoint(const CheckpointRequest& request = {});
+
+  // After each trainer step (the trainer calls it): the run's step, finished saves, and a pending stop.
+  void after_step(std::int64_t step);
+
+  // Waits for the save in flight and reports it; graceful stops off. Errors are logged, not thrown.
+  void finish();
+
+  train::Trainer& trainer() { return *trainer_; }
+  const CheckpointPolicy& policy() const { return policy_; }
+
+ private:
+  void report_saves(bool wait);
+  [[noreturn]] void stop(int signal_number);
+
+  RunContext& run_;
+  std::shared_ptr<train::Trainer> trainer_;
+  std::shared_ptr<data::Loader> loader_;
+  NamedStateFunction named_state_;
+  CheckpointPolicy policy_;
+  std::unique_ptr<ckpt::CheckpointSaver> saver_;
+  std::map<std::int64_t, double> stalls_;  // by step, for the saved messages
+};
+
+}  // namespace runner::run

@@ -1,0 +1,206 @@
+// A two-layer model trained through runtime/run without Lua: start, steps, checkpoints, rotation, restore
+// into a fresh trainer and loader (bit-identical continuation), a graceful stop, and the launch context.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "runtime/core/exit_status.h"
+#include "runtime/core/interrupt.h"
+#include "runtime/core/launch_context.h"
+#include "runtime/data/datasets.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+#include "runtime/run/checkpoint_format.h"
+#include "runtime/run/run_start.h"
+#include "runtime/run/training_run.h"
+#include "tests/cpp/temp_directory.h"
+
+namespace {
+
+using namespace runner;
+using Catch::Contains;
+
+// Two linear layers with their parameters named as a state dict names them.
+struct TwoLayers {
+  torch::nn::Linear first{4, 8}, second{8, 1};
+  train::TrainerModel model() const {
+    return {{{"0.weight", first->weight}, {"0.bias", first->bias}, {"1.weight", second->weight}, {"1.bias", second->bias}},
+            {}};
+  }
+  at::Tensor forward(const at::Tensor& x) const { return second->forward(at::tanh(first->forward(x))); }
+};
+
+struct Setup {
+  TwoLayers net;
+  std::shared_ptr<train::Trainer> trainer;
+  std::shared_ptr<data::Loader> loader;
+  explicit Setup(uint64_t seed) {
+    at::manual_seed(seed);
+    net = TwoLayers();
+    train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
+    group.lr = 1e-2;
+    for (const auto& [name, p] : net.model().parameters) group.params.push_back(p);
+    auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
+    train::EmaOptions ema;
+    ema.decay = 0.9;
+    trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{ema},
+                                               train::TrainerOptions{}, c10::Device(c10::kCPU));
+    data::LoaderOptions options;
+    options.batch_size = 4;
+    options.workers = 0;
+    options.seed = 7;
+    loader = std::make_shared<data::Loader>(data::make_shapes(8, 64, 3), options);
+  }
+  // One step on the loader's next batch: fit the mean pixel of a 4-pixel patch.
+  void step() {
+    const data::Batch batch = loader->next();
+    const at::Tensor x = batch.data.reshape({batch.data.size(0), -1}).narrow(1, 0, 4);
+    const at::Tensor y = x.mean(1, true);
+    trainer->step([&](int64_t, int64_t) { return (net.forward(x) - y).pow(2).mean(); });
+  }
+};
+
+run::StartRequest request(const std::string& name) {
+  run::StartRequest r;
+  r.script = "experiments/two_layers.lua";
+  r.script_text = "-- two layers\n";
+  r.name = name;
+  r.config = {{"lr", 0.01}};
+  r.seed = 5;
+  r.resume = false;
+  r.writer.flush_interval_seconds = 0.05;
+  return r;
+}
+
+run::CheckpointPolicy keep_two() {
+  run::CheckpointPolicy policy;
+  policy.rotation.keep_last = 2;
+  return policy;
+}
+
+std::vector<at::Tensor> weights(const Setup& setup) {
+  std::vector<at::Tensor> list;
+  for (const auto& [name, p] : setup.net.model().parameters) list.push_back(p.detach().clone());
+  return list;
+}
+
+}  // namespace
+
+TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer bit for bit", "[run]") {
+  testing::TempDir tmp("training-run");
+  const std::string home = tmp.path + "/home";
+  core::LaunchContext launch;
+
+  // Straight through: 12 steps.
+  Setup straight(1);
+  for (int i = 0; i < 12; ++i) straight.step();
+
+  // Interrupted: 8 steps with checkpoints every 2, then a fresh process continues from the newest.
+  {
+    Setup first(1);
+    auto context = run::start_run(request("two-layers"), launch, home);
+    run::TrainingRun training(*context, first.trainer, first.loader, [] { return nlohmann::json{{"counter", {{"n", 3}}}}; },
+                              keep_two());
+    CHECK_FALSE(training.restore());
+    for (int i = 0; i < 8; ++i) {
+      first.step();
+      CHECK(context->step() == i + 1);
+      if (context->step() % 2 == 0) training.checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
+    }
+    training.finish();
+    context->finish("interrupted", "stopped by the test");
+    // Rotation kept the newest two: steps 6 and 8.
+    index::Database db = index::open_index_for_reading(home);
+    auto kept = db.prepare("SELECT step FROM checkpoints WHERE kept = 1 ORDER BY step");
+    std::vector<int64_t> steps;
+    while (kept.step()) steps.push_back(kept.integer(0));
+    CHECK(steps == std::vector<int64_t>{6, 8});
+    CHECK_FALSE(std::filesystem::exists(context->directory() + "/checkpoints/step-0000004"));
+    CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000008/model.safetensors"));
+  }
+  Setup second(99);  // other initial weights: everything must come from the checkpoint
+  run::StartRequest again = request("");
+  again.resume = std::string("two-layers");
+  auto context = run::start_run(again, launch, home);
+  CHECK(context->resumed());
+  CHECK(context->seed() == 5);
+  run::TrainingRun training(*context, second.trainer, second.loader, nullptr, keep_two());
+  const auto restored = training.restore();
+  REQUIRE(restored);
+  CHECK(restored->step == 8);
+  CHECK(restored->named_state == nlohmann::json{{"counter", {{"n", 3}}}});
+  CHECK(context->step() == 8);
+  CHECK(second.loader->position() == 8);
+  CHECK(second.trainer->step_count() == 8);
+  for (int i = 0; i < 4; ++i) second.step();
+  const auto expected = weights(straight), got = weights(second);
+  for (std::size_t i = 0; i < expected.size(); ++i) CHECK(at::equal(expected[i], got[i]));
+  CHECK(at::equal(straight.trainer->emas()[0].shadow()[0], second.trainer->emas()[0].shadow()[0]));
+  training.finish();
+  context->finish("finished");
+}
+
+TEST_CASE("a stop request after a step saves a checkpoint, marks the run interrupted and asks to exit", "[run]") {
+  testing::TempDir tmp("training-run");
+  const std::string home = tmp.path + "/home";
+  Setup setup(2);
+  auto context = run::start_run(request("stopped"), core::LaunchContext{}, home);
+  run::TrainingRun training(*context, setup.trainer, setup.loader, nullptr, keep_two());
+  setup.step();
+  REQUIRE(core::graceful_stop_enabled());
+  REQUIRE(core::request_stop(SIGTERM));
+  int status = -1;
+  try {
+    setup.step();
+  } catch (const core::ExitRequest& request) {
+    status = request.status;
+    CHECK_THAT(request.what(), Contains("stopped by SIGTERM at step 2 after saving a checkpoint"));
+  }
+  core::set_graceful_stop(false);
+  CHECK(status == core::kExitOk);
+  CHECK(context->record().status == "interrupted");
+  CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000002/trainer.safetensors"));
+}
+
+TEST_CASE("a checkpoint of another model is refused before anything changes", "[run]") {
+  testing::TempDir tmp("training-run");
+  Setup setup(3);
+  const run::TrainingSnapshot snapshot = run::snapshot_training(*setup.trainer, setup.loader.get(), nullptr);
+  REQUIRE(snapshot.files.size() == 4);  // model, ema, optimizer, trainer
+  CHECK(snapshot.files[0].name == "model.safetensors");
+  CHECK(data::loader_state_from_json(data::loader_state_json(setup.loader->state()), "here").seed == 7);
+  CHECK(data::loader_state_from_json({{"seed", "18446744073709551615"}, {"position", 2}, {"dataset_size", 64}, {"batch", 4}}, "old")
+            .seed == 18446744073709551615ULL);
+  CHECK_THROWS_WITH(data::loader_state_from_json({{"seed", 1}}, "x.safetensors"),
+                    Contains("x.safetensors: the loader state lacks 'position'"));
+}
+
+TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses bad ones", "[run]") {
+  const core::LaunchContext torchrun = core::launch_context_from_environment(
+      {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
+       {"MASTER_PORT", "29500"}, {"SLURM_PROCID", "5"}, {"RUNNER_SWEEP", "2"}, {"RUNNER_TRIAL", "11"}});
+  CHECK(torchrun.rank == 3);
+  CHECK(torchrun.world_size == 8);
+  CHECK(torchrun.local_rank == 1);
+  CHECK(torchrun.local_world_size == 4);
+  CHECK(torchrun.master_addr == "node0");
+  CHECK(torchrun.master_port == 29500);
+  CHECK(torchrun.sweep == 2);
+  CHECK(torchrun.trial == 11);
+  const core::LaunchContext slurm =
+      core::launch_context_from_environment({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
+  CHECK(slurm.rank == 2);
+  CHECK(slurm.world_size == 4);
+  const core::LaunchContext single = core::launch_context_from_environment(std::map<std::string, std::string>{});
+  CHECK_FALSE(single.distributed());
+  CHECK_THROWS_WITH(core::launch_context_from_environment({{"RANK", "4"}, {"WORLD_SIZE", "4"}}),
+                    "rank 4 is not below the world size 4 (RANK / WORLD_SIZE)");
+  CHECK_THROWS_WITH(core::launch_context_from_environment({{"WORLD_SIZE", "two"}}),
+                    "environment variable WORLD_SIZE='two' is not a whole number");
+}
