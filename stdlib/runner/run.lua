@@ -1,9 +1,9 @@
 -- runner.start: the run context of a script (index row, run directory, seeds, device, metrics, images,
--- summary) and runner.query over the index (natives in bindings/runs_binding.cpp).
-local native = runner._index
-runner._index = nil
+-- summary, checkpoints, restore) and runner.query over the index (natives in bindings/runs_binding.cpp; the run
+-- itself is runtime/run).
+local native = runner._run
+runner._run = nil
 
-local check_options = require("runner.options").check
 
 local Run = {}
 
