@@ -82,7 +82,7 @@ describe("resume", function()
     collect(first, 5)
     local state = first:state()
     expect_eq(state.position, 5)
-    expect_eq(state.seed, "9")
+    expect_eq(state.seed, 9)
     local resumed = data.loader(ds, { batch = 8, seed = 123, workers = 3, transform = { flip = true } })
     resumed:restore(state)
     local rest = collect(resumed, 7)
@@ -189,7 +189,7 @@ describe("bad input", function()
   it("checks options", function()
     local ds = data.shapes { size = 8, count = 4 }
     expect_error(function() data.loader(ds, { batch = 2, transform = { size = 3 } }) end,
-      here(-1) .. "unknown option 'size' to 'transform' (known: resize, crop, random_crop, flip, normalize, fast_decode)")
+      here(-1) .. "unknown option 'size' to 'transform' (known: crop, fast_decode, flip, normalize, random_crop, resize)")
     expect_error(function() data.loader(ds, { batch = 2, transform = { crop = 3, random_crop = 3 } }) end,
       here(-1) .. "transform takes either 'crop' (center) or 'random_crop', not both")
     expect_error(function() data.loader(ds, { batch = 0 }) end, here() .. "loader: batch must be at least 1, got 0")

@@ -66,7 +66,7 @@ describe("optimizer API", function()
   it("reports bad options and inputs", function()
     local model = nn.Linear(3, 2)
     expect_error(function() optim.AdamW(model, { learning_rate = 1 }) end,
-      here(-1) .. "unknown option 'learning_rate' to 'AdamW' (known: params, lr, betas, eps, weight_decay, amsgrad)")
+      here(-1) .. "unknown option 'learning_rate' to 'AdamW' (known: amsgrad, betas, eps, lr, params, weight_decay)")
     expect_error(function() optim.SGD(model, {}) end, here() .. "SGD: option 'lr' is required")
     expect_error(function() optim.Adam({ torch.ones(2) }, {}) end,
       here(-1) .. "parameter group 1 holds a tensor that is not a leaf requiring grad")
