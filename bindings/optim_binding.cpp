@@ -41,24 +41,19 @@ const OptionTable<train::ParamGroup> kSgdOptions("SGD", "SGDOptions",
                                                      option("weight_decay", &train::ParamGroup::weight_decay),
                                                      option("nesterov", &train::ParamGroup::nesterov),
                                                  });
-const OptionTable<train::ParamGroup> kAdamOptions("Adam", "AdamOptions",
-                                                  {
-                                                      lua_option<train::ParamGroup>("params"),
-                                                      option("lr", &train::ParamGroup::lr),
-                                                      option_with<train::ParamGroup>("betas", read_betas),
-                                                      option("eps", &train::ParamGroup::eps),
-                                                      option("weight_decay", &train::ParamGroup::weight_decay),
-                                                      option("amsgrad", &train::ParamGroup::amsgrad),
-                                                  });
-const OptionTable<train::ParamGroup> kAdamWOptions("AdamW", "AdamWOptions",
-                                                   {
-                                                       lua_option<train::ParamGroup>("params"),
-                                                       option("lr", &train::ParamGroup::lr),
-                                                       option_with<train::ParamGroup>("betas", read_betas),
-                                                       option("eps", &train::ParamGroup::eps),
-                                                       option("weight_decay", &train::ParamGroup::weight_decay),
-                                                       option("amsgrad", &train::ParamGroup::amsgrad),
-                                                   });
+// Adam and AdamW take the same keys.
+std::vector<OptionField<train::ParamGroup>> adam_fields() {
+  return {
+      lua_option<train::ParamGroup>("params"),
+      option("lr", &train::ParamGroup::lr),
+      option_with<train::ParamGroup>("betas", read_betas),
+      option("eps", &train::ParamGroup::eps),
+      option("weight_decay", &train::ParamGroup::weight_decay),
+      option("amsgrad", &train::ParamGroup::amsgrad),
+  };
+}
+const OptionTable<train::ParamGroup> kAdamOptions("Adam", "AdamOptions", adam_fields());
+const OptionTable<train::ParamGroup> kAdamWOptions("AdamW", "AdamWOptions", adam_fields());
 
 const OptionTable<train::ParamGroup>& options_of(train::OptimizerKind kind) {
   switch (kind) {

@@ -128,7 +128,7 @@ class OptionTable {
   std::vector<OptionField<Struct>> fields_;
 };
 
-// runner._option_tables() -> {[meta class] = {key, ...}}: for the spec that checks the ---@meta stubs.
+// runner.option_tables() -> {[meta class] = {key, ...}}: for the spec that checks the ---@meta stubs.
 int push_declared_option_tables(lua_State* L);
 
 }  // namespace runner::bindings
