@@ -14,6 +14,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/nn/dit.h"
 #include "runtime/nn/unet.h"
+#include "runtime/train/ema.h"
 
 namespace runner::bindings {
 namespace {
@@ -336,6 +337,20 @@ int nn_is_native(lua_State* L) {
   return 1;
 }
 
+// nn._ema_update(ema_params, params, ema_buffers, buffers, decay): the trainer's EMA rule (train::ema_update)
+// on two models' tensors, gathered in order by nn.ema_update.
+int nn_ema_update(lua_State* L) {
+  const double decay = luaL_checknumber(L, 5);
+  try {
+    train::ema_update(check_tensor_list(L, 1), check_tensor_list(L, 2), check_tensor_list(L, 3),
+                      check_tensor_list(L, 4), decay);
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    throw std::invalid_argument("nn.ema_update: " + message.substr(message.rfind("ema: ", 0) == 0 ? 5 : 0));
+  }
+  return 0;
+}
+
 // nn.functional ---------------------------------------------------------------------------------
 
 at::Reduction::Reduction check_reduction(lua_State* L, int index, const char* function) {
@@ -450,6 +465,7 @@ void open_nn(lua_State* L) {
       {"UNet", wrap<nn_unet>},
       {"DiT", wrap<nn_dit>},
       {"_is_native", wrap<nn_is_native>},
+      {"_ema_update", wrap<nn_ema_update>},
   });
   lua_newtable(L);
   set_functions(L, {

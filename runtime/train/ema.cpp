@@ -47,7 +47,60 @@ std::vector<at::Tensor> converted_copies(const std::vector<at::Tensor>& sources,
   return copies;
 }
 
+// Equal counts and shapes of shadow and source tensors, both defined.
+void check_pairs(const char* what, const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources) {
+  if (shadow.size() != sources.size()) {
+    throw std::invalid_argument(fmt::format("ema: the EMA has {} {}s, the model {}", shadow.size(), what, sources.size()));
+  }
+  for (std::size_t i = 0; i < shadow.size(); ++i) {
+    if (!shadow[i].defined() || !sources[i].defined()) {
+      throw std::invalid_argument(fmt::format("ema: {} {} is undefined", what, i + 1));
+    }
+    if (shadow[i].sizes() != sources[i].sizes()) {
+      throw std::invalid_argument(fmt::format("ema: {} {} has shape {} in the EMA and {} in the model", what, i + 1,
+                                              core::shape_text(shadow[i].sizes()), core::shape_text(sources[i].sizes())));
+    }
+  }
+}
+
 }  // namespace
+
+void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay) {
+  if (!(decay >= 0 && decay <= 1)) throw std::invalid_argument(fmt::format("ema: decay must be in [0, 1], got {}", decay));
+  check_pairs("parameter", shadow, sources);
+  check_pairs("buffer", shadow_buffers, buffers);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> averaged_shadow, averaged_sources, converted_sources, frozen_shadow, frozen_sources;
+  std::vector<at::ScalarType> converted_dtypes;
+  std::vector<std::size_t> converted_positions;  // positions in averaged_sources that need a converted copy
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const at::Tensor source = sources[i].detach();
+    if (!sources[i].requires_grad()) {
+      frozen_shadow.push_back(shadow[i]);
+      frozen_sources.push_back(source);
+      continue;
+    }
+    averaged_shadow.push_back(shadow[i]);
+    averaged_sources.push_back(source);
+    if (source.scalar_type() != shadow[i].scalar_type()) {
+      converted_positions.push_back(averaged_sources.size() - 1);
+      converted_sources.push_back(source);
+      converted_dtypes.push_back(shadow[i].scalar_type());
+    }
+  }
+  if (!converted_sources.empty()) {
+    const std::vector<at::Tensor> converted = converted_copies(converted_sources, converted_dtypes);
+    for (std::size_t k = 0; k < converted_positions.size(); ++k) averaged_sources[converted_positions[k]] = converted[k];
+  }
+  if (!averaged_shadow.empty()) at::_foreach_lerp_(averaged_shadow, averaged_sources, 1 - decay);
+  if (!frozen_shadow.empty()) at::_foreach_copy_(frozen_shadow, frozen_sources);
+  if (!shadow_buffers.empty()) {
+    std::vector<at::Tensor> detached;
+    for (const at::Tensor& buffer : buffers) detached.push_back(buffer.detach());
+    at::_foreach_copy_(shadow_buffers, detached);
+  }
+}
 
 Ema::Ema(std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, EmaOptions options)
     : params_(std::move(parameters)), buffers_(std::move(buffers)), options_(options) {
@@ -90,38 +143,7 @@ bool Ema::due(std::int64_t step) const { return step >= 1 && step % options_.upd
 void Ema::update(std::int64_t step) {
   if (step < 1) throw std::invalid_argument(fmt::format("ema: update needs an optimizer step >= 1, got {}", step));
   if (!due(step)) return;
-  at::NoGradGuard no_grad;
-  const double decay = current_decay(step);
-
-  std::vector<at::Tensor> averaged_shadow, averaged_params, converted_params, frozen_shadow, frozen_params;
-  std::vector<at::ScalarType> converted_dtypes;
-  std::vector<std::size_t> converted_positions;  // positions in averaged_params that need a float copy
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor param = params_[i].detach();
-    if (!params_[i].requires_grad()) {
-      frozen_shadow.push_back(shadow_[i]);
-      frozen_params.push_back(param);
-      continue;
-    }
-    averaged_shadow.push_back(shadow_[i]);
-    averaged_params.push_back(param);
-    if (param.scalar_type() != shadow_[i].scalar_type()) {
-      converted_positions.push_back(averaged_params.size() - 1);
-      converted_params.push_back(param);
-      converted_dtypes.push_back(shadow_[i].scalar_type());
-    }
-  }
-  if (!converted_params.empty()) {
-    const std::vector<at::Tensor> converted = converted_copies(converted_params, converted_dtypes);
-    for (std::size_t k = 0; k < converted_positions.size(); ++k) averaged_params[converted_positions[k]] = converted[k];
-  }
-  if (!averaged_shadow.empty()) at::_foreach_lerp_(averaged_shadow, averaged_params, 1 - decay);
-  if (!frozen_shadow.empty()) at::_foreach_copy_(frozen_shadow, frozen_params);
-  if (!shadow_buffers_.empty()) {
-    std::vector<at::Tensor> buffers;
-    for (const at::Tensor& buffer : buffers_) buffers.push_back(buffer.detach());
-    at::_foreach_copy_(shadow_buffers_, buffers);
-  }
+  ema_update(shadow_, params_, shadow_buffers_, buffers_, current_decay(step));
   ++update_count_;
   last_update_step_ = step;
 }

@@ -31,6 +31,14 @@ struct EmaOptions {
   std::int64_t update_every = 1;
 };
 
+// One EMA update of `shadow` towards `sources` (equal counts and shapes; std::invalid_argument otherwise):
+// shadow <- lerp(shadow, source, 1 - decay) in one _foreach_lerp_ for sources that require grad, shadow <- source
+// for the others (frozen weights are copied, as diffusers does), and shadow_buffers <- buffers. A source whose
+// dtype differs from its shadow's is converted first (one _foreach_copy_ into temporaries). Under NoGradGuard.
+// This is the rule behind both Ema::update and the Lua nn.ema_update.
+void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay);
+
 // Shadow weights, one per parameter: float32 for float32, float16 and bfloat16 parameters (so a model trained
 // in reduced precision is averaged in float32), float64 for float64 ones, on the parameter's device.
 // Parameters that do not require grad at an update are copied, not averaged (as diffusers does). Buffers

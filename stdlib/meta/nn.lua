@@ -140,8 +140,10 @@ function Denoiser:set_checkpointing(enabled) end
 ---@return table
 function Denoiser:info() end
 
---- ema <- decay * ema + (1 - decay) * model for each parameter; buffers are copied. Both models must be built
---- the same way (e.g. two calls of one constructor).
+--- ema <- decay * ema + (1 - decay) * model for each parameter that requires grad (one foreach lerp, the
+--- trainer's EMA rule); parameters that do not require grad and buffers are copied. A model parameter of another
+--- dtype than its EMA twin is converted first. Both models must be built the same way (e.g. two calls of one
+--- constructor): a different count or shape is an error naming the parameter.
 ---@param ema_model Module
 ---@param model Module
 ---@param decay number in [0, 1]

@@ -201,21 +201,18 @@ for name, method in pairs(common) do
   Module[name] = method
 end
 
---- nn.ema_update(ema_model, model, decay): ema <- decay * ema + (1 - decay) * model for every parameter
---- (buffers are copied). Both models must have the same structure, e.g. two instances of one constructor.
+--- nn.ema_update(ema_model, model, decay): the trainer's EMA rule (one foreach lerp): ema <- decay * ema +
+--- (1 - decay) * model for parameters that require grad, copies of the others and of the buffers.
+local native_ema_update = nn._ema_update
+nn._ema_update = nil
 function nn.ema_update(ema_model, model, decay)
   if type(decay) ~= "number" or decay < 0 or decay > 1 then error("nn.ema_update: decay must be in [0, 1]", 2) end
-  local targets, sources = ema_model:parameters(), model:parameters()
-  if #targets ~= #sources then
-    error(string.format("nn.ema_update: the EMA model has %d parameters, the model %d", #targets, #sources), 2)
+  local function buffers(module)
+    local list = {}
+    for _, b in module:named_buffers() do list[#list + 1] = b end
+    return list
   end
-  torch.no_grad(function()
-    for i, target in ipairs(targets) do target:lerp_(sources[i], 1 - decay) end
-    local target_buffers, source_buffers = {}, {}
-    for _, b in ema_model:named_buffers() do target_buffers[#target_buffers + 1] = b end
-    for _, b in model:named_buffers() do source_buffers[#source_buffers + 1] = b end
-    for i, target in ipairs(target_buffers) do target:copy_(source_buffers[i]) end
-  end)
+  native_ema_update(ema_model:parameters(), model:parameters(), buffers(ema_model), buffers(model), decay)
 end
 
 -- Lua-defined modules --------------------------------------------------------------------------------

@@ -168,6 +168,27 @@ describe("Lua-defined modules", function()
     expect_error(function() m.fc1 = 3 end, here() .. "MLP.fc1 holds a module; assign a module or nn.Parameter, or nil to remove it")
   end)
 
+  it("keep an EMA copy with the trainer's rule: lerp trainable weights, copy frozen ones and buffers", function()
+    local ema, model = MLP(3, 4), MLP(3, 4)
+    model.fc2:parameters()[2]:requires_grad_(false)
+    model.calls:fill_(5)
+    local before = {}
+    for name, p in ema:named_parameters() do before[name] = p:clone() end
+    nn.ema_update(ema, model, 0.75)
+    local params = {}
+    for name, p in model:named_parameters() do params[name] = p end
+    for name, p in ema:named_parameters() do
+      local expected = name == "fc2.bias" and params[name] or before[name] * 0.75 + params[name] * 0.25
+      expect_close(p, expected, 1e-6, 1e-6, name)
+    end
+    expect_eq(ema.calls:item(), 5)
+    expect_error(function() nn.ema_update(ema, MLP(3, 5), 0.9) end,
+      here(-1) .. "nn.ema_update: parameter 2 has shape [4, 3] in the EMA and [5, 3] in the model")
+    expect_error(function() nn.ema_update(ema, nn.Linear(3, 4), 0.9) end,
+      here(-1) .. "nn.ema_update: the EMA has 5 parameters, the model 2")
+    expect_error(function() nn.ema_update(ema, model, 1.5) end, here() .. "nn.ema_update: decay must be in [0, 1]")
+  end)
+
   it("inherit from a parent class", function()
     local Scaled = nn.Module("Scaled", MLP)
     function Scaled:forward(x) return MLP.forward(self, x) * 2 end
