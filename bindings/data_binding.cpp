@@ -232,7 +232,7 @@ const OptionTable<data::TransformSpec> kTransformOptions(
 const OptionTable<data::LoaderOptions> kLoaderOptions(
     "loader", "LoaderOptions",
     {
-        option("batch", &data::LoaderOptions::batch_size, /*required=*/true),
+        option("batch", &data::LoaderOptions::batch, /*required=*/true),
         option("shuffle", &data::LoaderOptions::shuffle),
         option("drop_last", &data::LoaderOptions::drop_last),
         option_with<data::LoaderOptions>("workers", [](lua_State* L, const char* key, data::LoaderOptions& o) {
@@ -260,7 +260,7 @@ const OptionTable<data::LoaderOptions> kLoaderOptions(
           std::string name;
           read_option_value(L, key, name);
           if (name != "raise" && name != "skip") raise_error(L, "loader: on_error must be 'raise' or 'skip', got '" + name + "'");
-          o.on_bad_sample = name == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
+          o.on_error = name == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
         }),
     });
 
@@ -389,7 +389,7 @@ int loader_tostring(lua_State* L) {
   const Loader& loader = check_loader(L, 1);
   const data::LoaderOptions& o = loader.options();
   const std::string text = fmt::format("loader({}; batch {}, {} batches per epoch, {} workers, {})", loader.dataset().describe(),
-                                       o.batch_size, loader.batches_per_epoch(), o.workers, core::device_name(o.device));
+                                       o.batch, loader.batches_per_epoch(), o.workers, core::device_name(o.device));
   lua_pushlstring(L, text.data(), text.size());
   return 1;
 }

@@ -9,6 +9,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/nn_binding.h"
+#include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/diffusion/gaussian_diffusion.h"
 #include "runtime/diffusion/noise_schedule.h"
@@ -80,23 +81,52 @@ diff::Denoiser denoiser_at(lua_State* L, int index) {
   };
 }
 
-// runner._diffusion.new{schedule, timesteps, beta_start, beta_end, prediction, min_snr, seed}
-int diffusion_new(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "diffusion", {"schedule", "timesteps", "beta_start", "beta_end", "prediction", "min_snr", "seed"});
+// The options of runner.diffusion.gaussian.
+struct DiffusionOptions {
   diff::ScheduleOptions schedule;
-  schedule.kind = field_string(L, 1, "schedule", schedule.kind);
-  schedule.timesteps = field_integer(L, 1, "timesteps", schedule.timesteps);
-  if (has_field(L, 1, "beta_start")) schedule.beta_start = field_number(L, 1, "beta_start", 0.0);
-  if (has_field(L, 1, "beta_end")) schedule.beta_end = field_number(L, 1, "beta_end", 0.0);
   diff::LossOptions loss;
-  loss.prediction = diff::parse_prediction(field_string(L, 1, "prediction", "eps"));
-  if (has_field(L, 1, "min_snr")) {
-    loss.min_snr_gamma = field_number(L, 1, "min_snr", 5.0);
-    if (*loss.min_snr_gamma <= 0) throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *loss.min_snr_gamma));
-  }
-  const std::uint64_t seed = has_field(L, 1, "seed") ? seed_value(field_number(L, 1, "seed", 0.0)) : 0;
-  new_userdata<DiffusionBox>(L, kDiffusionType, DiffusionBox{diff::make_schedule(schedule), schedule.kind, loss, diff::SampleStreams(seed)});
+  std::optional<std::uint64_t> seed;
+};
+
+const OptionTable<DiffusionOptions> kDiffusionOptions(
+    "diffusion.gaussian", "DiffusionOptions",
+    {
+        option_with<DiffusionOptions>("schedule", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.schedule.kind);
+        }),
+        option_with<DiffusionOptions>("timesteps", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.schedule.timesteps);
+        }),
+        option_with<DiffusionOptions>("beta_start", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.schedule.beta_start);
+        }),
+        option_with<DiffusionOptions>("beta_end", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.schedule.beta_end);
+        }),
+        option_with<DiffusionOptions>("prediction", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          std::string name;
+          read_option_value(L, key, name);
+          o.loss.prediction = diff::parse_prediction(name);
+        }),
+        option_with<DiffusionOptions>("min_snr", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.loss.min_snr_gamma);
+          if (*o.loss.min_snr_gamma <= 0) {
+            throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *o.loss.min_snr_gamma));
+          }
+        }),
+        option_with<DiffusionOptions>("seed", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          double value = 0;
+          read_option_value(L, key, value);
+          o.seed = seed_value(value);
+        }),
+    });
+
+// runner._diffusion.new(options, default_seed): runner.diffusion.gaussian.
+int diffusion_new(lua_State* L) {
+  const DiffusionOptions o = kDiffusionOptions.read(L, 1);
+  const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
+  new_userdata<DiffusionBox>(L, kDiffusionType,
+                             DiffusionBox{diff::make_schedule(o.schedule), o.schedule.kind, o.loss, diff::SampleStreams(seed)});
   return 1;
 }
 
@@ -155,30 +185,47 @@ int diffusion_q_sample(lua_State* L) {
   return 1;
 }
 
-// d:_sample(model, x_T, labels|nil, options, noise|nil, seed) -> x [, trajectory]
-// noise: a tensor [steps, B, ...] of per-step noise; without it, noise comes from a generator seeded with seed.
+// The options of d:sample: n, labels, seed, x_T, noise and device are read by stdlib/runner/diffusion.lua
+// (noise also here).
+const OptionTable<diff::SampleOptions> kSampleOptions(
+    "sample", "SampleOptions",
+    {
+        lua_option<diff::SampleOptions>("n"),
+        lua_option<diff::SampleOptions>("labels"),
+        option("steps", &diff::SampleOptions::steps),
+        option("sampler", &diff::SampleOptions::sampler),
+        option("eta", &diff::SampleOptions::eta),
+        option("guidance", &diff::SampleOptions::guidance),
+        option("variance", &diff::SampleOptions::variance),
+        option("clip", &diff::SampleOptions::clip),
+        lua_option<diff::SampleOptions>("seed"),
+        lua_option<diff::SampleOptions>("x_T"),
+        lua_option<diff::SampleOptions>("noise"),
+        option("trajectory", &diff::SampleOptions::keep_trajectory),
+        lua_option<diff::SampleOptions>("device"),
+        option("null_label", &diff::SampleOptions::null_label),
+        option("autocast", &diff::SampleOptions::autocast),
+    });
+
+// d:_sample(model, x_T, labels|nil, options, seed, null_label|nil) -> x [, trajectory]
+// options.noise: a tensor [steps, B, ...] of per-step noise; without it, noise comes from a generator seeded
+// with seed. null_label: the model's, used when the options give none.
 int diffusion_sample(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
   const diff::Denoiser model = denoiser_at(L, 2);
   const at::Tensor x_T = check_tensor(L, 3);
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
-  luaL_checktype(L, 5, LUA_TTABLE);
-  check_option_keys(L, 5, "sample", {"sampler", "steps", "eta", "variance", "clip", "guidance", "null_label",
-                                     "trajectory", "autocast"});
-  diff::SampleOptions o;
-  o.sampler = field_string(L, 5, "sampler", o.sampler);
-  o.steps = field_integer(L, 5, "steps", std::min<std::int64_t>(o.steps, box.schedule.timesteps()));
-  o.eta = field_number(L, 5, "eta", o.eta);
-  o.variance = field_string(L, 5, "variance", o.variance);
-  o.clip = field_boolean(L, 5, "clip", o.clip);
-  o.guidance = field_number(L, 5, "guidance", o.guidance);
-  if (has_field(L, 5, "null_label")) o.null_label = field_integer(L, 5, "null_label", 0);
-  o.keep_trajectory = field_boolean(L, 5, "trajectory", false);
-  o.autocast = field_boolean(L, 5, "autocast", false);
+  diff::SampleOptions defaults;
+  defaults.steps = std::min<std::int64_t>(defaults.steps, box.schedule.timesteps());
+  if (!lua_isnoneornil(L, 7)) defaults.null_label = check_integer(L, 7);
+  diff::SampleOptions o = kSampleOptions.read(L, 5, defaults);
   o.prediction = box.loss.prediction;
   diff::NoiseSource noise;
-  if (!lua_isnoneornil(L, 6)) {
-    const at::Tensor given = check_tensor(L, 6);
+  lua_getfield(L, 5, "noise");
+  const std::optional<at::Tensor> given_noise = opt_tensor(L, -1);
+  lua_pop(L, 1);
+  if (given_noise) {
+    const at::Tensor given = *given_noise;
     noise = [given](std::int64_t step, const at::Tensor& like) {
       if (given.dim() != like.dim() + 1 || step >= given.size(0) || given[step].sizes() != like.sizes()) {
         throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]", fmt::join(like.sizes(), ", "),
@@ -190,7 +237,7 @@ int diffusion_sample(lua_State* L) {
     auto generator = at::globalContext().defaultGenerator(x_T.device()).clone();
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(check_seed(L, 7) ^ 0x5a17c0de5a17c0deULL);
+      generator.set_current_seed(check_seed(L, 6) ^ 0x5a17c0de5a17c0deULL);
     }
     noise = [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
   }

@@ -9,6 +9,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/nn_binding.h"
+#include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
@@ -142,70 +143,64 @@ void push_denoiser(lua_State* L, const std::shared_ptr<runner::nn::Denoiser>& de
   new_userdata<ModuleBox>(L, kModuleType, ModuleBox{denoiser, nullptr, denoiser});
 }
 
-std::vector<std::int64_t> field_integers(lua_State* L, int index, const char* key, const std::vector<std::int64_t>& fallback) {
-  if (!has_field(L, index, key)) return fallback;
-  lua_getfield(L, index, key);
-  const bool is_table = lua_istable(L, -1);
-  lua_pop(L, 1);
-  if (!is_table) return {field_integer(L, index, key, 0)};
-  std::vector<std::int64_t> values;
-  for (double value : field_numbers(L, index, key, {})) {
-    if (value != static_cast<double>(static_cast<std::int64_t>(value))) {
-      throw std::invalid_argument(fmt::format("option '{}' must hold integers, got {}", key, value));
-    }
-    values.push_back(static_cast<std::int64_t>(value));
-  }
-  return values;
-}
+using runner::nn::DiTOptions;
+using runner::nn::UNetOptions;
 
-// nn.UNet{channels, mults, blocks, attention, dropout, image, in_channels, out_channels, learn_sigma, classes,
-// class_dropout, groups, checkpoint}
+const OptionTable<UNetOptions> kUNetOptions("UNet", "UNetOptions",
+                                            {
+                                                option("channels", &UNetOptions::channels),
+                                                option("mults", &UNetOptions::mults),
+                                                option("blocks", &UNetOptions::blocks),
+                                                option("attention", &UNetOptions::attention),
+                                                option("dropout", &UNetOptions::dropout),
+                                                option("image", &UNetOptions::image),
+                                                option("in_channels", &UNetOptions::in_channels),
+                                                option("out_channels", &UNetOptions::out_channels),
+                                                option("learn_sigma", &UNetOptions::learn_sigma),
+                                                option("classes", &UNetOptions::classes),
+                                                option("class_dropout", &UNetOptions::class_dropout),
+                                                option("groups", &UNetOptions::groups),
+                                                option("checkpoint", &UNetOptions::checkpoint),
+                                            });
+
+// nn.UNet{...}: UNetOptions.
 int nn_unet(lua_State* L) {
-  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "UNet", {"channels", "mults", "blocks", "attention", "dropout", "image", "in_channels",
-                                   "out_channels", "learn_sigma", "classes", "class_dropout", "groups", "checkpoint"});
-  runner::nn::UNetOptions o;
-  o.channels = field_integer(L, 1, "channels", o.channels);
-  o.mults = field_integers(L, 1, "mults", o.mults);
-  o.blocks = field_integer(L, 1, "blocks", o.blocks);
-  o.attention = field_integers(L, 1, "attention", o.attention);
-  o.dropout = field_number(L, 1, "dropout", o.dropout);
-  o.image = field_integer(L, 1, "image", o.image);
-  o.in_channels = field_integer(L, 1, "in_channels", o.in_channels);
-  if (has_field(L, 1, "out_channels")) o.out_channels = field_integer(L, 1, "out_channels", 0);
-  o.learn_sigma = field_boolean(L, 1, "learn_sigma", o.learn_sigma);
-  o.classes = field_integer(L, 1, "classes", o.classes);
-  o.class_dropout = field_number(L, 1, "class_dropout", o.class_dropout);
-  o.groups = field_integer(L, 1, "groups", o.groups);
-  o.checkpoint = field_boolean(L, 1, "checkpoint", o.checkpoint);
-  push_denoiser(L, std::make_shared<runner::nn::UNetImpl>(o));
+  push_denoiser(L, std::make_shared<runner::nn::UNetImpl>(kUNetOptions.read(L, 1)));
   return 1;
 }
 
-// nn.DiT{size = "DiT-XL/2" | depth, hidden, heads, patch; image, in_channels, classes, class_dropout, mlp_ratio,
-// learn_sigma, checkpoint}: explicit fields override the size preset.
+const OptionTable<DiTOptions> kDiTOptions("DiT", "DiTOptions",
+                                          {
+                                              lua_option<DiTOptions>("size"),  // the preset, read first
+                                              option("depth", &DiTOptions::depth),
+                                              option("hidden", &DiTOptions::hidden),
+                                              option("heads", &DiTOptions::heads),
+                                              option("patch", &DiTOptions::patch),
+                                              option("image", &DiTOptions::image),
+                                              option("in_channels", &DiTOptions::in_channels),
+                                              option("classes", &DiTOptions::classes),
+                                              option("class_dropout", &DiTOptions::class_dropout),
+                                              option("mlp_ratio", &DiTOptions::mlp_ratio),
+                                              option("learn_sigma", &DiTOptions::learn_sigma),
+                                              option("checkpoint", &DiTOptions::checkpoint),
+                                          });
+
+// nn.DiT{size = "DiT-XL/2" | depth, hidden, heads; ...}: DiTOptions, explicit fields over the size preset.
 int nn_dit(lua_State* L) {
-  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "DiT", {"size", "depth", "hidden", "heads", "patch", "image", "in_channels", "classes",
-                                  "class_dropout", "mlp_ratio", "learn_sigma", "checkpoint"});
-  runner::nn::DiTOptions o;
-  if (has_field(L, 1, "size")) {
-    o = runner::nn::dit_preset(field_string(L, 1, "size", ""));
-  } else if (!has_field(L, 1, "depth") || !has_field(L, 1, "hidden") || !has_field(L, 1, "heads")) {
+  if (!lua_istable(L, 1) || (!has_field(L, 1, "size") &&
+                             (!has_field(L, 1, "depth") || !has_field(L, 1, "hidden") || !has_field(L, 1, "heads")))) {
+    if (lua_istable(L, 1)) kDiTOptions.read(L, 1);  // an unknown key is the first thing to report
     throw std::invalid_argument("DiT: give a size (e.g. size = \"DiT-S/2\") or depth, hidden and heads");
   }
-  o.depth = field_integer(L, 1, "depth", o.depth);
-  o.hidden = field_integer(L, 1, "hidden", o.hidden);
-  o.heads = field_integer(L, 1, "heads", o.heads);
-  o.patch = field_integer(L, 1, "patch", o.patch);
-  o.image = field_integer(L, 1, "image", o.image);
-  o.in_channels = field_integer(L, 1, "in_channels", o.in_channels);
-  o.classes = field_integer(L, 1, "classes", o.classes);
-  o.class_dropout = field_number(L, 1, "class_dropout", o.class_dropout);
-  o.mlp_ratio = field_number(L, 1, "mlp_ratio", o.mlp_ratio);
-  o.learn_sigma = field_boolean(L, 1, "learn_sigma", o.learn_sigma);
-  o.checkpoint = field_boolean(L, 1, "checkpoint", o.checkpoint);
-  push_denoiser(L, std::make_shared<runner::nn::DiTImpl>(o));
+  DiTOptions preset;
+  if (has_field(L, 1, "size")) {
+    std::string size;
+    lua_getfield(L, 1, "size");
+    read_option_value(L, "size", size);
+    lua_pop(L, 1);
+    preset = runner::nn::dit_preset(size);
+  }
+  push_denoiser(L, std::make_shared<runner::nn::DiTImpl>(kDiTOptions.read(L, 1, preset)));
   return 1;
 }
 

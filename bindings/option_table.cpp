@@ -91,8 +91,12 @@ void read_option_value(lua_State* L, const char* key, std::vector<double>& targe
 }
 template <>
 void read_option_value(lua_State* L, const char* key, std::vector<std::int64_t>& target) {
-  if (!lua_istable(L, -1)) wrong_type(L, key, "a list of integers");
   target.clear();
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    target.push_back(integer_value(L, key));
+    return;
+  }
+  if (!lua_istable(L, -1)) wrong_type(L, key, "a list of integers");
   const int count = static_cast<int>(lua_objlen(L, -1));
   for (int i = 1; i <= count; ++i) {
     lua_rawgeti(L, -1, i);

@@ -52,7 +52,7 @@ struct OptionField {
 };
 
 // `key` into `member`, converted by its type: double, bool, std::string, integers, std::optional of those,
-// std::vector<double> / std::vector<std::int64_t>.
+// std::vector<double> / std::vector<std::int64_t> (a list, or one integer for a list of one).
 template <class Struct, class T>
 OptionField<Struct> option(const char* key, T Struct::*member, bool required = false) {
   return {key, required, [member](lua_State* L, const char* k, Struct& s) { read_option_value(L, k, s.*member); }};

@@ -332,7 +332,7 @@ int progress_new(lua_State* L) {
   check_option_keys(L, 1, "progress", {"total", "batch", "terminal", "line_seconds"});
   train::ProgressOptions options;
   options.total_steps = field_integer(L, 1, "total", 0);
-  options.batch_size = field_integer(L, 1, "batch", 0);
+  options.batch = field_integer(L, 1, "batch", 0);
   options.terminal = field_boolean(L, 1, "terminal", ::isatty(::fileno(stdout)) != 0);
   options.line_seconds = field_number(L, 1, "line_seconds", options.line_seconds);
   new_userdata<ProgressBox>(L, kProgressType, ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});

@@ -177,8 +177,8 @@ struct Loader::Impl {
     const std::int64_t count = std::min(global_batch, size - start);
     const std::int64_t rank = options.rank;
     const std::int64_t world = options.world_size;
-    std::int64_t lo = start + rank * options.batch_size;
-    std::int64_t hi = lo + options.batch_size;
+    std::int64_t lo = start + rank * options.batch;
+    std::int64_t hi = lo + options.batch;
     if (count < global_batch) {  // the last, partial batch of the epoch: split it evenly over the ranks
       lo = start + rank * count / world;
       hi = start + (rank + 1) * count / world;
@@ -288,7 +288,7 @@ struct Loader::Impl {
           }
         }
       } catch (const DataError& error) {
-        if (options.on_bad_sample != BadSamplePolicy::skip) throw;
+        if (options.on_error != BadSamplePolicy::skip) throw;
         batch.skipped.push_back(SkippedSample{error.path.empty() ? dataset->source(index) : error.path, error.what()});
         continue;
       }
@@ -465,7 +465,7 @@ struct Loader::Impl {
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (!dataset) throw std::invalid_argument("loader: no dataset");
-  if (options.batch_size < 1) throw std::invalid_argument("loader: batch must be at least 1, got " + std::to_string(options.batch_size));
+  if (options.batch < 1) throw std::invalid_argument("loader: batch must be at least 1, got " + std::to_string(options.batch));
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw std::invalid_argument("loader: rank " + std::to_string(options.rank) + " is not in 0.." +
                                 std::to_string(options.world_size - 1) + " for world_size " + std::to_string(options.world_size));
@@ -477,7 +477,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : 
   m.dataset = std::move(dataset);
   m.options = std::move(options);
   m.size = m.dataset->size();
-  m.global_batch = m.options.batch_size * m.options.world_size;
+  m.global_batch = m.options.batch * m.options.world_size;
   if (m.size < 1) throw std::invalid_argument("loader: the dataset is empty (" + m.dataset->describe() + ")");
   m.per_epoch = m.options.drop_last ? m.size / m.global_batch : (m.size + m.global_batch - 1) / m.global_batch;
   if (m.per_epoch == 0) {
@@ -525,7 +525,7 @@ void Loader::set_end(std::int64_t end) {
 
 LoaderState Loader::state() const {
   const LoaderOptions& o = impl_->options;
-  return LoaderState{impl_->seed, impl_->position, impl_->size, o.batch_size, o.rank, o.world_size, o.shuffle, o.drop_last};
+  return LoaderState{impl_->seed, impl_->position, impl_->size, o.batch, o.rank, o.world_size, o.shuffle, o.drop_last};
 }
 
 void Loader::restore(const LoaderState& state) {
@@ -535,7 +535,7 @@ void Loader::restore(const LoaderState& state) {
   };
   if (state.dataset_size != mine.dataset_size)
     mismatch("a dataset of", std::to_string(state.dataset_size) + " samples", std::to_string(mine.dataset_size));
-  if (state.batch_size != mine.batch_size) mismatch("batch", std::to_string(state.batch_size), std::to_string(mine.batch_size));
+  if (state.batch != mine.batch) mismatch("batch", std::to_string(state.batch), std::to_string(mine.batch));
   if (state.world_size != mine.world_size)
     mismatch("world_size", std::to_string(state.world_size), std::to_string(mine.world_size));
   if (state.rank != mine.rank) mismatch("rank", std::to_string(state.rank), std::to_string(mine.rank));

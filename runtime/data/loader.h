@@ -25,7 +25,7 @@ enum class BadSamplePolicy {
 };
 
 struct LoaderOptions {
-  std::int64_t batch_size = 1;
+  std::int64_t batch = 1;
   bool shuffle = true;
   bool drop_last = false;
   int workers = -1;   // -1: default_worker_count(); 0: batches are made on the calling thread
@@ -36,7 +36,7 @@ struct LoaderOptions {
   c10::Device device = c10::Device(c10::kCPU);
   bool pin_memory = true;  // for CUDA devices
   TransformSpec transform;
-  BadSamplePolicy on_bad_sample = BadSamplePolicy::raise;
+  BadSamplePolicy on_error = BadSamplePolicy::raise;
 };
 
 // min(4 per GPU (or 4 without one), CPU cores - 1), at least 1 when there are 2 or more cores.
@@ -54,7 +54,7 @@ struct LoaderState {
   std::uint64_t seed = 0;
   std::int64_t position = 0;  // batches consumed (the next batch's global number)
   std::int64_t dataset_size = 0;
-  std::int64_t batch_size = 0;
+  std::int64_t batch = 0;
   int rank = 0;
   int world_size = 1;
   bool shuffle = true;

@@ -10,7 +10,7 @@ namespace runner::data {
 
 nlohmann::json loader_state_json(const LoaderState& state) {
   return {{"seed", state.seed},         {"position", state.position}, {"dataset_size", state.dataset_size},
-          {"batch", state.batch_size},  {"rank", state.rank},         {"world_size", state.world_size},
+          {"batch", state.batch},  {"rank", state.rank},         {"world_size", state.world_size},
           {"shuffle", state.shuffle},   {"drop_last", state.drop_last}};
 }
 
@@ -31,7 +31,7 @@ LoaderState loader_state_from_json(const nlohmann::json& json, const std::string
     }
     state.position = json["position"].get<std::int64_t>();
     state.dataset_size = json["dataset_size"].get<std::int64_t>();
-    state.batch_size = json["batch"].get<std::int64_t>();
+    state.batch = json["batch"].get<std::int64_t>();
     state.rank = json.value("rank", 0);
     state.world_size = json.value("world_size", 1);
     state.shuffle = json.value("shuffle", true);

@@ -60,7 +60,7 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
   if (snapshot.lr) line += fmt::format("  lr {:.2e}", *snapshot.lr);
   if (rate_ > 0) {
     line += rate_ >= 1 ? fmt::format("  {:.2f} it/s", rate_) : fmt::format("  {:.2f} s/it", 1.0 / rate_);
-    if (options_.batch_size > 0) line += fmt::format("  {:.0f} img/s", rate_ * static_cast<double>(options_.batch_size));
+    if (options_.batch > 0) line += fmt::format("  {:.0f} img/s", rate_ * static_cast<double>(options_.batch));
     if (options_.total_steps > snapshot.step)
       line += "  ETA " + core::duration_text(static_cast<double>(options_.total_steps - snapshot.step) / rate_);
   }

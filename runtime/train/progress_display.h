@@ -13,7 +13,7 @@ namespace runner::train {
 
 struct ProgressOptions {
   int64_t total_steps = 0;          // 0: unknown (no percentage, no ETA)
-  int64_t batch_size = 0;           // images per step, for images/s (0: not shown)
+  int64_t batch = 0;                // images per step, for images/s (0: not shown)
   bool terminal = false;            // redraw one line in place (true) or print plain lines (false)
   double redraw_seconds = 0.2;      // terminal: at most this often
   double line_seconds = 30.0;       // plain lines: at most this often (and at the first and last step)

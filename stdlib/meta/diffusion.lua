@@ -13,9 +13,18 @@ local Diffusion = {}
 --- "scaled_linear" (latent diffusion); prediction: what the model predicts, "eps", "x0" or "v"; min_snr: the
 --- gamma of min-SNR loss weighting (off when nil); seed (default torch.initial_seed()) keys the training
 --- streams of timesteps, noise and label dropout.
----@param options? {timesteps?: integer, schedule?: string, prediction?: string, min_snr?: number, beta_start?: number, beta_end?: number, seed?: integer}
+---@param options? DiffusionOptions
 ---@return Diffusion
 function runner.diffusion.gaussian(options) end
+
+---@class DiffusionOptions
+---@field timesteps? integer        diffusion steps T (default 1000)
+---@field schedule? string          "linear" (default), "cosine" or "scaled_linear"
+---@field beta_start? number        first beta of linear / scaled_linear (default 1e-4 x 1000/T, 0.00085)
+---@field beta_end? number          last beta of linear / scaled_linear (default 0.02 x 1000/T, 0.012)
+---@field prediction? string        what the model predicts: "eps" (default), "x0" or "v"
+---@field min_snr? number           gamma of min-SNR loss weighting (off when nil)
+---@field seed? integer             keys the training streams (default torch.initial_seed())
 --- The same as gaussian.
 function runner.diffusion.ddpm(options) end
 
@@ -47,9 +56,26 @@ function Diffusion:q_sample(x0, t, noise) end
 --- model runs in eval mode without gradients and autocast off (autocast = true keeps the caller's).
 --- n defaults to the number of labels given, else 16.
 --- With trajectory = true, also returns x_T and every step's x stacked: [steps + 1, B, C, H, W].
----@param options? {n?: integer, labels?: Tensor|integer[]|integer, steps?: integer, sampler?: "ddim"|"ddpm", eta?: number, variance?: string, clip?: boolean, guidance?: number, null_label?: integer, seed?: integer, x_T?: Tensor, noise?: Tensor, trajectory?: boolean, device?: string, autocast?: boolean}
+---@param options? SampleOptions
 ---@return Tensor samples, Tensor|nil trajectory
 function Diffusion:sample(model, options) end
+
+---@class SampleOptions
+---@field n? integer                samples to draw (default: the number of labels, else 16)
+---@field labels? Tensor|integer[]|integer  class ids, one per sample or one for all
+---@field steps? integer            sampling steps (default 50, at most T)
+---@field sampler? "ddim"|"ddpm"    default "ddim"
+---@field eta? number               DDIM noise: 0 deterministic (default), 1 the DDPM posterior variance
+---@field guidance? number          classifier-free guidance scale (default 1: conditional model alone)
+---@field variance? string          DDPM variance: "auto" (default), "small", "large" or "learned"
+---@field clip? boolean             clip the predicted x0 to [-1, 1] (default true)
+---@field seed? integer             seeds the start and step noise (default: the diffusion's seed)
+---@field x_T? Tensor               the start noise [n, C, H, W]
+---@field noise? Tensor             every step's noise [steps, n, C, H, W]
+---@field trajectory? boolean       also return x_T and every step's x (default false)
+---@field device? string            where to sample (default: the model's device)
+---@field null_label? integer       the unconditional label (default: the model's)
+---@field autocast? boolean         keep the caller's autocast (default false: autocast off)
 
 --- The schedule's float64 tables [T]: betas, alphas_cumprod, alphas_cumprod_prev, posterior_variance,
 --- posterior_log_variance_clipped, posterior_mean_coef1, posterior_mean_coef2.

@@ -117,17 +117,46 @@ function nn.Identity() end
 --- Called as `unet(x [B, C, H, W], t [B] int64 timesteps or one number, labels [B] int64 | nil)`.
 --- Defaults are the paper's CIFAR-10 model (35.7M parameters). With `classes > 0` the model is
 --- class-conditional and label id `classes` means "no label" (classifier-free guidance).
----@param options? {channels?: integer, mults?: integer[], blocks?: integer, attention?: integer[], dropout?: number, image?: integer, in_channels?: integer, out_channels?: integer, learn_sigma?: boolean, classes?: integer, class_dropout?: number, groups?: integer, checkpoint?: boolean}
+---@param options? UNetOptions
 ---@return Denoiser
 function nn.UNet(options) end
+
+---@class UNetOptions
+---@field channels? integer         base channel count (default 128)
+---@field mults? integer[]          channel multiplier per resolution level (default {1, 2, 2, 2})
+---@field blocks? integer           residual blocks per level on the way down, one more up (default 2)
+---@field attention? integer[]|integer  resolutions with self-attention (default {16})
+---@field dropout? number           dropout in the residual blocks (default 0.1)
+---@field image? integer            input side in pixels (default 32)
+---@field in_channels? integer      input channels (default 3)
+---@field out_channels? integer     output channels (default in_channels, twice that with learn_sigma)
+---@field learn_sigma? boolean      also predict the variance interpolation (default false)
+---@field classes? integer          0: unconditional (default); else label id `classes` is the null label
+---@field class_dropout? number     label dropout for classifier-free guidance (default 0.1)
+---@field groups? integer           GroupNorm groups (default 32)
+---@field checkpoint? boolean       activation checkpointing (default false)
 
 --- DiT (Peebles & Xie 2023) by size name ("DiT-S/2" ... "DiT-XL/8") or by depth, hidden and heads (explicit
 --- fields override the size). Defaults: image 32, in_channels 4, classes 1000, class_dropout 0.1 (label id
 --- `classes` is the null label), mlp_ratio 4, learn_sigma true (2 x in_channels outputs). Parameter counts
 --- equal the official code's (DiT-XL/2: 675,129,632). Called as `dit(x, t, labels)`.
----@param options {size?: string, depth?: integer, hidden?: integer, heads?: integer, patch?: integer, image?: integer, in_channels?: integer, classes?: integer, class_dropout?: number, mlp_ratio?: number, learn_sigma?: boolean, checkpoint?: boolean}
+---@param options DiTOptions
 ---@return Denoiser
 function nn.DiT(options) end
+
+---@class DiTOptions
+---@field size? string              a preset, "DiT-S/2" ... "DiT-XL/8" (or give depth, hidden and heads)
+---@field depth? integer            transformer blocks
+---@field hidden? integer           hidden width
+---@field heads? integer            attention heads
+---@field patch? integer            patch side (default 2)
+---@field image? integer            input side, the latent side for latent diffusion (default 32)
+---@field in_channels? integer      input channels (default 4)
+---@field classes? integer          0: unconditional; else label id `classes` is the null label (default 1000)
+---@field class_dropout? number     label dropout for classifier-free guidance (default 0.1)
+---@field mlp_ratio? number         MLP width / hidden (default 4)
+---@field learn_sigma? boolean      2 x in_channels outputs (default true)
+---@field checkpoint? boolean       activation checkpointing (default false)
 
 ---@class Denoiser: Module
 local Denoiser = {}

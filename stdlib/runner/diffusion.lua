@@ -20,13 +20,7 @@ end
 --- beta_end, seed} -> Diffusion. `seed` (default: the seed given to torch.manual_seed) keys the training
 --- streams of timesteps, noise and label dropout.
 function diffusion.gaussian(options)
-  options = check_options(options, "diffusion.gaussian", {
-    timesteps = true, schedule = true, prediction = true, min_snr = true, beta_start = true, beta_end = true, seed = true,
-  })
-  local settings = {}
-  for k, v in pairs(options) do settings[k] = v end
-  if settings.seed == nil then settings.seed = torch.initial_seed() end
-  return native.new(settings)
+  return native.new(options, torch.initial_seed())
 end
 diffusion.ddpm = diffusion.gaussian
 
@@ -79,10 +73,8 @@ end
 --- seed, x_T, noise, trajectory = false, device, autocast = false}) -> samples [n, C, H, W] float32 (and the
 --- trajectory [steps + 1, ...] with trajectory = true). The model runs in eval mode and without gradients.
 function methods:sample(model, options)
-  options = check_options(options, "sample", {
-    n = true, labels = true, steps = true, sampler = true, eta = true, guidance = true, variance = true, clip = true,
-    seed = true, x_T = true, noise = true, trajectory = true, device = true, null_label = true, autocast = true,
-  })
+  options = options or {}
+  if type(options) ~= "table" then error("sample: expected an options table, got " .. type(options), 2) end
   local info = model_info(model)
   local seed = options.seed or self:_info().seed
   local x_T = options.x_T
@@ -105,14 +97,9 @@ function methods:sample(model, options)
   if info and info.classes > 0 and labels == nil then
     error(string.format("sample: the model is class-conditional (%d classes): give labels", info.classes), 2)
   end
-  local settings = {
-    sampler = options.sampler, steps = options.steps, eta = options.eta, variance = options.variance, clip = options.clip,
-    guidance = options.guidance, trajectory = options.trajectory, autocast = options.autocast,
-    null_label = options.null_label or (info and info.null_label),
-  }
   local was_training = nn.is_module(model) and model:is_training()
   if was_training then model:eval() end
-  local ok, x, trajectory = pcall(self._sample, self, model, x_T, labels, settings, options.noise, seed)
+  local ok, x, trajectory = pcall(self._sample, self, model, x_T, labels, options, seed, info and info.null_label)
   if was_training then model:train() end
   if not ok then error(x, 0) end
   return x, trajectory

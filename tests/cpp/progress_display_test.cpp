@@ -30,7 +30,7 @@ TEST_CASE("plain progress lines come at the first step, periodically and at the 
   std::FILE* file = std::tmpfile();
   ProgressOptions options;
   options.total_steps = 100;
-  options.batch_size = 64;
+  options.batch = 64;
   options.line_seconds = 3.0;
   ProgressDisplay display(options, 0.0, file);
   // 0.125 s per step (exact in binary): 8 it/s.

@@ -52,7 +52,7 @@ struct Setup {
     trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{ema},
                                                train::TrainerOptions{}, c10::Device(c10::kCPU));
     data::LoaderOptions options;
-    options.batch_size = 4;
+    options.batch = 4;
     options.workers = 0;
     options.seed = 7;
     loader = std::make_shared<data::Loader>(data::make_shapes(8, 64, 3), options);
