@@ -35,7 +35,8 @@ def last_run(cwd):
 
 class Experiments(TempDirTest):
     def quickstart_quality(self, *overrides, steps):
-        stdout = run_experiment("quickstart.lua", *overrides, cwd=self.dir)
+        # The full main job takes about 7 minutes on 2 cores; the limit only guards against a hang.
+        stdout = run_experiment("quickstart.lua", *overrides, cwd=self.dir, timeout=1800)
         match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+)", stdout)
         self.assertIsNotNone(match, stdout)
         run = last_run(self.dir)
