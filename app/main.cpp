@@ -151,12 +151,9 @@ int run(const Command& command) {
   } else if (!command.script.empty()) {
     status = host.run_file(command.script, command.overrides, command.script_args);
   }
-  host.end_run(host.exit_requested() ? host.exit_status() : status);
-  if (host.exit_requested()) return host.exit_status();
-  if (command.repl || command.interactive) {
-    status = runner::app::run_repl(host);
-    host.end_run(status);
-  }
+  status = host.end_run(host.exit_requested() ? host.exit_status() : status);
+  if (host.exit_requested()) return status;
+  if (command.repl || command.interactive) status = host.end_run(runner::app::run_repl(host));
   return status;
 }
 

@@ -229,16 +229,21 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
   return report_failure(LUA_ERRRUN);
 }
 
-void LuaHost::end_run(int status) {
+int LuaHost::end_run(int status) {
+  std::optional<std::string> failure;
   if (status == kExitOk) {
-    end_active_run(L_, "finished", std::nullopt);
+    failure = end_active_run(L_, "finished", std::nullopt);
   } else if (core::is_interrupt_status(status)) {
-    end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
+    failure = end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
   } else {
     std::string error = last_error_;
     if (exit_requested_ && error.empty()) error = fmt::format("the script called os.exit({})", status);
-    end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
+    failure = end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
   }
+  if (!failure) return status;
+  std::fprintf(stderr, "runner: %s\n", failure->c_str());
+  std::fflush(stderr);
+  return status == kExitOk ? kExitError : status;
 }
 
 int LuaHost::run_string(const std::string& code, const std::string& chunk_name) {

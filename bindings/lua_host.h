@@ -38,8 +38,9 @@ class LuaHost {
   int load_text(const std::string& text, const std::string& chunk_name);
 
   // Ends the run that runner.start opened, if any, with the status the script ended with (0: finished;
-  // an interrupt: interrupted; else failed with the last error printed).
-  void end_run(int status);
+  // an interrupt: interrupted; else failed with the last error printed). Returns the process's exit status:
+  // `status`, or 1 when the script succeeded but its run could not be recorded whole (printed).
+  int end_run(int status);
 
   // True once os.exit ran: the process must exit with exit_status().
   bool exit_requested() const { return exit_requested_; }

@@ -53,16 +53,25 @@ run::TrainingRun& check_training(lua_State* L, int index, const char* function) 
 }
 
 // Ends the training part (waits for saves, reports) and then the run.
+// A save that failed at the end fails a finished run; the failure is rethrown once the run is recorded.
 void finish_box(lua_State* L, RunBox& box, const std::string& status, const std::optional<std::string>& error) {
+  std::optional<std::string> save_failure;
   if (box.training) {
-    box.training->finish();
+    save_failure = box.training->finish();
     box.training.reset();
   }
   if (box.named_state_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
     box.named_state_ref = LUA_NOREF;
   }
-  if (box.context) box.context->finish(status, error);
+  if (!box.context) return;
+  if (!save_failure) {
+    box.context->finish(status, error);
+    return;
+  }
+  const std::string combined = error ? *error + "; " + *save_failure : *save_failure;
+  box.context->finish(status == "finished" ? "failed" : status, combined);
+  throw std::runtime_error(*save_failure);
 }
 
 void set_string(lua_State* L, const char* key, const std::string& value) {
@@ -414,20 +423,21 @@ void open_runs(lua_State* L) {
   lua_pop(L, 1);
 }
 
-void end_active_run(lua_State* L, const std::string& status, const std::optional<std::string>& error) {
+std::optional<std::string> end_active_run(lua_State* L, const std::string& status, const std::optional<std::string>& error) {
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   auto* box = test_userdata<RunBox>(L, -1, kRunType);
   lua_pop(L, 1);
   if (!box || !box->context || box->context->finished()) {
     if (box) box->training.reset();
-    return;
+    return std::nullopt;
   }
+  const std::string name = fmt::format("{} ({})", box->context->record().name, box->context->record().id);
   try {
     finish_box(L, *box, status, error);
-    const auto& record = box->context->record();
-    core::log(core::LogLevel::info, fmt::format("run {} ({}) {}", record.name, record.id, record.status));
+    core::log(core::LogLevel::info, fmt::format("run {} {}", name, box->context->record().status));
+    return std::nullopt;
   } catch (const std::exception& failure) {
-    core::log(core::LogLevel::error, std::string("the run could not be finished cleanly: ") + failure.what());
+    return fmt::format("run {}: {}", name, failure.what());
   }
 }
 

@@ -9,7 +9,9 @@
 namespace runner::bindings {
 
 // Finishes the run started by runner.start in this state, if one is still active: flushes its metrics
-// and records `status` (finished, failed, interrupted) and the error text. Never throws.
-void end_active_run(lua_State* L, const std::string& status, const std::optional<std::string>& error);
+// and records `status` (finished, failed, interrupted) and the error text. Never throws: returns what could
+// not be recorded (lost metric values, a failed final checkpoint, the status row), naming the run.
+std::optional<std::string> end_active_run(lua_State* L, const std::string& status,
+                                          const std::optional<std::string>& error);
 
 }  // namespace runner::bindings

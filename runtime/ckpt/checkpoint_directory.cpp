@@ -13,6 +13,7 @@
 
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/sha256.h"
+#include "runtime/index/run_removal.h"
 
 namespace runner::ckpt {
 namespace {
@@ -64,7 +65,54 @@ void check_file_name(const std::string& name) {
                                             name));
 }
 
+// ".partial-0000012-345" -> step 12 and pid 345 for the prefix ".partial-"; false for other names.
+bool parse_writer_entry(const std::string& name, const std::string& prefix, int64_t& step, long& pid) {
+  if (name.rfind(prefix, 0) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  const auto dash = rest.find('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == rest.size()) return false;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    if (i != dash && !std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
+  step = std::stoll(rest.substr(0, dash));
+  pid = std::stol(rest.substr(dash + 1));
+  return true;
+}
+
 }  // namespace
+
+StaleWrites clean_stale_writes(const std::string& run_dir, bool dry_run) {
+  StaleWrites stale;
+  const std::string folder = run_dir + "/checkpoints";
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(folder.c_str())) {
+    while (dirent* entry = ::readdir(dir)) names.emplace_back(entry->d_name);
+    ::closedir(dir);
+  }
+  const long self = static_cast<long>(::getpid());
+  for (const std::string& name : names) {
+    int64_t step = 0;
+    long pid = 0;
+    const std::string path = folder + "/" + name;
+    const std::string relative = "checkpoints/" + name;
+    if (parse_writer_entry(name, ".partial-", step, pid) && pid != self) {
+      stale.bytes += index::disk_usage(path);
+      stale.removed.push_back(relative);
+      if (!dry_run) remove_flat_directory(path);
+    } else if (parse_writer_entry(name, ".replaced-", step, pid) && pid != self) {
+      const std::string final_dir = run_dir + "/" + checkpoint_path(step);
+      if (exists(final_dir)) {
+        stale.bytes += index::disk_usage(path);
+        stale.removed.push_back(relative);
+        if (!dry_run) remove_flat_directory(path);
+      } else {
+        stale.recovered.push_back(relative);
+        if (!dry_run && ::rename(path.c_str(), final_dir.c_str()) != 0)
+          throw CheckpointWriteError(fmt::format("{}: cannot move back to {}: {}", path, final_dir, std::strerror(errno)));
+      }
+    }
+  }
+  return stale;
+}
 
 std::string checkpoint_path(int64_t step) { return fmt::format("checkpoints/step-{:07d}", step); }
 

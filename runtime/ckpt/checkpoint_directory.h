@@ -51,6 +51,17 @@ WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
                                    const std::vector<CheckpointFileContent>& files,
                                    const nlohmann::json& manifest_extra = nlohmann::json::object());
 
+// Leftovers of checkpoint writers that died mid-write (kill -9, power loss) in <run_dir>/checkpoints.
+struct StaleWrites {
+  std::vector<std::string> removed;    // .partial-<step>-<pid> directories (and superseded .replaced-*)
+  std::vector<std::string> recovered;  // .replaced-* moved back to step-<N>: its replacement never arrived
+  uint64_t bytes = 0;                  // freed
+};
+// Finds (dry_run) or cleans the leftovers of every writer but this process. Call it only for a run that no
+// other live process writes (its own restore, `runner gc` for runs that are not running). Paths are
+// relative to the run directory.
+StaleWrites clean_stale_writes(const std::string& run_dir, bool dry_run = false);
+
 // Checks every file of a checkpoint against its record: returns the problems found, each naming the file
 // ("model.safetensors: missing", "... : 1200 bytes, expected 4096 (truncated?)", "...: sha256 differs
 // (damaged)"); empty when the checkpoint is good.

@@ -72,6 +72,7 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
       throw CheckpointWriteError(fmt::format("{}/{} does not read back as written: {}", run_dir_, written.path,
                                              fmt::join(problems, "; ")));
 
+    if (request.before_record) request.before_record();
     index::Database db = index::open_index_for_writing(home_);
     index::CheckpointRecord record;
     record.run = run_;

@@ -23,6 +23,9 @@ struct SaveRequest {
   int64_t step = 0;
   std::vector<CheckpointFileContent> files;  // host tensors (see wait_ready)
   std::function<void()> wait_ready;          // called on the saving thread before the files are written
+  // Called on the saving thread once the files verify, before the index row that makes the checkpoint the
+  // restore point (the run's metrics up to the checkpoint are committed first). A throw fails the save.
+  std::function<void()> before_record;
   nlohmann::json manifest_extra = nlohmann::json::object();
   std::optional<std::string> metric;         // the metric rotation's keep_best ranks by, and its value
   std::optional<double> metric_value;

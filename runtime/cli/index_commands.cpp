@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/cli/command_support.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
@@ -148,9 +149,20 @@ int gc_command(int argc, char** argv) {
     if (arguments.has("--orphans")) print(fmt::format("{}delete {}/{} (a run directory not in the index)\n", verb, home, entry));
     else print(fmt::format("note: {}/{} looks like a run directory but is not in the index (--orphans deletes it)\n", home, entry));
   }
+  // Checkpoint writes of processes that are gone; a running run's writer may still be at work.
+  uint64_t stale_bytes = 0;
+  for (const index::RunRecord& run : index::list_runs(db, {})) {
+    if (index::effective_status(run, index::now_seconds()) == "running") continue;
+    const ckpt::StaleWrites stale = ckpt::clean_stale_writes(home + "/" + run.dir, dry_run);
+    stale_bytes += stale.bytes;
+    for (const auto& path : stale.removed)
+      print(fmt::format("{}delete {}/{}/{} (a checkpoint write that never finished)\n", verb, home, run.dir, path));
+    for (const auto& path : stale.recovered)
+      print(fmt::format("{}move {}/{}/{} back into place (its replacement never finished)\n", verb, home, run.dir, path));
+  }
   for (const auto& name : report.missing_directories)
     print(fmt::format("note: run {} has no directory under {} (its rows are kept; `runner rm {}` deletes them)\n", name, home, name));
-  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", format_bytes(report.bytes_freed)));
+  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", format_bytes(report.bytes_freed + stale_bytes)));
   return 0;
 }
 

@@ -1,4 +1,5 @@
 // The CIFAR-10 binary dataset: memory-mapped batches of (label byte, 3x32x32 planar pixels) records.
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -54,7 +55,9 @@ class Cifar10Dataset final : public Dataset {
   std::vector<std::string> classes() const override { return classes_; }
   void read(std::int64_t index, const ReadHint&, Sample& out) const override {
     const auto [file, record] = locate(index);
-    const std::uint8_t* bytes = files_[file]->data() + record * kRecordBytes;
+    std::array<std::uint8_t, kRecordBytes> record_bytes;
+    files_[file]->copy(record * kRecordBytes, kRecordBytes, record_bytes.data());
+    const std::uint8_t* bytes = record_bytes.data();
     out.label = bytes[0];
     out.image.resize(32, 32, 3);
     std::uint8_t* pixels = out.image.pixels.data();

@@ -121,6 +121,7 @@ int default_worker_count() {
 struct Loader::Impl {
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
+  std::function<void()> before_next;  // set_before_next
   std::int64_t size = 0;
   std::int64_t global_batch = 0;
   std::int64_t per_epoch = 0;
@@ -508,7 +509,12 @@ std::int64_t Loader::batches_per_epoch() const { return impl_->per_epoch; }
 std::vector<std::int64_t> Loader::batch_indices(std::int64_t position) const {
   return impl_->batch_indices(impl_->seed, position);
 }
-Batch Loader::next() { return impl_->next(); }
+Batch Loader::next() {
+  if (impl_->before_next) impl_->before_next();
+  return impl_->next();
+}
+
+void Loader::set_before_next(std::function<void()> before) { impl_->before_next = std::move(before); }
 std::int64_t Loader::position() const { return impl_->position; }
 
 void Loader::seek(std::int64_t position) {

@@ -98,6 +98,8 @@ class Loader {
 
   // The next batch, on the device; blocks until it is ready. Errors of the batch are rethrown here.
   Batch next();
+  // Called at the start of next(), before the position moves (a training run's stop request). May throw.
+  void set_before_next(std::function<void()> before);
   std::int64_t position() const;
   // Continue from global batch `position` (drops batches in flight).
   void seek(std::int64_t position);

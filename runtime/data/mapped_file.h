@@ -15,8 +15,12 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  // The mapping: for reading headers right after opening. Sample reads go through copy().
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
+  // Copies bytes [offset, offset + count) out of the mapping. A file truncated since it was mapped would
+  // raise SIGBUS on a plain read; here it is a DataError naming the path (the file shrank). Thread-safe.
+  void copy(std::size_t offset, std::size_t count, void* destination) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "runtime/data/data_error.h"
 #include "runtime/data/datasets.h"
@@ -55,11 +56,16 @@ class MnistDataset final : public Dataset {
       throw DataError(labels_->path(), "has " + std::to_string(labels.shape[0]) + " labels but " + images_->path() +
                                            " has " + std::to_string(images.shape[0]) + " images");
     }
+    if (images.shape[1] < 1 || images.shape[2] < 1) {
+      throw DataError(images_->path(), "images of " + std::to_string(images.shape[1]) + " x " +
+                                           std::to_string(images.shape[2]) + " pixels: both sides must be at least 1");
+    }
     count_ = images.shape[0];
     height_ = static_cast<int>(images.shape[1]);
     width_ = static_cast<int>(images.shape[2]);
-    pixels_ = images_->data() + images.data_offset;
-    label_bytes_ = labels_->data() + labels.data_offset;
+    pixels_offset_ = images.data_offset;
+    label_bytes_.resize(static_cast<std::size_t>(count_));
+    labels_->copy(labels.data_offset, label_bytes_.size(), label_bytes_.data());
     for (std::int64_t i = 0; i < count_; ++i) {
       if (label_bytes_[i] > 9)
         throw DataError(labels_->path(), "label " + std::to_string(label_bytes_[i]) + " at index " + std::to_string(i) + " is not a digit");
@@ -73,7 +79,7 @@ class MnistDataset final : public Dataset {
   void read(std::int64_t index, const ReadHint&, Sample& out) const override {
     out.image.resize(height_, width_, 1);
     const std::size_t bytes = static_cast<std::size_t>(height_) * width_;
-    std::copy_n(pixels_ + static_cast<std::size_t>(index) * bytes, bytes, out.image.pixels.data());
+    images_->copy(pixels_offset_ + static_cast<std::size_t>(index) * bytes, bytes, out.image.pixels.data());
     out.label = label_bytes_[index];
   }
   std::string source(std::int64_t index) const override { return images_->path() + " image " + std::to_string(index); }
@@ -82,8 +88,8 @@ class MnistDataset final : public Dataset {
   std::string directory_;
   std::unique_ptr<MappedFile> images_;
   std::unique_ptr<MappedFile> labels_;
-  const std::uint8_t* pixels_ = nullptr;
-  const std::uint8_t* label_bytes_ = nullptr;
+  std::size_t pixels_offset_ = 0;
+  std::vector<std::uint8_t> label_bytes_;
   std::int64_t count_ = 0;
   int height_ = 0;
   int width_ = 0;

@@ -199,14 +199,17 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
   NpyHeader header = HeaderDictParser(text, origin).parse();
   header.data_offset = prefix + header_length;
 
-  std::uint64_t count = 1;
-  for (std::int64_t dim : header.shape) {
-    if (dim != 0 && count > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(dim))
-      fail(origin, "shape " + shape_text(header.shape) + " overflows");
-    count *= static_cast<std::uint64_t>(dim);
-  }
+  // Element strides must fit in int64 even when a zero dimension makes the array empty.
   const std::uint64_t item = at::elementSize(header.dtype);
-  if (count > std::numeric_limits<std::uint64_t>::max() / item) fail(origin, "shape " + shape_text(header.shape) + " overflows");
+  constexpr std::uint64_t kLimit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::uint64_t count = 1;
+  std::uint64_t extent = item;  // the product of the nonzero dimensions, in bytes
+  for (std::int64_t dim : header.shape) {
+    const auto size = static_cast<std::uint64_t>(dim);
+    if (dim != 0 && extent > kLimit / size) fail(origin, "shape " + shape_text(header.shape) + " is too large");
+    if (dim != 0) extent *= size;
+    count *= size;
+  }
   const std::uint64_t expected = count * item;
   const std::uint64_t available = size - header.data_offset;
   if (available != expected) {
@@ -275,13 +278,23 @@ std::vector<std::int64_t> NpyArray::row_shape() const {
   return std::vector<std::int64_t>(header_.shape.begin() + 1, header_.shape.end());
 }
 
-const std::uint8_t* NpyArray::row_data(std::int64_t index) const {
-  return file_->data() + header_.data_offset + static_cast<std::size_t>(index) * row_bytes_;
-}
-
-at::Tensor NpyArray::row_view(std::int64_t index) const {
-  return at::from_blob(const_cast<std::uint8_t*>(row_data(index)), row_shape(),
-                       at::TensorOptions().dtype(header_.dtype));
+at::Tensor NpyArray::copy_rows(std::int64_t first, std::int64_t count) const {
+  std::vector<std::int64_t> shape = row_shape();
+  shape.insert(shape.begin(), count);
+  at::Tensor rows = at::empty(shape, at::TensorOptions().dtype(header_.dtype));
+  const std::size_t bytes = static_cast<std::size_t>(count) * row_bytes_;
+  file_->copy(header_.data_offset + static_cast<std::size_t>(first) * row_bytes_, bytes, rows.data_ptr());
+  if (header_.dtype == at::kBool) {
+    const auto* values = static_cast<const std::uint8_t*>(rows.data_ptr());
+    for (std::size_t i = 0; i < bytes; ++i) {
+      if (values[i] > 1) {
+        throw DataError(path(), "bool value " + std::to_string(values[i]) + " in row " +
+                                    std::to_string(first + static_cast<std::int64_t>(i / std::max<std::size_t>(row_bytes_, 1))) +
+                                    " (a bool byte must be 0 or 1)");
+      }
+    }
+  }
+  return rows;
 }
 
 }  // namespace runner::data

@@ -46,10 +46,9 @@ class NpyArray {
   std::int64_t rows() const { return header_.shape.empty() ? 0 : header_.shape[0]; }
   std::vector<std::int64_t> row_shape() const;
   std::size_t row_bytes() const { return row_bytes_; }
-  // Pointer to row `index` inside the mapping (valid while this object lives).
-  const std::uint8_t* row_data(std::int64_t index) const;
-  // A CPU tensor viewing row `index` in the mapping (no copy; read-only; valid while this object lives).
-  at::Tensor row_view(std::int64_t index) const;
+  // Rows [first, first + count) copied out of the mapping into a new CPU tensor [count, ...]. A file that
+  // shrank since it was opened, and a bool value other than 0 or 1, are DataErrors naming the path.
+  at::Tensor copy_rows(std::int64_t first, std::int64_t count) const;
 
  private:
   std::unique_ptr<MappedFile> file_;

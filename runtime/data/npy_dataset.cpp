@@ -18,8 +18,7 @@ std::vector<std::int64_t> read_labels(const NpyArray& labels, std::int64_t rows)
     throw DataError(labels.path(), "has " + std::to_string(labels.rows()) + " labels for " + std::to_string(rows) + " samples");
   }
   if (rows == 0) return {};
-  const at::Tensor all = at::from_blob(const_cast<std::uint8_t*>(labels.row_data(0)), {rows}, at::TensorOptions().dtype(dtype))
-                             .to(at::kLong);
+  const at::Tensor all = labels.copy_rows(0, rows).to(at::kLong);
   const std::int64_t* values = all.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < rows; ++i) {
     if (values[i] < 0) throw DataError(labels.path(), "label " + std::to_string(values[i]) + " at index " + std::to_string(i) + " is negative");
@@ -56,7 +55,7 @@ class NpyDataset final : public Dataset {
   bool has_labels() const override { return !labels_.empty(); }
   std::vector<std::string> classes() const override { return classes_; }
   void read(std::int64_t index, const ReadHint&, Sample& out) const override {
-    out.tensor = data_.row_view(index);
+    out.tensor = data_.copy_rows(index, 1)[0];
     out.label = labels_.empty() ? -1 : labels_[static_cast<std::size_t>(index)];
   }
   std::string source(std::int64_t index) const override { return data_.path() + " row " + std::to_string(index); }

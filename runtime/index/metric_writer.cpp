@@ -8,6 +8,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
@@ -112,7 +114,15 @@ void MetricWriter::close() {
   wake_writer_.notify_one();
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mutex_);
-  if (committed_total_ < queued_total_ && failure_) std::rethrow_exception(failure_);
+  if (committed_total_ >= queued_total_ || !failure_) return;
+  std::string cause;
+  try {
+    std::rethrow_exception(failure_);
+  } catch (const std::exception& error) {
+    cause = error.what();
+  }
+  throw IndexError(fmt::format("{} of {} metric values could not be written to the index: {}",
+                               queued_total_ - committed_total_, queued_total_, cause));
 }
 
 uint64_t MetricWriter::rows_written() const {
@@ -129,6 +139,8 @@ void MetricWriter::run_thread() {
   auto last_flush = Clock::now();
   auto next_heartbeat = Clock::now();
   int failures = 0;
+  constexpr int kFinalAttempts = 4;
+  int final_attempts = 0;
 
   std::unique_lock lock(mutex_);
   while (true) {
@@ -212,6 +224,13 @@ void MetricWriter::run_thread() {
     }
     batch.clear();
     batch_done_.notify_all();
+    if (stopping && failure && ++final_attempts < kFinalAttempts) {
+      // At close, a few more tries over a few seconds (space freed meanwhile), then the values are lost.
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(500 * final_attempts));
+      lock.lock();
+      continue;
+    }
     if (stopping && (queued_.empty() || failure)) break;
   }
 }

@@ -42,7 +42,9 @@ class MetricWriter {
 
   // Blocks until everything queued before the call is committed. Throws IndexError if the writer failed.
   void flush();
-  // flush(), then stops the thread. Idempotent.
+  // Commits what is queued (retrying a failed write a few times over a few seconds), then stops the thread.
+  // Throws IndexError "N of M metric values could not be written to the index: <cause>" when values are
+  // lost. Idempotent.
   void close();
 
   uint64_t rows_written() const;

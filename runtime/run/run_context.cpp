@@ -95,18 +95,23 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
   finished_ = true;
   std::string final_status = status;
   std::optional<std::string> final_error = error;
-  std::exception_ptr flush_failure;
+  std::string lost;  // what could not be recorded
   try {
     writer_->close();
   } catch (const std::exception& failure) {
-    flush_failure = std::current_exception();
-    final_status = status == "finished" ? "failed" : status;
-    final_error = (error ? *error + "; " : std::string()) + "metrics not written: " + failure.what();
+    lost = failure.what();
+    if (status == "finished") final_status = "failed";
+    final_error = (error ? *error + "; " : std::string()) + lost;
   }
   core::detach_log_file();
-  finish_run(db_, record_.run, final_status, final_error);
-  record_ = load_run(db_, record_.run);
-  if (flush_failure) std::rethrow_exception(flush_failure);
+  try {
+    finish_run(db_, record_.run, final_status, final_error);
+    record_ = load_run(db_, record_.run);
+  } catch (const std::exception& failure) {
+    lost += fmt::format("{}the run's final status ({}) could not be recorded: {}", lost.empty() ? "" : "; ",
+                        final_status, failure.what());
+  }
+  if (!lost.empty()) throw index::IndexError(lost);
 }
 
 }  // namespace runner::run

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
@@ -47,16 +48,25 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
   if (rotation.keep_last == 0 && rotation.keep_best == 0) throw std::invalid_argument("keep_last and keep_best cannot both be 0");
   saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
   trainer_->set_step_observer([this](std::int64_t step) { after_step(step); });
+  trainer_->set_before_step([this] { before_next_step(); });
+  if (loader_) loader_->set_before_next([this] { before_next_step(); });
   core::set_graceful_stop(true);
 }
 
 TrainingRun::~TrainingRun() {
   trainer_->set_step_observer(nullptr);
+  trainer_->set_before_step(nullptr);
+  if (loader_) loader_->set_before_next(nullptr);
   core::set_graceful_stop(false);
   saver_->wait();
 }
 
 std::optional<TrainingRun::Restored> TrainingRun::restore() {
+  const ckpt::StaleWrites stale = ckpt::clean_stale_writes(run_.directory());
+  for (const std::string& path : stale.removed)
+    core::log(core::LogLevel::info, fmt::format("{} deleted (a checkpoint write that never finished)", path));
+  for (const std::string& path : stale.recovered)
+    core::log(core::LogLevel::warn, fmt::format("{} moved back into place (its replacement never finished)", path));
   ckpt::RestoreChoice choice = ckpt::choose_checkpoint(run_.database(), run_.record().run, run_.directory());
   log_rejected(choice.rejected, "");
   if (!choice.checkpoint && run_.fork()) {
@@ -84,9 +94,12 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
   save.files = std::move(snapshot.files);
   save.wait_ready = std::move(snapshot.wait_ready);
   save.manifest_extra = {{"run", run_.record().id}};
+  // A resume starts after this step: every value logged up to it must be in the index before it counts.
+  save.before_record = [&metrics = run_.metrics()] { metrics.flush(); };
   save.metric = request.metric ? request.metric : policy_.metric;
   save.metric_value = request.value;
   saver_->submit(std::move(save));
+  last_checkpoint_step_ = run_.step();
   const double stall = core::steady_seconds() - start;
   stalls_[run_.step()] = stall;
   run_.metrics().log("checkpoint_stall_ms", run_.step(), stall * 1000, index::now_seconds());
@@ -115,29 +128,42 @@ void TrainingRun::report_saves(bool wait) {
 }
 
 void TrainingRun::after_step(std::int64_t step) {
+  ++steps_taken_;
   run_.set_step(step);
   report_saves(false);
+}
+
+void TrainingRun::before_next_step() {
   if (const int signal_number = core::stop_signal(); signal_number != 0) stop(signal_number);
 }
 
 void TrainingRun::stop(int signal_number) {
   const std::string name = signal_name(signal_number);
-  std::fprintf(stderr, "%s: saving a checkpoint at step %lld before stopping\n", name.c_str(),
-               static_cast<long long>(run_.step()));
-  std::fflush(stderr);
-  checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
-  const std::string reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
+  std::string reason;
+  if (steps_taken_ == 0) {
+    // Nothing changed since the start (or the restored checkpoint): there is nothing to save.
+    std::fprintf(stderr, "%s: stopping before the first step\n", name.c_str());
+    reason = fmt::format("stopped by {} at step {} before the first step", name, run_.step());
+  } else {
+    std::fprintf(stderr, "%s: saving a checkpoint at step %lld before stopping\n", name.c_str(),
+                 static_cast<long long>(run_.step()));
+    std::fflush(stderr);
+    if (last_checkpoint_step_ == run_.step()) report_saves(true);  // the loop body saved this step already
+    else checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
+    reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
+  }
   run_.finish("interrupted", reason);
   throw core::ExitRequest(signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk, reason);
 }
 
-void TrainingRun::finish() {
+std::optional<std::string> TrainingRun::finish() {
   core::set_graceful_stop(false);
   try {
     report_saves(true);
   } catch (const std::exception& error) {
-    core::log(core::LogLevel::error, error.what());
+    return std::string(error.what());
   }
+  return std::nullopt;
 }
 
 }  // namespace runner::run

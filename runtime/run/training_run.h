@@ -1,7 +1,8 @@
 // A run that trains: the trainer, loader and named state a checkpoint holds, attached to a RunContext.
 // It saves checkpoints (the stall on the training thread, the files on a background thread), restores the
-// newest good one, reports finished saves, and acts on a stop request (SIGINT/SIGTERM/SIGUSR1/SIGHUP) after
-// a step: checkpoint, mark the run interrupted, end the process (core::ExitRequest).
+// newest good one, reports finished saves, and acts on a stop request (SIGINT/SIGTERM/SIGUSR1/SIGHUP) when
+// the script asks for its next step or next batch, so the loop body of the last step (its metrics) has run:
+// checkpoint, mark the run interrupted, end the process (core::ExitRequest).
 #pragma once
 
 #include <cstdint>
@@ -67,11 +68,15 @@ class TrainingRun {
   // under CheckpointFailurePolicy::stop.
   double checkpoint(const CheckpointRequest& request = {});
 
-  // After each trainer step (the trainer calls it): the run's step, finished saves, and a pending stop.
+  // After each trainer step (the trainer calls it): the run's step and finished saves.
   void after_step(std::int64_t step);
+  // Before the trainer's next step and the attached loader's next batch (they call it): a pending stop
+  // ends the run here, with a checkpoint when a step was taken since the start.
+  void before_next_step();
 
-  // Waits for the save in flight and reports it; graceful stops off. Errors are logged, not thrown.
-  void finish();
+  // Waits for the save in flight and reports it; graceful stops off. Returns the failure of a save when the
+  // policy stops on failed saves (the run must then fail with it); under keep_training it is logged.
+  std::optional<std::string> finish();
 
   train::Trainer& trainer() { return *trainer_; }
   const CheckpointPolicy& policy() const { return policy_; }
@@ -87,6 +92,8 @@ class TrainingRun {
   CheckpointPolicy policy_;
   std::unique_ptr<ckpt::CheckpointSaver> saver_;
   std::map<std::int64_t, double> stalls_;  // by step, for the saved messages
+  std::int64_t steps_taken_ = 0;           // trainer steps in this process
+  std::optional<std::int64_t> last_checkpoint_step_;
 };
 
 }  // namespace runner::run

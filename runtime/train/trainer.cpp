@@ -195,6 +195,7 @@ StepTiming Trainer::timing() {
 }
 
 StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs) {
+  if (before_step_) before_step_();
   const bool cuda = device_.is_cuda();
   // A new set of device events only when the previous one has been read (timing() reads completed ones).
   timing();

@@ -113,6 +113,8 @@ class Trainer {
   // Called at the end of every completed step with the new step count (a training run attached to the
   // trainer: its step, checkpoint reports, stop requests). May throw; the step itself is complete by then.
   void set_step_observer(std::function<void(std::int64_t step)> observer) { observer_ = std::move(observer); }
+  // Called at the start of every step, before any work (a training run's stop request). May throw.
+  void set_before_step(std::function<void()> before) { before_step_ = std::move(before); }
 
   // The state a checkpoint holds beyond the model, optimizer, EMAs and schedule (checkpoint_format.h).
   const LossScaler* loss_scaler() const { return scaler_.get(); }
@@ -146,6 +148,7 @@ class Trainer {
   std::unique_ptr<Events> events_;
   StepTiming timing_;
   std::function<void(std::int64_t)> observer_;
+  std::function<void()> before_step_;
 };
 
 // TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN).

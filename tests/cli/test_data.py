@@ -676,6 +676,61 @@ class Errors(DataDir):
         self.assertEqual(line, "exp.lua:1: big_endian.npy: big-endian dtype '>f4' is not supported "
                                "(convert with arr.astype(arr.dtype.newbyteorder('<')))")
 
+    def test_files_truncated_while_open_raise_naming_the_file(self):
+        rng = np.random.default_rng(7)
+        shrink = self.dir / "shrink"
+        shrink.mkdir()
+        write_idx(shrink / "train-images-idx3-ubyte", rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
+        write_idx(shrink / "train-labels-idx1-ubyte", rng.integers(0, 10, 40, dtype=np.uint8))
+        np.save(self.dir / "shrink.npy", rng.standard_normal((400, 256)).astype(np.float32))
+        line = self.failure("""
+            local ds = runner.data.mnist{path = "shrink"}
+            local first = ds:get(1)
+            io.open("shrink/train-images-idx3-ubyte", "wb"):close()
+            ds:get(40)
+        """)
+        self.assertEqual(line, "exp.lua:4: shrink/train-images-idx3-ubyte: the file shrank while it was being read "
+                               "(now 0 bytes, 31376 when opened): was it truncated or rewritten?")
+        line = self.failure("""
+            local ds = runner.data.npy{path = "shrink.npy"}
+            local loader = runner.data.loader(ds, {batch = 8, shuffle = false, workers = 2})
+            local first = loader:next()
+            io.open("shrink.npy", "wb"):close()
+            for batch in loader:iter() do end
+        """)
+        self.assertEqual(line, "exp.lua:5: shrink.npy: the file shrank while it was being read (now 0 bytes, 409728 "
+                               "when opened): was it truncated or rewritten?")
+
+    def test_malformed_arrays_and_images_are_named(self):
+        flags = self.dir / "flags.npy"
+        np.save(flags, np.array([[True, False], [False, True]]))
+        raw = bytearray(flags.read_bytes())
+        raw[-1] = 2
+        flags.write_bytes(bytes(raw))
+        line = self.failure("""
+            local ds = runner.data.npy{path = "flags.npy"}
+            ds:get(2)
+        """)
+        self.assertEqual(line, "exp.lua:2: flags.npy: bool value 2 in row 1 (a bool byte must be 0 or 1)")
+
+        header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 0, 4611686018427387904, 4611686018427387904), }"
+        header += " " * (63 - (10 + len(header)) % 64) + "\n"
+        (self.dir / "huge.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        line = self.failure("""
+            local ds = runner.data.npy{path = "huge.npy"}
+        """)
+        self.assertEqual(line, "exp.lua:1: huge.npy: shape (1, 0, 4611686018427387904, 4611686018427387904) is too large")
+
+        flat = self.dir / "flat"
+        flat.mkdir()
+        write_idx(flat / "train-images-idx3-ubyte", np.zeros((2, 0, 28), dtype=np.uint8))
+        write_idx(flat / "train-labels-idx1-ubyte", np.zeros(2, dtype=np.uint8))
+        line = self.failure("""
+            local ds = runner.data.mnist{path = "flat"}
+        """)
+        self.assertEqual(line, "exp.lua:1: flat/train-images-idx3-ubyte: images of 0 x 28 pixels: both sides must be "
+                               "at least 1")
+
     def test_cifar_file_of_the_wrong_size(self):
         line = self.failure("""
             local data = runner.data

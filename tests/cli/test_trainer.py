@@ -1,5 +1,7 @@
 """End-to-end tests of the training engine: the trainer against a plain PyTorch loop, bit-identical resume
-after kill -9 and stop signals, damaged checkpoints, a full disk during a save, checkpoints read by Python."""
+after kill -9 and stop signals, damaged checkpoints, a full disk during a save or while metrics are written,
+leftovers of dead checkpoint writers, checkpoints read by Python."""
+import json
 import random
 import resource
 import signal
@@ -67,6 +69,14 @@ print("done at " .. run.step)
 """
 
 
+def small_disk(limit):
+    """A preexec_fn under which files cannot grow beyond `limit` bytes (writes fail with EFBIG, as on a full disk)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
 def tensors_equal(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -87,6 +97,26 @@ class TrainerTest(RunnerHomeTest):
     def assert_same_state(self, a, b):
         for name in a:
             self.assertTrue(tensors_equal(a[name], b[name]), f"{name} differs")
+
+    def assert_same_checkpoint_files(self, run_a, run_b, step):
+        """Every file of the two runs' checkpoints at `step` is byte for byte the same (the manifest apart from
+        the run id it names)."""
+        a, b = self.checkpoint_dir(run_a, step), self.checkpoint_dir(run_b, step)
+        names = sorted(p.name for p in a.iterdir())
+        self.assertEqual(names, sorted(p.name for p in b.iterdir()))
+        for name in names:
+            if name == "manifest.json":
+                manifests = [json.loads((d / name).read_text()) for d in (a, b)]
+                for manifest in manifests:
+                    manifest.pop("run")
+                self.assertEqual(manifests[0], manifests[1])
+            else:
+                self.assertEqual((a / name).read_bytes(), (b / name).read_bytes(), f"{name} differs")
+
+    def metric_rows(self, run, key):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute("SELECT m.step, m.value FROM metrics m JOIN runs r USING (run) WHERE r.name = ? "
+                              "AND m.key = ? ORDER BY m.step", (run, key)).fetchall()
 
     def latest_step(self, run):
         try:
@@ -183,6 +213,11 @@ class TrainerTest(RunnerHomeTest):
         self.assertIn("done at 40", final.stdout)
         self.assertNotIn("start at 0", final.stdout)
         self.assert_same_state(reference, self.final_state("killed"))
+        self.assert_same_checkpoint_files("straight", "killed", 40)
+        # Every step's loss row is there, with the straight run's value, across kills and graceful stops.
+        straight_losses = self.metric_rows("straight", "loss")
+        self.assertEqual([step for step, _ in straight_losses], list(range(1, 41)))
+        self.assertEqual(self.metric_rows("killed", "loss"), straight_losses)
         with sqlite3.connect(self.home / "index.db") as db:
             runs = db.execute("SELECT name, status FROM runs ORDER BY run").fetchall()
             kept = db.execute("SELECT c.step FROM checkpoints c JOIN runs r USING (run) WHERE r.name = 'killed' "
@@ -217,13 +252,9 @@ class TrainerTest(RunnerHomeTest):
         before = {p.name: p.read_bytes() for p in first.iterdir()}
         biggest = max(len(b) for b in before.values())
 
-        def small_disk():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (biggest // 2, biggest // 2))
-
         # stop policy: the run fails with the cause; the previous checkpoint and nothing else is on disk.
         failed = self.runner("--resume", "full", script, "name=full", "steps=8", "every=2", check=1,
-                             preexec_fn=small_disk)
+                             preexec_fn=small_disk(biggest // 2))
         self.assertRegex(failed.stderr, r"checkpoint checkpoints/step-00000(06|08) could not be saved: .*File too large.* "
                                         r"\(the previous checkpoint is intact\)")
         self.assertEqual({p.name: p.read_bytes() for p in first.iterdir()}, before)
@@ -231,6 +262,92 @@ class TrainerTest(RunnerHomeTest):
         self.assertEqual(leftovers, [])
         # continue policy: the run goes on and finishes, reporting each failed save.
         going = self.runner("--resume", "full", script, "name=full", "steps=8", "every=2", "on_error=continue",
-                            check=0, preexec_fn=small_disk)
+                            check=0, preexec_fn=small_disk(biggest // 2))
         self.assertIn("the run continues; the previous checkpoint is intact", going.stderr)
         self.assertIn("done at 8", going.stdout)
+
+    def test_full_disk_while_metrics_are_written_fails_the_run(self):
+        script = self.script("metrics.lua", """
+            local run = runner.start({}, { name = "metrics" })
+            for step = 1, 400 do
+              local values = {}
+              for k = 1, 50 do values[string.format("a_metric_with_a_long_name_%03d", k)] = step * k end
+              run:log(values, step)
+            end
+            print("logged")
+        """)
+        result = self.runner(script, check=1, preexec_fn=small_disk(1 << 20))
+        self.assertIn("logged", result.stdout)
+        self.assertRegex(result.stderr, r"runner: run metrics \([0-9a-z]{8}\): \d+ of 20000 metric values could not be "
+                                        r"written to the index: ")
+        with sqlite3.connect(self.home / "index.db") as db:
+            status, error = db.execute("SELECT status, error FROM runs WHERE name = 'metrics'").fetchone()
+            written = db.execute("SELECT count(*) FROM metrics").fetchone()[0]
+        self.assertEqual(status, "failed")
+        self.assertRegex(error, r"\d+ of 20000 metric values could not be written to the index")
+        self.assertLess(written, 20000)
+
+    def test_a_stop_waits_for_the_loop_body_and_saves_nothing_before_the_first_step(self):
+        script = self.script("stop.lua", """
+            local cfg = config { signal_at = 3 }
+            local run = runner.start(cfg, { name = "stop" })
+            local model = nn.Linear(2, 1)
+            local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, progress = false }
+            run:restore { trainer = train }
+            local function terminate_self()
+              os.execute("kill -TERM $PPID")
+              local start = runner.clock()
+              while runner.clock() - start < 0.2 do end
+            end
+            if cfg.signal_at == 0 then terminate_self() end
+            for step = run.step + 1, 6 do
+              train:step(function() return model(torch.ones(4, 2)):pow(2):mean() end)
+              if step == cfg.signal_at then terminate_self() end
+              run:log { after = step }
+            end
+        """)
+        stopped = self.runner(script, check=0)
+        self.assertIn("SIGTERM: saving a checkpoint at step 3 before stopping", stopped.stderr)
+        self.assertEqual(self.metric_rows("stop", "after"), [(1, 1.0), (2, 2.0), (3, 3.0)])
+        self.assertTrue(self.checkpoint_dir("stop", 3).exists())
+
+        early = self.runner("--resume", "stop", script, "signal_at=0", check=0)
+        self.assertIn("SIGTERM: stopping before the first step", early.stderr)
+        with sqlite3.connect(self.home / "index.db") as db:
+            status, error = db.execute("SELECT status, error FROM runs WHERE name = 'stop'").fetchone()
+            steps = db.execute("SELECT step FROM checkpoints ORDER BY step").fetchall()
+        self.assertEqual((status, error), ("interrupted", "stopped by SIGTERM at step 3 before the first step"))
+        self.assertEqual(steps, [(3,)])
+
+        self.runner("--resume", "stop", script, "signal_at=-1", check=0)
+        self.assertEqual(self.metric_rows("stop", "after"), [(s, float(s)) for s in range(1, 7)])
+
+    def test_leftovers_of_dead_checkpoint_writers_are_cleaned(self):
+        script = self.script("resumable.lua", RESUMABLE)
+        self.runner(script, "name=stale", "steps=4", "every=2", "keep=3")
+        folder = self.home / "stale" / "checkpoints"
+
+        def leave_leftovers():
+            partial = folder / ".partial-0000006-999999"
+            partial.mkdir()
+            (partial / "model.safetensors").write_bytes(b"x" * 1000)
+            # A writer that moved the old step 2 aside and died before its replacement arrived.
+            (folder / "step-0000002").rename(folder / ".replaced-0000002-999999")
+            return partial
+
+        partial = leave_leftovers()
+        dry = self.runner("gc", "--dry-run", check=0)
+        self.assertIn(f"would delete {self.home}/stale/checkpoints/.partial-0000006-999999 "
+                      "(a checkpoint write that never finished)", dry.stdout)
+        self.assertIn(f"would move {self.home}/stale/checkpoints/.replaced-0000002-999999 back into place", dry.stdout)
+        self.assertTrue(partial.exists())
+        gc = self.runner("gc", check=0)
+        self.assertIn(f"delete {self.home}/stale/checkpoints/.partial-0000006-999999", gc.stdout)
+        self.assertFalse(partial.exists())
+        self.assertTrue((folder / "step-0000002" / "model.safetensors").exists())
+
+        partial = leave_leftovers()
+        resumed = self.runner("--resume", "stale", script, "name=stale", "steps=6", "every=2", "keep=3")
+        self.assertIn("checkpoints/.partial-0000006-999999 deleted (a checkpoint write that never finished)", resumed.stderr)
+        self.assertIn("checkpoints/.replaced-0000002-999999 moved back into place", resumed.stderr)
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["step-0000002", "step-0000004", "step-0000006"])
