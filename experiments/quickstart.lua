@@ -47,11 +47,11 @@ print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_pa
 -- Real images the metric compares against: shapes the model never trains on (another seed).
 local held_out = runner.data.shapes { size = cfg.image, count = cfg.metric_samples, seed = cfg.seed + 1000003 }
 local real = runner.data.loader(held_out, { batch = cfg.metric_samples }):next().data
-run:images("real", real:narrow(1, 1, 64))
+run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples)))
 
 local function evaluate()
   local samples = ddpm:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
-  local path = run:images("samples", samples:narrow(1, 1, 64))
+  local path = run:images("samples", samples:narrow(1, 1, math.min(64, cfg.metric_samples)))
   local distance = runner.eval.sliced_wasserstein(samples, real)
   run:log { swd = distance }
   print(string.format("step %5d  samples: %s  sliced Wasserstein to real shapes: %.4f", run.step, path, distance))

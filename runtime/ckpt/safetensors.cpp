@@ -118,6 +118,16 @@ std::uint64_t read_header_length(const std::uint8_t* length_field, std::uint64_t
                                  const std::string& origin) {
   std::uint64_t header_length = 0;
   std::memcpy(&header_length, length_field, sizeof header_length);
+  const bool zip = std::memcmp(length_field, "PK\x03\x04", 4) == 0;
+  // torch.save's legacy format opens with the pickled magic number: PROTO 2, LONG1 of 10 bytes.
+  const bool pickle = std::memcmp(length_field, "\x80\x02\x8a\x0a", 4) == 0;
+  if (zip || pickle) {
+    fail(origin, std::string(zip ? "is a zip archive (PyTorch's torch.save format: .pt, .pth, .ckpt)"
+                                 : "is a Python pickle (PyTorch's legacy torch.save format)") +
+                     ", not safetensors; convert it in Python: from safetensors.torch import save_file; "
+                     "save_file(torch.load(path, map_location='cpu'), 'model.safetensors') (for a training "
+                     "checkpoint, save its state_dict entry)");
+  }
   if (header_length > kMaxHeaderBytes) {
     fail(origin, "header length " + std::to_string(header_length) + " exceeds the limit of " +
                      std::to_string(kMaxHeaderBytes) + " bytes");

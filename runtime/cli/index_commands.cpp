@@ -23,7 +23,9 @@ constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index
   runner show RUN [--json]            config, versions, summary, latest metrics, checkpoints, artifacts
   runner compare RUN RUN... [--all] [--csv|--json]
                                       config differences and metrics side by side
-  runner query "SQL" [--csv|--json]   read-only SQL over the index (schema: docs/index-schema.md)
+  runner query "SQL" [--csv|--json] [--timeout S] [--limit N]
+                                      read-only SQL over the index (schema: docs/index-schema.md); stops
+                                      after 30 s (--timeout 0: never); a table shows 1000 rows (--limit 0: all)
   runner report RUN... [-o report.html] [--metrics a,b]
                                       one self-contained HTML file: curves, config, latest sample grids
   runner rm RUN... [--force]          delete runs with their files (--force: also running ones)
@@ -57,12 +59,20 @@ bool is_index_command(const std::string& name) {
 }
 
 int query_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"--timeout", "--limit"}, {"--csv", "--json"});
   if (arguments.positional.size() != 1) throw UsageError("expected one SQL statement in quotes");
   const TableFormat format = table_format(arguments);
+  index::QueryLimits limits;
+  limits.timeout_seconds = 30;
+  limits.max_rows = format == TableFormat::aligned ? 1000 : 0;  // a table is for reading; CSV and JSON for tools
+  if (auto timeout = arguments.value("--timeout")) limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
+  if (auto limit = arguments.value("--limit")) limits.max_rows = parse_count("--limit", *limit);
   index::Database db = index::open_index_for_reading(index::home_directory());
-  const index::QueryResult result = index::run_read_query(db, arguments.positional[0]);
+  const index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
   print(format_table({result.columns, result.rows}, format));
+  if (result.truncated)
+    std::fprintf(stderr, "runner query: showing the first %lld rows (--limit N shows more, --limit 0 all)\n",
+                 static_cast<long long>(limits.max_rows));
   return 0;
 }
 

@@ -211,6 +211,8 @@ Table key_values(const nlohmann::json& object, const std::string& value_column) 
   Table table{{"key", value_column}, {}};
   if (object.is_object())
     for (const auto& [key, value] : object.items()) table.rows.push_back({key, json_cell(value)});
+  else if (!object.is_null())
+    table.rows.push_back({"(not JSON)", json_cell(object)});  // a column edited outside runner
   return table;
 }
 
@@ -287,7 +289,8 @@ int compare_command(int argc, char** argv) {
 
   std::set<std::string> config_keys;
   for (const auto& run : runs)
-    for (const auto& [key, value] : run.config.items()) config_keys.insert(key);
+    if (run.config.is_object())
+      for (const auto& [key, value] : run.config.items()) config_keys.insert(key);
   for (const auto& key : config_keys) {
     std::vector<Cell> row = {"config", key};
     std::set<std::string> distinct;

@@ -135,9 +135,40 @@ void check_version(Database& db, int version, int supported) {
                                  db.path(), version, supported));
 }
 
+// PRAGMA application_id of a runner index: "rnnr".
+constexpr int64_t kApplicationId = 0x726e6e72;
+
+int64_t application_id(Database& db) {
+  Statement statement = db.prepare("PRAGMA application_id");
+  statement.step();
+  return statement.integer(0);
+}
+
+int64_t count_of(Database& db, const char* sql) {
+  Statement statement = db.prepare(sql);
+  statement.step();
+  return statement.integer(0);
+}
+
+// Indexes made before the application id was set are recognised by their tables and the runs columns.
+bool has_runner_schema(Database& db) {
+  return count_of(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                      "('runs', 'metrics', 'metric_latest', 'checkpoints', 'artifacts')") == 5 &&
+         count_of(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
+                      "('id', 'name', 'status', 'config', 'script_hash', 'heartbeat_at', 'dir')") == 7;
+}
+
 void check_is_index(Database& db, int version) {
-  if (version == 0 && table_count(db) > 0)
-    throw IndexError(fmt::format("{}: not a runner index (an SQLite database without the runner schema)", db.path()));
+  const auto foreign = [&] {
+    return IndexError(fmt::format("{}: not a runner index (an SQLite database without the runner schema)", db.path()));
+  };
+  if (version == 0) {
+    if (table_count(db) > 0) throw foreign();
+    return;
+  }
+  const int64_t id = application_id(db);
+  if (id == kApplicationId) return;
+  if (id != 0 || !has_runner_schema(db)) throw foreign();
 }
 
 void make_directories(const std::string& path) {
@@ -187,7 +218,7 @@ int migrate(Database& db, std::span<const Migration> migrations) {
     }
     check_is_index(db, current);
     db.execute(migration.sql);
-    db.execute(fmt::format("PRAGMA user_version = {}", migration.version));
+    db.execute(fmt::format("PRAGMA user_version = {}; PRAGMA application_id = {}", migration.version, kApplicationId));
     transaction.commit();
     version = migration.version;
   }
@@ -209,7 +240,21 @@ Database open_index_for_writing(const std::string& home) {
   }
   db.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON");
   migrate(db, schema_migrations());
+  if (application_id(db) != kApplicationId) db.execute(fmt::format("PRAGMA application_id = {}", kApplicationId));
   return db;
+}
+
+void check_run_tables(Database& db) {
+  for (const char* table : {"runs", "checkpoints", "artifacts"}) {
+    Statement check = db.prepare(fmt::format("PRAGMA quick_check({})", table));
+    check.step();
+    const std::string result = check.text(0);
+    if (result != "ok") {
+      throw IndexError(fmt::format("{}: the index is damaged ({}: {}); nothing was written. Recover with "
+                                   "sqlite3 {} .recover, or move it aside to start a new index",
+                                   db.path(), table, result, db.path()));
+    }
+  }
 }
 
 Database open_index_for_reading(const std::string& home) {

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <fmt/format.h>
 
+#include "runtime/core/clock.h"
+
 namespace runner::index {
 namespace {
 
@@ -18,7 +20,8 @@ std::string first_word(const std::string& sql) {
 
 }  // namespace
 
-QueryResult run_read_query(Database& db, const std::string& sql, const std::vector<SqlValue>& parameters) {
+QueryResult run_read_query(Database& db, const std::string& sql, const std::vector<SqlValue>& parameters,
+                           const QueryLimits& limits) {
   sqlite3_stmt* raw = nullptr;
   const char* tail = nullptr;
   const int code = sqlite3_prepare_v2(db.handle(), sql.c_str(), static_cast<int>(sql.size()), &raw, &tail);
@@ -56,11 +59,29 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
       sqlite3_bind_text(raw, position, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
     }
   }
+  // The progress handler runs every few thousand virtual machine steps and stops the statement past the deadline.
+  struct Deadline {
+    sqlite3* handle;
+    double at;
+    bool passed = false;
+    ~Deadline() { sqlite3_progress_handler(handle, 0, nullptr, nullptr); }
+  } deadline{db.handle(), core::steady_seconds() + limits.timeout_seconds};
+  if (limits.timeout_seconds > 0) {
+    sqlite3_progress_handler(db.handle(), 10000, [](void* data) {
+      auto* d = static_cast<Deadline*>(data);
+      d->passed = core::steady_seconds() > d->at;
+      return d->passed ? 1 : 0;
+    }, &deadline);
+  }
   QueryResult result;
   for (int c = 0; c < sqlite3_column_count(raw); ++c) result.columns.emplace_back(sqlite3_column_name(raw, c));
   while (true) {
     const int step = sqlite3_step(raw);
     if (step == SQLITE_DONE) break;
+    if (step != SQLITE_ROW && deadline.passed) {
+      throw IndexError(fmt::format("the query ran longer than {:g} s and was stopped (--timeout SECONDS allows more)",
+                                   limits.timeout_seconds));
+    }
     if (step != SQLITE_ROW) {
       if ((step & 0xff) == SQLITE_NOTADB || (step & 0xff) == SQLITE_CORRUPT) db.fail(step, "cannot read the index");
       throw IndexError(fmt::format("SQL error: {}", sqlite3_errmsg(db.handle())));
@@ -76,6 +97,10 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
           row.emplace_back(std::string(data ? data : "", static_cast<size_t>(sqlite3_column_bytes(raw, c))));
         }
       }
+    }
+    if (limits.max_rows > 0 && static_cast<int64_t>(result.rows.size()) == limits.max_rows) {
+      result.truncated = true;
+      break;
     }
     result.rows.push_back(std::move(row));
   }

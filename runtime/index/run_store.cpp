@@ -22,9 +22,11 @@ constexpr const char* kRunColumns =
     "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
     "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent)";
 
+// A column that should hold JSON; text that is not JSON (a row edited by hand) comes back as a string.
 nlohmann::json parse_json_column(const Statement& statement, int column) {
   const std::string text = statement.text(column);
-  return nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+  nlohmann::json value = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+  return value.is_discarded() ? nlohmann::json(text) : value;
 }
 
 RunRecord read_run(const Statement& s) {

@@ -56,6 +56,7 @@ GitState git_state(const std::string& directory) {
 std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
                                       const std::string& home) {
   index::Database db = index::open_index_for_writing(home);
+  index::check_run_tables(db);
   RunStart start;
   start.home = home;
   start.script_text = request.script_text;

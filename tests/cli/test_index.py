@@ -431,5 +431,52 @@ class BadIndexFiles(IndexTest):
         self.assertEqual(file_digest(self.home / "index.db"), before)
 
 
+    def test_a_foreign_database_with_a_schema_version_is_not_taken_for_an_index(self):
+        self.home.mkdir()
+        with sqlite3.connect(self.home / "index.db") as db:
+            db.execute("CREATE TABLE runs (text TEXT)")
+            db.execute("PRAGMA user_version = 1")
+        before = file_digest(self.home / "index.db")
+        self.assert_one_line_error(["runs"], 1, "not a runner index (an SQLite database without the runner schema)")
+        self.script("start.lua", "runner.start()")
+        self.assertIn("not a runner index", self.runner("start.lua", check=1).stderr)
+        self.assertEqual(file_digest(self.home / "index.db"), before)
+
+    def test_an_index_carries_the_runner_application_id(self):
+        self.train()
+        self.assertEqual(self.sql("PRAGMA application_id"), [(0x726E6E72,)])
+        # An index made before the id existed is recognised by its schema and gets the id.
+        self.set_sql("PRAGMA application_id = 0")
+        self.train()
+        self.assertEqual(self.sql("PRAGMA application_id"), [(0x726E6E72,)])
+
+    def test_query_has_a_time_limit_and_the_table_a_row_limit(self):
+        self.train()
+        endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+        self.assert_one_line_error(["query", endless, "--timeout", "1"], 1,
+                                   "runner query: the query ran longer than 1 s and was stopped (--timeout SECONDS "
+                                   "allows more)")
+        many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1500) SELECT i FROM n"
+        table = self.runner("query", many, check=0)
+        self.assertEqual(len(table.stdout.splitlines()), 2 + 1000)
+        self.assertEqual(table.stderr, "runner query: showing the first 1000 rows (--limit N shows more, --limit 0 all)\n")
+        self.assertEqual(len(self.runner("query", many, "--limit", "0", check=0).stdout.splitlines()), 2 + 1500)
+        self.assertEqual(len(self.runner("query", many, "--csv", check=0).stdout.splitlines()), 1 + 1500)
+
+    def test_show_json_is_json_when_a_stored_config_is_not(self):
+        self.train()
+        self.set_sql("UPDATE runs SET config = 'lr=0.1 (edited by hand'")
+        shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
+        self.assertEqual(shown["config"], "lr=0.1 (edited by hand")
+        self.assertIn("(not JSON)  lr=0.1 (edited by hand", self.runner("show", "last", check=0).stdout)
+
+    def test_a_pytorch_file_is_named_as_such(self):
+        import torch
+        torch.save({"w": torch.zeros(2)}, self.dir / "model.pt")
+        self.script("load.lua", "nn.Linear(2, 2):load('model.pt')")
+        result = self.runner("load.lua", check=1)
+        self.assertIn("model.pt: is a zip archive (PyTorch's torch.save format: .pt, .pth, .ckpt), not safetensors; "
+                      "convert it in Python", result.stderr)
+
 if __name__ == "__main__":
     unittest.main()
