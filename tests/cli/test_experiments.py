@@ -62,6 +62,12 @@ class Experiments(TempDirTest):
         # Measured on a 2-core CPU: untrained 0.73, trained about 0.27.
         self.assertLess(trained, untrained / 2, f"trained {trained} vs untrained {untrained}\n{stdout}")
 
+    def test_quickstart_with_fewer_metric_samples_than_a_grid(self):
+        stdout = run_experiment("quickstart.lua", "steps=0", "metric_samples=16", cwd=self.dir)
+        self.assertIn("sample quality", stdout)
+        with Image.open(last_run(self.dir)["path"] / "images" / "samples-0000000.png") as image:
+            self.assertEqual(image.size, (8 * 18 + 2, 2 * 18 + 2))  # 16 images in 8 columns
+
     def test_quickstart_run_again_resumes(self):
         args = ("steps=20", "checkpoint_every=10", "sample_every=10", "metric_samples=64")
         first = run_experiment("quickstart.lua", *args, cwd=self.dir)
