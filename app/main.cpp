@@ -55,8 +55,10 @@ options:
 key=value overrides the defaults the script declares with config { ... }; values are parsed by the
 type of the default. Exit status: 0 success, 1 error in the script, 2 usage error, 130 interrupted
 (Ctrl-C; 143 for SIGTERM, 129 for SIGHUP, 138 for SIGUSR1). A training loop that checkpoints
-(run:restore) finishes its step on the first signal, saves a checkpoint and exits with 0 (SIGTERM,
-SIGUSR1, SIGHUP) or 130 (Ctrl-C).
+(run:restore) stops on the first signal when it asks for its next step or batch (the current step and
+its loop body, its logging included, run to the end), saves a checkpoint and exits with 0 (SIGTERM,
+SIGUSR1, SIGHUP) or 130 (Ctrl-C). A script whose run could not be recorded whole (metric values lost
+to a full disk, a failed final checkpoint) exits with 1.
 )";
 
 struct Command {

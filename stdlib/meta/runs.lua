@@ -85,9 +85,10 @@ function Run:finish(status, error) end
 ---Attaches what a checkpoint holds to the run and continues from the newest good checkpoint of this run (or,
 ---for runner.start{fork = RUN}, of that run): weights, EMA, optimizer moments, loss scale, LR schedule, step,
 ---every RNG stream (CPU and each CUDA device), the loader's position and each state object's state().
----Checkpoints whose files do not match their recorded sha256 are reported and skipped. From now on the
----first SIGINT/SIGTERM/SIGUSR1/SIGHUP finishes the step, saves a checkpoint, marks the run interrupted and
----exits 0 (130 for SIGINT).
+---Checkpoints whose files do not match their recorded sha256 are reported and skipped, and leftovers of
+---a save that died half-way are deleted. From now on the first SIGINT/SIGTERM/SIGUSR1/SIGHUP lets the
+---step and the rest of the loop body run; at the next train:step or loader batch the run saves a
+---checkpoint, is marked interrupted and exits 0 (130 for SIGINT). Before the first step nothing is saved.
 ---@param options RestoreOptions
 ---@return integer step the step restored (0 when starting from scratch)
 function Run:restore(options) end
