@@ -146,7 +146,7 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
   context->finish("finished");
 }
 
-TEST_CASE("a stop request after a step saves a checkpoint, marks the run interrupted and asks to exit", "[run]") {
+TEST_CASE("a stop request is taken before the next step: a checkpoint, the run interrupted, a request to exit", "[run]") {
   testing::TempDir tmp("training-run");
   const std::string home = tmp.path + "/home";
   Setup setup(2);
@@ -160,12 +160,13 @@ TEST_CASE("a stop request after a step saves a checkpoint, marks the run interru
     setup.step();
   } catch (const core::ExitRequest& request) {
     status = request.status;
-    CHECK_THAT(request.what(), Contains("stopped by SIGTERM at step 2 after saving a checkpoint"));
+    CHECK_THAT(request.what(), Contains("stopped by SIGTERM at step 1 after saving a checkpoint"));
   }
   core::set_graceful_stop(false);
   CHECK(status == core::kExitOk);
   CHECK(context->record().status == "interrupted");
-  CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000002/trainer.safetensors"));
+  CHECK(setup.trainer->step_count() == 1);  // the second step never started
+  CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000001/trainer.safetensors"));
 }
 
 TEST_CASE("a checkpoint of another model is refused before anything changes", "[run]") {
