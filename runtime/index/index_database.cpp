@@ -2,6 +2,7 @@
 #include "runtime/index/index_database.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -188,6 +189,23 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+int64_t file_size(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : 0;
+}
+
+// On a read-only medium (an archived results folder, a read-only mount) SQLite cannot create the WAL's
+// -shm file, so the index is read as immutable; a WAL left there with changes in it cannot be read so.
+OpenMode reading_mode(const std::string& home, const std::string& path) {
+  if (::access(home.c_str(), W_OK) == 0 || file_exists(path + "-shm")) return OpenMode::read_only;
+  if (file_size(path + "-wal") > 0)
+    throw IndexError(fmt::format("{}: the index is on a read-only medium and its write-ahead log ({}-wal) holds "
+                                 "changes that cannot be read without a {}-shm file; copy the folder to a "
+                                 "writable place to read it",
+                                 path, path, path));
+  return OpenMode::read_only_immutable;
+}
+
 }  // namespace
 
 std::string home_directory() {
@@ -263,8 +281,9 @@ Database open_index_for_reading(const std::string& home) {
     throw IndexError(fmt::format("{}: no runner index here (RUNNER_HOME is '{}'; a script that calls runner.start "
                                  "creates it)",
                                  path, home));
+  const OpenMode mode = reading_mode(home, path);
   {
-    Database db(path, OpenMode::read_only);
+    Database db(path, mode);
     const int version = user_version(db);
     check_version(db, version, schema_version());
     check_is_index(db, version);
@@ -273,9 +292,14 @@ Database open_index_for_reading(const std::string& home) {
       db.execute("PRAGMA query_only = ON");
       return db;
     }
+    if (mode == OpenMode::read_only_immutable)
+      throw IndexError(fmt::format("{}: the index has schema version {} (this runner reads {}) and is on a "
+                                   "read-only medium, so it cannot be upgraded; copy the folder to a writable "
+                                   "place to read it",
+                                   path, version, schema_version()));
   }
   open_index_for_writing(home);  // an older schema: migrate, then read
-  Database db(path, OpenMode::read_only);
+  Database db(path, mode);
   db.execute("PRAGMA query_only = ON");
   return db;
 }

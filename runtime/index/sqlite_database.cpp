@@ -9,14 +9,36 @@
 
 namespace runner::index {
 
+namespace {
+
+// A file: URI for `path` (https://sqlite.org/uri.html): '%', '?' and '#' are percent-encoded.
+std::string file_uri(const std::string& path, std::string_view parameters) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      uri += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?" + std::string(parameters);
+}
+
+}  // namespace
+
 Database::Database(const std::string& path, OpenMode mode, int busy_timeout_ms) : path_(path), mode_(mode) {
   int flags = SQLITE_OPEN_NOMUTEX;
+  std::string name = path;
   switch (mode) {
     case OpenMode::read_only: flags |= SQLITE_OPEN_READONLY; break;
+    case OpenMode::read_only_immutable:
+      flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+      name = file_uri(path, "mode=ro&immutable=1");
+      break;
     case OpenMode::read_write: flags |= SQLITE_OPEN_READWRITE; break;
     case OpenMode::read_write_create: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
   }
-  const int code = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  const int code = sqlite3_open_v2(name.c_str(), &db_, flags, nullptr);
   if (code != SQLITE_OK) {
     const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(code);
     sqlite3_close_v2(db_);

@@ -19,7 +19,8 @@ struct IndexError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class OpenMode { read_only, read_write, read_write_create };
+// read_only_immutable reads a file that nothing can change (a read-only medium): no locks, no -shm file.
+enum class OpenMode { read_only, read_only_immutable, read_write, read_write_create };
 
 class Statement;
 
@@ -39,7 +40,7 @@ class Database {
   Statement prepare(std::string_view sql);
   int64_t last_insert_rowid() const;
   int changes() const;
-  bool read_only() const { return mode_ == OpenMode::read_only; }
+  bool read_only() const { return mode_ == OpenMode::read_only || mode_ == OpenMode::read_only_immutable; }
   const std::string& path() const { return path_; }
   sqlite3* handle() const { return db_; }
   // Throws IndexError "<path>: <context>: <sqlite message>" for a non-OK result code.

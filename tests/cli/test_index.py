@@ -208,6 +208,68 @@ class ConcurrentWriters(IndexTest):
         self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(summary, '$.progress') = 4000"), [(8,)])
 
 
+class ReadOnlyMedium(IndexTest):
+    """The read commands on an index whose folder is a read-only mount (a private mount namespace per command)."""
+
+    def read_only(self, *args, check=None):
+        # unshare gives the command its own mount namespace (as root, or as a mapped root in a user namespace),
+        # where the home folder is bind-mounted onto itself read-only; nothing outside sees the mount.
+        user = [] if os.geteuid() == 0 else ["--map-root-user"]
+        command = (f'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && touch "$1/probe" 2>/dev/null '
+                   f'&& echo "the mount is writable" >&2 && exit 99; shift; exec "$@"')
+        result = subprocess.run(["unshare", *user, "--mount", "--propagation", "private", "sh", "-c", command, "sh",
+                                 str(self.home), RUNNER, *args], capture_output=True, text=True, cwd=self.dir,
+                                env=self.env, timeout=120)
+        if "mount:" in result.stderr or "unshare:" in result.stderr:
+            self.skipTest(f"no read-only mount can be made here: {result.stderr.strip()}")
+        if check is not None:
+            self.assertEqual(result.returncode, check, f"runner {' '.join(args)}\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def test_the_read_commands_work_on_a_read_only_mount(self):
+        self.train("lr=0.02")
+        self.train("lr=0.03")
+        before = sorted(p.name for p in self.home.iterdir())
+        self.check_read_commands()
+        # As the last writer leaves it (no -wal, no -shm), and as the read commands leave it (both).
+        for name in ("index.db-wal", "index.db-shm"):
+            (self.home / name).unlink(missing_ok=True)
+        self.check_read_commands()
+        self.assertEqual(sorted(p.name for p in self.home.iterdir()), [p for p in before if not p.startswith("index.db-")])
+
+    def check_read_commands(self):
+        runs = self.read_only("runs", check=0)
+        self.assertEqual(runs.stderr, "")
+        self.assertEqual([line.split()[1] for line in runs.stdout.splitlines()[2:]], ["train-2", "train-1"])
+        shown = json.loads(self.read_only("show", "train-1", "--json", check=0).stdout)
+        self.assertEqual(shown["config"]["lr"], 0.02)
+        self.assertEqual(self.read_only("query", "SELECT count(*) AS n FROM metrics", "--csv", check=0).stdout,
+                         "n\n180\n")
+        self.assertIn("lr", self.read_only("compare", "train-1", "train-2", check=0).stdout)
+        self.script("count.lua", "print(#runner.query('SELECT * FROM runs'))")
+        self.assertEqual(self.read_only("count.lua", check=0).stdout, "2\n")
+
+    def test_a_write_ahead_log_that_cannot_be_read_there_is_named(self):
+        self.train()
+        writer = sqlite3.connect(self.home / "index.db")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("UPDATE runs SET name = 'renamed'")
+        writer.commit()
+        self.assertGreater((self.home / "index.db-wal").stat().st_size, 0)
+        archive = self.dir / "archive"
+        archive.mkdir()
+        for name in ("index.db", "index.db-wal"):
+            (archive / name).write_bytes((self.home / name).read_bytes())
+        writer.close()
+        self.home = archive
+        self.env = {**self.env, "RUNNER_HOME": str(archive)}
+        result = self.read_only("runs", check=1)
+        self.assertEqual(result.stderr,
+                         f"runner runs: {archive}/index.db: the index is on a read-only medium and its write-ahead "
+                         f"log ({archive}/index.db-wal) holds changes that cannot be read without a "
+                         f"{archive}/index.db-shm file; copy the folder to a writable place to read it\n")
+
+
 class IndexCommands(IndexTest):
     def three_runs(self):
         self.train("lr=0.01", "label=a")
