@@ -14,6 +14,7 @@
 #include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
+#include "runtime/core/terminal_text.h"
 
 namespace {
 
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
     runner::core::init_logging(command.log_level);
     runner::core::set_launch_context(launch_context(command));
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "runner: %s\n\n%s", error.what(), kUsage);
+    std::fprintf(stderr, "runner: %s\n\n%s", runner::core::terminal_text(error.what()).c_str(), kUsage);
     return kExitUsage;
   }
   if (command.help) {
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
   try {
     status = run(command);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "runner: %s\n", error.what());
+    std::fprintf(stderr, "runner: %s\n", runner::core::terminal_text(error.what()).c_str());
   }
   runner::core::flush_logs();
   std::fflush(stdout);

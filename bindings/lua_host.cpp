@@ -14,6 +14,8 @@
 #include "bindings/runner_binding.h"
 #include "bindings/runs_binding.h"
 #include "runtime/core/interrupt.h"
+#include "runtime/core/logging.h"
+#include "runtime/core/terminal_text.h"
 
 namespace runner::bindings {
 namespace {
@@ -173,8 +175,9 @@ int LuaHost::report_failure(int status) {
   }
   const char* message = lua_tostring(L_, -1);
   last_error_ = message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error");
-  std::fprintf(stderr, "%s\n", last_error_.c_str());
+  std::fprintf(stderr, "%s\n", core::terminal_text(last_error_).c_str());
   std::fflush(stderr);
+  core::append_to_log_file(core::terminal_text(last_error_) + "\n");
   lua_pop(L_, 1);
   return usage ? kExitUsage : kExitError;
 }
@@ -204,7 +207,7 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
                       const std::vector<std::string>& script_args) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    std::fprintf(stderr, "runner: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "runner: cannot open %s: %s\n", core::terminal_text(path).c_str(), std::strerror(errno));
     return kExitUsage;
   }
   std::stringstream text;
@@ -241,7 +244,7 @@ int LuaHost::end_run(int status) {
     failure = end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
   }
   if (!failure) return status;
-  std::fprintf(stderr, "runner: %s\n", failure->c_str());
+  std::fprintf(stderr, "runner: %s\n", core::terminal_text(*failure).c_str());
   std::fflush(stderr);
   return status == kExitOk ? kExitError : status;
 }

@@ -434,7 +434,6 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
   const std::string name = fmt::format("{} ({})", box->context->record().name, box->context->record().id);
   try {
     finish_box(L, *box, status, error);
-    core::log(core::LogLevel::info, fmt::format("run {} {}", name, box->context->record().status));
     return std::nullopt;
   } catch (const std::exception& failure) {
     return fmt::format("run {}: {}", name, failure.what());

@@ -15,6 +15,7 @@
 #include "runtime/core/interrupt.h"
 #include "runtime/data/data_error.h"
 #include "runtime/data/pack.h"
+#include "runtime/core/terminal_text.h"
 
 namespace runner::cli {
 namespace {
@@ -99,7 +100,7 @@ int run_pack(int argc, char** argv) {
   std::signal(SIGINT, on_interrupt);
   const data::PackResult result = data::pack_image_folder(directory, output, options);
   if (terminal) std::fputc('\n', stderr);
-  for (const data::SkippedSample& bad : result.skipped) std::fprintf(stderr, "skipped %s\n", bad.message.c_str());
+  for (const data::SkippedSample& bad : result.skipped) std::fprintf(stderr, "skipped %s\n", core::terminal_text(bad.message).c_str());
   std::printf("wrote %s: %lld images, uint8 [%lld, 3, %d, %d]\n", output.c_str(), static_cast<long long>(result.images),
               static_cast<long long>(result.images), options.size, options.size);
   if (!result.skipped.empty()) std::printf("skipped %zu unreadable images\n", result.skipped.size());
@@ -124,13 +125,13 @@ int run_data_command(int argc, char** argv) {
     if (std::strcmp(argv[1], "pack") == 0) return run_pack(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "runner data: %s\n\n%s", error.what(), kDataUsage);
+    std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), kDataUsage);
     return core::kExitUsage;
   } catch (const core::Interrupted&) {
     std::fprintf(stderr, "\nrunner data: interrupted; nothing was written\n");
     return core::kExitInterrupted;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "runner data: %s\n", error.what());
+    std::fprintf(stderr, "runner data: %s\n", core::terminal_text(error.what()).c_str());
     return core::kExitError;
   }
 }

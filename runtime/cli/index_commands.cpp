@@ -12,6 +12,7 @@
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
+#include "runtime/core/terminal_text.h"
 
 namespace runner::cli {
 namespace {
@@ -192,10 +193,10 @@ int run_index_command(int argc, char** argv) {
     if (name == "gc") return gc_command(argc, argv);
     throw UsageError("unknown command '" + name + "'");
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), error.what(), kUsage);
+    std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), core::terminal_text(error.what()).c_str(), kUsage);
     return 2;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "runner %s: %s\n", name.c_str(), error.what());
+    std::fprintf(stderr, "runner %s: %s\n", name.c_str(), core::terminal_text(error.what()).c_str());
     return 1;
   }
 }

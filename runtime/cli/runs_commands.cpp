@@ -7,6 +7,7 @@
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
@@ -229,24 +230,26 @@ int show_command(int argc, char** argv) {
     return 0;
   }
   const std::string status = index::effective_status(run, now);
-  std::string text = fmt::format("run       {} ({})\n", run.name, run.id);
-  text += fmt::format("status    {}{}\n", status,
+  const auto shown = [](std::string_view value) { return core::terminal_text(value, core::TextLines::escaped); };
+  std::string text = fmt::format("run       {} ({})\n", shown(run.name), run.id);
+  text += fmt::format("status    {}{}\n", shown(status),
                       status != run.status ? " (its process is gone: killed or crashed)" : "");
   if (run.error) {
     const std::string first_line = run.error->substr(0, run.error->find('\n'));
-    text += fmt::format("error     {}\n", first_line);
+    text += fmt::format("error     {}\n", shown(first_line));
   }
   text += fmt::format("started   {}   duration {}   step {}\n", format_time(run.started_at),
                       format_duration(index::duration_seconds(run, now)), run.step);
-  text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : run.script,
-                      run.script_hash.empty() ? "" : fmt::format("   sha256 {}", run.script_hash.substr(0, 12)));
+  text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : shown(run.script),
+                      run.script_hash.empty() ? "" : fmt::format("   sha256 {}", shown(run.script_hash.substr(0, 12))));
   if (run.git_revision)
-    text += fmt::format("git       {}{}\n", run.git_revision->substr(0, 12), run.git_dirty.value_or(false) ? " (modified)" : "");
-  text += fmt::format("host      {}   pid {}   device {}   world size {}{}\n", run.host, run.pid,
-                      run.device.empty() ? "-" : run.device, run.world_size,
+    text += fmt::format("git       {}{}\n", shown(run.git_revision->substr(0, 12)),
+                        run.git_dirty.value_or(false) ? " (modified)" : "");
+  text += fmt::format("host      {}   pid {}   device {}   world size {}{}\n", shown(run.host), run.pid,
+                      run.device.empty() ? "-" : shown(run.device), run.world_size,
                       run.seed ? fmt::format("   seed {}", *run.seed) : "");
-  text += fmt::format("directory {}/{}\n", index::home_directory(), run.dir);
-  if (run.parent_id) text += fmt::format("parent    {}\n", *run.parent_id);
+  text += fmt::format("directory {}\n", shown(index::home_directory() + "/" + run.dir));
+  if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
   print(text);
   print_section("config", key_values(run.config, "value"));
   print_section("summary", key_values(run.summary, "value"));

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/terminal_text.h"
+
 namespace runner::cli {
 namespace {
 
@@ -17,6 +19,13 @@ size_t display_width(const std::string& text) {
   size_t width = 0;
   for (unsigned char c : text) width += (c & 0xC0) != 0x80;
   return width;
+}
+
+// One line for an aligned cell: line breaks and tabs as spaces, other control characters escaped.
+std::string table_text(std::string text) {
+  for (char& ch : text)
+    if (ch == '\n' || ch == '\t') ch = ' ';
+  return core::terminal_text(text, core::TextLines::escaped);
 }
 
 std::string csv_field(const Cell& cell) {
@@ -75,13 +84,15 @@ std::string format_table(const Table& table, TableFormat format) {
   std::vector<size_t> widths(table.columns.size());
   std::vector<bool> numeric(table.columns.size(), true);
   std::vector<std::vector<std::string>> texts;
-  for (size_t c = 0; c < table.columns.size(); ++c) widths[c] = display_width(table.columns[c]);
+  std::vector<std::string> heads;
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    heads.push_back(table_text(table.columns[c]));
+    widths[c] = display_width(heads[c]);
+  }
   for (const auto& row : table.rows) {
     std::vector<std::string> line;
     for (size_t c = 0; c < row.size(); ++c) {
-      std::string text = format_cell(row[c]);
-      for (char& ch : text)
-        if (ch == '\n' || ch == '\t') ch = ' ';
+      std::string text = table_text(format_cell(row[c]));
       widths[c] = std::max(widths[c], display_width(text));
       if (!is_number(row[c]) && !std::holds_alternative<std::monostate>(row[c])) numeric[c] = false;
       line.push_back(std::move(text));
@@ -100,7 +111,7 @@ std::string format_table(const Table& table, TableFormat format) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   };
-  emit(table.columns);
+  emit(heads);
   std::vector<std::string> rule;
   for (size_t width : widths) rule.emplace_back(width, '-');
   emit(rule);

@@ -1,5 +1,6 @@
 // spdlog configuration and the log entry point for the runner process.
 #include "runtime/core/logging.h"
+#include "runtime/core/terminal_text.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -63,7 +64,8 @@ void set_log_level(const std::string& level) { runner_logger()->set_level(to_spd
 void init_logging(const std::string& level) { set_log_level(level); }
 
 void log(LogLevel level, std::string_view message) {
-  runner_logger()->log(to_spdlog(level), "{}", spdlog::string_view_t(message.data(), message.size()));
+  const std::string shown = terminal_text(message);
+  runner_logger()->log(to_spdlog(level), "{}", spdlog::string_view_t(shown.data(), shown.size()));
 }
 
 bool log_enabled(LogLevel level) { return runner_logger()->should_log(to_spdlog(level)); }

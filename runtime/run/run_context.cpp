@@ -103,6 +103,7 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
     if (status == "finished") final_status = "failed";
     final_error = (error ? *error + "; " : std::string()) + lost;
   }
+  core::log(core::LogLevel::info, fmt::format("run {} ({}) {}", record_.name, record_.id, final_status));
   core::detach_log_file();
   try {
     finish_run(db_, record_.run, final_status, final_error);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/duration_text.h"
+#include "runtime/core/terminal_text.h"
 
 namespace runner::train {
 namespace {
@@ -56,7 +57,7 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
   } else {
     line = fmt::format("step {}", snapshot.step);
   }
-  for (const auto& [name, value] : snapshot.values) line += fmt::format("  {} {}", name, format_value(value));
+  for (const auto& [name, value] : snapshot.values) line += fmt::format("  {} {}", core::terminal_text(name, core::TextLines::escaped), format_value(value));
   if (snapshot.lr) line += fmt::format("  lr {:.2e}", *snapshot.lr);
   if (rate_ > 0) {
     line += rate_ >= 1 ? fmt::format("  {:.2f} it/s", rate_) : fmt::format("  {:.2f} s/it", 1.0 / rate_);

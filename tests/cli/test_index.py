@@ -208,6 +208,48 @@ class ConcurrentWriters(IndexTest):
         self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(summary, '$.progress') = 4000"), [(8,)])
 
 
+class ControlCharactersInData(IndexTest):
+    HOSTILE = """
+        local cfg = config { label = "plain" }
+        local run = runner.start(cfg)
+        run.step = 1
+        run:log { ["k\\27[1mbold"] = 1.5 }
+        run:set_summary { ["s\\27]0;title\\7"] = "v\\27[2J\\194\\155" }
+        error("bad \\27[31mthing\\r\\n second line")
+    """
+
+    def test_every_text_output_escapes_them(self):
+        self.script("hostile.lua", self.HOSTILE)
+        result = self.runner("hostile.lua", "label=x\x1b[32mgreen", check=1)
+        self.assertIn("config: label=x\\x1b[32mgreen*", result.stderr)
+        self.assertIn("hostile.lua:6: bad \\x1b[31mthing\\r\n second line", result.stderr)
+        log = (self.home / "hostile-1" / "log.txt").read_text()
+        self.assertIn("hostile.lua:6: bad \\x1b[31mthing\\r\n second line", log)
+        self.assertRegex(log, r"\[info\] run hostile-1 \([0-9a-z]{8}\) failed\n$")
+        self.runner("hostile.lua", check=1)
+        outputs = {"runs": self.runner("runs", "--metrics", "k\x1b[1mbold", check=0),
+                   "show": self.runner("show", "hostile-1", check=0),
+                   "compare": self.runner("compare", "hostile-1", "hostile-2", check=0),
+                   "query": self.runner("query", "SELECT key, error FROM metrics, runs", check=0),
+                   "missing": self.runner("\x1b[31m.lua", check=2)}
+        for name, output in outputs.items():
+            self.assertNotIn("\x1b", output.stdout + output.stderr, name)
+            self.assertNotIn("\x07", output.stdout + output.stderr, name)
+            self.assertNotIn("\u009b", output.stdout + output.stderr, name)
+        shown = outputs["show"].stdout
+        self.assertIn("error     hostile.lua:6: bad \\x1b[31mthing\\r\n", shown)
+        self.assertIn("  label  x\\x1b[32mgreen\n", shown)
+        self.assertIn("  s\\x1b]0;title\\x07  v\\x1b[2J\\u009b\n", shown)
+        self.assertIn("  k\\x1b[1mbold     1    1.5\n", shown)
+        self.assertIn("k\\x1b[1mbold", outputs["runs"].stdout)
+        self.assertIn("runner: cannot open \\x1b[31m.lua", outputs["missing"].stderr)
+        # The index keeps the data as it was given; JSON and CSV carry it exactly.
+        self.assertEqual(json.loads(self.runner("show", "hostile-1", "--json", check=0).stdout)["config"]["label"],
+                         "x\x1b[32mgreen")
+        self.assertEqual(self.runner("query", "SELECT DISTINCT key FROM metrics", "--csv", check=0).stdout,
+                         "key\nk\x1b[1mbold\n")
+
+
 class ReadOnlyMedium(IndexTest):
     """The read commands on an index whose folder is a read-only mount (a private mount namespace per command)."""
 

@@ -1,10 +1,11 @@
-// Tests of runtime/core: device and dtype names, the interrupt flag, logging levels.
+// Tests of runtime/core: device and dtype names, the interrupt flag, logging levels, terminal-safe text.
 #include <catch2/catch.hpp>
 
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/terminal_text.h"
 
 using namespace runner::core;
 
@@ -54,4 +55,18 @@ TEST_CASE("log levels are checked", "[core]") {
   set_log_level("info");
   REQUIRE_THROWS_WITH(set_log_level("loud"),
                       "unknown log level 'loud' (expected trace, debug, info, warn, error or off)");
+}
+
+TEST_CASE("text printed from data cannot drive the terminal", "[core]") {
+  CHECK(terminal_text("lr=0.1 \u00e9t\u00e9 \u7a7a \U0001F600") == "lr=0.1 \u00e9t\u00e9 \u7a7a \U0001F600");
+  CHECK(terminal_text("a\x1b[31mred\x1b[0m\x07\x7f") == "a\\x1b[31mred\\x1b[0m\\x07\\x7f");
+  CHECK(terminal_text("title\x1b]0;pwned\x07") == "title\\x1b]0;pwned\\x07");
+  CHECK(terminal_text("line one\r\nline\ttwo") == "line one\\r\nline\ttwo");
+  CHECK(terminal_text("line one\r\nline\ttwo", TextLines::escaped) == "line one\\r\\nline\\ttwo");
+  // C1 controls (U+009B is CSI), bidirectional overrides, and bytes that are not UTF-8.
+  CHECK(terminal_text("\xc2\x9b" "31m") == "\\u009b31m");
+  CHECK(terminal_text("abc\u202edcba") == "abc\\u202edcba");
+  CHECK(terminal_text("\x9b" "31m \xff \xc3") == "\\x9b31m \\xff \\xc3");
+  CHECK(terminal_text("\xe0\x80\x80") == "\\xe0\\x80\\x80");  // an overlong encoding
+  CHECK(terminal_text(std::string_view("nul\0byte", 8)) == "nul\\x00byte");
 }
