@@ -365,9 +365,7 @@ int loader_stats(lua_State* L) {
   return 1;
 }
 
-// loader:skip_reports() -> list of {path =, message =} for files not reported before
-int loader_skip_reports(lua_State* L) {
-  const std::vector<data::SkippedSample> reports = check_loader(L, 1).take_skip_reports();
+void push_skip_reports(lua_State* L, const std::vector<data::SkippedSample>& reports) {
   lua_createtable(L, static_cast<int>(reports.size()), 0);
   for (std::size_t i = 0; i < reports.size(); ++i) {
     lua_createtable(L, 0, 2);
@@ -377,6 +375,17 @@ int loader_skip_reports(lua_State* L) {
     lua_setfield(L, -2, "message");
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
+}
+
+// loader:skip_reports() -> {path =, message =} for every file skipped so far
+int loader_skip_reports(lua_State* L) {
+  push_skip_reports(L, check_loader(L, 1).skip_reports());
+  return 1;
+}
+
+// loader:_take_new_skip_reports() -> those not taken before (the stdlib logs each once)
+int loader_take_new_skip_reports(lua_State* L) {
+  push_skip_reports(L, check_loader(L, 1).take_new_skip_reports());
   return 1;
 }
 
@@ -426,6 +435,7 @@ void open_data(lua_State* L) {
                             {"restore", wrap<loader_restore>},
                             {"stats", wrap<loader_stats>},
                             {"skip_reports", wrap<loader_skip_reports>},
+                            {"_take_new_skip_reports", wrap<loader_take_new_skip_reports>},
                             {"dataset", wrap<loader_dataset>}});
   lua_pop(L, 1);
   set_metamethods(L, kLoaderType, wrap<loader_len>, wrap<loader_tostring>);

@@ -155,7 +155,8 @@ struct Loader::Impl {
   LoaderStats stats;
   std::optional<Clock::time_point> first_request;
   std::set<std::string> reported_files;
-  std::vector<SkippedSample> unreported;
+  std::vector<SkippedSample> skip_reports;
+  std::size_t skip_reports_taken = 0;
 
   std::shared_ptr<const std::vector<std::int64_t>> permutation(std::uint64_t batch_seed, std::int64_t epoch) {
     std::lock_guard lock(permutation_mutex);
@@ -407,7 +408,7 @@ struct Loader::Impl {
   void note_skipped(std::vector<SkippedSample>& skipped) {
     stats.skipped += static_cast<std::int64_t>(skipped.size());
     for (SkippedSample& sample : skipped) {
-      if (reported_files.insert(sample.path).second) unreported.push_back(std::move(sample));
+      if (reported_files.insert(sample.path).second) skip_reports.push_back(std::move(sample));
     }
   }
 
@@ -560,9 +561,12 @@ LoaderStats Loader::stats() const {
   return stats;
 }
 
-std::vector<SkippedSample> Loader::take_skip_reports() {
-  std::vector<SkippedSample> reports;
-  reports.swap(impl_->unreported);
+const std::vector<SkippedSample>& Loader::skip_reports() const { return impl_->skip_reports; }
+
+std::vector<SkippedSample> Loader::take_new_skip_reports() {
+  const auto first = impl_->skip_reports.begin() + static_cast<std::ptrdiff_t>(impl_->skip_reports_taken);
+  std::vector<SkippedSample> reports(first, impl_->skip_reports.end());
+  impl_->skip_reports_taken = impl_->skip_reports.size();
   return reports;
 }
 

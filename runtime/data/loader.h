@@ -110,8 +110,10 @@ class Loader {
   // Throws std::invalid_argument naming the mismatch when the state was saved by a different setup.
   void restore(const LoaderState& state);
   LoaderStats stats() const;
-  // Reports bad samples skipped since the last call, each file once over the loader's life.
-  std::vector<SkippedSample> take_skip_reports();
+  // The bad samples skipped over the loader's life, one per file, in the order they were met.
+  const std::vector<SkippedSample>& skip_reports() const;
+  // Those of skip_reports() not taken by an earlier call (for logging each once).
+  std::vector<SkippedSample> take_new_skip_reports();
 
  private:
   struct Impl;

@@ -291,6 +291,13 @@ RunRecord resolve_run(Database& db, const std::string& reference) {
                                reference));
 }
 
+RunRecord resolve_fork_source(Database& db, const std::string& reference) {
+  if (reference != "last") return resolve_run(db, reference);
+  auto runs = query_runs(db, "WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
+  if (runs.empty()) throw IndexError(fmt::format("{}: no run has a checkpoint yet, so fork 'last' matches nothing", db.path()));
+  return runs.front();
+}
+
 std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
   std::string where;
   std::vector<std::string> texts;

@@ -88,6 +88,8 @@ RunRecord load_run(Database& db, int64_t run);
 // `reference`: an exact id, an exact name, `last` (the most recently started run) or a unique prefix of
 // an id. Throws IndexError "no run matches '...'" or "run prefix '...' is ambiguous: ...".
 RunRecord resolve_run(Database& db, const std::string& reference);
+// A run to fork from: as resolve_run, except that 'last' is the newest run with a kept checkpoint.
+RunRecord resolve_fork_source(Database& db, const std::string& reference);
 
 struct RunFilter {
   std::optional<std::string> status;       // effective status

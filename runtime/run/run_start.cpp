@@ -76,7 +76,7 @@ std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::L
     run.git_dirty = git.dirty;
   }
   if (!request.fork.empty()) {
-    start.fork = index::resolve_run(db, request.fork);
+    start.fork = index::resolve_fork_source(db, request.fork);
     run.parent = start.fork->run;
   } else if (!request.parent.empty()) {
     run.parent = index::resolve_run(db, request.parent).run;

@@ -135,8 +135,8 @@ function Loader:state() end
 function Loader:restore(state) end
 ---@return LoaderStats
 function Loader:stats() end
---- Bad samples skipped since the last call, one entry per file over the loader's life (the loader also logs
---- each as a warning).
+--- The bad samples skipped so far, one entry per file in the order they were met (stats().skipped counts
+--- every skip, a file again in each epoch); the loader also logs each file once as a warning.
 ---@return {path: string, message: string}[]
 function Loader:skip_reports() end
 ---@return Dataset

@@ -14,7 +14,7 @@
 --- checkpoint), false (always a new run), or a run reference (continue that run); `runner --resume RUN` and
 --- `runner --fresh` on the command line win over it. A resumed run keeps its seed unless one is given.
 --- `fork` (a run reference) starts a new run, with that run as parent, from its newest good checkpoint
---- (run:restore loads it).
+--- (run:restore loads it); fork 'last' is the newest run that has a checkpoint.
 --- The run ends when the script ends: `finished` on success, `failed` with the error text on an error or a
 --- nonzero os.exit, `interrupted` on Ctrl-C, SIGTERM or SIGHUP (exit status 130, 143, 129). A process killed
 --- outright shows as interrupted once its heartbeat stops (immediately on the same host). Metrics logged
@@ -30,7 +30,7 @@ function runner.start(cfg, options) end
 ---@field seed? integer                default: the config's seed, else the resumed run's, else a fresh one
 ---@field device? string               default: the config's device, else "auto"
 ---@field parent? string               a run reference
----@field fork? string                 a run reference: start from its newest good checkpoint
+---@field fork? string                 a run reference ('last': the newest run with a checkpoint): start from its newest good checkpoint
 ---@field resume? boolean|string       default true (see above)
 ---@field flush_interval? number       seconds between metric commits (default 1)
 ---@field heartbeat? number            seconds between heartbeats (default 5)

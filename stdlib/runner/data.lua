@@ -53,7 +53,7 @@ local Loader = debug.getregistry()["runner.Loader"].__index
 
 -- Reports each bad file the skip policy left out, once.
 local function report_skips(loader)
-  for _, report in ipairs(loader:skip_reports()) do
+  for _, report in ipairs(loader:_take_new_skip_reports()) do
     runner.log.warn("data: skipped a bad sample: %s", report.message)
   end
 end

@@ -226,6 +226,21 @@ class TrainerTest(RunnerHomeTest):
         self.assertEqual(kept, [(36,), (40,)])  # keep_last = 2
         self.assertFalse(self.checkpoint_dir("killed", 32).exists())
 
+    def test_fork_last_starts_from_the_newest_run_with_a_checkpoint(self):
+        self.runner(self.script("resumable.lua", RESUMABLE), "name=parent", "steps=8")
+        fork = self.script("fork.lua", RESUMABLE.replace("runner.start(cfg, { name = cfg.name })",
+                                                         "runner.start(cfg, { name = cfg.name, fork = 'last' })")
+                                              .replace('print("start at " .. run.step)',
+                                                       'print("start at " .. run.step); assert(cfg.steps > 8, "a mistake")'))
+        # A first attempt that fails before any checkpoint is the newest run, but not what 'last' forks from.
+        self.assertIn("a mistake", self.runner(fork, "name=attempt", "steps=8", check=1).stderr)
+        result = self.runner(fork, "name=child", "steps=12")
+        self.assertIn("start at 8", result.stdout)
+        self.assertIn("done at 12", result.stdout)
+        shown = {name: json.loads(self.runner("show", name, "--json").stdout) for name in ("parent", "attempt", "child")}
+        self.assertEqual(shown["child"]["parent"], shown["parent"]["id"])
+        self.assertEqual(shown["attempt"]["parent"], shown["parent"]["id"])
+
     def test_damaged_checkpoints_are_skipped(self):
         script = self.script("resumable.lua", RESUMABLE)
         self.runner(script, "name=straight", "steps=12", "keep=3")

@@ -176,7 +176,13 @@ describe("bad input", function()
     expect_eq(batch.data:size(1), 2)
     expect_list(batch.index:tolist(), { 0, 2 })
     loader:next()
-    expect_eq(loader:stats().skipped, 2)
+    expect_eq(loader:stats().skipped, 2)  -- b.jpg in each of two epochs
+    for _ = 1, 2 do  -- one report per file, as often as asked
+      local reports = loader:skip_reports()
+      expect_eq(#reports, 1)
+      expect_eq(reports[1].path, folder .. "/b.jpg")
+      expect_eq(reports[1].message, folder .. "/b.jpg: not a JPEG or PNG image (unrecognised first bytes)")
+    end
   end)
 
   it("names the sample when a crop does not fit", function()
