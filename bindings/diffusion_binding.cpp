@@ -217,6 +217,7 @@ int diffusion_sample(lua_State* L) {
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
   diff::SampleOptions defaults;
   defaults.steps = std::min<std::int64_t>(defaults.steps, box.schedule.timesteps());
+  if (const auto native = test_denoiser(L, 2)) defaults.clip = native->pixel_space();
   if (!lua_isnoneornil(L, 7)) defaults.null_label = check_integer(L, 7);
   diff::SampleOptions o = kSampleOptions.read(L, 5, defaults);
   o.prediction = box.loss.prediction;

@@ -24,7 +24,7 @@ struct SampleOptions {
   double eta = 0.0;              // ddim only: 0 is deterministic, 1 matches DDPM's posterior variance
   std::string variance = "auto";  // ddpm only: auto (learned with 2C output channels, else large), small,
                                   // large or learned
-  bool clip = true;               // clip the predicted x0 to [-1, 1]
+  bool clip = true;               // clip the predicted x0 to [-1, 1] (the bindings default it from the model)
   double guidance = 1.0;          // classifier-free guidance scale; 1 runs the conditional model alone
   std::optional<std::int64_t> null_label;  // the unconditional label, required when guidance != 1
   Prediction prediction = Prediction::eps;

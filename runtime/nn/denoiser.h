@@ -25,6 +25,9 @@ class Denoiser : public torch::nn::Module {
   // Probability of replacing a label by the null label in training; > 0 means the null label exists.
   virtual double class_dropout() const = 0;
   bool has_null_label() const { return classes() > 0 && class_dropout() > 0; }
+  // Whether the model works on images in [-1, 1] (the UNet, as DDPM) rather than on latents (the DiT, as the
+  // official DiT): the sampler clips predicted x0 to [-1, 1] by default only for pixel-space models.
+  virtual bool pixel_space() const = 0;
 
   // Recompute each block's activations in backward instead of storing them.
   void set_checkpointing(bool enabled) { checkpointing_ = enabled; }

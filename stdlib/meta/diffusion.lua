@@ -48,7 +48,7 @@ function Diffusion:training_loss(model, x0, t, noise, labels) end
 ---@return Tensor
 function Diffusion:q_sample(x0, t, noise) end
 
---- Draws samples (float32, values clipped to [-1, 1] unless clip = false) with DDIM (default; eta 0 is
+--- Draws samples (float32; predicted x0 clipped to [-1, 1] for pixel-space models, see clip) with DDIM (default; eta 0 is
 --- deterministic) or DDPM ancestral sampling over `steps` timesteps round(linspace(0, T-1, steps)). variance
 --- (ddpm): auto (learned for 2C-channel models, else large), small, large or learned. guidance > 1 runs
 --- classifier-free guidance (labels required; the null label is the model's). The start noise and step
@@ -68,7 +68,7 @@ function Diffusion:sample(model, options) end
 ---@field eta? number               DDIM noise: 0 deterministic (default), 1 the DDPM posterior variance
 ---@field guidance? number          classifier-free guidance scale (default 1: conditional model alone)
 ---@field variance? string          DDPM variance: "auto" (default), "small", "large" or "learned"
----@field clip? boolean             clip the predicted x0 to [-1, 1] (default true)
+---@field clip? boolean             clip the predicted x0 to [-1, 1] (default: true for pixel-space models, nn.UNet and Lua callables; false for nn.DiT, a latent model, as the official DiT samples)
 ---@field seed? integer             seeds the start and step noise (default: the diffusion's seed)
 ---@field x_T? Tensor               the start noise [n, C, H, W]
 ---@field noise? Tensor             every step's noise [steps, n, C, H, W]

@@ -393,6 +393,21 @@ end)
 describe("sampler API", function()
   local options = { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, dropout = 0 }
 
+  it("clips x0 by default for the UNet (pixel space), not for the DiT (latents, as the official DiT)", function()
+    local d = runner.diffusion.gaussian { timesteps = 100, seed = 1 }
+    torch.manual_seed(6)
+    local dit = nn.DiT { depth = 1, hidden = 32, heads = 2, patch = 2, image = 8, in_channels = 4, classes = 0 }
+    local state = {}
+    for key, value in pairs(dit:state_dict()) do state[key] = torch.randn(value.shape) * 0.5 end
+    dit:load_state_dict(state)
+    for _, case in ipairs { { random_unet(options, 5), true }, { dit, false } } do
+      local model, clip = case[1], case[2]
+      local default = d:sample(model, { n = 2, steps = 5, seed = 3 })
+      expect_true(default:equal(d:sample(model, { n = 2, steps = 5, seed = 3, clip = clip })), "default clip")
+      expect_true(not default:equal(d:sample(model, { n = 2, steps = 5, seed = 3, clip = not clip })), "other clip")
+    end
+  end)
+
   it("d:sample(model, {n = 4}) gives [4, C, H, W] in [-1, 1] and restores the training mode", function()
     local model = Recorder(random_unet(options, 31))
     model:train()
