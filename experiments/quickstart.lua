@@ -1,7 +1,8 @@
 -- Quickstart: a small DDPM UNet learns to draw the built-in `shapes` images (16x16 circles, squares and
 -- triangles) in three to four minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
 -- loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between generated and
--- real images (lower is better; needs no download). The run is recorded in the index (runs/ by default):
+-- real images (lower is better; needs no download), beside its floor: the distance between two sets of real
+-- images, which no model can beat by much. The run is recorded in the index (runs/ by default):
 -- metrics, sample grids, checkpoints and the final numbers; `runner show last` and `runner report last` show
 -- them. Stopped (Ctrl-C) or killed, it continues from its latest checkpoint when started again.
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
@@ -9,12 +10,14 @@ local cfg = config {
   steps = 600,             -- optimizer steps
   batch = 64,              -- images per step
   lr = 2e-3,               -- AdamW learning rate
-  ema = 0.995,             -- decay of the weight average that samples are drawn from
+  ema = 0.995,             -- decay of the weight average that samples are drawn from (warmed up: a short run's
+                           -- average forgets the untrained weights)
   image = 16,              -- image side
   channels = 32,           -- UNet base width
   timesteps = 1000,        -- diffusion steps
   schedule = "cosine",     -- noise schedule: linear, cosine or scaled_linear
   prediction = "v",        -- what the model predicts: eps, x0 or v
+  min_snr = 5,             -- min-SNR loss weighting gamma (faster convergence); 0: off
   sample_steps = 50,       -- DDIM steps when sampling
   sample_every = 300,      -- write a sample grid every this many steps (and at the end)
   checkpoint_every = 100,  -- save a checkpoint every this many steps (and at the end)
@@ -35,26 +38,32 @@ local function make_model()
 end
 local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
-                                         seed = cfg.seed }
+                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil, seed = cfg.seed }
 -- The trainer runs each step in C++ (AdamW, EMA, progress display); the EMA model is what samples come from.
-local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = cfg.ema,
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
 -- Continues from the latest checkpoint when this run was interrupted (or is run again with the same config).
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
 
--- Real images the metric compares against: shapes the model never trains on (another seed).
-local held_out = runner.data.shapes { size = cfg.image, count = cfg.metric_samples, seed = cfg.seed + 1000003 }
-local real = runner.data.loader(held_out, { batch = cfg.metric_samples }):next().data
-run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples)))
+-- Real images the metric compares against: shapes the model never trains on (another seed); a second such set
+-- gives the metric's floor.
+local function real_shapes(seed)
+  local held_out = runner.data.shapes { size = cfg.image, count = cfg.metric_samples, seed = seed }
+  return runner.data.loader(held_out, { batch = cfg.metric_samples }):next().data
+end
+local real = real_shapes(cfg.seed + 1000003)
+local floor = runner.eval.sliced_wasserstein(real_shapes(cfg.seed + 2000003), real)
+if run.step == 0 then run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples))) end
 
 local function evaluate()
   local samples = ddpm:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples:narrow(1, 1, math.min(64, cfg.metric_samples)))
   local distance = runner.eval.sliced_wasserstein(samples, real)
   run:log { swd = distance }
-  print(string.format("step %5d  samples: %s  sliced Wasserstein to real shapes: %.4f", run.step, path, distance))
+  print(string.format("step %5d  samples: %s  sliced Wasserstein to real shapes: %.4f (real to real: %.4f)", run.step,
+    path, distance, floor))
   return distance
 end
 
@@ -67,7 +76,8 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
 end
 local distance = evaluate()
 run:checkpoint { metric = "swd", value = distance, wait = true }
-run:set_summary { swd = distance, seconds = runner.clock() - start }
-print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f", distance))
+run:set_summary { swd = distance, swd_floor = floor, seconds = runner.clock() - start }
+print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f; "
+  .. "real shapes against other real shapes: %.4f", distance, floor))
 print(string.format("done in %.0f s; run %s: sample grids in %s/images (runner show %s, runner report %s)",
   runner.clock() - start, run.name, run.dir, run.name, run.name))

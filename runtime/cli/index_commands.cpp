@@ -107,8 +107,10 @@ int report_command(int argc, char** argv) {
       for (const auto& point : index::metric_series(db, record.run, key)) series.emplace_back(point.step, point.value);
       if (series.empty()) run.metrics.erase(key);
     }
-    for (const auto& artifact : index::latest_artifacts(db, record.run, "image"))
-      run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
+    if (run.status != "finished") run.error = record.error;
+    for (const auto& artifact : index::artifacts(db, record.run))
+      if (artifact.kind == "image")
+        run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
     runs.push_back(std::move(run));
   }
   report::ReportOptions options;

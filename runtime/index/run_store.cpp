@@ -452,13 +452,4 @@ std::vector<ArtifactRecord> artifacts(Database& db, int64_t run) {
                          run, std::nullopt);
 }
 
-std::vector<ArtifactRecord> latest_artifacts(Database& db, int64_t run, const std::string& kind) {
-  return query_artifacts(db,
-                         "SELECT a.artifact, a.run, a.step, a.kind, a.name, a.path, a.bytes, a.created_at FROM artifacts a "
-                         "WHERE a.run = ?1 AND a.kind = ?2 AND a.artifact = (SELECT b.artifact FROM artifacts b WHERE "
-                         "b.run = a.run AND b.kind = a.kind AND b.name = a.name ORDER BY b.step DESC, b.artifact DESC "
-                         "LIMIT 1) ORDER BY a.name",
-                         run, kind);
-}
-
 }  // namespace runner::index

@@ -150,6 +150,5 @@ struct ArtifactRecord {
 int64_t add_artifact(Database& db, const ArtifactRecord& artifact);
 std::vector<ArtifactRecord> artifacts(Database& db, int64_t run);
 // The newest artifact of each name of a kind.
-std::vector<ArtifactRecord> latest_artifacts(Database& db, int64_t run, const std::string& kind);
 
 }  // namespace runner::index

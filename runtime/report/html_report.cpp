@@ -3,12 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -101,6 +103,10 @@ figure.chart { padding: 6px; border: 1px solid #e3e3e3; border-radius: 4px; }
 svg.chart { display: block; max-width: 100%; height: auto; }
 .samples { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
 .samples img { display: block; max-width: 100%; height: auto; image-rendering: pixelated; border: 1px solid #ddd; }
+.samples .earlier { display: flex; flex-wrap: wrap; gap: 10px; margin-top: 6px; }
+details summary { cursor: pointer; color: #555; font-size: 12px; margin-top: 6px; }
+.run-error { margin-top: 10px; }
+.run-error pre { white-space: pre-wrap; background: #fdf3f3; border: 1px solid #f0caca; padding: 8px; font-size: 12px; }
 figcaption { color: #555; font-size: 12px; margin-top: 3px; }
 )css";
 
@@ -219,7 +225,14 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
     }
     html += "</tr>\n";
   }
-  html += "</tbody></table></div>\n</section>\n";
+  html += "</tbody></table></div>\n";
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (!runs[r].error) continue;
+    fmt::format_to(out, "<div class=\"run-error\"><h3>{}{} <span class=\"meta mono\">{}</span> {}</h3><pre>{}</pre></div>\n",
+                   swatch(r), escape_html(labels[r]), escape_html(runs[r].id), status_badge(runs[r].status),
+                   escape_html(*runs[r].error));
+  }
+  html += "</section>\n";
 }
 
 void append_charts(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels,
@@ -289,27 +302,47 @@ void append_config_table(std::string& html, const std::vector<ReportRun>& runs,
   html += "</tbody></table></div>\n</section>\n";
 }
 
+// One grid as an <img> enlarged by a whole factor towards `target` pixels wide; pixelated rendering keeps it sharp.
+void append_grid(std::string& html, const ReportImage& image, uint32_t target) {
+  const std::string bytes = read_file(image.png_path);
+  const PngSize size = png_size(bytes, image.png_path);
+  const uint32_t factor = size.width > 0 && size.width < target ? target / size.width : 1;
+  const std::string caption = fmt::format("{} \u00b7 step {}", image.name, image.step);
+  fmt::format_to(std::back_inserter(html),
+                 "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{}\">"
+                 "<figcaption>{}</figcaption></figure>\n",
+                 base64_encode(bytes), uint64_t{size.width} * factor, uint64_t{size.height} * factor,
+                 escape_html(caption), escape_html(caption));
+}
+
+// Per run and image name: the latest grid large, then the earlier ones (at most kEarlierGrids, latest first)
+// in a collapsed list.
 void append_samples(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels) {
+  constexpr std::size_t kEarlierGrids = 24;
   bool any = false;
   for (const auto& run : runs) any = any || !run.images.empty();
   if (!any) return;
   auto out = std::back_inserter(html);
-  html += "<section class=\"images\">\n<h2>Latest samples</h2>\n";
+  html += "<section class=\"images\">\n<h2>Samples</h2>\n";
   for (std::size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].images.empty()) continue;
+    std::map<std::string, std::vector<const ReportImage*>> by_name;
+    for (const ReportImage& image : runs[r].images) by_name[image.name].push_back(&image);
     fmt::format_to(out, "<h3>{}{} <span class=\"meta mono\">{}</span></h3>\n<div class=\"samples\">\n", swatch(r),
                    escape_html(labels[r]), escape_html(runs[r].id));
-    for (const ReportImage& image : runs[r].images) {
-      const std::string bytes = read_file(image.png_path);
-      const PngSize size = png_size(bytes, image.png_path);
-      // Small grids (e.g. a few 32x32 samples) are enlarged by a whole factor; pixelated rendering keeps them sharp.
-      const uint32_t factor = size.width > 0 && size.width < 256 ? 256 / size.width : 1;
-      const std::string caption = fmt::format("{} \u00b7 step {}", image.name, image.step);
-      fmt::format_to(out,
-                     "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{}\">"
-                     "<figcaption>{}</figcaption></figure>\n",
-                     base64_encode(bytes), uint64_t{size.width} * factor, uint64_t{size.height} * factor,
-                     escape_html(caption), escape_html(caption));
+    for (auto& [name, images] : by_name) {
+      std::stable_sort(images.begin(), images.end(), [](const ReportImage* a, const ReportImage* b) { return a->step > b->step; });
+      html += "<div class=\"grid-history\">\n";
+      append_grid(html, *images.front(), 512);
+      if (images.size() > 1) {
+        const std::size_t shown = std::min(images.size() - 1, kEarlierGrids);
+        fmt::format_to(out, "<details><summary>{} earlier {} grid{}{}</summary><div class=\"earlier\">\n",
+                       images.size() - 1, escape_html(name), images.size() == 2 ? "" : "s",
+                       shown < images.size() - 1 ? fmt::format(" (the latest {} shown)", shown) : "");
+        for (std::size_t i = 1; i <= shown; ++i) append_grid(html, *images[i], 256);
+        html += "</div></details>\n";
+      }
+      html += "</div>\n";
     }
     html += "</div>\n";
   }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,7 +32,8 @@ struct ReportRun {
   nlohmann::json config;   // object: key -> number/bool/string/array
   nlohmann::json summary;  // object: key -> number/string
   std::map<std::string, SeriesPoints> metrics;  // key -> (step, value) sorted by step; NaN values possible
-  std::vector<ReportImage> images;               // latest image per artifact name
+  std::optional<std::string> error;              // why a failed or interrupted run ended
+  std::vector<ReportImage> images;               // every image grid, in any order
 };
 
 struct ReportOptions {

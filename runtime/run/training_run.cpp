@@ -85,6 +85,11 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
   report_saves(false);
+  if (last_checkpoint_step_ == run_.step() && !request.value) {
+    // This step is saved already (e.g. by `every` in the loop, then once more after it): the state is the same.
+    if (request.wait) report_saves(true);
+    return 0.0;
+  }
   const double start = core::steady_seconds();
   saver_->wait();
   const nlohmann::json named_state = named_state_ ? named_state_() : nlohmann::json::object();
@@ -111,6 +116,7 @@ void TrainingRun::report_saves(bool wait) {
   if (wait) saver_->wait();
   for (const ckpt::SaveReport& report : saver_->take_reports()) {
     if (report.error) {
+      if (last_checkpoint_step_ == report.step) last_checkpoint_step_.reset();  // a later call may try again
       const std::string message = fmt::format("checkpoint {} could not be saved: {}", report.path, *report.error);
       if (policy_.on_error == CheckpointFailurePolicy::keep_training) {
         core::log(core::LogLevel::error, message + " (the run continues; the previous checkpoint is intact)");
@@ -148,8 +154,7 @@ void TrainingRun::stop(int signal_number) {
     std::fprintf(stderr, "%s: saving a checkpoint at step %lld before stopping\n", name.c_str(),
                  static_cast<long long>(run_.step()));
     std::fflush(stderr);
-    if (last_checkpoint_step_ == run_.step()) report_saves(true);  // the loop body saved this step already
-    else checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
+    checkpoint({std::nullopt, std::nullopt, /*wait=*/true});  // reuses a save of this step by the loop body
     reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
   }
   run_.finish("interrupted", reason);

@@ -65,7 +65,8 @@ class TrainingRun {
 
   // Saves the state at the run's step; returns the stall in seconds (also logged as checkpoint_stall_ms).
   // The previous save is waited for first (part of the stall). Raises a previous save's failure first
-  // under CheckpointFailurePolicy::stop.
+  // under CheckpointFailurePolicy::stop. A step saved already is not saved again (0 stall) unless the
+  // request ranks it by a metric value.
   double checkpoint(const CheckpointRequest& request = {});
 
   // After each trainer step (the trainer calls it): the run's step and finished saves.

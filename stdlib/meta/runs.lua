@@ -97,7 +97,8 @@ function Run:restore(options) end
 ---optimizer.safetensors, trainer.safetensors, manifest.json): the tensors are copied (the stall, returned
 ---and logged as checkpoint_stall_ms) and written, verified, indexed and rotated by a background thread.
 ---A failed save raises at the next step (on_error = "stop") or is logged (on_error = "continue"); the
----previous checkpoint is intact either way.
+---previous checkpoint is intact either way. A step saved already is not saved again (stall 0; with wait,
+---its save is waited for) unless a metric value is given.
 ---@param options? CheckpointOptions
 ---@return number stall_seconds
 function Run:checkpoint(options) end

@@ -37,11 +37,14 @@ class Experiments(TempDirTest):
     def quickstart_quality(self, *overrides, steps):
         # The full main job takes about 7 minutes on 2 cores; the limit only guards against a hang.
         stdout = run_experiment("quickstart.lua", *overrides, cwd=self.dir, timeout=1800)
-        match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+)", stdout)
+        match = re.search(r"sample quality \(sliced Wasserstein distance to real shapes, lower is better\): ([0-9.]+); "
+                          r"real shapes against other real shapes: ([0-9.]+)", stdout)
         self.assertIsNotNone(match, stdout)
         run = last_run(self.dir)
         self.assertEqual(run["status"], "finished")
         self.assertAlmostEqual(run["summary"]["swd"], float(match.group(1)), places=4)
+        self.assertAlmostEqual(run["summary"]["swd_floor"], float(match.group(2)), places=4)
+        self.assertLess(run["summary"]["swd_floor"], run["summary"]["swd"])
         self.assertEqual(run["step"], steps)
         if steps > 0:
             self.assertEqual(run["metrics"]["loss"]["step"], steps)
@@ -78,6 +81,8 @@ class Experiments(TempDirTest):
         self.assertIn("resuming run quickstart-1", again)
         self.assertNotIn("step 1/20", again)  # no training step repeated
         self.assertEqual(last_run(self.dir)["name"], "quickstart-1")
+        real_grids = sorted(p.name for p in (checkpoints.parent / "images").glob("real-*"))
+        self.assertEqual(real_grids, ["real-0000000.png"])  # not saved again at the resume
         fresh = run_experiment("quickstart.lua", *args, cwd=self.dir, flags=("--fresh",))
         self.assertIn("step  1/20", fresh)
         self.assertEqual(last_run(self.dir)["name"], "quickstart-2")

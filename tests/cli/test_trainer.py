@@ -241,6 +241,12 @@ class TrainerTest(RunnerHomeTest):
         self.assertEqual(shown["child"]["parent"], shown["parent"]["id"])
         self.assertEqual(shown["attempt"]["parent"], shown["parent"]["id"])
 
+    def test_a_step_saved_in_the_loop_is_not_saved_again_after_it(self):
+        result = self.runner(self.script("resumable.lua", RESUMABLE), "name=twice", "steps=8")
+        self.assertEqual(result.stderr.count("checkpoint checkpoints/step-0000008 saved"), 1, result.stderr)
+        self.assertEqual(result.stderr.count("checkpoint checkpoints/step-0000004 saved"), 1, result.stderr)
+        self.assertIn("done at 8", result.stdout)
+
     def test_damaged_checkpoints_are_skipped(self):
         script = self.script("resumable.lua", RESUMABLE)
         self.runner(script, "name=straight", "steps=12", "keep=3")

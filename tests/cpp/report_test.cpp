@@ -282,10 +282,33 @@ TEST_CASE("images are embedded as data URIs that decode to the file's bytes", "[
   const auto data_start = start + prefix.size();
   const auto data_end = html.find('"', data_start);
   CHECK(base64_decode(html.substr(data_start, data_end - data_start)) == read_bytes(png));
-  // A 12x10 image is enlarged by a whole factor (256 / 12 = 21).
-  CHECK(html.substr(data_end, 32).rfind("\" width=\"252\" height=\"210\"", 0) == 0);
+  // A 12x10 image is enlarged by a whole factor (512 / 12 = 42).
+  CHECK(html.substr(data_end, 32).rfind("\" width=\"504\" height=\"420\"", 0) == 0);
   CHECK(html.find("<figcaption>samples \u00b7 step 1200</figcaption>") != std::string::npos);
-  CHECK(html.find("<h2>Latest samples</h2>") != std::string::npos);
+  CHECK(html.find("<h2>Samples</h2>") != std::string::npos);
+  CHECK(html.find("<details>") == std::string::npos);
+}
+
+TEST_CASE("grids show the latest first, large, and the earlier ones below; a failed run shows its error", "[report]") {
+  TempDir dir("runner-report-test");
+  ReportRun run = make_run("aaaa1111", "alpha");
+  run.status = "failed";
+  run.error = "train.lua:7: <boom>\nstack traceback:";
+  for (int step : {100, 300, 200}) {
+    const std::string png = dir.file(fmt::format("samples-{}.png", step));
+    runner::image::write_png(png, at::full({146, 146, 3}, step / 100, at::kByte));
+    run.images.push_back({"samples", step, png});
+  }
+  const std::string html = render_html_report({run}, {});
+  const auto at = [&](const std::string& text) { return html.find(text); };
+  REQUIRE(at("samples \u00b7 step 300</figcaption>") != std::string::npos);
+  CHECK(at("samples \u00b7 step 300</figcaption>") < at("<details><summary>2 earlier samples grids</summary>"));
+  CHECK(at("<details><summary>2 earlier samples grids</summary>") < at("samples \u00b7 step 200</figcaption>"));
+  CHECK(at("samples \u00b7 step 200</figcaption>") < at("samples \u00b7 step 100</figcaption>"));
+  // 146 px grids: the latest 3x (438 px), the earlier ones 1x.
+  CHECK(at("width=\"438\" height=\"438\" alt=\"samples \u00b7 step 300\"") != std::string::npos);
+  CHECK(at("width=\"146\" height=\"146\" alt=\"samples \u00b7 step 200\"") != std::string::npos);
+  CHECK(at("<pre>train.lua:7: &lt;boom&gt;\nstack traceback:</pre>") != std::string::npos);
 }
 
 TEST_CASE("an unreadable or non-PNG image throws naming its path, and no report is written", "[report]") {
