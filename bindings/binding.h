@@ -10,6 +10,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -105,8 +106,12 @@ std::int64_t opt_integer(lua_State* L, int index, std::int64_t fallback);
 bool opt_boolean(lua_State* L, int index, bool fallback);
 std::string check_string(lua_State* L, int index);
 
+// "; did you mean 'name'?" when one of `names` is a likely misspelling of `key` (at most two edits, a swap of
+// neighbours counting as one, and fewer than half its length; case ignored), else "". Lua: runner._did_you_mean.
+std::string did_you_mean(std::string_view key, const std::vector<std::string>& names);
+
 // Option tables: `{ lr = 1e-3, betas = {0.9, 0.999} }`. check_option_keys raises
-// "unknown option 'x' to 'adamw' (known: a, b, c)" for a key not in `known`.
+// "unknown option 'x' to 'adamw' (known: a, b, c); did you mean 'b'?" for a key not in `known`.
 void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known);
 bool has_field(lua_State* L, int index, const char* key);
 double field_number(lua_State* L, int index, const char* key, double fallback);

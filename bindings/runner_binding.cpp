@@ -75,6 +75,21 @@ int runner_versions(lua_State* L) {
   return 1;
 }
 
+// runner._did_you_mean(key, names) -> "; did you mean 'x'?" or ""
+int runner_did_you_mean(lua_State* L) {
+  const std::string key = check_string(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  std::vector<std::string> names;
+  for (int i = 1; lua_rawgeti(L, 2, i), !lua_isnil(L, -1); ++i) {
+    if (lua_type(L, -1) == LUA_TSTRING) names.emplace_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  const std::string suggestion = did_you_mean(key, names);
+  lua_pushlstring(L, suggestion.data(), suggestion.size());
+  return 1;
+}
+
 }  // namespace
 
 void open_runner(lua_State* L) {
@@ -90,6 +105,7 @@ void open_runner(lua_State* L) {
       {"clock", wrap<runner_clock>},
       {"versions", wrap<runner_versions>},
       {"option_tables", wrap<push_declared_option_tables>},
+      {"_did_you_mean", wrap<runner_did_you_mean>},
   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

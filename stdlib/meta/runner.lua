@@ -8,9 +8,10 @@
 runner = {}
 
 --- Declares the script's settings with their defaults and returns them resolved: key=value on the
---- command line overrides a default, parsed by the default's type (number; boolean as true/false,
+--- command line overrides a default, parsed by the default's type (number; a whole number where the
+--- script writes the default as an integer literal, `steps = 600`, not `600.0`; boolean as true/false,
 --- yes/no, on/off, 1/0; string; list as comma-separated values). An unknown key or a bad value stops
---- the run with exit status 2 and a message naming the key. The resolved config is logged at start.
+--- the run with exit status 2 and a message naming the key (and the key meant, for a misspelling). The resolved config is logged at start.
 --- Reading an undeclared key from the result is an error.
 ---
 --- Example: `local cfg = config { lr = 2e-4, steps = 2000, mults = {1, 2} }`

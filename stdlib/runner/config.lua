@@ -15,6 +15,35 @@ local function type_description(value)
   return ({ number = "a number", boolean = "true or false", string = "a string" })[type(value)]
 end
 
+-- Keys whose default the script writes as an integer literal (steps = 600; not 600.0 or 6e2) take whole
+-- numbers only. The script's text is read from the line of the config {} call at stack `level` on.
+local function integer_keys(defaults, level)
+  local integers = {}
+  local info = debug.getinfo(level + 1, "Sl")
+  if not info or not info.currentline or info.currentline < 1 then return integers end
+  local text = info.source
+  if text:sub(1, 1) == "@" then
+    local file = io.open(text:sub(2), "rb")
+    if not file then return integers end
+    text = file:read("*a")
+    file:close()
+  end
+  local position = 1
+  for _ = 2, info.currentline do
+    position = text:find("\n", position, true)
+    if not position then return integers end
+    position = position + 1
+  end
+  local body = text:sub(position)
+  for key, value in pairs(defaults) do
+    if type(key) == "string" and type(value) == "number" and value == math.floor(value) then
+      local literal = body:match("%f[%w_]" .. key:gsub("%p", "%%%0") .. "%f[^%w_]%s*=%s*(%-?[%w%.]+)")
+      if literal and (literal:match("^%-?%d+$") or literal:match("^%-?0[xX]%x+$")) then integers[key] = true end
+    end
+  end
+  return integers
+end
+
 local function parse_scalar(default, text)
   local kind = type(default)
   if kind == "number" then
@@ -57,6 +86,7 @@ function M.declare(defaults)
   end
   if runner.config ~= nil then error("config { ... } was already declared", 2) end
   local resolved, known = {}, sorted_keys(defaults)
+  local integers = integer_keys(defaults, 2)
   for _, key in ipairs(known) do
     local value = defaults[key]
     if type(key) ~= "string" or type_description(value) == nil then
@@ -69,13 +99,15 @@ function M.declare(defaults)
   for _, item in ipairs(runner.overrides) do
     local key, text = item:match("^([^=]+)=(.*)$")
     if defaults[key] == nil then
-      runner.usage_error(string.format("unknown config key '%s' (known keys: %s)", key, table.concat(known, ", ")))
+      runner.usage_error(string.format("unknown config key '%s' (known keys: %s)%s", key, table.concat(known, ", "),
+        runner._did_you_mean(key, known)))
     end
     if overridden[key] then runner.usage_error(string.format("config key '%s' is given twice", key)) end
     local value = parse_value(defaults[key], text)
+    if value ~= nil and integers[key] and value ~= math.floor(value) then value = nil end
     if value == nil then
       runner.usage_error(string.format("bad value '%s' for config key '%s': expected %s (default %s)",
-        text, key, type_description(defaults[key]), format_value(defaults[key])))
+        text, key, integers[key] and "a whole number" or type_description(defaults[key]), format_value(defaults[key])))
     end
     resolved[key] = value
     overridden[key] = true
@@ -87,7 +119,8 @@ function M.declare(defaults)
   runner.log.info("config: %s%s", table.concat(parts, " "), next(overridden) and "  (* overridden)" or "")
   runner.config = setmetatable(resolved, {
     __index = function(_, key)
-      error(string.format("config has no key '%s' (known keys: %s)", tostring(key), table.concat(known, ", ")), 2)
+      error(string.format("config has no key '%s' (known keys: %s)%s", tostring(key), table.concat(known, ", "),
+        runner._did_you_mean(tostring(key), known)), 2)
     end,
   })
   return runner.config

@@ -12,7 +12,8 @@ function options.check(given, name, known, level)
       local names = {}
       for k in pairs(known) do names[#names + 1] = k end
       table.sort(names)
-      error(string.format("unknown option '%s' to '%s' (known: %s)", tostring(key), name, table.concat(names, ", ")), level)
+      error(string.format("unknown option '%s' to '%s' (known: %s)%s", tostring(key), name, table.concat(names, ", "),
+        runner._did_you_mean(tostring(key), names)), level)
     end
   end
   return given

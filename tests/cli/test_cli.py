@@ -127,7 +127,13 @@ class Config(ScriptDir):
         name = self.script("cfg.lua", self.SCRIPT)
         result = self.run_script(name, "lrr=0.5")
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, "cfg.lua:1: unknown config key 'lrr' (known keys: amp, lr, mults, name, steps)\n")
+        self.assertEqual(result.stderr, "cfg.lua:1: unknown config key 'lrr' (known keys: amp, lr, mults, name, steps); "
+                                        "did you mean 'lr'?\n")
+        result = self.run_script(name, "stpes=5")
+        self.assertIn("unknown config key 'stpes' (known keys: amp, lr, mults, name, steps); did you mean 'steps'?\n",
+                      result.stderr)
+        result = self.run_script(name, "batch=5")
+        self.assertEqual(result.stderr, "cfg.lua:1: unknown config key 'batch' (known keys: amp, lr, mults, name, steps)\n")
 
     def test_bad_value_names_the_key_and_type(self):
         name = self.script("cfg.lua", self.SCRIPT)
@@ -136,6 +142,25 @@ class Config(ScriptDir):
         self.assertEqual(result.stderr, "cfg.lua:1: bad value 'fast' for config key 'lr': expected a number (default 0.1)\n")
         result = self.run_script(name, "amp=maybe")
         self.assertEqual(result.stderr, "cfg.lua:1: bad value 'maybe' for config key 'amp': expected true or false (default true)\n")
+
+    def test_integer_defaults_take_whole_numbers(self):
+        name = self.script("ints.lua", """
+            local cfg = config {
+              steps = 600,      -- an integer literal: whole numbers only
+              clip = 1.0,       -- a float literal: any number
+              scale = 2e3,
+              offset = -3,
+            }
+            print(cfg.steps, cfg.clip, cfg.scale, cfg.offset)
+        """)
+        result = self.run_script(name, "steps=2.5")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "ints.lua:1: bad value '2.5' for config key 'steps': expected a whole number "
+                                        "(default 600)\n")
+        self.assertIn("for config key 'offset': expected a whole number", self.run_script(name, "offset=0.5").stderr)
+        result = self.run_script("--log-level", "warn", name, "steps=1e3", "clip=0.5", "scale=2.5", "offset=-7")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "1000\t0.5\t2.5\t-7\n")
 
     def test_reading_an_undeclared_key_is_an_error(self):
         name = self.script("cfg.lua", """

@@ -465,7 +465,8 @@ describe("sampler API", function()
     local conditional = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, classes = 3 }
     local d = runner.diffusion.gaussian { timesteps = 100, seed = 1 }
     expect_error(function() d:sample(unet, { n = 4, stpes = 3 }) end, here() .. "unknown option 'stpes' to 'sample' (known: "
-      .. "autocast, clip, device, eta, guidance, labels, n, noise, null_label, sampler, seed, steps, trajectory, variance, x_T)")
+      .. "autocast, clip, device, eta, guidance, labels, n, noise, null_label, sampler, seed, steps, trajectory, variance, x_T); "
+      .. "did you mean 'steps'?")
     expect_error(function() d:sample(unet, { n = 4, sampler = "foo" }) end, here() .. "sampler must be ddim or ddpm, got 'foo'")
     expect_error(function() d:sample(unet, { n = 4, steps = 0 }) end,
       here(-1) .. "sampling steps must be between 1 and the schedule's 100 timesteps, got 0")
