@@ -483,7 +483,7 @@ describe("sampler API", function()
     expect_error(function() d:sample(function(x) return x end, { n = 2 }) end,
       here(-1) .. "sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT")
     expect_error(function() runner.diffusion.gaussian { timestep = 10 } end, here() .. "unknown option 'timestep' to "
-      .. "'diffusion.gaussian' (known: beta_end, beta_start, min_snr, prediction, schedule, seed, timesteps)")
+      .. "'diffusion.gaussian' (known: beta_end, beta_start, min_snr, prediction, schedule, seed, timesteps); did you mean 'timesteps'?")
   end)
 end)
 
