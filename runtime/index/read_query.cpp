@@ -42,7 +42,9 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
     sqlite3_finalize(next);
     if (another) throw IndexError("SQL error: give one statement at a time (found more after the first ';')");
   }
-  if (!sqlite3_stmt_readonly(raw))
+  // ATTACH, DETACH, BEGIN and pragmas that set a value count as read-only for SQLite (they change the
+  // connection, not the file); none of them returns columns, as every read does.
+  if (!sqlite3_stmt_readonly(raw) || sqlite3_column_count(raw) == 0)
     throw IndexError(fmt::format("the index is read-only here: this statement would modify it ({}); queries can "
                                  "only read",
                                  first_word(sql)));

@@ -31,7 +31,7 @@ function runner.diffusion.ddpm(options) end
 --- The training loss of a batch: uniform timesteps, noise and label dropout from streams keyed by each
 --- sample's (epoch, dataset index) for loader batches, or by a running count for a plain tensor, so the
 --- result does not depend on how a batch is split. Labels come from batch.label when the model is
---- class-conditional; label dropout (default: the model's class_dropout) replaces a label with the null
+--- class-conditional (an unconditional model ignores batch.label; options.labels given to it are an error); label dropout (default: the model's class_dropout) replaces a label with the null
 --- label. MSE on the model's first C channels (min-SNR weighted if set) plus, when the model outputs 2C
 --- channels (learned sigma), the variational term of improved DDPM.
 ---@param model Module|function  a built-in UNet/DiT (called directly in C++) or any callable model(x, t, labels)

@@ -39,9 +39,14 @@ function methods:loss(model, batch, options)
   else
     error("loss: batch must be a tensor or a loader batch {data = ..., label = ..., index = ..., epoch = ...}", 2)
   end
-  if options.labels ~= nil then labels = options.labels end
   local info = model_info(model)
-  if info and info.classes == 0 then labels = nil end
+  if options.labels ~= nil then
+    if info and info.classes == 0 then
+      error("loss: labels were given but the model is unconditional (build it with classes = N to condition on them)", 2)
+    end
+    labels = options.labels
+  end
+  if info and info.classes == 0 then labels = nil end  -- a labelled dataset trains an unconditional model too
   if info and info.classes > 0 and labels == nil then
     error(string.format("loss: the model is class-conditional (%d classes) but the batch has no labels", info.classes), 2)
   end
@@ -93,6 +98,12 @@ function methods:sample(model, options)
     x_T = native.initial_noise({ n, info.in_channels, info.image, info.image }, seed, device)
   end
   local n = x_T.shape[1]
+  if info and info.classes == 0 and options.labels ~= nil then
+    error("sample: labels were given but the model is unconditional (build it with classes = N to condition on them)", 2)
+  end
+  if info and info.classes == 0 and options.guidance ~= nil and options.guidance ~= 1 then
+    error(string.format("sample: guidance %g needs a class-conditional model; this one is unconditional", options.guidance), 2)
+  end
   local labels = labels_tensor(options.labels, n, x_T.device)
   if info and info.classes > 0 and labels == nil then
     error(string.format("sample: the model is class-conditional (%d classes): give labels", info.classes), 2)

@@ -493,6 +493,11 @@ class BadIndexFiles(IndexTest):
         self.assert_one_line_error(["query", "DELETE FROM metrics"], 1,
                                    "runner query: the index is read-only here: this statement would modify it (DELETE)")
         self.assert_one_line_error(["query", "UPDATE runs SET name = 'x'"], 1, "would modify it (UPDATE)")
+        self.assert_one_line_error(["query", "PRAGMA writable_schema = ON"], 1, "would modify it (PRAGMA)")
+        self.assert_one_line_error(["query", f"ATTACH '{self.home / 'index.db'}' AS other"], 1, "would modify it (ATTACH)")
+        self.assert_one_line_error(["query", "BEGIN"], 1, "would modify it (BEGIN)")
+        self.assertEqual(self.runner("query", "PRAGMA table_info(runs)", "--csv", check=0).stdout.splitlines()[0],
+                         "cid,name,type,notnull,dflt_value,pk")
         self.assert_one_line_error(["query", "SELEC 1"], 1, 'runner query: SQL error: near "SELEC": syntax error')
         self.assert_one_line_error(["query", "SELECT 1; DELETE FROM runs"], 1, "give one statement at a time")
         self.assert_one_line_error(["query", "SELECT nosuch FROM runs"], 1, "runner query: SQL error: no such column: nosuch")

@@ -372,6 +372,9 @@ describe("label dropout", function()
     runner.diffusion.gaussian { seed = 1 }:loss(model, { data = torch.zeros(4, 3, 4, 4), label = int64({ 0, 1, 2, 3 }),
                                                          index = int64({ 0, 1, 2, 3 }), epoch = 1 })
     expect_eq(model.calls[1].labels, nil)
+    local unet = random_unet({ channels = 4, mults = { 1 }, blocks = 1, attention = {}, image = 4, groups = 2 }, 9)
+    expect_error(function() runner.diffusion.gaussian { seed = 1 }:loss(unet, torch.zeros(2, 3, 4, 4), { labels = int64({ 0, 1 }) }) end,
+      here(-1) .. "loss: labels were given but the model is unconditional (build it with classes = N to condition on them)")
   end)
 
   it("errors: a conditional model without labels, label dropout without a null label", function()
@@ -475,7 +478,9 @@ describe("sampler API", function()
     expect_error(function() d:sample(conditional, { n = 4, guidance = 3 }) end,
       here(-1) .. "sample: the model is class-conditional (3 classes): give labels")
     expect_error(function() d:sample(unet, { n = 4, guidance = 3 }) end,
-      here(-1) .. "guidance 3 needs class labels (classifier-free guidance)")
+      here(-1) .. "sample: guidance 3 needs a class-conditional model; this one is unconditional")
+    expect_error(function() d:sample(unet, { labels = { 1, 2 }, guidance = 3, null_label = 0 }) end,
+      here(-1) .. "sample: labels were given but the model is unconditional (build it with classes = N to condition on them)")
     expect_error(function() d:sample(unet, { n = 2, sampler = "ddpm", eta = 0.5 }) end,
       here(-1) .. "eta applies to the ddim sampler only, got eta 0.5 with ddpm")
     expect_error(function() d:sample(unet, { n = 2, variance = "small" }) end,
