@@ -11,21 +11,25 @@
 namespace runner::bindings {
 namespace {
 
+const char* interrupt_key = "runner.interrupt";
+
+}  // namespace
+
 bool is_stdlib_source(const char* source) {
   static const std::string stdlib_prefix = std::string("@") + RUNNER_STDLIB_DIR + "/";
   return std::strncmp(source, stdlib_prefix.c_str(), stdlib_prefix.size()) == 0;
 }
 
-const char* interrupt_key = "runner.interrupt";
-
-}  // namespace
+std::string source_name(const lua_Debug& frame) {
+  return frame.source && frame.source[0] == '@' ? std::string(frame.source + 1) : std::string(frame.short_src);
+}
 
 std::string user_where(lua_State* L) {
   lua_Debug frame;
   for (int level = 1; lua_getstack(L, level, &frame); ++level) {
     lua_getinfo(L, "Sl", &frame);
     if (frame.currentline <= 0 || is_stdlib_source(frame.source)) continue;
-    return fmt::format("{}:{}: ", frame.short_src, frame.currentline);
+    return fmt::format("{}:{}: ", source_name(frame), frame.currentline);
   }
   return "";
 }

@@ -21,6 +21,11 @@ namespace runner::bindings {
 
 // "exp.lua:12: " for the innermost frame of user code (skipping C functions and the stdlib), or "".
 std::string user_where(lua_State* L);
+// Whether a frame's source is a stdlib file, whose frames error positions and tracebacks skip.
+bool is_stdlib_source(const char* source);
+// The name of a frame's source as errors show it: a file's path whole (LuaJIT's short_src cuts paths past 60
+// characters), else short_src.
+std::string source_name(const lua_Debug& frame);
 
 // Raises a Lua error with message prefixed by user_where. Never returns.
 int raise_error(lua_State* L, const std::string& message);

@@ -1,6 +1,7 @@
 // The Lua host: state set-up, script loading, error reporting, os.exit and Ctrl-C handling.
 #include "bindings/lua_host.h"
 
+#include <climits>
 #include <csignal>
 #include <unistd.h>
 #include <cstdio>
@@ -25,10 +26,6 @@ volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the 
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
 
-bool is_stdlib_frame(const lua_Debug& frame) {
-  static const std::string prefix = std::string("@") + RUNNER_STDLIB_DIR + "/";
-  return std::strncmp(frame.source, prefix.c_str(), prefix.size()) == 0;
-}
 
 // Stack traceback of user frames only: Lua functions outside the stdlib.
 std::string user_traceback(lua_State* L, int first_level) {
@@ -37,15 +34,15 @@ std::string user_traceback(lua_State* L, int first_level) {
   int shown = 0;
   for (int level = first_level; lua_getstack(L, level, &frame); ++level) {
     lua_getinfo(L, "Sln", &frame);
-    if (frame.currentline <= 0 || is_stdlib_frame(frame)) continue;
+    if (frame.currentline <= 0 || is_stdlib_source(frame.source)) continue;
     if (++shown > 20) {
       text += "\n\t...";
       break;
     }
-    std::string where = fmt::format("\n\t{}:{}: in ", frame.short_src, frame.currentline);
+    std::string where = fmt::format("\n\t{}:{}: in ", source_name(frame), frame.currentline);
     if (*frame.what == 'm') where += "main chunk";
     else if (frame.name) where += fmt::format("function '{}'", frame.name);
-    else where += fmt::format("function <{}:{}>", frame.short_src, frame.linedefined);
+    else where += fmt::format("function <{}:{}>", source_name(frame), frame.linedefined);
     text += where;
   }
   return text.empty() ? text : "\nstack traceback:" + text;
@@ -57,6 +54,19 @@ bool is_usage_error(lua_State* L, int index) {
   const bool same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
+}
+
+// LuaJIT writes a long path's position as "...<tail>:LINE:"; the frame whose path ends in <tail> gives it whole.
+std::string with_whole_path(lua_State* L, const std::string& message) {
+  if (message.rfind("...", 0) != 0) return message;
+  lua_Debug frame;
+  for (int level = 1; lua_getstack(L, level, &frame); ++level) {
+    lua_getinfo(L, "S", &frame);
+    const std::string shown = frame.short_src;
+    if (shown.size() > 3 && message.compare(0, shown.size() + 1, shown + ":") == 0)
+      return source_name(frame) + message.substr(shown.size());
+  }
+  return message;
 }
 
 // Message handler: keeps control errors (exit, interrupt, usage) as they are; turns everything else into
@@ -72,6 +82,7 @@ int message_handler(lua_State* L) {
   } else {
     message = fmt::format("(error object is a {} value)", luaL_typename(L, 1));
   }
+  message = with_whole_path(L, message);
   message += user_traceback(L, 1);
   lua_pushlstring(L, message.data(), message.size());
   return 1;
@@ -203,6 +214,21 @@ int LuaHost::call(int nargs, int nresults) {
   return report_failure(status);
 }
 
+namespace {
+
+// The script's path as errors show it: relative to the working directory when it is inside it, else as given.
+std::string shown_script_path(const std::string& path) {
+  if (path.empty() || path[0] != '/') return path;
+  char buffer[PATH_MAX];
+  if (!::getcwd(buffer, sizeof buffer)) return path;
+  const std::string cwd = buffer;
+  if (cwd != "/" && path.size() > cwd.size() + 1 && path.compare(0, cwd.size(), cwd) == 0 && path[cwd.size()] == '/')
+    return path.substr(cwd.size() + 1);
+  return path;
+}
+
+}  // namespace
+
 int LuaHost::run_file(const std::string& path, const std::vector<std::string>& overrides,
                       const std::vector<std::string>& script_args) {
   std::ifstream file(path, std::ios::binary);
@@ -225,7 +251,18 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
   lua_setglobal(L_, "arg");
   set_overrides(L_, overrides);
 
-  if (load_text(text.str(), "@" + path) != 0) return report_failure(LUA_ERRSYNTAX);
+  const std::string shown = shown_script_path(path);
+  if (load_text(text.str(), "@" + shown) != 0) {
+    // A syntax error's position is LuaJIT's short name: "...<tail>:LINE:" for a long path.
+    const std::string message = lua_tostring(L_, -1) ? lua_tostring(L_, -1) : "";
+    const size_t colon = message.find(':');
+    if (message.rfind("...", 0) == 0 && colon != std::string::npos && shown.size() >= colon - 3 &&
+        shown.compare(shown.size() - (colon - 3), colon - 3, message, 3, colon - 3) == 0) {
+      lua_pop(L_, 1);
+      lua_pushstring(L_, (shown + message.substr(colon)).c_str());
+    }
+    return report_failure(LUA_ERRSYNTAX);
+  }
   const int status = call(0, 0);
   if (status != kExitOk || exit_requested_) return status;
   if (check_overrides_used(L_)) return kExitOk;

@@ -108,6 +108,26 @@ class Errors(ScriptDir):
         self.assertIn("main.lua:2: in main chunk", result.stderr)
 
 
+class ErrorPositions(ScriptDir):
+    def test_a_long_script_path_is_shown_whole_and_relative_to_the_working_directory(self):
+        folder = self.dir / "users" / "me" / "projects" / "diffusion" / "experiments" / "mistakes"
+        folder.mkdir(parents=True)
+        relative = "users/me/projects/diffusion/experiments/mistakes"
+        (folder / "runtime_error.lua").write_text("local x = 1\nerror('boom')\n")
+        (folder / "binding_error.lua").write_text("local x = torch.zeros(2, 3)\nlocal y = x:narrow(5, 1, 1)\n")
+        (folder / "syntax_error.lua").write_text("local x = 1\nlocal = 2\n")
+        for name, text in (("runtime_error.lua", ":2: boom"), ("binding_error.lua", ":2: "),
+                           ("syntax_error.lua", ":2: '<name>' expected near '='")):
+            for given in (str(folder / name), f"{relative}/{name}"):
+                result = self.run_script(given)
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertTrue(result.stderr.startswith(f"{relative}/{name}{text}"), result.stderr)
+                self.assertNotIn("...", result.stderr.splitlines()[0])
+        # A traceback names the files whole, too.
+        result = self.run_script(f"{relative}/runtime_error.lua")
+        self.assertIn(f"\n\t{relative}/runtime_error.lua:2: in main chunk", result.stderr)
+
+
 class Config(ScriptDir):
     SCRIPT = """
         local cfg = config { lr = 0.1, steps = 10, name = "base", amp = true, mults = {1, 2} }
