@@ -38,7 +38,7 @@ constexpr Subcommand kSubcommands[] = {
 };
 
 constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value ...] [-- script args]
-       runner [options] -i SCRIPT.lua [key=value ...]   run the script, then the REPL with its globals
+       runner [options] -i SCRIPT.lua [key=value ...]   run the script, then the REPL with its variables
        runner [options] -e 'lua code'                   run a code string
        runner [options] repl                            interactive REPL
        runner data pack DIR OUT.npy --size N            preprocess an image folder into a .npy array
@@ -152,6 +152,7 @@ int run(const Command& command) {
   if (command.has_code) {
     status = host.run_string(command.code);
   } else if (!command.script.empty()) {
+    if (command.interactive) host.keep_script_locals();
     status = host.run_file(command.script, command.overrides, command.script_args);
   }
   status = host.end_run(host.exit_requested() ? host.exit_status() : status);

@@ -25,6 +25,40 @@ lua_State* active_state = nullptr;
 volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
+const char* keep_locals_key = "runner.keep_locals";
+
+// Copies the active locals of the function at `frame` into globals, in declaration order (so a later local
+// of the same name wins).
+void export_locals(lua_State* L, lua_Debug* frame) {
+  for (int i = 1;; ++i) {
+    const char* name = lua_getlocal(L, frame, i);
+    if (!name) break;
+    if (name[0] == '(') lua_pop(L, 1);
+    else lua_setglobal(L, name);
+  }
+}
+
+// Appended as the script's last statement under `runner -i`: exports its caller's (the main chunk's) locals.
+int export_script_locals(lua_State* L) {
+  lua_Debug frame;
+  if (lua_getstack(L, 1, &frame)) export_locals(L, &frame);
+  return 0;
+}
+
+// At an error under `runner -i`: the locals of the outermost main chunk (the script), as they were.
+void export_locals_at_error(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, keep_locals_key);
+  const bool keep = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (!keep) return;
+  lua_Debug frame;
+  int script_level = -1;
+  for (int level = 1; lua_getstack(L, level, &frame); ++level) {
+    lua_getinfo(L, "S", &frame);
+    if (*frame.what == 'm' && !is_stdlib_source(frame.source)) script_level = level;
+  }
+  if (script_level > 0 && lua_getstack(L, script_level, &frame)) export_locals(L, &frame);
+}
 
 
 // Stack traceback of user frames only: Lua functions outside the stdlib.
@@ -82,6 +116,7 @@ int message_handler(lua_State* L) {
   } else {
     message = fmt::format("(error object is a {} value)", luaL_typename(L, 1));
   }
+  export_locals_at_error(L);
   message = with_whole_path(L, message);
   message += user_traceback(L, 1);
   lua_pushlstring(L, message.data(), message.size());
@@ -227,6 +262,16 @@ std::string shown_script_path(const std::string& path) {
   return path;
 }
 
+// Whether the chunk's last statement is a `return` (nothing may follow it).
+bool ends_with_return(const std::string& source) {
+  size_t end = source.find_last_not_of(" \t\r\n;");
+  if (end == std::string::npos) return false;
+  const size_t line = source.rfind('\n', end);
+  const std::string last = source.substr(line == std::string::npos ? 0 : line + 1, end + 1);
+  const size_t first = last.find_first_not_of(" \t");
+  return first != std::string::npos && last.compare(first, 6, "return") == 0;
+}
+
 }  // namespace
 
 int LuaHost::run_file(const std::string& path, const std::vector<std::string>& overrides,
@@ -252,7 +297,17 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
   set_overrides(L_, overrides);
 
   const std::string shown = shown_script_path(path);
-  if (load_text(text.str(), "@" + shown) != 0) {
+  std::string source = text.str();
+  if (keep_locals_) {
+    lua_pushboolean(L_, 1);
+    lua_setfield(L_, LUA_REGISTRYINDEX, keep_locals_key);
+    lua_pushcfunction(L_, export_script_locals);
+    lua_setfield(L_, LUA_REGISTRYINDEX, "runner.export_script_locals");
+    // A statement after the script's last line (a script ending in `return` keeps its locals to itself).
+    if (!ends_with_return(source))
+      source += "\n;debug.getregistry()[\"runner.export_script_locals\"]()";
+  }
+  if (load_text(source, "@" + shown) != 0) {
     // A syntax error's position is LuaJIT's short name: "...<tail>:LINE:" for a long path.
     const std::string message = lua_tostring(L_, -1) ? lua_tostring(L_, -1) : "";
     const size_t colon = message.find(':');

@@ -27,6 +27,9 @@ class LuaHost {
   int run_file(const std::string& path, const std::vector<std::string>& overrides,
                const std::vector<std::string>& script_args);
   int run_string(const std::string& code, const std::string& chunk_name = "=(command line)");
+  // For `runner -i`: the script's top-level locals become globals when it ends (also on an error, as they
+  // were at the error), so that the REPL after it sees `model` as well as globals.
+  void keep_script_locals() { keep_locals_ = true; }
 
   // Calls the function below `nargs` arguments on the stack under the traceback handler with Ctrl-C
   // enabled; on success leaves `nresults` results (LUA_MULTRET allowed). Returns an exit status; on
@@ -52,6 +55,7 @@ class LuaHost {
   int report_failure(int status);
   lua_State* L_;
   bool exit_requested_ = false;
+  bool keep_locals_ = false;
   std::string last_error_;
   int exit_status_ = kExitOk;
 };

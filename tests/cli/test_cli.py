@@ -306,6 +306,26 @@ class Repl(ScriptDir):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, "42\n")
 
+    def test_interactive_after_a_script_sees_its_top_level_locals(self):
+        name = self.script("locals.lua", """
+            local model = { width = 32 }
+            local steps = 10
+            do local hidden = 1 end
+            local steps = steps * 2
+        """)
+        result = self.run_script("-i", name, stdin="=model.width, steps, hidden\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "32\t20\tnil\n")
+        # After an error, as they were at the error.
+        name = self.script("failing.lua", """
+            local model = { width = 64 }
+            error("boom")
+            local later = 1
+        """)
+        result = self.run_script("-i", name, stdin="=model.width, later\n")
+        self.assertEqual(result.stdout, "64\tnil\n")
+        self.assertIn("failing.lua:2: boom", result.stderr)
+
     def test_os_exit_in_the_repl(self):
         result = run("repl", stdin="os.exit(4)\nprint('no')\n")
         self.assertEqual(result.returncode, 4)
