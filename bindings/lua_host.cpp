@@ -16,6 +16,7 @@
 #include "bindings/runs_binding.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/open_line.h"
 #include "runtime/core/terminal_text.h"
 
 namespace runner::bindings {
@@ -132,6 +133,7 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
 // so that the run is marked interrupted and its metrics flushed.
 void on_stop_signal(int signal_number) {
   // A training loop that checkpoints finishes its step first; the next signal interrupts.
+  core::end_open_line_from_signal();
   if (core::graceful_stop_enabled() && core::request_stop(signal_number)) {
     static const char notice[] = "stopping after this step and a checkpoint (signal again to stop at once)\n";
     (void)!::write(STDERR_FILENO, notice, sizeof(notice) - 1);
@@ -202,6 +204,7 @@ int LuaHost::load_text(const std::string& text, const std::string& chunk_name) {
 }
 
 int LuaHost::report_failure(int status) {
+  core::end_open_line();
   if (lua_islightuserdata(L_, -1) && lua_touserdata(L_, -1) == exit_key) {
     lua_pop(L_, 1);
     return exit_status_;

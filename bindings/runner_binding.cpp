@@ -9,6 +9,7 @@
 #include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/open_line.h"
 #include "runtime/core/version.h"
 
 namespace runner::bindings {
@@ -90,6 +91,12 @@ int runner_did_you_mean(lua_State* L) {
   return 1;
 }
 
+// runner._end_open_line(): ends a progress line drawn in place (core::end_open_line)
+int runner_end_open_line(lua_State*) {
+  core::end_open_line();
+  return 0;
+}
+
 }  // namespace
 
 void open_runner(lua_State* L) {
@@ -106,6 +113,7 @@ void open_runner(lua_State* L) {
       {"versions", wrap<runner_versions>},
       {"option_tables", wrap<push_declared_option_tables>},
       {"_did_you_mean", wrap<runner_did_you_mean>},
+      {"_end_open_line", wrap<runner_end_open_line>},
   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

@@ -1,5 +1,7 @@
 // spdlog configuration and the log entry point for the runner process.
 #include "runtime/core/logging.h"
+
+#include "runtime/core/open_line.h"
 #include "runtime/core/terminal_text.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
@@ -65,6 +67,7 @@ void init_logging(const std::string& level) { set_log_level(level); }
 
 void log(LogLevel level, std::string_view message) {
   const std::string shown = terminal_text(message);
+  if (runner_logger()->should_log(to_spdlog(level))) end_open_line();
   runner_logger()->log(to_spdlog(level), "{}", spdlog::string_view_t(shown.data(), shown.size()));
 }
 

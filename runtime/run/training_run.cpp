@@ -10,6 +10,7 @@
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/open_line.h"
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
 
@@ -146,6 +147,7 @@ void TrainingRun::before_next_step() {
 void TrainingRun::stop(int signal_number) {
   const std::string name = signal_name(signal_number);
   std::string reason;
+  core::end_open_line();
   if (steps_taken_ == 0) {
     // Nothing changed since the start (or the restored checkpoint): there is nothing to save.
     std::fprintf(stderr, "%s: stopping before the first step\n", name.c_str());

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/duration_text.h"
+#include "runtime/core/open_line.h"
 #include "runtime/core/terminal_text.h"
 
 namespace runner::train {
@@ -36,9 +37,12 @@ ProgressDisplay::ProgressDisplay(ProgressOptions options, double start_seconds, 
 
 void ProgressDisplay::observe(int64_t step, double now) {
   if (first_step_ < 0) {
-    // The window starts at the clock given at construction, with the steps done before it (a resume).
+    // The first step carries the start-up (allocation, autotuning, the loader's first batches): the rate's
+    // window starts at its end.
     first_step_ = step;
-    window_step_ = std::max<int64_t>(0, step - 1);
+    window_step_ = step;
+    window_time_ = now;
+    return;
   }
   const double elapsed = now - window_time_;
   if (elapsed > 0 && step > window_step_) rate_ = static_cast<double>(step - window_step_) / elapsed;
@@ -74,12 +78,14 @@ void ProgressDisplay::emit(const std::string& text, bool final) {
   if (!options_.terminal) {
     std::fprintf(out_, "%s\n", text.c_str());
   } else {
+    if (!core::has_open_line(out_)) drawn_width_ = 0;  // other output ended the line: start a new one
     std::string line = text;
     if (options_.width > 0 && line.size() > static_cast<size_t>(options_.width)) line.resize(static_cast<size_t>(options_.width));
     // Pad over what the previous, longer line left on screen.
     const size_t pad = drawn_width_ > line.size() ? drawn_width_ - line.size() : 0;
     std::fprintf(out_, "\r%s%s%s", line.c_str(), std::string(pad, ' ').c_str(), final ? "\n" : "");
     drawn_width_ = final ? 0 : line.size();
+    core::set_open_line(final ? nullptr : out_);
   }
   std::fflush(out_);
 }

@@ -1,5 +1,11 @@
 -- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
 -- namespaces, runner.start and runner.query, defines config.
+-- print ends a progress line drawn in place first, so that nothing is written onto its end.
+local plain_print = print
+function print(...)
+  runner._end_open_line()
+  return plain_print(...)
+end
 require("runner.nn")
 require("runner.optim")
 require("runner.data")

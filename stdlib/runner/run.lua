@@ -44,6 +44,7 @@ end
 
 local raw_print = print
 local function logging_print(...)
+  runner._end_open_line()  -- a progress line drawn in place ends first
   raw_print(...)
   local parts = {}
   for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/train/progress_display.h"
+#include "runtime/core/open_line.h"
 
 using namespace runner::train;
 
@@ -39,7 +40,7 @@ TEST_CASE("plain progress lines come at the first step, periodically and at the 
   const std::string text = written(file);
   std::fclose(file);
   CHECK(text ==
-        "step   1/100   1%  loss 0.5000  lr 1.00e-03  8.00 it/s  512 img/s  ETA 12s  elapsed 0s  mem 1.5 GiB\n"
+        "step   1/100   1%  loss 0.5000  lr 1.00e-03  elapsed 0s  mem 1.5 GiB\n"
         "step  25/100  25%  loss 0.5000  lr 1.00e-03  8.00 it/s  512 img/s  ETA 9s  elapsed 3s  mem 1.5 GiB\n"
         "step  49/100  49%  loss 0.5000  lr 1.00e-03  8.00 it/s  512 img/s  ETA 6s  elapsed 6s  mem 1.5 GiB\n"
         "step  73/100  73%  loss 0.5000  lr 1.00e-03  8.00 it/s  512 img/s  ETA 3s  elapsed 9s  mem 1.5 GiB\n"
@@ -51,14 +52,16 @@ TEST_CASE("the rate follows the recent past and a resumed run counts from its fi
   ProgressOptions options;
   options.total_steps = 1000;
   ProgressDisplay display(options, 100.0, std::tmpfile());
-  display.update(at_step(501), 100.5);   // resumed at step 500: one step in 0.5 s
+  display.update(at_step(501), 130.5);   // resumed at step 500: the first step carries 30 s of start-up
+  CHECK(display.steps_per_second() == 0.0);
+  display.update(at_step(502), 131.0);
   CHECK(display.steps_per_second() == Approx(2.0));
-  for (int64_t step = 502; step <= 530; ++step) display.update(at_step(step), 100.5 + 0.5 * static_cast<double>(step - 501));
+  for (int64_t step = 503; step <= 530; ++step) display.update(at_step(step), 130.5 + 0.5 * static_cast<double>(step - 501));
   CHECK(display.steps_per_second() == Approx(2.0));
   // After the 10 s window the rate is measured from the window's start: slower steps now show.
-  for (int64_t step = 531; step <= 540; ++step) display.update(at_step(step), 115.0 + 2.0 * static_cast<double>(step - 530));
+  for (int64_t step = 531; step <= 540; ++step) display.update(at_step(step), 145.0 + 2.0 * static_cast<double>(step - 530));
   CHECK(display.steps_per_second() == Approx(10.0 / 20.0).epsilon(0.2));
-  CHECK_THAT(display.render(at_step(540), 135.0), Catch::Matchers::Contains("s/it"));
+  CHECK_THAT(display.render(at_step(540), 165.0), Catch::Matchers::Contains("s/it"));
 }
 
 TEST_CASE("a terminal line is redrawn in place, padded over a longer one, and ended at the finish", "[progress]") {
@@ -72,9 +75,30 @@ TEST_CASE("a terminal line is redrawn in place, padded over a longer one, and en
   display.finish({2, {}, std::nullopt, std::nullopt}, 2.0);
   const std::string text = written(file);
   std::fclose(file);
-  CHECK(text == "\rstep 1  loss 123.2500  1.00 it/s  elapsed 1s"
-                "\rstep 2  loss 1.5000  1.00 it/s  elapsed 2s  "
-                "\rstep 2  1.00 it/s  elapsed 2s             \n");
+  CHECK(text == "\rstep 1  loss 123.2500  elapsed 1s"
+                "\rstep 2  loss 1.5000  1.00 it/s  elapsed 2s"
+                "\rstep 2  1.00 it/s  elapsed 2s" + std::string(13, ' ') + "\n");
+}
+
+TEST_CASE("other output ends an open progress line first, and the next line starts afresh", "[progress]") {
+  std::FILE* file = std::tmpfile();
+  ProgressOptions options;
+  options.terminal = true;
+  options.redraw_seconds = 0.0;
+  ProgressDisplay display(options, 0.0, file);
+  display.update({1, {{"loss", 2.0}}, std::nullopt, std::nullopt}, 1.0);
+  CHECK(runner::core::has_open_line(file));
+  runner::core::end_open_line();  // what a log line or print does first
+  CHECK_FALSE(runner::core::has_open_line(file));
+  std::fputs("[info] checkpoint saved\n", file);
+  display.update({2, {{"loss", 1.0}}, std::nullopt, std::nullopt}, 2.0);
+  display.finish({2, {}, std::nullopt, std::nullopt}, 2.0);
+  CHECK_FALSE(runner::core::has_open_line(file));
+  const std::string text = written(file);
+  std::fclose(file);
+  CHECK(text == "\rstep 1  loss 2.0000  elapsed 1s\n[info] checkpoint saved\n"
+                "\rstep 2  loss 1.0000  1.00 it/s  elapsed 2s"
+                "\rstep 2  1.00 it/s  elapsed 2s" + std::string(13, ' ') + "\n");
 }
 
 TEST_CASE("values, durations and memory are formatted for reading", "[progress]") {
