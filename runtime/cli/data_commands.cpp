@@ -127,6 +127,10 @@ int run_data_command(int argc, char** argv) {
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), kDataUsage);
     return core::kExitUsage;
+  } catch (const data::DataError& error) {
+    std::fprintf(stderr, "runner data: %s (--skip-bad leaves unreadable images out)\n",
+                 core::terminal_text(error.what()).c_str());
+    return core::kExitError;
   } catch (const core::Interrupted&) {
     std::fprintf(stderr, "\nrunner data: interrupted; nothing was written\n");
     return core::kExitInterrupted;

@@ -290,7 +290,14 @@ struct Loader::Impl {
           }
         }
       } catch (const DataError& error) {
-        if (options.on_error != BadSamplePolicy::skip) throw;
+        // A sample's own file (an image of a folder) can be left out; a shared file's damage (a truncated
+        // .npy) cannot usefully be, and gets no hint.
+        if (options.on_error != BadSamplePolicy::skip && error.path != dataset->source(index)) throw;
+        if (options.on_error != BadSamplePolicy::skip) {
+          DataError hinted("", std::string(error.what()) + " (on_error = \"skip\" leaves bad samples out)");
+          hinted.path = error.path;
+          throw hinted;
+        }
         batch.skipped.push_back(SkippedSample{error.path.empty() ? dataset->source(index) : error.path, error.what()});
         continue;
       }

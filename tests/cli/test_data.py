@@ -387,7 +387,8 @@ class Pack(DataDir):
         result = run("data", "pack", "bad", "bad.npy", "--size", "16", cwd=self.dir)
         self.assertEqual(result.returncode, 1)
         self.assertEqual(result.stderr.splitlines()[-1],
-                         "runner data: bad/cats/short.jpg: corrupt or truncated JPEG: Premature end of JPEG file")
+                         "runner data: bad/cats/short.jpg: corrupt or truncated JPEG: Premature end of JPEG file "
+                         "(--skip-bad leaves unreadable images out)")
         self.assertEqual(sorted(p.name for p in self.dir.iterdir() if p.name.startswith("bad.")), [])
 
     def test_skip_bad_leaves_the_bad_image_out(self):
@@ -649,7 +650,8 @@ class Errors(DataDir):
             for batch in loader:iter() do
             end
         """)
-        self.assertEqual(line, "exp.lua:4: bad/2.jpg: corrupt or truncated JPEG: Premature end of JPEG file")
+        self.assertEqual(line, "exp.lua:4: bad/2.jpg: corrupt or truncated JPEG: Premature end of JPEG file "
+                               "(on_error = \"skip\" leaves bad samples out)")
 
     def test_truncated_jpeg_skipped_with_one_warning(self):
         result = self.run_lua("skip.lua", """

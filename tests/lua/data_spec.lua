@@ -166,7 +166,7 @@ describe("bad input", function()
   it("raises the worker's error with the file name, and does not hang", function()
     local loader = data.loader(data.image_folder { path = folder }, { batch = 3, workers = 2, shuffle = false })
     expect_error(function() loader:next() end,
-      here(-1) .. folder .. "/b.jpg: not a JPEG or PNG image (unrecognised first bytes)")
+      here(-1) .. folder .. "/b.jpg: not a JPEG or PNG image (unrecognised first bytes) (on_error = \"skip\" leaves bad samples out)")
     expect_error(function() loader:next() end, "b.jpg: not a JPEG or PNG image", true)
   end)
 
