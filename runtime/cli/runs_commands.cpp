@@ -165,6 +165,8 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
                         {"dir", run.dir},
                         {"started_at", run.started_at},
                         {"duration", index::duration_seconds(run, now)},
+                        {"wall_seconds", index::wall_seconds(run, now)},
+                        {"attempts", run.attempts},
                         {"step", run.step}};
   out["seed"] = run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr);
   out["git_revision"] = run.git_revision ? nlohmann::json(*run.git_revision) : nlohmann::json(nullptr);
@@ -238,8 +240,13 @@ int show_command(int argc, char** argv) {
     const std::string first_line = run.error->substr(0, run.error->find('\n'));
     text += fmt::format("error     {}\n", shown(first_line));
   }
-  text += fmt::format("started   {}   duration {}   step {}\n", format_time(run.started_at),
-                      format_duration(index::duration_seconds(run, now)), run.step);
+  const double wall = index::wall_seconds(run, now);
+  text += fmt::format("started   {}   duration {}{}   step {}\n", format_time(run.started_at),
+                      format_duration(index::duration_seconds(run, now)),
+                      run.attempts > 1 ? fmt::format(" in {} attempts ({} from the first start to the end)", run.attempts,
+                                                     format_duration(wall))
+                                       : "",
+                      run.step);
   text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : shown(run.script),
                       run.script_hash.empty() ? "" : fmt::format("   sha256 {}", shown(run.script_hash.substr(0, 12))));
   if (run.git_revision)

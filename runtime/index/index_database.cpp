@@ -115,6 +115,15 @@ CREATE TABLE trials (
   PRIMARY KEY (sweep, trial)
 );
 )sql"},
+    // Time spent running, apart from the pauses between a stop and its resume: each attempt (the start, each
+    // resume) adds its span to active_seconds when it ends; a running attempt's start is attempt_started_at.
+    {2, R"sql(
+ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE runs ADD COLUMN attempt_started_at REAL;
+ALTER TABLE runs ADD COLUMN active_seconds REAL NOT NULL DEFAULT 0;
+UPDATE runs SET attempt_started_at = started_at WHERE status = 'running';
+UPDATE runs SET active_seconds = max(0, coalesce(ended_at, heartbeat_at) - started_at) WHERE status != 'running';
+)sql"},
 };
 
 int user_version(Database& db) {

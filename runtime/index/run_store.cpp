@@ -20,7 +20,15 @@ namespace {
 constexpr const char* kRunColumns =
     "r.run, r.id, r.name, r.status, r.script, r.script_hash, r.config, r.summary, r.git_revision, r.git_dirty, "
     "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
-    "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent)";
+    "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent), r.attempts, r.attempt_started_at, "
+    "r.active_seconds";
+
+// SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
+std::string fold_attempt(const std::string& end) {
+  return fmt::format("active_seconds = active_seconds + CASE WHEN attempt_started_at IS NULL THEN 0 ELSE "
+                     "max(0, {} - attempt_started_at) END, attempt_started_at = NULL",
+                     end);
+}
 
 // A column that should hold JSON; text that is not JSON (a row edited by hand) comes back as a string.
 nlohmann::json parse_json_column(const Statement& statement, int column) {
@@ -54,6 +62,9 @@ RunRecord read_run(const Statement& s) {
   run.step = s.integer(20);
   run.error = s.optional_text(21);
   run.parent_id = s.optional_text(22);
+  run.attempts = s.integer(23);
+  run.attempt_started_at = s.optional_real(24);
+  run.active_seconds = s.real(25);
   return run;
 }
 
@@ -141,6 +152,12 @@ std::string effective_status(const RunRecord& run, double now) {
 }
 
 double duration_seconds(const RunRecord& run, double now) {
+  if (!run.attempt_started_at) return run.active_seconds;
+  const double end = effective_status(run, now) == "running" ? now : run.heartbeat_at;
+  return run.active_seconds + std::max(0.0, end - *run.attempt_started_at);
+}
+
+double wall_seconds(const RunRecord& run, double now) {
   const double end = run.ended_at ? *run.ended_at : (effective_status(run, now) == "running" ? now : run.heartbeat_at);
   return std::max(0.0, end - run.started_at);
 }
@@ -176,15 +193,15 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       if (clash.step()) return;  // retried with another id
       Statement insert = db.prepare(
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
-          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent) "
-          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at) "
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty) insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
       else insert.bind_null(7);
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
-      insert.bind(17, spec.parent);
+      insert.bind(17, spec.parent).bind(18, now);
       insert.run();
       inserted = db.last_insert_rowid();
     });
@@ -206,14 +223,20 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
     if (effective_status(current, now_seconds()) == "running")
       throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice",
                                    db.path(), current.pid, current.host));
+    // An attempt whose process died without ending it counts up to its last heartbeat.
+    Statement fold = db.prepare("UPDATE runs SET " + fold_attempt("heartbeat_at") + " WHERE run = ?");
+    fold.bind(1, run);
+    fold.run();
+    const double now = now_seconds();
     Statement update = db.prepare(
         "UPDATE runs SET status = 'running', error = NULL, ended_at = NULL, host = ?, pid = ?, heartbeat_at = ?, "
-        "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ? WHERE run = ?");
-    update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now_seconds());
+        "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ?, "
+        "attempts = attempts + 1, attempt_started_at = ? WHERE run = ?");
+    update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
     update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
     if (spec.git_dirty) update.bind(7, static_cast<int64_t>(*spec.git_dirty));
     else update.bind_null(7);
-    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, run);
+    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, run);
     update.run();
   });
   return load_run(db, run);
@@ -235,9 +258,10 @@ std::optional<int64_t> find_resumable_run(Database& db, const std::string& scrip
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
   with_transaction(db, [&] {
     Statement statement =
-        db.prepare("UPDATE runs SET status = ?, error = ?, ended_at = ?, heartbeat_at = ? WHERE run = ?");
+        db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " + fold_attempt("?3") +
+                   " WHERE run = ?4");
     const double now = now_seconds();
-    statement.bind(1, status).bind(2, error).bind(3, now).bind(4, now).bind(5, run);
+    statement.bind(1, status).bind(2, error).bind(3, now).bind(4, run);
     statement.run();
   });
 }
@@ -325,7 +349,7 @@ int reap_stale_runs(Database& db, double now) {
     if (effective_status(run, now) != "interrupted") continue;
     with_transaction(db, [&] {
       Statement statement = db.prepare(
-          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, "
+          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") + ", "
           "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
           "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
       statement.bind(1, run.run).bind(2, run.heartbeat_at);

@@ -60,13 +60,19 @@ struct RunRecord {
   int64_t step = 0;
   std::optional<std::string> error;
   std::optional<std::string> parent_id;
+  int64_t attempts = 1;                       // the start and each resume
+  std::optional<double> attempt_started_at;   // the running attempt's start
+  double active_seconds = 0;                  // the ended attempts' time
 };
 
 // The status users see: a `running` row whose process is gone (same host) or whose heartbeat is stale is
 // `interrupted`.
 std::string effective_status(const RunRecord& run, double now);
-// Seconds from start to end, or to the last heartbeat for runs that did not end.
+// Seconds spent running: the ended attempts' time plus the running attempt's so far (to its last heartbeat
+// when its process is gone); the pauses between a stop and its resume do not count.
 double duration_seconds(const RunRecord& run, double now);
+// Seconds from the first start to the end (or now, or the last heartbeat), pauses included.
+double wall_seconds(const RunRecord& run, double now);
 
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
 // is free both in the index and as a directory under `home`. A given name that exists is an IndexError.

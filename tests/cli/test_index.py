@@ -404,7 +404,10 @@ class IndexCommands(IndexTest):
         self.assertNotIn("http://", html.replace("http://www.w3.org/2000/svg", ""))
         self.assertNotIn("https://", html)
         self.assertNotIn("<script", html)
-        self.assertEqual(html.count("data:image/png;base64,"), 2)
+        # Every grid of both runs (steps 10, 20, 30), the latest first and the two earlier ones below it.
+        self.assertEqual(html.count("data:image/png;base64,"), 6)
+        self.assertEqual(html.count("<details><summary>2 earlier samples grids</summary>"), 2)
+        self.assertLess(html.index("samples \u00b7 step 30</figcaption>"), html.index("samples \u00b7 step 20</figcaption>"))
         self.assertIn("train-1", html)
         if report_screenshot.chromium_binary() is None:
             self.fail("chromium is not installed (scripts/setup installs it); the report cannot be checked")

@@ -247,6 +247,18 @@ class TrainerTest(RunnerHomeTest):
         self.assertEqual(result.stderr.count("checkpoint checkpoints/step-0000004 saved"), 1, result.stderr)
         self.assertIn("done at 8", result.stdout)
 
+    def test_duration_leaves_out_the_pause_between_a_stop_and_its_resume(self):
+        script = self.script("resumable.lua", RESUMABLE)
+        self.runner(script, "name=paused", "steps=4")
+        time.sleep(3)
+        self.runner("--resume", "paused", script, "name=paused", "steps=8")
+        shown = json.loads(self.runner("show", "paused", "--json").stdout)
+        self.assertEqual(shown["attempts"], 2)
+        self.assertGreater(shown["wall_seconds"], 3)
+        self.assertLess(shown["duration"], shown["wall_seconds"] - 2.9)
+        text = self.runner("show", "paused").stdout
+        self.assertRegex(text, r"duration \d+s in 2 attempts \(\d+s from the first start to the end\)")
+
     def test_damaged_checkpoints_are_skipped(self):
         script = self.script("resumable.lua", RESUMABLE)
         self.runner(script, "name=straight", "steps=12", "keep=3")
