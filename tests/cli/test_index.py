@@ -523,7 +523,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (1); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (2); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -553,6 +553,21 @@ class BadIndexFiles(IndexTest):
         self.script("start.lua", "runner.start()")
         self.assertIn("not a runner index", self.runner("start.lua", check=1).stderr)
         self.assertEqual(file_digest(self.home / "index.db"), before)
+
+    def test_an_index_of_schema_1_is_migrated_on_first_use(self):
+        self.train()
+        wall = json.loads(self.runner("show", "last", "--json", check=0).stdout)["wall_seconds"]
+        db = sqlite3.connect(self.home / "index.db")
+        for column in ("attempts", "attempt_started_at", "active_seconds"):
+            db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+        db.close()
+        shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
+        self.assertEqual(self.sql("PRAGMA user_version"), [(2,)])
+        self.assertEqual(shown["attempts"], 1)
+        self.assertAlmostEqual(shown["duration"], wall, places=6)  # a finished run's whole span
+        self.assertAlmostEqual(shown["wall_seconds"], wall, places=6)
 
     def test_an_index_carries_the_runner_application_id(self):
         self.train()
