@@ -159,8 +159,10 @@ bool is_incomplete(lua_State* L) {
 // An expression is evaluated as an argument of a call rather than returned directly: a returned call
 // would be a tail call, and errors inside it would lose their stdin:line position. The wrapper also
 // counts the values so that trailing nils print.
-std::string as_expression(const std::string& chunk) {
-  return "return (function(...) return select('#', ...), ... end)(" + chunk + "\n)";
+// `own_line`: the closing parenthesis on a line of its own, for a chunk ending in a comment (which would
+// swallow it); otherwise on the same line, so that an error in a one-line expression is at stdin:1.
+std::string as_expression(const std::string& chunk, bool own_line) {
+  return "return (function(...) return select('#', ...), ... end)(" + chunk + (own_line ? "\n)" : ")");
 }
 
 // Prints the values left above `base` through runner.pretty.print: an expression chunk leaves a count
@@ -191,6 +193,7 @@ int run_repl(LuaHost& host) {
   while (!host.exit_requested()) {
     auto line = reader.read("> ");
     if (!line) break;
+    std::string typed = *line;  // what history keeps, `=` included
     std::string chunk = *line;
     if (!chunk.empty() && chunk[0] == '=') chunk = chunk.substr(1);
     const int base = lua_gettop(L);
@@ -199,7 +202,12 @@ int run_repl(LuaHost& host) {
     bool loaded = false;
     bool expression = false;
     for (;;) {
-      if (host.load_text(as_expression(chunk), "=stdin") == 0) {
+      if (host.load_text(as_expression(chunk, false), "=stdin") == 0) {
+        loaded = expression = true;
+        break;
+      }
+      lua_pop(L, 1);
+      if (host.load_text(as_expression(chunk, true), "=stdin") == 0) {
         loaded = expression = true;
         break;
       }
@@ -216,8 +224,9 @@ int run_repl(LuaHost& host) {
         break;
       }
       chunk += "\n" + *more;
+      typed += "\n" + *more;
     }
-    reader.remember(chunk);
+    reader.remember(typed);
     if (!loaded) {
       std::fprintf(stderr, "%s\n", lua_tostring(L, -1));
       lua_settop(L, base);

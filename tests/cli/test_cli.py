@@ -326,6 +326,41 @@ class Repl(ScriptDir):
         self.assertEqual(result.stdout, "64\tnil\n")
         self.assertIn("failing.lua:2: boom", result.stderr)
 
+    def test_an_error_in_a_one_line_expression_is_at_line_1(self):
+        result = run("repl", stdin="=nosuch.field\n=1 -- a comment\n")
+        self.assertEqual(result.stdout, "1\n")
+        self.assertTrue(result.stderr.startswith("stdin:1: attempt to index global 'nosuch' (a nil value)"), result.stderr)
+
+    def test_history_keeps_the_line_as_typed(self):
+        # On a terminal (a pseudo-terminal here), with the history in RUNNER_HISTORY.
+        import os
+        import pty
+        history = self.dir / "history"
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.environ["RUNNER_HISTORY"] = str(history)
+            os.execv(RUNNER, [RUNNER, "repl"])
+        seen = b""
+
+        def read_until(token):
+            nonlocal seen
+            deadline = time.time() + 60
+            while token not in seen and time.time() < deadline:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    break
+            return token in seen
+
+        self.assertTrue(read_until(b"> "), seen)
+        os.write(fd, b"=math.max(2,3)\n")
+        self.assertTrue(read_until(b"3\r\n"), seen)
+        os.write(fd, b"\x04")
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        self.assertEqual(status, 0)
+        self.assertIn("=math.max(2,3)", history.read_text().splitlines())
+
     def test_os_exit_in_the_repl(self):
         result = run("repl", stdin="os.exit(4)\nprint('no')\n")
         self.assertEqual(result.returncode, 4)
