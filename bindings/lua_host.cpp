@@ -61,7 +61,6 @@ void export_locals_at_error(lua_State* L) {
   if (script_level > 0 && lua_getstack(L, script_level, &frame)) export_locals(L, &frame);
 }
 
-
 // Stack traceback of user frames only: Lua functions outside the stdlib.
 std::string user_traceback(lua_State* L, int first_level) {
   std::string text;
@@ -91,15 +90,24 @@ bool is_usage_error(lua_State* L, int index) {
   return same;
 }
 
-// LuaJIT writes a long path's position as "...<tail>:LINE:"; the frame whose path ends in <tail> gives it whole.
+// LuaJIT writes a long path's position as "...<tail>:LINE:": with `path` ending in <tail>, the message starts
+// with `path` whole instead (else it is returned as it is).
+std::string with_whole_path(const std::string& message, const std::string& path) {
+  const size_t colon = message.find(':');
+  if (message.rfind("...", 0) != 0 || colon == std::string::npos || colon <= 3) return message;
+  const size_t tail = colon - 3;
+  if (path.size() < tail || path.compare(path.size() - tail, tail, message, 3, tail) != 0) return message;
+  return path + message.substr(colon);
+}
+
+// with_whole_path for the file of the first frame on the stack whose path completes the message's.
 std::string with_whole_path(lua_State* L, const std::string& message) {
-  if (message.rfind("...", 0) != 0) return message;
   lua_Debug frame;
-  for (int level = 1; lua_getstack(L, level, &frame); ++level) {
+  for (int level = 1; message.rfind("...", 0) == 0 && lua_getstack(L, level, &frame); ++level) {
     lua_getinfo(L, "S", &frame);
-    const std::string shown = frame.short_src;
-    if (shown.size() > 3 && message.compare(0, shown.size() + 1, shown + ":") == 0)
-      return source_name(frame) + message.substr(shown.size());
+    if (frame.source[0] != '@') continue;
+    const std::string whole = with_whole_path(message, source_name(frame));
+    if (whole != message) return whole;
   }
   return message;
 }
@@ -311,14 +319,10 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
       source += "\n;debug.getregistry()[\"runner.export_script_locals\"]()";
   }
   if (load_text(source, "@" + shown) != 0) {
-    // A syntax error's position is LuaJIT's short name: "...<tail>:LINE:" for a long path.
-    const std::string message = lua_tostring(L_, -1) ? lua_tostring(L_, -1) : "";
-    const size_t colon = message.find(':');
-    if (message.rfind("...", 0) == 0 && colon != std::string::npos && shown.size() >= colon - 3 &&
-        shown.compare(shown.size() - (colon - 3), colon - 3, message, 3, colon - 3) == 0) {
-      lua_pop(L_, 1);
-      lua_pushstring(L_, (shown + message.substr(colon)).c_str());
-    }
+    // A syntax error has no frame to name the file: the chunk's path completes LuaJIT's short name.
+    const std::string message = with_whole_path(lua_tostring(L_, -1) ? lua_tostring(L_, -1) : "", shown);
+    lua_pop(L_, 1);
+    lua_pushlstring(L_, message.data(), message.size());
     return report_failure(LUA_ERRSYNTAX);
   }
   const int status = call(0, 0);
