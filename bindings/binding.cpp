@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <regex>
 
 namespace runner::bindings {
 namespace {
@@ -131,6 +132,15 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+std::string with_zero_based_note(std::string message) {
+  // "except in dimension 0", "at non-singleton dimension 1", "for tensor number 1 in the list", "dim 0"
+  static const std::regex counted(R"((dimension|dim|position|number) \(?-?[0-9])", std::regex::icase);
+  if (!std::regex_search(message, counted)) return message;
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message + " (LibTorch counts dimensions and list entries from 0 in this message: its dimension 0 is "
+                   "dim 1 here, its tensor number 0 the first tensor)";
+}
 
 std::string did_you_mean(std::string_view key, const std::vector<std::string>& names) {
   const std::string wanted = lower(key);

@@ -61,11 +61,18 @@ class CallingState {
 };
 }  // namespace detail
 
+// LibTorch's message with a note that it counts from 0, where it names a dimension, position or list entry by
+// number ("except in dimension 0"); other messages unchanged.
+std::string with_zero_based_note(std::string message);
+inline constexpr bool kCountsFromZero = true;
+
 // Every lua_CFunction is registered through wrap<F>: C++ exceptions (c10::Error included) turn into Lua
 // errors with the user's file:line after the C++ frames have unwound; a pending Ctrl-C is raised first;
-// core::ExitRequest ends the script as os.exit does.
+// core::ExitRequest ends the script as os.exit does. wrap<F, kCountsFromZero> is for calls whose LibTorch
+// errors may name dims or list entries (calls that take dims, tensor lists, broadcasting): those messages
+// count from 0 and get a note that says so.
 // Lua errors pass through untouched (they are foreign exceptions; never catch(...) here).
-template <lua_CFunction F>
+template <lua_CFunction F, bool CountsFromZero = false>
 int wrap(lua_State* L) {
   if (core::take_interrupt()) return raise_interrupt(L);
   std::string message;
@@ -85,6 +92,7 @@ int wrap(lua_State* L) {
     located = true;
   } catch (const c10::Error& error) {
     message = error.what_without_backtrace();
+    if constexpr (CountsFromZero) message = with_zero_based_note(std::move(message));
   } catch (const std::exception& error) {
     message = error.what();
   }

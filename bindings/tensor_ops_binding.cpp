@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "bindings/tensor_binding.h"
+#include "runtime/core/shape_text.h"
 
 namespace runner::bindings {
 namespace {
@@ -428,7 +429,12 @@ int tensor_narrow(lua_State* L) {
   const std::int64_t size = self.size(dim);
   if (start == 0 || start > size || start < -size)
     luaL_argerror(L, 3, fmt::format("start {} out of range for dim of size {} (1-based)", start, size).c_str());
-  push_tensor(L, self.narrow(dim, start > 0 ? start - 1 : size + start, check_integer(L, 4)));
+  const std::int64_t first = start > 0 ? start - 1 : size + start;
+  const std::int64_t length = check_integer(L, 4);
+  if (length < 0 || first + length > size)
+    luaL_argerror(L, 4, fmt::format("length {} from start {} runs past the end of dim {} (size {}): it would end at "
+                                    "element {}", length, start, dim + 1, size, first + length).c_str());
+  push_tensor(L, self.narrow(dim, first, length));
   return 1;
 }
 
@@ -471,6 +477,27 @@ int torch_cat_stack(lua_State* L) {
   if (tensors.empty()) luaL_argerror(L, 1, "non-empty list of Tensors expected");
   const std::int64_t ndim = tensors.front().dim() + (Stack ? 1 : 0);
   const std::int64_t dim = opt_dim(L, 2, ndim, 0);
+  // Checked here so that the message counts tensors and dims from 1; cat skips 1-D empty tensors, as LibTorch does.
+  const auto skipped = [](const Tensor& t) { return !Stack && t.dim() == 1 && t.size(0) == 0; };
+  const Tensor* reference = nullptr;
+  size_t reference_number = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (skipped(t)) continue;
+    if (!reference) {
+      reference = &t;
+      reference_number = i + 1;
+      continue;
+    }
+    bool fits = t.dim() == reference->dim();
+    for (std::int64_t d = 0; fits && d < t.dim(); ++d) fits = t.size(d) == reference->size(d) || (!Stack && d == dim);
+    if (!fits)
+      throw std::invalid_argument(fmt::format(
+          "torch.{}: tensor {} has shape {} and tensor {} has {}: {}", Stack ? "stack" : "cat", i + 1,
+          core::shape_text(t.sizes()), reference_number, core::shape_text(reference->sizes()),
+          Stack ? std::string("stacked tensors must have the same shape")
+                : fmt::format("sizes must match in every dim except dim {}, the one joined", dim + 1)));
+  }
   push_tensor(L, Stack ? at::stack(tensors, dim) : at::cat(tensors, dim));
   return 1;
 }
@@ -529,63 +556,63 @@ void open_tensor_ops(lua_State* L) {
   luaL_getmetatable(L, kTensorType);
   lua_getfield(L, -1, "methods");
   for (const auto& [name, op] : kUnaryOps) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_unary>);
-  for (const auto& [name, op] : kBinaryOps) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_binary>);
-  for (const auto& [name, op] : kReductions) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_reduction>);
+  for (const auto& [name, op] : kBinaryOps) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_binary, kCountsFromZero>);
+  for (const auto& [name, op] : kReductions) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_reduction, kCountsFromZero>);
   set_functions(L, {
-      {"add", wrap<add_or_sub<false, false>>},
-      {"sub", wrap<add_or_sub<true, false>>},
-      {"add_", wrap<add_or_sub<false, true>>},
-      {"sub_", wrap<add_or_sub<true, true>>},
+      {"add", wrap<add_or_sub<false, false>, kCountsFromZero>},
+      {"sub", wrap<add_or_sub<true, false>, kCountsFromZero>},
+      {"add_", wrap<add_or_sub<false, true>, kCountsFromZero>},
+      {"sub_", wrap<add_or_sub<true, true>, kCountsFromZero>},
       {"fill_", wrap<tensor_fill_>},
-      {"lerp", wrap<tensor_lerp<false>>},
-      {"lerp_", wrap<tensor_lerp<true>>},
+      {"lerp", wrap<tensor_lerp<false>, kCountsFromZero>},
+      {"lerp_", wrap<tensor_lerp<true>, kCountsFromZero>},
       {"clamp", wrap<tensor_clamp<false>>},
       {"clamp_", wrap<tensor_clamp<true>>},
       {"normal_", wrap<tensor_normal_>},
       {"uniform_", wrap<tensor_uniform_>},
       {"gelu", wrap<tensor_gelu>},
       {"leaky_relu", wrap<tensor_leaky_relu>},
-      {"softmax", wrap<tensor_softmax<false>>},
-      {"log_softmax", wrap<tensor_softmax<true>>},
+      {"softmax", wrap<tensor_softmax<false>, kCountsFromZero>},
+      {"log_softmax", wrap<tensor_softmax<true>, kCountsFromZero>},
       {"equal", wrap<tensor_equal>},
       {"allclose", wrap<tensor_allclose>},
-      {"prod", wrap<single_dim_reduction<0>>},
-      {"all", wrap<single_dim_reduction<1>>},
-      {"any", wrap<single_dim_reduction<2>>},
-      {"max", wrap<tensor_max_min<true>>},
-      {"min", wrap<tensor_max_min<false>>},
-      {"argmax", wrap<tensor_argmax_argmin<true>>},
-      {"argmin", wrap<tensor_argmax_argmin<false>>},
-      {"norm", wrap<tensor_norm>},
-      {"cumsum", wrap<tensor_cumulative<false>>},
-      {"cumprod", wrap<tensor_cumulative<true>>},
+      {"prod", wrap<single_dim_reduction<0>, kCountsFromZero>},
+      {"all", wrap<single_dim_reduction<1>, kCountsFromZero>},
+      {"any", wrap<single_dim_reduction<2>, kCountsFromZero>},
+      {"max", wrap<tensor_max_min<true>, kCountsFromZero>},
+      {"min", wrap<tensor_max_min<false>, kCountsFromZero>},
+      {"argmax", wrap<tensor_argmax_argmin<true>, kCountsFromZero>},
+      {"argmin", wrap<tensor_argmax_argmin<false>, kCountsFromZero>},
+      {"norm", wrap<tensor_norm, kCountsFromZero>},
+      {"cumsum", wrap<tensor_cumulative<false>, kCountsFromZero>},
+      {"cumprod", wrap<tensor_cumulative<true>, kCountsFromZero>},
       {"size", wrap<tensor_size>},
       {"dim", wrap<tensor_dim>},
       {"numel", wrap<tensor_numel>},
       {"element_size", wrap<tensor_element_size>},
       {"is_contiguous", wrap<tensor_is_contiguous>},
-      {"view", wrap<tensor_resize_like<0>>},
-      {"reshape", wrap<tensor_resize_like<1>>},
-      {"expand", wrap<tensor_resize_like<2>>},
-      {"tile", wrap<tensor_resize_like<3>>},
-      {"permute", wrap<tensor_permute>},
-      {"flip", wrap<tensor_flip>},
-      {"transpose", wrap<tensor_transpose>},
-      {"flatten", wrap<tensor_flatten>},
-      {"unflatten", wrap<tensor_unflatten>},
+      {"view", wrap<tensor_resize_like<0>, kCountsFromZero>},
+      {"reshape", wrap<tensor_resize_like<1>, kCountsFromZero>},
+      {"expand", wrap<tensor_resize_like<2>, kCountsFromZero>},
+      {"tile", wrap<tensor_resize_like<3>, kCountsFromZero>},
+      {"permute", wrap<tensor_permute, kCountsFromZero>},
+      {"flip", wrap<tensor_flip, kCountsFromZero>},
+      {"transpose", wrap<tensor_transpose, kCountsFromZero>},
+      {"flatten", wrap<tensor_flatten, kCountsFromZero>},
+      {"unflatten", wrap<tensor_unflatten, kCountsFromZero>},
       {"unsqueeze", wrap<tensor_unsqueeze>},
       {"squeeze", wrap<tensor_squeeze>},
       {"narrow", wrap<tensor_narrow>},
       {"select", wrap<tensor_select>},
-      {"chunk", wrap<tensor_chunk>},
-      {"split", wrap<tensor_split>},
-      {"index_select", wrap<tensor_index_select<false>>},
-      {"gather", wrap<tensor_index_select<true>>},
-      {"masked_fill", wrap<tensor_masked_fill>},
+      {"chunk", wrap<tensor_chunk, kCountsFromZero>},
+      {"split", wrap<tensor_split, kCountsFromZero>},
+      {"index_select", wrap<tensor_index_select<false>, kCountsFromZero>},
+      {"gather", wrap<tensor_index_select<true>, kCountsFromZero>},
+      {"masked_fill", wrap<tensor_masked_fill, kCountsFromZero>},
       {"tril", wrap<tensor_triangle<true>>},
       {"triu", wrap<tensor_triangle<false>>},
-      {"sort", wrap<tensor_sort>},
-      {"topk", wrap<tensor_topk>},
+      {"sort", wrap<tensor_sort, kCountsFromZero>},
+      {"topk", wrap<tensor_topk, kCountsFromZero>},
   });
 
   // Every method is also a torch function taking the tensor first: torch.exp(t) == t:exp().
@@ -605,9 +632,9 @@ void open_tensor_ops(lua_State* L) {
     }
   }
   set_functions(L, {
-      {"cat", wrap<torch_cat_stack<false>>},
-      {"stack", wrap<torch_cat_stack<true>>},
-      {"where", wrap<torch_where>},
+      {"cat", wrap<torch_cat_stack<false>, kCountsFromZero>},
+      {"stack", wrap<torch_cat_stack<true>, kCountsFromZero>},
+      {"where", wrap<torch_where, kCountsFromZero>},
   });
   lua_pop(L, 3);
 }

@@ -90,7 +90,7 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
   else fail(fmt::format("kind must be one of {}, got '{}'", kKinds, kind));
 
   if (o.warmup_steps < 0) fail(fmt::format("warmup_steps must be an integer >= 0, got {}", o.warmup_steps));
-  in_unit_interval(o.warmup_start_factor, "warmup_start_factor");
+  if (o.warmup_start_factor) in_unit_interval(*o.warmup_start_factor, "warmup_start_factor");
 
   // Options the kind does not use.
   const bool linear_or_cosine = kind_ == Kind::linear || kind_ == Kind::cosine;
@@ -170,12 +170,16 @@ double LrSchedule::main_factor(std::int64_t t) const {
   return 1.0;
 }
 
+double LrSchedule::warmup_start() const {
+  return options_.warmup_start_factor.value_or(1.0 / static_cast<double>(options_.warmup_steps + 1));
+}
+
 double LrSchedule::factor(std::int64_t step) const {
   if (step < 0) fail(fmt::format("step must be >= 0, got {}", step));
   const std::int64_t warmup = options_.warmup_steps;
   if (step >= warmup) return main_factor(step - warmup);
   // LinearLR's closed form: start + (end - start) * min(total_iters, step) / total_iters.
-  const double s = options_.warmup_start_factor;
+  const double s = warmup_start();
   const double warm = s + (1.0 - s) * static_cast<double>(step) / static_cast<double>(warmup);
   return kind_ == Kind::plateau ? warm * plateau_.factor : warm;
 }
@@ -287,7 +291,7 @@ std::string LrSchedule::describe() const {
   }
   if (options_.warmup_steps > 0) {
     text += fmt::format(" after {} warmup {}", options_.warmup_steps, options_.warmup_steps == 1 ? "step" : "steps");
-    if (options_.warmup_start_factor > 0) text += fmt::format(" from {}x", number(options_.warmup_start_factor));
+    if (options_.warmup_start_factor) text += fmt::format(" from {}x", number(*options_.warmup_start_factor));
   }
   return text;
 }

@@ -18,11 +18,12 @@ struct LrScheduleOptions {
   std::string kind = "constant";
 
   // Linear warmup before the main schedule, for every kind: the factor goes from warmup_start_factor
-  // (in [0, 1]) toward 1 over warmup_steps optimizer steps. PyTorch's LinearLR refuses start_factor 0
-  // (its recursive update divides by it); runner uses LinearLR's closed form, which is well defined at 0
-  // and makes the first step's LR 0. warmup_start_factor has no effect when warmup_steps is 0.
+  // (in [0, 1]) toward 1 over warmup_steps optimizer steps. The default start 1 / (warmup_steps + 1) makes
+  // the ramp even, 1/(W+1), 2/(W+1), ..., W/(W+1), then 1, so the first step already learns. PyTorch's
+  // LinearLR refuses start_factor 0 (its recursive update divides by it); runner uses LinearLR's closed
+  // form, which is well defined at 0 (a first step at LR 0). No effect when warmup_steps is 0.
   std::int64_t warmup_steps = 0;
-  double warmup_start_factor = 0.0;
+  std::optional<double> warmup_start_factor;
 
   // (linear, cosine; required) Length of the main schedule in optimizer steps, counted after warmup.
   std::optional<std::int64_t> total_steps;
@@ -51,7 +52,7 @@ struct LrScheduleOptions {
 // completed steps (step 0 is the first optimizer step). It equals the LR that PyTorch's scheduler (stepped
 // once after every optimizer step, on an optimizer whose base LR is 1) sets for that step.
 //
-// Warmup (W = warmup_steps > 0, s = warmup_start_factor) is PyTorch's
+// Warmup (W = warmup_steps > 0, s = warmup_start_factor, default 1 / (W + 1)) is PyTorch's
 //   SequentialLR([LinearLR(start_factor=s, end_factor=1, total_iters=W), main], milestones=[W]):
 //   factor(step) = s + (1 - s) * step / W   for step < W   (reaches 1 - (1 - s) / W at step W - 1)
 //   factor(step) = main(step - W)           for step >= W
@@ -110,6 +111,7 @@ class LrSchedule {
   std::string describe() const;
 
  private:
+  double warmup_start() const;  // the warmup's first factor
   enum class Kind { constant, linear, cosine, step, multistep, exponential, plateau };
 
   struct PlateauState {

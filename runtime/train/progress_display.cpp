@@ -13,6 +13,8 @@ namespace runner::train {
 namespace {
 
 constexpr double kRateWindowSeconds = 10.0;
+constexpr size_t kRateMinSteps = 5;
+constexpr size_t kRateMaxSteps = 512;
 
 std::string format_value(double value) {
   if (std::isnan(value)) return "nan";
@@ -33,23 +35,32 @@ std::string format_memory(double bytes) {
 }
 
 ProgressDisplay::ProgressDisplay(ProgressOptions options, double start_seconds, std::FILE* out)
-    : options_(options), out_(out), start_(start_seconds), window_time_(start_seconds) {}
+    : options_(options), out_(out), start_(start_seconds), previous_time_(start_seconds) {}
 
 void ProgressDisplay::observe(int64_t step, double now) {
   if (first_step_ < 0) {
-    // The first step carries the start-up (allocation, autotuning, the loader's first batches): the rate's
-    // window starts at its end.
+    // The first step carries the start-up (allocation, autotuning, the loader's first batches): rates are
+    // measured from its end.
     first_step_ = step;
-    window_step_ = step;
-    window_time_ = now;
+    previous_step_ = step;
+    previous_time_ = now;
     return;
   }
-  const double elapsed = now - window_time_;
-  if (elapsed > 0 && step > window_step_) rate_ = static_cast<double>(step - window_step_) / elapsed;
-  if (elapsed >= kRateWindowSeconds) {
-    window_step_ = step;
-    window_time_ = now;
-  }
+  if (step <= previous_step_) return;
+  recent_.push_back({now, (now - previous_time_) / static_cast<double>(step - previous_step_)});
+  previous_step_ = step;
+  previous_time_ = now;
+  while (recent_.size() > kRateMaxSteps ||
+         (recent_.size() > kRateMinSteps && recent_.front().end < now - kRateWindowSeconds))
+    recent_.pop_front();
+  std::vector<double> seconds;
+  seconds.reserve(recent_.size());
+  for (const StepTime& t : recent_) seconds.push_back(t.seconds);
+  auto middle = seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2);
+  std::nth_element(seconds.begin(), middle, seconds.end());
+  double median = *middle;
+  if (seconds.size() % 2 == 0) median = (median + *std::max_element(seconds.begin(), middle)) / 2;
+  rate_ = median > 0 ? 1.0 / median : 0.0;
 }
 
 std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now_seconds) const {

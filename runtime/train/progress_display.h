@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -43,7 +44,9 @@ class ProgressDisplay {
 
   // The text of one line for `snapshot` (no carriage return or newline).
   std::string render(const ProgressSnapshot& snapshot, double now_seconds) const;
-  // Steps per second over the recent past (a 10-second window), 0 before two updates.
+  // Steps per second: one over the median time per step in the recent past (the steps that ended in the last
+  // 10 seconds, and at least the last 5), so that a step that also sampled or evaluated does not count as
+  // training time; 0 before two updates.
   double steps_per_second() const { return rate_; }
 
  private:
@@ -54,8 +57,13 @@ class ProgressDisplay {
   std::FILE* out_;
   double start_;
   double last_shown_ = -1e300;
-  int64_t window_step_ = 0;
-  double window_time_ = 0;
+  struct StepTime {
+    double end;      // when the step ended
+    double seconds;  // seconds per step since the previous update
+  };
+  std::deque<StepTime> recent_;
+  int64_t previous_step_ = 0;
+  double previous_time_ = 0;
   double rate_ = 0;
   int64_t first_step_ = -1;
   int64_t shown_step_ = -1;

@@ -23,7 +23,7 @@
 ---@class ScheduleOptions
 ---@field kind? string                 constant (default), linear, cosine, step, multistep, exponential, plateau
 ---@field warmup_steps? integer        linear warmup before the schedule (default 0)
----@field warmup_start_factor? number  the warmup's first factor (default 0)
+---@field warmup_start_factor? number  the warmup's first factor (default 1/(warmup_steps+1): an even ramp whose first step learns)
 ---@field total_steps? integer         linear, cosine: length after warmup (default: the trainer's steps - warmup)
 ---@field min_lr_factor? number        linear's end, cosine's eta_min, plateau's min_lr, as fractions of the LR (default 0)
 ---@field step_size? integer           step: steps between decays

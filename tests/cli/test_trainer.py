@@ -150,7 +150,7 @@ class TrainerTest(RunnerHomeTest):
 
         # The same training written plainly in PyTorch.
         optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.01, foreach=True)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: step / 5 if step < 5 else 1.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 6 if step < 5 else 1.0)
         ema = {k: v.detach().clone() for k, v in reference.named_parameters()}
         losses, norms = [], []
         for step in range(1, 21):

@@ -157,10 +157,17 @@ TEST_CASE("factor() is a pure function of the step for every kind but plateau", 
   }
 }
 
-TEST_CASE("warmup: the boundary and warmup from 0", "[lr_schedule]") {
+TEST_CASE("warmup: the default even ramp, the boundary and warmup from 0", "[lr_schedule]") {
+  const LrSchedule even(make("constant", [](auto& o) { o.warmup_steps = 3; }));
+  CHECK(even.factor(0) == 0.25);  // the first step already learns
+  CHECK(even.factor(1) == 0.5);
+  CHECK(even.factor(2) == 0.75);
+  CHECK(even.factor(3) == 1.0);
+
   const LrSchedule from_zero(make("linear", [](auto& o) {
     o.total_steps = 4;
     o.warmup_steps = 4;
+    o.warmup_start_factor = 0.0;
   }));
   CHECK(from_zero.factor(0) == 0.0);
   CHECK(from_zero.factor(2) == 0.5);

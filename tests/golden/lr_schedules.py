@@ -9,7 +9,8 @@ the lr that each of the case's optimizer steps uses: record lr, optimizer.step()
 plateau cases, ReduceLROnPlateau.step(metric) after the steps where the case observes a metric). Each case
 carries the runner options (LrScheduleOptions field names) that describe the same schedule.
 
-Warmup is SequentialLR([LinearLR(start_factor=s, end_factor=1, total_iters=W), main], milestones=[W]).
+Warmup is SequentialLR([LinearLR(start_factor=s, end_factor=1, total_iters=W), main], milestones=[W]), where s
+defaults to runner's 1 / (W + 1) when a case gives no warmup_start_factor.
 LinearLR refuses start_factor 0 (its recursive update divides by total_iters * start_factor), so warmup from
 0 uses LambdaLR with LinearLR's closed form, s + (1 - s) * min(W, k) / W, in its place. Plateau cases warm
 up with LinearLR and ReduceLROnPlateau on the same optimizer (SequentialLR refuses ReduceLROnPlateau).
@@ -51,6 +52,8 @@ def main_scheduler(opt, o):
 
 
 def warmup_scheduler(opt, warmup_steps, start):
+    if start is None:
+        start = 1.0 / (warmup_steps + 1)
     if start == 0.0:
         try:
             S.LinearLR(optimizer(), start_factor=0.0, total_iters=warmup_steps)
@@ -67,7 +70,7 @@ def scheduled(o):
     if warmup_steps == 0:
         scheduler = main_scheduler(opt, o)
     else:
-        warmup = warmup_scheduler(opt, warmup_steps, o.get("warmup_start_factor", 0.0))
+        warmup = warmup_scheduler(opt, warmup_steps, o.get("warmup_start_factor"))
         scheduler = S.SequentialLR(opt, [warmup, main_scheduler(opt, o)], milestones=[warmup_steps])
     lrs = []
     for _ in range(STEPS):
@@ -80,7 +83,7 @@ def scheduled(o):
 def plateau(o, metrics, observe_every):
     opt = optimizer()
     warmup_steps = o.get("warmup_steps", 0)
-    warmup = warmup_scheduler(opt, warmup_steps, o.get("warmup_start_factor", 0.0)) if warmup_steps else None
+    warmup = warmup_scheduler(opt, warmup_steps, o.get("warmup_start_factor")) if warmup_steps else None
     settings = {key: o[key] for key in ("mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "eps")
                 if key in o}
     reduce = S.ReduceLROnPlateau(opt, min_lr=o.get("min_lr_factor", 0.0), **settings)
@@ -97,12 +100,14 @@ def plateau(o, metrics, observe_every):
 
 
 SCHEDULED = [
-    ("constant warmup from 0", {"kind": "constant", "warmup_steps": 7}),
+    ("constant warmup from 0", {"kind": "constant", "warmup_steps": 7, "warmup_start_factor": 0.0}),
+    ("constant warmup, default start", {"kind": "constant", "warmup_steps": 7}),
     ("linear to 0.1x over 37", {"kind": "linear", "total_steps": 37, "min_lr_factor": 0.1}),
     ("linear warmup", {"kind": "linear", "total_steps": 23, "warmup_steps": 5, "warmup_start_factor": 0.1}),
     ("cosine over 41", {"kind": "cosine", "total_steps": 41}),
     ("cosine warmup from 0 to 0.05x",
-     {"kind": "cosine", "total_steps": 31, "min_lr_factor": 0.05, "warmup_steps": 9}),
+     {"kind": "cosine", "total_steps": 31, "min_lr_factor": 0.05, "warmup_steps": 9, "warmup_start_factor": 0.0}),
+    ("cosine warmup, default start", {"kind": "cosine", "total_steps": 31, "warmup_steps": 4}),
     ("cosine warmup of 1 step", {"kind": "cosine", "total_steps": 13, "min_lr_factor": 0.2, "warmup_steps": 1,
                                  "warmup_start_factor": 0.5}),
     ("step every 7", {"kind": "step", "step_size": 7, "gamma": 0.5}),

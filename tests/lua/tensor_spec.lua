@@ -244,6 +244,22 @@ describe("shapes", function()
     expect_list(t:narrow(3, 2, 2)[{ 1, 1 }]:tolist(), { 1, 2 })
     expect_list(t:select(2, -1)[1]:tolist(), { 8, 9, 10, 11 })
   end)
+
+  it("shape errors count dims, positions and tensors from 1, as the Lua API does", function()
+    local a = torch.zeros(2, 3)
+    expect_error(function() torch.cat({ a, torch.zeros(2, 4) }) end, here() .. "torch.cat: tensor 2 has shape [2, 4] "
+      .. "and tensor 1 has [2, 3]: sizes must match in every dim except dim 1, the one joined")
+    expect_list(torch.cat({ a, torch.zeros(2, 4) }, 2).shape, { 2, 7 })
+    expect_list(torch.cat({ torch.zeros(0), a }).shape, { 2, 3 })
+    expect_error(function() torch.stack({ a, torch.zeros(3, 2) }) end, here() .. "torch.stack: tensor 2 has shape "
+      .. "[3, 2] and tensor 1 has [2, 3]: stacked tensors must have the same shape")
+    expect_error(function() t:narrow(3, 3, 3) end, here() .. "bad argument #3 to 'narrow' (length 3 from start 3 "
+      .. "runs past the end of dim 3 (size 4): it would end at element 5)")
+    expect_list(t:narrow(3, 3, 2).shape, { 2, 3, 2 })
+    expect_error(function() a:add(torch.zeros(2, 4)) end, "at non-singleton dimension 1 (LibTorch counts dimensions "
+      .. "and list entries from 0 in this message: its dimension 0 is dim 1 here, its tensor number 0 the first tensor)",
+      true)
+  end)
 end)
 
 describe("conversions", function()
