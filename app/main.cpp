@@ -1,6 +1,7 @@
 // The runner program: the subcommands' dispatch table, and running a Lua experiment script, a code string or
 // the REPL with the process's launch context (command line and environment, parsed once).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <string>
@@ -15,6 +16,9 @@
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/core/device.h"
+#include "runtime/dist/launcher.h"
+#include "runtime/dist/process_group.h"
 
 namespace {
 
@@ -50,6 +54,8 @@ options:
   --resume RUN        continue that run (an id, a name or `last`) from its latest good checkpoint
   --fresh             start a new run even when an ended run of the script with the same config could
                       be continued (by default runner.start continues it)
+  --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU), each
+                      training on its share of every batch; see "distributed" in the README
   -h, --help          this help
   --version           versions of runner, LibTorch, CUDA, LuaJIT and SQLite
 
@@ -75,6 +81,9 @@ struct Command {
   std::string log_level = "info";
   std::string resume;  // --resume RUN
   bool fresh = false;  // --fresh
+  std::string nproc;   // --nproc N|auto
+  int nproc_count = 0;
+  std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
 };
 
 struct UsageError : std::runtime_error {
@@ -101,6 +110,8 @@ Command parse_command(int argc, char** argv) {
     else if (arg == "--resume") command.resume = value_of(arg);
     else if (arg.rfind("--resume=", 0) == 0) command.resume = arg.substr(9);
     else if (arg == "--fresh") command.fresh = true;
+    else if (arg == "--nproc") command.nproc = value_of(arg);
+    else if (arg.rfind("--nproc=", 0) == 0) command.nproc = arg.substr(8);
     else if (arg == "repl" && !command.has_code) command.repl = true;
     else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
     else command.script = arg;
@@ -120,6 +131,15 @@ Command parse_command(int argc, char** argv) {
   if (command.interactive && command.script.empty() && !command.has_code)
     throw UsageError("-i needs a script or -e code");
   if (command.fresh && !command.resume.empty()) throw UsageError("--fresh and --resume exclude each other");
+  if (!command.nproc.empty()) {
+    if (command.script.empty() || command.interactive) throw UsageError("--nproc needs a script (and no -i)");
+    command.nproc_count = runner::dist::parse_nproc(command.nproc);
+    for (int a = 1; a < argc; ++a) {
+      const std::string arg = argv[a];
+      if (arg == "--nproc") ++a;
+      else if (arg.rfind("--nproc=", 0) != 0) command.rank_arguments.push_back(arg);
+    }
+  }
   return command;
 }
 
@@ -195,7 +215,21 @@ int main(int argc, char** argv) {
   }
   int status = kExitError;
   try {
+    if (!command.nproc.empty()) {
+      if (std::getenv("RANK") || std::getenv("WORLD_SIZE")) {
+        std::fprintf(stderr, "runner: --nproc starts its own ranks; it cannot run inside a launcher that set RANK / "
+                             "WORLD_SIZE (torchrun, srun): leave --nproc out there\n");
+        return kExitUsage;
+      }
+      runner::dist::LaunchOptions options;
+      options.nproc = command.nproc_count;
+      options.arguments = command.rank_arguments;
+      return runner::dist::launch_local_ranks(options);
+    }
+    if (runner::core::launch_context().distributed())
+      runner::dist::join_process_group(runner::core::parse_device("auto"));
     status = run(command);
+    runner::dist::leave_process_group();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner: %s\n", runner::core::terminal_text(error.what()).c_str());
   }

@@ -1,4 +1,4 @@
-// Registers every bound area (torch, nn, optim, runner, data, diffusion, samples) into a lua_State.
+// Registers every bound area (torch, nn, optim, runner, data, diffusion, samples, runs, train, dist) into a lua_State.
 #pragma once
 
 #include <lua.hpp>
@@ -9,8 +9,9 @@ void open_nn(lua_State* L);     // nn_binding.cpp
 void open_optim(lua_State* L);  // optim_binding.cpp
 void open_data(lua_State* L);   // data_binding.cpp; after open_runner (fills runner._data)
 void open_diffusion(lua_State* L);  // diffusion_binding.cpp; after open_runner (fills runner._diffusion)
-void open_samples(lua_State* L);
-void open_runs(lua_State* L);       // runs_binding.cpp; after open_runner (fills runner._index)    // samples_binding.cpp; after open_runner (runner.save_grid, runner.eval)
+void open_samples(lua_State* L);    // samples_binding.cpp; after open_runner (runner.save_grid, runner.eval)
+void open_runs(lua_State* L);       // runs_binding.cpp; after open_runner (fills runner._index)
+void open_dist(lua_State* L);       // dist_binding.cpp; after open_runner (runner.dist)
 void open_train(lua_State* L);      // train_binding.cpp; after open_runner (fills runner._train)
 void open_all_bindings(lua_State* L);
 

@@ -162,6 +162,7 @@ void open_all_bindings(lua_State* L) {
   open_samples(L);
   open_runs(L);
   open_train(L);
+  open_dist(L);
 }
 
 }  // namespace runner::bindings

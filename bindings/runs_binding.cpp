@@ -171,16 +171,16 @@ int run_log(lua_State* L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   const int64_t step = lua_isnoneornil(L, 3) ? context.step() : check_integer(L, 3);
   const double now = index::now_seconds();
-  index::MetricWriter& writer = context.metrics();
+  index::MetricWriter* writer = context.follower() ? nullptr : &context.metrics();  // rank 0 records
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     if (lua_type(L, -2) != LUA_TSTRING) throw std::invalid_argument("run:log: metric names must be strings");
     size_t length = 0;
     const char* key = lua_tolstring(L, -2, &length);
     if (lua_type(L, -1) == LUA_TNUMBER) {
-      writer.log(std::string_view(key, length), step, lua_tonumber(L, -1), now);
+      if (writer) writer->log(std::string_view(key, length), step, lua_tonumber(L, -1), now);
     } else if (at::Tensor* tensor = test_tensor(L, -1)) {
-      writer.log(std::string_view(key, length), step, *tensor, now);
+      if (writer) writer->log(std::string_view(key, length), step, *tensor, now);
     } else {
       throw std::invalid_argument(fmt::format("run:log: metric '{}' must be a number or a one-element tensor, got a {}",
                                               key, luaL_typename(L, -1)));
@@ -191,7 +191,7 @@ int run_log(lua_State* L) {
 }
 
 int run_flush(lua_State* L) {
-  check_run(L, 1).metrics().flush();
+  if (run::RunContext& context = check_run(L, 1); !context.follower()) context.metrics().flush();
   return 0;
 }
 
@@ -243,7 +243,8 @@ int run_info(lua_State* L) {
 }
 
 int run_rows_written(lua_State* L) {
-  lua_pushnumber(L, static_cast<double>(check_run(L, 1).metrics().rows_written()));
+  run::RunContext& context = check_run(L, 1);
+  lua_pushnumber(L, context.follower() ? 0.0 : static_cast<double>(context.metrics().rows_written()));
   return 1;
 }
 

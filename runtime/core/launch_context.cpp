@@ -41,10 +41,22 @@ void read_integer(const std::map<std::string, std::string>& env, std::initialize
   if (auto text = lookup(env, names, &which)) target = static_cast<T>(parse_integer(which, *text, min, max));
 }
 
+constexpr std::int64_t kSlurmPortBase = 20000;
+constexpr std::int64_t kSlurmPortRange = 20000;
+
 std::mutex context_mutex;
 LaunchContext process_context;
 
 }  // namespace
+
+std::string first_slurm_host(const std::string& nodelist) {
+  // "gpu[003-006,9],cpu1" -> "gpu003"; "node7,node8" -> "node7"
+  const auto end = nodelist.find_first_of(",[");
+  if (end == std::string::npos || nodelist[end] == ',') return nodelist.substr(0, end);
+  const std::string prefix = nodelist.substr(0, end);
+  const auto first_end = nodelist.find_first_of(",-]", end + 1);
+  return prefix + nodelist.substr(end + 1, first_end == std::string::npos ? std::string::npos : first_end - end - 1);
+}
 
 LaunchContext launch_context_from_environment(const std::map<std::string, std::string>& env) {
   constexpr std::int64_t kMaxRanks = 1 << 20;
@@ -57,7 +69,13 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
     throw LaunchError(fmt::format("rank {} is not below the world size {} (RANK / WORLD_SIZE)", context.rank, context.world_size));
   std::string which;
   if (auto addr = lookup(env, {"MASTER_ADDR"}, &which)) context.master_addr = *addr;
+  else if (auto nodes = lookup(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &which)) context.master_addr = first_slurm_host(*nodes);
   read_integer(env, {"MASTER_PORT"}, context.master_port, 1, 65535);
+  std::int64_t job = 0;
+  if (context.master_port == 0 && lookup(env, {"SLURM_JOB_ID"}, &which)) {
+    read_integer(env, {"SLURM_JOB_ID"}, job, 0, INT64_MAX);
+    context.master_port = static_cast<int>(kSlurmPortBase + job % kSlurmPortRange);
+  }
   std::int64_t id = 0;
   if (lookup(env, {"RUNNER_SWEEP"}, &which)) {
     read_integer(env, {"RUNNER_SWEEP"}, id, 1, INT64_MAX);

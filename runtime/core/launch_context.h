@@ -25,8 +25,8 @@ struct LaunchContext {
   int world_size = 1;             // WORLD_SIZE (or SLURM_NTASKS)
   int local_rank = 0;             // LOCAL_RANK (or SLURM_LOCALID): the GPU of this process on its node
   int local_world_size = 1;       // LOCAL_WORLD_SIZE (or SLURM_NTASKS_PER_NODE)
-  std::string master_addr;        // MASTER_ADDR: the rendezvous host (c10d TCPStore)
-  int master_port = 0;            // MASTER_PORT
+  std::string master_addr;        // MASTER_ADDR, else the first host of SLURM_JOB_NODELIST: the rendezvous host
+  int master_port = 0;            // MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
   std::optional<std::int64_t> sweep;  // RUNNER_SWEEP: the sweep this process runs a trial of
   std::optional<std::int64_t> trial;  // RUNNER_TRIAL
 
@@ -37,6 +37,9 @@ struct LaunchContext {
 struct LaunchError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
+
+// The first host of a Slurm node list: "gpu[003-006,9],cpu1" -> "gpu003".
+std::string first_slurm_host(const std::string& nodelist);
 
 // The launch fields that come from the environment (everything but resume and log level), from `env`
 // (name -> value). torchrun's variables win over Slurm's. Throws LaunchError.

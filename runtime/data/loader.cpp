@@ -179,8 +179,9 @@ struct Loader::Impl {
     const std::int64_t count = std::min(global_batch, size - start);
     const std::int64_t rank = options.rank;
     const std::int64_t world = options.world_size;
-    std::int64_t lo = start + rank * options.batch;
-    std::int64_t hi = lo + options.batch;
+    const std::int64_t per_rank = global_batch / world;
+    std::int64_t lo = start + rank * per_rank;
+    std::int64_t hi = lo + per_rank;
     if (count < global_batch) {  // the last, partial batch of the epoch: split it evenly over the ranks
       lo = start + rank * count / world;
       hi = start + (rank + 1) * count / world;
@@ -486,12 +487,15 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : 
   m.dataset = std::move(dataset);
   m.options = std::move(options);
   m.size = m.dataset->size();
-  m.global_batch = m.options.batch * m.options.world_size;
+  m.global_batch = m.options.batch;
+  if (m.global_batch % m.options.world_size != 0)
+    throw std::invalid_argument("loader: batch " + std::to_string(m.global_batch) + " (the global batch of all ranks) does "
+                                "not split evenly over " + std::to_string(m.options.world_size) + " ranks");
   if (m.size < 1) throw std::invalid_argument("loader: the dataset is empty (" + m.dataset->describe() + ")");
   m.per_epoch = m.options.drop_last ? m.size / m.global_batch : (m.size + m.global_batch - 1) / m.global_batch;
   if (m.per_epoch == 0) {
     throw std::invalid_argument("loader: " + std::to_string(m.size) + " samples make no full batch of " +
-                                std::to_string(m.global_batch) + (m.options.world_size > 1 ? " (batch x world_size)" : "") +
+                                std::to_string(m.global_batch) +
                                 " with drop_last");
   }
   m.cuda = m.options.device.is_cuda();
@@ -550,9 +554,7 @@ void Loader::restore(const LoaderState& state) {
   if (state.dataset_size != mine.dataset_size)
     mismatch("a dataset of", std::to_string(state.dataset_size) + " samples", std::to_string(mine.dataset_size));
   if (state.batch != mine.batch) mismatch("batch", std::to_string(state.batch), std::to_string(mine.batch));
-  if (state.world_size != mine.world_size)
-    mismatch("world_size", std::to_string(state.world_size), std::to_string(mine.world_size));
-  if (state.rank != mine.rank) mismatch("rank", std::to_string(state.rank), std::to_string(mine.rank));
+  // The position counts global batches: any rank of any world size continues the same global batch stream.
   if (state.shuffle != mine.shuffle) mismatch("shuffle", state.shuffle ? "true" : "false", mine.shuffle ? "true" : "false");
   if (state.drop_last != mine.drop_last)
     mismatch("drop_last", state.drop_last ? "true" : "false", mine.drop_last ? "true" : "false");

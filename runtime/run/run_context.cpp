@@ -58,6 +58,15 @@ RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), 
   }
 }
 
+RunContext::RunContext(const std::string& home, int64_t run, std::optional<int64_t> fork)
+    : home_(home), db_(open_index_for_reading(home)), follower_(true) {
+  record_ = load_run(db_, run);
+  directory_ = home_ + "/" + record_.dir;
+  seed_ = record_.seed.value_or(0);
+  resumed_ = record_.attempts > 1;
+  if (fork) fork_ = load_run(db_, *fork);
+}
+
 RunContext::~RunContext() {
   try {
     finish("interrupted", "the run was not finished (the process ended early)");
@@ -68,11 +77,11 @@ RunContext::~RunContext() {
 
 void RunContext::set_step(int64_t step) {
   step_ = step;
-  writer_->set_step(step);
+  if (writer_) writer_->set_step(step);
 }
 
 void RunContext::merge_summary(const nlohmann::json& values) {
-  index::merge_summary(db_, record_.run, values);
+  if (!follower_) index::merge_summary(db_, record_.run, values);
 }
 
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,
@@ -83,6 +92,7 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
     throw IndexError(fmt::format("{}: cannot create the directory: {}", folder, std::strerror(errno)));
   const std::string relative = fmt::format("images/{}-{:07d}.png", name, step);
   const std::string path = directory_ + "/" + relative;
+  if (follower_) return path;
   image::save_grid(path, images, options);
   struct stat info {};
   ::stat(path.c_str(), &info);
@@ -93,6 +103,7 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
 void RunContext::finish(const std::string& status, const std::optional<std::string>& error) {
   if (finished_) return;
   finished_ = true;
+  if (follower_) return;
   std::string final_status = status;
   std::optional<std::string> final_error = error;
   std::string lost;  // what could not be recorded

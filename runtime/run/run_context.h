@@ -34,6 +34,9 @@ class RunContext {
   // opened for writing at `start.home`.
   RunContext(const RunStart& start, index::Database db);
   explicit RunContext(const RunStart& start);  // opens the index itself
+  // A rank > 0 of a data-parallel job: the run `run` that rank 0 started (forking `fork`), read from the
+  // index at `home`. It records nothing (no row changes, metrics, images, summary or log file): rank 0 does.
+  RunContext(const std::string& home, int64_t run, std::optional<int64_t> fork);
   ~RunContext();  // finishes as interrupted if finish() was not called
   RunContext(const RunContext&) = delete;
   RunContext& operator=(const RunContext&) = delete;
@@ -48,6 +51,7 @@ class RunContext {
   const std::string& directory() const { return directory_; }
   const std::string& home() const { return home_; }
   bool finished() const { return finished_; }
+  bool follower() const { return follower_; }
 
   // The step metrics, images and checkpoints are recorded at (the trainer's step once one is attached).
   int64_t step() const { return step_; }
@@ -75,6 +79,7 @@ class RunContext {
   int64_t seed_ = 0;
   bool finished_ = false;
   bool resumed_ = false;
+  bool follower_ = false;
 };
 
 }  // namespace runner::run

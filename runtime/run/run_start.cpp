@@ -1,6 +1,8 @@
 // The start policy of a run: resume, fork, parent, seed, script hash and git state.
 #include "runtime/run/run_start.h"
 
+#include "runtime/dist/process_group.h"
+
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -53,8 +55,10 @@ GitState git_state(const std::string& directory) {
   return state;
 }
 
-std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
-                                      const std::string& home) {
+namespace {
+
+std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, const core::LaunchContext& launch,
+                                               const std::string& home) {
   index::Database db = index::open_index_for_writing(home);
   index::check_run_tables(db);
   RunStart start;
@@ -94,6 +98,34 @@ std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::L
   if (resumed) start.resume = resumed->run;
   run.seed = request.seed ? request.seed : resumed && resumed->seed ? resumed->seed : std::optional<int64_t>(fresh_seed());
   return std::make_unique<RunContext>(start, std::move(db));
+}
+
+}  // namespace
+
+std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
+                                      const std::string& home) {
+  dist::ProcessGroup* group = dist::process_group();
+  if (!group || group->size() == 1) return start_recorded_run(request, launch, home);
+  // Data parallel: rank 0 starts (or continues) the run and records it; the other ranks follow that run.
+  if (group->rank() == 0) {
+    std::unique_ptr<RunContext> context;
+    try {
+      context = start_recorded_run(request, launch, home);
+    } catch (const std::exception& error) {
+      group->broadcast_text(std::string("!") + error.what(), 0);
+      throw;
+    }
+    const auto& fork = context->fork();
+    group->broadcast_text(fmt::format("{} {}", context->record().run, fork ? fork->run : 0), 0);
+    return context;
+  }
+  const std::string message = group->broadcast_text("", 0);
+  if (!message.empty() && message[0] == '!')
+    throw std::runtime_error("rank 0 could not start the run: " + message.substr(1));
+  long long run = 0, fork = 0;
+  if (std::sscanf(message.c_str(), "%lld %lld", &run, &fork) != 2)
+    throw std::runtime_error("rank 0 sent a run start this rank cannot read: " + message);
+  return std::make_unique<RunContext>(home, run, fork ? std::optional<int64_t>(fork) : std::nullopt);
 }
 
 }  // namespace runner::run

@@ -1,6 +1,8 @@
 // A training run: checkpoints, restore, save reports and graceful stops.
 #include "runtime/run/training_run.h"
 
+#include "runtime/dist/process_group.h"
+
 #include <csignal>
 #include <cstdio>
 #include <fmt/format.h>
@@ -50,7 +52,8 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
   saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
   trainer_->set_step_observer([this](std::int64_t step) { after_step(step); });
   trainer_->set_before_step([this] { before_next_step(); });
-  if (loader_) loader_->set_before_next([this] { before_next_step(); });
+  // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.
+  if (loader_ && !distributed()) loader_->set_before_next([this] { before_next_step(); });
   core::set_graceful_stop(true);
 }
 
@@ -63,11 +66,14 @@ TrainingRun::~TrainingRun() {
 }
 
 std::optional<TrainingRun::Restored> TrainingRun::restore() {
-  const ckpt::StaleWrites stale = ckpt::clean_stale_writes(run_.directory());
-  for (const std::string& path : stale.removed)
-    core::log(core::LogLevel::info, fmt::format("{} deleted (a checkpoint write that never finished)", path));
-  for (const std::string& path : stale.recovered)
-    core::log(core::LogLevel::warn, fmt::format("{} moved back into place (its replacement never finished)", path));
+  if (!run_.follower()) {
+    const ckpt::StaleWrites stale = ckpt::clean_stale_writes(run_.directory());
+    for (const std::string& path : stale.removed)
+      core::log(core::LogLevel::info, fmt::format("{} deleted (a checkpoint write that never finished)", path));
+    for (const std::string& path : stale.recovered)
+      core::log(core::LogLevel::warn, fmt::format("{} moved back into place (its replacement never finished)", path));
+  }
+  if (distributed()) dist::process_group()->barrier();  // rank 0 has cleaned up; every rank reads the same checkpoint
   ckpt::RestoreChoice choice = ckpt::choose_checkpoint(run_.database(), run_.record().run, run_.directory());
   log_rejected(choice.rejected, "");
   if (!choice.checkpoint && run_.fork()) {
@@ -85,6 +91,7 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 }
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
+  if (run_.follower()) return 0.0;  // rank 0 saves the state, which is the same on every rank
   report_saves(false);
   if (last_checkpoint_step_ == run_.step() && !request.value) {
     // This step is saved already (e.g. by `every` in the loop, then once more after it): the state is the same.
@@ -141,7 +148,15 @@ void TrainingRun::after_step(std::int64_t step) {
 }
 
 void TrainingRun::before_next_step() {
-  if (const int signal_number = core::stop_signal(); signal_number != 0) stop(signal_number);
+  int signal_number = core::stop_signal();
+  // A stop signal on any rank stops every rank after the same step.
+  if (distributed()) signal_number = static_cast<int>(dist::process_group()->max(signal_number));
+  if (signal_number != 0) stop(signal_number);
+}
+
+bool TrainingRun::distributed() {
+  const dist::ProcessGroup* group = dist::process_group();
+  return group && group->size() > 1;
 }
 
 void TrainingRun::stop(int signal_number) {

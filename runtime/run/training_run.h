@@ -79,6 +79,9 @@ class TrainingRun {
   // policy stops on failed saves (the run must then fail with it); under keep_training it is logged.
   std::optional<std::string> finish();
 
+  // Whether this process is one rank of several (a data-parallel job).
+  static bool distributed();
+
   train::Trainer& trainer() { return *trainer_; }
   const CheckpointPolicy& policy() const { return policy_; }
 

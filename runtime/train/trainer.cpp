@@ -160,9 +160,21 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   std::vector<at::Tensor> params, buffers;
   for (const auto& [name, tensor] : model_.parameters) params.push_back(tensor);
   for (const auto& [name, tensor] : model_.buffers) buffers.push_back(tensor);
+  if (dist::ProcessGroup* group = dist::process_group(); group && group->size() > 1) {
+    // Data parallel: every rank starts from rank 0's weights (the averages start from them too).
+    std::vector<at::Tensor> state = params;
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    dist::broadcast_from_rank0(*group, state);
+  }
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
   skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
+  if (dist::ProcessGroup* group = dist::process_group(); group && group->size() > 1) {
+    // Data parallel: every rank averages its gradients with the others'.
+    std::vector<at::Tensor> trainable;
+    for (const auto& [name, p] : trainable_) trainable.push_back(p);
+    gradients_ = std::make_unique<dist::GradientAverager>(*group, std::move(trainable));
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -240,6 +252,10 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   }
   at::Tensor loss_mean = micro_losses.front();
   if (count > 1) loss_mean = at::stack(micro_losses).sum() / static_cast<double>(count);
+  if (gradients_) {  // after the last micro-batch only; the mean loss makes every rank agree on a non-finite step
+    gradients_->average();
+    loss_mean = gradients_->mean(loss_mean);
+  }
   mark(1);
   host_lap(timing_.forward_backward);
 

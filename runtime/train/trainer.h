@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/dist/gradient_averager.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
@@ -138,6 +139,7 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<dist::GradientAverager> gradients_;  // data parallel (world size > 1)
   TrainerOptions options_;
   c10::Device device_;
   Precision precision_;

@@ -143,7 +143,7 @@ function Loader:skip_reports() end
 function Loader:dataset() end
 
 ---@class LoaderOptions
----@field batch integer                    samples per batch for this rank (required)
+---@field batch integer                    samples per step across all ranks, the global batch (required); each of W ranks gets batch / W
 ---@field shuffle? boolean                 default true
 ---@field drop_last? boolean               default false
 ---@field workers? integer                 decoding threads (default min(4 per GPU, cores - 1)); 0: on the caller's thread
@@ -157,13 +157,14 @@ function Loader:dataset() end
 ---@field on_error? "raise"|"skip"         bad samples: stop naming the file (default) or leave them out
 
 --- A loader: a seeded permutation per epoch (shuffle, default true), sharded by rank (each global batch of
---- batch x world_size samples is split over the ranks, so every sample is seen once per epoch across
+--- `batch` samples is split evenly over the world_size ranks, so every sample is seen once per epoch across
 --- ranks), batches assembled by `workers` threads (default: min(4 per GPU, cores - 1)) up to `prefetch`
 --- batches ahead (default 2 per worker), in pinned memory and copied to a CUDA device on a side stream
 --- before they are asked for. on_error = "skip" leaves bad samples out of their batch and reports each file
 --- once; "raise" (default) stops with an error naming the file.
 --- rank and world_size default to the process's place in a distributed job (RANK / WORLD_SIZE, as torchrun
---- and Slurm set them; 0 and 1 for a single process).
+--- and Slurm set them; 0 and 1 for a single process). The same script sees the same global batch stream at
+--- any world size, and a loader state restores at another world size (the position counts global batches).
 ---@param dataset Dataset
 ---@param options LoaderOptions
 ---@return Loader

@@ -198,6 +198,13 @@ TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses
       core::launch_context_from_environment({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
   CHECK(slurm.rank == 2);
   CHECK(slurm.world_size == 4);
+  const core::LaunchContext slurm_job = core::launch_context_from_environment(
+      {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_NODELIST", "gpu[003-006,9],cpu1"}, {"SLURM_JOB_ID", "123456"}});
+  CHECK(slurm_job.master_addr == "gpu003");
+  CHECK(slurm_job.master_port == 20000 + 123456 % 20000);
+  CHECK(core::first_slurm_host("node7,node8") == "node7");
+  CHECK(core::first_slurm_host("single") == "single");
+  CHECK(core::first_slurm_host("n[12,14]") == "n12");
   const core::LaunchContext single = core::launch_context_from_environment(std::map<std::string, std::string>{});
   CHECK_FALSE(single.distributed());
   CHECK_THROWS_WITH(core::launch_context_from_environment({{"RANK", "4"}, {"WORLD_SIZE", "4"}}),

@@ -129,18 +129,43 @@ describe("sharding", function()
   end
 
   it("covers every index exactly once per epoch across ranks", function()
-    local seen = epoch_indices(29, 4, 3, false)
+    local seen = epoch_indices(29, 12, 3, false)
     for i = 0, 28 do expect_eq(seen[i], 1, "index " .. i) end
   end)
 
   it("with drop_last leaves out the tail and repeats nothing", function()
-    local seen = epoch_indices(29, 4, 3, true)
+    local seen = epoch_indices(29, 12, 3, true)
     local count = 0
     for _, n in pairs(seen) do
       expect_eq(n, 1)
       count = count + n
     end
     expect_eq(count, 24)
+  end)
+
+  it("splits the global batch over the ranks: the same samples as one process, at any world size", function()
+    local ds = data.shapes { size = 4, count = 40, seed = 0 }
+    local whole = data.loader(ds, { batch = 8, seed = 3, workers = 0 })
+    local ranks = {}
+    for rank = 0, 3 do ranks[rank] = data.loader(ds, { batch = 8, rank = rank, world_size = 4, seed = 3, workers = 0 }) end
+    for _ = 1, 3 do
+      local expected = whole:next().index:tolist()
+      local got = {}
+      for rank = 0, 3 do
+        local part = ranks[rank]:next().index:tolist()
+        expect_eq(#part, 2, "each of 4 ranks takes 2 of the global batch of 8")
+        for _, i in ipairs(part) do got[#got + 1] = i end
+      end
+      expect_list(got, expected)
+    end
+    -- A state saved by rank 3 of 4 continues rank 1 of 2 with the same global stream.
+    local state = ranks[3]:state()
+    local two = data.loader(ds, { batch = 8, rank = 1, world_size = 2, seed = 3, workers = 0 })
+    two:restore(state)
+    local expected = whole:next().index:tolist()
+    expect_list(two:next().index:tolist(), { expected[5], expected[6], expected[7], expected[8] })
+    expect_error(function() data.loader(ds, { batch = 6, rank = 0, world_size = 4 }) end,
+      here(-1) .. "loader: batch 6 (the global batch of all ranks) does not split evenly over 4 ranks")
   end)
 
   it("rejects a rank outside the world", function()

@@ -1,0 +1,276 @@
+// The local launcher: fork/exec of the ranks, their output, forwarded signals and the stop of all ranks when one fails.
+#include "runtime/dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fmt/format.h>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/device.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/terminal_text.h"
+
+namespace runner::dist {
+namespace {
+
+int signal_pipe[2] = {-1, -1};
+
+void forward_signal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  const int saved = errno;
+  [[maybe_unused]] const ssize_t written = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+int free_port(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(fmt::format("launcher: no socket for a free port: {}", std::strerror(errno)));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof(address);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw std::runtime_error(fmt::format("launcher: cannot find a free port on {}: {}", host, std::strerror(error)));
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string how_it_ended(int status) {
+  if (WIFSIGNALED(status)) {
+    const int number = WTERMSIG(status);
+    const char* name = sigabbrev_np(number);
+    return fmt::format("was killed by signal {} (SIG{})", number, name ? name : "?");
+  }
+  return fmt::format("exited with status {}", WEXITSTATUS(status));
+}
+
+int exit_status_of(int status) {
+  return WIFSIGNALED(status) ? core::exit_status_for_signal(WTERMSIG(status)) : WEXITSTATUS(status);
+}
+
+struct Rank {
+  int number = 0;
+  pid_t pid = -1;
+  int output = -1;           // read end of its stdout+stderr (ranks > 0)
+  std::string partial;       // a line not yet ended
+  std::deque<std::string> lines;
+  bool running = true;
+  int status = 0;
+};
+
+void keep_line(Rank& rank, std::string line, int kept) {
+  rank.lines.push_back(std::move(line));
+  while (static_cast<int>(rank.lines.size()) > kept) rank.lines.pop_front();
+}
+
+// Reads what rank's output has; returns false at its end.
+bool drain(Rank& rank, int kept) {
+  char buffer[4096];
+  const ssize_t n = ::read(rank.output, buffer, sizeof(buffer));
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (n <= 0) {
+    if (!rank.partial.empty()) keep_line(rank, std::move(rank.partial), kept);
+    rank.partial.clear();
+    return false;
+  }
+  for (ssize_t i = 0; i < n; ++i) {
+    const char c = buffer[i];
+    if (c == '\n' || c == '\r') {
+      if (!rank.partial.empty()) keep_line(rank, std::move(rank.partial), kept);
+      rank.partial.clear();
+    } else {
+      rank.partial.push_back(c);
+    }
+  }
+  return true;
+}
+
+[[noreturn]] void exec_rank(const LaunchOptions& options, int rank, int port, int output_fd, pid_t launcher) {
+  ::setpgid(0, 0);  // terminal signals reach the launcher, which forwards them once
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::_exit(core::exit_status_for_signal(SIGTERM));
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGCHLD}) std::signal(s, SIG_DFL);
+  if (output_fd >= 0) {
+    ::dup2(output_fd, STDOUT_FILENO);
+    ::dup2(output_fd, STDERR_FILENO);
+    ::close(output_fd);
+  }
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+  ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(options.nproc))).c_str(), 1);
+  }
+  std::vector<std::string> args{"runner"};
+  args.insert(args.end(), options.arguments.begin(), options.arguments.end());
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::fprintf(stderr, "runner: rank %d could not start: %s\n", rank, std::strerror(errno));
+  ::_exit(core::kExitError);
+}
+
+}  // namespace
+
+int parse_nproc(const std::string& text) {
+  if (text == "auto") return std::max(1, core::cuda_device_count());
+  int value = 0;
+  try {
+    size_t used = 0;
+    value = std::stoi(text, &used);
+    if (used != text.size()) value = 0;
+  } catch (const std::exception&) {
+    value = 0;
+  }
+  if (value < 1) throw std::invalid_argument(fmt::format("--nproc must be a whole number >= 1 or auto, got '{}'", text));
+  return value;
+}
+
+int launch_local_ranks(const LaunchOptions& options) {
+  const int port = options.master_port > 0 ? options.master_port : free_port(options.master_addr);
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(fmt::format("launcher: pipe: {}", std::strerror(errno)));
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) std::signal(s, forward_signal);
+  std::fflush(stdout);
+  std::fflush(stderr);
+
+  const pid_t launcher = ::getpid();
+  std::vector<Rank> ranks(static_cast<size_t>(options.nproc));
+  for (int r = 0; r < options.nproc; ++r) {
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    rank.number = r;
+    int pipe_fds[2] = {-1, -1};
+    if (r > 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
+      throw std::runtime_error(fmt::format("launcher: pipe: {}", std::strerror(errno)));
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(fmt::format("launcher: fork: {}", std::strerror(errno)));
+    if (pid == 0) {
+      if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
+      exec_rank(options, r, port, pipe_fds[1] >= 0 ? ::dup(pipe_fds[1]) : -1, launcher);
+    }
+    rank.pid = pid;
+    if (r > 0) {
+      ::close(pipe_fds[1]);
+      rank.output = pipe_fds[0];
+      ::fcntl(rank.output, F_SETFL, O_NONBLOCK);
+    }
+  }
+
+  int failed = -1;          // the first rank that failed
+  int stop_signal = 0;      // a stop signal forwarded to the ranks
+  double kill_at = 0;       // when the ranks still running get SIGKILL (0: not scheduled)
+  double failed_at = 0;
+  auto running = [&] {
+    int count = 0;
+    for (const Rank& rank : ranks) count += rank.running ? 1 : 0;
+    return count;
+  };
+  while (running() > 0) {
+    std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+    std::vector<Rank*> owners{nullptr};
+    for (Rank& rank : ranks) {
+      if (rank.output < 0) continue;
+      fds.push_back({rank.output, POLLIN, 0});
+      owners.push_back(&rank);
+    }
+    ::poll(fds.data(), fds.size(), 100);
+    if (fds[0].revents & POLLIN) {
+      unsigned char byte = 0;
+      while (::read(signal_pipe[0], &byte, 1) == 1) {
+        stop_signal = byte;
+        for (Rank& rank : ranks)
+          if (rank.running) ::kill(rank.pid, byte);
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Rank& rank = *owners[i];
+      if (!drain(rank, options.kept_lines)) {
+        ::close(rank.output);
+        rank.output = -1;
+      }
+    }
+    int status = 0;
+    pid_t pid = 0;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (Rank& rank : ranks) {
+        if (rank.pid != pid) continue;
+        rank.running = false;
+        rank.status = status;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        const bool stopped_by_request = stop_signal != 0 && core::is_interrupt_status(exit_status_of(status));
+        if (!ok && !stopped_by_request && failed < 0) {
+          failed = rank.number;
+          failed_at = core::steady_seconds();
+          kill_at = failed_at + options.kill_grace_seconds;
+          for (Rank& other : ranks)
+            if (other.running) ::kill(other.pid, SIGTERM);
+        }
+      }
+    }
+    if (kill_at > 0 && core::steady_seconds() >= kill_at) {
+      for (Rank& rank : ranks)
+        if (rank.running) ::kill(rank.pid, SIGKILL);
+      kill_at = 0;
+    }
+  }
+  for (Rank& rank : ranks) {
+    while (rank.output >= 0 && drain(rank, options.kept_lines)) {
+    }
+    if (rank.output >= 0) ::close(rank.output);
+  }
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) std::signal(s, SIG_DFL);
+
+  if (failed < 0) {  // every rank exited with 0, or stopped on a forwarded signal: rank 0's status comes first
+    int result = exit_status_of(ranks.front().status);
+    for (const Rank& rank : ranks)
+      if (result == 0) result = exit_status_of(rank.status);
+    return result;
+  }
+  const Rank& culprit = ranks[static_cast<size_t>(failed)];
+  std::string report = fmt::format("runner: rank {} of {} (pid {}) {}", failed, options.nproc, culprit.pid,
+                                   how_it_ended(culprit.status));
+  if (failed > 0 && !culprit.lines.empty()) {
+    report += "; its last lines:\n";
+    for (const std::string& line : culprit.lines) report += fmt::format("[rank {}] {}\n", failed, core::terminal_text(line));
+  } else {
+    report += "\n";
+  }
+  for (const Rank& rank : ranks) {
+    if (rank.number == failed) continue;
+    report += fmt::format("runner: rank {} {}{}\n", rank.number, how_it_ended(rank.status),
+                          WIFSIGNALED(rank.status) && WTERMSIG(rank.status) == SIGKILL
+                              ? fmt::format(" (still running {:.0f} s after the failure)", options.kill_grace_seconds)
+                              : " after the failure");
+  }
+  std::fflush(stdout);
+  std::fputs(report.c_str(), stderr);
+  return exit_status_of(culprit.status) != 0 ? exit_status_of(culprit.status) : core::kExitError;
+}
+
+}  // namespace runner::dist

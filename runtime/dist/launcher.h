@@ -1,0 +1,30 @@
+// `runner --nproc N`: starts N local ranks of the same command, forwards stop signals to them, and when one
+// fails stops the others and says which rank failed, how, and its last lines.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace runner::dist {
+
+struct LaunchOptions {
+  int nproc = 1;                       // local ranks
+  std::vector<std::string> arguments;  // each rank's command line after the program name (no --nproc)
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                 // 0: a free port of this host
+  double kill_grace_seconds = 10;      // after a rank fails: SIGTERM to the others, SIGKILL this much later
+  int kept_lines = 40;                 // the last lines of each rank > 0 kept to show on failure
+};
+
+// "auto": one rank per visible CUDA device, 1 without one; else a whole number >= 1. Throws
+// std::invalid_argument naming the value.
+int parse_nproc(const std::string& text);
+
+// Runs the ranks to their end and returns the launcher's exit status: 0 when every rank exited with 0;
+// else the first failed rank's status (128 + signal for a rank killed by a signal). Rank 0 writes to this
+// process's stdout and stderr; the other ranks' lines are kept and shown, prefixed "[rank R]", when a rank
+// fails. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and, unless
+// set, OMP_NUM_THREADS (the cores shared out on the CPU, 1 per GPU rank).
+int launch_local_ranks(const LaunchOptions& options);
+
+}  // namespace runner::dist

@@ -1,0 +1,175 @@
+"""Data-parallel training over c10d Gloo on the CPU: 2 ranks against 1 process, the launcher's report when a
+rank dies and the resume after it, torchrun and a Slurm environment, and runner.dist's collectives."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+
+from runner_process import RUNNER, RunnerHomeTest
+
+# A small UNet on the shapes with every part of the trainer: global batch 8, accumulation 2, AdamW, warmup,
+# clipping, EMA; no dropout (its masks come from each process's generator). Rank 0 writes the losses and
+# weights. A rank can kill itself with SIGKILL at a step (die_rank / die_step).
+TRAIN = """
+local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5 }
+local run = runner.start(cfg)
+local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
+local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
+local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = 0 } end
+local model = make()
+local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-3, weight_decay = 0.01 }, warmup = 5,
+                               clip = 0.05, ema = 0.9, ema_model = make(), accumulate = 2, amp = "fp32",
+                               steps = cfg.steps, batch = 8, progress = false }
+run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
+local losses = {}
+for batch in loader:iter { from = run.step, to = cfg.steps } do
+  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  losses[#losses + 1] = out.loss:item()
+  run:log { loss = out.loss }
+  if run:every(4) then run:checkpoint() end
+  if runner.dist.rank == cfg.die_rank and run.step == cfg.die_step then
+    local pid = io.open("/proc/self/stat"):read("*n")
+    os.execute("kill -9 " .. pid)
+  end
+end
+run:checkpoint { wait = true }
+if runner.dist.is_main then
+  local result = {}
+  for name, t in pairs(model:state_dict()) do result["model." .. name] = t end
+  for name, t in pairs(train.ema:state_dict()) do result["ema." .. name] = t end
+  result.losses = torch.tensor(losses, { dtype = "float64" })
+  torch.save(result, cfg.out)
+end
+print(string.format("rank %d of %d done at step %d", runner.dist.rank, runner.dist.world_size, run.step))
+"""
+
+
+class DataParallel(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.script("train.lua", TRAIN)
+        self.env = {**self.env, "OMP_NUM_THREADS": "1", "RUNNER_DIST_TIMEOUT": "60"}
+
+    def runs(self):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute("SELECT name, status, step, world_size, error FROM runs ORDER BY rowid").fetchall()
+
+    def assert_same_training(self, a, b, what):
+        # fp32 sums over ranks and micro-batches in another order: equal to float rounding.
+        torch.testing.assert_close(a["losses"], b["losses"], rtol=1e-5, atol=1e-7, msg=what + ": losses")
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
+
+    def test_two_ranks_train_as_one_process_with_the_global_batch(self):
+        self.runner("train.lua", "out=one.safetensors", check=0)
+        result = self.runner("--nproc", "2", "--fresh", "train.lua", "out=two.safetensors", check=0)
+        self.assertIn("rank 0 of 2 done at step 20", result.stdout)
+        self.assertNotIn("rank 1 of 2", result.stdout, "only rank 0's output reaches the terminal")
+        one, two = load_file(self.dir / "one.safetensors"), load_file(self.dir / "two.safetensors")
+        self.assertEqual(len(one["losses"]), 20)
+        self.assert_same_training(one, two, "2 ranks vs 1 process")
+        runs = self.runs()
+        self.assertEqual(len(runs), 2, "one run per job, not one per rank")
+        self.assertEqual(runs[1][1:4], ("finished", 20, 2))
+
+    def kill_rank_1_at_step_10(self, out):
+        start = time.monotonic()
+        failed = self.runner("--nproc", "2", "--fresh", "train.lua", "die_rank=1", "die_step=10", f"out={out}")
+        elapsed = time.monotonic() - start
+        self.assertNotEqual(failed.returncode, 0)
+        self.assertRegex(failed.stderr, r"runner: rank 1 of 2 \(pid \d+\) was killed by signal 9 \(SIGKILL\)")
+        self.assertRegex(failed.stderr, r"runner: rank 0 (exited with status 1|was killed by signal \d+)")
+        self.assertLess(elapsed, 60, "the other rank stops well within the collective timeout")
+        name, status, step, world, error = self.runs()[-1]
+        self.assertEqual((status, step, world), ("failed", 10, 2), error)
+        self.assertIn("failed", error)
+        return name
+
+    def test_a_killed_rank_stops_the_job_and_the_run_resumes_at_any_world_size(self):
+        self.runner("--nproc", "2", "train.lua", "out=whole.safetensors", check=0)
+        whole = load_file(self.dir / "whole.safetensors")
+        # Continued with 2 ranks from the checkpoint at step 8: ends where the uninterrupted run ends, bit for bit.
+        name = self.kill_rank_1_at_step_10("resumed.safetensors")
+        resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "out=resumed.safetensors", check=0)
+        self.assertIn("rank 0 of 2 done at step 20", resumed.stdout)
+        again = load_file(self.dir / "resumed.safetensors")
+        self.assertTrue(torch.equal(again["losses"], whole["losses"][8:]), "the losses after the resume")
+        for key in whole:
+            if key != "losses":
+                self.assertTrue(torch.equal(again[key], whole[key]), key)
+        self.assertEqual(self.runs()[-1][1:3], ("finished", 20))
+        # Continued by one process: the same global batches, to the same step.
+        name = self.kill_rank_1_at_step_10("single.safetensors")
+        single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
+        self.assertIn("rank 0 of 1 done at step 20", single.stdout)
+        self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 2))
+        self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "resumed by 1 process")
+
+    def test_torchrun_and_a_slurm_environment_train_the_same(self):
+        self.runner("--nproc", "2", "train.lua", "out=launcher.safetensors", check=0)
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        result = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", RUNNER, "--fresh",
+                                 "train.lua", "out=torchrun.safetensors"], cwd=self.dir, env=self.env,
+                                capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assert_same_training(load_file(self.dir / "launcher.safetensors"),
+                                  load_file(self.dir / "torchrun.safetensors"), "torchrun vs runner --nproc")
+        # srun sets these for each task; the rendezvous host is the job's first node, the port from the job id.
+        procs = []
+        for rank in range(2):
+            env = {**self.env, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
+                   "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(os.getpid())}
+            procs.append(subprocess.Popen([RUNNER, "--fresh", "train.lua", "out=slurm.safetensors"], cwd=self.dir,
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(outputs))
+        self.assert_same_training(load_file(self.dir / "launcher.safetensors"),
+                                  load_file(self.dir / "slurm.safetensors"), "Slurm vs runner --nproc")
+        self.assertEqual([r[3] for r in self.runs()], [2, 2, 2])
+
+
+class Collectives(RunnerHomeTest):
+    def test_all_reduce_broadcast_all_gather_and_barrier(self):
+        self.script("collectives.lua", """
+            local d = runner.dist
+            local x = torch.tensor({ d.rank + 1, 10 * (d.rank + 1) })
+            d.all_reduce(x)
+            local m = d.all_reduce(torch.tensor({ d.rank + 1.0 }), "mean")
+            local hi = d.all_reduce(torch.tensor({ d.rank }), "max")
+            local b = d.broadcast(torch.tensor({ d.rank + 7 }), math.min(1, d.world_size - 1))
+            local g = torch.cat(d.all_gather(torch.tensor({ d.rank, d.rank })))
+            d.barrier()
+            print(string.format("rank %d/%d main=%s sum=%s mean=%s max=%s bcast=%s gather=%s", d.rank, d.world_size,
+              tostring(d.is_main), table.concat(x:tolist(), ","), m:item(), hi:item(), b:item(),
+              table.concat(g:tolist(), ",")))
+            """)
+        env = {**self.env, "OMP_NUM_THREADS": "1"}
+        result = subprocess.run([RUNNER, "--nproc", "3", "collectives.lua"], cwd=self.dir, env=env,
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.strip(), "rank 0/3 main=true sum=6,60 mean=2 max=2 bcast=8 gather=0,0,1,1,2,2")
+        single = self.runner("collectives.lua", check=0)
+        self.assertEqual(single.stdout.strip(), "rank 0/1 main=true sum=1,10 mean=1 max=0 bcast=7 gather=0,0")
+
+    def test_usage_errors(self):
+        self.script("noop.lua", "print(1)")
+        bad = self.runner("--nproc", "zero", "noop.lua", check=2)
+        self.assertIn("runner: --nproc must be a whole number >= 1 or auto, got 'zero'", bad.stderr)
+        nested = subprocess.run([RUNNER, "--nproc", "2", "noop.lua"], cwd=self.dir, capture_output=True, text=True,
+                                env={**self.env, "RANK": "0", "WORLD_SIZE": "2"}, timeout=60)
+        self.assertEqual(nested.returncode, 2)
+        self.assertIn("--nproc starts its own ranks", nested.stderr)
+        uneven = self.script("uneven.lua", """
+            local ds = runner.data.shapes { size = 4, count = 16 }
+            runner.data.loader(ds, { batch = 5 })
+            """)
+        result = self.runner("--nproc", "2", uneven)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("loader: batch 5 (the global batch of all ranks) does not split evenly over 2 ranks", result.stderr)
+        self.assertIn("runner: rank 0 of 2", result.stderr)
