@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "runtime/dist/process_group.h"
@@ -23,6 +24,9 @@ class GradientAverager {
   // The mean of a scalar over the ranks (the step's loss).
   at::Tensor mean(const at::Tensor& scalar);
   std::size_t bucket_count() const { return buckets_.size(); }
+  // Whether every rank holds the same parameters: a float64 checksum compared over the ranks (they apply the
+  // same averaged gradients, so they agree bit for bit). Throws std::runtime_error naming `step` otherwise.
+  void check_in_step(std::int64_t step);
 
  private:
   ProcessGroup& group_;

@@ -91,6 +91,7 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 }
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
+  trainer_->check_ranks_agree();    // a checkpoint of ranks that diverged would hide it
   if (run_.follower()) return 0.0;  // rank 0 saves the state, which is the same on every rank
   report_saves(false);
   if (last_checkpoint_step_ == run_.step() && !request.value) {

@@ -23,6 +23,9 @@
 namespace runner::train {
 namespace {
 
+// Data parallel: how often (in steps, and after the first) the ranks check that their weights agree.
+constexpr std::int64_t kRankCheckEvery = 100;
+
 // Autocast for one device type over a scope, restoring what was set before (the cast cache is cleared when
 // the outermost autocast region ends, as torch.autocast does).
 class AutocastScope {
@@ -290,6 +293,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   host_lap(timing_.optimizer);
 
   for (Ema& ema : emas_) ema.update(step_);
+  if (gradients_ && (step_ == 1 || step_ % kRankCheckEvery == 0)) gradients_->check_in_step(step_);
   mark(3);
   host_lap(timing_.ema);
   if (record) events_->pending = true;

@@ -124,6 +124,11 @@ class Trainer {
   const Optimizer& optimizer() const { return *optimizer_; }
   const LrSchedule& schedule() const { return *schedule_; }
   const std::vector<Ema>& emas() const { return emas_; }
+  // Data parallel: throws when the ranks' weights differ (dist::GradientAverager::check_in_step); nothing in
+  // a single process. Every rank must call it at the same step.
+  void check_ranks_agree() {
+    if (gradients_) gradients_->check_in_step(step_);
+  }
   // Continues counting from a checkpoint: `step` optimizer steps done, `skipped` of them skipped.
   void restore_counters(std::int64_t step, const at::Tensor& skipped);
 
