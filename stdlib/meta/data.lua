@@ -158,7 +158,7 @@ function Loader:dataset() end
 
 --- A loader: a seeded permutation per epoch (shuffle, default true), sharded by rank (each global batch of
 --- `batch` samples is split evenly over the world_size ranks, so every sample is seen once per epoch across
---- ranks), batches assembled by `workers` threads (default: min(4 per GPU, cores - 1)) up to `prefetch`
+--- ranks), batches assembled by `workers` threads (default: min(4 per GPU, cores - 1); for one of R ranks on a node, min(4, cores / R - 1)) up to `prefetch`
 --- batches ahead (default 2 per worker), in pinned memory and copied to a CUDA device on a side stream
 --- before they are asked for. on_error = "skip" leaves bad samples out of their batch and reports each file
 --- once; "raise" (default) stops with an error naming the file.
