@@ -78,7 +78,7 @@ struct Command {
   std::string script;
   std::vector<std::string> overrides;
   std::vector<std::string> script_args;
-  std::string log_level = "info";
+  std::string log_level;  // --log-level; default info (warn on ranks > 0 of a data-parallel job)
   std::string resume;  // --resume RUN
   bool fresh = false;  // --fresh
   std::string nproc;   // --nproc N|auto
@@ -157,7 +157,7 @@ void print_version() {
 // The launch context: the environment's part, then the command line's.
 runner::core::LaunchContext launch_context(const Command& command) {
   runner::core::LaunchContext context = runner::core::launch_context_from_environment();
-  context.log_level = command.log_level;
+  context.log_level = !command.log_level.empty() ? command.log_level : context.rank > 0 ? "warn" : "info";
   if (command.fresh) context.resume = runner::core::ResumePolicy::fresh;
   if (!command.resume.empty()) {
     context.resume = runner::core::ResumePolicy::run;
@@ -197,8 +197,9 @@ int main(int argc, char** argv) {
   Command command;
   try {
     command = parse_command(argc, argv);
-    runner::core::init_logging(command.log_level);
-    runner::core::set_launch_context(launch_context(command));
+    const runner::core::LaunchContext context = launch_context(command);
+    runner::core::init_logging(context.log_level);
+    runner::core::set_launch_context(context);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner: %s\n\n%s", runner::core::terminal_text(error.what()).c_str(), kUsage);
     return kExitUsage;

@@ -764,6 +764,15 @@ int cuda_device_count(lua_State* L) {
   return 1;
 }
 
+int cuda_tf32(lua_State* L) {
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    core::set_tf32(lua_toboolean(L, 1) != 0);
+  }
+  lua_pushboolean(L, core::tf32_enabled());
+  return 1;
+}
+
 int cuda_synchronize(lua_State* L) {
   if (core::cuda_available()) at::detail::getCUDAHooks().deviceSynchronize(
       static_cast<c10::DeviceIndex>(opt_integer(L, 1, 0)));
@@ -858,6 +867,7 @@ void open_tensor(lua_State* L) {
       {"is_available", wrap<cuda_is_available>},
       {"device_count", wrap<cuda_device_count>},
       {"synchronize", wrap<cuda_synchronize>},
+      {"tf32", wrap<cuda_tf32>},
   });
   lua_setfield(L, -2, "cuda");
   lua_setglobal(L, "torch");

@@ -95,6 +95,13 @@ const OptionTable<train::LossScalerOptions> kScalerOptions(
         option("growth_interval", &train::LossScalerOptions::growth_interval),
     });
 
+const OptionTable<dist::GradientAveragingOptions> kDataParallelOptions(
+    "data_parallel", "DataParallelOptions",
+    {
+        option("bucket_mb", &dist::GradientAveragingOptions::bucket_mb),
+        option("overlap", &dist::GradientAveragingOptions::overlap),
+    });
+
 // runner.trainer's options: the trainer's own (TrainerOptions) and what the binding builds around it.
 struct TrainerSpec {
   train::TrainerOptions options;
@@ -164,6 +171,9 @@ const OptionTable<TrainerSpec> kTrainerOptions(
         option_with<TrainerSpec>("scaler", [](lua_State* L, const char*, TrainerSpec& s) {
           s.options.scaler = kScalerOptions.read(L, lua_gettop(L));
         }),
+        option_with<TrainerSpec>("data_parallel", [](lua_State* L, const char*, TrainerSpec& s) {
+          s.options.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
+        }),
     });
 
 // runner._train.new(options, parameters, buffers, optimizer) -> Trainer
@@ -186,7 +196,7 @@ int trainer_new(lua_State* L) {
   }
   const c10::Device device = model.parameters.front().second.device();
   if (spec.deterministic) train::set_deterministic(true);
-  train::set_tf32(spec.tf32.value_or(device.is_cuda() && !spec.deterministic));
+  core::set_tf32(spec.tf32.value_or(device.is_cuda() && !spec.deterministic));
   auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), spec.schedule, std::move(spec.emas),
                                                   spec.options, device);
   new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <limits>
 
 #include "runtime/cli/command_support.h"
@@ -162,6 +163,7 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
                         {"pid", run.pid},
                         {"device", run.device},
                         {"world_size", run.world_size},
+                        {"hosts", run.hosts},
                         {"dir", run.dir},
                         {"started_at", run.started_at},
                         {"duration", index::duration_seconds(run, now)},
@@ -255,6 +257,7 @@ int show_command(int argc, char** argv) {
   text += fmt::format("host      {}   pid {}   device {}   world size {}{}\n", shown(run.host), run.pid,
                       run.device.empty() ? "-" : shown(run.device), run.world_size,
                       run.seed ? fmt::format("   seed {}", *run.seed) : "");
+  if (run.hosts.size() > 1) text += fmt::format("hosts     {}\n", shown(fmt::format("{}", fmt::join(run.hosts, ", "))));
   text += fmt::format("directory {}\n", shown(index::home_directory() + "/" + run.dir));
   if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
   print(text);

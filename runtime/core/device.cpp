@@ -52,4 +52,11 @@ std::string device_name(const c10::Device& device) {
   return device.has_index() ? name + ":" + std::to_string(device.index()) : name;
 }
 
+void set_tf32(bool enabled) {
+  at::globalContext().setAllowTF32CuBLAS(enabled);
+  at::globalContext().setAllowTF32CuDNN(enabled);
+}
+
+bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
+
 }  // namespace runner::core

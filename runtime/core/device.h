@@ -16,4 +16,9 @@ std::string device_name(const c10::Device& device);
 bool cuda_available();
 int cuda_device_count();
 
+// TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN); ATen's default leaves
+// convolutions on TF32 and matmuls off. tf32_enabled() is true when both are on.
+void set_tf32(bool enabled);
+bool tf32_enabled();
+
 }  // namespace runner::core

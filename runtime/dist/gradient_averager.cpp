@@ -1,13 +1,19 @@
-// Bucketed gradient averaging over the process group, and the broadcast of the starting weights.
+// Bucketed gradient averaging over the process group (overlapped with backward through hooks on the
+// parameters' gradient accumulators), and the broadcast of the starting weights.
 #include "runtime/dist/gradient_averager.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 namespace runner::dist {
 
-GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, std::size_t bucket_bytes)
-    : group_(group), parameters_(std::move(parameters)) {
+GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, GradientAveragingOptions options)
+    : group_(group), parameters_(std::move(parameters)), bucket_of_(parameters_.size()) {
+  if (!(options.bucket_mb > 0)) throw std::invalid_argument(fmt::format("bucket_mb must be positive, got {}", options.bucket_mb));
+  const auto bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1024 * 1024);
   std::vector<std::size_t> bucket;
   std::size_t bytes = 0;
   for (std::size_t i = parameters_.size(); i-- > 0;) {
@@ -24,29 +30,89 @@ GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> 
     bytes += size;
   }
   if (!bucket.empty()) buckets_.push_back(std::move(bucket));
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    for (std::size_t i : buckets_[b]) bucket_of_[i] = b;
+  if (!options.overlap) return;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (!accumulator) continue;  // not a leaf that requires grad: average() handles it
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          gradient_ready(i);
+          return outputs;
+        })));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradientAverager::~GradientAverager() {
+  for (std::size_t h = 0; h < accumulators_.size(); ++h) accumulators_[h]->del_post_hook(hook_keys_[h]);
+}
+
+void GradientAverager::start_step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+  pending_.clear();
+  flats_.clear();
+}
+
+void GradientAverager::expect_last_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = true;
+  missing_.clear();
+  for (const auto& bucket : buckets_) missing_.push_back(bucket.size());
+  next_bucket_ = 0;
+  overlapped_ = 0;
+  flats_.assign(buckets_.size(), at::Tensor());
+  pending_.clear();
+  pending_.resize(buckets_.size());
+}
+
+void GradientAverager::gradient_ready(std::size_t parameter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_) return;  // an earlier micro-batch: gradients only accumulate
+  std::size_t& missing = missing_[bucket_of_[parameter]];
+  if (missing > 0) --missing;
+  start_ready_buckets();
+}
+
+void GradientAverager::start_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && missing_[next_bucket_] == 0) {
+    start(next_bucket_++);
+    ++overlapped_;
+  }
+}
+
+void GradientAverager::start(std::size_t b) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> pieces;
+  for (std::size_t i : buckets_[b]) {
+    at::Tensor& p = parameters_[i];
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    pieces.push_back(p.grad().reshape({-1}));
+  }
+  flats_[b] = at::cat(pieces);
+  std::vector<at::Tensor> one{flats_[b]};
+  pending_[b].emplace(group_.all_reduce_async(one));
 }
 
 void GradientAverager::average() {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> flats;
-  std::vector<PendingCollective> pending;
-  flats.reserve(buckets_.size());
-  pending.reserve(buckets_.size());
-  for (const auto& bucket : buckets_) {
-    std::vector<at::Tensor> pieces;
-    for (std::size_t i : bucket) {
-      at::Tensor& p = parameters_[i];
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-      pieces.push_back(p.grad().reshape({-1}));
-    }
-    flats.push_back(at::cat(pieces));
-    std::vector<at::Tensor> one{flats.back()};
-    pending.push_back(group_.all_reduce_async(one));
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!armed_) {  // no hooks (overlap off) or expect_last_backward() not called: nothing started yet
+    lock.unlock();
+    expect_last_backward();
+    lock.lock();
   }
+  armed_ = false;
+  const std::size_t during_backward = overlapped_;
+  while (next_bucket_ < buckets_.size()) start(next_bucket_++);
+  overlapped_ = during_backward;
+  lock.unlock();
+  at::NoGradGuard no_grad;
   const double scale = 1.0 / static_cast<double>(group_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    pending[b].wait();
-    at::Tensor& flat = flats[b];
+    pending_[b]->wait();
+    at::Tensor& flat = flats_[b];
     flat.mul_(scale);
     std::int64_t offset = 0;
     for (std::size_t i : buckets_[b]) {
@@ -56,6 +122,8 @@ void GradientAverager::average() {
       offset += n;
     }
   }
+  flats_.assign(buckets_.size(), at::Tensor());
+  pending_.clear();
 }
 
 at::Tensor GradientAverager::mean(const at::Tensor& scalar) {

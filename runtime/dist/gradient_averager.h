@@ -1,37 +1,77 @@
 // Data-parallel gradients: every rank's gradients replaced by their mean over the ranks, in buckets of about
-// 25 MB (flattened, one all-reduce each, all in flight together), as PyTorch DDP's reducer averages them.
+// 25 MB (flattened, one all-reduce each), started while backward still runs, as PyTorch DDP's reducer does.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/dist/process_group.h"
 
+namespace torch::autograd {
+struct Node;
+}
+
 namespace runner::dist {
+
+struct GradientAveragingOptions {
+  double bucket_mb = 25;  // the size of one all-reduce
+  bool overlap = true;    // start a bucket's all-reduce during backward as soon as all its gradients are in
+};
 
 class GradientAverager {
  public:
   // `parameters` in the same order on every rank. Buckets hold parameters of one dtype and device, filled
   // from the last parameter backwards (the order backward produces their gradients).
-  GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, std::size_t bucket_bytes = 25u << 20);
+  GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, GradientAveragingOptions options = {});
+  ~GradientAverager();
+  GradientAverager(const GradientAverager&) = delete;
+  GradientAverager& operator=(const GradientAverager&) = delete;
 
-  // Averages the parameters' gradients in place; a parameter without a gradient on this rank counts as zeros
-  // (and gets a gradient), so every rank launches the same collectives.
+  // Called when a step starts: forgets a step whose backward failed.
+  void start_step();
+  // Called before the backward of a step's last micro-batch (earlier micro-batches only accumulate): with
+  // overlap, each bucket starts its all-reduce once backward has accumulated all of its gradients. Buckets
+  // start in the same order on every rank (a bucket waits for the ones before it).
+  void expect_last_backward();
+  // After that backward: starts the buckets not started yet (a parameter without a gradient on this rank
+  // counts as zeros, and gets a gradient, so every rank launches the same collectives), waits for all and
+  // replaces the gradients by the mean.
   void average();
   // The mean of a scalar over the ranks (the step's loss).
   at::Tensor mean(const at::Tensor& scalar);
   std::size_t bucket_count() const { return buckets_.size(); }
+  // Buckets of the last average() that backward started (the rest started after it).
+  std::size_t overlapped_buckets() const { return overlapped_; }
   // Whether every rank holds the same parameters: a float64 checksum compared over the ranks (they apply the
   // same averaged gradients, so they agree bit for bit). Throws std::runtime_error naming `step` otherwise.
   void check_in_step(std::int64_t step);
 
  private:
+  void gradient_ready(std::size_t parameter);
+  void start_ready_buckets();  // with mutex_ held
+  void start(std::size_t bucket);
+
   ProcessGroup& group_;
   std::vector<at::Tensor> parameters_;
   std::vector<std::vector<std::size_t>> buckets_;  // indices into parameters_
+  std::vector<std::size_t> bucket_of_;             // parameter -> bucket
+  // The parameters' gradient accumulators (kept alive: the hooks live on them) and the hooks' keys.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<std::uintptr_t> hook_keys_;
+
+  std::mutex mutex_;  // the hooks run on autograd's threads
+  bool armed_ = false;
+  std::vector<std::size_t> missing_;  // per bucket: gradients not in yet
+  std::size_t next_bucket_ = 0;       // buckets start in order
+  std::size_t overlapped_ = 0;
+  std::vector<at::Tensor> flats_;
+  std::vector<std::optional<PendingCollective>> pending_;
 };
 
 // Sets every rank's tensors to rank 0's (parameters and buffers at the start of training).

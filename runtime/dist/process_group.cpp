@@ -11,6 +11,7 @@
 #endif
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace runner::dist {
@@ -201,6 +202,20 @@ std::string ProcessGroup::broadcast_text(const std::string& text, int root) {
   } catch (const std::exception&) {
     fail("broadcast of a message from rank " + std::to_string(root), describe(std::current_exception()));
   }
+}
+
+std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
+  const std::vector<at::Tensor> lengths = all_gather(at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong));
+  std::int64_t longest = 1;
+  for (const at::Tensor& length : lengths) longest = std::max(longest, length.item<std::int64_t>());
+  at::Tensor padded = at::zeros({longest}, at::kByte);
+  std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  std::vector<std::string> gathered;
+  const std::vector<at::Tensor> pieces = all_gather(padded);
+  for (std::size_t r = 0; r < pieces.size(); ++r)
+    gathered.emplace_back(static_cast<const char*>(pieces[r].const_data_ptr()),
+                          static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
+  return gathered;
 }
 
 ProcessGroup* process_group() { return the_group.get(); }

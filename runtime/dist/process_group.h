@@ -68,6 +68,8 @@ class ProcessGroup {
   bool any(bool flag);
   std::int64_t max(std::int64_t value);
   std::string broadcast_text(const std::string& text, int root);
+  // Every rank's `bytes` (of any length) over Gloo, in rank order.
+  std::vector<std::string> all_gather_bytes(const std::string& bytes);
 
  private:
   struct Backends;

@@ -124,6 +124,11 @@ ALTER TABLE runs ADD COLUMN active_seconds REAL NOT NULL DEFAULT 0;
 UPDATE runs SET attempt_started_at = started_at WHERE status = 'running';
 UPDATE runs SET active_seconds = max(0, coalesce(ended_at, heartbeat_at) - started_at) WHERE status != 'running';
 )sql"},
+    // The hosts of a data-parallel job's ranks (a JSON array, one entry per host, in rank order).
+    {3, R"sql(
+ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '[]';
+UPDATE runs SET hosts = json_array(host);
+)sql"},
 };
 
 int user_version(Database& db) {

@@ -21,7 +21,7 @@ constexpr const char* kRunColumns =
     "r.run, r.id, r.name, r.status, r.script, r.script_hash, r.config, r.summary, r.git_revision, r.git_dirty, "
     "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
     "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent), r.attempts, r.attempt_started_at, "
-    "r.active_seconds";
+    "r.active_seconds, r.hosts";
 
 // SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
 std::string fold_attempt(const std::string& end) {
@@ -35,6 +35,10 @@ nlohmann::json parse_json_column(const Statement& statement, int column) {
   const std::string text = statement.text(column);
   nlohmann::json value = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
   return value.is_discarded() ? nlohmann::json(text) : value;
+}
+
+std::string hosts_json(const NewRun& spec) {
+  return nlohmann::json(spec.hosts.empty() ? std::vector<std::string>{host_name()} : spec.hosts).dump();
 }
 
 RunRecord read_run(const Statement& s) {
@@ -65,6 +69,10 @@ RunRecord read_run(const Statement& s) {
   run.attempts = s.integer(23);
   run.attempt_started_at = s.optional_real(24);
   run.active_seconds = s.real(25);
+  const nlohmann::json hosts = parse_json_column(s, 26);
+  if (hosts.is_array())
+    for (const auto& host : hosts)
+      if (host.is_string()) run.hosts.push_back(host.get<std::string>());
   return run;
 }
 
@@ -193,15 +201,15 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       if (clash.step()) return;  // retried with another id
       Statement insert = db.prepare(
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
-          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at) "
-          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts) "
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty) insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
       else insert.bind_null(7);
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
-      insert.bind(17, spec.parent).bind(18, now);
+      insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec));
       insert.run();
       inserted = db.last_insert_rowid();
     });
@@ -231,12 +239,13 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
     Statement update = db.prepare(
         "UPDATE runs SET status = 'running', error = NULL, ended_at = NULL, host = ?, pid = ?, heartbeat_at = ?, "
         "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ?, "
-        "attempts = attempts + 1, attempt_started_at = ? WHERE run = ?");
+        "attempts = attempts + 1, attempt_started_at = ?, world_size = ?, hosts = ? WHERE run = ?");
     update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
     update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
     if (spec.git_dirty) update.bind(7, static_cast<int64_t>(*spec.git_dirty));
     else update.bind_null(7);
-    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, run);
+    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
+    update.bind(12, hosts_json(spec)).bind(13, run);
     update.run();
   });
   return load_run(db, run);

@@ -32,6 +32,7 @@ struct NewRun {
   std::string device;
   std::optional<int64_t> seed;
   int world_size = 1;
+  std::vector<std::string> hosts;  // the ranks' hosts, each once, in rank order; empty: this host
   nlohmann::json versions = nlohmann::json::object();
   std::optional<int64_t> parent;
 };
@@ -51,7 +52,8 @@ struct RunRecord {
   int64_t pid = 0;
   std::string device;
   std::optional<int64_t> seed;
-  int world_size = 1;
+  int world_size = 1;               // of the latest attempt
+  std::vector<std::string> hosts;   // of the latest attempt: the ranks' hosts, each once, in rank order
   nlohmann::json versions;
   std::string dir;  // relative to the index's home directory
   double started_at = 0;

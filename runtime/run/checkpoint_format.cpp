@@ -6,6 +6,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -66,7 +67,8 @@ nlohmann::json parse_metadata(const ckpt::SafetensorsContents& file, const std::
 }  // namespace
 
 TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
-                                   const nlohmann::json& named_state) {
+                                   const nlohmann::json& named_state,
+                                   const std::vector<train::NamedTensorList>& rank_rng_states) {
   const train::TrainerModel& model = trainer.model();
   std::vector<ckpt::CheckpointFileContent> files;
   files.push_back({"model.safetensors", host_copies(state_dict_of(model)), {{"format", "runner.model"}}});
@@ -85,7 +87,9 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   files.push_back({"optimizer.safetensors", host_copies(trainer.optimizer().state_tensors()),
                    {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}});
 
-  NamedTensorList trainer_tensors = train::capture_rng_states();
+  NamedTensorList trainer_tensors = rank_rng_states.empty() ? train::capture_rng_states() : rank_rng_states.front();
+  for (std::size_t r = 1; r < rank_rng_states.size(); ++r)
+    for (const auto& [name, state] : rank_rng_states[r]) trainer_tensors.emplace_back(fmt::format("rank{}.{}", r, name), state);
   if (const train::LossScaler* scaler = trainer.loss_scaler())
     for (const auto& [name, tensor] : scaler->state_tensors()) trainer_tensors.emplace_back("scaler." + name, tensor);
   trainer_tensors.emplace_back("skipped", trainer.skipped());
@@ -95,6 +99,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
                           {"micro_step", 0},
                           {"precision", train::precision_name(trainer.precision())},
                           {"accumulate", trainer.options().accumulate},
+                          {"world_size", std::max<std::size_t>(1, rank_rng_states.size())},
                           {"schedule", trainer.schedule().state()},
                           {"emas", nlohmann::json::array()},
                           {"extra", extra}};
@@ -111,7 +116,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   return snapshot;
 }
 
-RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer) {
+RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer, int rank, int world_size) {
   auto load = [&](const std::string& name) {
     try {
       return ckpt::load_safetensors(checkpoint_dir + "/" + name);
@@ -154,8 +159,10 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
       parse_metadata(optimizer_file, "hyperparameters", checkpoint_dir + "/optimizer.safetensors");
   NamedTensorList rng, scaler;
   at::Tensor skipped;
+  const std::string rng_prefix = rank == 0 ? "rng." : fmt::format("rank{}.rng.", rank);
+  const std::string rank_prefix = rank == 0 ? "" : fmt::format("rank{}.", rank);
   for (const auto& t : trainer_file.tensors) {
-    if (t.name.rfind("rng.", 0) == 0) rng.emplace_back(t.name, t.tensor);
+    if (t.name.rfind(rng_prefix, 0) == 0) rng.emplace_back(t.name.substr(rank_prefix.size()), t.tensor);
     else if (t.name.rfind("scaler.", 0) == 0) scaler.emplace_back(t.name.substr(7), t.tensor);
     else if (t.name == "skipped") skipped = t.tensor;
   }
@@ -190,7 +197,18 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   if (train::LossScaler* loss_scaler = trainer.loss_scaler(); loss_scaler && !scaler.empty())
     loss_scaler->load_state_tensors(scaler);
   trainer.schedule().load_state(state.value("schedule", nlohmann::json::object()));
-  train::restore_rng_states(rng);
+  // Rank 0's streams are always there; another rank's when the checkpoint's job had that rank.
+  if (rank == 0 || !rng.empty()) train::restore_rng_states(rng);
+  const int saved_world_size = state.value("world_size", 1);
+  if (saved_world_size != world_size && rank == 0)
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: saved by {} rank{}, continuing with {}: the sample order and the keyed noise streams "
+                          "continue exactly, but each rank's default random generator (dropout, torch.rand* in the "
+                          "script) cannot continue as it would have{}",
+                          checkpoint_dir, saved_world_size, saved_world_size == 1 ? "" : "s", world_size,
+                          world_size > saved_world_size
+                              ? fmt::format(" (ranks {} and up start from their seed)", saved_world_size)
+                              : ""));
   trainer.restore_counters(restored.step, skipped);
   const std::string precision = train::precision_name(trainer.precision());
   if (state.value("accumulate", trainer.options().accumulate) != trainer.options().accumulate ||

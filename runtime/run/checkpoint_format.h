@@ -2,9 +2,10 @@
 //   model.safetensors      parameters and buffers under their state-dict names
 //   ema.safetensors        the first average (float32) under the model's names; ema-<k>.safetensors for the k-th
 //   optimizer.safetensors  the optimizer's state tensors; metadata "hyperparameters" (JSON)
-//   trainer.safetensors    loss scale, skip count, every RNG stream; metadata "trainer" (JSON): step, precision,
-//                          accumulate, schedule and EMA counters, and "extra": {"loader": loader state,
-//                          "state": the script's named state objects}
+//   trainer.safetensors    loss scale, skip count, every RNG stream ("rng.*"; rank r > 0 of a data-parallel job
+//                          "rank<r>.rng.*"); metadata "trainer" (JSON): step, precision, accumulate, world size,
+//                          schedule and EMA counters, and "extra": {"loader": loader state, "state": the
+//                          script's named state objects}
 // checkpoint_directory.h writes them (partial directory, hashes, manifest, rename).
 #pragma once
 
@@ -28,9 +29,11 @@ struct TrainingSnapshot {
   std::function<void()> wait_ready;
 };
 
-// `loader` may be null; `named_state` is a JSON object (name -> state) or null.
+// `loader` may be null; `named_state` is a JSON object (name -> state) or null. `rank_rng_states`: in a
+// data-parallel job, every rank's capture_rng_states() in rank order; empty: this process's.
 TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
-                                   const nlohmann::json& named_state);
+                                   const nlohmann::json& named_state,
+                                   const std::vector<train::NamedTensorList>& rank_rng_states = {});
 
 struct RestoredTraining {
   std::int64_t step = 0;
@@ -42,6 +45,9 @@ struct RestoredTraining {
 // or number of EMAs is std::invalid_argument naming the file and what differs) and only then restores the
 // trainer: weights, EMAs, optimizer state and hyperparameters, loss scale, counters, schedule and every RNG
 // stream. The loader is left to the caller (it needs the same setup; data::Loader::restore checks that).
-RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer);
+// Rank `rank` of `world_size` restores its own RNG streams; at another world size than the checkpoint's, a
+// rank without saved streams keeps its own, and a warning says that they cannot continue exactly.
+RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer, int rank = 0,
+                                  int world_size = 1);
 
 }  // namespace runner::run

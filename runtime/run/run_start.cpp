@@ -3,6 +3,7 @@
 
 #include "runtime/dist/process_group.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -58,7 +59,7 @@ GitState git_state(const std::string& directory) {
 namespace {
 
 std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, const core::LaunchContext& launch,
-                                               const std::string& home) {
+                                               const std::string& home, std::vector<std::string> hosts = {}) {
   index::Database db = index::open_index_for_writing(home);
   index::check_run_tables(db);
   RunStart start;
@@ -73,6 +74,7 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
   run.versions = request.versions;
   run.device = request.device;
   run.world_size = launch.world_size;
+  run.hosts = std::move(hosts);
   if (!request.script.empty()) {
     const auto slash = request.script.rfind('/');
     const GitState git = git_state(slash == std::string::npos ? "." : request.script.substr(0, slash));
@@ -107,10 +109,13 @@ std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::L
   dist::ProcessGroup* group = dist::process_group();
   if (!group || group->size() == 1) return start_recorded_run(request, launch, home);
   // Data parallel: rank 0 starts (or continues) the run and records it; the other ranks follow that run.
+  std::vector<std::string> hosts;
+  for (const std::string& host : group->all_gather_bytes(index::host_name()))
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   if (group->rank() == 0) {
     std::unique_ptr<RunContext> context;
     try {
-      context = start_recorded_run(request, launch, home);
+      context = start_recorded_run(request, launch, home, std::move(hosts));
     } catch (const std::exception& error) {
       group->broadcast_text(std::string("!") + error.what(), 0);
       throw;

@@ -15,6 +15,7 @@
 #include "runtime/core/open_line.h"
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
+#include "runtime/train/rng_state.h"
 
 namespace runner::run {
 namespace {
@@ -83,7 +84,8 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
     if (!choice.checkpoint) throw std::invalid_argument(fmt::format("run {} has no good checkpoint to fork from", source.name));
   }
   if (!choice.checkpoint) return std::nullopt;
-  RestoredTraining restored = restore_training(choice.directory, *trainer_);
+  const dist::ProcessGroup* group = dist::process_group();
+  RestoredTraining restored = restore_training(choice.directory, *trainer_, group ? group->rank() : 0, group ? group->size() : 1);
   if (loader_ && restored.loader) loader_->restore(*restored.loader);
   run_.set_step(restored.step);
   core::log(core::LogLevel::info, fmt::format("restored {}: continuing at step {}", choice.directory, restored.step));
@@ -91,8 +93,13 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 }
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
-  trainer_->check_ranks_agree();    // a checkpoint of ranks that diverged would hide it
-  if (run_.follower()) return 0.0;  // rank 0 saves the state, which is the same on every rank
+  trainer_->check_ranks_agree();  // a checkpoint of ranks that diverged would hide it
+  // Rank 0 saves the state, which is the same on every rank, and every rank's random generators.
+  std::vector<train::NamedTensorList> rank_rng_states;
+  if (distributed())
+    for (const std::string& bytes : dist::process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
+      rank_rng_states.push_back(train::decode_rng_states(bytes));
+  if (run_.follower()) return 0.0;
   report_saves(false);
   if (last_checkpoint_step_ == run_.step() && !request.value) {
     // This step is saved already (e.g. by `every` in the loop, then once more after it): the state is the same.
@@ -102,7 +109,7 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
   const double start = core::steady_seconds();
   saver_->wait();
   const nlohmann::json named_state = named_state_ ? named_state_() : nlohmann::json::object();
-  TrainingSnapshot snapshot = snapshot_training(*trainer_, loader_.get(), named_state);
+  TrainingSnapshot snapshot = snapshot_training(*trainer_, loader_.get(), named_state, rank_rng_states);
   ckpt::SaveRequest save;
   save.step = run_.step();
   save.files = std::move(snapshot.files);

@@ -3,9 +3,11 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
+#include <ATen/ATen.h>
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -65,6 +67,37 @@ void restore_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& s
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(state.contiguous());
   }
+}
+
+std::string encode_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& states) {
+  std::string bytes;
+  for (const auto& [name, state] : states) {
+    const at::Tensor contiguous = state.contiguous();
+    bytes += fmt::format("{}\n{}\n", name, contiguous.numel());
+    bytes.append(static_cast<const char*>(contiguous.const_data_ptr()), static_cast<std::size_t>(contiguous.numel()));
+  }
+  return bytes;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> decode_rng_states(const std::string& bytes) {
+  std::vector<std::pair<std::string, at::Tensor>> states;
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    const std::size_t name_end = bytes.find('\n', at);
+    const std::size_t count_end = name_end == std::string::npos ? name_end : bytes.find('\n', name_end + 1);
+    if (count_end == std::string::npos) throw std::invalid_argument("rng state: a truncated entry");
+    const std::string name = bytes.substr(at, name_end - at);
+    const std::string count_text = bytes.substr(name_end + 1, count_end - name_end - 1);
+    if (count_text.empty() || count_text.find_first_not_of("0123456789") != std::string::npos || count_text.size() > 12)
+      throw std::invalid_argument(fmt::format("rng state: entry '{}' has no byte count", name));
+    const std::size_t count = std::stoull(count_text);
+    if (count > bytes.size() - count_end - 1) throw std::invalid_argument(fmt::format("rng state: entry '{}' is truncated", name));
+    at::Tensor state = at::empty({static_cast<std::int64_t>(count)}, at::kByte);
+    std::memcpy(state.data_ptr(), bytes.data() + count_end + 1, count);
+    states.emplace_back(name, state);
+    at = count_end + 1 + count;
+  }
+  return states;
 }
 
 }  // namespace runner::train

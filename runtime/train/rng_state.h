@@ -19,4 +19,9 @@ std::vector<std::pair<std::string, at::Tensor>> capture_rng_states();
 // unknown or malformed entry, before any generator changes.
 void restore_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& states);
 
+// The states as one byte string (to send to another rank) and back: per entry its name, a newline, the byte
+// count, a newline and the bytes. decode throws std::invalid_argument ("rng state: ...") on malformed bytes.
+std::string encode_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& states);
+std::vector<std::pair<std::string, at::Tensor>> decode_rng_states(const std::string& bytes);
+
 }  // namespace runner::train

@@ -176,7 +176,7 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     // Data parallel: every rank averages its gradients with the others'.
     std::vector<at::Tensor> trainable;
     for (const auto& [name, p] : trainable_) trainable.push_back(p);
-    gradients_ = std::make_unique<dist::GradientAverager>(*group, std::move(trainable));
+    gradients_ = std::make_unique<dist::GradientAverager>(*group, std::move(trainable), options_.data_parallel);
   }
 }
 
@@ -233,6 +233,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
 
   mark(0);
   optimizer_->zero_grad();
+  if (gradients_) gradients_->start_step();
   const int64_t count = options_.accumulate;
   std::vector<at::Tensor> micro_losses;
   for (int64_t micro = 0; micro < count; ++micro) {
@@ -250,12 +251,14 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
     at::Tensor objective = loss.reshape({}).to(at::kFloat);
     if (count > 1) objective = objective / static_cast<double>(count);
     if (scaler_) objective = scaler_->scale_loss(objective);
+    // Data parallel: the last micro-batch's backward starts averaging buckets as their gradients come in.
+    if (gradients_ && micro == count - 1) gradients_->expect_last_backward();
     objective.backward();
     micro_losses.push_back(loss.detach().reshape({}).to(at::kFloat));
   }
   at::Tensor loss_mean = micro_losses.front();
   if (count > 1) loss_mean = at::stack(micro_losses).sum() / static_cast<double>(count);
-  if (gradients_) {  // after the last micro-batch only; the mean loss makes every rank agree on a non-finite step
+  if (gradients_) {  // finishes the averaging; the mean loss makes every rank agree on a non-finite step
     gradients_->average();
     loss_mean = gradients_->mean(loss_mean);
   }
@@ -325,11 +328,6 @@ void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
   if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
   step_ = step;
   ++state_version_;
-}
-
-void set_tf32(bool enabled) {
-  at::globalContext().setAllowTF32CuBLAS(enabled);
-  at::globalContext().setAllowTF32CuDNN(enabled);
 }
 
 void set_deterministic(bool enabled) {

@@ -50,6 +50,7 @@ struct TrainerOptions {
   std::optional<double> clip;          // max global L2 norm of the gradients
   NonFinitePolicy on_nonfinite = NonFinitePolicy::skip;
   LossScalerOptions scaler;            // fp16 only
+  dist::GradientAveragingOptions data_parallel;  // with more than one rank
 };
 
 // The model as the trainer sees it: every parameter and buffer under its state-dict name.
@@ -158,8 +159,6 @@ class Trainer {
   std::function<void()> before_step_;
 };
 
-// TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN).
-void set_tf32(bool enabled);
 // Deterministic algorithms (errors for ops without one), deterministic cuDNN without autotuning, and the
 // cuBLAS workspace setting that deterministic matmuls need.
 void set_deterministic(bool enabled);

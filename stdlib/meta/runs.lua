@@ -7,7 +7,9 @@
 --- script's repository (and whether it was modified), host, pid, device, seed and versions; a directory
 --- RUNNER_HOME/<name>/ with script.lua (a copy), config.json and log.txt (log messages and printed output
 --- from now on). Seeds torch (CPU and CUDA) and math.random from `seed`, then the config's `seed`, else a
---- fresh one (recorded). The device is options.device, else the config's `device`, else "auto".
+--- fresh one (recorded); rank r of a data-parallel job seeds them from seed + r (its dropout masks differ from
+--- the other ranks'; the weights all start from rank 0's). The device is options.device, else the config's
+--- `device`, else "auto".
 --- The name is options.name, else the config's `name`, else "<script>-<n>"; a name that exists is an error.
 --- `parent` (an id, id prefix, name or 'last') links the run to the run it continues from.
 --- `resume`: true (the default: continue the latest ended run of this script with the same config that has a

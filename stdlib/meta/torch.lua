@@ -133,6 +133,12 @@ function torch.cuda.is_available() end
 ---@return integer
 function torch.cuda.device_count() end
 function torch.cuda.synchronize(device_index) end
+--- With an argument, allows or forbids TF32 in float32 matrix multiplications and convolutions on CUDA (cuBLAS
+--- and cuDNN: about 3 decimal digits instead of 7, several times faster); returns whether both use it. Like
+--- PyTorch, convolutions start with TF32 on and matmuls off; `runner.trainer` sets both from its `tf32` option.
+---@param enabled? boolean
+---@return boolean
+function torch.cuda.tf32(enabled) end
 
 --- Every Tensor method below is also a torch function taking the tensor first: torch.exp(t) == t:exp().
 

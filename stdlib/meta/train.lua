@@ -15,10 +15,11 @@
 ---@field on_nonfinite? string         "skip" (default: skip the optimizer step and count it) or "stop" (raise a report naming the non-finite loss, gradients, parameters and the inputs' ranges; reads one flag per step)
 ---@field steps? integer               total optimizer steps: shows the progress display and sizes linear/cosine schedules
 ---@field batch? integer               images per step, for images/s in the progress display
----@field progress? boolean            false: no progress display
+---@field progress? boolean            false: no progress display (only rank 0 of a data-parallel job shows it)
 ---@field tf32? boolean                TF32 matmuls and convolutions on CUDA (default: on for CUDA unless deterministic)
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
 ---@field scaler? ScalerOptions        fp16 loss scaling
+---@field data_parallel? DataParallelOptions  gradient averaging when more than one rank trains (stdlib/meta/dist.lua)
 
 ---@class ScheduleOptions
 ---@field kind? string                 constant (default), linear, cosine, step, multistep, exponential, plateau
@@ -45,6 +46,10 @@
 ---@field inv_gamma? number            default 1
 ---@field power? number                default 2/3
 ---@field update_every? integer        update on steps that are multiples of this (default 1)
+
+---@class DataParallelOptions
+---@field bucket_mb? number            gradients averaged per all-reduce, in MiB (default 25, as PyTorch DDP's bucket_cap_mb)
+---@field overlap? boolean             start a bucket's all-reduce during the last micro-batch's backward, as soon as all its gradients are in (default true); false: all after backward
 
 ---@class ScalerOptions
 ---@field init_scale? number           default 65536

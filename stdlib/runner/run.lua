@@ -70,8 +70,8 @@ function runner.start(cfg, options)
                  gpus = #versions.cuda_devices > 0 and versions.cuda_devices or nil },
   })
   local info = native_run:info()
-  torch.manual_seed(info.seed)
-  math.randomseed(info.seed)
+  torch.manual_seed(info.seed + runner.dist.rank)  -- each rank its own stream (dropout masks)
+  math.randomseed(info.seed + runner.dist.rank)
   local run = setmetatable({
     native = native_run, id = info.id, name = info.name, dir = info.dir, seed = info.seed,
     device = torch.device(options and options.device or declared(cfg, "device") or "auto"), config = cfg,

@@ -41,7 +41,7 @@ local function optimizer_of(spec, model)
 end
 
 --- runner.trainer{model, optimizer, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
---- steps, batch, progress, tf32, deterministic, scaler} -> Trainer (see stdlib/meta/train.lua; the options
+--- steps, batch, progress, tf32, deterministic, scaler, data_parallel} -> Trainer (see stdlib/meta/train.lua; the options
 --- are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
   if type(options) ~= "table" then error("runner.trainer expects an options table", 2) end
@@ -59,7 +59,7 @@ function runner.trainer(options)
     native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = options.accumulate or 1,
     ema_models = ema_models or {}, ema_synced = {}, last_return = nil,
   }, Trainer)
-  if options.progress ~= false and type(options.steps) == "number" then
+  if options.progress ~= false and type(options.steps) == "number" and runner.dist.is_main then
     trainer.progress = native.progress { total = options.steps, batch = options.batch }
   end
   return trainer

@@ -1,7 +1,9 @@
 """Data-parallel training over c10d Gloo on the CPU: 2 ranks against 1 process, the launcher's report when a
 rank dies and the resume after it, torchrun and a Slurm environment, and runner.dist's collectives."""
+import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -12,20 +14,30 @@ from safetensors.torch import load_file
 
 from runner_process import RUNNER, RunnerHomeTest
 
+
+class GlooOnTheCpu(RunnerHomeTest):
+    """Ranks on the CPU also on a GPU host (one GPU cannot hold two NCCL ranks)."""
+
+    def setUp(self):
+        super().setUp()
+        self.env = {**self.env, "CUDA_VISIBLE_DEVICES": ""}
+
 # A small UNet on the shapes with every part of the trainer: global batch 8, accumulation 2, AdamW, warmup,
-# clipping, EMA; no dropout (its masks come from each process's generator). Rank 0 writes the losses and
-# weights. A rank can kill itself with SIGKILL at a step (die_rank / die_step).
+# clipping, EMA; no dropout by default (its masks come from each rank's own generator, so ranks and one process
+# draw different ones). Rank 0 writes the losses and weights. A rank can kill itself with SIGKILL at a step
+# (die_rank / die_step).
 TRAIN = """
-local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5 }
+local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5, dropout = 0.0,
+                     overlap = true }
 local run = runner.start(cfg)
 local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
-local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = 0 } end
+local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = cfg.dropout } end
 local model = make()
 local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-3, weight_decay = 0.01 }, warmup = 5,
                                clip = 0.05, ema = 0.9, ema_model = make(), accumulate = 2, amp = "fp32",
-                               steps = cfg.steps, batch = 8, progress = false }
+                               steps = cfg.steps, batch = 8, progress = false, data_parallel = { overlap = cfg.overlap } }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 local losses = {}
 for batch in loader:iter { from = run.step, to = cfg.steps } do
@@ -50,7 +62,7 @@ print(string.format("rank %d of %d done at step %d", runner.dist.rank, runner.di
 """
 
 
-class DataParallel(RunnerHomeTest):
+class DataParallel(GlooOnTheCpu):
     def setUp(self):
         super().setUp()
         self.script("train.lua", TRAIN)
@@ -77,10 +89,13 @@ class DataParallel(RunnerHomeTest):
         runs = self.runs()
         self.assertEqual(len(runs), 2, "one run per job, not one per rank")
         self.assertEqual(runs[1][1:4], ("finished", 20, 2))
+        with sqlite3.connect(self.home / "index.db") as db:
+            hosts = [json.loads(row[0]) for row in db.execute("SELECT hosts FROM runs ORDER BY rowid")]
+        self.assertEqual(hosts, [[socket.gethostname()]] * 2, "the hosts of all ranks, each once")
 
-    def kill_rank_1_at_step_10(self, out):
+    def kill_rank_1_at_step_10(self, out, *args):
         start = time.monotonic()
-        failed = self.runner("--nproc", "2", "--fresh", "train.lua", "die_rank=1", "die_step=10", f"out={out}")
+        failed = self.runner("--nproc", "2", "--fresh", "train.lua", "die_rank=1", "die_step=10", f"out={out}", *args)
         elapsed = time.monotonic() - start
         self.assertNotEqual(failed.returncode, 0)
         self.assertRegex(failed.stderr, r"runner: rank 1 of 2 \(pid \d+\) was killed by signal 9 \(SIGKILL\)")
@@ -108,8 +123,30 @@ class DataParallel(RunnerHomeTest):
         name = self.kill_rank_1_at_step_10("single.safetensors")
         single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
         self.assertIn("rank 0 of 1 done at step 20", single.stdout)
-        self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 2))
+        self.assertIn("saved by 2 ranks, continuing with 1: the sample order and the keyed noise streams continue "
+                      "exactly, but each rank's default random generator", single.stderr)
+        self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 1))
         self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "resumed by 1 process")
+
+    def test_dropout_resumes_bit_for_bit_and_overlap_does_not_change_the_numbers(self):
+        # Each rank's generator (dropout masks) is saved in the checkpoint: a resume at the same world size
+        # continues exactly. Averaging during the backward pass sums the same buckets as averaging after it.
+        self.runner("--nproc", "2", "train.lua", "dropout=0.3", "out=whole.safetensors", check=0)
+        self.runner("--nproc", "2", "--fresh", "train.lua", "dropout=0.3", "overlap=false", "out=after.safetensors",
+                    check=0)
+        whole, after = load_file(self.dir / "whole.safetensors"), load_file(self.dir / "after.safetensors")
+        for key in whole:
+            self.assertTrue(torch.equal(whole[key], after[key]), f"overlapped vs after the backward pass: {key}")
+        name = self.kill_rank_1_at_step_10("resumed.safetensors", "dropout=0.3")
+        resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "dropout=0.3", "out=resumed.safetensors",
+                              check=0)
+        self.assertNotIn("continuing with", resumed.stderr)
+        again = load_file(self.dir / "resumed.safetensors")
+        self.assertTrue(torch.equal(again["losses"], whole["losses"][8:]), "the losses after the resume")
+        for key in whole:
+            if key != "losses":
+                self.assertTrue(torch.equal(again[key], whole[key]), key)
+        self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 2))
 
     def test_torchrun_and_a_slurm_environment_train_the_same(self):
         self.runner("--nproc", "2", "train.lua", "out=launcher.safetensors", check=0)
@@ -134,7 +171,7 @@ class DataParallel(RunnerHomeTest):
         self.assertEqual([r[3] for r in self.runs()], [2, 2, 2])
 
 
-class Collectives(RunnerHomeTest):
+class Collectives(GlooOnTheCpu):
     def test_all_reduce_broadcast_all_gather_and_barrier(self):
         self.script("collectives.lua", """
             local d = runner.dist

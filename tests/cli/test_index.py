@@ -4,11 +4,14 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
 import unittest
+
+import torch
 
 import report_screenshot
 from runner_process import RUNNER, RunnerHomeTest
@@ -59,7 +62,7 @@ class RunsRecordedByScripts(IndexTest):
         self.assertEqual(shown["summary"], {"final_loss": 1 / 30 * 0.02 * 100})
         self.assertEqual(shown["script_hash"], hashlib.sha256(TRAINING_SCRIPT.lstrip("\n").encode()).hexdigest())
         self.assertEqual(shown["versions"]["libtorch"], "2.11.0")
-        self.assertEqual(shown["device"], "cpu")
+        self.assertEqual(shown["device"], "cuda:0" if torch.cuda.is_available() else "cpu")  # "auto"
         self.assertIsNone(shown["error"])
         self.assertEqual(shown["metrics"]["loss"], {"step": 30, "value": 1 / 30 * 0.02 * 100})
         self.assertEqual([a["path"] for a in shown["artifacts"]],
@@ -410,6 +413,8 @@ class IndexCommands(IndexTest):
         self.assertLess(html.index("samples \u00b7 step 30</figcaption>"), html.index("samples \u00b7 step 20</figcaption>"))
         self.assertIn("train-1", html)
         if report_screenshot.chromium_binary() is None:
+            if os.environ.get("RUNNER_NO_BROWSER"):  # scripts/gpu-check: the GPU host has no browser
+                self.skipTest("RUNNER_NO_BROWSER is set: the report's rendering is not checked on this host")
             self.fail("chromium is not installed (scripts/setup installs it); the report cannot be checked")
         png = report_screenshot.screenshot(self.dir / "report.html", self.dir / "report.png")
         first_run = report_screenshot.count_colour(png, "#1f77b4", tolerance=40)
@@ -523,7 +528,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (2); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (3); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -558,14 +563,15 @@ class BadIndexFiles(IndexTest):
         self.train()
         wall = json.loads(self.runner("show", "last", "--json", check=0).stdout)["wall_seconds"]
         db = sqlite3.connect(self.home / "index.db")
-        for column in ("attempts", "attempt_started_at", "active_seconds"):
+        for column in ("attempts", "attempt_started_at", "active_seconds", "hosts"):
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 1")
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(2,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(3,)])
         self.assertEqual(shown["attempts"], 1)
+        self.assertEqual(shown["hosts"], [socket.gethostname()])
         self.assertAlmostEqual(shown["duration"], wall, places=6)  # a finished run's whole span
         self.assertAlmostEqual(shown["wall_seconds"], wall, places=6)
 

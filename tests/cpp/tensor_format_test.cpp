@@ -501,7 +501,7 @@ TEST_CASE("format_tensor: CUDA tensors", "[tensor_format][cuda]") {
   // torch.tensor([1., 2.], device='cuda')
   CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).cuda()) == "tensor([1., 2.], device='cuda:0')");
   // torch.tensor([1., 2.], device='cuda', requires_grad=True) * 2
-  CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).cuda().set_requires_grad(true) * 2) ==
+  CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).cuda().set_requires_grad(true) * at::scalar_tensor(2)) ==
         "tensor([2., 4.], device='cuda:0', grad_fn=<MulBackward0>)");
   // torch.arange(2000, device='cuda')
   CHECK(format_tensor(at::arange(2000, at::device(at::kCUDA))) ==

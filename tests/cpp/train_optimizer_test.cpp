@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,23 @@ const at::Tensor& golden_tensor(const std::string& name) {
 }
 
 nlohmann::json golden_metadata(const std::string& key) { return nlohmann::json::parse(golden().metadata.at(key)); }
+
+// PyTorch's CPU kernels differ by instruction set (AVX2, AVX512): bit equality with the golden trajectories holds
+// where they were written with the same kernels; elsewhere they agree to 1e-6 relative.
+bool golden_written_with_these_cpu_kernels() { return golden().metadata.at("cpu_capability") == at::get_cpu_capability(); }
+
+// The CPU kernels split large tensors over threads, and the chunk edges round differently: the trajectories
+// are compared with the thread count they were written with.
+class GoldenThreadCount {
+ public:
+  GoldenThreadCount() : previous_(at::get_num_threads()) { at::set_num_threads(std::stoi(golden().metadata.at("threads"))); }
+  ~GoldenThreadCount() { at::set_num_threads(previous_); }
+  GoldenThreadCount(const GoldenThreadCount&) = delete;
+  GoldenThreadCount& operator=(const GoldenThreadCount&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The largest difference relative to the largest magnitude of `expected` (absolute where that is 0).
 double relative_difference(const at::Tensor& actual, const at::Tensor& expected) {
@@ -153,6 +171,7 @@ void require_same_state(const NamedTensors& a, const NamedTensors& b) {
 }  // namespace
 
 TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimizer]") {
+  const GoldenThreadCount threads;
   const nlohmann::json cases = golden_metadata("cases");
   const int steps = std::stoi(golden().metadata.at("steps"));
   for (const auto& [name, c] : cases.items()) {
@@ -179,7 +198,7 @@ TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimi
               const double difference = relative_difference(params[g][p], golden_tensor(key));
               worst = std::max(worst, difference);
               CHECK(difference <= 1e-6);
-              CHECK(bit_equal(params[g][p].detach(), golden_tensor(key)));
+              if (golden_written_with_these_cpu_kernels()) CHECK(bit_equal(params[g][p].detach(), golden_tensor(key)));
             }
           }
           // Exactly the state entries PyTorch has, with its values.
@@ -200,7 +219,7 @@ TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimi
             const double difference = relative_difference(tensor, reference);
             worst = std::max(worst, difference);
             CHECK(difference <= 1e-6);
-            CHECK(bit_equal(tensor, reference));
+            if (golden_written_with_these_cpu_kernels()) CHECK(bit_equal(tensor, reference));
           }
           CHECK(actual == expected);
         }
@@ -214,7 +233,7 @@ TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimi
 TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer][cuda]") {
   // Runs only where CUDA is available: every golden case with CUDA parameters and the automatic choice (the
   // fused kernels), against PyTorch's CPU trajectories. The CUDA kernels round differently from the CPU ones,
-  // hence 1e-5 rather than bit equality.
+  // hence 5e-5 rather than bit equality (Adam's exp_avg_sq differs by 1.3e-5 relative on an H100).
   if (!at::hasCUDA()) {
     WARN("no CUDA device: the fused CUDA path is not tested");
     return;
@@ -247,13 +266,13 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
           for (std::size_t p = 0; p < params[g].size(); ++p) {
             const std::string key = prefix + "group" + std::to_string(g) + ".param" + std::to_string(p) + ".param";
             INFO(key);
-            CHECK(relative_difference(params[g][p], golden_tensor(key)) <= 1e-5);
+            CHECK(relative_difference(params[g][p], golden_tensor(key)) <= 5e-5);
           }
         }
         for (const auto& [state_name, tensor] : optimizer.state_tensors()) {
           INFO(prefix + state_name);
           CHECK(tensor.device().is_cuda());
-          CHECK(relative_difference(tensor, golden_tensor(prefix + state_name)) <= 1e-5);
+          CHECK(relative_difference(tensor, golden_tensor(prefix + state_name)) <= 5e-5);
         }
       }
     }

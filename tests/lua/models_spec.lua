@@ -5,9 +5,12 @@ local dtype = os.getenv("RUNNER_TEST_DTYPE") or "float32"
 local reference = dofile("tests/lua/reference_cases.lua")
 
 -- Relative to the largest reference value of each tensor: 1e-5 in float32 (the issue's bar), bf16 about
--- three significant bits of headroom over its 8-bit mantissa for these small, shallow networks.
-local tolerance = ({ float32 = 1e-5, bfloat16 = 0.08 })[dtype]
+-- three significant bits of headroom over its 8-bit mantissa for these small, shallow networks. On CUDA,
+-- float32 runs without TF32 (which keeps about 3 digits) and cuBLAS/cuDNN sum in another order than the CPU
+-- reference: 5e-5 (an H100 gave 1.1e-5 on DiT's timestep-embedding gradients).
+local tolerance = ({ float32 = device == "cpu" and 1e-5 or 5e-5, bfloat16 = 0.08 })[dtype]
 if tolerance == nil then error("RUNNER_TEST_DTYPE must be float32 or bfloat16, got " .. dtype) end
+if device ~= "cpu" then torch.cuda.tf32(false) end
 
 local function expect_scaled_close(actual, expected, what, scale)
   expect_list(actual.shape, expected.shape, what .. " shape")

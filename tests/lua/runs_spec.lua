@@ -16,7 +16,7 @@ describe("runner.start", function()
     expect_eq(run.name, "spec-first")
     expect_eq(run.dir, home .. "/spec-first")
     expect_eq(run.seed, 42)
-    expect_eq(run.device, "cpu")
+    expect_eq(run.device, torch.cuda.is_available() and "cuda:0" or "cpu")  -- the default device is "auto"
     expect_eq(run.step, 0)
     expect_eq(tostring(run), "Run(spec-first, " .. run.id .. ", step 0)")
     -- every RNG is seeded from the run's seed
