@@ -48,10 +48,10 @@ print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
 
 -- Real images the metric compares against: shapes the model never trains on (another seed); a second such set
--- gives the metric's floor.
+-- gives the metric's floor. Every rank of a data-parallel run takes the whole set (one shard of one).
 local function real_shapes(seed)
   local held_out = runner.data.shapes { size = cfg.image, count = cfg.metric_samples, seed = seed }
-  return runner.data.loader(held_out, { batch = cfg.metric_samples }):next().data
+  return runner.data.loader(held_out, { batch = cfg.metric_samples, rank = 0, world_size = 1 }):next().data
 end
 local real = real_shapes(cfg.seed + 1000003)
 local floor = runner.eval.sliced_wasserstein(real_shapes(cfg.seed + 2000003), real)

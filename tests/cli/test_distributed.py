@@ -171,6 +171,24 @@ class DataParallel(GlooOnTheCpu):
         self.assertEqual([r[3] for r in self.runs()], [2, 2, 2])
 
 
+    def test_the_quickstart_trains_to_the_end_on_two_simulated_nodes_under_torchrun(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
+        nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                                   "--master-addr", "127.0.0.1", "--master-port", str(port), "--no-python", RUNNER,
+                                   quickstart, "steps=6", "sample_every=6", "checkpoint_every=3", "metric_samples=16",
+                                   "sample_steps=5"],
+                                  cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for node in range(2)]
+        outputs = [node.communicate(timeout=300)[0] for node in nodes]
+        self.assertEqual([node.returncode for node in nodes], [0, 0], "\n".join(outputs))
+        self.assertIn("sample quality (sliced Wasserstein distance to real shapes", outputs[0])
+        self.assertEqual([r[1:4] for r in self.runs()], [("finished", 6, 2)])
+
+
 class Collectives(GlooOnTheCpu):
     def test_all_reduce_broadcast_all_gather_and_barrier(self):
         self.script("collectives.lua", """
