@@ -19,6 +19,7 @@
 #include "runtime/core/device.h"
 #include "runtime/dist/launcher.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/train/step_profiler.h"
 
 namespace {
 
@@ -56,6 +57,8 @@ options:
                       be continued (by default runner.start continues it)
   --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU), each
                       training on its share of every batch; see "distributed" in the README
+  --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the
+                      run directory (Perfetto, chrome://tracing) and the top operators by self time
   -h, --help          this help
   --version           versions of runner, LibTorch, CUDA, LuaJIT and SQLite
 
@@ -81,6 +84,7 @@ struct Command {
   std::string log_level;  // --log-level; default info (warn on ranks > 0 of a data-parallel job)
   std::string resume;  // --resume RUN
   bool fresh = false;  // --fresh
+  std::string profile;  // --profile A:B
   std::string nproc;   // --nproc N|auto
   int nproc_count = 0;
   std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
@@ -110,6 +114,8 @@ Command parse_command(int argc, char** argv) {
     else if (arg == "--resume") command.resume = value_of(arg);
     else if (arg.rfind("--resume=", 0) == 0) command.resume = arg.substr(9);
     else if (arg == "--fresh") command.fresh = true;
+    else if (arg == "--profile") command.profile = value_of(arg);
+    else if (arg.rfind("--profile=", 0) == 0) command.profile = arg.substr(10);
     else if (arg == "--nproc") command.nproc = value_of(arg);
     else if (arg.rfind("--nproc=", 0) == 0) command.nproc = arg.substr(8);
     else if (arg == "repl" && !command.has_code) command.repl = true;
@@ -131,6 +137,15 @@ Command parse_command(int argc, char** argv) {
   if (command.interactive && command.script.empty() && !command.has_code)
     throw UsageError("-i needs a script or -e code");
   if (command.fresh && !command.resume.empty()) throw UsageError("--fresh and --resume exclude each other");
+  if (!command.profile.empty()) {
+    try {
+      runner::train::parse_step_range(command.profile);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--") + error.what());
+    }
+    // runner.trainer reads it (the trainer's `profile` option overrides it); ranks inherit it.
+    ::setenv("RUNNER_PROFILE", command.profile.c_str(), 1);
+  }
   if (!command.nproc.empty()) {
     if (command.script.empty() || command.interactive) throw UsageError("--nproc needs a script (and no -i)");
     command.nproc_count = runner::dist::parse_nproc(command.nproc);

@@ -225,6 +225,14 @@ int run_save_images(lua_State* L) {
   return 1;
 }
 
+// run:record_file(name, relative_path [, step]): a file in the run directory recorded as an artifact at the step
+// (default: the run's)
+int run_record_file(lua_State* L) {
+  run::RunContext& context = check_run(L, 1);
+  context.record_file(check_string(L, 2), opt_integer(L, 4, context.step()), check_string(L, 3));
+  return 0;
+}
+
 // run:finish(status [, error])
 int run_finish(lua_State* L) {
   RunBox& box = check_box(L, 1);
@@ -408,6 +416,7 @@ void open_runs(lua_State* L) {
                          {"set_step", wrap<run_set_step>},
                          {"merge_summary", wrap<run_merge_summary>},
                          {"save_images", wrap<run_save_images>},
+                         {"record_file", wrap<run_record_file>},
                          {"finish", wrap<run_finish>},
                          {"info", wrap<run_info>},
                          {"rows_written", wrap<run_rows_written>},

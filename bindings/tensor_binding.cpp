@@ -773,6 +773,30 @@ int cuda_tf32(lua_State* L) {
   return 1;
 }
 
+int cuda_device_index(lua_State* L, int arg) {
+  if (!core::cuda_available()) luaL_error(L, "CUDA is not available");
+  const int index = static_cast<int>(opt_integer(L, arg, 0));
+  if (index < 0 || index >= core::cuda_device_count()) {
+    luaL_error(L, "CUDA device %d does not exist (%d present)", index, core::cuda_device_count());
+  }
+  return index;
+}
+
+int cuda_memory_allocated(lua_State* L) {
+  lua_pushnumber(L, core::cuda_memory(cuda_device_index(L, 1)).allocated);
+  return 1;
+}
+
+int cuda_max_memory_allocated(lua_State* L) {
+  lua_pushnumber(L, core::cuda_memory(cuda_device_index(L, 1)).peak_allocated);
+  return 1;
+}
+
+int cuda_reset_peak_memory_stats(lua_State* L) {
+  core::reset_cuda_peak_memory(cuda_device_index(L, 1));
+  return 0;
+}
+
 int cuda_synchronize(lua_State* L) {
   if (core::cuda_available()) at::detail::getCUDAHooks().deviceSynchronize(
       static_cast<c10::DeviceIndex>(opt_integer(L, 1, 0)));
@@ -868,6 +892,9 @@ void open_tensor(lua_State* L) {
       {"device_count", wrap<cuda_device_count>},
       {"synchronize", wrap<cuda_synchronize>},
       {"tf32", wrap<cuda_tf32>},
+      {"memory_allocated", wrap<cuda_memory_allocated>},
+      {"max_memory_allocated", wrap<cuda_max_memory_allocated>},
+      {"reset_peak_memory_stats", wrap<cuda_reset_peak_memory_stats>},
   });
   lua_setfield(L, -2, "cuda");
   lua_setglobal(L, "torch");

@@ -21,6 +21,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/train/progress_display.h"
+#include "runtime/train/step_profiler.h"
 
 namespace runner::bindings {
 namespace {
@@ -174,6 +175,7 @@ const OptionTable<TrainerSpec> kTrainerOptions(
         option_with<TrainerSpec>("data_parallel", [](lua_State* L, const char*, TrainerSpec& s) {
           s.options.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
         }),
+        lua_option<TrainerSpec>("profile"),
     });
 
 // runner._train.new(options, parameters, buffers, optimizer) -> Trainer
@@ -325,8 +327,29 @@ int trainer_copy_ema(lua_State* L) {
 int device_memory(lua_State* L) {
   const c10::Device device = core::parse_device(check_string(L, 1));
   if (!device.is_cuda()) return 0;
-  const auto stats = c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(device.index() < 0 ? 0 : device.index());
-  lua_pushnumber(L, static_cast<lua_Number>(stats.allocated_bytes[0].current));
+  lua_pushnumber(L, core::cuda_memory(device.index() < 0 ? 0 : device.index()).allocated);
+  return 1;
+}
+
+// runner._train.step_range(text) -> first, last (parse_step_range's checks)
+int step_range(lua_State* L) {
+  const train::StepRange range = train::parse_step_range(check_string(L, 1));
+  lua_pushnumber(L, static_cast<lua_Number>(range.first));
+  lua_pushnumber(L, static_cast<lua_Number>(range.last));
+  return 2;
+}
+
+// runner._train.profiler_start(cuda)
+int profiler_start(lua_State* L) {
+  train::start_profiler(lua_toboolean(L, 1) != 0);
+  return 0;
+}
+
+// runner._train.profiler_stop(trace_path, rows) -> the table of the top operators (text)
+int profiler_stop(lua_State* L) {
+  const train::ProfileSummary summary = train::stop_profiler(check_string(L, 1));
+  const std::string text = train::format_profile(summary, static_cast<std::size_t>(opt_integer(L, 2, 15)));
+  lua_pushlstring(L, text.data(), text.size());
   return 1;
 }
 
@@ -410,7 +433,10 @@ void open_train(lua_State* L) {
   set_functions(L, {{"new", wrap<trainer_new>},
                     {"progress", wrap<progress_new>},
                     {"device_memory", wrap<device_memory>},
-                    {"empty_device_cache", wrap<empty_device_cache>}});
+                    {"empty_device_cache", wrap<empty_device_cache>},
+                    {"step_range", wrap<step_range>},
+                    {"profiler_start", wrap<profiler_start>},
+                    {"profiler_stop", wrap<profiler_stop>}});
   lua_setfield(L, -2, "_train");
   lua_pop(L, 1);
 }

@@ -3,6 +3,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <charconv>
 #include <stdexcept>
 
@@ -58,5 +59,15 @@ void set_tf32(bool enabled) {
 }
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
+
+CudaMemory cuda_memory(int index) {
+  const auto stats = c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto& all = stats.allocated_bytes[0];  // the aggregate over the small and large pools
+  return {static_cast<double>(all.current), static_cast<double>(all.peak)};
+}
+
+void reset_cuda_peak_memory(int index) {
+  c10::getDeviceAllocator(c10::DeviceType::CUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
 
 }  // namespace runner::core

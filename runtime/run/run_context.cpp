@@ -100,6 +100,16 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
   return path;
 }
 
+void RunContext::record_file(const std::string& name, int64_t step, const std::string& relative) {
+  check_artifact_name(name);
+  if (follower_) return;
+  const std::string path = directory_ + "/" + relative;
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0)
+    throw IndexError(fmt::format("{}: cannot record the artifact: {}", path, std::strerror(errno)));
+  add_artifact(db_, {0, record_.run, step, "file", name, relative, static_cast<int64_t>(info.st_size), 0});
+}
+
 void RunContext::finish(const std::string& status, const std::optional<std::string>& error) {
   if (finished_) return;
   finished_ = true;

@@ -63,6 +63,8 @@ class RunContext {
   // returns the file's path. `name`: letters, digits, '_', '-', '.'.
   std::string save_images(const std::string& name, int64_t step, const at::Tensor& images,
                           const image::GridOptions& options);
+  // Records a file written into the run directory (`relative` to it) as an artifact of kind "file".
+  void record_file(const std::string& name, int64_t step, const std::string& relative);
 
   // Flushes the metrics and records the final status (finished, failed, interrupted) with the error text.
   // Idempotent. A failure to flush is reported in the run's error and rethrown.

@@ -139,6 +139,16 @@ function torch.cuda.synchronize(device_index) end
 ---@param enabled? boolean
 ---@return boolean
 function torch.cuda.tf32(enabled) end
+--- Bytes held by tensors on CUDA device `device_index` (default 0), as torch.cuda.memory_allocated.
+---@param device_index? integer
+---@return number
+function torch.cuda.memory_allocated(device_index) end
+--- The most bytes held by tensors on the device since the start or the last reset_peak_memory_stats.
+---@param device_index? integer
+---@return number
+function torch.cuda.max_memory_allocated(device_index) end
+---@param device_index? integer
+function torch.cuda.reset_peak_memory_stats(device_index) end
 
 --- Every Tensor method below is also a torch function taking the tensor first: torch.exp(t) == t:exp().
 

@@ -20,6 +20,7 @@
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
 ---@field scaler? ScalerOptions        fp16 loss scaling
 ---@field data_parallel? DataParallelOptions  gradient averaging when more than one rank trains (stdlib/meta/dist.lua)
+---@field profile? string|integer[]    steps to record with LibTorch's Kineto profiler, "A:B", "A" or {A, B} (default: `runner --profile A:B`): CPU operators with shapes and memory, and CUDA kernels; after step B the trace is written as profile-steps-A-B.json in the run directory (the working directory without a run; "-rank<r>" added on each rank of a data-parallel job), recorded as an artifact, and rank 0 prints the operators with the most self time
 
 ---@class ScheduleOptions
 ---@field kind? string                 constant (default), linear, cosine, step, multistep, exponential, plateau
@@ -64,7 +65,7 @@
 ---@field loss_scale? Tensor   fp16 only
 ---@field skipped Tensor       optimizer steps skipped so far (non-finite values, fp16 overflow)
 ---@field step integer         optimizer steps done
----@field timing table         seconds: data (outside the trainer since the previous step: loading the batch), forward_backward, optimizer, ema (on CUDA: of the latest step whose device events completed)
+---@field timing table         seconds: data (outside the trainer since the previous step: loading the batch, the loop's own work), forward_backward, optimizer, ema (on CUDA: of the latest step whose device events completed). With a run started, their means over every 25 steps (and the last step) are logged as the metrics time/data_ms, time/forward_backward_ms, time/optimizer_ms and time/ema_ms
 
 ---@class Trainer
 ---@field step_count integer   optimizer steps done

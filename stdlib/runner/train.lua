@@ -40,8 +40,28 @@ local function optimizer_of(spec, model)
   return optim[constructor](spec.groups or model, defaults)
 end
 
+-- The steps to profile: the `profile` option ("A:B", "A", {A, B}) or else `runner --profile A:B`
+-- (RUNNER_PROFILE); nil when neither asks.
+local function profile_range(options)
+  local profile = options.profile
+  if profile == nil then profile = os.getenv("RUNNER_PROFILE") end
+  if profile == nil or profile == "" or profile == false then return nil end
+  local text = profile
+  if type(profile) == "table" then text = tostring(profile[1]) .. ":" .. tostring(profile[2] or profile[1]) end
+  local ok, first, last = pcall(native.step_range, tostring(text))
+  if not ok then error("runner.trainer: " .. tostring(first):gsub("^[^:]*:%d+: ", ""), 3) end
+  if type(options.steps) == "number" and last > options.steps then
+    error(string.format("runner.trainer: profile %d:%d ends after the last step (%d)", first, last, options.steps), 3)
+  end
+  return { first = first, last = last }
+end
+
+-- Step-time breakdown logged as metrics of the active run: means over the steps since the last log.
+local TIME_KEYS = { "data", "forward_backward", "optimizer", "ema" }
+local TIME_LOG_EVERY = 25
+
 --- runner.trainer{model, optimizer, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
---- steps, batch, progress, tf32, deterministic, scaler, data_parallel} -> Trainer (see stdlib/meta/train.lua; the options
+--- steps, batch, progress, tf32, deterministic, scaler, data_parallel, profile} -> Trainer (see stdlib/meta/train.lua; the options
 --- are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
   if type(options) ~= "table" then error("runner.trainer expects an options table", 2) end
@@ -57,7 +77,8 @@ function runner.trainer(options)
   if nn.is_module(ema_models) then ema_models = { ema_models } end
   local trainer = setmetatable({
     native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = options.accumulate or 1,
-    ema_models = ema_models or {}, ema_synced = {}, last_return = nil,
+    ema_models = ema_models or {}, ema_synced = {}, last_return = nil, profile = profile_range(options),
+    time_sums = {}, time_count = 0, total_steps = options.steps,
   }, Trainer)
   if options.progress ~= false and type(options.steps) == "number" and runner.dist.is_main then
     trainer.progress = native.progress { total = options.steps, batch = options.batch }
@@ -122,15 +143,47 @@ function Trainer:step(batch, loss_fn)
     call = function(i) return loss_fn(micro[i]) end
   end
   local started = runner.clock()
+  local profile = rawget(self, "profile")
+  if profile and self.native:step_count() + 1 == profile.first then native.profiler_start(self.device:find("^cuda") ~= nil) end
   local out = self.native:step(call, batch_inputs(batch))
+  if profile and out.step == profile.last then self:finish_profile(profile) end
   local timing = self.native:timing()
   timing.data = self.last_return and (started - self.last_return) or 0
   out.timing = timing
+  self:log_timing(timing, out.step)
   if self.progress then
     self.progress:update(out.step, { { "loss", out.loss } }, out.lr, native.device_memory(self.device))
   end
   self.last_return = runner.clock()
   return out
+end
+
+-- Stops the profiler after the last profiled step: the trace goes into the run directory (or the working
+-- directory without a run) as profile-steps-A-B.json, recorded as an artifact; rank 0 prints the top operators.
+function Trainer:finish_profile(profile)
+  if self.device:find("^cuda") then torch.cuda.synchronize() end
+  local name = string.format("profile-steps-%d-%d%s.json", profile.first, profile.last,
+    runner.dist.world_size > 1 and "-rank" .. runner.dist.rank or "")
+  local run = runner.run
+  local table_text = native.profiler_stop(run and (run.dir .. "/" .. name) or name, 15)
+  if run then run.native:record_file("profile", name, profile.last) end
+  if runner.dist.is_main then
+    print(string.format("profile of steps %d-%d: %s%s\n%s", profile.first, profile.last,
+      run and (run.dir .. "/") or "", name, table_text))
+  end
+  self.profile = nil
+end
+
+function Trainer:log_timing(timing, step)
+  local run = runner.run
+  if run == nil then return end
+  for _, key in ipairs(TIME_KEYS) do self.time_sums[key] = (self.time_sums[key] or 0) + timing[key] end
+  self.time_count = self.time_count + 1
+  if step % TIME_LOG_EVERY ~= 0 and step ~= self.total_steps then return end
+  local values = {}
+  for _, key in ipairs(TIME_KEYS) do values["time/" .. key .. "_ms"] = 1000 * self.time_sums[key] / self.time_count end
+  run:log(values, step)
+  self.time_sums, self.time_count = {}, 0
 end
 
 --- train:ema_model([i = 1]) -> the i-th EMA model (ema_model option) holding the current average.

@@ -384,3 +384,57 @@ class TrainerTest(RunnerHomeTest):
         self.assertIn("checkpoints/.partial-0000006-999999 deleted (a checkpoint write that never finished)", resumed.stderr)
         self.assertIn("checkpoints/.replaced-0000002-999999 moved back into place", resumed.stderr)
         self.assertEqual(sorted(p.name for p in folder.iterdir()), ["step-0000002", "step-0000004", "step-0000006"])
+
+
+# A small UNet for a few steps; the profile flag or option is the test's.
+PROFILED = """
+local cfg = config { steps = 4, profile = "" }
+local run = runner.start(cfg)
+local model = nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4 }
+local ddpm = runner.diffusion.gaussian { timesteps = 100 }
+local options = { model = model, optimizer = { "adamw", lr = 1e-3 }, steps = cfg.steps, progress = false }
+if cfg.profile ~= "" then options.profile = cfg.profile end
+local train = runner.trainer(options)
+for step = 1, cfg.steps do
+  train:step(torch.randn(4, 3, 8, 8), function(x) return ddpm:loss(model, x) end)
+end
+"""
+
+
+class Profiling(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.script("profiled.lua", PROFILED)
+
+    def show(self):
+        shown = self.runner("show", "last", "--json", check=0)
+        return json.loads(shown.stdout)
+
+    def test_profile_flag_writes_a_trace_artifact_and_prints_the_top_operators(self):
+        result = self.runner("--profile", "2:3", "profiled.lua", check=0)
+        run_dir = self.home / "profiled-1"
+        trace = run_dir / "profile-steps-2-3.json"
+        self.assertIn(f"profile of steps 2-3: {trace}", result.stdout)
+        table = result.stdout.split(str(trace), 1)[1]
+        self.assertRegex(table, r"CPU operator +self ms +self % +total ms +calls")
+        self.assertRegex(table, r"\naten::\S+ +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9]+\n")
+        self.assertIn("CPU self time in all operators:", table)
+        events = json.loads(trace.read_text())["traceEvents"]
+        names = {event.get("name") for event in events}
+        self.assertIn("aten::convolution", names)
+        shown = self.show()
+        self.assertIn({"kind": "file", "name": "profile", "path": "profile-steps-2-3.json", "step": 3},
+                      [{k: a[k] for k in ("kind", "name", "path", "step")} for a in shown["artifacts"]])
+        # The step-time breakdown, logged at the last step as the mean of the steps since the last log.
+        for key in ("time/data_ms", "time/forward_backward_ms", "time/optimizer_ms", "time/ema_ms"):
+            self.assertEqual(shown["metrics"][key]["step"], 4, key)
+            self.assertGreaterEqual(shown["metrics"][key]["value"], 0, key)
+        self.assertGreater(shown["metrics"]["time/forward_backward_ms"]["value"], 0)
+
+    def test_bad_ranges_are_errors_naming_them(self):
+        result = self.runner("--profile", "3:2", "profiled.lua", check=2)
+        self.assertIn("--profile: '3:2' ends before it starts: expected A:B with A <= B", result.stderr)
+        result = self.runner("--profile", "two", "profiled.lua", check=2)
+        self.assertIn("--profile: 'two' is not a step range: expected A:B or A, steps from 1", result.stderr)
+        result = self.runner("profiled.lua", "profile=5:9", check=1)
+        self.assertIn("profiled.lua:7: runner.trainer: profile 5:9 ends after the last step (4)", result.stderr)

@@ -1,0 +1,64 @@
+-- Runner side of bench/train_step.py: timed `train:step` calls of the step users run (DDPM loss with its noise and
+-- timestep sampling, forward and backward under autocast, clip 1.0, AdamW, fp32 EMA); prints `RESULT {json}`.
+--   build/runner bench/train_step.lua model=unet batch=128                       # the CIFAR-10 UNet on CUDA
+--   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256
+--   build/runner bench/train_step.lua model=unet device=cpu channels=32 batch=8 steps=3 warmup=1
+local cfg = config {
+  model = "unet",       -- unet (the DDPM CIFAR-10 UNet) or dit (class-conditional, 32x32x4 latents)
+  size = "DiT-B/2",     -- the DiT preset
+  channels = 128,       -- the UNet's width (128: 35.7M parameters)
+  device = "cuda",      -- cpu, cuda or cuda:N
+  batch = 128,
+  amp = "auto",         -- bf16 autocast on CUDA, fp32 on the CPU
+  steps = 20,           -- timed steps
+  warmup = 5,           -- untimed steps before them
+  seed = 0,
+}
+if cfg.model ~= "unet" and cfg.model ~= "dit" then runner.usage_error("model must be unet or dit") end
+torch.manual_seed(cfg.seed)
+local device = cfg.device
+local on_cuda = device:find("^cuda") ~= nil
+
+local function make_model()
+  if cfg.model == "unet" then
+    return nn.UNet { image = 32, channels = cfg.channels, mults = { 1, 2, 2, 2 }, blocks = 2, attention = { 16 },
+                     dropout = 0.1 }
+  end
+  return nn.DiT { size = cfg.size, image = 32, in_channels = 4, classes = 1000, learn_sigma = true }
+end
+local model = make_model():to(device)
+local ddpm = runner.diffusion.gaussian { timesteps = 1000, schedule = "linear", seed = cfg.seed }
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-4, weight_decay = 0 }, clip = 1.0,
+                               ema = 0.9999, ema_model = make_model():to(device), amp = cfg.amp,
+                               steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
+local batch
+if cfg.model == "unet" then
+  batch = { data = torch.randn(cfg.batch, 3, 32, 32, { device = device }) }
+else
+  batch = { data = torch.randn(cfg.batch, 4, 32, 32, { device = device }),
+            label = torch.randint(0, 1000, { cfg.batch }, { device = device }) }
+end
+local function loss_fn(micro) return ddpm:loss(model, micro) end
+
+local function synchronize()
+  if on_cuda then torch.cuda.synchronize() end
+end
+
+local out
+local warmup_start = runner.clock()
+for _ = 1, cfg.warmup do out = train:step(batch, loss_fn) end
+synchronize()
+if on_cuda then torch.cuda.reset_peak_memory_stats() end
+local start = runner.clock()
+for _ = 1, cfg.steps do out = train:step(batch, loss_fn) end
+local loss = out.loss:item()
+synchronize()
+local seconds = runner.clock() - start
+local timing = out.timing
+print(string.format('RESULT {"images_per_s": %.4f, "step_ms": %.4f, "seconds": %.6f, "steps": %d, "warmup": %d, ' ..
+  '"warmup_s": %.4f, "batch": %d, "parameters": %d, "loss": %.6f, "device": "%s", "amp": "%s", ' ..
+  '"peak_memory_gib": %s, "threads": %d, "forward_backward_ms": %.4f, "optimizer_ms": %.4f, "ema_ms": %.4f}',
+  cfg.steps * cfg.batch / seconds, 1000 * seconds / cfg.steps, seconds, cfg.steps, cfg.warmup, start - warmup_start,
+  cfg.batch, model:num_parameters(), loss, device, train:precision(),
+  on_cuda and string.format("%.4f", torch.cuda.max_memory_allocated() / 2 ^ 30) or "null",
+  torch.get_num_threads(), 1000 * timing.forward_backward, 1000 * timing.optimizer, 1000 * timing.ema))
