@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/repl.h"
+#include "app/sweep_command.h"
 #include "bindings/lua_host.h"
 #include "runtime/cli/data_commands.h"
 #include "runtime/cli/index_commands.h"
@@ -40,6 +41,7 @@ constexpr Subcommand kSubcommands[] = {
     {"show", runner::cli::run_index_command, false},   {"compare", runner::cli::run_index_command, false},
     {"query", runner::cli::run_index_command, false},  {"report", runner::cli::run_index_command, false},
     {"rm", runner::cli::run_index_command, false},     {"gc", runner::cli::run_index_command, false},
+    {"sweeps", runner::cli::run_index_command, false}, {"sweep", runner::app::run_sweep_command, true},
 };
 
 constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value ...] [-- script args]
@@ -47,7 +49,8 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner [options] -e 'lua code'                   run a code string
        runner [options] repl                            interactive REPL
        runner data pack DIR OUT.npy --size N            preprocess an image folder into a .npy array
-       runner runs | show | compare | query | report | rm | gc ...   the run index (below)
+       runner sweep SWEEP.lua | --join SWEEP | show SWEEP   hyperparameter sweeps (runner sweep --help)
+       runner runs | show | compare | query | report | rm | gc | sweeps ...   the run index (below)
        runner --help | --version
 
 options:
@@ -59,6 +62,8 @@ options:
                       training on its share of every batch; see "distributed" in the README
   --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the
                       run directory (Perfetto, chrome://tracing) and the top operators by self time
+  --print-config      print the script's config keys (defaults, whole-number keys) as JSON, after checking
+                      the key=value overrides, and stop there: nothing else of the script runs
   -h, --help          this help
   --version           versions of runner, LibTorch, CUDA, LuaJIT and SQLite
 
@@ -84,6 +89,7 @@ struct Command {
   std::string log_level;  // --log-level; default info (warn on ranks > 0 of a data-parallel job)
   std::string resume;  // --resume RUN
   bool fresh = false;  // --fresh
+  bool print_config = false;  // --print-config
   std::string profile;  // --profile A:B
   std::string nproc;   // --nproc N|auto
   int nproc_count = 0;
@@ -114,6 +120,7 @@ Command parse_command(int argc, char** argv) {
     else if (arg == "--resume") command.resume = value_of(arg);
     else if (arg.rfind("--resume=", 0) == 0) command.resume = arg.substr(9);
     else if (arg == "--fresh") command.fresh = true;
+    else if (arg == "--print-config") command.print_config = true;
     else if (arg == "--profile") command.profile = value_of(arg);
     else if (arg.rfind("--profile=", 0) == 0) command.profile = arg.substr(10);
     else if (arg == "--nproc") command.nproc = value_of(arg);
@@ -134,6 +141,8 @@ Command parse_command(int argc, char** argv) {
   }
   if (!command.help && !command.version && !command.repl && !command.has_code && command.script.empty())
     throw UsageError("no script given");
+  if (command.print_config && (command.script.empty() || command.interactive || !command.nproc.empty()))
+    throw UsageError("--print-config needs a script (and no -i or --nproc)");
   if (command.interactive && command.script.empty() && !command.has_code)
     throw UsageError("-i needs a script or -e code");
   if (command.fresh && !command.resume.empty()) throw UsageError("--fresh and --resume exclude each other");
@@ -188,7 +197,12 @@ int run(const Command& command) {
     status = host.run_string(command.code);
   } else if (!command.script.empty()) {
     if (command.interactive) host.keep_script_locals();
+    if (command.print_config) host.want_config();
     status = host.run_file(command.script, command.overrides, command.script_args);
+    if (command.print_config && status == kExitOk) {
+      if (auto reported = host.reported_config()) std::printf("%s\n", reported->c_str());
+      return status;
+    }
   }
   status = host.end_run(host.exit_requested() ? host.exit_status() : status);
   if (host.exit_requested()) return status;

@@ -108,31 +108,6 @@ std::string check_string(lua_State* L, int index) {
   return std::string(text, length);
 }
 
-namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-}  // namespace
-
 std::string with_zero_based_note(std::string message) {
   // "except in dimension 0", "at non-singleton dimension 1", "for tensor number 1 in the list", "dim 0"
   static const std::regex counted(R"((dimension|dim|position|number) \(?-?[0-9])", std::regex::icase);
@@ -140,20 +115,6 @@ std::string with_zero_based_note(std::string message) {
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
   return message + " (LibTorch counts dimensions and list entries from 0 in this message: its dimension 0 is "
                    "dim 1 here, its tensor number 0 the first tensor)";
-}
-
-std::string did_you_mean(std::string_view key, const std::vector<std::string>& names) {
-  const std::string wanted = lower(key);
-  const std::string* best = nullptr;
-  std::size_t best_distance = 3;
-  for (const std::string& name : names) {
-    const std::size_t distance = edit_distance(wanted, lower(name));
-    if (distance < best_distance && (distance == 0 || distance * 2 < wanted.size())) {
-      best = &name;
-      best_distance = distance;
-    }
-  }
-  return best ? fmt::format("; did you mean '{}'?", *best) : std::string();
 }
 
 void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/did_you_mean.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 
@@ -119,9 +120,8 @@ std::int64_t opt_integer(lua_State* L, int index, std::int64_t fallback);
 bool opt_boolean(lua_State* L, int index, bool fallback);
 std::string check_string(lua_State* L, int index);
 
-// "; did you mean 'name'?" when one of `names` is a likely misspelling of `key` (at most two edits, a swap of
-// neighbours counting as one, and fewer than half its length; case ignored), else "". Lua: runner._did_you_mean.
-std::string did_you_mean(std::string_view key, const std::vector<std::string>& names);
+// runner._did_you_mean in Lua.
+using core::did_you_mean;
 
 // Option tables: `{ lr = 1e-3, betas = {0.9, 0.999} }`. check_option_keys raises
 // "unknown option 'x' to 'adamw' (known: a, b, c); did you mean 'b'?" for a key not in `known`.

@@ -285,6 +285,21 @@ bool ends_with_return(const std::string& source) {
 
 }  // namespace
 
+void LuaHost::want_config() {
+  lua_getglobal(L_, "runner");
+  lua_pushboolean(L_, 1);
+  lua_setfield(L_, -2, "_config_wanted");
+  lua_pop(L_, 1);
+}
+
+std::optional<std::string> LuaHost::reported_config() const {
+  lua_getfield(L_, LUA_REGISTRYINDEX, kReportedConfigKey);
+  std::optional<std::string> text;
+  if (lua_type(L_, -1) == LUA_TSTRING) text = lua_tostring(L_, -1);
+  lua_pop(L_, 1);
+  return text;
+}
+
 int LuaHost::run_file(const std::string& path, const std::vector<std::string>& overrides,
                       const std::vector<std::string>& script_args) {
   std::ifstream file(path, std::ios::binary);

@@ -4,6 +4,7 @@
 
 #include <lua.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ class LuaHost {
   // For `runner -i`: the script's top-level locals become globals when it ends (also on an error, as they
   // were at the error), so that the REPL after it sees `model` as well as globals.
   void keep_script_locals() { keep_locals_ = true; }
+  // For `runner --print-config` and sweeps: the script ends (exit status 0) at its config { ... } (after
+  // checking the overrides) or at runner.start, and reported_config() then holds its keys as JSON
+  // {"keys": {name: {"default": value, "integer": bool}}}.
+  void want_config();
+  std::optional<std::string> reported_config() const;
 
   // Calls the function below `nargs` arguments on the stack under the traceback handler with Ctrl-C
   // enabled; on success leaves `nresults` results (LUA_MULTRET allowed). Returns an exit status; on

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "bindings/binding.h"
+#include "bindings/lua_json.h"
 #include "bindings/bindings.h"
 #include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
@@ -97,6 +98,29 @@ int runner_end_open_line(lua_State*) {
   return 0;
 }
 
+// runner._report_config(defaults, integers): for `runner --print-config`, the declared keys as JSON
+// {"keys": {name: {"default": value, "integer": bool}}} kept in the registry for the host to print.
+int runner_report_config(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  nlohmann::json keys = nlohmann::json::object();
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      const std::string key = lua_tostring(L, -2);
+      lua_getfield(L, 2, key.c_str());
+      const bool integer = lua_toboolean(L, -1) != 0;
+      lua_pop(L, 1);
+      keys[key] = {{"default", to_json(L, -1, "config key '" + key + "'")}, {"integer", integer}};
+    }
+    lua_pop(L, 1);
+  }
+  const std::string text = nlohmann::json{{"keys", keys}}.dump();
+  lua_pushlstring(L, text.data(), text.size());
+  lua_setfield(L, LUA_REGISTRYINDEX, kReportedConfigKey);
+  return 0;
+}
+
 }  // namespace
 
 void open_runner(lua_State* L) {
@@ -114,6 +138,7 @@ void open_runner(lua_State* L) {
       {"option_tables", wrap<push_declared_option_tables>},
       {"_did_you_mean", wrap<runner_did_you_mean>},
       {"_end_open_line", wrap<runner_end_open_line>},
+      {"_report_config", wrap<runner_report_config>},
   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

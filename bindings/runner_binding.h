@@ -12,6 +12,9 @@ namespace runner::bindings {
 // and exits with status 2.
 inline constexpr const char* kUsageErrorType = "runner.UsageError";
 
+// Registry key of the JSON that runner._report_config leaves for `runner --print-config`.
+inline constexpr const char* kReportedConfigKey = "runner.reported_config";
+
 void open_runner(lua_State* L);
 // Stores key=value strings as runner.overrides for config{} to apply.
 void set_overrides(lua_State* L, const std::vector<std::string>& overrides);

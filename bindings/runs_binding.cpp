@@ -171,16 +171,15 @@ int run_log(lua_State* L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   const int64_t step = lua_isnoneornil(L, 3) ? context.step() : check_integer(L, 3);
   const double now = index::now_seconds();
-  index::MetricWriter* writer = context.follower() ? nullptr : &context.metrics();  // rank 0 records
   lua_pushnil(L);
   while (lua_next(L, 2)) {
     if (lua_type(L, -2) != LUA_TSTRING) throw std::invalid_argument("run:log: metric names must be strings");
     size_t length = 0;
     const char* key = lua_tolstring(L, -2, &length);
     if (lua_type(L, -1) == LUA_TNUMBER) {
-      if (writer) writer->log(std::string_view(key, length), step, lua_tonumber(L, -1), now);
+      context.log_metric(std::string_view(key, length), step, lua_tonumber(L, -1), now);
     } else if (at::Tensor* tensor = test_tensor(L, -1)) {
-      if (writer) writer->log(std::string_view(key, length), step, *tensor, now);
+      context.log_metric(std::string_view(key, length), step, *tensor, now);
     } else {
       throw std::invalid_argument(fmt::format("run:log: metric '{}' must be a number or a one-element tensor, got a {}",
                                               key, luaL_typename(L, -1)));

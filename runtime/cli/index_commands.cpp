@@ -18,8 +18,8 @@ namespace runner::cli {
 namespace {
 
 constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs):
-  runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sort KEY [--desc]] [--limit N]
-              [--metrics a,b] [--csv|--json]
+  runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--sort KEY [--desc]]
+              [--limit N] [--metrics a,b] [--csv|--json]
                                       table of runs, newest first (KEY: a metric, started, duration, step, name)
   runner show RUN [--json]            config, versions, summary, latest metrics, checkpoints, artifacts
   runner compare RUN RUN... [--all] [--csv|--json]
@@ -29,10 +29,16 @@ constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index
                                       after 30 s (--timeout 0: never); a table shows 1000 rows (--limit 0: all)
   runner report RUN... [-o report.html] [--metrics a,b]
                                       one self-contained HTML file: curves, config, latest sample grids
+  runner report SWEEP [-o sweep.html] the sweep's objective against each parameter, every trial's curve
+                                      (pruned ones dashed), the trials and the best one's command line
   runner rm RUN... [--force]          delete runs with their files (--force: also running ones)
   runner gc [--dry-run] [--orphans]   finish interrupted deletions, mark dead runs interrupted, delete
                                       checkpoints no longer kept (--orphans: run folders the index lost)
-RUN is an id, a unique id prefix, a name, or 'last'.
+  runner sweeps [--csv|--json]        table of sweeps: status, trials done, the best value and trial
+  runner sweep show SWEEP [--csv|--json]
+                                      the trials sorted by the objective, with their parameters, status,
+                                      step and rung; the best one marked and its command line
+RUN is an id, a unique id prefix, a name, or 'last'. SWEEP is a sweep's name or number.
 )";
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
@@ -56,7 +62,7 @@ const char* index_commands_usage() { return kUsage; }
 
 bool is_index_command(const std::string& name) {
   return name == "runs" || name == "show" || name == "compare" || name == "query" || name == "report" || name == "rm" ||
-         name == "gc";
+         name == "gc" || name == "sweeps";
 }
 
 int query_command(int argc, char** argv) {
@@ -83,6 +89,10 @@ int report_command(int argc, char** argv) {
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
   const std::string home = index::home_directory();
   index::Database db = index::open_index_for_reading(home);
+  if (arguments.positional.size() == 1 && is_sweep_reference(db, arguments.positional[0])) {
+    write_sweep_report(db, arguments.positional[0], arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
+    return 0;
+  }
   const double now = index::now_seconds();
   std::vector<report::ReportRun> runs;
   std::optional<std::vector<std::string>> chosen;
@@ -193,6 +203,8 @@ int run_index_command(int argc, char** argv) {
     if (name == "report") return report_command(argc, argv);
     if (name == "rm") return rm_command(argc, argv);
     if (name == "gc") return gc_command(argc, argv);
+    if (name == "sweeps") return sweeps_command(argc, argv);
+    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0) return sweep_show_command(argc - 1, argv + 1);
     throw UsageError("unknown command '" + name + "'");
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), core::terminal_text(error.what()).c_str(), kUsage);

@@ -1,7 +1,9 @@
-// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc.
+// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc, sweeps, sweep show.
 #pragma once
 
 #include <string>
+
+#include "runtime/index/sqlite_database.h"
 
 namespace runner::cli {
 
@@ -18,6 +20,12 @@ int query_command(int argc, char** argv);    // index_commands.cpp
 int report_command(int argc, char** argv);   // index_commands.cpp
 int rm_command(int argc, char** argv);       // index_commands.cpp
 int gc_command(int argc, char** argv);       // index_commands.cpp
+int sweeps_command(int argc, char** argv);   // sweep_commands.cpp
+// argv[0] is "show".
+int sweep_show_command(int argc, char** argv);  // sweep_commands.cpp
+// `runner report SWEEP`: whether `reference` names a sweep and no run, and its report (sweep_commands.cpp).
+bool is_sweep_reference(index::Database& db, const std::string& reference);
+void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output);
 
 // The usage text of all index commands, for `runner --help`.
 const char* index_commands_usage();

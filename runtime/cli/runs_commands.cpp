@@ -11,6 +11,7 @@
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
+#include "runtime/sweep/trial_store.h"
 
 namespace runner::cli {
 namespace {
@@ -40,7 +41,7 @@ void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), s
 }  // namespace
 
 int runs_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics"},
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep"},
                                                     {"--csv", "--json", "--desc"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const TableFormat format = table_format(arguments);
@@ -56,6 +57,7 @@ int runs_command(int argc, char** argv) {
   const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
 
   index::Database db = index::open_index_for_reading(index::home_directory());
+  if (auto sweep = arguments.value("--sweep")) filter.sweep = sweep::load_sweep(db, *sweep).sweep;
   std::vector<index::RunRecord> runs = index::list_runs(db, filter);
   const double now = index::now_seconds();
 
@@ -122,10 +124,12 @@ int runs_command(int argc, char** argv) {
 
   Table table;
   table.columns = {"id", "name", "status", "started", "duration", "step"};
+  if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
   for (const auto& key : metrics) table.columns.push_back(key);
   for (const auto& line : lines) {
     const auto& run = *line.run;
     std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
+    if (filter.sweep) row.insert(row.begin() + 2, run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
     if (format == TableFormat::aligned) {
       row.push_back(format_time(run.started_at).substr(0, 16));
       row.push_back(format_duration(index::duration_seconds(run, now)));
@@ -138,7 +142,7 @@ int runs_command(int argc, char** argv) {
     table.rows.push_back(std::move(row));
   }
   if (format == TableFormat::aligned && table.rows.empty()) {
-    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after ? "no runs yet\n"
+    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep ? "no runs yet\n"
                                                                                         : "no runs match\n");
     return 0;
   }
@@ -169,6 +173,8 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
                         {"duration", index::duration_seconds(run, now)},
                         {"wall_seconds", index::wall_seconds(run, now)},
                         {"attempts", run.attempts},
+                        {"sweep", run.sweep ? nlohmann::json(*run.sweep) : nlohmann::json(nullptr)},
+                        {"trial", run.trial ? nlohmann::json(*run.trial) : nlohmann::json(nullptr)},
                         {"step", run.step}};
   out["seed"] = run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr);
   out["git_revision"] = run.git_revision ? nlohmann::json(*run.git_revision) : nlohmann::json(nullptr);

@@ -85,6 +85,17 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
     read_integer(env, {"RUNNER_TRIAL"}, id, 0, INT64_MAX);
     context.trial = id;
   }
+  if (auto pause = lookup(env, {"RUNNER_SWEEP_PAUSE"}, &which)) {
+    const auto at = pause->rfind('@');
+    std::int64_t step = 0;
+    if (at != std::string::npos && at > 0) {
+      step = parse_integer(which, pause->substr(at + 1), 1, INT64_MAX);
+      context.sweep_pause = SweepPause{pause->substr(0, at), step};
+    } else {
+      throw LaunchError(fmt::format("{}='{}' is not METRIC@STEP", which, *pause));
+    }
+  }
+  read_integer(env, {"RUNNER_CORES"}, context.cores, 1, 1 << 20);
   return context;
 }
 

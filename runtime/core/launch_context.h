@@ -17,6 +17,12 @@ enum class ResumePolicy {
   run,     // --resume RUN: continue that run
 };
 
+// A sweep trial's next ASHA rung: stop (with a checkpoint) once `metric` is logged at or after `step`.
+struct SweepPause {
+  std::string metric;
+  std::int64_t step = 0;
+};
+
 struct LaunchContext {
   ResumePolicy resume = ResumePolicy::script;
   std::string resume_run;         // with ResumePolicy::run: an id, id prefix, name or "last"
@@ -29,6 +35,8 @@ struct LaunchContext {
   int master_port = 0;            // MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
   std::optional<std::int64_t> sweep;  // RUNNER_SWEEP: the sweep this process runs a trial of
   std::optional<std::int64_t> trial;  // RUNNER_TRIAL
+  std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
+  int cores = 0;                  // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
 
   bool distributed() const { return world_size > 1; }
 };

@@ -115,7 +115,9 @@ class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
 int default_worker_count() {
   // Ranks of a data-parallel job on this node share its cores; each drives one GPU.
   const int ranks = std::max(1, core::launch_context().local_world_size);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / ranks;
+  const int host_cores = core::launch_context().cores > 0 ? core::launch_context().cores
+                                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = host_cores / ranks;
   const int gpus = ranks > 1 ? 1 : std::max(1, core::cuda_device_count());
   return std::max(cores >= 2 ? 1 : 0, std::min(4 * gpus, cores - 1));
 }

@@ -39,7 +39,7 @@ struct LoaderOptions {
   BadSamplePolicy on_error = BadSamplePolicy::raise;
 };
 
-// min(4 per GPU (or 4 without one), CPU cores - 1), at least 1 when there are 2 or more cores. For one of R
+// min(4 per GPU (or 4 without one), CPU cores (RUNNER_CORES, else the host's) - 1), at least 1 when there are 2 or more cores. For one of R
 // ranks on the node (LOCAL_WORLD_SIZE): its share of the cores, cores / R, and 4 for its one GPU.
 int default_worker_count();
 

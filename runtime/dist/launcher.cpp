@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/core/child_process.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/device.h"
 #include "runtime/core/exit_status.h"
@@ -53,19 +53,6 @@ int free_port(const std::string& host) {
   }
   ::close(fd);
   return ntohs(address.sin_port);
-}
-
-std::string how_it_ended(int status) {
-  if (WIFSIGNALED(status)) {
-    const int number = WTERMSIG(status);
-    const char* name = sigabbrev_np(number);
-    return fmt::format("was killed by signal {} (SIG{})", number, name ? name : "?");
-  }
-  return fmt::format("exited with status {}", WEXITSTATUS(status));
-}
-
-int exit_status_of(int status) {
-  return WIFSIGNALED(status) ? core::exit_status_for_signal(WTERMSIG(status)) : WEXITSTATUS(status);
 }
 
 struct Rank {
@@ -105,34 +92,21 @@ bool drain(Rank& rank, int kept) {
   return true;
 }
 
-[[noreturn]] void exec_rank(const LaunchOptions& options, int rank, int port, int output_fd, pid_t launcher) {
-  ::setpgid(0, 0);  // terminal signals reach the launcher, which forwards them once
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != launcher) ::_exit(core::exit_status_for_signal(SIGTERM));
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGCHLD}) std::signal(s, SIG_DFL);
-  if (output_fd >= 0) {
-    ::dup2(output_fd, STDOUT_FILENO);
-    ::dup2(output_fd, STDERR_FILENO);
-    ::close(output_fd);
-  }
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-  ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
-  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+core::ChildProcess rank_process(const LaunchOptions& options, int rank, int port, int output_fd) {
+  core::ChildProcess child;
+  child.arguments = options.arguments;
+  child.output_fd = output_fd;
+  child.environment = {{"RANK", std::to_string(rank)},
+                       {"LOCAL_RANK", std::to_string(rank)},
+                       {"WORLD_SIZE", std::to_string(options.nproc)},
+                       {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+                       {"MASTER_ADDR", options.master_addr},
+                       {"MASTER_PORT", std::to_string(port)}};
   if (!std::getenv("OMP_NUM_THREADS")) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(options.nproc))).c_str(), 1);
+    child.environment["OMP_NUM_THREADS"] = std::to_string(std::max(1u, cores / static_cast<unsigned>(options.nproc)));
   }
-  std::vector<std::string> args{"runner"};
-  args.insert(args.end(), options.arguments.begin(), options.arguments.end());
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  std::fprintf(stderr, "runner: rank %d could not start: %s\n", rank, std::strerror(errno));
-  ::_exit(core::kExitError);
+  return child;
 }
 
 }  // namespace
@@ -159,7 +133,6 @@ int launch_local_ranks(const LaunchOptions& options) {
   std::fflush(stdout);
   std::fflush(stderr);
 
-  const pid_t launcher = ::getpid();
   std::vector<Rank> ranks(static_cast<size_t>(options.nproc));
   for (int r = 0; r < options.nproc; ++r) {
     Rank& rank = ranks[static_cast<size_t>(r)];
@@ -167,13 +140,7 @@ int launch_local_ranks(const LaunchOptions& options) {
     int pipe_fds[2] = {-1, -1};
     if (r > 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("launcher: pipe: {}", std::strerror(errno)));
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(fmt::format("launcher: fork: {}", std::strerror(errno)));
-    if (pid == 0) {
-      if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
-      exec_rank(options, r, port, pipe_fds[1] >= 0 ? ::dup(pipe_fds[1]) : -1, launcher);
-    }
-    rank.pid = pid;
+    rank.pid = core::start_child(rank_process(options, r, port, pipe_fds[1]));
     if (r > 0) {
       ::close(pipe_fds[1]);
       rank.output = pipe_fds[0];
@@ -223,7 +190,7 @@ int launch_local_ranks(const LaunchOptions& options) {
         rank.running = false;
         rank.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        const bool stopped_by_request = stop_signal != 0 && core::is_interrupt_status(exit_status_of(status));
+        const bool stopped_by_request = stop_signal != 0 && core::is_interrupt_status(core::exit_status_of(status));
         if (!ok && !stopped_by_request && failed < 0) {
           failed = rank.number;
           failed_at = core::steady_seconds();
@@ -247,14 +214,14 @@ int launch_local_ranks(const LaunchOptions& options) {
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) std::signal(s, SIG_DFL);
 
   if (failed < 0) {  // every rank exited with 0, or stopped on a forwarded signal: rank 0's status comes first
-    int result = exit_status_of(ranks.front().status);
+    int result = core::exit_status_of(ranks.front().status);
     for (const Rank& rank : ranks)
-      if (result == 0) result = exit_status_of(rank.status);
+      if (result == 0) result = core::exit_status_of(rank.status);
     return result;
   }
   const Rank& culprit = ranks[static_cast<size_t>(failed)];
   std::string report = fmt::format("runner: rank {} of {} (pid {}) {}", failed, options.nproc, culprit.pid,
-                                   how_it_ended(culprit.status));
+                                   core::how_it_ended(culprit.status));
   if (failed > 0 && !culprit.lines.empty()) {
     report += "; its last lines:\n";
     for (const std::string& line : culprit.lines) report += fmt::format("[rank {}] {}\n", failed, core::terminal_text(line));
@@ -263,14 +230,14 @@ int launch_local_ranks(const LaunchOptions& options) {
   }
   for (const Rank& rank : ranks) {
     if (rank.number == failed) continue;
-    report += fmt::format("runner: rank {} {}{}\n", rank.number, how_it_ended(rank.status),
+    report += fmt::format("runner: rank {} {}{}\n", rank.number, core::how_it_ended(rank.status),
                           WIFSIGNALED(rank.status) && WTERMSIG(rank.status) == SIGKILL
                               ? fmt::format(" (still running {:.0f} s after the failure)", options.kill_grace_seconds)
                               : " after the failure");
   }
   std::fflush(stdout);
   std::fputs(report.c_str(), stderr);
-  return exit_status_of(culprit.status) != 0 ? exit_status_of(culprit.status) : core::kExitError;
+  return core::exit_status_of(culprit.status) != 0 ? core::exit_status_of(culprit.status) : core::kExitError;
 }
 
 }  // namespace runner::dist

@@ -129,6 +129,28 @@ UPDATE runs SET active_seconds = max(0, coalesce(ended_at, heartbeat_at) - start
 ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '[]';
 UPDATE runs SET hosts = json_array(host);
 )sql"},
+    // Sweeps: the workers that run trials (heartbeats), how trials ended, and ASHA's rung results.
+    {4, R"sql(
+ALTER TABLE sweeps ADD COLUMN ended_at REAL;
+ALTER TABLE sweeps ADD COLUMN error TEXT;
+ALTER TABLE trials ADD COLUMN step INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN worker TEXT;
+ALTER TABLE trials ADD COLUMN heartbeat_at REAL;
+ALTER TABLE trials ADD COLUMN error TEXT;
+ALTER TABLE trials ADD COLUMN segments INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN created_at REAL;
+ALTER TABLE trials ADD COLUMN ended_at REAL;
+CREATE TABLE trial_rungs (
+  sweep INTEGER NOT NULL,
+  trial INTEGER NOT NULL,
+  rung INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  PRIMARY KEY (sweep, trial, rung),
+  FOREIGN KEY (sweep, trial) REFERENCES trials (sweep, trial) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX runs_by_trial ON runs (sweep, trial);
+)sql"},
 };
 
 int user_version(Database& db) {

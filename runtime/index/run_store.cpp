@@ -21,7 +21,7 @@ constexpr const char* kRunColumns =
     "r.run, r.id, r.name, r.status, r.script, r.script_hash, r.config, r.summary, r.git_revision, r.git_dirty, "
     "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
     "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent), r.attempts, r.attempt_started_at, "
-    "r.active_seconds, r.hosts";
+    "r.active_seconds, r.hosts, r.sweep, r.trial";
 
 // SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
 std::string fold_attempt(const std::string& end) {
@@ -73,6 +73,8 @@ RunRecord read_run(const Statement& s) {
   if (hosts.is_array())
     for (const auto& host : hosts)
       if (host.is_string()) run.hosts.push_back(host.get<std::string>());
+  run.sweep = s.optional_integer(27);
+  run.trial = s.optional_integer(28);
   return run;
 }
 
@@ -201,15 +203,15 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       if (clash.step()) return;  // retried with another id
       Statement insert = db.prepare(
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
-          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts) "
-          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, sweep, trial) "
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty) insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
       else insert.bind_null(7);
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
-      insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec));
+      insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
       insert.run();
       inserted = db.last_insert_rowid();
     });
@@ -340,6 +342,7 @@ std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
     add(fmt::format("r.name GLOB ?{}", texts.size()));
   }
   if (filter.started_after) add(fmt::format("r.started_at >= {:.6f}", *filter.started_after));
+  if (filter.sweep) add(fmt::format("r.sweep = {}", *filter.sweep));
   auto runs = query_runs(db, where, texts);
   const double now = now_seconds();
   std::vector<RunRecord> kept;

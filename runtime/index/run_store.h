@@ -35,6 +35,8 @@ struct NewRun {
   std::vector<std::string> hosts;  // the ranks' hosts, each once, in rank order; empty: this host
   nlohmann::json versions = nlohmann::json::object();
   std::optional<int64_t> parent;
+  std::optional<int64_t> sweep;  // the sweep trial this run is (RUNNER_SWEEP / RUNNER_TRIAL)
+  std::optional<int64_t> trial;
 };
 
 struct RunRecord {
@@ -65,6 +67,8 @@ struct RunRecord {
   int64_t attempts = 1;                       // the start and each resume
   std::optional<double> attempt_started_at;   // the running attempt's start
   double active_seconds = 0;                  // the ended attempts' time
+  std::optional<int64_t> sweep;               // the sweep trial it is
+  std::optional<int64_t> trial;
 };
 
 // The status users see: a `running` row whose process is gone (same host) or whose heartbeat is stale is
@@ -103,6 +107,7 @@ struct RunFilter {
   std::optional<std::string> status;       // effective status
   std::optional<std::string> name_glob;    // SQLite GLOB on the name
   std::optional<double> started_after;     // unix seconds
+  std::optional<int64_t> sweep;            // the trials' runs of this sweep
   std::optional<int64_t> limit;
 };
 // Newest first.

@@ -371,6 +371,8 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
   return html;
 }
 
+const char* report_style() { return kStyle; }
+
 void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options) {
   const std::string html = render_html_report(runs, options);
   core::AtomicFileWriter file(path);

@@ -50,6 +50,9 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
 // render_html_report written atomically through core::AtomicFileWriter (whose errors name `path`).
 void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options);
 
+// The reports' stylesheet (also the sweep report's).
+const char* report_style();
+
 // Standard base64 (RFC 4648, with '=' padding).
 std::string base64_encode(std::string_view bytes);
 

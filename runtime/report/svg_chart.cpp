@@ -349,4 +349,100 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
   return svg;
 }
 
+std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const ScatterOptions& options) {
+  const bool categorical = !options.categories.empty();
+  auto x_of = [&](double x) { return options.log_x && !categorical ? std::log10(x) : x; };
+  Extent xs, ys;
+  for (const ScatterPoint& point : points) {
+    if (!std::isfinite(point.y) || !std::isfinite(x_of(point.x))) continue;
+    xs.add(x_of(point.x));
+    ys.add(point.y);
+  }
+  const int width = std::max(options.width, 200);
+  Frame frame{};
+  frame.left = kMarginLeft;
+  frame.right = width - kMarginRight;
+  frame.top = kMarginTop;
+  frame.bottom = kMarginTop + std::max(options.plot_height, 60);
+  const double height = frame.bottom + kXAxisBand + 4;
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 frame.left, escape_html(options.title));
+  if (ys.empty()) {
+    fmt::format_to(out,
+                   "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"none\" stroke=\"#bbb\"/>\n"
+                   "<text x=\"{4}\" y=\"{5}\" text-anchor=\"middle\" fill=\"#888\">no finite values</text>\n</svg>\n",
+                   frame.left, frame.top, frame.right - frame.left, frame.bottom - frame.top,
+                   (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
+    return svg;
+  }
+  // x: categories at 0..n-1 with half a slot of room, else the data range with a margin.
+  std::vector<std::pair<double, std::string>> x_ticks;
+  if (categorical) {
+    frame.x_low = -0.5;
+    frame.x_high = static_cast<double>(options.categories.size()) - 0.5;
+    for (std::size_t i = 0; i < options.categories.size(); ++i)
+      x_ticks.emplace_back(static_cast<double>(i), shorten(options.categories[i], 12));
+  } else {
+    double low = xs.low, high = xs.high;
+    if (!(high - low > 1e-12 * std::max(1.0, std::abs(high)))) low -= 0.5, high += 0.5;
+    const double margin = (high - low) * 0.05;
+    frame.x_low = low - margin;
+    frame.x_high = high + margin;
+    const AxisTicks ticks = ticks_within(nice_ticks(low, high, 5), frame.x_low, frame.x_high);
+    const double largest = std::max(std::abs(ticks.values.front()), std::abs(ticks.values.back()));
+    for (double v : ticks.values)
+      x_ticks.emplace_back(v, options.log_x ? fmt::format("{:.3g}", std::pow(10.0, v)) : format_linear_tick(v, ticks.step, largest));
+  }
+  double y_low = ys.low, y_high = ys.high;
+  if (!(y_high - y_low > 1e-12 * std::max(1.0, std::abs(y_high)))) y_low -= 0.5, y_high += 0.5;
+  const AxisTicks covering = nice_ticks(y_low, y_high, 5);
+  const double margin = (y_high - y_low) * kValueMargin;
+  frame.y_low = y_low - margin;
+  frame.y_high = y_high + margin;
+  const AxisTicks y_ticks = ticks_within(covering, frame.y_low, frame.y_high);
+  const double y_largest = std::max(std::abs(y_ticks.values.front()), std::abs(y_ticks.values.back()));
+
+  svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
+  for (double v : y_ticks.values)
+    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.left, frame.right,
+                   frame.axis_y(v), frame.axis_y(v));
+  for (const auto& [v, label] : x_ticks)
+    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.x(v), frame.x(v),
+                   frame.top, frame.bottom);
+  svg += "</g>\n";
+  fmt::format_to(out,
+                 "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\"><line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" "
+                 "y2=\"{2}\"/><line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/></g>\n",
+                 frame.left, frame.top, frame.bottom, frame.right);
+  svg += "<g class=\"ticks\" fill=\"#444\">\n";
+  for (double v : y_ticks.values)
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\">{}</text>\n", frame.left - 6,
+                   frame.axis_y(v), escape_html(format_linear_tick(v, y_ticks.step, y_largest)));
+  for (const auto& [v, label] : x_ticks)
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", frame.x(v),
+                   frame.bottom + 16, escape_html(label));
+  fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#666\">{}{}</text>\n",
+                 (frame.left + frame.right) / 2, frame.bottom + 32, escape_html(options.x_label),
+                 options.log_x && !categorical ? " (log)" : "");
+  svg += "</g>\n";
+  for (const ScatterPoint& point : points) {
+    if (!std::isfinite(point.y) || !std::isfinite(x_of(point.x))) continue;
+    const std::string colour = escape_html(point.colour);
+    fmt::format_to(out, "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" {}><title>{}</title></circle>\n",
+                   frame.x(x_of(point.x)), frame.y(point.y),
+                   point.hollow ? fmt::format("fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"", colour)
+                                : fmt::format("fill=\"{}\" fill-opacity=\"0.85\"", colour),
+                   escape_html(point.label));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
 }  // namespace runner::report

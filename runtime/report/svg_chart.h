@@ -51,4 +51,26 @@ SeriesPoints downsample_min_max(const SeriesPoints& points, std::size_t max_poin
 // (a lone point is a dot), and a legend naming each series in its colour. Never emits "nan" or "inf".
 std::string render_line_chart(const std::vector<ChartSeries>& series, const ChartOptions& options);
 
+// A point of a scatter chart: x is a number (or, with categories, the index of one), y a value.
+struct ScatterPoint {
+  double x = 0;
+  double y = 0;
+  std::string colour;  // CSS colour
+  bool hollow = false; // drawn as a ring (e.g. a trial stopped early)
+  std::string label;   // hover text
+};
+
+struct ScatterOptions {
+  std::string title;
+  std::string x_label;
+  bool log_x = false;                   // x values are drawn on a log10 axis (all must be positive)
+  std::vector<std::string> categories;  // non-empty: x is an index into these, drawn as labelled positions
+  int width = 400;
+  int plot_height = 220;
+};
+
+// One <svg> element: axes with ticks (x numeric, log or categorical; y linear), one circle per finite point.
+// Never emits "nan" or "inf".
+std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const ScatterOptions& options);
+
 }  // namespace runner::report

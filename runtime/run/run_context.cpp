@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 
@@ -73,6 +74,23 @@ RunContext::~RunContext() {
   } catch (const std::exception& error) {
     core::log(core::LogLevel::error, std::string("run ") + record_.name + ": " + error.what());
   }
+}
+
+void RunContext::log_metric(std::string_view key, int64_t step, double value, double time) {
+  if (follower_) return;
+  writer_->log(key, step, value, time);
+  note_pause(key, step);
+}
+
+void RunContext::log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time) {
+  if (follower_) return;
+  writer_->log(key, step, value, time);
+  note_pause(key, step);
+}
+
+void RunContext::note_pause(std::string_view key, int64_t step) {
+  const auto& pause = core::launch_context().sweep_pause;
+  if (pause && key == pause->metric && step >= pause->step) pause_due_ = true;
 }
 
 void RunContext::set_step(int64_t step) {

@@ -58,6 +58,12 @@ class RunContext {
   void set_step(int64_t step);
 
   index::MetricWriter& metrics() { return *writer_; }
+  // Records a value through metrics() (nothing on a follower). In a sweep trial with an ASHA rung ahead
+  // (RUNNER_SWEEP_PAUSE), logging the sweep's metric at or after the rung's step makes pause_due() true: the
+  // training run then stops after this step with a checkpoint, for the sweep to decide whether it goes on.
+  void log_metric(std::string_view key, int64_t step, double value, double time);
+  void log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time);
+  bool pause_due() const { return pause_due_; }
   void merge_summary(const nlohmann::json& values);
   // Saves a sample grid as images/<name>-<step>.png in the run directory and records the artifact;
   // returns the file's path. `name`: letters, digits, '_', '-', '.'.
@@ -82,6 +88,8 @@ class RunContext {
   bool finished_ = false;
   bool resumed_ = false;
   bool follower_ = false;
+  bool pause_due_ = false;
+  void note_pause(std::string_view key, int64_t step);
 };
 
 }  // namespace runner::run

@@ -75,6 +75,8 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
   run.device = request.device;
   run.world_size = launch.world_size;
   run.hosts = std::move(hosts);
+  run.sweep = launch.sweep;
+  run.trial = launch.trial;
   if (!request.script.empty()) {
     const auto slash = request.script.rfind('/');
     const GitState git = git_state(slash == std::string::npos ? "." : request.script.substr(0, slash));

@@ -157,9 +157,15 @@ void TrainingRun::after_step(std::int64_t step) {
 
 void TrainingRun::before_next_step() {
   int signal_number = core::stop_signal();
-  // A stop signal on any rank stops every rank after the same step.
-  if (distributed()) signal_number = static_cast<int>(dist::process_group()->max(signal_number));
-  if (signal_number != 0) stop(signal_number);
+  bool pause = run_.pause_due();
+  // A stop signal on any rank stops every rank after the same step (signals outrank a sweep's pause).
+  if (distributed()) {
+    const std::int64_t combined = dist::process_group()->max(signal_number != 0 ? 2 * signal_number : pause ? 1 : 0);
+    signal_number = static_cast<int>(combined / 2);
+    pause = combined == 1;
+  }
+  if (signal_number != 0) stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
+  if (pause) stop("the sweep's ASHA rung", core::kExitOk);
 }
 
 bool TrainingRun::distributed() {
@@ -167,8 +173,7 @@ bool TrainingRun::distributed() {
   return group && group->size() > 1;
 }
 
-void TrainingRun::stop(int signal_number) {
-  const std::string name = signal_name(signal_number);
+void TrainingRun::stop(const std::string& name, int exit_status) {
   std::string reason;
   core::end_open_line();
   if (steps_taken_ == 0) {
@@ -183,7 +188,7 @@ void TrainingRun::stop(int signal_number) {
     reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
   }
   run_.finish("interrupted", reason);
-  throw core::ExitRequest(signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk, reason);
+  throw core::ExitRequest(exit_status, reason);
 }
 
 std::optional<std::string> TrainingRun::finish() {

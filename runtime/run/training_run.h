@@ -87,7 +87,9 @@ class TrainingRun {
 
  private:
   void report_saves(bool wait);
-  [[noreturn]] void stop(int signal_number);
+  // Saves a checkpoint (when a step was taken), marks the run interrupted "stopped by <name> at step N ..."
+  // and ends the process with exit_status.
+  [[noreturn]] void stop(const std::string& name, int exit_status);
 
   RunContext& run_;
   std::shared_ptr<train::Trainer> trainer_;

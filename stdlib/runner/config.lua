@@ -112,6 +112,10 @@ function M.declare(defaults)
     resolved[key] = value
     overridden[key] = true
   end
+  if runner._config_wanted then  -- runner --print-config: the declared keys, and nothing of the script runs further
+    runner._report_config(defaults, integers)
+    os.exit(0)
+  end
   local parts = {}
   for _, key in ipairs(known) do
     parts[#parts + 1] = key .. "=" .. format_value(resolved[key]) .. (overridden[key] and "*" or "")

@@ -1,5 +1,5 @@
 -- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
--- namespaces, runner.start and runner.query, defines config.
+-- namespaces, runner.start, runner.query and runner.sweep, defines config.
 -- print ends a progress line drawn in place first, so that nothing is written onto its end.
 local plain_print = print
 function print(...)
@@ -13,6 +13,7 @@ runner.diffusion = require("runner.diffusion")
 runner.pretty = require("runner.pretty")
 require("runner.run")
 require("runner.train")
+runner.sweep = require("runner.sweep")
 config = require("runner.config").declare
 
 local log_message = runner.log

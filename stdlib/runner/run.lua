@@ -54,6 +54,10 @@ end
 --- runner.start([cfg [, {name, seed, device, parent, fork, resume, flush_interval, heartbeat}]]) -> Run
 --- (see stdlib/meta/runs.lua; the options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
+  if runner._config_wanted then  -- runner --print-config of a script without config { ... }
+    runner._report_config({}, {})
+    os.exit(0)
+  end
   if type(cfg) ~= "table" and cfg ~= nil then error("runner.start expects the config table (or nothing)", 2) end
   cfg = cfg or runner.config or {}
   local script = arg and arg[0] or nil

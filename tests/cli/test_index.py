@@ -528,7 +528,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (3); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (4); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -569,7 +569,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(3,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(4,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual(shown["hosts"], [socket.gethostname()])
         self.assertAlmostEqual(shown["duration"], wall, places=6)  # a finished run's whole span

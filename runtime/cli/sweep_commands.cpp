@@ -1,0 +1,206 @@
+// `runner sweeps` and `runner sweep show`: sweeps and their trials as tables (and CSV/JSON).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/cli/command_support.h"
+#include "runtime/cli/index_commands.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+#include "runtime/report/sweep_report.h"
+#include "runtime/sweep/sweep_worker.h"
+#include "runtime/sweep/trial_store.h"
+
+namespace runner::cli {
+namespace {
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+Cell optional_cell(const std::optional<double>& value) { return value ? Cell(*value) : Cell(std::monostate{}); }
+
+Cell param_cell(const nlohmann::json& params, const std::string& name) {
+  if (!params.contains(name)) return std::monostate{};
+  const nlohmann::json& value = params[name];
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number()) return value.get<double>();
+  return sweep::override_text(value);
+}
+
+// The table's groups: finished, stopped by ASHA, still going, failed.
+int status_rank(const std::string& status) {
+  if (status == "finished") return 0;
+  if (status == "pruned" || status == "paused") return 1;
+  if (status == "running" || status == "stopped") return 2;
+  return 3;
+}
+
+// Finished trials by the objective, then those ASHA stopped (furthest rung first), then the rest.
+void sort_trials(const sweep::SweepSpec& spec, std::vector<sweep::TrialRecord>& trials) {
+  auto better = [&](const std::optional<double>& a, const std::optional<double>& b) {
+    const bool va = a && !std::isnan(*a), vb = b && !std::isnan(*b);
+    if (va != vb) return va;
+    if (!va) return false;
+    return spec.minimize ? *a < *b : *a > *b;
+  };
+  std::stable_sort(trials.begin(), trials.end(), [&](const sweep::TrialRecord& a, const sweep::TrialRecord& b) {
+    if (status_rank(a.status) != status_rank(b.status)) return status_rank(a.status) < status_rank(b.status);
+    if (a.rung != b.rung && status_rank(a.status) == 1) return a.rung > b.rung;
+    if (better(a.metric, b.metric) != better(b.metric, a.metric)) return better(a.metric, b.metric);
+    return a.trial < b.trial;
+  });
+}
+
+std::string summary_line(const sweep::SweepRecord& record, const sweep::SweepCounts& counts) {
+  const sweep::SweepSpec& spec = record.spec;
+  std::vector<std::string> names;
+  for (const sweep::Parameter& parameter : spec.parameters) names.push_back(parameter.name);
+  return fmt::format("{}, {}, {} of {} trials done ({} finished, {} pruned, {} failed) over {}; {} ({}){}", record.status,
+                     sweep::method_name(spec.method), counts.finished + counts.pruned + counts.failed, spec.trials,
+                     counts.finished, counts.pruned, counts.failed, fmt::join(names, ", "), spec.metric,
+                     spec.minimize ? "min" : "max",
+                     spec.asha ? fmt::format("; ASHA rungs from step {} by {} up to {}", spec.asha->min_steps,
+                                             spec.asha->reduction, spec.asha->max_steps)
+                               : "");
+}
+
+}  // namespace
+
+int sweeps_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
+  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  const TableFormat format = table_format(arguments);
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  Table table;
+  table.columns = {"sweep", "name", "status", "method", "trials", "done", "metric", "best", "best_trial", "created"};
+  for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) {
+    const std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
+    const sweep::SweepCounts counts = sweep::count_trials(record, trials);
+    table.rows.push_back({record.sweep, record.name, record.status, sweep::method_name(record.spec.method),
+                          record.spec.trials, static_cast<int64_t>(counts.finished + counts.pruned + counts.failed),
+                          record.spec.metric + (record.spec.minimize ? " (min)" : " (max)"), optional_cell(counts.best_value),
+                          counts.best_trial ? Cell(*counts.best_trial) : Cell(std::monostate{}),
+                          format == TableFormat::aligned ? Cell(format_time(record.created_at).substr(0, 16))
+                                                         : Cell(record.created_at)});
+  }
+  if (format == TableFormat::aligned && table.rows.empty()) {
+    print("no sweeps yet (runner sweep SWEEP.lua starts one)\n");
+    return 0;
+  }
+  print(format_table(table, format));
+  return 0;
+}
+
+int sweep_show_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
+  if (arguments.positional.size() != 1) throw UsageError("expected one sweep (a name or number)");
+  const TableFormat format = table_format(arguments);
+  index::Database db = index::open_index_for_reading(index::home_directory());
+  const sweep::SweepRecord record = sweep::load_sweep(db, arguments.positional[0]);
+  const sweep::SweepSpec& spec = record.spec;
+  std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
+  const sweep::SweepCounts counts = sweep::count_trials(record, trials);
+  sort_trials(spec, trials);
+
+  Table table;
+  table.columns = {"best", "trial", "status", spec.metric, "step", "rung", "run"};
+  for (const sweep::Parameter& parameter : spec.parameters) table.columns.push_back(parameter.name);
+  table.columns.push_back("error");
+  for (const sweep::TrialRecord& trial : trials) {
+    const bool best = counts.best_trial && *counts.best_trial == trial.trial;
+    std::vector<Cell> row;
+    row.push_back(format == TableFormat::aligned ? Cell(std::string(best ? "*" : "")) : Cell(int64_t{best ? 1 : 0}));
+    row.push_back(trial.trial);
+    row.push_back(trial.status);
+    row.push_back(optional_cell(trial.metric));
+    row.push_back(trial.step);
+    row.push_back(static_cast<int64_t>(trial.rung));
+    row.push_back(trial.run ? Cell(index::load_run(db, *trial.run).id) : Cell(std::monostate{}));
+    for (const sweep::Parameter& parameter : spec.parameters) row.push_back(param_cell(trial.params, parameter.name));
+    std::string error = trial.error.value_or("");
+    if (format == TableFormat::aligned && error.size() > 60) error = error.substr(0, 57) + "...";
+    if (const auto newline = error.find('\n'); format == TableFormat::aligned && newline != std::string::npos)
+      error = error.substr(0, newline);
+    row.push_back(error.empty() ? Cell(std::monostate{}) : Cell(error));
+    table.rows.push_back(std::move(row));
+  }
+  if (format != TableFormat::aligned) {
+    print(format_table(table, format));
+    return 0;
+  }
+  print(fmt::format("sweep {} ({}): {}\n", record.name, record.sweep, summary_line(record, counts)));
+  print(fmt::format("script {}\n", spec.script));
+  if (record.error) print(fmt::format("error: {}\n", *record.error));
+  print("\n");
+  if (table.rows.empty()) print("no trials yet\n");
+  else print(format_table(table, format));
+  const std::string best = sweep::best_trial_command(record, sweep::list_trials(db, record.sweep));
+  if (!best.empty()) print(fmt::format("\nbest (trial {}, {} {}): {}\n", *counts.best_trial, spec.metric,
+                                       format_number(*counts.best_value), best));
+  return 0;
+}
+
+}  // namespace runner::cli
+
+namespace runner::cli {
+
+bool is_sweep_reference(index::Database& db, const std::string& reference) {
+  try {
+    index::resolve_run(db, reference);
+    return false;
+  } catch (const index::IndexError&) {
+  }
+  try {
+    sweep::load_sweep(db, reference);
+    return true;
+  } catch (const index::IndexError&) {
+    return false;
+  }
+}
+
+void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output) {
+  const sweep::SweepRecord record = sweep::load_sweep(db, reference);
+  const sweep::SweepSpec& spec = record.spec;
+  std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
+  const sweep::SweepCounts counts = sweep::count_trials(record, trials);
+  report::SweepReport page;
+  page.title = "runner sweep report: " + record.name;
+  page.generated_at = format_time(index::now_seconds());
+  page.summary = summary_line(record, counts);
+  page.metric = spec.metric;
+  page.minimize = spec.minimize;
+  page.best_trial = counts.best_trial;
+  page.best_command = sweep::best_trial_command(record, trials);
+  for (const sweep::Parameter& parameter : spec.parameters) {
+    report::SweepReportParameter column;
+    column.name = parameter.name;
+    column.log_scale = parameter.kind == sweep::ParameterKind::log_uniform || parameter.log;
+    if (parameter.kind == sweep::ParameterKind::choice &&
+        !std::all_of(parameter.values.begin(), parameter.values.end(), [](const nlohmann::json& v) { return v.is_number(); }))
+      for (const nlohmann::json& value : parameter.values)
+        column.categories.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+    page.parameters.push_back(std::move(column));
+  }
+  sort_trials(spec, trials);
+  for (const sweep::TrialRecord& trial : trials) {
+    report::SweepReportTrial row;
+    row.trial = trial.trial;
+    row.status = trial.status;
+    row.value = trial.metric;
+    row.step = trial.step;
+    row.rung = trial.rung;
+    row.params = trial.params;
+    row.error = trial.error.value_or("");
+    if (trial.run) {
+      row.run_id = index::load_run(db, *trial.run).id;
+      for (const index::MetricPoint& point : index::metric_series(db, *trial.run, spec.metric))
+        row.curve.emplace_back(point.step, point.value);
+    }
+    page.trials.push_back(std::move(row));
+  }
+  report::write_sweep_report(output, page);
+  print(fmt::format("wrote {} (sweep {}, {} trials)\n", output, record.name, trials.size()));
+}
+
+}  // namespace runner::cli

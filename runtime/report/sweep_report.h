@@ -1,0 +1,50 @@
+// The self-contained HTML report of a sweep: the best trial and its command line, the objective against
+// each parameter, the learning curves of every trial (those ASHA stopped early dashed), and the trials.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/report/svg_chart.h"
+
+namespace runner::report {
+
+struct SweepReportParameter {
+  std::string name;
+  bool log_scale = false;                // drawn on a log axis (log-uniform, log int)
+  std::vector<std::string> categories;   // a list of values that are not all numbers: drawn by position
+};
+
+struct SweepReportTrial {
+  std::int64_t trial = 0;
+  std::string status;  // finished, pruned, paused, running, stopped, failed
+  std::optional<double> value;
+  std::int64_t step = 0;
+  int rung = 0;
+  std::string run_id;
+  nlohmann::json params = nlohmann::json::object();
+  SeriesPoints curve;  // the metric over steps
+  std::string error;
+};
+
+struct SweepReport {
+  std::string title;
+  std::string generated_at;
+  std::string summary;   // one line: status, method, trials, metric and mode, pruner
+  std::string metric;
+  bool minimize = true;
+  std::vector<SweepReportParameter> parameters;
+  std::vector<SweepReportTrial> trials;  // in the order the table shows them
+  std::optional<std::int64_t> best_trial;
+  std::string best_command;
+};
+
+std::string render_sweep_report(const SweepReport& report);
+// Written atomically (core::AtomicFileWriter, whose errors name `path`).
+void write_sweep_report(const std::string& path, const SweepReport& report);
+
+}  // namespace runner::report

@@ -1,0 +1,364 @@
+// The sweep worker's loop: slots, trial processes, stop signals, trial ends and the event lines.
+#include "runtime/sweep/sweep_worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fstream>
+#include <thread>
+
+#include "runtime/core/child_process.h"
+#include "runtime/core/device.h"
+#include "runtime/core/duration_text.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/terminal_text.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+
+namespace runner::sweep {
+namespace {
+
+using nlohmann::json;
+
+int signal_pipe[2] = {-1, -1};
+
+void on_signal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  const int saved = errno;
+  [[maybe_unused]] const ssize_t written = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+struct Running {
+  std::int64_t trial = 0;
+  pid_t pid = -1;
+  std::optional<std::int64_t> pause_step;
+  std::string log_path;
+  double started = 0;
+  bool stop_sent = false;
+};
+
+std::string quoted(const std::string& text) {
+  if (!text.empty() && text.find_first_of(" \t\n'\"\\$`;&|<>()*?[]{}~#!") == std::string::npos) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string params_text(const json& params) {
+  std::string text;
+  for (const auto& [key, value] : params.items()) text += (text.empty() ? "" : " ") + key + "=" + override_text(value);
+  return text;
+}
+
+std::string value_text(const std::optional<double>& value) {
+  if (!value) return "-";
+  return fmt::format("{:.6g}", *value);
+}
+
+void say(const std::string& line) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[16];
+  std::strftime(stamp, sizeof stamp, "%H:%M:%S", &local);
+  std::printf("[%s] %s\n", stamp, core::terminal_text(line).c_str());
+  std::fflush(stdout);
+}
+
+std::string counts_text(index::Database& db, const SweepRecord& sweep) {
+  const SweepCounts c = count_trials(sweep, list_trials(db, sweep.sweep));
+  std::string text = fmt::format("running {}, queued {}", c.running, c.queued);
+  if (c.paused) text += fmt::format(", paused {}", c.paused);
+  if (c.stopped) text += fmt::format(", stopped {}", c.stopped);
+  text += fmt::format(", done {}, pruned {}, failed {}", c.finished, c.pruned, c.failed);
+  if (c.best_trial) text += fmt::format(" | best {} {} (trial {})", sweep.spec.metric, value_text(c.best_value), *c.best_trial);
+  return text;
+}
+
+std::string last_lines(const std::string& path, size_t count) {
+  std::ifstream file(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.empty()) continue;
+    lines.push_back(line);
+    if (lines.size() > count) lines.pop_front();
+  }
+  std::string text;
+  for (const std::string& kept : lines) text += "\n  " + kept;
+  return text;
+}
+
+void make_directories(const std::string& path) {
+  for (size_t slash = path.find('/', 1); ; slash = path.find('/', slash + 1)) {
+    const std::string prefix = path.substr(0, slash);
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
+      throw std::runtime_error(fmt::format("{}: cannot create the directory: {}", prefix, std::strerror(errno)));
+    if (slash == std::string::npos) break;
+  }
+}
+
+std::vector<std::string> visible_gpus() {
+  const int count = core::cuda_device_count();
+  std::vector<std::string> ids;
+  if (count <= 0) return ids;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible && *visible) {
+    std::string list = visible;
+    size_t start = 0;
+    while (start <= list.size() && static_cast<int>(ids.size()) < count) {
+      const size_t comma = list.find(',', start);
+      ids.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  } else {
+    for (int i = 0; i < count; ++i) ids.push_back(std::to_string(i));
+  }
+  return ids;
+}
+
+Running start_trial(const std::string& home, const SweepRecord& sweep, const Claim& claim, const Slot& slot,
+                    const std::string& log_directory, index::Database& db) {
+  const SweepSpec& spec = sweep.spec;
+  core::ChildProcess child;
+  if (spec.gpus_per_trial > 1) child.arguments = {"--nproc", std::to_string(spec.gpus_per_trial)};
+  if (claim.resume_run) {
+    child.arguments.push_back("--resume");
+    child.arguments.push_back(index::load_run(db, *claim.resume_run).id);
+  } else {
+    child.arguments.push_back("--fresh");
+  }
+  child.arguments.push_back(spec.script);
+  for (const std::string& item : trial_overrides(spec, claim.trial.params)) child.arguments.push_back(item);
+  child.environment = {{"RUNNER_HOME", home},
+                       {"RUNNER_SWEEP", std::to_string(sweep.sweep)},
+                       {"RUNNER_TRIAL", std::to_string(claim.trial.trial)},
+                       {"OMP_NUM_THREADS", std::to_string(slot.threads)},
+                       {"RUNNER_CORES", std::to_string(slot.threads)},
+                       {"RUNNER_NO_BROWSER", "1"}};
+  if (!slot.cuda_devices.empty()) child.environment["CUDA_VISIBLE_DEVICES"] = slot.cuda_devices;
+  if (claim.pause_step) child.environment["RUNNER_SWEEP_PAUSE"] = fmt::format("{}@{}", spec.metric, *claim.pause_step);
+
+  Running running;
+  running.trial = claim.trial.trial;
+  running.pause_step = claim.pause_step;
+  running.log_path = fmt::format("{}/trial-{:04d}.log", log_directory, claim.trial.trial);
+  const int fd = ::open(running.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open the trial's log: {}", running.log_path, std::strerror(errno)));
+  const std::string banner = fmt::format("==== trial {} ({}): runner {}\n", claim.trial.trial, claim.reason,
+                                         fmt::join(child.arguments, " "));
+  [[maybe_unused]] const ssize_t written = ::write(fd, banner.data(), banner.size());
+  child.output_fd = fd;
+  try {
+    running.pid = core::start_child(child);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  running.started = index::now_seconds();
+  return running;
+}
+
+std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Running& running, const std::string& how) {
+  const std::string took = core::duration_text(index::now_seconds() - running.started);
+  if (trial.status == "finished")
+    return fmt::format("trial {} finished: {} {} at step {} in {}", trial.trial, spec.metric, value_text(trial.metric), trial.step, took);
+  if (trial.status == "paused")
+    return fmt::format("trial {} reached rung {} at step {}: {} {} (paused with a checkpoint; goes on if it ranks in the "
+                       "best 1/{})", trial.trial, trial.rung, trial.step, spec.metric, value_text(trial.metric),
+                       spec.asha ? spec.asha->reduction : 1);
+  if (trial.status == "stopped")
+    return fmt::format("trial {} stopped at step {} (continues from its checkpoint when the sweep runs again)", trial.trial, trial.step);
+  return fmt::format("trial {} failed ({}): {}{}", trial.trial, how, trial.error.value_or("no error recorded"),
+                     last_lines(running.log_path, 12));
+}
+
+}  // namespace
+
+std::vector<Slot> sweep_slots(const SweepSpec& spec) {
+  std::vector<Slot> slots;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::vector<std::string> gpus = visible_gpus();
+  if (!gpus.empty()) {
+    const int available = static_cast<int>(gpus.size()) / spec.gpus_per_trial;
+    if (available == 0)
+      throw SweepError(fmt::format("{}: gpus_per_trial = {} but {} GPU{} visible", spec.where, spec.gpus_per_trial,
+                                   gpus.size(), gpus.size() == 1 ? " is" : "s are"));
+    const int count = spec.slots == 0 ? available : spec.slots;
+    if (count > available)
+      throw SweepError(fmt::format("{}: slots = {} needs {} GPUs ({} per trial); {} visible", spec.where, count,
+                                   count * spec.gpus_per_trial, spec.gpus_per_trial, gpus.size()));
+    for (int s = 0; s < count; ++s) {
+      Slot slot;
+      for (int g = 0; g < spec.gpus_per_trial; ++g)
+        slot.cuda_devices += (g ? "," : "") + gpus[static_cast<size_t>(s * spec.gpus_per_trial + g)];
+      slot.threads = static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)));
+      slots.push_back(slot);
+    }
+    return slots;
+  }
+  const int count = spec.slots == 0 ? 1 : spec.slots;
+  for (int s = 0; s < count; ++s) slots.push_back(Slot{"", static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)))});
+  return slots;
+}
+
+std::string best_trial_command(const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
+  const SweepCounts counts = count_trials(sweep, trials);
+  if (!counts.best_trial) return "";
+  std::string command = "runner " + quoted(sweep.spec.script);
+  for (const TrialRecord& trial : trials)
+    if (trial.trial == *counts.best_trial)
+      for (const std::string& item : trial_overrides(sweep.spec, trial.params)) command += " " + quoted(item);
+  return command;
+}
+
+int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
+  const SweepSpec& spec = sweep.spec;
+  index::Database db = index::open_index_for_writing(home);
+  const std::vector<Slot> slots = sweep_slots(spec);
+  const std::string log_directory = home + "/sweeps/" + sweep.name;
+  make_directories(log_directory);
+  const std::string worker = worker_name();
+  set_sweep_status(db, sweep.sweep, "running");
+
+  const std::string slot_text =
+      slots.front().cuda_devices.empty()
+          ? fmt::format("{} CPU slot{} of {} thread{}", slots.size(), slots.size() == 1 ? "" : "s", slots.front().threads,
+                        slots.front().threads == 1 ? "" : "s")
+          : fmt::format("{} GPU slot{} ({} GPU{} each)", slots.size(), slots.size() == 1 ? "" : "s", spec.gpus_per_trial,
+                        spec.gpus_per_trial == 1 ? "" : "s");
+  say(fmt::format("sweep {}: {} trials ({}) of {}, {} ({}){}; {}; trial output in {}/", sweep.name, spec.trials,
+                  method_name(spec.method), spec.script, spec.metric, spec.minimize ? "min" : "max",
+                  spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
+                  slot_text, log_directory));
+
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(fmt::format("sweep: pipe: {}", std::strerror(errno)));
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous[4];
+  const int signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  for (int i = 0; i < 4; ++i) ::sigaction(signals[i], &action, &previous[i]);
+
+  std::vector<std::optional<Running>> running(slots.size());
+  int stop_signal = 0;
+  bool failure_limit = false;
+  double next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
+  auto running_count = [&] {
+    int count = 0;
+    for (const auto& r : running) count += r ? 1 : 0;
+    return count;
+  };
+  auto stop_all = [&](int signal_number) {
+    for (auto& r : running)
+      if (r) {
+        ::kill(r->pid, signal_number);
+        r->stop_sent = true;
+      }
+  };
+
+  while (true) {
+    if (stop_signal == 0 && !failure_limit) {
+      for (size_t s = 0; s < slots.size(); ++s) {
+        if (running[s]) continue;
+        const std::optional<Claim> claim = claim_trial(db, sweep, worker);
+        if (!claim) break;
+        running[s] = start_trial(home, sweep, *claim, slots[s], log_directory, db);
+        say(fmt::format("trial {} started ({}{}): {}{}", claim->trial.trial, claim->reason,
+                        claim->trial.step > 0 ? fmt::format(" from step {}", claim->trial.step) : "",
+                        params_text(claim->trial.params), slots.size() > 1 ? fmt::format(" [slot {}]", s + 1) : ""));
+      }
+    }
+    if (running_count() == 0) {
+      if (stop_signal != 0) break;
+      if (finish_if_done(db, sweep)) break;
+    }
+
+    pollfd fd{signal_pipe[0], POLLIN, 0};
+    ::poll(&fd, 1, running_count() == 0 ? 1000 : 200);
+    unsigned char byte = 0;
+    while (::read(signal_pipe[0], &byte, 1) == 1) {
+      if (stop_signal == 0)
+        say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(byte)));
+      stop_signal = byte;
+      stop_all(byte);
+    }
+
+    int status = 0;
+    pid_t pid = 0;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (auto& slot : running) {
+        if (!slot || slot->pid != pid) continue;
+        TrialEnd end;
+        end.exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        end.stopped_by_sweep = slot->stop_sent;
+        end.pause_step = slot->pause_step;
+        end.failure = core::how_it_ended(status);
+        const TrialRecord trial = end_trial(db, sweep, slot->trial, end);
+        say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts_text(db, sweep));
+        slot.reset();
+        if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
+          const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+          const auto failed = std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
+          if (failed >= spec.max_failures) {
+            failure_limit = true;
+            say(fmt::format("{} trials failed (max_failures = {}): stopping the sweep", failed, spec.max_failures));
+            stop_all(SIGTERM);
+          }
+        }
+      }
+    }
+
+    if (index::now_seconds() >= next_heartbeat) {
+      std::vector<std::int64_t> trials;
+      for (const auto& r : running)
+        if (r) trials.push_back(r->trial);
+      heartbeat_trials(db, sweep, trials);
+      next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
+    }
+  }
+
+  for (int i = 0; i < 4; ++i) ::sigaction(signals[i], &previous[i], nullptr);
+  ::close(signal_pipe[0]);
+  ::close(signal_pipe[1]);
+
+  const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+  const SweepCounts counts = count_trials(sweep, trials);
+  const std::string best = best_trial_command(sweep, trials);
+  if (stop_signal != 0) {
+    set_sweep_status(db, sweep.sweep, "stopped");
+    say(fmt::format("sweep {} stopped: {}; the same command (or runner sweep --join {}) continues it", sweep.name,
+                    counts_text(db, sweep), sweep.name));
+    return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
+  }
+  const SweepRecord now = load_sweep(db, std::to_string(sweep.sweep));
+  if (now.status == "failed" || failure_limit) {
+    std::fprintf(stderr, "runner: sweep %s failed: %s\n", sweep.name.c_str(),
+                 core::terminal_text(now.error.value_or("too many trials failed")).c_str());
+    return core::kExitError;
+  }
+  say(fmt::format("sweep {} {}: {}", sweep.name, now.status == "finished" ? "finished" : "has no trial left for this worker",
+                  counts_text(db, sweep)));
+  if (!best.empty())
+    say(fmt::format("best: trial {} with {} {}: {}", *counts.best_trial, spec.metric, value_text(counts.best_value), best));
+  return core::kExitOk;
+}
+
+}  // namespace runner::sweep

@@ -1,0 +1,109 @@
+// Sweeps and their trials in the index: creating a sweep, claiming the next trial in a transaction (so that
+// several workers never run one trial twice), heartbeats, trial ends and ASHA rung results. A trial is the
+// series of runs' attempts of one parameter point: the run it started, continued after each pause.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/index/sqlite_database.h"
+#include "runtime/sweep/sweep_spec.h"
+
+namespace runner::sweep {
+
+// Trial statuses: running (a worker runs it), paused (ASHA: stopped at a rung with a checkpoint, waiting to
+// be promoted), stopped (the sweep was stopped, or its worker died: continued first when the sweep goes on),
+// finished, pruned (ended at a rung by ASHA), failed.
+struct TrialRecord {
+  std::int64_t trial = 0;  // 1, 2, ... in the order trials were started
+  nlohmann::json params = nlohmann::json::object();
+  std::optional<std::int64_t> run;
+  std::string status;
+  int rung = 0;              // rungs passed (results recorded)
+  std::optional<double> metric;  // the latest objective value: the final one once finished
+  std::int64_t step = 0;
+  std::optional<std::string> worker;  // "host:pid" of the worker running it
+  std::optional<std::string> error;
+  int segments = 0;          // times a worker started or continued it
+  double created_at = 0;
+  std::optional<double> ended_at;
+};
+
+struct SweepRecord {
+  std::int64_t sweep = 0;
+  std::string name;
+  std::string status;  // running, stopped, finished, failed
+  SweepSpec spec;
+  double created_at = 0;
+  std::optional<double> ended_at;
+  std::optional<std::string> error;
+};
+
+// The sweep named spec.name: created, or the stored one when its definition is the same. Another
+// definition under that name is a SweepError that says what differs.
+SweepRecord open_sweep(index::Database& db, const SweepSpec& spec);
+// By name or number; an IndexError naming the known sweeps when none matches.
+SweepRecord load_sweep(index::Database& db, const std::string& reference);
+std::vector<SweepRecord> list_sweeps(index::Database& db);
+std::vector<TrialRecord> list_trials(index::Database& db, std::int64_t sweep);
+void set_sweep_status(index::Database& db, std::int64_t sweep, const std::string& status,
+                      const std::optional<std::string>& error = std::nullopt);
+
+// This worker: "host:pid".
+std::string worker_name();
+
+// A trial a worker is to run now.
+struct Claim {
+  TrialRecord trial;
+  std::optional<std::int64_t> resume_run;  // continue this run from its checkpoint; none: a new run
+  std::optional<std::int64_t> pause_step;  // ASHA: stop at the first objective value at or after this step
+  std::string reason;                      // "new", "continued", "promoted to rung N"
+};
+
+// In one transaction: trials of dead workers become stopped; then the first of: a stopped trial (whose run
+// is not still running), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
+// the sweep's sampler). None when the failure limit is reached or nothing can start now.
+std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, const std::string& worker);
+
+// The run the trial's processes recorded (RUNNER_SWEEP / RUNNER_TRIAL), newest first.
+std::optional<std::int64_t> trial_run(index::Database& db, std::int64_t sweep, std::int64_t trial);
+
+// Refreshes the running trials of this worker: heartbeat, run, step and latest objective value.
+void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::vector<std::int64_t>& trials);
+
+// How a trial's process ended, as the worker saw it.
+struct TrialEnd {
+  bool exited_ok = false;       // exit status 0
+  bool stopped_by_sweep = false; // the worker sent it a stop signal
+  std::optional<std::int64_t> pause_step;
+  std::string failure;          // how it ended and its last lines, for a failed trial
+};
+// Records the end from the trial's run in the index: finished (its objective's final value), paused at a
+// rung (the value at the first step >= pause_step), stopped, or failed. Returns the trial as recorded.
+TrialRecord end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end);
+
+// Whether every trial has ended (paused ones included) and no more can start: then the paused trials become
+// pruned and the sweep finished (true returned). Also true when the failure limit was reached (sweep failed).
+bool finish_if_done(index::Database& db, const SweepRecord& sweep);
+
+struct SweepCounts {
+  int running = 0, queued = 0, paused = 0, stopped = 0, finished = 0, pruned = 0, failed = 0;
+  std::optional<std::int64_t> best_trial;
+  std::optional<double> best_value;
+};
+SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord>& trials);
+
+// A rung result of a trial: rung k (0-based), the step it was measured at, the value.
+struct RungRow {
+  std::int64_t trial = 0;
+  int rung = 0;
+  std::int64_t step = 0;
+  double value = 0;
+};
+std::vector<RungRow> rung_results(index::Database& db, std::int64_t sweep);
+
+}  // namespace runner::sweep

@@ -1,0 +1,332 @@
+"""Sweeps end to end: sweep files, grid / random / TPE trials run as child processes, ASHA pauses and promotions
+that resume from checkpoints, stops and kills that lose nothing, two workers, the result commands."""
+import json
+import math
+import os
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import time
+import unittest
+
+from runner_process import RUNNER, RunnerHomeTest
+
+# A synthetic experiment whose metric is a known function of its config and step; a trainer so that it
+# checkpoints and resumes like a real one.
+SYNTHETIC = """
+local cfg = config { lr = 0.01, width = 4, steps = 9, fail_at = 0, sleep = 0.0, mode = "plain" }
+local run = runner.start(cfg)
+local model = nn.Linear(2, 1)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.001 }, progress = false }
+run:restore { trainer = train }
+for step = run.step + 1, cfg.steps do
+  train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
+  if step == cfg.fail_at then error("trial failed on purpose at step " .. step) end
+  run:log { score = (math.log10(cfg.lr) + 2) ^ 2 + cfg.width / 100 + 1 / step }
+  if cfg.sleep > 0 then
+    local t = runner.clock()
+    while runner.clock() - t < cfg.sleep do end
+  end
+end
+"""
+
+
+def score(lr, width, step):
+    return (math.log10(lr) + 2) ** 2 + width / 100 + 1 / step
+
+
+class SweepTest(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.script("synthetic.lua", SYNTHETIC)
+        self.env = {**self.env, "OMP_NUM_THREADS": "1"}
+
+    def sweep_file(self, name, body):
+        return self.script(name, "return runner.sweep {\n" + body + "\n}\n")
+
+    def sql(self, query, *args):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute(query, args).fetchall()
+
+    def trials(self, sweep):
+        return self.sql("SELECT t.trial, t.status, t.metric, t.step, t.rung, t.params, r.id FROM trials t "
+                        "JOIN sweeps s USING (sweep) LEFT JOIN runs r ON r.run = t.run WHERE s.name = ? ORDER BY t.trial",
+                        sweep)
+
+
+class Definitions(SweepTest):
+    def test_grid_runs_every_point_and_the_best_trial_is_the_best_run(self):
+        self.sweep_file("grid.lua", """
+          script = "synthetic.lua",
+          parameters = { lr = { 0.001, 0.01, 0.1 }, width = runner.sweep.int(2, 4, { step = 2 }) },
+          method = "grid", metric = "score",
+        """)
+        result = self.runner("sweep", "grid.lua", check=0, timeout=300)
+        trials = self.trials("grid")
+        self.assertEqual(len(trials), 6, result.stdout)
+        points = sorted((json.loads(t[5])["lr"], json.loads(t[5])["width"]) for t in trials)
+        self.assertEqual(points, sorted((lr, w) for lr in (0.001, 0.01, 0.1) for w in (2, 4)))
+        for trial, status, metric, step, _, params, run_id in trials:
+            p = json.loads(params)
+            self.assertEqual((status, step), ("finished", 9))
+            self.assertAlmostEqual(metric, score(p["lr"], p["width"], 9), places=9)
+        # the best trial is the run a query over the runs finds best
+        best = self.sql("SELECT r.id FROM runs r JOIN metric_latest m ON m.run = r.run AND m.key = 'score' "
+                        "ORDER BY m.value LIMIT 1")[0][0]
+        shown = json.loads(self.runner("sweep", "show", "grid", "--json", check=0).stdout)
+        self.assertEqual([row["run"] for row in shown if row["best"] == 1], [best])
+        self.assertEqual(shown[0]["lr"], 0.01)
+        self.assertEqual(shown[0]["width"], 2)
+        self.assertIn("best: trial", result.stdout)
+        self.assertIn("synthetic.lua lr=0.01 width=2", result.stdout)
+        text = self.runner("sweep", "show", "grid", check=0).stdout
+        self.assertIn("sweep grid (1): finished, grid, 6 of 6 trials done (6 finished, 0 pruned, 0 failed) over lr, width; "
+                      "score (min)", text)
+        self.assertRegex(text, r"best \(trial \d+, score 0\.13111\d*\): runner \S*synthetic\.lua lr=0\.01 width=2")
+        runs = json.loads(self.runner("runs", "--sweep", "grid", "--json", check=0).stdout)
+        self.assertEqual(sorted(r["trial"] for r in runs), [1, 2, 3, 4, 5, 6])
+        sweeps = json.loads(self.runner("sweeps", "--json", check=0).stdout)
+        self.assertEqual([(s["name"], s["status"], s["trials"], s["done"]) for s in sweeps], [("grid", "finished", 6, 6)])
+        report = self.runner("report", "grid", "-o", "sweep.html", check=0)
+        self.assertEqual(report.stdout, "wrote sweep.html (sweep grid, 6 trials)\n")
+        html = (self.dir / "sweep.html").read_text()
+        self.assertIn("<h1>runner sweep report: grid</h1>", html)
+        self.assertIn("score by lr", html)
+        self.assertIn("score by width", html)
+        self.assertIn("synthetic.lua lr=0.01 width=2</pre>", html)
+        self.assertEqual(html.count("<circle"), 12)  # one point per trial in each of the two scatter charts
+        self.assertNotIn("nan", html.lower().replace("nanoseconds", ""))
+        # running the finished sweep again starts nothing
+        again = self.runner("sweep", "grid.lua", check=0)
+        self.assertNotIn("started", again.stdout)
+        self.assertEqual(len(self.trials("grid")), 6)
+
+    def test_random_is_reproducible_from_the_seed_and_fills_two_slots(self):
+        self.sweep_file("random.lua", """
+          script = "synthetic.lua", name = "r1",
+          parameters = { lr = runner.sweep.log_uniform(1e-4, 1), width = { 1, 2, 3 } },
+          fixed = { steps = 3 }, trials = 4, seed = 7, metric = "score", slots = 2,
+        """)
+        self.runner("sweep", "random.lua", check=0, timeout=300)
+        first = [(t[1], t[5]) for t in self.trials("r1")]
+        self.assertEqual([status for status, _ in first], ["finished"] * 4)
+        for _, params in first:
+            p = json.loads(params)
+            self.assertTrue(1e-4 <= p["lr"] <= 1 and p["width"] in (1, 2, 3), p)
+        self.assertEqual(len({params for _, params in first}), 4)
+        (self.dir / "random.lua").write_text((self.dir / "random.lua").read_text().replace('"r1"', '"r2"'))
+        self.runner("sweep", "random.lua", check=0, timeout=300)
+        self.assertEqual([t[5] for t in self.trials("r2")], [params for _, params in first])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(config, '$.steps') = 3"), [(8,)])
+
+    def test_bad_sweep_files_name_their_line(self):
+        cases = {
+            "unknown parameter": ("parameters = { lrr = { 1, 2 } },\n  metric = \"score\", trials = 2,",
+                                  r"bad\.lua:3: parameter 'lrr' is not a config key of synthetic\.lua \(its keys: fail_at, "
+                                  r"lr, mode, sleep, steps, width\); did you mean 'lr'\?"),
+            "empty space": ("parameters = {},\n  metric = \"score\", trials = 2,",
+                            r"bad\.lua:3: the sweep has an empty search space"),
+            "bad range": ("parameters = {\n    lr = runner.sweep.log_uniform(0, 1) },\n  metric = \"score\", trials = 2,",
+                          r"bad\.lua:4: parameter 'lr': log_uniform needs 0 < low < high, got 0 and 1"),
+            "unknown method": ("parameters = { lr = { 1, 2 } },\n  method = \"bayes\", metric = \"score\", trials = 2,",
+                               r"bad\.lua:4: unknown method 'bayes' \(known: grid, random, tpe\)"),
+            "wrong type": ("parameters = { mode = { 1, 2 } },\n  metric = \"score\", trials = 2,",
+                           r"bad\.lua:3: 'mode' takes a string \(its default is \"plain\"\), got 1"),
+            "fractional steps": ("parameters = { steps = runner.sweep.uniform(1, 5) },\n  metric = \"score\", trials = 2,",
+                                 r"bad\.lua:3: 'steps' takes whole numbers: use runner\.sweep\.int\(1, 5\) instead of uniform"),
+            "misspelt field": ("parameters = { lr = { 1, 2 } },\n  metric = \"score\", trails = 2,",
+                               r"bad\.lua:4: unknown sweep field 'trails' .*did you mean 'trials'\?"),
+        }
+        for case, (body, pattern) in cases.items():
+            with self.subTest(case):
+                self.script("bad.lua", "-- a sweep\nreturn runner.sweep {\n  " + body + "\n  script = \"synthetic.lua\",\n}\n")
+                result = self.runner("sweep", "bad.lua", check=2)
+                self.assertRegex(result.stderr, "runner sweep: " + pattern)
+                self.assertFalse((self.home / "index.db").exists() and self.sql("SELECT count(*) FROM trials")[0][0] > 0)
+
+    def test_print_config_reports_the_keys_and_checks_overrides(self):
+        result = self.runner("--print-config", "synthetic.lua", check=0)
+        keys = json.loads(result.stdout)["keys"]
+        self.assertEqual(keys["steps"], {"default": 9, "integer": True})
+        self.assertEqual(keys["sleep"], {"default": 0, "integer": False})
+        self.assertEqual(keys["mode"], {"default": "plain", "integer": False})
+        self.assertFalse((self.home / "index.db").exists())  # nothing after config {} ran
+        bad = self.runner("--print-config", "synthetic.lua", "steps=2.5", check=2)
+        self.assertIn("bad value '2.5' for config key 'steps': expected a whole number", bad.stderr)
+
+
+class Scheduling(SweepTest):
+    def test_asha_keeps_the_best_third_and_resumes_promoted_trials(self):
+        lrs = [1e-4, 0.3, 0.01, 3e-4, 0.03, 1e-3, 3e-3, 1.0, 0.1]
+        self.sweep_file("asha.lua", f"""
+          script = "synthetic.lua",
+          parameters = {{ lr = {{ {", ".join(repr(v) for v in lrs)} }} }},
+          fixed = {{ steps = 27 }}, method = "grid", metric = "score",
+          prune = {{ "asha", min_steps = 3, reduction = 3 }},
+        """)
+        result = self.runner("sweep", "asha.lua", check=0, timeout=600)
+        trials = {json.loads(t[5])["lr"]: t for t in self.trials("asha")}
+        self.assertEqual(len(trials), 9, result.stdout)
+        # The best point runs to the end; each trial ends at a rung (3 or 9 steps) or at 27.
+        best = trials[0.01]
+        self.assertEqual((best[1], best[3]), ("finished", 27), result.stdout)
+        self.assertAlmostEqual(best[2], score(0.01, 4, 27), places=9)
+        for lr, (_, status, metric, step, rung, _, _) in trials.items():
+            self.assertIn((status, step), [("pruned", 3), ("pruned", 9), ("finished", 27)], (lr, result.stdout))
+        rungs = self.sql("SELECT trial, rung, step, value FROM trial_rungs ORDER BY rung, trial")
+        at0 = [r for r in rungs if r[1] == 0]
+        self.assertEqual(len(at0), 9)
+        self.assertTrue(all(r[2] == 3 for r in at0))
+        # Everything that went past rung 0 was in the best third of rung 0's results when it was promoted; at
+        # the end, the best third of all 9 is among those that went on.
+        went_on = {t for t, rung, _, _ in rungs if rung == 1}
+        by_value = sorted(at0, key=lambda r: r[3])
+        self.assertTrue({r[0] for r in by_value[:3]} <= went_on | {trials[0.01][0]})
+        self.assertLessEqual(len(went_on), 5)
+        # Far fewer steps than the grid: every trial's run reached its last step once (resumed, not restarted).
+        spent = sum(t[3] for t in trials.values())
+        self.assertLessEqual(spent, 9 * 27 / 2)
+        run = self.sql("SELECT r.run, r.attempts FROM runs r JOIN trials t ON t.run = r.run WHERE t.trial = ?",
+                       best[0])[0]
+        self.assertEqual(run[1], 3)  # started, continued past rung 0, then past rung 1
+        steps = [s for (s,) in self.sql("SELECT step FROM metrics WHERE run = ? AND key = 'score' ORDER BY step", run[0])]
+        self.assertEqual(steps, list(range(1, 28)))
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(9,)])
+        self.assertIn("reached rung 1 at step 3", result.stdout)
+        self.assertIn("promoted past rung", result.stdout)
+
+    def test_a_failing_trial_is_recorded_and_the_limit_stops_the_sweep(self):
+        self.sweep_file("fails.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2, 3, 4 } }, fixed = { fail_at = 2 },
+          method = "grid", metric = "score", max_failures = 2,
+        """)
+        result = self.runner("sweep", "fails.lua", check=1, timeout=300)
+        self.assertIn("runner: sweep fails failed: 2 trials failed (max_failures = 2)", result.stderr)
+        trials = self.trials("fails")
+        self.assertEqual([t[1] for t in trials], ["failed", "failed"])
+        self.assertIn("trial failed on purpose at step 2", result.stdout)
+        error = self.sql("SELECT error FROM trials WHERE trial = 1")[0][0]
+        self.assertIn("exited with status 1", error)
+
+    def test_ctrl_c_stops_trials_with_a_checkpoint_and_the_same_command_continues(self):
+        self.sweep_file("stop.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2, 3 } }, fixed = { steps = 40, sleep = 0.05 },
+          method = "grid", metric = "score", slots = 2,
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "stop.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.wait_for_steps(2, 5)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+        self.assertEqual(process.returncode, 130, out + err)
+        self.assertIn("the same command (or runner sweep --join stop) continues it", out)
+        stopped = self.trials("stop")
+        self.assertEqual([t[1] for t in stopped], ["stopped", "stopped"])
+        self.assertEqual(self.sql("SELECT status FROM sweeps"), [("stopped",)])
+        checkpoints = self.sql("SELECT count(*) FROM checkpoints")[0][0]
+        self.assertEqual(checkpoints, 2)
+        self.runner("sweep", "stop.lua", check=0, timeout=300)
+        done = self.trials("stop")
+        self.assertEqual([t[1] for t in done], ["finished"] * 3)
+        self.assertEqual([t[6] for t in done[:2]], [t[6] for t in stopped])  # the same runs, continued
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(3,)])
+        for run_id in [t[6] for t in done]:
+            steps = self.sql("SELECT count(DISTINCT m.step), max(m.step) FROM metrics m JOIN runs r USING (run) "
+                             "WHERE r.id = ? AND m.key = 'score'", run_id)
+            self.assertEqual(steps, [(40, 40)])
+
+    def wait_for_steps(self, trials, steps, timeout=120):
+        """Waits until `trials` trials each have a run past `steps`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if (self.home / "index.db").exists():
+                try:
+                    rows = self.sql("SELECT count(*) FROM runs WHERE trial IS NOT NULL AND step >= ?", steps)
+                    if rows[0][0] >= trials:
+                        return
+                except sqlite3.OperationalError:
+                    pass
+            time.sleep(0.2)
+        self.fail("the trials did not get going")
+
+    def test_kill_9_of_the_sweep_loses_and_repeats_nothing(self):
+        self.sweep_file("killed.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2, 3, 4 } }, fixed = { steps = 30, sleep = 0.05 },
+          method = "grid", metric = "score",
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "killed.lua"], cwd=self.dir, env=self.env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for_steps(1, 20)
+        process.kill()
+        process.wait()
+        time.sleep(1)
+        result = self.runner("sweep", "killed.lua", check=0, timeout=300)
+        trials = self.trials("killed")
+        self.assertEqual([(t[0], t[1], t[3]) for t in trials], [(n, "finished", 30) for n in (1, 2, 3, 4)], result.stdout)
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(4,)])
+        attempts = self.sql("SELECT attempts FROM runs WHERE trial = 1")[0][0]
+        self.assertEqual(attempts, 2)  # trial 1 continued from the checkpoint its SIGTERM saved
+        self.assertIn("trial 1 started (continued from step", result.stdout)
+
+    def test_two_workers_run_every_trial_exactly_once(self):
+        self.sweep_file("shared.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2, 3, 4, 5, 6 } }, fixed = { steps = 4, sleep = 0.05 },
+          method = "grid", metric = "score",
+        """)
+        first = subprocess.Popen([RUNNER, "sweep", "shared.lua"], cwd=self.dir, env=self.env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.wait_for_steps(1, 1)
+        second = self.runner("sweep", "--join", "shared", check=0, timeout=300)
+        out, err = first.communicate(timeout=300)
+        self.assertEqual(first.returncode, 0, out + err)
+        trials = self.trials("shared")
+        self.assertEqual([(t[0], t[1]) for t in trials], [(n, "finished") for n in range(1, 7)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(6,)])
+        started = out.count(" started (new)") + second.stdout.count(" started (new)")
+        self.assertEqual(started, 6)
+        self.assertGreater(second.stdout.count(" started (new)"), 0, second.stdout)
+
+
+class Example(SweepTest):
+    SOURCE = pathlib.Path(os.environ.get("RUNNER_SOURCE", pathlib.Path(__file__).resolve().parents[2]))
+
+    def test_the_example_checks_against_the_quickstart(self):
+        result = self.runner("sweep", "--dry-run", str(self.SOURCE / "experiments" / "sweep_quickstart.lua"), check=0)
+        self.assertIn("sweep sweep_quickstart: 12 trials (tpe) of ", result.stdout)
+        self.assertIn("ASHA: rungs at steps 100, 300 of 600, the best 1/3 of each goes on", result.stdout)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("  runner ")]
+        self.assertEqual(len(lines), 5)
+        for line in lines:
+            self.assertRegex(line, r"quickstart\.lua batch=(32|64) ema=0\.99\d* lr=0\.00\d+ metric_samples=128 "
+                                   r"sample_every=100 steps=600$")
+        self.assertFalse(self.home.exists())  # a dry run records nothing
+
+    def test_a_short_quickstart_sweep_with_asha(self):
+        self.sweep_file("quick.lua", f"""
+          script = "{self.SOURCE / 'experiments' / 'quickstart.lua'}",
+          parameters = {{ lr = {{ 1e-3, 2e-3, 4e-3 }} }},
+          fixed = {{ steps = 8, sample_every = 4, checkpoint_every = 4, metric_samples = 16, sample_steps = 4,
+                    channels = 8, batch = 16 }},
+          method = "grid", metric = "swd", prune = {{ "asha", min_steps = 4, reduction = 3 }},
+        """)
+        result = self.runner("sweep", "quick.lua", check=0, timeout=600)
+        trials = self.trials("quick")
+        self.assertEqual(sorted(t[1] for t in trials), ["finished", "pruned", "pruned"], result.stdout)
+        finished = [t for t in trials if t[1] == "finished"][0]
+        self.assertEqual(finished[3], 8)
+        rung = self.sql("SELECT trial, value FROM trial_rungs ORDER BY value")
+        self.assertEqual(rung[0][0], finished[0])  # the best at step 4 is the one that went on
+        run = self.sql("SELECT attempts, step, status FROM runs WHERE trial = ?", finished[0])
+        self.assertEqual(run, [(2, 8, "finished")])
+        swd = self.sql("SELECT m.step FROM metrics m JOIN runs r USING (run) WHERE r.trial = ? AND m.key = 'swd' "
+                       "ORDER BY m.step", finished[0])
+        self.assertEqual(swd, [(4,), (8,)])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,189 @@
+// Tests of runtime/sweep: definitions and their errors, the grid, random and TPE samplers, ASHA's rungs and
+// promotion rule, and transactional trial claims in the index.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/index/index_database.h"
+#include "runtime/sweep/asha.h"
+#include "runtime/sweep/samplers.h"
+#include "runtime/sweep/sweep_spec.h"
+#include "runtime/sweep/trial_store.h"
+#include "tests/cpp/temp_directory.h"
+
+using namespace runner::sweep;
+using nlohmann::json;
+using Catch::Contains;
+
+namespace {
+
+json definition(json fields) {
+  fields["script"] = "/experiments/sh.lua";
+  return {{"sweep_file", "sweeps/s.lua"}, {"where", "sweeps/s.lua:2"}, {"lines", {{"lr", "sweeps/s.lua:3"}}},
+          {"fields", fields}, {"resolved", true}};
+}
+
+SweepSpec spec_of(json fields) { return parse_sweep(definition(std::move(fields))); }
+
+// A synthetic objective with its optimum at lr = 1e-3, x = 0.3 and a categorical part best at "b".
+double objective(const json& params) {
+  const double a = std::log10(params["lr"].get<double>()) + 3;
+  const double b = params["x"].get<double>() - 0.3;
+  return a * a + 4 * b * b + (params["kind"] == "b" ? 0.0 : 0.5);
+}
+
+double best_after(Method method, std::int64_t seed, int trials) {
+  SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-6}, {"high", 1.0}}},
+                                            {"x", {{"kind", "uniform"}, {"low", -2.0}, {"high", 2.0}}},
+                                            {"kind", json::array({"a", "b", "c", "d"})}}},
+                            {"method", method_name(method)}, {"trials", trials}, {"metric", "f"}, {"seed", seed}});
+  std::vector<Observation> history;
+  double best = INFINITY;
+  for (int t = 0; t < trials; ++t) {
+    const json params = suggest(spec, t, history);
+    const double value = objective(params);
+    history.push_back({params, value});
+    best = std::min(best, value);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("sweep definitions are read with their defaults and refused with the field's line") {
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-4}, {"high", 1e-2}}},
+                                                  {"batch", json::array({32, 64})}}},
+                                  {"trials", 5}, {"metric", "loss"}});
+  CHECK(spec.name == "s");
+  CHECK(spec.method == Method::random);
+  CHECK(spec.minimize);
+  CHECK(spec.max_failures == 3);
+  REQUIRE(spec.parameters.size() == 2);
+  CHECK(spec.parameters[0].name == "batch");  // sorted by name
+  CHECK(spec.parameters[1].where == "sweeps/s.lua:3");
+  CHECK(parse_sweep(sweep_json(spec)).parameters[1].low == 1e-4);  // the stored form reads back
+
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 2}, {"high", 1}}}}}, {"trials", 2},
+                             {"metric", "m"}}),
+                    "sweeps/s.lua:3: parameter 'lr': uniform needs low < high, got 2 and 1");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"metric", "m"}}),
+                    "sweeps/s.lua:2: method 'random' needs trials = N (how many to run)");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 1})}}}, {"trials", 2}, {"metric", "m"}}),
+                    "sweeps/s.lua:3: parameter 'lr' lists the value 1 twice");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 0}, {"high", 1}}}}}, {"method", "grid"},
+                             {"metric", "m"}}),
+                    Contains("method 'grid' needs lists of values (or runner.sweep.int ranges); parameter 'lr' is uniform"));
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"trials", 3}, {"metric", "m"}}),
+                    "sweeps/s.lua:2: trials = 3 is more than the grid's 2 points");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"trials", 2}, {"metric", "m"},
+                             {"prune", {{"method", "asha"}, {"min_step", 3}}}}),
+                    Contains("unknown prune option 'min_step' (known: min_steps, reduction, max_steps); did you mean 'min_steps'?"));
+}
+
+TEST_CASE("a sweep is checked against the script's config keys") {
+  SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-4}, {"high", 1e-2}}}}},
+                            {"fixed", {{"steps", 60}}}, {"trials", 2}, {"metric", "loss"},
+                            {"prune", {{"method", "asha"}, {"min_steps", 10}}}});
+  ScriptConfig config = parse_script_config(json::parse(
+      R"({"keys": {"lr": {"default": 0.001, "integer": false}, "steps": {"default": 600, "integer": true}}})"));
+  check_against_config(spec, config);
+  CHECK(spec.asha->max_steps == 60);  // from fixed.steps
+  CHECK(rung_steps(*spec.asha) == std::vector<std::int64_t>{10, 30});
+  config.erase("lr");
+  config["lr_max"] = ConfigKey{0.1, false};
+  CHECK_THROWS_WITH(check_against_config(spec, config),
+                    "sweeps/s.lua:3: parameter 'lr' is not a config key of sh.lua (its keys: lr_max, steps)");
+  CHECK(trial_overrides(spec, {{"lr", 0.00031}}) == std::vector<std::string>{"lr=0.00031", "steps=60"});
+  CHECK(override_text(json::array({1, 2, 4})) == "1,2,4");
+  CHECK(override_text(true) == "true");
+}
+
+TEST_CASE("the grid visits every point once, the last parameter fastest") {
+  const SweepSpec spec = spec_of({{"parameters", {{"a", json::array({"x", "y"})},
+                                                  {"b", {{"kind", "int"}, {"low", 1}, {"high", 5}, {"step", 2}}}}},
+                                  {"method", "grid"}, {"metric", "m"}});
+  REQUIRE(grid_size(spec) == 6);
+  std::vector<json> points;
+  for (int t = 0; t < 6; ++t) points.push_back(suggest(spec, t, {}));
+  CHECK(points[0] == json{{"a", "x"}, {"b", 1}});
+  CHECK(points[1] == json{{"a", "x"}, {"b", 3}});
+  CHECK(points[5] == json{{"a", "y"}, {"b", 5}});
+  CHECK(std::set<std::string>{points[0].dump(), points[1].dump(), points[2].dump(), points[3].dump(), points[4].dump(),
+                              points[5].dump()}.size() == 6);
+}
+
+TEST_CASE("random draws stay in their ranges and repeat for the same seed and trial") {
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-5}, {"high", 1e-1}}},
+                                                  {"n", {{"kind", "int"}, {"low", 16}, {"high", 64}, {"step", 16}}}}},
+                                  {"trials", 200}, {"metric", "m"}, {"seed", 3}});
+  int below_1e3 = 0;
+  std::set<std::int64_t> ns;
+  for (int t = 0; t < 200; ++t) {
+    const json params = suggest(spec, t, {});
+    const double lr = params["lr"].get<double>();
+    CHECK((lr >= 1e-5 && lr <= 1e-1));
+    below_1e3 += lr < 1e-3 ? 1 : 0;
+    ns.insert(params["n"].get<std::int64_t>());
+    CHECK(params == suggest(spec, t, {}));
+  }
+  CHECK(ns == std::set<std::int64_t>{16, 32, 48, 64});
+  CHECK(below_1e3 > 70);  // log-uniform: half of the draws below 1e-3 (uniform would give 1%)
+  CHECK(below_1e3 < 130);
+}
+
+TEST_CASE("TPE finds a better optimum than random search with the same budget") {
+  double tpe = 0, random = 0;
+  const int seeds = 8;
+  for (int seed = 0; seed < seeds; ++seed) {
+    tpe += best_after(Method::tpe, seed, 60) / seeds;
+    random += best_after(Method::random, seed, 60) / seeds;
+  }
+  INFO("mean best: TPE " << tpe << ", random " << random);
+  CHECK(tpe < 0.7 * random);
+}
+
+TEST_CASE("ASHA promotes the best floor(n / reduction) of a rung, NaN last") {
+  const std::vector<RungResult> results = {{1, 0.5}, {2, 0.1}, {3, NAN}, {4, 0.3}, {5, 0.2}, {6, 0.9}};
+  CHECK(promotable(results, 2, 3, true));
+  CHECK(promotable(results, 5, 3, true));
+  CHECK_FALSE(promotable(results, 4, 3, true));
+  CHECK_FALSE(promotable(results, 3, 3, true));
+  CHECK(promotable(results, 6, 3, false));
+  CHECK_FALSE(promotable(results, 3, 3, false));
+  CHECK_FALSE(promotable({{1, 0.1}, {2, 0.2}}, 1, 3, true));  // fewer than `reduction` results: none yet
+  CHECK(rung_steps(AshaOptions{100, 3, 900}) == std::vector<std::int64_t>{100, 300});
+  CHECK(rung_steps(AshaOptions{100, 3, 901}) == std::vector<std::int64_t>{100, 300, 900});
+}
+
+TEST_CASE("two workers' claims never hand out the same trial, and a dead worker's trials are taken over") {
+  runner::testing::TempDir home("sweep-claims");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"}});
+  const SweepRecord sweep = open_sweep(db, spec);
+  CHECK(open_sweep(db, spec).sweep == sweep.sweep);  // the same definition: the same sweep
+  const auto a = claim_trial(db, sweep, "host-a:1");
+  const auto b = claim_trial(db, sweep, "host-b:1");
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->trial.trial == 1);
+  CHECK(b->trial.trial == 2);
+  CHECK(a->reason == "new");
+  // host-a:1 stops beating: after the stale limit its trial is stopped and taken over before a new one.
+  db.execute("UPDATE trials SET heartbeat_at = heartbeat_at - 3600 WHERE trial = 1");
+  const auto c = claim_trial(db, sweep, "host-b:1");
+  REQUIRE(c);
+  CHECK(c->trial.trial == 1);
+  CHECK(c->reason == "continued");
+  const auto d = claim_trial(db, sweep, "host-c:1");
+  REQUIRE(d);
+  CHECK(d->trial.trial == 3);
+  CHECK_FALSE(claim_trial(db, sweep, "host-c:1"));
+  SweepSpec other = spec;
+  other.trials = 2;
+  CHECK_THROWS_WITH(open_sweep(db, other), Contains("a sweep named 's' exists with another definition (trials differ)"));
+}
