@@ -565,6 +565,12 @@ class BadIndexFiles(IndexTest):
         db = sqlite3.connect(self.home / "index.db")
         for column in ("attempts", "attempt_started_at", "active_seconds", "hosts"):
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        db.execute("DROP INDEX runs_by_trial")
+        db.execute("DROP TABLE trial_rungs")
+        for column in ("ended_at", "error"):
+            db.execute(f"ALTER TABLE sweeps DROP COLUMN {column}")
+        for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at"):
+            db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 1")
         db.commit()
         db.close()
