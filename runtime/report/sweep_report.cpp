@@ -116,7 +116,7 @@ std::string render_sweep_report(const SweepReport& report) {
       fmt::format_to(out, "<p>trial {} (run <span class=\"mono\">{}</span>): {} {:.6g}</p>\n", trial.trial,
                      escape_html(trial.run_id), escape_html(report.metric), trial.value.value_or(NAN));
     }
-    fmt::format_to(out, "<p class=\"note\">Its command line:</p>\n<pre class=\"mono\">{}</pre>\n", escape_html(report.best_command));
+    fmt::format_to(out, "<p class=\"note\">Its command line:</p>\n<pre class=\"mono\" style=\"white-space: pre-wrap\">{}</pre>\n", escape_html(report.best_command));
   } else {
     html += "<p class=\"note\">No trial has finished yet.</p>\n";
   }
