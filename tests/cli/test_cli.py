@@ -1,4 +1,5 @@
 """End-to-end tests of the runner command line: exit codes and the exact text users see."""
+import select
 import signal
 import subprocess
 import textwrap
@@ -346,18 +347,36 @@ class Repl(ScriptDir):
             nonlocal seen
             deadline = time.time() + 60
             while token not in seen and time.time() < deadline:
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.time()))
+                if not ready:
+                    break
                 try:
                     seen += os.read(fd, 4096)
                 except OSError:
                     break
             return token in seen
 
-        self.assertTrue(read_until(b"> "), seen)
-        os.write(fd, b"=math.max(2,3)\n")
-        self.assertTrue(read_until(b"3\r\n"), seen)
-        os.write(fd, b"\x04")
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+        try:
+            self.assertTrue(read_until(b"> "), seen)
+            os.write(fd, b"=math.max(2,3)\n")
+            # The next prompt first: the line editor flushes input typed before it takes the terminal.
+            self.assertTrue(read_until(b"3\r\n> "), seen)
+            os.write(fd, b"\x04")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.05)
+            else:
+                self.fail(f"the REPL did not end on ^D; it printed {seen!r}")
+        finally:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(fd)
         self.assertEqual(status, 0)
         self.assertIn("=math.max(2,3)", history.read_text().splitlines())
 
