@@ -1,6 +1,7 @@
 // fork/exec of child runner processes and their wait statuses in words.
 #include "runtime/core/child_process.h"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <fmt/format.h>
 #include <stdexcept>
 
@@ -42,6 +44,47 @@ pid_t start_child(const ChildProcess& child) {
   ::execv("/proc/self/exe", argv.data());
   std::fprintf(stderr, "runner: the child process could not start: %s\n", std::strerror(errno));
   ::_exit(kExitError);
+}
+
+namespace {
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+int stop_pipe_write = -1;
+struct sigaction previous_actions[std::size(kStopSignals)];
+
+void write_stop_signal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  const int saved = errno;
+  [[maybe_unused]] const ssize_t written = ::write(stop_pipe_write, &byte, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+StopSignalPipe::StopSignalPipe() : previous_(previous_actions) {
+  int fds[2] = {-1, -1};
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(fmt::format("cannot make a pipe for stop signals: {}", std::strerror(errno)));
+  read_fd_ = fds[0];
+  stop_pipe_write = fds[1];
+  struct sigaction action {};
+  action.sa_handler = write_stop_signal;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &action, &previous_[i]);
+}
+
+StopSignalPipe::~StopSignalPipe() {
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &previous_[i], nullptr);
+  ::close(read_fd_);
+  ::close(stop_pipe_write);
+  stop_pipe_write = -1;
+}
+
+std::vector<int> StopSignalPipe::take() {
+  std::vector<int> signals;
+  unsigned char byte = 0;
+  while (::read(read_fd_, &byte, 1) == 1) signals.push_back(byte);
+  return signals;
 }
 
 std::string how_it_ended(int wait_status) {

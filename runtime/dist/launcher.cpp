@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <fmt/format.h>
 #include <stdexcept>
 #include <thread>
@@ -27,15 +28,6 @@
 
 namespace runner::dist {
 namespace {
-
-int signal_pipe[2] = {-1, -1};
-
-void forward_signal(int signal_number) {
-  const unsigned char byte = static_cast<unsigned char>(signal_number);
-  const int saved = errno;
-  [[maybe_unused]] const ssize_t written = ::write(signal_pipe[1], &byte, 1);
-  errno = saved;
-}
 
 int free_port(const std::string& host) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -127,9 +119,7 @@ int parse_nproc(const std::string& text) {
 
 int launch_local_ranks(const LaunchOptions& options) {
   const int port = options.master_port > 0 ? options.master_port : free_port(options.master_addr);
-  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    throw std::runtime_error(fmt::format("launcher: pipe: {}", std::strerror(errno)));
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) std::signal(s, forward_signal);
+  std::optional<core::StopSignalPipe> stop_signals(std::in_place);
   std::fflush(stdout);
   std::fflush(stderr);
 
@@ -158,7 +148,7 @@ int launch_local_ranks(const LaunchOptions& options) {
     return count;
   };
   while (running() > 0) {
-    std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+    std::vector<pollfd> fds{{stop_signals->fd(), POLLIN, 0}};
     std::vector<Rank*> owners{nullptr};
     for (Rank& rank : ranks) {
       if (rank.output < 0) continue;
@@ -167,11 +157,10 @@ int launch_local_ranks(const LaunchOptions& options) {
     }
     ::poll(fds.data(), fds.size(), 100);
     if (fds[0].revents & POLLIN) {
-      unsigned char byte = 0;
-      while (::read(signal_pipe[0], &byte, 1) == 1) {
-        stop_signal = byte;
+      for (const int received : stop_signals->take()) {
+        stop_signal = received;
         for (Rank& rank : ranks)
-          if (rank.running) ::kill(rank.pid, byte);
+          if (rank.running) ::kill(rank.pid, received);
       }
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -211,7 +200,7 @@ int launch_local_ranks(const LaunchOptions& options) {
     }
     if (rank.output >= 0) ::close(rank.output);
   }
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) std::signal(s, SIG_DFL);
+  stop_signals.reset();
 
   if (failed < 0) {  // every rank exited with 0, or stopped on a forwarded signal: rank 0's status comes first
     int result = core::exit_status_of(ranks.front().status);

@@ -212,6 +212,35 @@ void append_series(std::string& svg, const ChartSeries& series, const Frame& fra
   if (!run.empty()) append_polyline(svg, series, run);
 }
 
+// Grid lines, the two axes, tick labels and the x axis's label; ticks are (axis value, label).
+using Ticks = std::vector<std::pair<double, std::string>>;
+void append_axes(std::string& svg, const Frame& frame, const Ticks& x_ticks, const Ticks& y_ticks,
+                 const std::string& x_label) {
+  auto out = std::back_inserter(svg);
+  svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
+  for (const auto& [v, label] : y_ticks)
+    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.left, frame.right,
+                   frame.axis_y(v), frame.axis_y(v));
+  for (const auto& [v, label] : x_ticks)
+    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.x(v), frame.x(v),
+                   frame.top, frame.bottom);
+  svg += "</g>\n";
+  fmt::format_to(out,
+                 "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\"><line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" "
+                 "y2=\"{2}\"/><line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/></g>\n",
+                 frame.left, frame.top, frame.bottom, frame.right);
+  svg += "<g class=\"ticks\" fill=\"#444\">\n";
+  for (const auto& [v, label] : y_ticks)
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\">{}</text>\n", frame.left - 6,
+                   frame.axis_y(v), escape_html(label));
+  for (const auto& [v, label] : x_ticks)
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", frame.x(v),
+                   frame.bottom + 16, escape_html(label));
+  fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#666\">{}</text>\n",
+                 (frame.left + frame.right) / 2, frame.bottom + 32, escape_html(x_label));
+  svg += "</g>\n";
+}
+
 }  // namespace
 
 std::string render_line_chart(const std::vector<ChartSeries>& series, const ChartOptions& options) {
@@ -303,32 +332,10 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
       frame.y_high = y_high;
     }
 
-    svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
-    for (const auto& [v, label] : y_ticks) {
-      fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.left, frame.right,
-                     frame.axis_y(v), frame.axis_y(v));
-    }
-    for (double v : x_ticks.values) {
-      fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.x(v), frame.x(v),
-                     frame.top, frame.bottom);
-    }
-    svg += "</g>\n";
-    fmt::format_to(out,
-                   "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\"><line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" "
-                   "y2=\"{2}\"/><line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/></g>\n",
-                   frame.left, frame.top, frame.bottom, frame.right);
-    svg += "<g class=\"ticks\" fill=\"#444\">\n";
-    for (const auto& [v, label] : y_ticks) {
-      fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\">{}</text>\n",
-                     frame.left - 6, frame.axis_y(v), escape_html(label));
-    }
-    for (double v : x_ticks.values) {
-      fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", frame.x(v),
-                     frame.bottom + 16, format_linear_tick(v, x_ticks.step, std::abs(x_ticks.values.back())));
-    }
-    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#666\">step</text>\n",
-                   (frame.left + frame.right) / 2, frame.bottom + 32);
-    svg += "</g>\n";
+    Ticks x_labels;
+    for (double v : x_ticks.values)
+      x_labels.emplace_back(v, format_linear_tick(v, x_ticks.step, std::abs(x_ticks.values.back())));
+    append_axes(svg, frame, x_labels, y_ticks, "step");
 
     for (const auto& one : series) append_series(svg, one, frame, options.max_points_per_series);
   }
@@ -383,7 +390,7 @@ std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const 
     return svg;
   }
   // x: categories at 0..n-1 with half a slot of room, else the data range with a margin.
-  std::vector<std::pair<double, std::string>> x_ticks;
+  Ticks x_ticks;
   if (categorical) {
     frame.x_low = -0.5;
     frame.x_high = static_cast<double>(options.categories.size()) - 0.5;
@@ -409,29 +416,9 @@ std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const 
   const AxisTicks y_ticks = ticks_within(covering, frame.y_low, frame.y_high);
   const double y_largest = std::max(std::abs(y_ticks.values.front()), std::abs(y_ticks.values.back()));
 
-  svg += "<g class=\"grid\" stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
-  for (double v : y_ticks.values)
-    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.left, frame.right,
-                   frame.axis_y(v), frame.axis_y(v));
-  for (const auto& [v, label] : x_ticks)
-    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", frame.x(v), frame.x(v),
-                   frame.top, frame.bottom);
-  svg += "</g>\n";
-  fmt::format_to(out,
-                 "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\"><line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" "
-                 "y2=\"{2}\"/><line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/></g>\n",
-                 frame.left, frame.top, frame.bottom, frame.right);
-  svg += "<g class=\"ticks\" fill=\"#444\">\n";
-  for (double v : y_ticks.values)
-    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\">{}</text>\n", frame.left - 6,
-                   frame.axis_y(v), escape_html(format_linear_tick(v, y_ticks.step, y_largest)));
-  for (const auto& [v, label] : x_ticks)
-    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", frame.x(v),
-                   frame.bottom + 16, escape_html(label));
-  fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#666\">{}{}</text>\n",
-                 (frame.left + frame.right) / 2, frame.bottom + 32, escape_html(options.x_label),
-                 options.log_x && !categorical ? " (log)" : "");
-  svg += "</g>\n";
+  Ticks y_labels;
+  for (double v : y_ticks.values) y_labels.emplace_back(v, format_linear_tick(v, y_ticks.step, y_largest));
+  append_axes(svg, frame, x_ticks, y_labels, options.x_label + (options.log_x && !categorical ? " (log)" : ""));
   for (const ScatterPoint& point : points) {
     if (!std::isfinite(point.y) || !std::isfinite(x_of(point.x))) continue;
     const std::string colour = escape_html(point.colour);

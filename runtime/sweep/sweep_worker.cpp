@@ -33,15 +33,6 @@ namespace {
 
 using nlohmann::json;
 
-int signal_pipe[2] = {-1, -1};
-
-void on_signal(int signal_number) {
-  const unsigned char byte = static_cast<unsigned char>(signal_number);
-  const int saved = errno;
-  [[maybe_unused]] const ssize_t written = ::write(signal_pipe[1], &byte, 1);
-  errno = saved;
-}
-
 struct Running {
   std::int64_t trial = 0;
   pid_t pid = -1;
@@ -248,14 +239,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
                   spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
                   slot_text, log_directory));
 
-  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    throw std::runtime_error(fmt::format("sweep: pipe: {}", std::strerror(errno)));
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction previous[4];
-  const int signals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-  for (int i = 0; i < 4; ++i) ::sigaction(signals[i], &action, &previous[i]);
+  std::optional<core::StopSignalPipe> stop_signals(std::in_place);
 
   std::vector<std::optional<Running>> running(slots.size());
   int stop_signal = 0;
@@ -291,14 +275,13 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
       if (finish_if_done(db, sweep)) break;
     }
 
-    pollfd fd{signal_pipe[0], POLLIN, 0};
+    pollfd fd{stop_signals->fd(), POLLIN, 0};
     ::poll(&fd, 1, running_count() == 0 ? 1000 : 200);
-    unsigned char byte = 0;
-    while (::read(signal_pipe[0], &byte, 1) == 1) {
+    for (const int received : stop_signals->take()) {
       if (stop_signal == 0)
-        say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(byte)));
-      stop_signal = byte;
-      stop_all(byte);
+        say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(received)));
+      stop_signal = received;
+      stop_all(received);
     }
 
     int status = 0;
@@ -335,9 +318,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     }
   }
 
-  for (int i = 0; i < 4; ++i) ::sigaction(signals[i], &previous[i], nullptr);
-  ::close(signal_pipe[0]);
-  ::close(signal_pipe[1]);
+  stop_signals.reset();
 
   const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
   const SweepCounts counts = count_trials(sweep, trials);
