@@ -24,6 +24,8 @@ namespace {
 
 lua_State* active_state = nullptr;
 volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
+volatile std::sig_atomic_t held_signal = 0;             // the first stop signal while a run is being recorded
+constexpr int kStopSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
 const char* keep_locals_key = "runner.keep_locals";
@@ -153,6 +155,10 @@ void on_stop_signal(int signal_number) {
   if (active_state) lua_sethook(active_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
+void hold_stop_signal(int signal_number) {
+  if (held_signal == 0) held_signal = signal_number;
+}
+
 // os.exit([code]): unwinds the script so that the host can flush logs and close the state first.
 int os_exit(lua_State* L) {
   int status = kExitOk;
@@ -198,6 +204,7 @@ LuaHost::LuaHost() : L_(luaL_newstate()) {
 LuaHost::~LuaHost() {
   active_state = nullptr;
   lua_close(L_);
+  release_held_signals();
 }
 
 void LuaHost::request_exit(int status) {
@@ -239,25 +246,38 @@ int LuaHost::report_failure(int status) {
   return usage ? kExitUsage : kExitError;
 }
 
-int LuaHost::call(int nargs, int nresults) {
+int LuaHost::call(int nargs, int nresults) { return call(nargs, nresults, AfterCall::restore_signals); }
+
+int LuaHost::call(int nargs, int nresults, AfterCall after) {
   const int function_index = lua_gettop(L_) - nargs;
   lua_pushcfunction(L_, message_handler);
   lua_insert(L_, function_index);
   core::take_interrupt();
   interrupt_signal = SIGINT;
-  auto previous_int = std::signal(SIGINT, on_stop_signal);
-  auto previous_term = std::signal(SIGTERM, on_stop_signal);
-  auto previous_hup = std::signal(SIGHUP, on_stop_signal);
-  auto previous_usr1 = std::signal(SIGUSR1, on_stop_signal);
+  void (*previous[4])(int);
+  for (int i = 0; i < 4; ++i) previous[i] = std::signal(kStopSignals[i], on_stop_signal);
   const int status = lua_pcall(L_, nargs, nresults, function_index);
-  std::signal(SIGINT, previous_int);
-  std::signal(SIGTERM, previous_term);
-  std::signal(SIGHUP, previous_hup);
-  std::signal(SIGUSR1, previous_usr1);
+  if (after == AfterCall::hold_signals && !holding_signals_) {
+    held_signal = 0;
+    for (int i = 0; i < 4; ++i) {
+      std::signal(kStopSignals[i], hold_stop_signal);
+      held_previous_[i] = previous[i];
+    }
+    holding_signals_ = true;
+  } else {
+    for (int i = 0; i < 4; ++i) std::signal(kStopSignals[i], holding_signals_ ? hold_stop_signal : previous[i]);
+  }
   lua_sethook(L_, nullptr, 0, 0);
   lua_remove(L_, function_index);
   if (status == 0) return kExitOk;
   return report_failure(status);
+}
+
+void LuaHost::release_held_signals() {
+  if (!holding_signals_) return;
+  for (int i = 0; i < 4; ++i) std::signal(kStopSignals[i], held_previous_[i]);
+  holding_signals_ = false;
+  if (held_signal != 0) std::raise(held_signal);
 }
 
 namespace {
@@ -340,7 +360,7 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
     lua_pushlstring(L_, message.data(), message.size());
     return report_failure(LUA_ERRSYNTAX);
   }
-  const int status = call(0, 0);
+  const int status = call(0, 0, AfterCall::hold_signals);
   if (status != kExitOk || exit_requested_) return status;
   if (check_overrides_used(L_)) return kExitOk;
   return report_failure(LUA_ERRRUN);
@@ -357,15 +377,19 @@ int LuaHost::end_run(int status) {
     if (exit_requested_ && error.empty()) error = fmt::format("the script called os.exit({})", status);
     failure = end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
   }
+  if (failure) {
+    std::fprintf(stderr, "runner: %s\n", core::terminal_text(*failure).c_str());
+    std::fflush(stderr);
+  }
+  core::flush_logs();
+  release_held_signals();
   if (!failure) return status;
-  std::fprintf(stderr, "runner: %s\n", core::terminal_text(*failure).c_str());
-  std::fflush(stderr);
   return status == kExitOk ? kExitError : status;
 }
 
 int LuaHost::run_string(const std::string& code, const std::string& chunk_name) {
   if (load_text(code, chunk_name) != 0) return report_failure(LUA_ERRSYNTAX);
-  return call(0, 0);
+  return call(0, 0, AfterCall::hold_signals);
 }
 
 }  // namespace runner::bindings

@@ -49,6 +49,8 @@ class LuaHost {
   // Ends the run that runner.start opened, if any, with the status the script ended with (0: finished;
   // an interrupt: interrupted; else failed with the last error printed). Returns the process's exit status:
   // `status`, or 1 when the script succeeded but its run could not be recorded whole (printed).
+  // A stop signal that arrived after run_file or run_string ended waits until the run is recorded, then takes
+  // its usual effect (a SIGTERM from a launcher must not leave the run 'running').
   int end_run(int status);
 
   // True once os.exit ran: the process must exit with exit_status().
@@ -59,11 +61,16 @@ class LuaHost {
 
  private:
   int report_failure(int status);
+  enum class AfterCall { restore_signals, hold_signals };
+  int call(int nargs, int nresults, AfterCall after);
+  void release_held_signals();
   lua_State* L_;
   bool exit_requested_ = false;
   bool keep_locals_ = false;
   std::string last_error_;
   int exit_status_ = kExitOk;
+  bool holding_signals_ = false;
+  void (*held_previous_[4])(int) = {};  // the handlers before the script, restored by release_held_signals
 };
 
 }  // namespace runner::bindings
