@@ -1,7 +1,9 @@
-// torch.save(tensors, path [, metadata]) and torch.load(path) over runtime/ckpt/safetensors.
+// torch.save(tensors, path [, metadata]) over runtime/ckpt/safetensors; torch.load(path) of safetensors and of
+// torch.save's .pt files (runtime/ckpt/pytorch_file).
 #include <algorithm>
 
 #include "bindings/tensor_binding.h"
+#include "runtime/ckpt/pytorch_file.h"
 #include "runtime/ckpt/safetensors.h"
 
 namespace runner::bindings {
@@ -39,9 +41,53 @@ int torch_save(lua_State* L) {
   return 0;
 }
 
-// torch.load(path) -> {name = tensor, ...}, metadata
+// A value of a .pt file as Lua: dicts as tables (string or integer keys), lists and tuples as arrays, None as nil.
+void push_ivalue(lua_State* L, const c10::IValue& value) {
+  luaL_checkstack(L, 4, "torch.load: the file nests too deep");
+  if (value.isTensor()) {
+    push_tensor(L, value.toTensor());
+  } else if (value.isGenericDict()) {
+    const auto dict = value.toGenericDict();
+    lua_createtable(L, 0, static_cast<int>(dict.size()));
+    for (const auto& entry : dict) {
+      if (entry.key().isString()) lua_pushstring(L, entry.key().toStringRef().c_str());
+      else if (entry.key().isInt()) lua_pushnumber(L, static_cast<lua_Number>(entry.key().toInt()));
+      else continue;
+      push_ivalue(L, entry.value());
+      lua_rawset(L, -3);
+    }
+  } else if (value.isList() || value.isTuple()) {
+    const std::vector<c10::IValue> items =
+        value.isList() ? value.toListRef().vec() : std::vector<c10::IValue>(value.toTupleRef().elements().begin(), value.toTupleRef().elements().end());
+    lua_createtable(L, static_cast<int>(items.size()), 0);
+    for (size_t i = 0; i < items.size(); ++i) {
+      push_ivalue(L, items[i]);
+      lua_rawseti(L, -2, static_cast<int>(i + 1));
+    }
+  } else if (value.isInt()) {
+    lua_pushnumber(L, static_cast<lua_Number>(value.toInt()));
+  } else if (value.isDouble()) {
+    lua_pushnumber(L, value.toDouble());
+  } else if (value.isBool()) {
+    lua_pushboolean(L, value.toBool());
+  } else if (value.isString()) {
+    lua_pushstring(L, value.toStringRef().c_str());
+  } else {
+    lua_pushnil(L);
+  }
+}
+
+// torch.load(path) -> {name = tensor, ...}, metadata (safetensors); value, {format = "pytorch"} (torch.save files)
 int torch_load(lua_State* L) {
-  const ckpt::SafetensorsContents contents = ckpt::load_safetensors(check_string(L, 1));
+  const std::string path = check_string(L, 1);
+  if (ckpt::is_torch_save_file(path)) {
+    push_ivalue(L, ckpt::read_pytorch_file(path));
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, "pytorch");
+    lua_setfield(L, -2, "format");
+    return 2;
+  }
+  const ckpt::SafetensorsContents contents = ckpt::load_safetensors(path);
   lua_createtable(L, 0, static_cast<int>(contents.tensors.size()));
   for (const auto& [name, tensor] : contents.tensors) {
     push_tensor(L, tensor);

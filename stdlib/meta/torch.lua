@@ -121,9 +121,14 @@ function torch.held_bytes() end
 ---@param path string
 ---@param metadata? table<string, string|number>
 function torch.save(tensors, path, metadata) end
---- Reads a safetensors file into CPU tensors. Malformed files raise an error naming the path.
+--- Reads a safetensors file into CPU tensors, or a torch.save file (.pt, .pth, .ckpt in PyTorch's zip
+--- format) through LibTorch's restricted unpickler, which runs no code: its dicts become tables (string or
+--- integer keys), lists and tuples arrays, tensors CPU tensors, numbers, strings and booleans themselves, None
+--- nil; metadata is then {format = "pytorch"}. Any other Python object (e.g. argparse.Namespace in a training
+--- checkpoint) is refused with its class name, and PyTorch's legacy pre-1.6 format with what to do.
+--- Malformed files raise an error naming the path.
 ---@param path string
----@return table<string, Tensor> tensors
+---@return table tensors
 ---@return table<string, string> metadata
 function torch.load(path) end
 

@@ -101,8 +101,8 @@ local function shape_text(t)
   return "[" .. table.concat(t.shape, ", ") .. "]"
 end
 
---- m:load_state_dict(state [, {strict = true}]): copies values into the module's tensors in place.
-function common:load_state_dict(state, options)
+-- Copies `state` into the module's tensors; errors are reported `level` frames up.
+local function load_state(self, state, options, level)
   local strict = not (options and options.strict == false)
   local names, tensors = {}, {}
   collect(self, "parameters", "", names, tensors)
@@ -114,6 +114,8 @@ function common:load_state_dict(state, options)
     local source = state[name]
     if source == nil then
       missing[#missing + 1] = name
+    elseif not torch.is_tensor(source) then
+      problems[#problems + 1] = string.format("%s is a %s, not a Tensor", name, type(source))
     elseif table.concat(source.shape, ",") ~= table.concat(tensors[i].shape, ",") then
       problems[#problems + 1] = string.format("shape mismatch for %s: state has %s, module has %s",
         name, shape_text(source), shape_text(tensors[i]))
@@ -121,17 +123,22 @@ function common:load_state_dict(state, options)
   end
   local unexpected = {}
   for name in pairs(state) do
-    if not expected[name] then unexpected[#unexpected + 1] = name end
+    if not expected[name] then unexpected[#unexpected + 1] = tostring(name) end
   end
   table.sort(unexpected)
   if strict and #missing > 0 then table.insert(problems, 1, "missing keys: " .. table.concat(missing, ", ")) end
   if strict and #unexpected > 0 then problems[#problems + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
-  if #problems > 0 then error("load_state_dict: " .. table.concat(problems, "; "), 2) end
+  if #problems > 0 then error("load_state_dict: " .. table.concat(problems, "; "), level + 1) end
   torch.no_grad(function()
     for i, name in ipairs(names) do
       if state[name] ~= nil then tensors[i]:copy_(state[name]) end
     end
   end)
+end
+
+--- m:load_state_dict(state [, {strict = true}]): copies values into the module's tensors in place.
+function common:load_state_dict(state, options)
+  load_state(self, state, options, 2)  -- not a tail call: the error level counts this frame
   return self
 end
 
@@ -140,10 +147,37 @@ function common:save(path, metadata)
   torch.save(self:state_dict(), path, metadata)
 end
 
---- m:load(path [, {strict = true}]) -> metadata of the file
+-- The entries of a file that holds several tables (a training checkpoint: model, ema, opt, ...), sorted.
+local function table_entries(value)
+  local entries = {}
+  for key, entry in pairs(value) do
+    if torch.is_tensor(entry) then return nil end
+    if type(entry) == "table" then entries[#entries + 1] = tostring(key) end
+  end
+  table.sort(entries)
+  return #entries > 0 and entries or nil
+end
+
+--- m:load(path [, {strict = true, key = nil}]) -> metadata of the file. A safetensors file, or a torch.save
+--- .pt/.pth file of a state dict; `key` picks one entry of a file that holds several (e.g. "ema").
 function common:load(path, options)
+  options = options or {}
   local state, metadata = torch.load(path)
-  self:load_state_dict(state, options)
+  if options.key ~= nil then
+    local chosen = state[options.key]
+    if type(chosen) ~= "table" then
+      error(string.format("load: %s has no entry '%s' (entries: %s)", path, tostring(options.key),
+        table.concat(table_entries(state) or {}, ", ")), 2)
+    end
+    state = chosen
+  else
+    local entries = table_entries(state)
+    if entries then
+      error(string.format("load: %s holds several entries (%s): choose one with { key = \"%s\" }", path,
+        table.concat(entries, ", "), entries[1]), 2)
+    end
+  end
+  load_state(self, state, { strict = options.strict }, 2)
   return metadata
 end
 
