@@ -1,5 +1,5 @@
 // Built-in nn modules (Linear, Conv2d, GroupNorm, LayerNorm, Embedding, Dropout, activations, and the
-// UNet and DiT denoisers) as Lua userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
+// UNet and DiT denoisers, the AutoencoderKL) as Lua userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
 // dicts are built on top of these in stdlib/runner/nn.lua.
 #include <torch/nn.h>
 
@@ -13,6 +13,7 @@
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/nn/autoencoder_kl.h"
 #include "runtime/nn/dit.h"
 #include "runtime/nn/unet.h"
 #include "runtime/train/ema.h"
@@ -26,6 +27,7 @@ struct ModuleBox {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
   std::shared_ptr<runner::nn::Denoiser> denoiser;  // set for UNet and DiT: forward(x, t [, labels])
+  std::shared_ptr<runner::nn::AutoencoderKLImpl> autoencoder;  // set for AutoencoderKL: encode, decode
 };
 
 template <class Holder>
@@ -204,6 +206,40 @@ int nn_dit(lua_State* L) {
   return 1;
 }
 
+using runner::nn::AutoencoderKLOptions;
+
+const OptionTable<AutoencoderKLOptions> kAutoencoderKLOptions(
+    "AutoencoderKL", "AutoencoderKLOptions",
+    {option("in_channels", &AutoencoderKLOptions::in_channels),
+     option("out_channels", &AutoencoderKLOptions::out_channels),
+     option("latent_channels", &AutoencoderKLOptions::latent_channels),
+     option("block_out_channels", &AutoencoderKLOptions::block_out_channels),
+     option("layers_per_block", &AutoencoderKLOptions::layers_per_block),
+     option("norm_num_groups", &AutoencoderKLOptions::norm_num_groups),
+     option("scaling_factor", &AutoencoderKLOptions::scaling_factor),
+     option("shift_factor", &AutoencoderKLOptions::shift_factor),
+     option("use_quant_conv", &AutoencoderKLOptions::use_quant_conv),
+     option("use_post_quant_conv", &AutoencoderKLOptions::use_post_quant_conv),
+     option("mid_block_add_attention", &AutoencoderKLOptions::mid_block_add_attention),
+     option("decode_batch", &AutoencoderKLOptions::decode_batch)});
+
+void push_autoencoder(lua_State* L, const runner::nn::AutoencoderKL& model) {
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{model.ptr(), nullptr, nullptr, model.ptr()});
+}
+
+// nn.AutoencoderKL{...} (called on the nn.AutoencoderKL table): random weights.
+int nn_autoencoder_kl(lua_State* L) {
+  push_autoencoder(L, runner::nn::AutoencoderKL(kAutoencoderKLOptions.read(L, 2)));
+  return 1;
+}
+
+// nn.AutoencoderKL.load(folder_or_file [, options]): a diffusers folder or one safetensors file, in eval mode.
+int nn_autoencoder_kl_load(lua_State* L) {
+  const std::string path = check_string(L, 1);
+  push_autoencoder(L, runner::nn::load_autoencoder_kl(path, kAutoencoderKLOptions.read(L, 2)).model);
+  return 1;
+}
+
 // Module methods ----------------------------------------------------------------------------------
 
 // Timesteps as a tensor, or one number for the whole batch.
@@ -284,6 +320,26 @@ int module_tostring(lua_State* L) {
   return 1;
 }
 
+runner::nn::AutoencoderKLImpl& check_autoencoder(lua_State* L, int index) {
+  ModuleBox& box = check_module(L, index);
+  if (!box.autoencoder) raise_type_error(L, index, "AutoencoderKL");
+  return *box.autoencoder;
+}
+
+// vae:encode(images) -> mean, logvar
+int module_encode(lua_State* L) {
+  auto [mean, logvar] = check_autoencoder(L, 1).encode(check_tensor(L, 2));
+  push_tensor(L, mean);
+  push_tensor(L, logvar);
+  return 2;
+}
+
+// vae:decode(latents) -> images
+int module_decode(lua_State* L) {
+  push_tensor(L, check_autoencoder(L, 1).decode(check_tensor(L, 2)));
+  return 1;
+}
+
 runner::nn::Denoiser& check_denoiser(lua_State* L, int index) {
   ModuleBox& box = check_module(L, index);
   if (!box.denoiser) raise_type_error(L, index, "UNet or DiT");
@@ -297,8 +353,30 @@ int module_set_checkpointing(lua_State* L) {
   return 1;
 }
 
+// vae:info() -> {in_channels, out_channels, latent_channels, downsample, scaling_factor [, shift_factor]}
+int autoencoder_info(lua_State* L, const runner::nn::AutoencoderKLImpl& vae) {
+  const AutoencoderKLOptions& o = vae.options();
+  lua_createtable(L, 0, 6);
+  const std::pair<const char*, std::int64_t> integers[] = {{"in_channels", o.in_channels},
+                                                           {"out_channels", o.out_channels},
+                                                           {"latent_channels", o.latent_channels},
+                                                           {"downsample", vae.downsample()}};
+  for (const auto& [key, value] : integers) {
+    lua_pushnumber(L, static_cast<lua_Number>(value));
+    lua_setfield(L, -2, key);
+  }
+  lua_pushnumber(L, o.scaling_factor);
+  lua_setfield(L, -2, "scaling_factor");
+  if (o.shift_factor) {
+    lua_pushnumber(L, *o.shift_factor);
+    lua_setfield(L, -2, "shift_factor");
+  }
+  return 1;
+}
+
 // m:info() -> {in_channels, out_channels, image, classes, class_dropout, null_label, learned_sigma, checkpointing}
 int module_info(lua_State* L) {
+  if (check_module(L, 1).autoencoder) return autoencoder_info(L, *check_module(L, 1).autoencoder);
   const auto& d = check_denoiser(L, 1);
   lua_createtable(L, 0, 8);
   auto set_integer = [&](const char* key, std::int64_t value) {
@@ -435,6 +513,8 @@ void open_nn(lua_State* L) {
       {"type_name", wrap<module_type_name>},
       {"set_checkpointing", wrap<module_set_checkpointing>},
       {"info", wrap<module_info>},
+      {"encode", wrap<module_encode>},
+      {"decode", wrap<module_decode>},
   });
   lua_pop(L, 1);
   luaL_getmetatable(L, kModuleType);
@@ -462,6 +542,12 @@ void open_nn(lua_State* L) {
       {"_is_native", wrap<nn_is_native>},
       {"_ema_update", wrap<nn_ema_update>},
   });
+  lua_newtable(L);  // nn.AutoencoderKL: callable, with .load
+  set_functions(L, {{"load", wrap<nn_autoencoder_kl_load>}});
+  lua_newtable(L);
+  set_functions(L, {{"__call", wrap<nn_autoencoder_kl>}});
+  lua_setmetatable(L, -2);
+  lua_setfield(L, -2, "AutoencoderKL");
   lua_newtable(L);
   set_functions(L, {
       {"mse_loss", wrap<f_mse_loss>},

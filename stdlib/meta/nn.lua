@@ -45,7 +45,11 @@ function Module:load_state_dict(state, options) end
 ---@param path string
 ---@param metadata? table<string, string>
 function Module:save(path, metadata) end
---- Loads a safetensors state dict; returns the file's metadata.
+--- Loads a state dict from a safetensors file or a torch.save file (.pt/.pth, e.g. the official
+--- DiT-XL-2-256x256.pt; read without running any code, see torch.load). A file that holds several tables
+--- (a training checkpoint with model, ema, opt, ...) needs `key` to pick one. Returns the file's metadata.
+---@param path string
+---@param options? {strict?: boolean, key?: string}
 ---@return table<string, string>
 function Module:load(path, options) end
 --- Lua-defined modules: a tensor saved in the state dict and moved by :to(), but not trained.
@@ -168,6 +172,54 @@ function Denoiser:set_checkpointing(enabled) end
 --- {in_channels, out_channels, image, classes, class_dropout, null_label (nil without one), learned_sigma, checkpointing}
 ---@return table
 function Denoiser:info() end
+
+--- The KL autoencoder of latent diffusion with the architecture and parameter names of diffusers'
+--- AutoencoderKL (the Stable Diffusion VAE family, e.g. sd-vae-ft-mse / sd-vae-ft-ema), random weights.
+--- Load trained weights with nn.AutoencoderKL.load. Defaults are the Stable Diffusion VAE (83.7M parameters).
+---@param options? AutoencoderKLOptions
+---@return AutoencoderKL
+function nn.AutoencoderKL(options) end
+
+--- A diffusers VAE folder (config.json + diffusion_pytorch_model.safetensors; config.json sets the
+--- architecture and the scaling factor) or one .safetensors file with diffusers' parameter names and the
+--- architecture in `options`. Older checkpoints' attention names (query, key, value, proj_attn) are read too.
+--- In eval mode, on the CPU in float32. Errors name the file and every missing, extra or misshapen tensor.
+---@param path string
+---@param options? AutoencoderKLOptions
+---@return AutoencoderKL
+function nn.AutoencoderKL.load(path, options) end
+
+---@class AutoencoderKLOptions
+---@field in_channels? integer              image channels (default 3)
+---@field out_channels? integer             decoded channels (default 3)
+---@field latent_channels? integer          latent channels (default 4)
+---@field block_out_channels? integer[]     width per level; each level but the last halves the side (default {128, 256, 512, 512})
+---@field layers_per_block? integer         residual blocks per encoder level, one more per decoder level (default 2)
+---@field norm_num_groups? integer          GroupNorm groups (default 32)
+---@field scaling_factor? number            latents for diffusion = scaling_factor * (z - shift_factor) (default 0.18215)
+---@field shift_factor? number              (default none)
+---@field use_quant_conv? boolean           1x1 convolution after the encoder (default true)
+---@field use_post_quant_conv? boolean      1x1 convolution before the decoder (default true)
+---@field mid_block_add_attention? boolean  self-attention in the middle blocks (default true)
+---@field decode_batch? integer             decode at most this many latents at a time, to bound memory (default 0: all)
+
+---@class AutoencoderKL: Module
+local AutoencoderKL = {}
+--- The posterior of images [N, in_channels, H, W] in [-1, 1] (H, W multiples of info().downsample):
+--- mean and log-variance [N, latent_channels, H/f, W/f], the log-variance clamped to [-30, 20] as diffusers
+--- does. A latent sample is mean + exp(logvar / 2) * noise; diffusion models train on it times scaling_factor.
+---@param images Tensor
+---@return Tensor mean
+---@return Tensor logvar
+function AutoencoderKL:encode(images) end
+--- Images [N, out_channels, h*f, w*f] (about [-1, 1]) of unscaled latents [N, latent_channels, h, w]
+--- (divide a diffusion model's sample by scaling_factor first).
+---@param latents Tensor
+---@return Tensor
+function AutoencoderKL:decode(latents) end
+--- {in_channels, out_channels, latent_channels, downsample (f), scaling_factor, shift_factor (nil without)}
+---@return table
+function AutoencoderKL:info() end
 
 --- ema <- decay * ema + (1 - decay) * model for each parameter that requires grad (one foreach lerp, the
 --- trainer's EMA rule); parameters that do not require grad and buffers are copied. A model parameter of another
