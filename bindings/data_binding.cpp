@@ -114,6 +114,9 @@ int data_cifar10(lua_State* L) { return push_dataset(L, data::open_cifar10(check
 // data._mnist(path, split)
 int data_mnist(lua_State* L) { return push_dataset(L, data::open_mnist(check_string(L, 1), check_split(L, 2))); }
 
+// data._latents(path, scale): scale nil takes the manifest's
+int data_latents(lua_State* L) { return push_dataset(L, data::open_latents(check_string(L, 1), luaL_optnumber(L, 2, 0))); }
+
 // data._npy(path, labels_path, classes)
 int data_npy(lua_State* L) {
   std::vector<std::string> classes;
@@ -446,6 +449,7 @@ void open_data(lua_State* L) {
                     {"cifar10", wrap<data_cifar10>},
                     {"mnist", wrap<data_mnist>},
                     {"npy", wrap<data_npy>},
+                    {"latents", wrap<data_latents>},
                     {"shapes", wrap<data_shapes>},
                     {"lua_dataset", wrap<data_lua_dataset>},
                     {"loader", wrap<data_loader>}});

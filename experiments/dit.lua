@@ -1,12 +1,15 @@
--- Class-conditional DiT (Peebles & Xie 2023) on a dataset of latents stored as .npy: [N, 4, 32, 32] float
--- latents (e.g. images of 256 px through a VAE, scaled) with int64 labels [N]. Learned sigma, linear schedule
--- of 1000 steps, AdamW at 1e-4 without weight decay, EMA 0.9999, label dropout 0.1 for classifier-free
--- guidance; samples are drawn with guidance in the latent space and saved as raw latents (.safetensors) and,
--- for a first look, as a grid of their first three channels.
---   scripts/run experiments/dit.lua data=latents.npy labels=latents.labels.npy size=DiT-B/2
+-- Class-conditional DiT (Peebles & Xie 2023) on latents: the posteriors `runner data encode` writes (a new
+-- latent drawn from each image's posterior at every read, its labels beside it), or any .npy of [N, 4, 32, 32]
+-- float latents (already scaled) with int64 labels [N]. Learned sigma, linear schedule of 1000 steps, AdamW at
+-- 1e-4 without weight decay, EMA 0.9999, label dropout 0.1 for classifier-free guidance; samples are drawn with
+-- guidance in the latent space and saved as raw latents (.safetensors) and as a grid: decoded to images with
+-- vae=DIR, else their first three channels.
+--   runner data encode images/ latents.npy --vae sd-vae-ft-mse --size 256 --flip
+--   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse size=DiT-B/2
 local cfg = config {
-  data = "",                 -- .npy of latents [N, C, H, W] (required)
-  labels = "",               -- .npy of int64 class labels [N] (required)
+  data = "",                 -- latents of `runner data encode`, or an .npy of latents [N, C, H, W] (required)
+  labels = "",               -- .npy of int64 class labels [N] (for a plain .npy; encoded latents have theirs)
+  vae = "",                  -- VAE folder or safetensors file to decode the sample grids with (optional)
   classes = 1000,
   size = "DiT-XL/2",         -- DiT-S/2 ... DiT-XL/8
   steps = 400000,
@@ -28,14 +31,18 @@ local cfg = config {
   device = "auto",
   workers = -1,
 }
-if cfg.data == "" or cfg.labels == "" then
-  runner.usage_error("give the latents and their labels: data=latents.npy labels=latents.labels.npy")
+local manifest = cfg.data:gsub("%.npy$", "") .. ".json"
+local encoded = cfg.data ~= "" and io.open(manifest) ~= nil
+if cfg.data == "" or (not encoded and cfg.labels == "") then
+  runner.usage_error("give the latents: data=latents.npy from runner data encode, or data=latents.npy labels=labels.npy")
 end
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
 
-local latents = runner.data.npy { path = cfg.data, labels = cfg.labels }
+local latents = encoded and runner.data.latents { path = cfg.data } or runner.data.npy { path = cfg.data, labels = cfg.labels }
+local vae = cfg.vae ~= "" and nn.AutoencoderKL.load(cfg.vae):to(device) or nil
+local scale, shift = vae and vae:info().scaling_factor, vae and vae:info().shift_factor or 0
 local shape = latents:get(1).shape
 local loader_options = { batch = cfg.batch, shuffle = true, drop_last = true, seed = cfg.seed, device = device }
 if cfg.workers >= 0 then loader_options.workers = cfg.workers end
@@ -63,7 +70,12 @@ local function write_samples(step)
                                           steps = cfg.sample_steps, seed = cfg.seed })
   local stem = string.format("%s/samples-%07d", run.dir, step)
   torch.save({ latents = samples, labels = torch.tensor(labels, { dtype = "int64" }) }, stem .. ".safetensors")
-  run:images("samples", samples:narrow(2, 1, math.min(3, shape[1])), { range = { -2, 2 } })
+  if vae then
+    local images = torch.no_grad(function() return vae:decode(samples:to(device) / scale + shift) end)
+    run:images("samples", images:clamp(-1, 1))
+  else
+    run:images("samples", samples:narrow(2, 1, math.min(3, shape[1])), { range = { -2, 2 } })
+  end
   print(string.format("step %7d  EMA samples (guidance %.1f): %s.safetensors", step, cfg.guidance, stem))
 end
 

@@ -1,4 +1,5 @@
-// `runner data pack DIR OUT.npy --size N`: an image folder into a memory-mappable .npy, with progress.
+// `runner data pack DIR OUT.npy --size N`: an image folder into a memory-mappable .npy; `runner data encode`:
+// images into VAE latents for data.latents; both with progress.
 #include "runtime/cli/data_commands.h"
 
 #include <chrono>
@@ -16,11 +17,13 @@
 #include "runtime/data/data_error.h"
 #include "runtime/data/pack.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/latents/latent_encoding.h"
 
 namespace runner::cli {
 namespace {
 
 constexpr const char* kDataUsage = R"(usage: runner data pack DIR OUT.npy --size N [options]
+       runner data encode IMAGES OUT.npy --vae VAE [--size N] [options]
 
 Decodes every JPEG and PNG under DIR, resizes the shorter side to N (antialiased), center-crops N x N,
 and writes a uint8 array [images, 3, N, N] to OUT.npy for data.npy { path = OUT.npy } (memory-mapped).
@@ -33,6 +36,21 @@ options:
   --no-labels      no labels
   --skip-bad       leave out unreadable images (listed at the end) instead of stopping at the first
   --fast-decode    let JPEG decoding downscale in the DCT domain (faster, slightly different pixels)
+
+encode runs the images of IMAGES (a folder, resized and cropped as pack does with --size N, or an array
+that pack wrote) through the encoder of VAE (a diffusers folder or safetensors file, see nn.AutoencoderKL)
+and writes every posterior's mean and log-variance, float32 [images, flips, 2, C, S/f, S/f], to OUT.npy for
+data.latents { path = OUT.npy }, which draws a new latent from them at every read. Beside it: OUT.json (the
+source, the preprocessing, the VAE's file, sha256 and scaling factor) and the labels as pack writes them.
+Interrupted or killed, the same command continues where it stopped (OUT.npy.partial until the end).
+
+options:
+  --vae PATH       the VAE (required)
+  --size N         image folders: output side in pixels (required); arrays: checked against their side
+  --flip           also encode each image's horizontal flip (data.latents picks one at random per read)
+  --batch N        images per encoder call (default 32)
+  --device D       cpu, cuda, cuda:N or auto (default auto)
+  --workers N      decoding threads (default: the loader's)
 )";
 
 struct UsageError : std::runtime_error {
@@ -49,13 +67,13 @@ int parse_positive(const std::string& option, const char* text) {
 
 void on_interrupt(int) { core::request_interrupt(); }
 
-void print_progress(std::int64_t done, std::int64_t total, double seconds, bool terminal) {
+void print_progress(const char* verb, std::int64_t done, std::int64_t total, double seconds, bool terminal) {
   const double rate = seconds > 0 ? done / seconds : 0;
   const int width = 30;
   const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
   const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   const std::string eta = rate > 0 && done < total ? fmt::format(", {:.0f}s left", (total - done) / rate) : "";
-  const std::string line = fmt::format("pack [{}] {}/{} images, {:.0f}/s{}", bar, done, total, rate, eta);
+  const std::string line = fmt::format("{} [{}] {}/{} images, {:.0f}/s{}", verb, bar, done, total, rate, eta);
   if (terminal) std::fprintf(stderr, "\r%s\033[K", line.c_str());
   else std::fprintf(stderr, "%s\n", line.c_str());
 }
@@ -94,7 +112,7 @@ int run_pack(int argc, char** argv) {
   options.progress = [&](std::int64_t done, std::int64_t total) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
-    if (terminal || tenth != last_tenth) print_progress(done, total, seconds, terminal);
+    if (terminal || tenth != last_tenth) print_progress("pack", done, total, seconds, terminal);
     last_tenth = tenth;
   };
   std::signal(SIGINT, on_interrupt);
@@ -114,6 +132,65 @@ int run_pack(int argc, char** argv) {
   return core::kExitOk;
 }
 
+int run_encode(int argc, char** argv) {
+  std::string source;
+  std::string output;
+  latents::EncodeOptions options;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--vae") options.vae = value();
+    else if (arg == "--size") options.size = parse_positive(arg, value());
+    else if (arg == "--flip") options.flip = true;
+    else if (arg == "--batch") options.batch = parse_positive(arg, value());
+    else if (arg == "--workers") options.workers = parse_positive(arg, value());
+    else if (arg == "--device") options.device = value();
+    else if (arg == "-h" || arg == "--help") {
+      std::fputs(kDataUsage, stdout);
+      return core::kExitOk;
+    } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
+    else if (source.empty()) source = arg;
+    else if (output.empty()) output = arg;
+    else throw UsageError("unexpected argument '" + arg + "'");
+  }
+  if (source.empty() || output.empty()) throw UsageError("encode needs IMAGES and OUT.npy");
+  if (options.vae.empty()) throw UsageError("encode needs --vae PATH");
+
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::int64_t last_tenth = -1;
+  std::int64_t first = -1;
+  options.progress = [&](std::int64_t done, std::int64_t total) {
+    if (first < 0) {
+      first = done;
+      if (done > 0) std::fprintf(stderr, "continuing: %lld of %lld images were encoded before\n", static_cast<long long>(done),
+                                 static_cast<long long>(total));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
+    if (terminal || tenth != last_tenth) print_progress("encode", done, total, seconds, terminal);
+    last_tenth = tenth;
+  };
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  latents::EncodeResult result;
+  try {
+    result = latents::encode_latents(source, output, options);
+  } catch (const core::Interrupted&) {
+    std::fprintf(stderr, "\nrunner data: interrupted; run the same command again to continue\n");
+    return core::kExitInterrupted;
+  }
+  if (terminal) std::fputc('\n', stderr);
+  std::printf("wrote %s: %lld images; %s\n", output.c_str(), static_cast<long long>(result.images), result.manifest_path.c_str());
+  if (!result.labels_path.empty()) std::printf("wrote %s%s%s\n", result.labels_path.c_str(), result.classes_path.empty() ? "" : " and ",
+                                               result.classes_path.c_str());
+  std::printf("use: runner.data.latents { path = \"%s\" }\n", output.c_str());
+  return core::kExitOk;
+}
+
 }  // namespace
 
 int run_data_command(int argc, char** argv) {
@@ -123,13 +200,15 @@ int run_data_command(int argc, char** argv) {
       return argc < 2 ? core::kExitUsage : core::kExitOk;
     }
     if (std::strcmp(argv[1], "pack") == 0) return run_pack(argc, argv);
+    if (std::strcmp(argv[1], "encode") == 0) return run_encode(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), kDataUsage);
     return core::kExitUsage;
   } catch (const data::DataError& error) {
-    std::fprintf(stderr, "runner data: %s (--skip-bad leaves unreadable images out)\n",
-                 core::terminal_text(error.what()).c_str());
+    const bool pack = std::strcmp(argv[1], "pack") == 0;
+    std::fprintf(stderr, "runner data: %s%s\n", core::terminal_text(error.what()).c_str(),
+                 pack ? " (--skip-bad leaves unreadable images out)" : "");
     return core::kExitError;
   } catch (const core::Interrupted&) {
     std::fprintf(stderr, "\nrunner data: interrupted; nothing was written\n");

@@ -22,9 +22,14 @@ struct Sample {
   std::int64_t label = -1;
 };
 
+class SampleRng;
+
 // What the transform will use of an image, so that decoding can take shortcuts (JPEG DCT scaling, decoding
-// only the window a crop keeps).
-using ReadHint = DecodeHint;
+// only the window a crop keeps); and the sample's keyed random stream for datasets that draw (latent
+// posteriors), null outside the loader.
+struct ReadHint : DecodeHint {
+  SampleRng* rng = nullptr;
+};
 
 class Dataset {
  public:

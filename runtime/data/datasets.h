@@ -36,6 +36,13 @@ IdxHeader parse_idx_header(const std::uint8_t* data, std::size_t size, const std
 std::shared_ptr<const Dataset> open_npy(const std::string& path, const std::string& labels_path,
                                         const std::vector<std::string>& classes = {});
 
+// VAE latents written by `runner data encode` (an .npy [N, F, 2, C, h, w] of posterior means and
+// log-variances for F = 1 or 2 flips, with its manifest <stem>.json, labels <stem>.labels.npy and class names
+// <stem>.classes.json beside it when labelled). Each read draws one latent from the sample's keyed stream:
+// a flip (when there are two), then scale * (mean + exp(logvar / 2) * noise - shift), float32 [C, h, w].
+// `scale` <= 0 takes the VAE's scaling factor from the manifest.
+std::shared_ptr<const Dataset> open_latents(const std::string& path, double scale = 0);
+
 // Procedural images: one circle, square or triangle (label 0, 1, 2) in a random colour on a plain
 // background of another colour, at random position, size and rotation; deterministic in (seed, index).
 std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed);

@@ -259,7 +259,9 @@ struct Loader::Impl {
             render_image(sample.image, placement, batch.data.data_ptr<std::uint8_t>() + kept * sample_elements);
           }
         } else {
-          dataset->read(index, ReadHint{}, sample);
+          ReadHint hint;
+          hint.rng = &rng;
+          dataset->read(index, hint, sample);
           at::Tensor& tensor = sample.tensor;
           if (dataset->reads_on_caller_thread() && (!tensor.is_contiguous() || !tensor.device().is_cpu()))
             tensor = tensor.to(at::kCPU).contiguous();

@@ -41,12 +41,6 @@ bool has_subfolders(const std::string& root) {
   return false;
 }
 
-std::string sibling_path(const std::string& out_path, const std::string& suffix) {
-  fs::path path(out_path);
-  const std::string stem = path.extension() == ".npy" ? path.stem().string() : path.filename().string();
-  return (path.parent_path() / (stem + suffix)).string();
-}
-
 void write_text_atomically(const std::string& path, const std::string& text) {
   core::AtomicFileWriter file(path);
   file.write(text.data(), text.size(), "the text");
@@ -55,12 +49,20 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+std::string sibling_path(const std::string& npy_path, const std::string& suffix) {
+  fs::path path(npy_path);
+  const std::string stem = path.extension() == ".npy" ? path.stem().string() : path.filename().string();
+  return (path.parent_path() / (stem + suffix)).string();
+}
+
+bool labelled_by_subfolders(const std::string& root) { return has_subfolders(root) && !has_loose_images(root); }
+
 PackResult pack_image_folder(const std::string& root, const std::string& out_path, const PackOptions& options) {
   if (options.size < 1) throw DataError("", "pack: --size must be positive");
   std::error_code error;
   if (!fs::is_directory(root, error)) throw DataError(root, "no such directory");
   const bool labelled = options.labels == PackLabels::yes ||
-                        (options.labels == PackLabels::automatic && has_subfolders(root) && !has_loose_images(root));
+                        (options.labels == PackLabels::automatic && labelled_by_subfolders(root));
   const std::shared_ptr<const Dataset> dataset = open_image_folder(root, labelled);
   const std::int64_t total = dataset->size();
 

@@ -34,6 +34,12 @@ struct PackResult {
 // Writes out_path (and the label files) atomically: on error nothing is left behind.
 PackResult pack_image_folder(const std::string& root, const std::string& out_path, const PackOptions& options);
 
+// "<dir>/<stem><suffix>" for "<dir>/<stem>.npy": the files written beside an array (".labels.npy", ".json").
+std::string sibling_path(const std::string& npy_path, const std::string& suffix);
+
+// The automatic labelling rule: class subfolders and no loose images.
+bool labelled_by_subfolders(const std::string& root);
+
 // The JSON list of class names written beside a packed array.
 std::vector<std::string> read_class_names(const std::string& json_path);
 

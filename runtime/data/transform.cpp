@@ -290,7 +290,7 @@ Placement read_and_place(const Dataset& dataset, std::int64_t index, const Trans
                          Sample& sample) {
   std::optional<Placement> placed;
   const SampleOrigin origin = [&] { return dataset.source(index); };
-  DecodeHint hint;
+  ReadHint hint;
   hint.min_shorter_side = spec.min_shorter_side();
   hint.window = [&](int height, int width) {
     placed = place_sample(spec, height, width, rng, origin);

@@ -46,6 +46,16 @@ function data.mnist(options) end
 ---@return Dataset
 function data.npy(options) end
 
+--- VAE latents that `runner data encode` wrote (see README, "Latent diffusion"): each read draws a new
+--- latent from the stored posterior, scale * (mean + exp(logvar / 2) * noise - shift), with the noise (and
+--- the choice between an image and its flip, when encoded with --flip) from the loader's keyed random
+--- stream of that sample, so a resumed run draws what the uninterrupted one would. `scale` defaults to the
+--- VAE's scaling factor from the manifest (0.18215 for Stable Diffusion's VAE). Labels and class names come
+--- from the files beside the array. Samples are float32 [C, h, w].
+---@param options {path: string, scale?: number}
+---@return Dataset
+function data.latents(options) end
+
 --- Procedural images for tests and the quickstart: a circle, square or triangle (labels 0, 1, 2) in a
 --- random colour on a plain background, antialiased; deterministic in (seed, index). Defaults: size 32,
 --- count 10000, seed 0.

@@ -37,6 +37,14 @@ function data.npy(options)
   return native.npy(required_path(options, "npy"), options.labels, options.classes)
 end
 
+function data.latents(options)
+  options = options_of(options, "latents", { path = true, scale = true })
+  if options.scale ~= nil and (type(options.scale) ~= "number" or options.scale <= 0) then
+    error("latents: scale must be a positive number", 2)
+  end
+  return native.latents(required_path(options, "latents"), options.scale)
+end
+
 function data.shapes(options)
   options = options_of(options, "shapes", { size = true, count = true, seed = true })
   return native.shapes(options.size or 32, options.count or 10000, options.seed or 0)

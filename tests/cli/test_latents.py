@@ -1,0 +1,172 @@
+"""The latent workflow: `runner data encode` against diffusers' encoder, its files, resume after a kill, and
+data.latents drawing posterior samples from the loader's keyed stream; dit.lua on encoded latents with a VAE."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import torch
+from diffusers import AutoencoderKL
+from PIL import Image
+
+from runner_process import RUNNER, RunnerHomeTest
+from test_experiments import last_run, run_experiment
+
+
+def make_vae(directory):
+    """A small diffusers VAE with random weights (biases and norms too), saved as a diffusers folder."""
+    torch.manual_seed(0)
+    vae = AutoencoderKL(block_out_channels=(16, 32), down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1, norm_num_groups=8,
+                        latent_channels=4).eval()
+    with torch.no_grad():
+        for parameter in vae.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    vae.save_pretrained(directory, safe_serialization=True)
+    return vae
+
+
+def make_images(directory, per_class, seed=0):
+    rng = np.random.default_rng(seed)
+    for name in ("cat", "dog"):
+        os.makedirs(directory / name, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(directory / name / f"{i:03d}.png")
+
+
+class Encode(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.vae = make_vae(self.dir / "vae")
+        make_images(self.dir / "images", 6)
+
+    def test_posteriors_equal_diffusers_and_the_files_beside_them(self):
+        result = self.runner("data", "pack", "images", "packed.npy", "--size", "16", check=0)
+        result = self.runner("data", "encode", "packed.npy", "latents.npy", "--vae", "vae", "--flip", "--batch", "5",
+                             "--device", "cpu", check=0)
+        self.assertIn('use: runner.data.latents { path = "latents.npy" }', result.stdout)
+        latents = np.load(self.dir / "latents.npy")
+        self.assertEqual(latents.shape, (12, 2, 2, 4, 8, 8))
+        pixels = torch.from_numpy(np.load(self.dir / "packed.npy")).float() / 127.5 - 1
+        with torch.no_grad():
+            for flip, images in enumerate((pixels, pixels.flip(3))):
+                posterior = self.vae.encode(images).latent_dist
+                for k, expected in enumerate((posterior.mean, posterior.logvar)):
+                    actual = torch.from_numpy(latents[:, flip, k])
+                    # float32, same operations in another library: 1e-5 of the largest value.
+                    worst = (actual - expected).abs().max().item()
+                    self.assertLessEqual(worst, 1e-5 * expected.abs().max().item(), f"flip {flip}, {('mean', 'logvar')[k]}")
+        self.assertTrue(np.array_equal(np.load(self.dir / "latents.labels.npy"), np.load(self.dir / "packed.labels.npy")))
+        self.assertEqual(json.loads((self.dir / "latents.classes.json").read_text()), ["cat", "dog"])
+        manifest = json.loads((self.dir / "latents.json").read_text())
+        weights = self.dir / "vae" / "diffusion_pytorch_model.safetensors"
+        self.assertEqual(manifest["vae"]["sha256"], hashlib.sha256(weights.read_bytes()).hexdigest())
+        self.assertEqual(manifest["vae"]["scaling_factor"], 0.18215)
+        self.assertEqual((manifest["images"], manifest["flip"], manifest["shape"]), (12, True, [12, 2, 2, 4, 8, 8]))
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir() if p.name.startswith("latents")),
+                         ["latents.classes.json", "latents.json", "latents.labels.npy", "latents.npy"],
+                         "no partial or progress files are left")
+        # The folder itself, resized and cropped as pack does, gives the same array.
+        self.runner("data", "encode", "images", "direct.npy", "--vae", "vae", "--size", "16", "--flip", "--device", "cpu",
+                    check=0)
+        self.assertTrue(np.array_equal(np.load(self.dir / "direct.npy"), latents))
+
+    def test_a_killed_encoding_continues_where_it_stopped(self):
+        make_images(self.dir / "many", 150, seed=1)
+        self.runner("data", "encode", "many", "whole.npy", "--vae", "vae", "--size", "16", "--batch", "2",
+                    "--device", "cpu", check=0)
+        process = subprocess.Popen([RUNNER, "data", "encode", "many", "cut.npy", "--vae", "vae", "--size", "16",
+                                    "--batch", "2", "--device", "cpu"], cwd=self.dir, env=self.env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        progress = self.dir / "cut.npy.progress.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (progress.exists() and json.loads(progress.read_text())["images"] >= 20):
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+        self.assertFalse((self.dir / "cut.npy").exists(), "the array appears only when complete")
+        done = json.loads(progress.read_text())["images"]
+        self.assertLess(done, 300, "killed before the end")
+        result = self.runner("data", "encode", "many", "cut.npy", "--vae", "vae", "--size", "16", "--batch", "2",
+                             "--device", "cpu", check=0)
+        self.assertRegex(result.stderr, r"continuing: \d+ of 300 images were encoded before")
+        self.assertTrue(np.array_equal(np.load(self.dir / "cut.npy"), np.load(self.dir / "whole.npy")))
+        self.assertTrue(np.array_equal(np.load(self.dir / "cut.labels.npy"), np.load(self.dir / "whole.labels.npy")))
+
+    def test_bad_input(self):
+        result = self.runner("data", "encode", "images", "x.npy", "--size", "16", check=2)
+        self.assertIn("runner data: encode needs --vae PATH", result.stderr)
+        result = self.runner("data", "encode", "images", "x.npy", "--vae", "vae", check=1)
+        self.assertIn("encode: an image folder needs --size N", result.stderr)
+        result = self.runner("data", "encode", "images", "x.npy", "--vae", "vae", "--size", "15", check=1)
+        self.assertIn("the image side 15 is not a multiple of the VAE's downsampling 2", result.stderr)
+        result = self.runner("data", "encode", "missing", "x.npy", "--vae", "vae", "--size", "16", check=1)
+        self.assertIn("missing: no such folder or file", result.stderr)
+
+
+class Latents(RunnerHomeTest):
+    def test_each_read_draws_from_the_posterior_by_the_samples_key(self):
+        # Posteriors as `runner data encode` lays them out, with flips far apart: mean +-(10 + row), std 0.1.
+        stored = np.zeros((16, 2, 2, 4, 8, 8), np.float32)
+        for row in range(16):
+            stored[row, 0, 0], stored[row, 1, 0] = 10 + row, -10 - row
+        stored[:, :, 1] = np.log(0.01)
+        np.save(self.dir / "latents.npy", stored)
+        np.save(self.dir / "latents.labels.npy", np.arange(16) % 2)
+        (self.dir / "latents.classes.json").write_text('["cat", "dog"]')
+        (self.dir / "latents.json").write_text(json.dumps({"format": "runner latents", "vae": {"scaling_factor": 0.5}}))
+        self.script("draw.lua", """
+            local latents = runner.data.latents { path = "latents.npy" }
+            assert(#latents == 16 and latents:classes()[2] == "dog", tostring(latents))
+            local function epoch(seed, from)
+              local loader = runner.data.loader(latents, { batch = 16, shuffle = true, seed = seed, workers = 1 })
+              if from then loader:seek(from) end
+              return loader:next()
+            end
+            local a, again, other = epoch(3), epoch(3), epoch(4)
+            local second, resumed = nil, nil
+            do
+              local loader = runner.data.loader(latents, { batch = 16, shuffle = true, seed = 3, workers = 1 })
+              loader:next()
+              second = loader:next()
+              resumed = epoch(3, 1)
+            end
+            torch.save({ z = a.data, index = a.index, label = a.label, again = again.data, other = other.data,
+                         second = second.data, resumed = resumed.data }, "draws.safetensors")
+        """)
+        self.runner("draw.lua", check=0)
+        from safetensors.torch import load_file
+        draws = load_file(self.dir / "draws.safetensors")
+        self.assertTrue(torch.equal(draws["z"], draws["again"]), "the same seed draws the same latents")
+        self.assertFalse(torch.equal(draws["z"], draws["other"]))
+        self.assertTrue(torch.equal(draws["second"], draws["resumed"]), "a loader moved to batch 1 draws what one that got there does")
+        index = draws["index"]
+        z = draws["z"].double() / 0.5
+        sign = torch.sign(z.flatten(1)[:, 0])
+        self.assertEqual(set(sign.tolist()), {-1.0, 1.0}, "both the image and its flip are drawn")
+        mean = (sign * (10 + index.double())).view(16, 1, 1, 1)
+        drawn = ((z - mean) / 0.1).flatten()
+        # 16 x 256 standard normal values: mean within 4 standard errors (4 / 64), std within 5%.
+        self.assertLess(drawn.mean().abs().item(), 4 / 64)
+        self.assertLess(abs(drawn.std().item() - 1), 0.05)
+        self.assertTrue(torch.equal(draws["label"], torch.from_numpy(np.load(self.dir / "latents.labels.npy"))[draws["index"]]))
+
+    def test_dit_trains_on_encoded_latents_and_decodes_its_grid(self):
+        make_vae(self.dir / "vae")
+        make_images(self.dir / "images", 8)
+        self.runner("data", "encode", "images", "latents.npy", "--vae", "vae", "--size", "16", "--flip", "--device", "cpu",
+                    check=0)
+        stdout = run_experiment("dit.lua", "data=latents.npy", "vae=vae", "size=DiT-S/4", "classes=2", "batch=4",
+                                "steps=2", "sample_every=2", "sample_steps=3", "sample_classes=0,1", "log_every=1",
+                                "workers=1", cwd=self.dir)
+        self.assertIn("latents latents.npy: 16 x [4, 8, 8] with flips, labelled", stdout)
+        run_record = last_run(self.dir)
+        with Image.open(run_record["path"] / "images" / "samples-0000002.png") as grid:
+            width, height = grid.size
+        # Two decoded 16x16 images side by side (with the grid's padding), not 8x8 latent channels.
+        self.assertGreaterEqual(width, 2 * 16)
+        self.assertGreaterEqual(height, 16)
