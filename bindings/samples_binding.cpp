@@ -1,10 +1,15 @@
-// What scripts do with generated samples: sample grids as PNG files (runner.save_grid, runner.make_grid) and
-// a download-free quality number (runner.eval.sliced_wasserstein).
+// What scripts do with generated samples: sample grids as PNG files (runner.save_grid, runner.make_grid), a
+// download-free quality number (runner.eval.sliced_wasserstein) and FID (runner.eval.fid, fid_stats).
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
 
 #include "bindings/bindings.h"
 #include "bindings/samples_binding.h"
 #include "bindings/tensor_binding.h"
+#include "runtime/eval/fid.h"
 #include "runtime/eval/sliced_wasserstein.h"
 #include "runtime/image/image_grid.h"
 
@@ -54,13 +59,64 @@ int sliced_wasserstein(lua_State* L) {
   return 1;
 }
 
+eval::FidOptions fid_options(lua_State* L, int index, const char* function) {
+  eval::FidOptions o;
+  if (!lua_isnoneornil(L, index)) {
+    luaL_checktype(L, index, LUA_TTABLE);
+    check_option_keys(L, index, function, {"weights", "batch", "device"});
+    o.weights = field_string(L, index, "weights", "");
+    o.batch = field_integer(L, index, "batch", o.batch);
+    o.device = field_string(L, index, "device", o.device);
+  }
+  if (o.weights.empty())
+    raise_error(L, fmt::format("{}: give weights = the FID Inception weights file (pytorch-fid's "
+                               "pt_inception-2015-12-05-6726825d.pth, or the same as safetensors)", function));
+  return o;
+}
+
+// The evaluator of these options, loaded once per process (the network is about 100 MB).
+eval::FidEvaluator& fid_evaluator(const eval::FidOptions& o) {
+  static std::map<std::string, std::unique_ptr<eval::FidEvaluator>> evaluators;
+  const std::string key = o.weights + "\n" + o.device + "\n" + std::to_string(o.batch);
+  auto found = evaluators.find(key);
+  if (found == evaluators.end()) found = evaluators.emplace(key, std::make_unique<eval::FidEvaluator>(o)).first;
+  return *found->second;
+}
+
+// Images [N, 3, H, W] in [-1, 1], a folder of images, or an .npz of statistics.
+eval::FidStatistics fid_source(lua_State* L, int index, const eval::FidOptions& o) {
+  if (lua_type(L, index) == LUA_TSTRING) {
+    const std::string path = lua_tostring(L, index);
+    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0) return eval::read_fid_statistics(path);
+    return fid_evaluator(o).of_folder(path);
+  }
+  return fid_evaluator(o).of_images(check_tensor(L, index));
+}
+
+// runner.eval.fid(a, b, {weights = PATH [, batch = 50, device = "auto"]}) -> number
+int fid(lua_State* L) {
+  const eval::FidOptions o = fid_options(L, 3, "fid");
+  const eval::FidStatistics a = fid_source(L, 1, o);
+  const eval::FidStatistics b = fid_source(L, 2, o);
+  lua_pushnumber(L, eval::frechet_distance(a, b));
+  return 1;
+}
+
+// runner.eval.fid_stats(images_or_folder, {weights = PATH [, batch, device]}) -> mu, sigma (float64)
+int fid_stats(lua_State* L) {
+  const eval::FidStatistics statistics = fid_source(L, 1, fid_options(L, 2, "fid_stats"));
+  push_tensor(L, statistics.mu);
+  push_tensor(L, statistics.sigma);
+  return 2;
+}
+
 }  // namespace
 
 void open_samples(lua_State* L) {
   lua_getglobal(L, "runner");
   set_functions(L, {{"save_grid", wrap<save_grid>}, {"make_grid", wrap<make_grid>}});
   lua_newtable(L);
-  set_functions(L, {{"sliced_wasserstein", wrap<sliced_wasserstein>}});
+  set_functions(L, {{"sliced_wasserstein", wrap<sliced_wasserstein>}, {"fid", wrap<fid>}, {"fid_stats", wrap<fid_stats>}});
   lua_setfield(L, -2, "eval");
   lua_pop(L, 1);
 }

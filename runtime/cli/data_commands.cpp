@@ -17,6 +17,7 @@
 #include "runtime/data/data_error.h"
 #include "runtime/data/pack.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/eval/fid.h"
 #include "runtime/latents/latent_encoding.h"
 
 namespace runner::cli {
@@ -24,6 +25,7 @@ namespace {
 
 constexpr const char* kDataUsage = R"(usage: runner data pack DIR OUT.npy --size N [options]
        runner data encode IMAGES OUT.npy --vae VAE [--size N] [options]
+       runner data fid-stats IMAGES OUT.npz --weights PATH [--batch N] [--device D]
 
 Decodes every JPEG and PNG under DIR, resizes the shorter side to N (antialiased), center-crops N x N,
 and writes a uint8 array [images, 3, N, N] to OUT.npy for data.npy { path = OUT.npy } (memory-mapped).
@@ -51,6 +53,10 @@ options:
   --batch N        images per encoder call (default 32)
   --device D       cpu, cuda, cuda:N or auto (default auto)
   --workers N      decoding threads (default: the loader's)
+
+fid-stats writes the FID statistics (float64 mu [2048] and sigma [2048, 2048], as pytorch-fid's --save-stats)
+of every image in the folder IMAGES, through the FID Inception network whose weights PATH holds (pytorch-fid's
+pt_inception-2015-12-05-6726825d.pth or the same as safetensors), for runner.eval.fid(samples, "OUT.npz", ...).
 )";
 
 struct UsageError : std::runtime_error {
@@ -191,6 +197,37 @@ int run_encode(int argc, char** argv) {
   return core::kExitOk;
 }
 
+int run_fid_stats(int argc, char** argv) {
+  std::string source;
+  std::string output;
+  eval::FidOptions options;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--weights") options.weights = value();
+    else if (arg == "--batch") options.batch = parse_positive(arg, value());
+    else if (arg == "--device") options.device = value();
+    else if (arg == "-h" || arg == "--help") {
+      std::fputs(kDataUsage, stdout);
+      return core::kExitOk;
+    } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
+    else if (source.empty()) source = arg;
+    else if (output.empty()) output = arg;
+    else throw UsageError("unexpected argument '" + arg + "'");
+  }
+  if (source.empty() || output.empty()) throw UsageError("fid-stats needs IMAGES and OUT.npz");
+  if (options.weights.empty()) throw UsageError("fid-stats needs --weights PATH");
+  eval::FidEvaluator evaluator(options);
+  const eval::FidStatistics statistics = evaluator.of_folder(source);
+  eval::write_fid_statistics(output, statistics);
+  std::printf("wrote %s: FID statistics of %s (%lld features)\n", output.c_str(), source.c_str(),
+              static_cast<long long>(statistics.mu.numel()));
+  return core::kExitOk;
+}
+
 }  // namespace
 
 int run_data_command(int argc, char** argv) {
@@ -201,6 +238,7 @@ int run_data_command(int argc, char** argv) {
     }
     if (std::strcmp(argv[1], "pack") == 0) return run_pack(argc, argv);
     if (std::strcmp(argv[1], "encode") == 0) return run_encode(argc, argv);
+    if (std::strcmp(argv[1], "fid-stats") == 0) return run_fid_stats(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), kDataUsage);

@@ -7,13 +7,12 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <stdexcept>
 
-#include "runtime/ckpt/safetensors.h"
+#include "runtime/ckpt/weights_file.h"
 #include "runtime/core/shape_text.h"
+#include "runtime/nn/state_loading.h"
 
 namespace runner::nn {
 namespace {
@@ -298,50 +297,14 @@ LoadedAutoencoder load_autoencoder_kl(const std::string& path, const Autoencoder
   } else if (!exists(path)) {
     throw std::invalid_argument(fmt::format("{}: no such file or folder", path));
   }
-  const ckpt::SafetensorsContents contents = ckpt::load_safetensors(weights);
   AutoencoderKL model(resolved);
-  std::map<std::string, at::Tensor> targets;
-  for (const auto& item : model->named_parameters(true)) targets.emplace(item.key(), item.value());
-  for (const auto& item : model->named_buffers(true)) targets.emplace(item.key(), item.value());
-  std::set<std::string> loaded;
-  std::vector<std::string> unexpected, mismatched;
-  at::NoGradGuard no_grad;
-  for (const auto& [stored_name, stored] : contents.tensors) {
-    const std::string name = current_name(stored_name);
-    const auto target = targets.find(name);
-    if (target == targets.end()) {
-      unexpected.push_back(stored_name);
-      continue;
-    }
-    at::Tensor source = stored;
-    // The oldest checkpoints store the attention projections as 1x1 convolutions.
-    if (source.dim() == 4 && target->second.dim() == 2 && source.size(2) == 1 && source.size(3) == 1)
-      source = source.flatten(1);
-    if (!source.sizes().equals(target->second.sizes())) {
-      mismatched.push_back(fmt::format("{} is {} in the file, {} in the model", stored_name, core::shape_text(source.sizes()),
-                                       core::shape_text(target->second.sizes())));
-      continue;
-    }
-    target->second.copy_(source);
-    loaded.insert(name);
-  }
-  std::vector<std::string> missing;
-  for (const auto& [name, tensor] : targets)
-    if (!loaded.count(name)) missing.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::string message = fmt::format("{}: the weights do not fit AutoencoderKL(block_out_channels={{{}}}, "
-                                      "layers_per_block={}, latent_channels={})",
-                                      weights, fmt::join(resolved.block_out_channels, ","), resolved.layers_per_block,
-                                      resolved.latent_channels);
-    auto list = [](const std::vector<std::string>& names) {
-      return names.size() <= 6 ? fmt::format("{}", fmt::join(names, ", "))
-                               : fmt::format("{}, ... ({} in all)", fmt::join(names.begin(), names.begin() + 6, ", "), names.size());
-    };
-    if (!mismatched.empty()) message += "; shapes differ: " + list(mismatched);
-    if (!missing.empty()) message += "; missing: " + list(missing);
-    if (!unexpected.empty()) message += "; not in the model: " + list(unexpected);
-    throw std::invalid_argument(message);
-  }
+  StateLoadOptions load_options;
+  load_options.rename = current_name;
+  load_options.squeeze_1x1 = true;  // the oldest checkpoints store the attention projections as 1x1 convolutions
+  load_state(*model, ckpt::read_weights_file(weights), weights,
+             fmt::format("AutoencoderKL(block_out_channels={{{}}}, layers_per_block={}, latent_channels={})",
+                         fmt::join(resolved.block_out_channels, ","), resolved.layers_per_block, resolved.latent_channels),
+             load_options);
   model->eval();
   return {model, weights};
 }

@@ -130,7 +130,8 @@ void check_autoencoder_kl_options(const AutoencoderKLOptions& options);
 // Reads a diffusers config.json into options (unknown architecture values are refused, naming the path).
 AutoencoderKLOptions read_autoencoder_kl_config(const std::string& config_path, AutoencoderKLOptions options = {});
 
-// A diffusers folder (config.json + diffusion_pytorch_model.safetensors) or one .safetensors file with
+// A diffusers folder (config.json + diffusion_pytorch_model.safetensors) or one weights file (safetensors or
+// a torch.save state dict) with
 // diffusers' parameter names (older checkpoints' query/key/value/proj_attn names included). `options` are
 // the architecture for a single file; a folder's config.json overrides them.
 struct LoadedAutoencoder {

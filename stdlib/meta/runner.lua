@@ -75,3 +75,26 @@ runner.eval = {}
 ---@param options? {resolution?: integer, projections?: integer, seed?: integer}
 ---@return number
 function runner.eval.sliced_wasserstein(a, b, options) end
+
+--- Fréchet Inception Distance as pytorch-fid computes it: the FID Inception network (TensorFlow's 2015-12-05
+--- Inception v3 in pytorch-fid's form: bilinear resize to 299 x 299, 2x - 1, pool3 features), the features'
+--- mean and covariance in float64, and the Fréchet distance between the two Gaussians. Each side is images
+--- [N, 3, H, W] in [-1, 1] (e.g. samples), the path of a folder of images (read as RGB / 255 like pytorch-fid),
+--- or the path of an .npz with mu and sigma (`runner data fid-stats`, pytorch-fid's --save-stats, ADM's and
+--- clean-fid's reference files). `weights` is the user's local copy of pytorch-fid's
+--- pt_inception-2015-12-05-6726825d.pth (a torch.save file; or the same tensors as safetensors); the network
+--- is loaded once per process. Numbers equal pytorch-fid's on the same images and weights to 1e-3 relative
+--- (tests/cli/test_fid.py); FID of few images is biased upward: compare numbers of the same N.
+---@param a Tensor|string
+---@param b Tensor|string
+---@param options {weights: string, batch?: integer, device?: string}
+---@return number
+function runner.eval.fid(a, b, options) end
+
+--- The FID statistics of images [N, 3, H, W] in [-1, 1] or of a folder: mu float64 [2048], sigma float64
+--- [2048, 2048] (see runner.eval.fid).
+---@param images Tensor|string
+---@param options {weights: string, batch?: integer, device?: string}
+---@return Tensor mu
+---@return Tensor sigma
+function runner.eval.fid_stats(images, options) end
