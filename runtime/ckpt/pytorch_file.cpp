@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -40,10 +41,26 @@ std::optional<at::ScalarType> storage_dtype(const std::string& name) {
   return found->second;
 }
 
+// Runs pickles from a byte buffer. Storages come from the zip's records (zip) or, in the legacy format, are
+// allocated when named and filled from the raw data after the pickles (fill_legacy_storages).
 class Unpickler {
  public:
-  Unpickler(const std::string& path, const std::uint8_t* data, size_t size, caffe2::serialize::PyTorchStreamReader& zip)
+  Unpickler(const std::string& path, const std::uint8_t* data, size_t size, caffe2::serialize::PyTorchStreamReader* zip)
       : path_(path), data_(data), size_(size), zip_(zip) {}
+
+  // After the legacy format's pickles: for each key, an int64 element count and the storage's bytes.
+  void fill_legacy_storages(const c10::IValue& keys) {
+    if (!keys.isList()) fail("the legacy storage key list is missing");
+    for (const auto& key : keys.toListRef()) {
+      if (!key.isString() || !storages_.count(key.toStringRef())) fail("the legacy storage key list names an unknown storage");
+      at::Tensor& storage = storages_.at(key.toStringRef());
+      std::int64_t numel;
+      std::memcpy(&numel, bytes(8), 8);
+      if (numel != storage.numel()) fail(fmt::format("legacy storage {} holds {} elements, not {}", key.toStringRef(), numel, storage.numel()));
+      const size_t count = static_cast<size_t>(numel) * storage.element_size();
+      std::memcpy(storage.data_ptr(), bytes(count), count);
+    }
+  }
 
   c10::IValue run() {
     while (true) {
@@ -271,9 +288,11 @@ class Unpickler {
   }
 
   // ('storage', storage type, key, location, numel) -> a 1-D tensor over the record data/<key>.
+  // ('storage', storage type, key, location, numel) in the zip format; the legacy format adds a view (None).
   c10::IValue persistent(const Item& id) {
     if (!id.value.isTuple() || id.value.toTupleRef().elements().size() < 5) fail("an unknown persistent id");
     const auto& elements = id.value.toTupleRef().elements();
+    if (elements.size() > 5 && !elements[5].isNone()) fail("a storage view (legacy format); re-save the file with a current PyTorch");
     if (!elements[0].isString() || elements[0].toStringRef() != "storage" || !elements[2].isString() || !elements[4].isInt())
       fail("an unknown persistent id");
     const std::string& record = elements[2].toStringRef();
@@ -285,11 +304,12 @@ class Unpickler {
     const std::int64_t numel = elements[4].toInt();
     const size_t item_size = c10::elementSize(dtype);
     at::Tensor storage;
-    if (numel == 0) {
-      storage = at::empty({0}, at::TensorOptions().dtype(dtype));
+    if (numel < 0) fail("a storage of negative size");
+    if (numel == 0 || !zip_) {
+      storage = at::empty({numel}, at::TensorOptions().dtype(dtype));  // legacy: filled after the pickles
     } else {
-      auto [data, bytes] = zip_.getRecord("data/" + record);
-      if (numel < 0 || bytes != static_cast<size_t>(numel) * item_size)
+      auto [data, bytes] = zip_->getRecord("data/" + record);
+      if (bytes != static_cast<size_t>(numel) * item_size)
         fail(fmt::format("storage {} holds {} bytes, not {} elements of {}", record, bytes, numel, c10::toString(dtype)));
       c10::Storage raw(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false);
       storage = at::empty({0}, at::TensorOptions().dtype(dtype)).set_(raw, 0, {numel}, {1});
@@ -302,12 +322,19 @@ class Unpickler {
   const std::uint8_t* data_;
   size_t size_;
   size_t position_ = 0;
-  caffe2::serialize::PyTorchStreamReader& zip_;
+  caffe2::serialize::PyTorchStreamReader* zip_;  // null for the legacy format
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<std::uint32_t, Item> memo_;
   std::unordered_map<std::string, at::Tensor> storages_;
 };
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (!file.good() && !file.eof()) throw std::invalid_argument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  return bytes;
+}
 
 }  // namespace
 
@@ -323,17 +350,30 @@ c10::IValue read_pytorch_file(const std::string& path) {
   if (!probe) throw std::invalid_argument(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   unsigned char magic[4] = {};
   probe.read(reinterpret_cast<char*>(magic), sizeof(magic));
-  if (magic[0] == 0x80 && magic[1] == 0x02)
-    throw std::invalid_argument(fmt::format(
-        "{}: PyTorch's legacy torch.save format (before 1.6), which runner does not read; re-save it in Python with "
-        "torch.save(torch.load(path, map_location='cpu', weights_only=True), 'new.pt') or as safetensors",
-        path));
+  if (std::memcmp(magic, "\x80\x02\x8a\x0a", 4) == 0) {
+    // The legacy format (before PyTorch 1.6): pickles of the magic number, the protocol version and the
+    // system info, then the object, then its storage keys, then the storages' bytes.
+    // The magic number 0x1950a86a20f9469cfc6c is wider than 64 bits: its pickle is compared as bytes.
+    static const char kMagicPickle[] = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.";
+    const std::string bytes = read_whole_file(path);
+    const size_t magic_size = sizeof(kMagicPickle) - 1;
+    if (bytes.size() < magic_size || bytes.compare(0, magic_size, kMagicPickle, magic_size) != 0)
+      throw std::invalid_argument(fmt::format("{}: not a torch.save file (a pickle without PyTorch's magic number)", path));
+    Unpickler unpickler(path, reinterpret_cast<const std::uint8_t*>(bytes.data()) + magic_size, bytes.size() - magic_size, nullptr);
+    const c10::IValue version = unpickler.run();
+    if (!version.isInt() || version.toInt() != 1001)
+      throw std::invalid_argument(fmt::format("{}: an unknown legacy torch.save protocol version", path));
+    unpickler.run();  // system info
+    c10::IValue result = unpickler.run();
+    unpickler.fill_legacy_storages(unpickler.run());
+    return result;
+  }
   if (std::memcmp(magic, "PK\x03\x04", 4) != 0)
     throw std::invalid_argument(fmt::format("{}: not a torch.save file (no zip archive)", path));
   try {
     caffe2::serialize::PyTorchStreamReader zip(path);
     auto [pickle, size] = zip.getRecord("data.pkl");
-    Unpickler unpickler(path, static_cast<const std::uint8_t*>(pickle.get()), size, zip);
+    Unpickler unpickler(path, static_cast<const std::uint8_t*>(pickle.get()), size, &zip);
     return unpickler.run();
   } catch (const c10::Error& error) {
     throw std::invalid_argument(fmt::format("{}: cannot read this torch.save file: {}", path, first_line(error.what_without_backtrace())));

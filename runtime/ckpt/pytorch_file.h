@@ -1,4 +1,5 @@
-// torch.save files (.pt, .pth, .ckpt: the zip format of PyTorch >= 1.6) read by an unpickler that constructs
+// torch.save files (.pt, .pth, .ckpt: the zip format of PyTorch >= 1.6 and the legacy format before it, e.g.
+// pytorch-fid's Inception weights) read by an unpickler that constructs
 // only tensors, dicts (OrderedDict too), lists, tuples, numbers, strings and None and runs no code: any other
 // Python class is refused by name.
 #pragma once
@@ -12,8 +13,8 @@ namespace runner::ckpt {
 // True when the file starts as torch.save's files do (a zip archive, or the legacy format's pickle).
 bool is_torch_save_file(const std::string& path);
 
-// The saved value on the CPU. Throws std::invalid_argument naming the path: the legacy (pre-1.6) pickle
-// format, a Python object of another class (named), a damaged archive.
+// The saved value on the CPU. Throws std::invalid_argument naming the path: a Python object of another class
+// (named), a damaged file.
 c10::IValue read_pytorch_file(const std::string& path);
 
 }  // namespace runner::ckpt

@@ -121,11 +121,11 @@ function torch.held_bytes() end
 ---@param path string
 ---@param metadata? table<string, string|number>
 function torch.save(tensors, path, metadata) end
---- Reads a safetensors file into CPU tensors, or a torch.save file (.pt, .pth, .ckpt in PyTorch's zip
---- format) through LibTorch's restricted unpickler, which runs no code: its dicts become tables (string or
+--- Reads a safetensors file into CPU tensors, or a torch.save file (.pt, .pth, .ckpt; PyTorch's zip format
+--- and the legacy format before 1.6) through runner's own restricted unpickler, which runs no code: its dicts become tables (string or
 --- integer keys), lists and tuples arrays, tensors CPU tensors, numbers, strings and booleans themselves, None
 --- nil; metadata is then {format = "pytorch"}. Any other Python object (e.g. argparse.Namespace in a training
---- checkpoint) is refused with its class name, and PyTorch's legacy pre-1.6 format with what to do.
+--- checkpoint) is refused with its class name.
 --- Malformed files raise an error naming the path.
 ---@param path string
 ---@return table tensors

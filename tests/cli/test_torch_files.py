@@ -1,5 +1,5 @@
-"""torch.save files written by Python torch: torch.load and module:load read them without running code; other
-Python objects, the legacy format and unfitting state dicts are refused with errors that name the file and line."""
+"""torch.save files written by Python torch (zip and legacy formats): torch.load and module:load read them without
+running code; other Python objects and unfitting state dicts are refused with errors that name the file and line."""
 import argparse
 import collections
 import os
@@ -102,14 +102,28 @@ class TorchFiles(RunnerHomeTest):
         result = self.runner("evil.lua", "--", "training.pt", check=1)
         self.assertIn("evil.lua:1: training.pt: holds a Python object of class argparse.Namespace", result.stderr)
 
-    def test_the_legacy_format_and_damaged_files_say_what_they_are(self):
-        torch.save({"w": torch.ones(2)}, self.dir / "legacy.pt", _use_new_zipfile_serialization=False)
+    def test_the_legacy_format_is_read_and_damaged_files_say_what_they_are(self):
+        # PyTorch before 1.6 wrote pickles and raw storages one after the other (pytorch-fid's weights are such a file).
+        weights = torch.randn(4, 5)
+        torch.save({"w": weights, "view": weights[1:3, 2:], "count": 7}, self.dir / "legacy.pt",
+                   _use_new_zipfile_serialization=False)
         good = self.dir / "good.pt"
         torch.save({"w": torch.ones(1000)}, good)
         (self.dir / "cut.pt").write_bytes(good.read_bytes()[:300])
-        self.script("load.lua", 'torch.load(arg[1])')
-        result = self.runner("load.lua", "--", "legacy.pt", check=1)
-        self.assertIn("legacy.pt: PyTorch's legacy torch.save format (before 1.6), which runner does not read", result.stderr)
+        (self.dir / "cut_legacy.pt").write_bytes((self.dir / "legacy.pt").read_bytes()[:-10])
+        self.script("load.lua", """
+            local value = torch.load(arg[1])
+            torch.save({ w = value.w, view = value.view:contiguous() }, "out.safetensors")
+            print("count", value.count)
+        """)
+        result = self.runner("load.lua", "--", "legacy.pt", check=0)
+        self.assertIn("count\t7", result.stdout)
+        loaded = load_file(self.dir / "out.safetensors")
+        self.assertTrue(torch.equal(loaded["w"], weights))
+        self.assertTrue(torch.equal(loaded["view"], weights[1:3, 2:]))
         result = self.runner("load.lua", "--", "cut.pt", check=1)
         self.assertIn("cut.pt: cannot read this torch.save file: ", result.stderr)
         self.assertNotIn("Exception raised from", result.stderr, "LibTorch's C++ stack is not shown")
+        result = self.runner("load.lua", "--", "cut_legacy.pt", check=1)
+        self.assertIn("cut_legacy.pt: cannot read this torch.save file: the pickle ends early (the file is damaged)",
+                      result.stderr)
