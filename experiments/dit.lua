@@ -4,12 +4,21 @@
 -- 1e-4 without weight decay, EMA 0.9999, label dropout 0.1 for classifier-free guidance; samples are drawn with
 -- guidance in the latent space and saved as raw latents (.safetensors) and as a grid: decoded to images with
 -- vae=DIR, else their first three channels.
+-- Fine-tuning starts from a state dict (init=, e.g. the official DiT-XL-2-256x256.pt); FID against reference
+-- statistics is logged every fid_every steps (fid, fid_seconds) and ranks the checkpoints kept.
 --   runner data encode images/ latents.npy --vae sd-vae-ft-mse --size 256 --flip
 --   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse size=DiT-B/2
+--   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse init=DiT-XL-2-256x256.pt lr=2e-5 \
+--       fid_every=5000 fid_ref=images.npz fid_weights=pt_inception-2015-12-05-6726825d.pth
 local cfg = config {
   data = "",                 -- latents of `runner data encode`, or an .npy of latents [N, C, H, W] (required)
   labels = "",               -- .npy of int64 class labels [N] (for a plain .npy; encoded latents have theirs)
   vae = "",                  -- VAE folder or safetensors file to decode the sample grids with (optional)
+  init = "",                 -- weights to start from (.pt / .pth / .safetensors state dict), e.g. an official DiT
+  fid_every = 0,             -- log FID every this many steps (0: never; needs vae, fid_ref and fid_weights)
+  fid_samples = 1000,        -- EMA samples per FID (the papers use 50000)
+  fid_ref = "",              -- reference: .npz statistics (runner data fid-stats) or a folder of images
+  fid_weights = "",          -- pytorch-fid's FID Inception weights (pt_inception-2015-12-05-6726825d.pth)
   classes = 1000,
   size = "DiT-XL/2",         -- DiT-S/2 ... DiT-XL/8
   steps = 400000,
@@ -49,17 +58,23 @@ if cfg.workers >= 0 then loader_options.workers = cfg.workers end
 local loader = runner.data.loader(latents, loader_options)
 
 local function make_model()
-  return nn.DiT { size = cfg.size, image = shape[3], in_channels = shape[1], classes = cfg.classes,
-                  class_dropout = cfg.class_dropout, learn_sigma = true, checkpoint = cfg.checkpoint }
+  local dit = nn.DiT { size = cfg.size, image = shape[3], in_channels = shape[1], classes = cfg.classes,
+                       class_dropout = cfg.class_dropout, learn_sigma = true, checkpoint = cfg.checkpoint }
+  if cfg.init ~= "" then dit:load(cfg.init) end  -- a resumed run's checkpoint replaces these weights
+  return dit:to(device)
 end
-local model = make_model():to(device)
+local model = make_model()
+if cfg.fid_every > 0 and (not vae or cfg.fid_ref == "" or cfg.fid_weights == "") then
+  runner.usage_error("fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights=")
+end
 local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 -- AdamW (fused on CUDA) under bf16 autocast on GPUs, with an EMA copy for sampling, each step in C++.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = cfg.ema,
-                               ema_model = make_model():to(device), amp = cfg.amp, steps = cfg.steps, batch = cfg.batch,
+                               ema_model = make_model(), amp = cfg.amp, steps = cfg.steps, batch = cfg.batch,
                                progress = false }
 -- Continues from the latest good checkpoint when the run was interrupted.
-run:restore { trainer = train, loader = loader, state = { diffusion = diffusion } }
+run:restore { trainer = train, loader = loader, state = { diffusion = diffusion },
+              keep_best = cfg.fid_every > 0 and 1 or 0, metric = "fid" }
 print(model)
 print(string.format("%s: %.1fM parameters on %s; %s", cfg.size, model:num_parameters() / 1e6, device, tostring(latents)))
 
@@ -79,6 +94,26 @@ local function write_samples(step)
   print(string.format("step %7d  EMA samples (guidance %.1f): %s.safetensors", step, cfg.guidance, stem))
 end
 
+-- FID of fid_samples EMA samples (every class in turn, the grid's guidance), decoded by the VAE, in batches.
+local function evaluate_fid(step)
+  local began = runner.clock()
+  local images, done = {}, 0
+  while done < cfg.fid_samples do
+    local n = math.min(cfg.batch, cfg.fid_samples - done)
+    local labels = {}
+    for i = 1, n do labels[i] = (done + i - 1) % cfg.classes end
+    local latents = diffusion:sample(train.ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
+                                                   steps = cfg.sample_steps, seed = cfg.seed + step + done })
+    images[#images + 1] = torch.no_grad(function() return vae:decode(latents:to(device) / scale + shift):clamp(-1, 1):cpu() end)
+    done = done + n
+  end
+  local fid = runner.eval.fid(torch.cat(images, 1), cfg.fid_ref, { weights = cfg.fid_weights, device = device })
+  local seconds = runner.clock() - began
+  run:log { fid = fid, fid_seconds = seconds }
+  print(string.format("step %7d  FID %.2f of %d EMA samples (%.0f s)", step, fid, cfg.fid_samples, seconds))
+  return fid
+end
+
 local start = runner.clock()
 local first = run.step
 for batch in loader:iter { from = run.step, to = cfg.steps } do
@@ -89,7 +124,8 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
     local elapsed = runner.clock() - start
     print(string.format("step %7d  loss %.4f  %.1f img/s", step, out.loss:item(), (step - first) * cfg.batch / elapsed))
   end
-  if step % cfg.checkpoint_every == 0 then run:checkpoint() end
+  local fid = cfg.fid_every > 0 and (step % cfg.fid_every == 0 or step == cfg.steps) and evaluate_fid(step) or nil
+  if step % cfg.checkpoint_every == 0 or fid then run:checkpoint { value = fid } end
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
 run:checkpoint { wait = true }

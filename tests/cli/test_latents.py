@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 
@@ -28,6 +29,19 @@ def make_vae(directory):
                 parameter.add_(0.1 * torch.randn_like(parameter))
     vae.save_pretrained(directory, safe_serialization=True)
     return vae
+
+
+def make_fid_weights(path):
+    """pytorch-fid's FID Inception with its default initialisation (the test needs its shape, not its quality)."""
+    import pytorch_fid.inception as inception
+    torch.manual_seed(0)
+    net = inception._inception_v3(num_classes=1008, aux_logits=False, weights=None)
+    net.Mixed_5b, net.Mixed_5c = inception.FIDInceptionA(192, 32), inception.FIDInceptionA(256, 64)
+    net.Mixed_5d = inception.FIDInceptionA(288, 64)
+    net.Mixed_6b, net.Mixed_6c = inception.FIDInceptionC(768, 128), inception.FIDInceptionC(768, 160)
+    net.Mixed_6d, net.Mixed_6e = inception.FIDInceptionC(768, 160), inception.FIDInceptionC(768, 192)
+    net.Mixed_7b, net.Mixed_7c = inception.FIDInceptionE_1(1280), inception.FIDInceptionE_2(2048)
+    torch.save(net.state_dict(), path)
 
 
 def make_images(directory, per_class, seed=0):
@@ -170,3 +184,25 @@ class Latents(RunnerHomeTest):
         # Two decoded 16x16 images side by side (with the grid's padding), not 8x8 latent channels.
         self.assertGreaterEqual(width, 2 * 16)
         self.assertGreaterEqual(height, 16)
+
+    def test_dit_fine_tunes_from_a_pt_state_dict_and_logs_fid(self):
+        make_vae(self.dir / "vae")
+        make_images(self.dir / "images", 4)
+        self.runner("data", "encode", "images", "latents.npy", "--vae", "vae", "--size", "16", "--device", "cpu", check=0)
+        common = ("data=latents.npy", "vae=vae", "size=DiT-S/4", "classes=2", "batch=4", "sample_every=100",
+                  "sample_steps=2", "log_every=1", "workers=1", "sample_classes=0")
+        run_experiment("dit.lua", *common, "steps=1", cwd=self.dir)
+        from safetensors.torch import load_file
+        trained = load_file(str(last_run(self.dir)["path"] / "ema.safetensors"))
+        torch.save(trained, self.dir / "init.pt")
+        make_fid_weights(self.dir / "fid.pth")
+        self.runner("data", "fid-stats", "images/cat", "ref.npz", "--weights", "fid.pth", "--device", "cpu", check=0)
+        stdout = run_experiment("dit.lua", *common, "steps=1", "init=init.pt", "fid_every=1", "fid_samples=4",
+                                "fid_ref=ref.npz", "fid_weights=fid.pth", cwd=self.dir, flags=("--fresh",))
+        self.assertRegex(stdout, r"step       1  FID [0-9.]+ of 4 EMA samples")
+        run_record = last_run(self.dir)
+        self.assertEqual(run_record["config"]["init"], "init.pt")
+        with sqlite3.connect(self.dir / "runs" / "index.db") as db:
+            keys = {row[0] for row in db.execute("SELECT key FROM metrics JOIN runs USING (run) WHERE runs.name = ?",
+                                                 (run_record["name"],))}
+        self.assertTrue({"fid", "fid_seconds"} <= keys, keys)
