@@ -361,12 +361,20 @@ class Repl(ScriptDir):
             os.write(fd, b"=math.max(2,3)\n")
             # The next prompt first: the line editor flushes input typed before it takes the terminal.
             self.assertTrue(read_until(b"3\r\n> "), seen)
-            os.write(fd, b"\x04")
+            # ^D again every second until the REPL ends: the line editor discards what is typed before it has
+            # set up the terminal for the next line (the prompt can show before that).
             deadline = time.time() + 60
+            next_eof = 0.0
             while time.time() < deadline:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     break
+                if time.time() >= next_eof:
+                    try:
+                        os.write(fd, b"\x04")
+                    except OSError:
+                        pass
+                    next_eof = time.time() + 1.0
                 time.sleep(0.05)
             else:
                 self.fail(f"the REPL did not end on ^D; it printed {seen!r}")
