@@ -32,16 +32,9 @@ def make_vae(directory):
 
 
 def make_fid_weights(path):
-    """pytorch-fid's FID Inception with its default initialisation (the test needs its shape, not its quality)."""
-    import pytorch_fid.inception as inception
-    torch.manual_seed(0)
-    net = inception._inception_v3(num_classes=1008, aux_logits=False, weights=None)
-    net.Mixed_5b, net.Mixed_5c = inception.FIDInceptionA(192, 32), inception.FIDInceptionA(256, 64)
-    net.Mixed_5d = inception.FIDInceptionA(288, 64)
-    net.Mixed_6b, net.Mixed_6c = inception.FIDInceptionC(768, 128), inception.FIDInceptionC(768, 160)
-    net.Mixed_6d, net.Mixed_6e = inception.FIDInceptionC(768, 160), inception.FIDInceptionC(768, 192)
-    net.Mixed_7b, net.Mixed_7c = inception.FIDInceptionE_1(1280), inception.FIDInceptionE_2(2048)
-    torch.save(net.state_dict(), path)
+    """pytorch-fid's FID Inception with random weights, as test_fid.py builds it."""
+    from test_fid import fid_inception_state
+    torch.save(fid_inception_state(), path)
 
 
 def make_images(directory, per_class, seed=0):
