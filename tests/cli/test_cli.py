@@ -361,8 +361,9 @@ class Repl(ScriptDir):
             os.write(fd, b"=math.max(2,3)\n")
             # The next prompt first: the line editor flushes input typed before it takes the terminal.
             self.assertTrue(read_until(b"3\r\n> "), seen)
-            # ^D again every second until the REPL ends: the line editor discards what is typed before it has
-            # set up the terminal for the next line (the prompt can show before that).
+            # ^U ^D (kill the line, then end of input) every second until the REPL ends: a ^D typed before the
+            # line editor has set up the terminal for the next line (the prompt can show before that) is
+            # either discarded or kept as a literal character, after which a lone ^D only rings the bell.
             deadline = time.time() + 60
             next_eof = 0.0
             while time.time() < deadline:
@@ -371,7 +372,7 @@ class Repl(ScriptDir):
                     break
                 if time.time() >= next_eof:
                     try:
-                        os.write(fd, b"\x04")
+                        os.write(fd, b"\x15\x04")
                     except OSError:
                         pass
                     next_eof = time.time() + 1.0
