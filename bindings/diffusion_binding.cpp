@@ -27,6 +27,7 @@ struct DiffusionBox {
   diff::NoiseSchedule schedule;
   std::string schedule_kind;
   diff::LossOptions loss;
+  diff::TimestepSampling timestep_sampling;
   diff::SampleStreams streams;
 };
 
@@ -85,6 +86,9 @@ diff::Denoiser denoiser_at(lua_State* L, int index) {
 struct DiffusionOptions {
   diff::ScheduleOptions schedule;
   diff::LossOptions loss;
+  diff::TimestepSampling timestep_sampling;
+  std::optional<double> logit_mean;
+  std::optional<double> logit_std;
   std::optional<std::uint64_t> seed;
 };
 
@@ -114,6 +118,21 @@ const OptionTable<DiffusionOptions> kDiffusionOptions(
             throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *o.loss.min_snr_gamma));
           }
         }),
+        option_with<DiffusionOptions>("timestep_sampling", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          std::string name;
+          read_option_value(L, key, name);
+          o.timestep_sampling.kind = diff::parse_timestep_sampling(name);
+        }),
+        option_with<DiffusionOptions>("logit_mean", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.logit_mean);
+          if (!std::isfinite(*o.logit_mean)) throw std::invalid_argument("logit_mean must be a finite number");
+        }),
+        option_with<DiffusionOptions>("logit_std", [](lua_State* L, const char* key, DiffusionOptions& o) {
+          read_option_value(L, key, o.logit_std);
+          if (!(*o.logit_std > 0) || !std::isfinite(*o.logit_std)) {
+            throw std::invalid_argument(fmt::format("logit_std must be a positive number, got {}", *o.logit_std));
+          }
+        }),
         option_with<DiffusionOptions>("seed", [](lua_State* L, const char* key, DiffusionOptions& o) {
           double value = 0;
           read_option_value(L, key, value);
@@ -123,10 +142,17 @@ const OptionTable<DiffusionOptions> kDiffusionOptions(
 
 // runner._diffusion.new(options, default_seed): runner.diffusion.gaussian.
 int diffusion_new(lua_State* L) {
-  const DiffusionOptions o = kDiffusionOptions.read(L, 1);
+  DiffusionOptions o = kDiffusionOptions.read(L, 1);
+  if ((o.logit_mean || o.logit_std) && o.timestep_sampling.kind != diff::TimestepSampling::Kind::logit_normal) {
+    throw std::invalid_argument("logit_mean and logit_std shape timestep_sampling = \"logit_normal\"; it is \"" +
+                                diff::timestep_sampling_name(o.timestep_sampling.kind) + "\"");
+  }
+  if (o.logit_mean) o.timestep_sampling.logit_mean = *o.logit_mean;
+  if (o.logit_std) o.timestep_sampling.logit_std = *o.logit_std;
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
   new_userdata<DiffusionBox>(L, kDiffusionType,
-                             DiffusionBox{diff::make_schedule(o.schedule), o.schedule.kind, o.loss, diff::SampleStreams(seed)});
+                             DiffusionBox{diff::make_schedule(o.schedule), o.schedule.kind, o.loss, o.timestep_sampling,
+                                          diff::SampleStreams(seed)});
   return 1;
 }
 
@@ -150,7 +176,7 @@ int diffusion_loss(lua_State* L) {
     keys = box.streams.next_keys(x0.size(0));
   }
   const double label_dropout = luaL_optnumber(L, 7, 0.0);
-  const auto t = box.streams.timesteps(keys, box.schedule.timesteps(), x0.device());
+  const auto t = box.streams.timesteps(keys, box.schedule.timesteps(), x0.device(), box.timestep_sampling);
   const auto noise = box.streams.noise(keys, x0.sizes().slice(1), x0.options());
   if (labels && label_dropout > 0) {
     const std::int64_t null_label = check_integer(L, 8);
@@ -296,6 +322,14 @@ int diffusion_info(lua_State* L) {
   if (box.loss.min_snr_gamma) {
     lua_pushnumber(L, *box.loss.min_snr_gamma);
     lua_setfield(L, -2, "min_snr");
+  }
+  lua_pushstring(L, diff::timestep_sampling_name(box.timestep_sampling.kind).c_str());
+  lua_setfield(L, -2, "timestep_sampling");
+  if (box.timestep_sampling.kind == diff::TimestepSampling::Kind::logit_normal) {
+    lua_pushnumber(L, box.timestep_sampling.logit_mean);
+    lua_setfield(L, -2, "logit_mean");
+    lua_pushnumber(L, box.timestep_sampling.logit_std);
+    lua_setfield(L, -2, "logit_std");
   }
   lua_pushnumber(L, static_cast<lua_Number>(box.streams.seed()));
   lua_setfield(L, -2, "seed");

@@ -1,5 +1,5 @@
 // `runner data pack DIR OUT.npy --size N`: an image folder into a memory-mappable .npy; `runner data encode`:
-// images into VAE latents for data.latents; both with progress.
+// images into VAE latents for data.latents, both with progress; `runner data fid-stats`: FID reference statistics.
 #include "runtime/cli/data_commands.h"
 
 #include <chrono>
@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <string>
 #include <unistd.h>
 
@@ -73,6 +75,49 @@ int parse_positive(const std::string& option, const char* text) {
 
 void on_interrupt(int) { core::request_interrupt(); }
 
+// A data command's options: flags, and options that take the next argument as their value.
+struct CommandOptions {
+  std::map<std::string, std::function<void()>> flags;
+  std::map<std::string, std::function<void(const std::string& option, const char* value)>> valued;
+};
+
+template <typename Integer>
+auto positive_into(Integer& target) {
+  return [&target](const std::string& option, const char* value) { target = parse_positive(option, value); };
+}
+
+auto text_into(std::string& target) {
+  return [&target](const std::string&, const char* value) { target = value; };
+}
+
+// Parses argv[2..] into the options' handlers and two positional arguments; false after printing the usage
+// for -h / --help.
+bool parse_command(int argc, char** argv, const CommandOptions& options, std::string& first, std::string& second) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kDataUsage, stdout);
+      return false;
+    }
+    if (const auto flag = options.flags.find(arg); flag != options.flags.end()) {
+      flag->second();
+    } else if (const auto valued = options.valued.find(arg); valued != options.valued.end()) {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      valued->second(arg, argv[++i]);
+    } else if (!arg.empty() && arg[0] == '-') {
+      throw UsageError("unknown option '" + arg + "'");
+    } else if (first.empty()) {
+      first = arg;
+    } else if (second.empty()) {
+      second = arg;
+    } else {
+      throw UsageError("unexpected argument '" + arg + "'");
+    }
+  }
+  return true;
+}
+
+
 void print_progress(const char* verb, std::int64_t done, std::int64_t total, double seconds, bool terminal) {
   const double rate = seconds > 0 ? done / seconds : 0;
   const int width = 30;
@@ -89,26 +134,13 @@ int run_pack(int argc, char** argv) {
   std::string output;
   data::PackOptions options;
   options.size = 0;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--size") options.size = parse_positive(arg, value());
-    else if (arg == "--workers") options.workers = parse_positive(arg, value());
-    else if (arg == "--labels") options.labels = data::PackLabels::yes;
-    else if (arg == "--no-labels") options.labels = data::PackLabels::no;
-    else if (arg == "--skip-bad") options.skip_bad = true;
-    else if (arg == "--fast-decode") options.fast_decode = true;
-    else if (arg == "-h" || arg == "--help") {
-      std::fputs(kDataUsage, stdout);
-      return core::kExitOk;
-    } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
-    else if (directory.empty()) directory = arg;
-    else if (output.empty()) output = arg;
-    else throw UsageError("unexpected argument '" + arg + "'");
-  }
+  const CommandOptions command{
+      {{"--labels", [&] { options.labels = data::PackLabels::yes; }},
+       {"--no-labels", [&] { options.labels = data::PackLabels::no; }},
+       {"--skip-bad", [&] { options.skip_bad = true; }},
+       {"--fast-decode", [&] { options.fast_decode = true; }}},
+      {{"--size", positive_into(options.size)}, {"--workers", positive_into(options.workers)}}};
+  if (!parse_command(argc, argv, command, directory, output)) return core::kExitOk;
   if (directory.empty() || output.empty()) throw UsageError("pack needs DIR and OUT.npy");
   if (options.size == 0) throw UsageError("pack needs --size N");
 
@@ -142,26 +174,11 @@ int run_encode(int argc, char** argv) {
   std::string source;
   std::string output;
   latents::EncodeOptions options;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--vae") options.vae = value();
-    else if (arg == "--size") options.size = parse_positive(arg, value());
-    else if (arg == "--flip") options.flip = true;
-    else if (arg == "--batch") options.batch = parse_positive(arg, value());
-    else if (arg == "--workers") options.workers = parse_positive(arg, value());
-    else if (arg == "--device") options.device = value();
-    else if (arg == "-h" || arg == "--help") {
-      std::fputs(kDataUsage, stdout);
-      return core::kExitOk;
-    } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
-    else if (source.empty()) source = arg;
-    else if (output.empty()) output = arg;
-    else throw UsageError("unexpected argument '" + arg + "'");
-  }
+  const CommandOptions command{
+      {{"--flip", [&] { options.flip = true; }}},
+      {{"--vae", text_into(options.vae)}, {"--size", positive_into(options.size)}, {"--batch", positive_into(options.batch)},
+       {"--workers", positive_into(options.workers)}, {"--device", text_into(options.device)}}};
+  if (!parse_command(argc, argv, command, source, output)) return core::kExitOk;
   if (source.empty() || output.empty()) throw UsageError("encode needs IMAGES and OUT.npy");
   if (options.vae.empty()) throw UsageError("encode needs --vae PATH");
 
@@ -201,23 +218,11 @@ int run_fid_stats(int argc, char** argv) {
   std::string source;
   std::string output;
   eval::FidOptions options;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--weights") options.weights = value();
-    else if (arg == "--batch") options.batch = parse_positive(arg, value());
-    else if (arg == "--device") options.device = value();
-    else if (arg == "-h" || arg == "--help") {
-      std::fputs(kDataUsage, stdout);
-      return core::kExitOk;
-    } else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
-    else if (source.empty()) source = arg;
-    else if (output.empty()) output = arg;
-    else throw UsageError("unexpected argument '" + arg + "'");
-  }
+  const CommandOptions command{
+      {},
+      {{"--weights", text_into(options.weights)}, {"--batch", positive_into(options.batch)},
+       {"--device", text_into(options.device)}}};
+  if (!parse_command(argc, argv, command, source, output)) return core::kExitOk;
   if (source.empty() || output.empty()) throw UsageError("fid-stats needs IMAGES and OUT.npz");
   if (options.weights.empty()) throw UsageError("fid-stats needs --weights PATH");
   eval::FidEvaluator evaluator(options);

@@ -5,6 +5,8 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -36,9 +38,20 @@ at::Tensor checked_keys(const at::Tensor& keys) {
 
 }  // namespace
 
+TimestepSampling::Kind parse_timestep_sampling(const std::string& name) {
+  if (name == "uniform") return TimestepSampling::Kind::uniform;
+  if (name == "logit_normal") return TimestepSampling::Kind::logit_normal;
+  throw std::invalid_argument(fmt::format("timestep sampling must be \"uniform\" or \"logit_normal\", got \"{}\"", name));
+}
+
+std::string timestep_sampling_name(TimestepSampling::Kind kind) {
+  return kind == TimestepSampling::Kind::uniform ? "uniform" : "logit_normal";
+}
+
 SampleStreams::SampleStreams(std::uint64_t seed) : seed_(seed) {}
 
-at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device) const {
+at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
+                                    const TimestepSampling& sampling) const {
   const at::Tensor k = checked_keys(keys);
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
   at::Tensor out = at::empty({k.size(0)}, at::TensorOptions().dtype(at::kLong));
@@ -46,7 +59,15 @@ at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timeste
   std::int64_t* t = out.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < k.size(0); ++i) {
     data::SampleRng rng(seed_, kTimestepStream, static_cast<std::uint64_t>(key[i]));
-    t[i] = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(timesteps)));
+    if (sampling.kind == TimestepSampling::Kind::uniform) {
+      t[i] = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(timesteps)));
+      continue;
+    }
+    // Box-Muller: 1 - uniform is in (0, 1], so the logarithm is finite.
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - rng.uniform()));
+    const double normal = radius * std::cos(2.0 * M_PI * rng.uniform());
+    const double u = 1.0 / (1.0 + std::exp(-(sampling.logit_mean + sampling.logit_std * normal)));
+    t[i] = std::min(static_cast<std::int64_t>(u * static_cast<double>(timesteps)), timesteps - 1);
   }
   return out.to(device);
 }

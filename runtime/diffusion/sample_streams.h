@@ -7,8 +7,23 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
+#include <string>
 
 namespace runner::diffusion {
+
+// How training timesteps are drawn: uniform over 0..T-1, or logit-normal, floor(T sigmoid(mean + std n))
+// with n standard normal (SD3's timestep density; diffusers' weighting_scheme "logit_normal"), which puts
+// the training where noise and image are of about equal strength.
+struct TimestepSampling {
+  enum class Kind { uniform, logit_normal };
+  Kind kind = Kind::uniform;
+  double logit_mean = 0;
+  double logit_std = 1;
+};
+
+// "uniform" or "logit_normal"; throws std::invalid_argument naming the choices for anything else.
+TimestepSampling::Kind parse_timestep_sampling(const std::string& name);
+std::string timestep_sampling_name(TimestepSampling::Kind kind);
 
 // Every draw of a sample is a pure function of (seed, stream, key). Keys are int64 CPU tensors [B]: a
 // loader sample's (epoch, dataset index) through loader_keys, or a running count from next_keys.
@@ -21,8 +36,9 @@ class SampleStreams {
 
   std::uint64_t seed() const { return seed_; }
 
-  // int64 [B] uniform in 0..T-1 (no modulo bias).
-  at::Tensor timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device) const;
+  // int64 [B] in 0..T-1, uniform (no modulo bias) or as `sampling` says.
+  at::Tensor timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
+                       const TimestepSampling& sampling = {}) const;
   // [B, sample_shape...] standard normal, floating dtype and device from options.
   at::Tensor noise(const at::Tensor& keys, at::IntArrayRef sample_shape, const at::TensorOptions& options) const;
   // bool [B]: true (drop the label) with probability p.

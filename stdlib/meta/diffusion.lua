@@ -24,6 +24,9 @@ function runner.diffusion.gaussian(options) end
 ---@field beta_end? number          last beta of linear / scaled_linear (default 0.02 x 1000/T, 0.012)
 ---@field prediction? string        what the model predicts: "eps" (default), "x0" or "v"
 ---@field min_snr? number           gamma of min-SNR loss weighting (off when nil)
+---@field timestep_sampling? string "uniform" (default) or "logit_normal": training timesteps floor(T sigmoid(logit_mean + logit_std n)), n standard normal (SD3's density, diffusers' weighting_scheme "logit_normal"): more training where noise and image are of about equal strength, which short runs learn most from
+---@field logit_mean? number        logit_normal's mean (default 0; negative: less noise)
+---@field logit_std? number         logit_normal's spread (default 1)
 ---@field seed? integer             keys the training streams (default torch.initial_seed())
 --- The same as gaussian.
 function runner.diffusion.ddpm(options) end
@@ -82,7 +85,7 @@ function Diffusion:sample(model, options) end
 ---@return table<string, Tensor>
 function Diffusion:schedule() end
 
---- {timesteps, schedule, prediction, min_snr, seed}
+--- {timesteps, schedule, prediction, min_snr, timestep_sampling, logit_mean, logit_std, seed} (logit_mean and logit_std with "logit_normal" only)
 ---@return table
 function Diffusion:info() end
 

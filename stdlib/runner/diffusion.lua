@@ -17,7 +17,7 @@ local function model_info(model)
 end
 
 --- runner.diffusion.gaussian{timesteps = 1000, schedule = "linear", prediction = "eps", min_snr, beta_start,
---- beta_end, seed} -> Diffusion. `seed` (default: the seed given to torch.manual_seed) keys the training
+--- beta_end, timestep_sampling = "uniform", logit_mean, logit_std, seed} -> Diffusion. `seed` (default: the seed given to torch.manual_seed) keys the training
 --- streams of timesteps, noise and label dropout.
 function diffusion.gaussian(options)
   return native.new(options, torch.initial_seed())

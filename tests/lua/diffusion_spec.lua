@@ -337,6 +337,36 @@ describe("keyed training streams", function()
     -- Zero output with eps prediction: mse_i = mean(noise_i^2).
     expect_near(loss:item(), 1, 0.03, "mean square of the noise")
   end)
+
+  -- Kolmogorov-Smirnov distance of 4000 draws to the exact CDF P(t <= k) = Phi((logit((k + 1) / T) - mean) / std):
+  -- its 0.1% critical value is 1.95 / sqrt(4000) = 0.031.
+  it("logit_normal timesteps follow floor(T sigmoid(mean + std n)) and stay keyed", function()
+    local function normal_cdf(z) return 0.5 * (1 + torch.tensor(z / math.sqrt(2), { dtype = "float64" }):erf():item()) end
+    for _, case in ipairs { { mean = 0, std = 1 }, { mean = -0.8, std = 0.6 } } do
+      local d = runner.diffusion.gaussian { timesteps = 100, seed = 3, timestep_sampling = "logit_normal",
+                                           logit_mean = case.mean, logit_std = case.std }
+      local _, details = d:loss(function(x) return torch.zeros_like(x) end, torch.zeros(4000, 1, 2, 2))
+      local t = details.t
+      expect_true(t:min():item() >= 0 and t:max():item() <= 99, "timesteps within 0..99")
+      local worst = 0
+      for k = 0, 98 do
+        local p = (k + 1) / 100
+        local exact = normal_cdf((math.log(p / (1 - p)) - case.mean) / case.std)
+        worst = math.max(worst, math.abs(t:le(k):sum():item() / 4000 - exact))
+      end
+      expect_true(worst < 0.031, string.format("KS distance %.4f to logit-normal(%g, %g) below 0.031", worst, case.mean, case.std))
+      local info = d:info()
+      expect_eq(info.timestep_sampling, "logit_normal")
+      expect_eq(info.logit_mean, case.mean)
+      expect_eq(info.logit_std, case.std)
+    end
+    local unet = random_unet(unet_options, 5)
+    local sampling = { seed = 7, timestep_sampling = "logit_normal" }
+    local _, whole = runner.diffusion.gaussian(sampling):loss(unet, loader_batch(data, labels, indices, 2))
+    local _, part = runner.diffusion.gaussian(sampling):loss(unet, loader_batch(data[{ second }], labels[{ second }], indices[{ second }], 2))
+    expect_true(whole.t[{ second }]:equal(part.t), "a sample's timestep does not depend on its batch")
+    expect_eq(runner.diffusion.gaussian { seed = 1 }:info().timestep_sampling, "uniform", "uniform by default")
+  end)
 end)
 
 describe("label dropout", function()
@@ -488,7 +518,14 @@ describe("sampler API", function()
     expect_error(function() d:sample(function(x) return x end, { n = 2 }) end,
       here(-1) .. "sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT")
     expect_error(function() runner.diffusion.gaussian { timestep = 10 } end, here() .. "unknown option 'timestep' to "
-      .. "'diffusion.gaussian' (known: beta_end, beta_start, min_snr, prediction, schedule, seed, timesteps); did you mean 'timesteps'?")
+      .. "'diffusion.gaussian' (known: beta_end, beta_start, logit_mean, logit_std, min_snr, prediction, schedule, seed, "
+      .. "timestep_sampling, timesteps); did you mean 'timesteps'?")
+    expect_error(function() runner.diffusion.gaussian { timestep_sampling = "lognormal" } end,
+      here(-1) .. 'timestep sampling must be "uniform" or "logit_normal", got "lognormal"')
+    expect_error(function() runner.diffusion.gaussian { logit_mean = -0.5 } end,
+      here(-1) .. 'logit_mean and logit_std shape timestep_sampling = "logit_normal"; it is "uniform"')
+    expect_error(function() runner.diffusion.gaussian { timestep_sampling = "logit_normal", logit_std = 0 } end,
+      here(-1) .. "logit_std must be a positive number, got 0")
   end)
 end)
 
