@@ -18,6 +18,8 @@ local cfg = config {
   schedule = "cosine",     -- noise schedule: linear, cosine or scaled_linear
   prediction = "v",        -- what the model predicts: eps, x0 or v
   min_snr = 5,             -- min-SNR loss weighting gamma (faster convergence); 0: off
+  timestep_sampling = "logit_normal", -- how training draws noise levels: uniform, or logit_normal (more of the
+                           -- middle levels, where a 16x16 image's shape is decided; the ends are near-trivial)
   sample_steps = 50,       -- DDIM steps when sampling
   sample_every = 300,      -- write a sample grid every this many steps (and at the end)
   checkpoint_every = 100,  -- save a checkpoint every this many steps (and at the end)
@@ -38,7 +40,8 @@ local function make_model()
 end
 local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
-                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil, seed = cfg.seed }
+                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
+                                         timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
 -- The trainer runs each step in C++ (AdamW, EMA, progress display); the EMA model is what samples come from.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
