@@ -31,7 +31,7 @@ function runner.diffusion.gaussian(options) end
 --- The same as gaussian.
 function runner.diffusion.ddpm(options) end
 
---- The training loss of a batch: uniform timesteps, noise and label dropout from streams keyed by each
+--- The training loss of a batch: timesteps (drawn as timestep_sampling says), noise and label dropout from streams keyed by each
 --- sample's (epoch, dataset index) for loader batches, or by a running count for a plain tensor, so the
 --- result does not depend on how a batch is split. Labels come from batch.label when the model is
 --- class-conditional (an unconditional model ignores batch.label; options.labels given to it are an error); label dropout (default: the model's class_dropout) replaces a label with the null
