@@ -1,9 +1,12 @@
 """Golden trajectories for runtime/train (optimizers and EMA), with Python torch 2.11.
 
 Run from the repository root with the venv's Python:
-    ~/.cache/runner/venv/bin/python tests/golden/optimizers_foreach.py
-It writes tests/golden/optimizers_foreach.safetensors (checked in; do not edit it by hand), read by
-tests/cpp/train_optimizer_test.cpp.
+    ~/.cache/runner/venv/bin/python tests/golden/optimizers_foreach.py [OUTPUT]
+It writes OUTPUT, by default tests/golden/optimizers_foreach.safetensors (checked in; do not edit it by hand),
+read by tests/cpp/train_optimizer_test.cpp. PyTorch's CPU kernels round differently from one machine to
+another, even with the same instruction set, so ctest writes a fresh copy on the machine it runs on
+(build/golden/) and the C++ test checks bit equality against that one; against the checked-in copy it
+checks agreement to 1e-6 relative.
 
 Optimizers: torch.optim.AdamW / Adam / SGD with foreach=True (torch.optim.adamw._multi_tensor_adam with
 decoupled weight decay, adam._multi_tensor_adam, sgd._multi_tensor_sgd) and, for the calling convention of
@@ -31,6 +34,7 @@ The metadata "cases" and "ema_cases" hold the settings as JSON.
 import json
 import math
 import pathlib
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -235,7 +239,7 @@ def main():
     metadata = {
         "generated_by": "tests/golden/optimizers_foreach.py",
         "torch": torch.__version__,
-        # The CPU kernels (AVX2, AVX512, ...) round differently: bit equality holds on the same capability only.
+        # The CPU kernels (AVX2, AVX512, ...) round differently: bit equality holds on the same machine only.
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": str(torch.get_num_threads()),
         "steps": str(STEPS),
@@ -245,7 +249,9 @@ def main():
         "ema_shapes": json.dumps(EMA_SHAPES),
         "ema_cases": json.dumps(EMA_CASES),
     }
-    save_file(tensors, HERE / "optimizers_foreach.safetensors", metadata)
+    output = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "optimizers_foreach.safetensors"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, output, metadata)
 
 
 if __name__ == "__main__":
