@@ -1,5 +1,7 @@
 -- Quickstart: a small DDPM UNet learns the built-in `shapes` images (16x16 circles, squares and triangles on
--- plain backgrounds) in about five minutes on a 2-core CPU, faster on a GPU with the same script. It prints the
+-- plain backgrounds) in about five minutes on a 2-core CPU, faster on a GPU with the same script. In that time
+-- its samples get the shapes' colours, sizes and places right but round their outlines: the corners of squares
+-- and triangles come much later (at steps=4500, about seven times as long, some show them). It prints the
 -- loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between generated and
 -- real images (lower is better; needs no download), beside its floor: the distance between two sets of real
 -- images, which no model can beat by much. The run is recorded in the index (runs/ by default):
