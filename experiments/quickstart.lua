@@ -1,10 +1,10 @@
 -- Quickstart: a small DDPM UNet learns the built-in `shapes` images (16x16 circles, squares and triangles on
 -- plain backgrounds) in about five minutes on a 2-core CPU, faster on a GPU with the same script. In that time
--- its samples get the shapes' colours, sizes and places right but round their outlines: the corners of squares
--- and triangles come much later (at steps=4500, about seven times as long, some show them). It prints the
--- loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between generated and
--- real images (lower is better; needs no download), beside its floor: the distance between two sets of real
--- images, which no model can beat by much. The run is recorded in the index (runs/ by default):
+-- its samples get the shapes' colours, sizes and places right but round their outlines; corners come much
+-- later (at steps=6000, ten times as long, circles and many triangles are clear, squares still rounded).
+-- It prints the loss as it goes and reports a sample-quality number: the sliced Wasserstein distance between
+-- generated and real images (lower is better; needs no download), beside its floor: the distance between two
+-- sets of real images, which no model can beat by much. The run is recorded in the index (runs/ by default):
 -- metrics, sample grids, checkpoints and the final numbers; `runner show last` and `runner report last` show
 -- them. Stopped (Ctrl-C) or killed, it continues from its latest checkpoint when started again.
 --   scripts/run experiments/quickstart.lua steps=200 seed=3
