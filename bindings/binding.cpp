@@ -127,13 +127,23 @@ void check_option_keys(lua_State* L, int index, const char* function, std::initi
     bool found = false;
     if (lua_type(L, -1) == LUA_TSTRING)
       for (const char* key : known) found = found || std::strcmp(key, lua_tostring(L, -1)) == 0;
-    if (!found) {
-      const std::vector<std::string> names(known.begin(), known.end());
-      const std::string key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
-      raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {}){}", key, function, fmt::join(names, ", "),
-                                 did_you_mean(key, names)));
-    }
+    if (!found) raise_unknown_option(L, index, function, {known.begin(), known.end()});
   }
+}
+
+int raise_unknown_option(lua_State* L, int table, const std::string& function, const std::vector<std::string>& names) {
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    const std::string key = lua_tostring(L, -1);
+    return raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {}){}", key, function, fmt::join(names, ", "),
+                                      did_you_mean(key, names)));
+  }
+  lua_pushvalue(L, -1);
+  lua_rawget(L, table);
+  const std::string value = lua_type(L, -1) == LUA_TSTRING ? fmt::format("'{}'", lua_tostring(L, -1)) : luaL_typename(L, -1);
+  lua_pop(L, 1);
+  const std::string key = lua_type(L, -1) == LUA_TNUMBER ? fmt::format("[{}]", lua_tonumber(L, -1)) : luaL_typename(L, -1);
+  return raise_error(L, fmt::format("'{}' takes named options only, not the entry {} = {} (known: {})", function, key, value,
+                                    fmt::join(names, ", ")));
 }
 
 bool has_field(lua_State* L, int index, const char* key) {

@@ -118,9 +118,7 @@ class OptionTable {
         std::vector<std::string> names;
         for (const auto& field : fields_) names.emplace_back(field.key);
         std::sort(names.begin(), names.end());
-        const std::string key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
-        raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {}){}", key, function_, fmt::join(names, ", "),
-                                   did_you_mean(key, names)));
+        raise_unknown_option(L, index, function_, names);
       }
     }
   }

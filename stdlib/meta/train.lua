@@ -5,7 +5,7 @@
 ---@class TrainerOptions
 ---@field model Module                 the module to train (its parameters that require grad)
 ---@field optimizer Optimizer|table|string  an optim object (optim.AdamW(model, {...})), or the same as a table: {"adamw"|"adam"|"sgd", <the optimizer's options: AdamWOptions, AdamOptions, SGDOptions>, groups = {{params = module_or_tensors, <overrides>}, ...}} (the model's trainable parameters when there are no groups); PyTorch's defaults (AdamW weight_decay 1e-2)
----@field schedule? ScheduleOptions|string LR schedule: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
+---@field schedule? ScheduleOptions|string LR schedule, as "cosine", { "cosine", warmup_steps = 100 } or { kind = "cosine", ... }: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
 ---@field warmup? integer              linear warmup steps (schedule.warmup_steps)
 ---@field ema? number|EmaOptions|EmaOptions[]|false one decay, the options of one average, or a list of them (several averages); float32 averages updated with foreach ops after every optimizer step
 ---@field ema_model? Module|Module[]   other instances of the model that train.ema / train:ema_model(i) fill with the averages

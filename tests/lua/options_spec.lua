@@ -47,6 +47,16 @@ describe("declared options tables", function()
       .. "model, on_nonfinite, optimizer, profile, progress, scaler, schedule, steps, tf32, warmup)", true)
   end)
 
+  it("a list entry in a table of named options says what it is", function()
+    expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { 4 }) end,
+      here(-1) .. "'loader' takes named options only, not the entry [1] = number (known: batch, ", true)
+    expect_error(function() nn.Conv2d(3, 5, 3, { 1, stride = 1 }) end,
+      here(-1) .. "'Conv2d' takes named options only, not the entry [1] = number (known: stride, padding, dilation, groups, "
+      .. "bias, padding_mode)", true)
+    expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { batch = 4, "shuffle" }) end,
+      here(-1) .. "'loader' takes named options only, not the entry [1] = 'shuffle' (known: ", true)
+  end)
+
   it("a required key and a wrong type are errors at the caller's line", function()
     expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { shuffle = false }) end,
       here(-1) .. "loader: option 'batch' is required")

@@ -41,6 +41,24 @@ describe("runner.trainer", function()
       "train:step: a batch of 5 does not split into 2 equal micro-batches (accumulate)", true)
   end)
 
+  it("takes the schedule as a name, {kind, options} or {kind = ..., options}", function()
+    local function lr_after_two(schedule)
+      local model = mlp()
+      local train = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, schedule = schedule, steps = 4,
+                                     progress = false }
+      for _ = 1, 2 do train:step(batch_of(2), function(b) return regression(model, b) end) end
+      return train:lr()
+    end
+    -- After a 1-step warmup and 1 of 3 cosine steps: 0.1 * (1 + cos(pi / 3)) / 2.
+    expect_near(lr_after_two { "cosine", warmup_steps = 1 }, 0.075, 1e-12)
+    expect_near(lr_after_two { kind = "cosine", warmup_steps = 1 }, 0.075, 1e-12)
+    expect_near(lr_after_two "cosine", 0.1 * (1 + math.cos(math.pi / 2)) / 2, 1e-12)
+    expect_error(function() runner.trainer { model = mlp(), optimizer = { "adamw", lr = 1 }, schedule = { "cosine", kind = "linear" } } end,
+      "runner.trainer: schedule names its kind twice (first entry and kind)", true)
+    expect_error(function() runner.trainer { model = mlp(), optimizer = { "adamw", lr = 1 }, schedule = { kind = "cosine", 30 } } end,
+      "'schedule' takes named options only, not the entry [1] = number (known: cooldown, eps, factor, gamma, kind, ", true)
+  end)
+
   it("fills the EMA model with the average", function()
     torch.manual_seed(2)
     local model, average = mlp(), mlp()
