@@ -147,9 +147,12 @@ void read_schedule(lua_State* L, const char*, TrainerSpec& spec) {
     return;
   }
   const int given = lua_gettop(L);
-  lua_rawgeti(L, given, 1);
-  const bool positional_kind = lua_istable(L, given) && lua_type(L, -1) == LUA_TSTRING;
-  lua_pop(L, 1);
+  bool positional_kind = false;
+  if (lua_istable(L, given)) {
+    lua_rawgeti(L, given, 1);
+    positional_kind = lua_type(L, -1) == LUA_TSTRING;
+    lua_pop(L, 1);
+  }
   if (!positional_kind) {
     spec.schedule = kScheduleOptions.read(L, given);
     return;

@@ -57,6 +57,8 @@ describe("runner.trainer", function()
       "runner.trainer: schedule names its kind twice (first entry and kind)", true)
     expect_error(function() runner.trainer { model = mlp(), optimizer = { "adamw", lr = 1 }, schedule = { kind = "cosine", 30 } } end,
       "'schedule' takes named options only, not the entry [1] = number (known: cooldown, eps, factor, gamma, kind, ", true)
+    expect_error(function() runner.trainer { model = mlp(), optimizer = { "adamw", lr = 1 }, schedule = 5 } end,
+      "schedule: expected an options table, got number", true)
   end)
 
   it("fills the EMA model with the average", function()
