@@ -140,34 +140,9 @@ void read_emas(lua_State* L, const char* key, TrainerSpec& spec) {
   }
 }
 
-// "cosine", {kind = "cosine", ...}, or {"cosine", ...} like the optimizer's {"adamw", lr = ...}.
 void read_schedule(lua_State* L, const char*, TrainerSpec& spec) {
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    spec.schedule.kind = lua_tostring(L, -1);
-    return;
-  }
-  const int given = lua_gettop(L);
-  bool positional_kind = false;
-  if (lua_istable(L, given)) {
-    lua_rawgeti(L, given, 1);
-    positional_kind = lua_type(L, -1) == LUA_TSTRING;
-    lua_pop(L, 1);
-  }
-  if (!positional_kind) {
-    spec.schedule = kScheduleOptions.read(L, given);
-    return;
-  }
-  if (has_field(L, given, "kind")) raise_error(L, "runner.trainer: schedule names its kind twice (first entry and kind)");
-  lua_newtable(L);
-  for (lua_pushnil(L); lua_next(L, given); lua_pop(L, 1)) {
-    const bool first = lua_type(L, -2) == LUA_TNUMBER && lua_tonumber(L, -2) == 1;
-    if (first) lua_pushstring(L, "kind");
-    else lua_pushvalue(L, -2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, -5);
-  }
-  spec.schedule = kScheduleOptions.read(L, given + 1);
-  lua_pop(L, 1);
+  if (lua_type(L, -1) == LUA_TSTRING) spec.schedule.kind = lua_tostring(L, -1);
+  else spec.schedule = kScheduleOptions.read(L, lua_gettop(L));
 }
 
 const OptionTable<TrainerSpec> kTrainerOptions(

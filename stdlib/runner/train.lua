@@ -40,6 +40,15 @@ local function optimizer_of(spec, model)
   return optim[constructor](spec.groups or model, defaults)
 end
 
+-- The schedule sugar {"cosine", warmup_steps = ...}, like the optimizer's: {kind = "cosine", warmup_steps = ...}.
+local function schedule_of(schedule)
+  if type(schedule) ~= "table" or type(schedule[1]) ~= "string" then return schedule end
+  if schedule.kind ~= nil then error("runner.trainer: schedule names its kind twice (first entry and kind)", 3) end
+  local named_form = { kind = schedule[1] }
+  for k, v in pairs(schedule) do if k ~= 1 then named_form[k] = v end end
+  return named_form
+end
+
 -- The steps to profile: the `profile` option ("A:B", "A", {A, B}) or else `runner --profile A:B`
 -- (RUNNER_PROFILE); nil when neither asks.
 local function profile_range(options)
@@ -71,7 +80,14 @@ function runner.trainer(options)
   if model ~= nil and optimizer ~= nil then optimizer = optimizer_of(optimizer, model) end
   local parameters = model and named(model:named_parameters()) or {}
   local buffers = model and named(model:named_buffers()) or {}
-  local trainer_native = native.new(options, parameters, buffers, optimizer)
+  local native_options = options
+  local schedule = schedule_of(options.schedule)
+  if schedule ~= options.schedule then
+    native_options = {}
+    for k, v in pairs(options) do native_options[k] = v end
+    native_options.schedule = schedule
+  end
+  local trainer_native = native.new(native_options, parameters, buffers, optimizer)
   local device = parameters[1][2].device
   local ema_models = options.ema_model
   if nn.is_module(ema_models) then ema_models = { ema_models } end
