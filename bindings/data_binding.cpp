@@ -137,10 +137,13 @@ int data_npy(lua_State* L) {
   return push_dataset(L, data::open_npy(check_string(L, 1), luaL_optstring(L, 2, ""), classes));
 }
 
-// data._shapes(size, count, seed)
+// data._shapes(size, count, seed, options): options {colours, rotate}
 int data_shapes(lua_State* L) {
+  data::ShapesOptions options;
+  options.colours = field_boolean(L, 4, "colours", options.colours);
+  options.rotate = field_boolean(L, 4, "rotate", options.rotate);
   return push_dataset(L, data::make_shapes(static_cast<int>(check_integer(L, 1)), check_integer(L, 2),
-                                           static_cast<std::uint64_t>(check_integer(L, 3))));
+                                           static_cast<std::uint64_t>(check_integer(L, 3)), options));
 }
 
 // data._lua_dataset(length, get)

@@ -45,6 +45,13 @@ std::shared_ptr<const Dataset> open_latents(const std::string& path, double scal
 
 // Procedural images: one circle, square or triangle (label 0, 1, 2) in a random colour on a plain
 // background of another colour, at random position, size and rotation; deterministic in (seed, index).
-std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed);
+// `colours` false draws white shapes on black, `rotate` false upright ones (axis-aligned squares,
+// triangles pointing up); either way an index keeps its class, place and size.
+struct ShapesOptions {
+  bool colours = true;
+  bool rotate = true;
+};
+std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed,
+                                           ShapesOptions options = {});
 
 }  // namespace runner::data

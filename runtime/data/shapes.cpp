@@ -43,7 +43,8 @@ struct Shape {
 
 class ShapesDataset final : public Dataset {
  public:
-  ShapesDataset(int image_size, std::int64_t count, std::uint64_t seed) : size_(image_size), count_(count), seed_(seed) {
+  ShapesDataset(int image_size, std::int64_t count, std::uint64_t seed, ShapesOptions options)
+      : size_(image_size), count_(count), seed_(seed), options_(options) {
     if (image_size < 4 || image_size > 4096) throw DataError("", "shapes: size must be in 4..4096, got " + std::to_string(image_size));
     if (count < 1) throw DataError("", "shapes: count must be positive, got " + std::to_string(count));
   }
@@ -51,7 +52,8 @@ class ShapesDataset final : public Dataset {
   std::int64_t size() const override { return count_; }
   SampleKind kind() const override { return SampleKind::image; }
   std::string describe() const override {
-    return "shapes " + std::to_string(size_) + "x" + std::to_string(size_) + ": " + std::to_string(count_) + " images, 3 classes";
+    return "shapes " + std::to_string(size_) + "x" + std::to_string(size_) + ": " + std::to_string(count_) + " images, 3 classes" +
+           (options_.colours ? "" : ", white on black") + (options_.rotate ? "" : ", upright");
   }
   std::vector<std::string> classes() const override { return {"circle", "square", "triangle"}; }
 
@@ -65,11 +67,17 @@ class ShapesDataset final : public Dataset {
     do {
       for (auto& c : foreground) c = static_cast<std::uint8_t>(rng.below(256));
     } while (colour_distance(background, foreground) < 120.0);
+    if (!options_.colours) {
+      for (auto& c : background) c = 0;
+      for (auto& c : foreground) c = 255;
+    }
     const double n = size_;
     shape.radius = n * (0.18 + 0.14 * rng.uniform());
     shape.cx = shape.radius + rng.uniform() * (n - 2 * shape.radius);
     shape.cy = shape.radius + rng.uniform() * (n - 2 * shape.radius);
     shape.angle = rng.uniform() * 2 * M_PI;
+    // Upright: a square's sides and a triangle's base horizontal, the triangle pointing up (image y grows down).
+    if (!options_.rotate) shape.angle = shape.type == kTriangle ? M_PI / 6 : 0.0;
     shape.cos_a = std::cos(shape.angle);
     shape.sin_a = std::sin(shape.angle);
     for (int k = 0; k < 3; ++k) {
@@ -118,12 +126,14 @@ class ShapesDataset final : public Dataset {
   int size_;
   std::int64_t count_;
   std::uint64_t seed_;
+  ShapesOptions options_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed) {
-  return std::make_shared<ShapesDataset>(image_size, count, seed);
+std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed,
+                                           ShapesOptions options) {
+  return std::make_shared<ShapesDataset>(image_size, count, seed, options);
 }
 
 }  // namespace runner::data

@@ -57,9 +57,12 @@ function data.npy(options) end
 function data.latents(options) end
 
 --- Procedural images for tests and the quickstart: a circle, square or triangle (labels 0, 1, 2) in a
---- random colour on a plain background, antialiased; deterministic in (seed, index). Defaults: size 32,
---- count 10000, seed 0.
----@param options? {size?: integer, count?: integer, seed?: integer}
+--- random colour on a plain background of another colour, at a random place, size and rotation,
+--- antialiased; deterministic in (seed, index). `colours = false` draws white shapes on black and
+--- `rotate = false` upright ones (squares axis-aligned, triangles pointing up): far easier to learn, the
+--- quickstart's data. An index keeps its class, place and size whatever these two options say.
+--- Defaults: size 32, count 10000, seed 0, colours true, rotate true.
+---@param options? {size?: integer, count?: integer, seed?: integer, colours?: boolean, rotate?: boolean}
 ---@return Dataset
 function data.shapes(options) end
 

@@ -46,8 +46,8 @@ function data.latents(options)
 end
 
 function data.shapes(options)
-  options = options_of(options, "shapes", { size = true, count = true, seed = true })
-  return native.shapes(options.size or 32, options.count or 10000, options.seed or 0)
+  options = options_of(options, "shapes", { size = true, count = true, seed = true, colours = true, rotate = true })
+  return native.shapes(options.size or 32, options.count or 10000, options.seed or 0, options)
 end
 
 function data.dataset(options)

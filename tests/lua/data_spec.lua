@@ -1,4 +1,5 @@
--- Spec: the data loader — seeded order independent of workers, resume, sharding, errors, memory, Lua datasets.
+-- Spec: the data loader — seeded order independent of workers, resume, sharding, errors, memory, Lua datasets;
+-- the procedural shapes and their options.
 local data = runner.data
 
 -- All batches of a loader over `count` steps: {data = {...}, index = {...}, label = {...}}.
@@ -70,6 +71,66 @@ describe("order and augmentation", function()
     expect_true(not epoch1:equal(epoch2), "a new epoch draws new crops and flips")
     local again = data.loader(ds, { batch = 4, shuffle = false, workers = 1, transform = augment, seed = 5 })
     expect_true(torch.cat({ again:next().data, again:next().data }, 1):equal(epoch1), "independent of batch size")
+  end)
+end)
+
+describe("shapes", function()
+  local count = 48
+  local function images(options)
+    options.size, options.count, options.seed = 16, count, 4
+    local batch = data.loader(data.shapes(options), { batch = count, shuffle = false, workers = 1 }):next()
+    return batch.data, batch.label:tolist()
+  end
+  -- Per row of image i, the columns the shape touches (any pixel off the background), as a string.
+  local function rows(covered, i)
+    local out = {}
+    for _, row in ipairs(covered[i]:tolist()) do
+      local columns = {}
+      for x, on in ipairs(row) do if on then columns[#columns + 1] = x end end
+      if #columns > 0 then out[#out + 1] = columns end
+    end
+    return out
+  end
+  local function is_upright(label, shape_rows)
+    if label == 0 then return true end
+    for r = 2, #shape_rows do
+      local above, here_ = shape_rows[r - 1], shape_rows[r]
+      if label == 1 and table.concat(above, ",") ~= table.concat(here_, ",") then return false end  -- a rectangle
+      if label == 2 and (here_[1] > above[1] or here_[#here_] < above[#above]) then return false end  -- widens downwards
+    end
+    return true
+  end
+
+  it("draws white shapes on black with colours = false, each index keeping its class and outline", function()
+    local coloured, labels = images {}
+    local plain, plain_labels = images { colours = false }
+    expect_list(plain_labels, labels, "labels")
+    expect_true(plain:select(2, 1):equal(plain:select(2, 2)) and plain:select(2, 1):equal(plain:select(2, 3)), "grey")
+    expect_eq(plain:min():item(), -1)
+    expect_eq(plain:max():item(), 1)
+    -- The shape covers the same pixels: off the background colour (the top-left corner's, never covered) in
+    -- the coloured image exactly where the plain one is not black.
+    local background = coloured:narrow(3, 1, 1):narrow(4, 1, 1)
+    local off_background = coloured:ne(background):any(2)
+    expect_true(off_background:equal(plain:gt(-1):any(2)), "same outlines")
+  end)
+
+  it("draws upright squares and triangles pointing up with rotate = false, at the same places", function()
+    local rotated, labels = images { colours = false }
+    local upright, upright_labels = images { colours = false, rotate = false }
+    expect_list(upright_labels, labels, "labels")
+    local covered, covered_rotated = upright:gt(-1):any(2), rotated:gt(-1):any(2)
+    local tilted = 0
+    for i = 1, count do
+      expect_true(is_upright(labels[i], rows(covered, i)), "image " .. i .. " (label " .. labels[i] .. ") upright")
+      if not is_upright(labels[i], rows(covered_rotated, i)) then tilted = tilted + 1 end
+      if labels[i] == 0 then expect_true(upright[i]:equal(rotated[i]), "circle " .. i .. " unchanged") end
+    end
+    expect_true(tilted > count / 3, "by default most squares and triangles are tilted (" .. tilted .. ")")
+  end)
+
+  it("refuses an option of the wrong type", function()
+    expect_error(function() data.shapes { colours = "no" } end, "option 'colours' must be a boolean, got string", true)
   end)
 end)
 
