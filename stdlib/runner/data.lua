@@ -7,7 +7,8 @@ local data = {}
 local check_options = require("runner.options").check
 
 local function options_of(options, name, known)
-  return check_options(options, "data." .. name, known, 3)
+  local checked = check_options(options, "data." .. name, known, 3)  -- not a tail call: level 3 is the script
+  return checked
 end
 
 local function required_path(options, name)

@@ -129,8 +129,11 @@ describe("shapes", function()
     expect_true(tilted > count / 3, "by default most squares and triangles are tilted (" .. tilted .. ")")
   end)
 
-  it("refuses an option of the wrong type", function()
-    expect_error(function() data.shapes { colours = "no" } end, "option 'colours' must be a boolean, got string", true)
+  it("refuses a wrong option at the script's line", function()
+    expect_error(function() data.shapes { colours = "no" } end, here(0) .. "option 'colours' must be a boolean, got string")
+    expect_error(function() data.shapes { color = false } end,
+      here(-1) .. "unknown option 'color' to 'data.shapes' (known: colours, count, rotate, seed, size); did you mean 'colours'?")
+    expect_error(function() data.npy { pth = "x.npy" } end, here(0) .. "unknown option 'pth' to 'data.npy'", true)
   end)
 end)
 
