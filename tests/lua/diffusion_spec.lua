@@ -79,9 +79,7 @@ local function python_job(name, code, inputs)
 end
 
 local function skip_without_python(what)
-  if test.python then return false end
-  print("  skip: " .. what .. " needs RUNNER_PYTHON (the venv's python with torch and torchvision); it is not set")
-  return true
+  if not test.python then skip(what .. " needs RUNNER_PYTHON (the venv's python with torch and torchvision); it is not set") end
 end
 
 describe("schedules", function()
@@ -564,7 +562,7 @@ describe("sample grids", function()
   end)
 
   it("save_grid writes the PNG torchvision's save_image writes, pixel for pixel", function()
-    if skip_without_python("comparing with torchvision") then return end
+    skip_without_python("comparing with torchvision")
     local rgb_path, gray_path = job_base("grid") .. "_runner_rgb.png", job_base("grid") .. "_runner_gray.png"
     os.remove(rgb_path)
     os.remove(gray_path)
@@ -629,7 +627,7 @@ describe("sliced Wasserstein distance", function()
 
   -- Float64 on both sides after the same float32 pooling and float32 directions: 1e-6 relative.
   it("equals the definition computed with torch in Python", function()
-    if skip_without_python("the Python computation") then return end
+    skip_without_python("the Python computation")
     local settings = { { 16, 512, 0 }, { 8, 64, 5 }, { 32, 100, 123 } }
     local got = {}
     for i, s in ipairs(settings) do got[i] = sw(a, shifted[0.5], { resolution = s[1], projections = s[2], seed = s[3] }) end

@@ -1,4 +1,4 @@
--- Runs one Lua spec file inside runner and prints "N passed, N failed".
+-- Runs one Lua spec file inside runner and prints "N passed, N failed, N skipped".
 --   runner tests/lua/harness.lua spec=tests/lua/tensor_spec.lua [device=cuda]
 local cfg = config { spec = "", device = os.getenv("RUNNER_TEST_DEVICE") or "cpu" }
 if cfg.spec == "" then runner.usage_error("give the spec file: spec=tests/lua/NAME_spec.lua") end
@@ -30,8 +30,9 @@ local function fail(message, level)
   error(message, (level or 1) + 1)
 end
 
+-- Equal by ==; NaN equals NaN here, so that a NaN can be expected.
 function expect_eq(actual, expected, what)
-  if actual ~= expected then
+  if actual ~= expected and not (actual ~= actual and expected ~= expected) then
     fail(string.format("%sexpected %s, got %s", what and (what .. ": ") or "", tostring(expected), tostring(actual)), 2)
   end
 end
@@ -40,10 +41,23 @@ function expect_true(value, what)
   if not value then fail((what or "expectation") .. " is false", 2) end
 end
 
+local function finite(x)
+  return x == x and x ~= math.huge and x ~= -math.huge
+end
+
+-- |actual - expected| <= tolerance. NaN and inf fail, unless the expected value is the same non-finite value.
 function expect_near(actual, expected, tolerance, what)
-  if math.abs(actual - expected) > tolerance then
-    fail(string.format("%sexpected %.10g +- %g, got %.10g", what and (what .. ": ") or "", expected, tolerance, actual), 2)
+  local label = what and (what .. ": ") or ""
+  if type(actual) ~= "number" or type(expected) ~= "number" then
+    fail(string.format("%sexpected numbers, got %s and %s", label, type(actual), type(expected)), 2)
   end
+  local ok
+  if finite(expected) then
+    ok = finite(actual) and math.abs(actual - expected) <= tolerance
+  else
+    ok = (actual ~= actual and expected ~= expected) or actual == expected
+  end
+  if not ok then fail(string.format("%sexpected %.10g +- %g, got %.10g", label, expected, tolerance, actual), 2) end
 end
 
 local function joined(list)
@@ -57,14 +71,34 @@ function expect_list(actual, expected, what)
   if a ~= e then fail(string.format("%sexpected {%s}, got {%s}", what and (what .. ": ") or "", e, a), 2) end
 end
 
--- |actual - expected| <= atol + rtol * |expected| elementwise, as torch.allclose.
+-- Elementwise |actual - expected| <= atol + rtol * |expected|, as torch.allclose (equal_nan = false): a NaN or inf
+-- in `actual` fails unless `expected` holds the same non-finite value at that place.
 function expect_close(actual, expected, atol, rtol, what)
-  expect_list(actual.shape, expected.shape, (what or "tensor") .. " shape")
+  what = what or "tensor"
+  expect_list(actual.shape, expected.shape, what .. " shape")
   local a, e = actual:double():cpu(), expected:double():cpu()
-  local excess = ((a - e):abs() - (e:abs() * (rtol or 0) + atol)):max():item()
-  if excess > 0 then
+  local within = (a - e):abs():le(e:abs() * (rtol or 0) + atol):logical_and(e:isfinite())
+  local same_nonfinite = a:eq(e):logical_or(a:isnan():logical_and(e:isnan())):logical_and(e:isfinite():logical_not())
+  local bad = within:logical_or(same_nonfinite):logical_not():sum():item()
+  if bad > 0 then
+    local nonfinite = a:isfinite():logical_not():logical_and(same_nonfinite:logical_not()):sum():item()
     local worst = (a - e):abs():max():item()
-    fail(string.format("%s differs: max |diff| = %.3g (atol %g, rtol %g)", what or "tensor", worst, atol, rtol or 0), 2)
+    fail(string.format("%s differs at %d of %d elements (%d of them NaN or inf): max |diff| = %.3g (atol %g, rtol %g)",
+      what, bad, a:numel(), nonfinite, worst, atol, rtol or 0), 2)
+  end
+end
+
+-- max |actual - expected| <= tolerance * scale, where scale defaults to max |expected|: a relative bar for tensors
+-- whose small elements carry only rounding. NaN and inf anywhere fail.
+function expect_scaled_close(actual, expected, tolerance, what, scale)
+  what = what or "tensor"
+  expect_list(actual.shape, expected.shape, what .. " shape")
+  local a, e = actual:double():cpu(), expected:double():cpu()
+  if a:isfinite():logical_not():sum():item() > 0 then fail(what .. " has NaN or inf elements", 2) end
+  scale = scale or e:abs():max():item()
+  local worst = (a - e):abs():max():item()
+  if not (worst <= tolerance * math.max(scale, 1e-12)) then
+    fail(string.format("%s: max |diff| %.3g exceeds %g x max |reference| %.3g", what, worst, tolerance, scale), 2)
   end
 end
 
@@ -86,20 +120,34 @@ function here(offset)
   return info.short_src .. ":" .. (info.currentline + (offset or 0)) .. ": "
 end
 
+-- skip(reason) ends the calling test as skipped: it prints "SKIP - <test>: <reason>" and is neither a pass nor a
+-- failure. For tests that cannot run here (no CUDA device, no Python).
+local skip_marker = {}
+function skip(reason)
+  error(setmetatable({ reason = reason }, skip_marker), 2)
+end
+
 local chunk, load_error = loadfile(cfg.spec)
 if not chunk then error(load_error, 0) end
 chunk()
 
+local skipped = 0
 for _, t in ipairs(tests) do
-  local ok, err = xpcall(t.body, debug.traceback)
+  local ok, err = xpcall(t.body, function(e)
+    if getmetatable(e) == skip_marker then return e end
+    return debug.traceback(e, 2)
+  end)
   if runner.run then runner.run:finish(ok and "finished" or "failed") end  -- a failed test leaves no active run
   if ok then
     passed = passed + 1
     print("ok - " .. t.name)
+  elseif getmetatable(err) == skip_marker then
+    skipped = skipped + 1
+    print("SKIP - " .. t.name .. ": " .. err.reason)
   else
     failures = failures + 1
     print("FAIL - " .. t.name .. "\n  " .. tostring(err):gsub("\n", "\n  "))
   end
 end
-print(string.format("%d passed, %d failed", passed, failures))
+print(string.format("%d passed, %d failed, %d skipped", passed, failures, skipped))
 if failures > 0 then os.exit(1) end

@@ -7,7 +7,25 @@ describe("built-in modules", function()
     local names = {}
     for name, p in fc:named_parameters() do names[#names + 1] = name .. ":" .. table.concat(p.shape, "x") end
     expect_list(names, { "weight:3x4", "bias:3" })
-    expect_list(fc(torch.zeros(2, 4)).shape, { 2, 3 })
+    -- y = x W^T + b, computed here with Lua numbers (every value is exact in float32)
+    local weight = { { 1, 2, 3, 4 }, { 0, -1, 0.5, 2 }, { 0.25, 0, 0, -3 } }
+    local bias = { 0.5, -1, 2 }
+    local x = { { 1, 0, -1, 2 }, { 0.5, 0.5, 0.5, 0.5 } }
+    fc:load_state_dict({ weight = torch.tensor(weight), bias = torch.tensor(bias) })
+    local expected, expected_without_bias = {}, {}
+    for i, row in ipairs(x) do
+      expected[i], expected_without_bias[i] = {}, {}
+      for j, w in ipairs(weight) do
+        local sum = 0
+        for k = 1, 4 do sum = sum + row[k] * w[k] end
+        expected[i][j], expected_without_bias[i][j] = sum + bias[j], sum
+      end
+    end
+    local y = fc(torch.tensor(x))
+    expect_list(y.shape, { 2, 3 })
+    expect_close(y, torch.tensor(expected), 0, 0, "Linear forward")
+    expect_close(nn.Linear(4, 3, { bias = false }):load_state_dict({ weight = torch.tensor(weight) })(torch.tensor(x)),
+      torch.tensor(expected_without_bias), 0, 0, "Linear forward without bias")
     expect_eq(fc:num_parameters(), 15)
     expect_eq(tostring(fc), "Linear(in_features=4, out_features=3, bias=true)")
     expect_eq(nn.Linear(4, 3, { bias = false }):num_parameters(), 12)

@@ -19,10 +19,16 @@ describe("runner.start", function()
     expect_eq(run.device, torch.cuda.is_available() and "cuda:0" or "cpu")  -- the default device is "auto"
     expect_eq(run.step, 0)
     expect_eq(tostring(run), "Run(spec-first, " .. run.id .. ", step 0)")
-    -- every RNG is seeded from the run's seed
-    local drawn = torch.rand(3)
+    -- every RNG is seeded from the run's seed: torch's CPU and CUDA generators, math.random, and the key of
+    -- the diffusion draws (torch.initial_seed)
+    expect_eq(torch.initial_seed(), 42, "torch.initial_seed")
+    local drawn, lua_drawn = torch.rand(3), { math.random(), math.random(1000000) }
+    local cuda_drawn = torch.cuda.is_available() and torch.rand(3, { device = "cuda" }) or nil
     torch.manual_seed(42)
-    expect_close(drawn, torch.rand(3), 0, 0, "torch stream after start")
+    math.randomseed(42)
+    expect_true(drawn:equal(torch.rand(3)), "torch stream after start")
+    expect_list(lua_drawn, { math.random(), math.random(1000000) }, "math.random after start")
+    if cuda_drawn then expect_true(cuda_drawn:equal(torch.rand(3, { device = "cuda" })), "CUDA stream after start") end
     print("printed during the run")
     run:finish()
     expect_true(read(run.dir .. "/log.txt"):find("printed during the run", 1, true), "print reaches log.txt")
@@ -31,6 +37,11 @@ describe("runner.start", function()
     expect_eq(rows[1].status, "finished")
     expect_eq(rows[1].seed, 42)
     expect_eq(rows[1].config, '{"lr":0.5,"sizes":[1,2]}')
+    -- The control: another seed gives other draws on each stream.
+    local other = runner.start({}, { seed = 43 })
+    expect_true(not drawn:equal(torch.rand(3)), "seed 43 gives another torch stream")
+    expect_true(lua_drawn[1] ~= math.random(), "seed 43 gives another math.random stream")
+    other:finish()
   end)
 
   it("takes the seed and device from the config when it declares them", function()
