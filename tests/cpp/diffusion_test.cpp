@@ -17,6 +17,7 @@
 #include "runtime/diffusion/noise_schedule.h"
 #include "runtime/diffusion/sample_streams.h"
 #include "runtime/diffusion/sampler.h"
+#include "tests/cpp/cuda_skip.h"
 
 using namespace runner::diffusion;
 
@@ -589,14 +590,18 @@ TEST_CASE("sample streams: a sample's draws do not depend on how its batch is sp
 
   const at::Tensor doubles = streams.noise(keys, {5}, at::TensorOptions().dtype(at::kDouble));
   CHECK(doubles.scalar_type() == at::kDouble);
+}
 
-  if (runner::core::cuda_available()) {
-    const auto cuda = float32.device(at::kCUDA);
-    const at::Tensor on_gpu = streams.noise(keys, {3, 4, 4}, cuda);
-    CHECK(on_gpu.is_cuda());
-    CHECK(at::equal(on_gpu, at::cat({streams.noise(front, {3, 4, 4}, cuda), streams.noise(back, {3, 4, 4}, cuda)})));
-    CHECK(at::equal(streams.timesteps(keys, 1000, at::kCUDA).cpu(), steps));
-  }
+TEST_CASE("sample streams on CUDA: the same timesteps as on the CPU, noise independent of the split", "[diffusion][cuda]") {
+  SKIP_WITHOUT_CUDA("sample streams on a CUDA device");
+  const SampleStreams streams(1234);
+  const at::Tensor keys = SampleStreams::loader_keys(3, at::arange(16, at::kLong));
+  const at::Tensor front = keys.narrow(0, 0, 5), back = keys.narrow(0, 5, 11);
+  const auto cuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  const at::Tensor on_gpu = streams.noise(keys, {3, 4, 4}, cuda);
+  CHECK(on_gpu.is_cuda());
+  CHECK(at::equal(on_gpu, at::cat({streams.noise(front, {3, 4, 4}, cuda), streams.noise(back, {3, 4, 4}, cuda)})));
+  CHECK(at::equal(streams.timesteps(keys, 1000, at::kCUDA).cpu(), streams.timesteps(keys, 1000, at::kCPU)));
 }
 
 TEST_CASE("sample streams differ across seeds, streams and keys", "[diffusion]") {

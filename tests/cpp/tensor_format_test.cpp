@@ -1,5 +1,6 @@
 // Tests for runner::core::format_tensor against torch 2.11's repr.
 #include "runtime/core/tensor_format.h"
+#include "tests/cpp/cuda_skip.h"
 
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
@@ -494,10 +495,7 @@ TEST_CASE("format_tensor: undefined tensors and rejected input", "[tensor_format
 }
 
 TEST_CASE("format_tensor: CUDA tensors", "[tensor_format][cuda]") {
-  if (!at::hasCUDA()) {
-    SUCCEED("no CUDA device");
-    return;
-  }
+  SKIP_WITHOUT_CUDA("CUDA tensors are printed with their device");
   // torch.tensor([1., 2.], device='cuda')
   CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).cuda()) == "tensor([1., 2.], device='cuda:0')");
   // torch.tensor([1., 2.], device='cuda', requires_grad=True) * 2

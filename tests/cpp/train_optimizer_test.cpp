@@ -22,6 +22,7 @@
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/optimizer.h"
+#include "tests/cpp/cuda_skip.h"
 #include "tests/cpp/temp_directory.h"
 
 using runner::train::Ema;
@@ -240,10 +241,7 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
   // Runs only where CUDA is available: every golden case with CUDA parameters and the automatic choice (the
   // fused kernels), against PyTorch's CPU trajectories. The CUDA kernels round differently from the CPU ones,
   // hence 5e-5 rather than bit equality (Adam's exp_avg_sq differs by 1.3e-5 relative on an H100).
-  if (!at::hasCUDA()) {
-    WARN("no CUDA device: the fused CUDA path is not tested");
-    return;
-  }
+  SKIP_WITHOUT_CUDA("the fused CUDA optimizers");
   const nlohmann::json cases = golden_metadata("cases");
   for (const auto& [name, c] : cases.items()) {
     DYNAMIC_SECTION(name) {
