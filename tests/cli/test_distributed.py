@@ -24,25 +24,26 @@ class GlooOnTheCpu(RunnerHomeTest):
 
 # A small UNet on the shapes with every part of the trainer: global batch 8, accumulation 2, AdamW, warmup,
 # clipping, EMA; no dropout by default (its masks come from each rank's own generator, so ranks and one process
-# draw different ones). Rank 0 writes the losses and weights. A rank can kill itself with SIGKILL at a step
-# (die_rank / die_step).
+# draw different ones). Rank 0 writes the losses, gradient norms and weights. A rank can kill itself with SIGKILL
+# at a step (die_rank / die_step). clip = 0 turns clipping off.
 TRAIN = """
 local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5, dropout = 0.0,
-                     overlap = true }
+                     overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05 }
 local run = runner.start(cfg)
 local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
 local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = cfg.dropout } end
 local model = make()
 local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
-local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-3, weight_decay = 0.01 }, warmup = 5,
-                               clip = 0.05, ema = 0.9, ema_model = make(), accumulate = 2, amp = "fp32",
-                               steps = cfg.steps, batch = 8, progress = false, data_parallel = { overlap = cfg.overlap } }
+local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = cfg.lr, weight_decay = 0.01 },
+                               warmup = 5, clip = cfg.clip > 0 and cfg.clip or nil, ema = 0.9, ema_model = make(),
+                               accumulate = 2, amp = "fp32", steps = cfg.steps, batch = 8, progress = false,
+                               data_parallel = { overlap = cfg.overlap } }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
-local losses = {}
+local losses, norms = {}, {}
 for batch in loader:iter { from = run.step, to = cfg.steps } do
   local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
-  losses[#losses + 1] = out.loss:item()
+  losses[#losses + 1], norms[#norms + 1] = out.loss:item(), out.grad_norm:item()
   run:log { loss = out.loss }
   if run:every(4) then run:checkpoint() end
   if runner.dist.rank == cfg.die_rank and run.step == cfg.die_step then
@@ -56,6 +57,7 @@ if runner.dist.is_main then
   for name, t in pairs(model:state_dict()) do result["model." .. name] = t end
   for name, t in pairs(train.ema:state_dict()) do result["ema." .. name] = t end
   result.losses = torch.tensor(losses, { dtype = "float64" })
+  result.norms = torch.tensor(norms, { dtype = "float64" })
   torch.save(result, cfg.out)
 end
 print(string.format("rank %d of %d done at step %d", runner.dist.rank, runner.dist.world_size, run.step))
@@ -74,9 +76,13 @@ class DataParallel(GlooOnTheCpu):
 
     def assert_same_training(self, a, b, what):
         # fp32 sums over ranks and micro-batches in another order: equal to float rounding.
-        torch.testing.assert_close(a["losses"], b["losses"], rtol=1e-5, atol=1e-7, msg=what + ": losses")
+        torch.testing.assert_close(a["losses"], b["losses"], rtol=1e-5, atol=1e-7,
+                                   msg=lambda m: f"{what}: losses: {m}")
+        # The norms before clipping: AdamW and the clipping hide a gradient of the wrong scale from the weights.
+        torch.testing.assert_close(a["norms"], b["norms"], rtol=1e-4, atol=1e-7,
+                                   msg=lambda m: f"{what}: gradient norms: {m}")
         for name in a:
-            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
+            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
 
     def test_two_ranks_train_as_one_process_with_the_global_batch(self):
         self.runner("train.lua", "out=one.safetensors", check=0)
@@ -92,6 +98,16 @@ class DataParallel(GlooOnTheCpu):
         with sqlite3.connect(self.home / "index.db") as db:
             hosts = [json.loads(row[0]) for row in db.execute("SELECT hosts FROM runs ORDER BY rowid")]
         self.assertEqual(hosts, [[socket.gethostname()]] * 2, "the hosts of all ranks, each once")
+
+    def test_sgd_without_clipping_steps_the_same_weights_on_two_ranks(self):
+        # SGD moves the weights by the gradient itself: ranks that summed their gradients instead of averaging
+        # them would move them twice as far.
+        args = ("train.lua", "optimizer=sgd", "lr=0.05", "clip=0", "steps=6")
+        self.runner(*args, "out=one.safetensors", check=0)
+        self.runner("--nproc", "2", "--fresh", *args, "out=two.safetensors", check=0)
+        one, two = load_file(self.dir / "one.safetensors"), load_file(self.dir / "two.safetensors")
+        self.assertEqual(len(one["losses"]), 6)
+        self.assert_same_training(one, two, "SGD, 2 ranks vs 1 process")
 
     def kill_rank_1_at_step_10(self, out, *args):
         start = time.monotonic()
@@ -114,9 +130,10 @@ class DataParallel(GlooOnTheCpu):
         resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "out=resumed.safetensors", check=0)
         self.assertIn("rank 0 of 2 done at step 20", resumed.stdout)
         again = load_file(self.dir / "resumed.safetensors")
-        self.assertTrue(torch.equal(again["losses"], whole["losses"][8:]), "the losses after the resume")
+        for key in ("losses", "norms"):
+            self.assertTrue(torch.equal(again[key], whole[key][8:]), f"the {key} after the resume")
         for key in whole:
-            if key != "losses":
+            if key not in ("losses", "norms"):
                 self.assertTrue(torch.equal(again[key], whole[key]), key)
         self.assertEqual(self.runs()[-1][1:3], ("finished", 20))
         # Continued by one process: the same global batches, to the same step.
@@ -142,9 +159,10 @@ class DataParallel(GlooOnTheCpu):
                               check=0)
         self.assertNotIn("continuing with", resumed.stderr)
         again = load_file(self.dir / "resumed.safetensors")
-        self.assertTrue(torch.equal(again["losses"], whole["losses"][8:]), "the losses after the resume")
+        for key in ("losses", "norms"):
+            self.assertTrue(torch.equal(again[key], whole[key][8:]), f"the {key} after the resume")
         for key in whole:
-            if key != "losses":
+            if key not in ("losses", "norms"):
                 self.assertTrue(torch.equal(again[key], whole[key]), key)
         self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 2))
 

@@ -13,15 +13,20 @@ import unittest
 from runner_process import RUNNER, RunnerHomeTest
 
 # A synthetic experiment whose metric is a known function of its config and step; a trainer so that it
-# checkpoints and resumes like a real one.
+# checkpoints and resumes like a real one. Each attempt appends the step it starts from and every step it runs
+# to steps.txt in the run's directory (metric rows are replaced, so they cannot show a step run twice).
 SYNTHETIC = """
 local cfg = config { lr = 0.01, width = 4, steps = 9, fail_at = 0, sleep = 0.0, mode = "plain" }
 local run = runner.start(cfg)
 local model = nn.Linear(2, 1)
 local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.001 }, progress = false }
 run:restore { trainer = train }
+local trace = io.open(run.dir .. "/steps.txt", "a")
+trace:setvbuf("line")
+trace:write("from ", run.step, "\\n")
 for step = run.step + 1, cfg.steps do
   train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
+  trace:write(step, "\\n")
   if step == cfg.fail_at then error("trial failed on purpose at step " .. step) end
   run:log { score = (math.log10(cfg.lr) + 2) ^ 2 + cfg.width / 100 + 1 / step }
   if cfg.sleep > 0 then
@@ -48,6 +53,21 @@ class SweepTest(RunnerHomeTest):
     def sql(self, query, *args):
         with sqlite3.connect(self.home / "index.db") as db:
             return db.execute(query, args).fetchall()
+
+    def attempts(self, run_id):
+        """The steps that each attempt of the run ran, from its steps.txt, after asserting that every attempt
+        started where the one before it stopped and that together they ran each step once."""
+        run_dir = self.home / self.sql("SELECT dir FROM runs WHERE id = ?", run_id)[0][0]
+        attempts, ran = [], []
+        for line in (run_dir / "steps.txt").read_text().splitlines():
+            if line.startswith("from "):
+                self.assertEqual(int(line[5:]), len(ran), f"run {run_id}: an attempt started at the wrong step")
+                attempts.append([])
+            else:
+                attempts[-1].append(int(line))
+                ran.append(int(line))
+        self.assertEqual(ran, list(range(1, len(ran) + 1)), f"run {run_id}: steps run twice or skipped")
+        return attempts
 
     def trials(self, sweep):
         return self.sql("SELECT t.trial, t.status, t.metric, t.step, t.rung, t.params, r.id FROM trials t "
@@ -192,6 +212,7 @@ class Scheduling(SweepTest):
         self.assertEqual(run[1], 3)  # started, continued past rung 0, then past rung 1
         steps = [s for (s,) in self.sql("SELECT step FROM metrics WHERE run = ? AND key = 'score' ORDER BY step", run[0])]
         self.assertEqual(steps, list(range(1, 28)))
+        self.assertEqual([len(a) for a in self.attempts(best[6])], [3, 6, 18])
         self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(9,)])
         self.assertIn("reached rung 1 at step 3", result.stdout)
         self.assertIn("promoted past rung", result.stdout)
@@ -237,6 +258,7 @@ class Scheduling(SweepTest):
             steps = self.sql("SELECT count(DISTINCT m.step), max(m.step) FROM metrics m JOIN runs r USING (run) "
                              "WHERE r.id = ? AND m.key = 'score'", run_id)
             self.assertEqual(steps, [(40, 40)])
+            self.assertEqual(sum(len(a) for a in self.attempts(run_id)), 40)
 
     def wait_for_steps(self, trials, steps, timeout=120):
         """Waits until `trials` trials each have a run past `steps`."""
@@ -271,6 +293,9 @@ class Scheduling(SweepTest):
         attempts = self.sql("SELECT attempts FROM runs WHERE trial = 1")[0][0]
         self.assertEqual(attempts, 2)  # trial 1 continued from the checkpoint its SIGTERM saved
         self.assertIn("trial 1 started (continued from step", result.stdout)
+        for trial in trials:
+            self.assertEqual(sum(len(a) for a in self.attempts(trial[6])), 30)
+        self.assertEqual(len(self.attempts(trials[0][6])), 2)
 
     def test_two_workers_run_every_trial_exactly_once(self):
         self.sweep_file("shared.lua", """
