@@ -17,8 +17,10 @@ EXPERIMENTS = SOURCE / "experiments"
 # The main job's length as it ships: the default of its `steps` key.
 QUICKSTART_STEPS = int(re.search(r"^\s*steps = (\d+),", (EXPERIMENTS / "quickstart.lua").read_text(), re.M).group(1))
 # Its sample quality against the floor it reports (real shapes against other real shapes), measured on a 2-core
-# CPU: untrained 8.7 times the floor, 600 steps 1.9 times, the main job as it ships 1.6 times (0.141 against 0.090).
-SWD_LIMIT = 2.0
+# CPU with one thread: untrained 8.7 times the floor, 600 steps 1.83 times (0.164 against 0.090), 1200 steps 1.47,
+# the main job as it ships 1.59 times (0.143). The limit leaves the main job 7% and fails 600 steps by 7%; the
+# metric moves by about that much between checkpoints of one run (1200 steps beat 1800).
+SWD_LIMIT = 1.7
 
 
 def run_experiment(name, *overrides, cwd, timeout=600, flags=()):
@@ -102,6 +104,7 @@ class Experiments(TempDirTest):
         real_errors, _ = nearest_real_shapes(images / "real-0000000.png", self.dir)
         self.assertLess(np.median(real_errors), 0.03)  # the measure itself: real shapes are near their kind
         errors, classes = nearest_real_shapes(images / f"samples-{QUICKSTART_STEPS:07d}.png", self.dir)
+        # Measured: the main job 0.047, 600 steps 0.099.
         self.assertLess(np.median(errors), 0.07, f"errors {np.round(errors, 3)}\n{stdout}")
         self.assertGreaterEqual(classes.min(), 8, f"circles, squares, triangles: {classes}\n{stdout}")
 

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from diffusers import AutoencoderKL
 from PIL import Image
+from safetensors.torch import load_file
+from torchvision.utils import make_grid
 
 from runner_process import RUNNER, RunnerHomeTest
 from test_experiments import last_run, run_experiment
@@ -146,7 +148,6 @@ class Latents(RunnerHomeTest):
                          second = second.data, resumed = resumed.data }, "draws.safetensors")
         """)
         self.runner("draw.lua", check=0)
-        from safetensors.torch import load_file
         draws = load_file(self.dir / "draws.safetensors")
         self.assertTrue(torch.equal(draws["z"], draws["again"]), "the same seed draws the same latents")
         self.assertFalse(torch.equal(draws["z"], draws["other"]))
@@ -163,7 +164,7 @@ class Latents(RunnerHomeTest):
         self.assertTrue(torch.equal(draws["label"], torch.from_numpy(np.load(self.dir / "latents.labels.npy"))[draws["index"]]))
 
     def test_dit_trains_on_encoded_latents_and_decodes_its_grid(self):
-        make_vae(self.dir / "vae")
+        vae = make_vae(self.dir / "vae")
         make_images(self.dir / "images", 8)
         self.runner("data", "encode", "images", "latents.npy", "--vae", "vae", "--size", "16", "--flip", "--device", "cpu",
                     check=0)
@@ -172,11 +173,23 @@ class Latents(RunnerHomeTest):
                                 "workers=1", cwd=self.dir)
         self.assertIn("latents latents.npy: 16 x [4, 8, 8] with flips, labelled", stdout)
         run_record = last_run(self.dir)
+        latents = load_file(run_record["path"] / "samples-0000002.safetensors")["latents"]
+        self.assertEqual(latents.shape, (2, 4, 8, 8))
+        # The saved latents decoded by diffusers, unscaled by the VAE's scaling factor, tiled as torchvision's
+        # make_grid and save_image do: two 16x16 images in a row with 2 px of black around them.
+        with torch.no_grad():
+            images = vae.decode(latents / vae.config.scaling_factor).sample.clamp(-1, 1)
+        expected = make_grid((images + 1) / 2, nrow=8, padding=2, pad_value=0)
+        expected = expected.mul(255).add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy().astype(int)
+        self.assertEqual(expected.shape, (20, 38, 3))
+        self.assertGreater(expected[2:18, 2:18].std(), 10, "the decode is an image, not a flat colour")
         with Image.open(run_record["path"] / "images" / "samples-0000002.png") as grid:
-            width, height = grid.size
-        # Two decoded 16x16 images side by side (with the grid's padding), not 8x8 latent channels.
-        self.assertGreaterEqual(width, 2 * 16)
-        self.assertGreaterEqual(height, 16)
+            self.assertEqual((grid.size, grid.mode), ((38, 20), "RGB"))
+            pixels = np.asarray(grid).astype(int)
+        # float32 in LibTorch and in diffusers differ by about 1e-6: a pixel near a rounding boundary may be 1 level off.
+        difference = np.abs(pixels - expected)
+        self.assertLessEqual(difference.max(), 1, f"{(difference > 1).sum()} pixels differ by more than 1 level")
+        self.assertLess(difference.mean(), 0.05)
 
     def test_dit_fine_tunes_from_a_pt_state_dict_and_logs_fid(self):
         make_vae(self.dir / "vae")
@@ -185,9 +198,12 @@ class Latents(RunnerHomeTest):
         common = ("data=latents.npy", "vae=vae", "size=DiT-S/4", "classes=2", "batch=4", "sample_every=100",
                   "sample_steps=2", "log_every=1", "workers=1", "sample_classes=0")
         run_experiment("dit.lua", *common, "steps=1", cwd=self.dir)
-        from safetensors.torch import load_file
         trained = load_file(str(last_run(self.dir)["path"] / "ema.safetensors"))
-        torch.save(trained, self.dir / "init.pt")
+        # Noise of 0.01 on every value (the zero-initialized layers' too): no tensor of the file is what a fresh
+        # model holds (the smallest has 128 values), so one left unloaded shows.
+        generator = torch.Generator().manual_seed(1)
+        init = {name: value + 0.01 * torch.randn(value.shape, generator=generator) for name, value in trained.items()}
+        torch.save(init, self.dir / "init.pt")
         make_fid_weights(self.dir / "fid.pth")
         self.runner("data", "fid-stats", "images/cat", "ref.npz", "--weights", "fid.pth", "--device", "cpu", check=0)
         stdout = run_experiment("dit.lua", *common, "steps=1", "init=init.pt", "fid_every=1", "fid_samples=4",
@@ -199,3 +215,13 @@ class Latents(RunnerHomeTest):
             keys = {row[0] for row in db.execute("SELECT key FROM metrics JOIN runs USING (run) WHERE runs.name = ?",
                                                  (run_record["name"],))}
         self.assertTrue({"fid", "fid_seconds"} <= keys, keys)
+        # Trained one step from the file's weights: AdamW's first step moves each weight by at most lr = 1e-4 (its
+        # update is g / (|g| + eps)), and after one step the EMA is a copy of the model; 1% more for float32 rounding.
+        model = load_file(str(run_record["path"] / "checkpoints" / "step-0000001" / "model.safetensors"))
+        ema = load_file(str(run_record["path"] / "ema.safetensors"))
+        self.assertEqual(set(model), set(init))
+        for name, value in init.items():
+            self.assertLessEqual((model[name] - value).abs().max().item(), 1.01e-4, f"model: {name}")
+            self.assertLessEqual((ema[name] - value).abs().max().item(), 1.01e-4, f"EMA: {name}")
+        moved = max((model[name] - value).abs().max().item() for name, value in init.items())
+        self.assertGreater(moved, 1e-5, "the model trained")
