@@ -145,10 +145,17 @@ function Run:finish(status, message)
   if runner.run == self then runner.run = nil end
 end
 
--- After every checkpoint save and every restore, math.random restarts from (seed, step): a resumed run
--- draws what an uninterrupted one draws.
+-- After every step of the attached trainer, every checkpoint save and every restore, math.random restarts from
+-- (seed, step): a run resumed from any checkpoint (also one that a stop signal saved between two run:checkpoint
+-- calls) draws what an uninterrupted one draws.
 local function reseed_lua_random(run, step)
   math.randomseed(((run.seed or 0) * 1000003 + step * 7919) % 2147483647)
+end
+
+-- Called by train:step after each step (stdlib/runner/train.lua).
+function Run:_trainer_stepped(trainer, step)
+  local attached = rawget(self, "_attached")
+  if attached and attached.trainer == trainer then reseed_lua_random(self, step) end
 end
 
 --- run:restore{trainer, loader, state, keep_last = 3, keep_best = 0, metric, mode = "min", on_error = "stop"}

@@ -162,6 +162,7 @@ function Trainer:step(batch, loss_fn)
   local profile = rawget(self, "profile")
   if profile and self.native:step_count() + 1 == profile.first then native.profiler_start(self.device:find("^cuda") ~= nil) end
   local out = self.native:step(call, batch_inputs(batch))
+  if runner.run then runner.run:_trainer_stepped(self, out.step) end
   if profile and out.step == profile.last then self:finish_profile(profile) end
   local timing = self.native:timing()
   timing.data = self.last_return and (started - self.last_return) or 0
