@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -719,10 +721,48 @@ TEST_CASE("the metric writer waits when too much is queued and loses nothing", "
   MetricWriterOptions options;
   options.flush_rows = 64;
   options.max_queued_rows = 100;
+  options.flush_interval_seconds = 3600;  // the writer wakes only for a full batch, flush() or close()
+  options.heartbeat_seconds = 3600;
   MetricWriter writer(home, run.run, options);
-  for (int i = 0; i < 5000; ++i) writer.log("loss", i, i, now_seconds());
+  writer.log("warmup", 0, 0.0, now_seconds());
+  writer.flush();
+
+  // Another connection holds the write lock: the writer takes one batch and stalls on it, the queue fills
+  // behind it, and the producer must wait.
+  std::optional<Transaction> lock(std::in_place, db);
+  constexpr int kRows = 1000;
+  std::atomic<int> logged{0};
+  std::atomic<bool> done{false};
+  std::string failure;
+  std::thread producer([&] {
+    try {
+      for (int i = 0; i < kRows; ++i) {
+        writer.log("loss", i, i, now_seconds());
+        ++logged;
+      }
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    done = true;
+  });
+  CHECK(eventually([&] { return logged >= static_cast<int>(options.max_queued_rows); }));
+  // A producer that does not wait gets through all its rows in far less than this.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(done);
+  CHECK(logged <= static_cast<int>(2 * options.max_queued_rows));  // the stalled batch and a full queue
+  CHECK(writer.rows_written() == 1);
+
+  lock->commit();
+  lock.reset();
+  CHECK(eventually([&] { return done.load(); }, 60.0));
+  producer.join();
+  CHECK(failure == "");
+  CHECK(logged == kRows);
   writer.close();
-  CHECK(count_for_run(db, "metrics", run.run) == 5000);
+  CHECK(writer.rows_written() == kRows + 1);
+  const std::string rows = "SELECT count(*) FROM metrics WHERE run = " + std::to_string(run.run);
+  CHECK(scalar(db, rows) == kRows + 1);
+  CHECK(scalar(db, rows + " AND key = 'loss' AND value = step AND step BETWEEN 0 AND " + std::to_string(kRows - 1)) == kRows);
 }
 
 TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[index]") {

@@ -1,11 +1,17 @@
 // Tests of runtime/sweep: definitions and their errors, the grid, random and TPE samplers, ASHA's rungs and
-// promotion rule, and transactional trial claims in the index.
+// promotion rule, and transactional trial claims in the index (two workers racing on their own connections).
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <latch>
+#include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -160,7 +166,7 @@ TEST_CASE("ASHA promotes the best floor(n / reduction) of a rung, NaN last") {
   CHECK(rung_steps(AshaOptions{100, 3, 901}) == std::vector<std::int64_t>{100, 300, 900});
 }
 
-TEST_CASE("two workers' claims never hand out the same trial, and a dead worker's trials are taken over") {
+TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken over") {
   runner::testing::TempDir home("sweep-claims");
   runner::index::Database db = runner::index::open_index_for_writing(home.path);
   const SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"}});
@@ -186,4 +192,68 @@ TEST_CASE("two workers' claims never hand out the same trial, and a dead worker'
   SweepSpec other = spec;
   other.trials = 2;
   CHECK_THROWS_WITH(open_sweep(db, other), Contains("a sweep named 's' exists with another definition (trials differ)"));
+}
+
+TEST_CASE("two workers claiming at once through their own connections never get the same trial") {
+  runner::testing::TempDir home("sweep-race");
+  constexpr int kTrials = 100;
+  json points = json::array();
+  for (int i = 1; i <= kTrials; ++i) points.push_back(i);
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", points}}}, {"method", "grid"}, {"metric", "m"}});
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  const SweepRecord sweep = open_sweep(db, spec);
+
+  struct Claimed {
+    std::int64_t trial;
+    std::string reason;
+  };
+  // Both workers claim until nothing is left, each through its own connection on its own thread, released
+  // together so that their claims overlap.
+  auto race = [&] {
+    const std::string names[2] = {"worker-a:1", "worker-b:1"};
+    std::vector<Claimed> claimed[2];
+    std::string errors[2];
+    runner::index::Database connections[2] = {runner::index::open_index_for_writing(home.path),
+                                              runner::index::open_index_for_writing(home.path)};
+    std::latch start(2);
+    auto work = [&](int w) {
+      start.arrive_and_wait();
+      try {
+        while (const auto claim = claim_trial(connections[w], sweep, names[w]))
+          claimed[w].push_back({claim->trial.trial, claim->reason});
+      } catch (const std::exception& error) {
+        errors[w] = error.what();
+      }
+    };
+    std::thread a(work, 0), b(work, 1);
+    a.join();
+    b.join();
+    CHECK(errors[0] == "");
+    CHECK(errors[1] == "");
+    INFO("claims: worker-a " << claimed[0].size() << ", worker-b " << claimed[1].size());
+    // Every trial once, and the index records the worker that got it.
+    std::map<std::int64_t, std::vector<std::string>> claimants;
+    for (int w = 0; w < 2; ++w)
+      for (const Claimed& c : claimed[w]) claimants[c.trial].push_back(names[w]);
+    std::string twice;
+    for (const auto& [trial, workers] : claimants)
+      if (workers.size() > 1) twice += fmt::format(" {} ({})", trial, fmt::join(workers, ", "));
+    CHECK(twice == "");
+    CHECK(claimants.size() == kTrials);
+    std::map<std::int64_t, std::string> recorded;
+    for (const TrialRecord& trial : list_trials(db, sweep.sweep)) recorded[trial.trial] = trial.worker.value_or("");
+    CHECK(recorded.size() == kTrials);
+    for (const auto& [trial, workers] : claimants) CHECK(recorded[trial] == workers.front());
+    std::vector<std::string> reasons;
+    for (int w = 0; w < 2; ++w)
+      for (const Claimed& c : claimed[w]) reasons.push_back(c.reason);
+    return reasons;
+  };
+
+  // New trials: each claim picks the next trial number and inserts it.
+  for (const std::string& reason : race()) CHECK(reason == "new");
+  // Stopped trials: each claim picks one of the stopped trials and marks it running.
+  db.execute("UPDATE trials SET status = 'stopped', worker = NULL");
+  for (const std::string& reason : race()) CHECK(reason == "continued");
+  for (const TrialRecord& trial : list_trials(db, sweep.sweep)) CHECK(trial.segments == 2);
 }

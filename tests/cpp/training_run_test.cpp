@@ -7,9 +7,11 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "runtime/ckpt/safetensors.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/launch_context.h"
@@ -169,17 +171,112 @@ TEST_CASE("a stop request is taken before the next step: a checkpoint, the run i
   CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000001/trainer.safetensors"));
 }
 
-TEST_CASE("a checkpoint of another model is refused before anything changes", "[run]") {
-  testing::TempDir tmp("training-run");
+TEST_CASE("a snapshot holds the checkpoint's four files, and the loader state reads back", "[run]") {
   Setup setup(3);
   const run::TrainingSnapshot snapshot = run::snapshot_training(*setup.trainer, setup.loader.get(), nullptr);
-  REQUIRE(snapshot.files.size() == 4);  // model, ema, optimizer, trainer
+  REQUIRE(snapshot.files.size() == 4);
   CHECK(snapshot.files[0].name == "model.safetensors");
+  CHECK(snapshot.files[1].name == "ema.safetensors");
+  CHECK(snapshot.files[2].name == "optimizer.safetensors");
+  CHECK(snapshot.files[3].name == "trainer.safetensors");
   CHECK(data::loader_state_from_json(data::loader_state_json(setup.loader->state()), "here").seed == 7);
   CHECK(data::loader_state_from_json({{"seed", "18446744073709551615"}, {"position", 2}, {"dataset_size", 64}, {"batch", 4}}, "old")
             .seed == 18446744073709551615ULL);
   CHECK_THROWS_WITH(data::loader_state_from_json({{"seed", 1}}, "x.safetensors"),
                     Contains("x.safetensors: the loader state lacks 'position'"));
+}
+
+TEST_CASE("a checkpoint of another model is refused before anything changes", "[run]") {
+  testing::TempDir tmp("training-run");
+  // The source trained longer from other weights: every tensor and counter it saved differs from the target's.
+  Setup source(4);
+  for (int i = 0; i < 5; ++i) source.step();
+  Setup target(3);
+  for (int i = 0; i < 2; ++i) target.step();
+
+  // The source's checkpoint with its model file edited into another model's; the other files fit the target,
+  // so only the model check stands between them and the target's state.
+  auto write_checkpoint = [&](const std::string& name, const std::function<void(std::vector<ckpt::NamedTensor>&)>& edit) {
+    const std::string dir = tmp.path + "/" + name;
+    std::filesystem::create_directories(dir);
+    for (auto& file : run::snapshot_training(*source.trainer, source.loader.get(), nullptr).files) {
+      if (file.name == "model.safetensors") edit(file.tensors);
+      ckpt::save_safetensors(dir + "/" + file.name, file.tensors, file.metadata);
+    }
+    return dir;
+  };
+  auto without = [](const std::string& name) {
+    return [name](std::vector<ckpt::NamedTensor>& tensors) {
+      std::erase_if(tensors, [&](const ckpt::NamedTensor& t) { return t.name == name; });
+    };
+  };
+  const std::string missing = write_checkpoint("missing", without("1.bias"));
+  const std::string extra = write_checkpoint("extra", [](std::vector<ckpt::NamedTensor>& tensors) {
+    tensors.push_back({"2.weight", at::ones({1, 1})});
+  });
+  const std::string reshaped = write_checkpoint("reshaped", [&](std::vector<ckpt::NamedTensor>& tensors) {
+    without("1.weight")(tensors);
+    tensors.push_back({"1.weight", at::ones({1, 6})});
+  });
+  // Each odd tensor comes after some that fit: a restore that copied while it checked would change the target.
+  std::vector<std::string> order;
+  for (const auto& [name, p] : target.net.model().parameters) order.push_back(name);
+  REQUIRE(order == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias"});
+
+  struct State {
+    std::vector<at::Tensor> weights, ema;
+    std::vector<std::pair<std::string, at::Tensor>> optimizer;
+    nlohmann::json hyperparameters;
+    int64_t step;
+    at::Tensor skipped;
+  };
+  auto state_of = [](const Setup& setup) {
+    State state{weights(setup), {}, {}, setup.trainer->optimizer().hyperparameters(), setup.trainer->step_count(),
+                setup.trainer->skipped().clone()};
+    for (const auto& t : setup.trainer->emas()[0].shadow()) state.ema.push_back(t.clone());
+    for (const auto& [name, t] : setup.trainer->optimizer().state_tensors()) state.optimizer.emplace_back(name, t.clone());
+    return state;
+  };
+  // What differs between two states: "" when everything is bit for bit the same.
+  auto differences = [](const State& a, const State& b) {
+    auto same = [](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y) {
+      if (x.size() != y.size()) return false;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (!at::equal(x[i], y[i])) return false;
+      return true;
+    };
+    bool same_optimizer = a.optimizer.size() == b.optimizer.size();
+    for (std::size_t i = 0; same_optimizer && i < a.optimizer.size(); ++i)
+      same_optimizer = a.optimizer[i].first == b.optimizer[i].first && at::equal(a.optimizer[i].second, b.optimizer[i].second);
+    std::string text;
+    if (!same(a.weights, b.weights)) text += " weights";
+    if (!same(a.ema, b.ema)) text += " ema";
+    if (!same_optimizer) text += " optimizer-state";
+    if (a.hyperparameters != b.hyperparameters) text += " optimizer-hyperparameters";
+    if (a.step != b.step) text += " step";
+    if (!at::equal(a.skipped, b.skipped)) text += " skipped";
+    return text;
+  };
+  const State before = state_of(target);
+  REQUIRE(before.optimizer.size() == 12);  // step, exp_avg, exp_avg_sq of each parameter
+  const State saved = state_of(source);
+  CHECK(differences(before, saved) == " weights ema optimizer-state optimizer-hyperparameters step");
+
+  using Catch::Matchers::Message;
+  CHECK_THROWS_MATCHES(run::restore_training(missing, *target.trainer), std::invalid_argument,
+                       Message(missing + "/model.safetensors: '1.bias' is missing: the checkpoint is of a different model"));
+  CHECK(differences(state_of(target), before) == "");
+  CHECK_THROWS_MATCHES(run::restore_training(extra, *target.trainer), std::invalid_argument,
+                       Message(extra + "/model.safetensors: '2.weight' is not in the model: the checkpoint is of a different model"));
+  CHECK(differences(state_of(target), before) == "");
+  CHECK_THROWS_MATCHES(run::restore_training(reshaped, *target.trainer), std::invalid_argument,
+                       Message(reshaped + "/model.safetensors: '1.weight' is [1, 6] Float, the model's is [1, 8] Float"));
+  CHECK(differences(state_of(target), before) == "");
+
+  // The same checkpoint with its own model file restores, and the comparison sees everything it brings.
+  const std::string intact = write_checkpoint("intact", [](std::vector<ckpt::NamedTensor>&) {});
+  CHECK(run::restore_training(intact, *target.trainer).step == 5);
+  CHECK(differences(state_of(target), saved) == "");
 }
 
 TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses bad ones", "[run]") {
