@@ -11,6 +11,8 @@
 #include "bindings/nn_binding.h"
 #include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
+#include "bindings/train_binding.h"
+#include "runtime/diffusion/diffusion_objective.h"
 #include "runtime/diffusion/gaussian_diffusion.h"
 #include "runtime/diffusion/noise_schedule.h"
 #include "runtime/diffusion/sample_streams.h"
@@ -24,11 +26,8 @@ namespace diff = runner::diffusion;
 constexpr const char* kDiffusionType = "runner.Diffusion";
 
 struct DiffusionBox {
-  diff::NoiseSchedule schedule;
+  diff::DiffusionTraining training;
   std::string schedule_kind;
-  diff::LossOptions loss;
-  diff::TimestepSampling timestep_sampling;
-  diff::SampleStreams streams;
 };
 
 DiffusionBox& check_diffusion(lua_State* L, int index) {
@@ -151,52 +150,83 @@ int diffusion_new(lua_State* L) {
   if (o.logit_std) o.timestep_sampling.logit_std = *o.logit_std;
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
   new_userdata<DiffusionBox>(L, kDiffusionType,
-                             DiffusionBox{diff::make_schedule(o.schedule), o.schedule.kind, o.loss, o.timestep_sampling,
-                                          diff::SampleStreams(seed)});
+                             DiffusionBox{diff::DiffusionTraining{diff::make_schedule(o.schedule), o.loss, o.timestep_sampling,
+                                                                  std::make_shared<diff::SampleStreams>(seed)},
+                                          o.schedule.kind});
   return 1;
 }
 
-// d:_loss(model, x0, labels|nil, epoch|nil, indices|nil, label_dropout) -> loss, t, mse, vb
-// Timesteps, noise and label dropout come from the keyed streams: keys from (epoch, indices) for loader
-// batches, else the next running keys.
+// What the model at `index` takes as labels: a built-in denoiser's, or the fields of the table `info` at
+// info_index (model:info() of a Lua module); unknown (nullopt) for a plain function.
+diff::ModelLabels denoiser_labels(const runner::nn::Denoiser& model) {
+  diff::ModelLabels labels{model.classes(), model.class_dropout(), std::nullopt};
+  if (model.has_null_label()) labels.null_label = model.classes();
+  return labels;
+}
+
+std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_index) {
+  if (auto native = test_denoiser(L, index)) return denoiser_labels(*native);
+  if (!lua_istable(L, info_index)) return std::nullopt;
+  diff::ModelLabels labels;
+  lua_getfield(L, info_index, "classes");
+  labels.classes = lua_isnumber(L, -1) ? static_cast<std::int64_t>(lua_tonumber(L, -1)) : 0;
+  lua_getfield(L, info_index, "class_dropout");
+  labels.class_dropout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0.0;
+  lua_getfield(L, info_index, "null_label");
+  if (lua_isnumber(L, -1)) labels.null_label = static_cast<std::int64_t>(lua_tonumber(L, -1));
+  lua_pop(L, 3);
+  return labels;
+}
+
+std::optional<double> opt_number(lua_State* L, int index) {
+  if (lua_isnoneornil(L, index)) return std::nullopt;
+  return luaL_checknumber(L, index);
+}
+
+// d:_loss(model, x0, batch labels|nil, epoch|nil, indices|nil, given labels|nil, label_dropout|nil, model info|nil)
+// -> loss, t, mse, vb. d:loss's label rules, then the keyed draws: keys from (epoch, indices) for loader batches,
+// else the next running keys.
 int diffusion_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
   const diff::Denoiser model = denoiser_at(L, 2);
   const at::Tensor& x0 = check_tensor(L, 3);
-  std::optional<at::Tensor> labels = opt_tensor(L, 4);
-  if (x0.dim() < 2) throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0.dim()));
-  at::Tensor keys;
-  if (!lua_isnoneornil(L, 6)) {
-    const at::Tensor indices = check_tensor(L, 6).to(at::kCPU).to(at::kLong);
-    if (indices.dim() != 1 || indices.size(0) != x0.size(0)) {
-      throw std::invalid_argument(fmt::format("loss: batch.index must hold {} dataset indices, got {}", x0.size(0), indices.numel()));
-    }
-    keys = diff::SampleStreams::loader_keys(check_integer(L, 5), indices);
-  } else {
-    keys = box.streams.next_keys(x0.size(0));
-  }
-  const double label_dropout = luaL_optnumber(L, 7, 0.0);
-  const auto t = box.streams.timesteps(keys, box.schedule.timesteps(), x0.device(), box.timestep_sampling);
-  const auto noise = box.streams.noise(keys, x0.sizes().slice(1), x0.options());
-  if (labels && label_dropout > 0) {
-    const std::int64_t null_label = check_integer(L, 8);
-    const auto drop = box.streams.label_drop(keys, label_dropout, labels->device());
-    labels = at::where(drop, at::full_like(*labels, null_label), *labels);
-  }
-  const auto terms = diff::training_loss(box.schedule, model, x0, t, noise, labels, box.loss);
-  push_tensor(L, terms.loss);
-  push_tensor(L, t);
-  push_tensor(L, terms.mse);
-  if (terms.vb.defined()) push_tensor(L, terms.vb);
+  const diff::TrainingLabels labels = diff::training_labels(model_labels(L, 2, 9), opt_tensor(L, 4), opt_tensor(L, 7),
+                                                            opt_number(L, 8), x0.device());
+  std::optional<at::Tensor> indices = opt_tensor(L, 6);
+  std::optional<std::int64_t> epoch;
+  if (!lua_isnoneornil(L, 5)) epoch = check_integer(L, 5);
+  const auto keyed = diff::keyed_training_loss(box.training, model, x0, labels, indices ? &*indices : nullptr, epoch);
+  push_tensor(L, keyed.terms.loss);
+  push_tensor(L, keyed.t);
+  push_tensor(L, keyed.terms.mse);
+  if (keyed.terms.vb.defined()) push_tensor(L, keyed.terms.vb);
   else lua_pushnil(L);
   return 4;
+}
+
+// d:_objective(model, label_dropout|nil) -> Objective: the loss of a built-in denoiser on loader batches, for
+// runner.trainer { objective = ... }.
+int diffusion_objective(lua_State* L) {
+  DiffusionBox& box = check_diffusion(L, 1);
+  std::shared_ptr<runner::nn::Denoiser> native = test_denoiser(L, 2);
+  if (!native) {
+    throw std::invalid_argument(
+        "objective: the model must be a built-in denoiser (nn.UNet, nn.DiT); for another model give the trainer a loss "
+        "function: train:step(batch, function(micro) return d:loss(model, micro) end)");
+  }
+  const diff::Denoiser model = [native](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
+    return native->forward(x, t, labels);
+  };
+  push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native),
+                                                               opt_number(L, 3)));
+  return 1;
 }
 
 // d:training_loss(model, x0, t, noise [, labels]) -> loss, mse, vb: the loss for given timesteps and noise.
 int diffusion_training_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  const auto terms = diff::training_loss(box.schedule, denoiser_at(L, 2), check_tensor(L, 3), check_tensor(L, 4),
-                                         check_tensor(L, 5), opt_tensor(L, 6), box.loss);
+  const auto terms = diff::training_loss(box.training.schedule, denoiser_at(L, 2), check_tensor(L, 3), check_tensor(L, 4),
+                                         check_tensor(L, 5), opt_tensor(L, 6), box.training.loss);
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
   if (terms.vb.defined()) push_tensor(L, terms.vb);
@@ -207,7 +237,7 @@ int diffusion_training_loss(lua_State* L) {
 // d:q_sample(x0, t, noise) -> x_t
 int diffusion_q_sample(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  push_tensor(L, diff::q_sample(box.schedule, check_tensor(L, 2), check_tensor(L, 3), check_tensor(L, 4)));
+  push_tensor(L, diff::q_sample(box.training.schedule, check_tensor(L, 2), check_tensor(L, 3), check_tensor(L, 4)));
   return 1;
 }
 
@@ -242,11 +272,11 @@ int diffusion_sample(lua_State* L) {
   const at::Tensor x_T = check_tensor(L, 3);
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
   diff::SampleOptions defaults;
-  defaults.steps = std::min<std::int64_t>(defaults.steps, box.schedule.timesteps());
+  defaults.steps = std::min<std::int64_t>(defaults.steps, box.training.schedule.timesteps());
   if (const auto native = test_denoiser(L, 2)) defaults.clip = native->pixel_space();
   if (!lua_isnoneornil(L, 7)) defaults.null_label = check_integer(L, 7);
   diff::SampleOptions o = kSampleOptions.read(L, 5, defaults);
-  o.prediction = box.loss.prediction;
+  o.prediction = box.training.loss.prediction;
   diff::NoiseSource noise;
   lua_getfield(L, 5, "noise");
   const std::optional<at::Tensor> given_noise = opt_tensor(L, -1);
@@ -268,7 +298,7 @@ int diffusion_sample(lua_State* L) {
     }
     noise = [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
   }
-  const auto result = diff::sample(box.schedule, model, x_T, labels, o, noise);
+  const auto result = diff::sample(box.training.schedule, model, x_T, labels, o, noise);
   push_tensor(L, result.x);
   if (!o.keep_trajectory) return 1;
   push_tensor(L, at::stack(result.trajectory));
@@ -292,7 +322,7 @@ int diffusion_initial_noise(lua_State* L) {
 
 // d:schedule() -> {betas =, alphas_cumprod =, ...} float64 tensors [T]
 int diffusion_schedule(lua_State* L) {
-  const diff::NoiseSchedule& s = check_diffusion(L, 1).schedule;
+  const diff::NoiseSchedule& s = check_diffusion(L, 1).training.schedule;
   lua_createtable(L, 0, 8);
   const std::pair<const char*, const at::Tensor*> fields[] = {
       {"betas", &s.betas},
@@ -313,25 +343,25 @@ int diffusion_schedule(lua_State* L) {
 int diffusion_info(lua_State* L) {
   const DiffusionBox& box = check_diffusion(L, 1);
   lua_createtable(L, 0, 5);
-  lua_pushnumber(L, static_cast<lua_Number>(box.schedule.timesteps()));
+  lua_pushnumber(L, static_cast<lua_Number>(box.training.schedule.timesteps()));
   lua_setfield(L, -2, "timesteps");
   lua_pushstring(L, box.schedule_kind.c_str());
   lua_setfield(L, -2, "schedule");
-  lua_pushstring(L, diff::prediction_name(box.loss.prediction).c_str());
+  lua_pushstring(L, diff::prediction_name(box.training.loss.prediction).c_str());
   lua_setfield(L, -2, "prediction");
-  if (box.loss.min_snr_gamma) {
-    lua_pushnumber(L, *box.loss.min_snr_gamma);
+  if (box.training.loss.min_snr_gamma) {
+    lua_pushnumber(L, *box.training.loss.min_snr_gamma);
     lua_setfield(L, -2, "min_snr");
   }
-  lua_pushstring(L, diff::timestep_sampling_name(box.timestep_sampling.kind).c_str());
+  lua_pushstring(L, diff::timestep_sampling_name(box.training.timestep_sampling.kind).c_str());
   lua_setfield(L, -2, "timestep_sampling");
-  if (box.timestep_sampling.kind == diff::TimestepSampling::Kind::logit_normal) {
-    lua_pushnumber(L, box.timestep_sampling.logit_mean);
+  if (box.training.timestep_sampling.kind == diff::TimestepSampling::Kind::logit_normal) {
+    lua_pushnumber(L, box.training.timestep_sampling.logit_mean);
     lua_setfield(L, -2, "logit_mean");
-    lua_pushnumber(L, box.timestep_sampling.logit_std);
+    lua_pushnumber(L, box.training.timestep_sampling.logit_std);
     lua_setfield(L, -2, "logit_std");
   }
-  lua_pushnumber(L, static_cast<lua_Number>(box.streams.seed()));
+  lua_pushnumber(L, static_cast<lua_Number>(box.training.streams->seed()));
   lua_setfield(L, -2, "seed");
   return 1;
 }
@@ -339,8 +369,8 @@ int diffusion_info(lua_State* L) {
 // d:stream_counter([value]) -> the running key counter (part of a resumable state)
 int diffusion_stream_counter(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  if (!lua_isnoneornil(L, 2)) box.streams.set_counter(check_integer(L, 2));
-  lua_pushnumber(L, static_cast<lua_Number>(box.streams.counter()));
+  if (!lua_isnoneornil(L, 2)) box.training.streams->set_counter(check_integer(L, 2));
+  lua_pushnumber(L, static_cast<lua_Number>(box.training.streams->counter()));
   return 1;
 }
 
@@ -360,6 +390,7 @@ int diffusion_sampling_timesteps(lua_State* L) {
 void open_diffusion(lua_State* L) {
   new_metatable<DiffusionBox>(L, kDiffusionType,
                               {{"_loss", wrap<diffusion_loss>},
+                               {"_objective", wrap<diffusion_objective>},
                                {"training_loss", wrap<diffusion_training_loss>},
                                {"q_sample", wrap<diffusion_q_sample>},
                                {"_sample", wrap<diffusion_sample>},

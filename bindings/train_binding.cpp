@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,8 +30,14 @@ namespace {
 constexpr const char* kTrainerType = "runner.Trainer";
 constexpr const char* kProgressType = "runner.Progress";
 
+constexpr const char* kObjectiveType = "runner.Objective";
+
 struct TrainerBox {
   std::shared_ptr<train::Trainer> trainer;
+};
+
+struct ObjectiveBox {
+  std::shared_ptr<train::Objective> objective;
 };
 
 struct ProgressBox {
@@ -176,6 +183,7 @@ const OptionTable<TrainerSpec> kTrainerOptions(
           s.options.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
         }),
         lua_option<TrainerSpec>("profile"),
+        lua_option<TrainerSpec>("objective"),
     });
 
 // runner._train.new(options, parameters, buffers, optimizer) -> Trainer
@@ -203,6 +211,25 @@ int trainer_new(lua_State* L) {
                                                   spec.options, device);
   new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});
   return 1;
+}
+
+// {loss, grad_norm, loss_scale, skipped, lr, step}
+void push_step_result(lua_State* L, const train::StepResult& result) {
+  lua_createtable(L, 0, 6);
+  push_tensor(L, result.loss);
+  lua_setfield(L, -2, "loss");
+  push_tensor(L, result.grad_norm);
+  lua_setfield(L, -2, "grad_norm");
+  if (result.loss_scale.defined()) {
+    push_tensor(L, result.loss_scale);
+    lua_setfield(L, -2, "loss_scale");
+  }
+  push_tensor(L, result.skipped.clone());
+  lua_setfield(L, -2, "skipped");
+  lua_pushnumber(L, result.lr);
+  lua_setfield(L, -2, "lr");
+  lua_pushnumber(L, static_cast<lua_Number>(result.step));
+  lua_setfield(L, -2, "step");
 }
 
 // trainer:step(loss_function [, inputs]) -> {loss, grad_norm, loss_scale, skipped, lr, step}
@@ -249,21 +276,49 @@ int trainer_step(lua_State* L) {
   } catch (const train::NonFiniteError& error) {
     throw std::runtime_error(error.what());
   }
-  lua_createtable(L, 0, 6);
-  push_tensor(L, result.loss);
-  lua_setfield(L, -2, "loss");
-  push_tensor(L, result.grad_norm);
-  lua_setfield(L, -2, "grad_norm");
-  if (result.loss_scale.defined()) {
-    push_tensor(L, result.loss_scale);
-    lua_setfield(L, -2, "loss_scale");
+  push_step_result(L, result);
+  return 1;
+}
+
+// trainer:set_objective(objective): what trainer:step_batch minimises from now on.
+int trainer_set_objective(lua_State* L) {
+  train::Trainer& trainer = check_trainer(L, 1);
+  std::shared_ptr<train::Objective> objective = test_objective(L, 2);
+  if (!objective) raise_type_error(L, 2, "Objective");
+  trainer.set_objective(std::move(objective));
+  return 0;
+}
+
+// trainer:step_batch(batch) -> {loss, grad_norm, loss_scale, skipped, lr, step}: one step of the trainer's
+// objective over a loader batch ({data, label, index, ...: tensors; epoch: number}).
+int trainer_step_batch(lua_State* L) {
+  train::Trainer& trainer = check_trainer(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  train::Batch batch;
+  lua_pushnil(L);
+  while (lua_next(L, 2)) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      if (at::Tensor* tensor = test_tensor(L, -1)) batch.tensors.emplace_back(lua_tostring(L, -2), *tensor);
+    }
+    lua_pop(L, 1);
   }
-  push_tensor(L, result.skipped.clone());
-  lua_setfield(L, -2, "skipped");
-  lua_pushnumber(L, result.lr);
-  lua_setfield(L, -2, "lr");
-  lua_pushnumber(L, static_cast<lua_Number>(result.step));
-  lua_setfield(L, -2, "step");
+  std::sort(batch.tensors.begin(), batch.tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  lua_getfield(L, 2, "epoch");
+  if (lua_type(L, -1) == LUA_TNUMBER) batch.epoch = static_cast<std::int64_t>(lua_tonumber(L, -1));
+  lua_pop(L, 1);
+  train::StepResult result;
+  try {
+    result = trainer.step(batch);
+  } catch (const train::NonFiniteError& error) {
+    throw std::runtime_error(error.what());
+  }
+  push_step_result(L, result);
+  return 1;
+}
+
+int objective_tostring(lua_State* L) {
+  const std::string text = "Objective(" + check_userdata<ObjectiveBox>(L, 1, kObjectiveType, "Objective")->objective->describe() + ")";
+  lua_pushlstring(L, text.data(), text.size());
   return 1;
 }
 
@@ -414,6 +469,15 @@ std::shared_ptr<train::Trainer> shared_trainer(lua_State* L, int index) {
   return check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer")->trainer;
 }
 
+void push_objective(lua_State* L, std::shared_ptr<train::Objective> objective) {
+  new_userdata<ObjectiveBox>(L, kObjectiveType, ObjectiveBox{std::move(objective)});
+}
+
+std::shared_ptr<train::Objective> test_objective(lua_State* L, int index) {
+  ObjectiveBox* box = test_userdata<ObjectiveBox>(L, index, kObjectiveType);
+  return box ? box->objective : nullptr;
+}
+
 void open_train(lua_State* L) {
   new_metatable<TrainerBox>(L, kTrainerType,
                             {{"step", wrap<trainer_step>},
@@ -424,7 +488,15 @@ void open_train(lua_State* L) {
                              {"lr", wrap<trainer_lr>},
                              {"observe", wrap<trainer_observe>},
                              {"describe_schedule", wrap<trainer_describe_schedule>},
-                             {"copy_ema", wrap<trainer_copy_ema>}});
+                             {"copy_ema", wrap<trainer_copy_ema>},
+                             {"set_objective", wrap<trainer_set_objective>},
+                             {"step_batch", wrap<trainer_step_batch>}});
+  lua_pop(L, 1);
+  new_metatable<ObjectiveBox>(L, kObjectiveType, {});
+  lua_pop(L, 1);
+  luaL_getmetatable(L, kObjectiveType);
+  lua_pushcfunction(L, wrap<objective_tostring>);
+  lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
   new_metatable<ProgressBox>(L, kProgressType, {{"update", wrap<progress_update>}});
   lua_pop(L, 1);

@@ -1,4 +1,4 @@
-// What other bindings need from the trainer binding: the trainer behind a userdata.
+// What other bindings need from the trainer binding: the trainer behind a userdata, objectives as Lua values.
 #pragma once
 
 #include <lua.hpp>
@@ -13,5 +13,10 @@ namespace runner::bindings {
 runner::train::Trainer& check_trainer(lua_State* L, int index);
 // The same, shared (a training run keeps the trainer it is attached to).
 std::shared_ptr<runner::train::Trainer> shared_trainer(lua_State* L, int index);
+
+// Objectives (what train:step(batch) minimises) as Lua values: pushes one, or returns the one at `index` (null
+// for anything else).
+void push_objective(lua_State* L, std::shared_ptr<runner::train::Objective> objective);
+std::shared_ptr<runner::train::Objective> test_objective(lua_State* L, int index);
 
 }  // namespace runner::bindings

@@ -48,7 +48,8 @@ end
 local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 -- Adam with linear warmup, clipping and an EMA copy, each step in C++; the EMA model is what samples come from.
-local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr }, warmup = cfg.warmup, clip = cfg.clip,
+local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr }, objective = ddpm:objective(model),
+                               warmup = cfg.warmup, clip = cfg.clip,
                                ema = cfg.ema, ema_model = make_model():to(device), amp = cfg.amp,
                                accumulate = cfg.accumulate, steps = cfg.steps, batch = cfg.batch, progress = false }
 -- Continues from the latest good checkpoint when the run was interrupted.
@@ -67,7 +68,7 @@ local start = runner.clock()
 local first = run.step
 local running, count, last = 0, 0, nil
 for batch in loader:iter { from = run.step, to = cfg.steps } do
-  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  local out = train:step(batch)
   local step = run.step
   run:log { loss = out.loss, grad_norm = out.grad_norm, lr = out.lr }
   last = out

@@ -69,7 +69,8 @@ if cfg.fid_every > 0 and (not vae or cfg.fid_ref == "" or cfg.fid_weights == "")
 end
 local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 -- AdamW (fused on CUDA) under bf16 autocast on GPUs, with an EMA copy for sampling, each step in C++.
-local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, ema = cfg.ema,
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 },
+                               objective = diffusion:objective(model), ema = cfg.ema,
                                ema_model = make_model(), amp = cfg.amp, steps = cfg.steps, batch = cfg.batch,
                                progress = false }
 -- Continues from the latest good checkpoint when the run was interrupted.
@@ -117,7 +118,7 @@ end
 local start = runner.clock()
 local first = run.step
 for batch in loader:iter { from = run.step, to = cfg.steps } do
-  local out = train:step(batch, function(micro) return diffusion:loss(model, micro) end)
+  local out = train:step(batch)
   local step = run.step
   run:log { loss = out.loss }
   if step == first + 1 or step % cfg.log_every == 0 or step == cfg.steps then

@@ -51,8 +51,10 @@ local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
                                          min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
                                          timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
--- The trainer runs each step in C++ (AdamW, EMA, progress display); the EMA model is what samples come from.
+-- The trainer runs each step in C++ (the diffusion loss, AdamW, EMA, progress display); the EMA model is what samples
+-- come from.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, warmup = cfg.warmup,
+                               objective = ddpm:objective(model),
                                ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
 -- Continues from the latest checkpoint when this run was interrupted (or is run again with the same config).
@@ -82,7 +84,7 @@ end
 
 local start = runner.clock()
 for batch in loader:iter { from = run.step, to = cfg.steps } do
-  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  local out = train:step(batch)
   run:log { loss = out.loss }
   if run:every(cfg.checkpoint_every) and run.step ~= cfg.steps then run:checkpoint() end
   if run:every(cfg.sample_every) and run.step ~= cfg.steps then evaluate() end

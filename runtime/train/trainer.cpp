@@ -312,6 +312,17 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   return result;
 }
 
+StepResult Trainer::step(Objective& objective, const Batch& batch) {
+  const std::vector<Batch> micro = split_batch(batch, options_.accumulate);
+  return step([&](std::int64_t index, std::int64_t) { return objective.loss(micro[static_cast<std::size_t>(index)]); },
+              batch.tensors);
+}
+
+StepResult Trainer::step(const Batch& batch) {
+  if (!objective_) throw std::logic_error("train:step(batch) needs an objective: runner.trainer { objective = ... }");
+  return step(*objective_, batch);
+}
+
 std::string Trainer::nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const {
   std::vector<std::string> losses;
   for (const auto& l : micro_losses) losses.push_back(fmt::format("{:.6g}", l.item<double>()));

@@ -20,11 +20,10 @@
 #include "runtime/train/ema.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/objective.h"
 #include "runtime/train/optimizer.h"
 
 namespace runner::train {
-
-using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 enum class Precision { fp32, bf16, fp16 };
 
@@ -98,6 +97,12 @@ class Trainer {
   // policy, clip, set the scheduled LR, step the optimizer (skipped when non-finite), update the loss scale
   // and the EMAs. `inputs` (the batch's tensors, optional) are described in a NonFiniteError report.
   StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
+  // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of `batch`
+  // (split_batch), or of the trainer's own objective (set_objective; std::logic_error without one).
+  StepResult step(Objective& objective, const Batch& batch);
+  StepResult step(const Batch& batch);
+  void set_objective(std::shared_ptr<Objective> objective) { objective_ = std::move(objective); }
+  const std::shared_ptr<Objective>& objective() const { return objective_; }
 
   std::int64_t step_count() const { return step_; }
   // Changes with every step and restore: what a copy of the averages into a model was taken at.
@@ -142,6 +147,7 @@ class Trainer {
   TrainerModel model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;  // parameters of the optimizer's groups, by name
   std::shared_ptr<Optimizer> optimizer_;
+  std::shared_ptr<Objective> objective_;
   std::unique_ptr<LrSchedule> schedule_;
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;

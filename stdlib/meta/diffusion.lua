@@ -43,6 +43,20 @@ function runner.diffusion.ddpm(options) end
 ---@return Tensor loss, {t: Tensor, mse: Tensor, vb: Tensor|nil} details
 function Diffusion:loss(model, batch, options) end
 
+---@class Objective
+--- What a trainer minimises (runner.trainer { objective = ... }); tostring() says what it computes, e.g.
+--- "Objective(diffusion loss (eps prediction, uniform timesteps))".
+
+--- d:loss(model, batch) as the trainer's objective: runner.trainer { objective = ddpm:objective(model) }, then
+--- train:step(batch) runs the whole step (forward, loss, backward, optimizer, EMA) in C++ with the same numbers
+--- as train:step(batch, function(micro) return ddpm:loss(model, micro) end), sharing the diffusion's streams.
+--- The model must be a built-in UNet or DiT (a Lua-defined model keeps the loss-function form); labels come from
+--- batch.label with the rules of d:loss.
+---@param model Module a built-in nn.UNet or nn.DiT
+---@param options? {label_dropout?: number} label dropout (default: the model's class_dropout)
+---@return Objective
+function Diffusion:objective(model, options) end
+
 --- The loss for given timesteps t (int64 [B]) and noise.
 ---@return Tensor loss, Tensor mse, Tensor|nil vb
 function Diffusion:training_loss(model, x0, t, noise, labels) end

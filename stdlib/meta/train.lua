@@ -5,6 +5,7 @@
 ---@class TrainerOptions
 ---@field model Module                 the module to train (its parameters that require grad)
 ---@field optimizer Optimizer|table|string  an optim object (optim.AdamW(model, {...})), or the same as a table: {"adamw"|"adam"|"sgd", <the optimizer's options: AdamWOptions, AdamOptions, SGDOptions>, groups = {{params = module_or_tensors, <overrides>}, ...}} (the model's trainable parameters when there are no groups); PyTorch's defaults (AdamW weight_decay 1e-2)
+---@field objective? Objective|fun(micro: table): Tensor what train:step(batch) minimises: an objective such as ddpm:objective(model) (the whole step runs in C++, no Lua call per micro-batch), or a loss function of a micro-batch (called as with train:step(batch, loss_fn))
 ---@field schedule? ScheduleOptions|string LR schedule, as "cosine", { "cosine", warmup_steps = 100 } or { kind = "cosine", ... }: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
 ---@field warmup? integer              linear warmup steps (schedule.warmup_steps)
 ---@field ema? number|EmaOptions|EmaOptions[]|false one decay, the options of one average, or a list of them (several averages); float32 averages updated with foreach ops after every optimizer step
@@ -72,12 +73,15 @@
 ---@field ema Module           the first EMA model holding the current average
 local Trainer = {}
 
----One optimizer step. With a batch, loss_fn(micro_batch) runs once per micro-batch (equal slices of every
----tensor whose first dimension is the batch size); without one, loss_fn(i, n) for i = 1..n. loss_fn runs
----under autocast and returns the loss tensor (further results are ignored). At the end of a step a pending
----stop signal saves a checkpoint and exits (see run:restore).
----@param batch table|Tensor|nil
----@param loss_fn fun(micro: any, n?: integer): Tensor
+---One optimizer step. train:step(batch) minimises the trainer's objective (runner.trainer { objective = ... })
+---over the batch. With a loss function, loss_fn(micro_batch) runs once per micro-batch of `batch`; without a
+---batch, loss_fn(i, n) for i = 1..n. A batch is split into `accumulate` micro-batches: equal slices of every
+---tensor whose first dimension is the batch size. The loss runs under autocast and is a scalar tensor (a loss
+---function's further results are ignored). At the end of a step a pending stop signal saves a checkpoint and
+---exits (see run:restore). Errors: "train:step(batch) needs runner.trainer { objective = ... } ..." without an
+---objective.
+---@param batch table|Tensor|nil a loader batch {data, label, index, epoch, ...} or an image tensor
+---@param loss_fn? fun(micro: any, n?: integer): Tensor
 ---@return StepOutput
 function Trainer:step(batch, loss_fn) end
 

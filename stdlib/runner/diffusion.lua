@@ -39,26 +39,17 @@ function methods:loss(model, batch, options)
   else
     error("loss: batch must be a tensor or a loader batch {data = ..., label = ..., index = ..., epoch = ...}", 2)
   end
-  local info = model_info(model)
-  if options.labels ~= nil then
-    if info and info.classes == 0 then
-      error("loss: labels were given but the model is unconditional (build it with classes = N to condition on them)", 2)
-    end
-    labels = options.labels
-  end
-  if info and info.classes == 0 then labels = nil end  -- a labelled dataset trains an unconditional model too
-  if info and info.classes > 0 and labels == nil then
-    error(string.format("loss: the model is class-conditional (%d classes) but the batch has no labels", info.classes), 2)
-  end
-  local dropout = options.label_dropout
-  if dropout == nil then dropout = info and info.class_dropout or 0 end
-  local null_label = info and info.null_label
-  if labels ~= nil and dropout > 0 and null_label == nil then
-    error("loss: label_dropout needs a model with a null label (class_dropout > 0)", 2)
-  end
-  if labels ~= nil and labels.device ~= x0.device then labels = labels:to(x0.device) end
-  local loss, t, mse, vb = self:_loss(model, x0, labels, epoch and (epoch - 1) or 0, index, labels and dropout or 0, null_label)
+  local loss, t, mse, vb = self:_loss(model, x0, labels, epoch, index, options.labels, options.label_dropout,
+                                      model_info(model))
   return loss, { t = t, mse = mse, vb = vb }
+end
+
+--- d:objective(model [, {label_dropout}]) -> Objective: d:loss(model, batch) as the trainer's objective, for
+--- runner.trainer { objective = ... } and train:step(batch). The model is a built-in UNet or DiT; the step runs
+--- in C++ without calling Lua. label_dropout defaults to the model's class_dropout.
+function methods:objective(model, options)
+  options = check_options(options, "objective", { label_dropout = true })
+  return self:_objective(model, options.label_dropout)
 end
 
 --- d:state() -> {stream_counter}: what a checkpoint keeps of the diffusion (run:restore{state = {ddpm = d}}).

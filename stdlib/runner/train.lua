@@ -69,7 +69,7 @@ end
 local TIME_KEYS = { "data", "forward_backward", "optimizer", "ema" }
 local TIME_LOG_EVERY = 25
 
---- runner.trainer{model, optimizer, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
+--- runner.trainer{model, optimizer, objective, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
 --- steps, batch, progress, tf32, deterministic, scaler, data_parallel, profile} -> Trainer (see stdlib/meta/train.lua; the options
 --- are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
@@ -88,13 +88,19 @@ function runner.trainer(options)
     native_options.schedule = schedule
   end
   local trainer_native = native.new(native_options, parameters, buffers, optimizer)
+  local objective = options.objective
+  if objective ~= nil and type(objective) ~= "function" and not pcall(trainer_native.set_objective, trainer_native, objective) then
+    error("runner.trainer: 'objective' must be an objective (e.g. ddpm:objective(model)) or a loss function, got a "
+      .. type(objective), 2)
+  end
   local device = parameters[1][2].device
   local ema_models = options.ema_model
   if nn.is_module(ema_models) then ema_models = { ema_models } end
   local trainer = setmetatable({
     native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = options.accumulate or 1,
     ema_models = ema_models or {}, ema_synced = {}, last_return = nil, profile = profile_range(options),
-    time_sums = {}, time_count = 0, total_steps = options.steps,
+    time_sums = {}, time_count = 0, total_steps = options.steps, has_objective = objective ~= nil,
+    loss_fn = type(objective) == "function" and objective or nil,
   }, Trainer)
   if options.progress ~= false and type(options.steps) == "number" and runner.dist.is_main then
     trainer.progress = native.progress { total = options.steps, batch = options.batch }
@@ -147,21 +153,35 @@ local function batch_inputs(batch)
   return inputs
 end
 
---- train:step([batch,] loss_fn) -> {loss, grad_norm, lr, loss_scale, skipped, step, timing}
---- With a batch, loss_fn(micro_batch) is called for each of `accumulate` equal slices of it; without one,
---- loss_fn(i, n) for i = 1..n. Values are device tensors: reading one waits for the device.
+--- train:step(batch) -> {loss, grad_norm, lr, loss_scale, skipped, step, timing}: one step of the trainer's
+--- objective (runner.trainer { objective = ... }) over a loader batch, split into `accumulate` micro-batches.
+--- train:step([batch,] loss_fn): the same with a loss function: loss_fn(micro_batch) for each micro-batch of
+--- `batch`; without a batch, loss_fn(i, n) for i = 1..n. Values are device tensors: reading one waits for the device.
 function Trainer:step(batch, loss_fn)
-  if loss_fn == nil then batch, loss_fn = nil, batch end
-  if type(loss_fn) ~= "function" then error("train:step expects ([batch,] loss_function)", 2) end
+  if loss_fn == nil and type(batch) == "function" then batch, loss_fn = nil, batch end
+  if loss_fn == nil and batch ~= nil then
+    if not self.has_objective then
+      error("train:step(batch) needs runner.trainer { objective = ... } (e.g. ddpm:objective(model)); or pass a loss "
+        .. "function: train:step(batch, function(micro) ... end)", 2)
+    end
+    loss_fn = self.loss_fn
+  end
+  if loss_fn == nil and batch == nil then error("train:step expects (batch), (batch, loss_function) or (loss_function)", 2) end
+  if loss_fn ~= nil and type(loss_fn) ~= "function" then error("train:step expects ([batch,] loss_function)", 2) end
   local call = loss_fn
-  if batch ~= nil then
+  if batch ~= nil and loss_fn ~= nil then
     local micro = split_batch(batch, self.accumulate)
     call = function(i) return loss_fn(micro[i]) end
   end
   local started = runner.clock()
   local profile = rawget(self, "profile")
   if profile and self.native:step_count() + 1 == profile.first then native.profiler_start(self.device:find("^cuda") ~= nil) end
-  local out = self.native:step(call, batch_inputs(batch))
+  local out
+  if call == nil then
+    out = self.native:step_batch(torch.is_tensor(batch) and { data = batch } or batch)
+  else
+    out = self.native:step(call, batch_inputs(batch))
+  end
   if runner.run then runner.run:_trainer_stepped(self, out.step) end
   if profile and out.step == profile.last then self:finish_profile(profile) end
   local timing = self.native:timing()

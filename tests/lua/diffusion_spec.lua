@@ -421,6 +421,87 @@ describe("label dropout", function()
   end)
 end)
 
+describe("the diffusion objective", function()
+  local options = { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, dropout = 0,
+                    classes = 3, class_dropout = 0.3 }
+  torch.manual_seed(22)
+  local data = torch.randn(8, 3, 8, 8)
+  local labels = int64({ 0, 1, 2, 0, 1, 2, 0, 1 })
+  local indices = int64({ 5, 9, 2, 44, 7, 1, 30, 12 })
+
+  -- Two trainers from the same weights and seeds, one stepping d:objective(model) in C++, one calling d:loss from a
+  -- Lua function: the same draws and the same float32 operations, so the same numbers bit for bit.
+  local function train_three_steps(use_objective)
+    local model = random_unet(options, 6)
+    local d = runner.diffusion.gaussian { timesteps = 100, seed = 9, min_snr = 5 }
+    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-2 }, accumulate = 2, progress = false,
+                                   objective = use_objective and d:objective(model) or nil }
+    local losses = {}
+    for epoch = 1, 3 do
+      local batch = { data = data, label = labels, index = indices, epoch = epoch }
+      local out = use_objective and train:step(batch) or train:step(batch, function(micro) return d:loss(model, micro) end)
+      losses[epoch] = out.loss:item()
+    end
+    -- a batch without indices takes the running keys of the diffusion's streams, shared with the objective
+    local unindexed = { data = data, label = labels }
+    local out = use_objective and train:step(unindexed) or train:step(unindexed, function(micro) return d:loss(model, micro) end)
+    losses[4] = out.loss:item()
+    return losses, model:state_dict(), d:stream_counter()
+  end
+
+  it("train:step(batch) gives the loss function form's losses and weights bit for bit (accumulate 2, labels dropped)", function()
+    local losses, weights, counter = train_three_steps(true)
+    local expected_losses, expected_weights, expected_counter = train_three_steps(false)
+    expect_list(losses, expected_losses, "losses")
+    expect_eq(counter, expected_counter, "running keys used")
+    expect_eq(counter, 8, "one batch of 8 without indices")
+    for name, tensor in pairs(expected_weights) do expect_true(weights[name]:equal(tensor), name .. " bit for bit") end
+    expect_true(losses[1] ~= losses[2], "another epoch draws other timesteps")
+  end)
+
+  it("says what it computes and refuses what it cannot run", function()
+    local d = runner.diffusion.gaussian { timesteps = 100, prediction = "v", timestep_sampling = "logit_normal" }
+    local unet = nn.UNet(options)
+    expect_eq(tostring(d:objective(unet)),
+      "Objective(diffusion loss (v prediction, logit_normal timesteps, 3 classes, label dropout 0.3))")
+    expect_eq(tostring(d:objective(unet, { label_dropout = 0 })),
+      "Objective(diffusion loss (v prediction, logit_normal timesteps, 3 classes, label dropout 0))")
+    expect_error(function() d:objective(function(x) return x end) end,
+      here(-1) .. "objective: the model must be a built-in denoiser (nn.UNet, nn.DiT); for another model give the "
+      .. "trainer a loss function: train:step(batch, function(micro) return d:loss(model, micro) end)")
+    expect_error(function() d:objective(unet, { dropout = 0.1 }) end, "unknown option 'dropout' to 'objective'", true)
+    local no_null = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, classes = 3,
+                              class_dropout = 0 }
+    expect_error(function() d:objective(no_null, { label_dropout = 0.2 }) end,
+      here(-1) .. "loss: label_dropout needs a model with a null label (class_dropout > 0)")
+    local train = runner.trainer { model = unet, optimizer = { "sgd", lr = 0.1 }, objective = d:objective(unet),
+                                   progress = false }
+    expect_error(function() train:step({ data = data }) end,
+      here(-1) .. "loss: the model is class-conditional (3 classes) but the batch has no labels")
+    local plain = runner.trainer { model = unet, optimizer = { "sgd", lr = 0.1 }, progress = false }
+    expect_error(function() plain:step({ data = data }) end,
+      here(-1) .. "train:step(batch) needs runner.trainer { objective = ... } (e.g. ddpm:objective(model)); or pass a "
+      .. "loss function: train:step(batch, function(micro) ... end)")
+    expect_error(function() runner.trainer { model = unet, optimizer = { "sgd", lr = 0.1 }, objective = 3 } end,
+      here(-1) .. "runner.trainer: 'objective' must be an objective (e.g. ddpm:objective(model)) or a loss function, got a number")
+  end)
+
+  it("takes a Lua loss function as the objective", function()
+    local model = random_unet(options, 6)
+    local d = runner.diffusion.gaussian { timesteps = 100, seed = 9 }
+    local calls = 0
+    local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, accumulate = 2, progress = false,
+                                   objective = function(micro)
+                                     calls = calls + 1
+                                     expect_eq(micro.data.shape[1], 4, "micro-batch size")
+                                     return d:loss(model, micro)
+                                   end }
+    local out = train:step { data = data, label = labels, index = indices, epoch = 1 }
+    expect_eq(calls, 2)
+    expect_eq(out.step, 1)
+  end)
+end)
+
 describe("sampler API", function()
   local options = { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, dropout = 0 }
 

@@ -1,0 +1,76 @@
+// The diffusion training loss of a batch: d:loss's label rules, the keyed draws of each sample (timestep, noise,
+// label dropout) and training_loss; and the same loss as a trainer objective (train:step(batch)).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/diffusion/gaussian_diffusion.h"
+#include "runtime/diffusion/noise_schedule.h"
+#include "runtime/diffusion/sample_streams.h"
+#include "runtime/train/objective.h"
+
+namespace runner::diffusion {
+
+// The training side of runner.diffusion.gaussian. The streams are shared with the objectives made from it, so
+// that the running keys of batches without dataset indices continue from one to the other.
+struct DiffusionTraining {
+  NoiseSchedule schedule;
+  LossOptions loss;
+  TimestepSampling timestep_sampling;
+  std::shared_ptr<SampleStreams> streams;
+};
+
+// What a model takes as labels, as its info() says.
+struct ModelLabels {
+  std::int64_t classes = 0;  // 0: unconditional
+  double class_dropout = 0;  // the default label dropout in training
+  std::optional<std::int64_t> null_label;
+};
+
+// The labels a training batch gives the model and their dropout.
+struct TrainingLabels {
+  std::optional<at::Tensor> labels;  // on the device of the images
+  double dropout = 0;
+  std::optional<std::int64_t> null_label;
+};
+
+// d:loss's rules. `model` is unset for a model whose labels are unknown (a plain function): the labels are used
+// as given. An unconditional model ignores a batch's labels (a labelled dataset trains it too) but refuses
+// `given_labels`; a class-conditional one needs labels; `label_dropout` defaults to the model's class_dropout and
+// needs its null label. Throws std::invalid_argument with the message a script sees ("loss: ...").
+TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::optional<at::Tensor> batch_labels,
+                               std::optional<at::Tensor> given_labels, std::optional<double> label_dropout,
+                               const at::Device& device);
+
+struct KeyedLoss {
+  LossTerms terms;
+  at::Tensor t;  // int64 [B]: the timesteps drawn
+};
+
+// Timestep, noise and label dropout of each sample keyed by (epoch - 1, dataset index) when `indices` is given
+// (epoch unset: 0), else by the next running keys of the streams; then training_loss.
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+                              const TrainingLabels& labels, const at::Tensor* indices, std::optional<std::int64_t> epoch);
+
+// The loss of a denoiser on loader batches ({data, label, index} and the epoch) as a trainer objective: the same
+// numbers as d:loss(model, batch) with the same streams.
+class DiffusionObjective : public train::Objective {
+ public:
+  DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels, std::optional<double> label_dropout);
+
+  at::Tensor loss(const train::Batch& micro) override;
+  std::string describe() const override;
+
+ private:
+  DiffusionTraining training_;
+  Denoiser model_;
+  ModelLabels labels_;
+  std::optional<double> label_dropout_;
+};
+
+}  // namespace runner::diffusion
