@@ -26,6 +26,7 @@ local model = nn.UNet { image = 32, channels = cfg.channels, mults = { 1, 2, 2, 
 model:to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = 1000 }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-4 }, clip = 1.0, amp = "auto",
+                               objective = ddpm:objective(model),
                                steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false,
                                data_parallel = { overlap = cfg.overlap, bucket_mb = cfg.bucket_mb } }
 local local_batch = cfg.batch / dist.world_size
@@ -37,13 +38,13 @@ end
 
 local loss
 for _ = 1, cfg.warmup do
-  loss = train:step(images, function(micro) return ddpm:loss(model, micro) end).loss
+  loss = train:step(images).loss
 end
 synchronize()
 dist.barrier()
 local start = runner.clock()
 for _ = 1, cfg.steps do
-  loss = train:step(images, function(micro) return ddpm:loss(model, micro) end).loss
+  loss = train:step(images).loss
 end
 local last = loss:item()
 synchronize()

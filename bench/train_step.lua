@@ -29,6 +29,7 @@ end
 local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = 1000, schedule = "linear", seed = cfg.seed }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-4, weight_decay = 0 }, clip = 1.0,
+                               objective = ddpm:objective(model),
                                ema = 0.9999, ema_model = make_model():to(device), amp = cfg.amp,
                                steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
 local batch
@@ -38,7 +39,6 @@ else
   batch = { data = torch.randn(cfg.batch, 4, 32, 32, { device = device }),
             label = torch.randint(0, 1000, { cfg.batch }, { device = device }) }
 end
-local function loss_fn(micro) return ddpm:loss(model, micro) end
 
 local function synchronize()
   if on_cuda then torch.cuda.synchronize() end
@@ -46,11 +46,11 @@ end
 
 local out
 local warmup_start = runner.clock()
-for _ = 1, cfg.warmup do out = train:step(batch, loss_fn) end
+for _ = 1, cfg.warmup do out = train:step(batch) end
 synchronize()
 if on_cuda then torch.cuda.reset_peak_memory_stats() end
 local start = runner.clock()
-for _ = 1, cfg.steps do out = train:step(batch, loss_fn) end
+for _ = 1, cfg.steps do out = train:step(batch) end
 local loss = out.loss:item()
 synchronize()
 local seconds = runner.clock() - start
