@@ -2,9 +2,11 @@
 -- timestep sampling, forward and backward under autocast, clip 1.0, AdamW, fp32 EMA); prints `RESULT {json}`.
 --   build/runner bench/train_step.lua model=unet batch=128                       # the CIFAR-10 UNet on CUDA
 --   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256
+--   build/runner bench/train_step.lua model=quickstart batch=32                  # the main job's 16x16 UNet
 --   build/runner bench/train_step.lua model=unet device=cpu channels=32 batch=8 steps=3 warmup=1
 local cfg = config {
-  model = "unet",       -- unet (the DDPM CIFAR-10 UNet) or dit (class-conditional, 32x32x4 latents)
+  model = "unet",       -- unet (the DDPM CIFAR-10 UNet), quickstart (the main job's UNet on 16x16 images) or dit
+                        -- (class-conditional, 32x32x4 latents)
   size = "DiT-B/2",     -- the DiT preset
   channels = 128,       -- the UNet's width (128: 35.7M parameters)
   device = "cuda",      -- cpu, cuda or cuda:N
@@ -14,7 +16,9 @@ local cfg = config {
   warmup = 5,           -- untimed steps before them
   seed = 0,
 }
-if cfg.model ~= "unet" and cfg.model ~= "dit" then runner.usage_error("model must be unet or dit") end
+if cfg.model ~= "unet" and cfg.model ~= "quickstart" and cfg.model ~= "dit" then
+  runner.usage_error("model must be unet, quickstart or dit")
+end
 torch.manual_seed(cfg.seed)
 local device = cfg.device
 local on_cuda = device:find("^cuda") ~= nil
@@ -23,6 +27,8 @@ local function make_model()
   if cfg.model == "unet" then
     return nn.UNet { image = 32, channels = cfg.channels, mults = { 1, 2, 2, 2 }, blocks = 2, attention = { 16 },
                      dropout = 0.1 }
+  elseif cfg.model == "quickstart" then  -- as experiments/quickstart.lua builds it
+    return nn.UNet { image = 16, channels = 32, mults = { 1, 2, 2 }, blocks = 1, attention = { 8 }, dropout = 0, groups = 8 }
   end
   return nn.DiT { size = cfg.size, image = 32, in_channels = 4, classes = 1000, learn_sigma = true }
 end
@@ -33,8 +39,9 @@ local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-4, 
                                ema = 0.9999, ema_model = make_model():to(device), amp = cfg.amp,
                                steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
 local batch
-if cfg.model == "unet" then
-  batch = { data = torch.randn(cfg.batch, 3, 32, 32, { device = device }) }
+if cfg.model ~= "dit" then
+  local side = cfg.model == "quickstart" and 16 or 32
+  batch = { data = torch.randn(cfg.batch, 3, side, side, { device = device }) }
 else
   batch = { data = torch.randn(cfg.batch, 4, 32, 32, { device = device }),
             label = torch.randint(0, 1000, { cfg.batch }, { device = device }) }

@@ -3,7 +3,7 @@
 forward and backward under bf16 autocast (fp32 on the CPU), the loss of the official DDPM/DiT code (MSE, plus
 the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (decay 0.9999).
 
-    ~/.cache/runner/venv/bin/python bench/train_step.py [--device cuda|cpu] [--models unet,dit-b,dit-xl]
+    ~/.cache/runner/venv/bin/python bench/train_step.py [--device cuda|cpu] [--models quickstart,dit-s,unet,dit-b,dit-xl]
         [--steps 20] [--warmup 5] [--rounds 3] [--small] [--no-compile] [--runner build/runner]
 
 - runner: `runner bench/train_step.lua` (runner.trainer with amp "auto", fused AdamW on CUDA, clip 1.0, EMA)
@@ -14,8 +14,9 @@ the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (de
   `torch._foreach_lerp_` over float32 copies.
 - torch.compile: the same with the model wrapped in `torch.compile` (default mode); its warm-up includes
   the compilation.
-- Models (batch): the CIFAR-10 DDPM UNet, 35.7M (128); DiT-B/2 (128) and DiT-XL/2 (256) on 32x32x4 latents
-  with 1000 classes. --small: a UNet of width 32 and DiT-S/2 at batch 8 for a CPU run.
+- Models (batch): the main job's UNet on 16x16 images, experiments/quickstart.lua's (32); DiT-S/2 (64); the
+  CIFAR-10 DDPM UNet, 35.7M (128); DiT-B/2 (128) and DiT-XL/2 (256); the DiTs on 32x32x4 latents with 1000
+  classes. --small: a UNet of width 32 and DiT-S/2, all at batch 8, for a CPU run.
 - Each measurement: --warmup untimed steps, a device sync, --steps timed steps, a sync. Rounds alternate the
   sides; medians are reported with MFU from FLOPs counted by torch's FlopCounterMode (3 x forward) against
   the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another), and peak memory.
@@ -44,9 +45,14 @@ from runner_side import find_runner, run_runner_script  # noqa: E402
 TIMESTEPS = 1000
 UNET = {"channels": 128, "mults": (1, 2, 2, 2), "blocks": 2, "attention": (16,), "dropout": 0.1, "image": 32,
         "in_channels": 3, "classes": 0}
+# experiments/quickstart.lua's UNet (the main job) on 16x16 images
+QUICKSTART_UNET = {"channels": 32, "mults": (1, 2, 2), "blocks": 1, "attention": (8,), "dropout": 0.0, "image": 16,
+                   "in_channels": 3, "classes": 0, "groups": 8}
 DIT_SIZES = {"DiT-S/2": (12, 384, 6), "DiT-B/2": (12, 768, 12), "DiT-XL/2": (28, 1152, 16)}
 # name -> (label, builder, lua overrides, batch, small batch)
 MODELS = {
+    "quickstart": ("main job UNet 16x16", "unet", {"model": "quickstart"}, 32),
+    "dit-s": ("DiT-S/2 32x32x4", "dit", {"model": "dit", "size": "DiT-S/2"}, 64),
     "unet": ("DDPM UNet CIFAR-10", "unet", {"model": "unet"}, 128),
     "dit-b": ("DiT-B/2 32x32x4", "dit", {"model": "dit", "size": "DiT-B/2"}, 128),
     "dit-xl": ("DiT-XL/2 32x32x4", "dit", {"model": "dit", "size": "DiT-XL/2"}, 256),
@@ -84,6 +90,8 @@ def spread(values):
 
 
 def model_options(builder, lua, small):
+    if lua["model"] == "quickstart":
+        return dict(QUICKSTART_UNET)
     if builder == "unet":
         return {**UNET, "channels": 32} if small else dict(UNET)
     depth, hidden, heads = DIT_SIZES["DiT-S/2" if small else lua["size"]]
@@ -95,7 +103,7 @@ def measure_runner(runner, lua, settings):
     overrides = {**lua, **{k: settings[k] for k in ("device", "batch", "steps", "warmup")}}
     if settings["small"] and lua["model"] == "unet":
         overrides["channels"] = 32
-    elif settings["small"]:
+    elif settings["small"] and lua["model"] == "dit":
         overrides["size"] = "DiT-S/2"
     return run_runner_script(runner, "train_step.lua", overrides)
 
@@ -110,7 +118,7 @@ def measure_pytorch(builder, options, settings, compiled):
     forward = torch.compile(model) if compiled else model
     schedule = reference_diffusion.make_schedule("linear", TIMESTEPS)
     batch = settings["batch"]
-    x0 = torch.randn(batch, options["in_channels"], 32, 32, device=device)
+    x0 = torch.randn(batch, options["in_channels"], options["image"], options["image"], device=device)
     labels = torch.randint(0, 1000, (batch,), device=device) if options.get("classes", 0) > 0 else None
 
     def step():
@@ -155,7 +163,7 @@ def measure_pytorch(builder, options, settings, compiled):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--models", default="unet,dit-b,dit-xl")
+    parser.add_argument("--models", default="quickstart,dit-s,unet,dit-b,dit-xl")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
@@ -168,7 +176,7 @@ def main():
     names = args.models.split(",")
     for name in names:
         if name not in MODELS:
-            parser.error(f"unknown model '{name}' (unet, dit-b, dit-xl)")
+            parser.error(f"unknown model '{name}' ({', '.join(MODELS)})")
     runner = find_runner(args.runner)
     device = torch.device(args.device)
     sides = ["runner", "eager"] + ([] if args.no_compile else ["compile"])
@@ -192,7 +200,7 @@ def main():
                 print(f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s} {result['images_per_s']:9.1f} img/s",
                       flush=True)
         net = reference.build(builder, options).to(device)
-        x = torch.randn(1, options["in_channels"], 32, 32, device=device)
+        x = torch.randn(1, options["in_channels"], options["image"], options["image"], device=device)
         t = torch.zeros(1, dtype=torch.long, device=device)
         y = torch.zeros(1, dtype=torch.long, device=device) if options.get("classes", 0) > 0 else None
         train_flops = 3 * forward_flops(net, x, t, y)
@@ -208,7 +216,8 @@ def main():
         rows.append(row)
     print()
     header = f"{'model':10s} {'batch':>5s}" + "".join(f" {side + ' img/s':>14s}" for side in sides) + \
-        f" {'vs eager':>9s}" + ("" if args.no_compile else f" {'vs compile':>10s}") + f" {'MFU runner':>10s} {'mem GiB r/e':>12s}"
+        f" {'vs eager':>9s}" + ("" if args.no_compile else f" {'vs compile':>10s}") + \
+        "".join(f" {'MFU ' + side:>11s}" for side in sides) + f" {'mem GiB r/e':>12s}"
     print(header)
     ratios = []
     for row in rows:
@@ -218,8 +227,9 @@ def main():
         line += f" {ratio:9.2f}"
         if not args.no_compile:
             line += f" {row['runner']['images_per_s'] / row['compile']['images_per_s']:10.2f}"
-        mfu = row["runner"]["mfu_percent"]
-        line += f" {'-' if mfu is None else f'{mfu:.1f}%':>10s}"
+        for side in sides:
+            mfu = row[side]["mfu_percent"]
+            line += f" {'-' if mfu is None else f'{mfu:.1f}%':>11s}"
         mem = (row["runner"]["peak_memory_gib"], row["eager"]["peak_memory_gib"])
         line += f" {'-' if mem[0] is None else f'{mem[0]:.1f}/{mem[1]:.1f}':>12s}"
         print(line)
