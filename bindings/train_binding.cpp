@@ -289,23 +289,52 @@ int trainer_set_objective(lua_State* L) {
   return 0;
 }
 
-// trainer:step_batch(batch) -> {loss, grad_norm, loss_scale, skipped, lr, step}: one step of the trainer's
-// objective over a loader batch ({data, label, index, ...: tensors; epoch: number}).
-int trainer_step_batch(lua_State* L) {
-  train::Trainer& trainer = check_trainer(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
+// A loader batch table ({data, label, index, ...: tensors; epoch: number}) at `index`: its tensors under string
+// keys, in key order, and its epoch.
+train::Batch check_batch(lua_State* L, int index) {
+  luaL_checktype(L, index, LUA_TTABLE);
   train::Batch batch;
   lua_pushnil(L);
-  while (lua_next(L, 2)) {
+  while (lua_next(L, index)) {
     if (lua_type(L, -2) == LUA_TSTRING) {
       if (at::Tensor* tensor = test_tensor(L, -1)) batch.tensors.emplace_back(lua_tostring(L, -2), *tensor);
     }
     lua_pop(L, 1);
   }
   std::sort(batch.tensors.begin(), batch.tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  lua_getfield(L, 2, "epoch");
+  lua_getfield(L, index, "epoch");
   if (lua_type(L, -1) == LUA_TNUMBER) batch.epoch = static_cast<std::int64_t>(lua_tonumber(L, -1));
   lua_pop(L, 1);
+  return batch;
+}
+
+// runner._train.split_batch(batch, count) -> {micro_1, ..., micro_count}: train::split_batch's micro-batches as
+// tables; the batch's other fields are shared.
+int split_batch(lua_State* L) {
+  const std::vector<train::Batch> micro = train::split_batch(check_batch(L, 1), check_integer(L, 2));
+  lua_createtable(L, static_cast<int>(micro.size()), 0);
+  for (std::size_t i = 0; i < micro.size(); ++i) {
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_settable(L, -4);
+    }
+    for (const auto& [name, tensor] : micro[i].tensors) {
+      push_tensor(L, tensor);
+      lua_setfield(L, -2, name.c_str());
+    }
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+// trainer:step_batch(batch) -> {loss, grad_norm, loss_scale, skipped, lr, step}: one step of the trainer's
+// objective over a loader batch.
+int trainer_step_batch(lua_State* L) {
+  train::Trainer& trainer = check_trainer(L, 1);
+  const train::Batch batch = check_batch(L, 2);
   train::StepResult result;
   try {
     result = trainer.step(batch);
@@ -507,6 +536,7 @@ void open_train(lua_State* L) {
                     {"device_memory", wrap<device_memory>},
                     {"empty_device_cache", wrap<empty_device_cache>},
                     {"step_range", wrap<step_range>},
+                    {"split_batch", wrap<split_batch>},
                     {"profiler_start", wrap<profiler_start>},
                     {"profiler_stop", wrap<profiler_stop>}});
   lua_setfield(L, -2, "_train");

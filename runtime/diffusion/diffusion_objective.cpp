@@ -8,6 +8,14 @@
 #include <utility>
 
 namespace runner::diffusion {
+namespace {
+
+void require_null_label(bool has_labels, double dropout, const std::optional<std::int64_t>& null_label) {
+  if (has_labels && dropout > 0 && !null_label)
+    throw std::invalid_argument("loss: label_dropout needs a model with a null label (class_dropout > 0)");
+}
+
+}  // namespace
 
 TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::optional<at::Tensor> batch_labels,
                                std::optional<at::Tensor> given_labels, std::optional<double> label_dropout,
@@ -26,8 +34,7 @@ TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::opt
         fmt::format("loss: the model is class-conditional ({} classes) but the batch has no labels", model->classes));
   out.dropout = label_dropout ? *label_dropout : model ? model->class_dropout : 0.0;
   if (model) out.null_label = model->null_label;
-  if (out.labels && out.dropout > 0 && !out.null_label)
-    throw std::invalid_argument("loss: label_dropout needs a model with a null label (class_dropout > 0)");
+  require_null_label(out.labels.has_value(), out.dropout, out.null_label);
   if (!out.labels) out.dropout = 0;
   if (out.labels && out.labels->device() != device) out.labels = out.labels->to(device);
   return out;
@@ -64,8 +71,7 @@ DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser mode
     : training_(std::move(training)), model_(std::move(model)), labels_(labels), label_dropout_(label_dropout) {
   if (label_dropout_ && (*label_dropout_ < 0 || *label_dropout_ >= 1))
     throw std::invalid_argument(fmt::format("objective: label_dropout must be in [0, 1), got {}", *label_dropout_));
-  if (labels_.classes > 0 && label_dropout_.value_or(labels_.class_dropout) > 0 && !labels_.null_label)
-    throw std::invalid_argument("loss: label_dropout needs a model with a null label (class_dropout > 0)");
+  require_null_label(labels_.classes > 0, label_dropout_.value_or(labels_.class_dropout), labels_.null_label);
 }
 
 at::Tensor DiffusionObjective::loss(const train::Batch& micro) {

@@ -118,30 +118,13 @@ function Trainer:__tostring()
   return string.format("Trainer(step %d, %s, %s)", self.step_count, self.native:precision(), self.native:describe_schedule())
 end
 
--- The micro-batches of a loader batch: every tensor whose first dimension is the batch size is split into
--- `count` equal parts; other fields are shared.
+-- The micro-batches of a batch (a loader batch or an image tensor): runtime/train/objective.h's split_batch, every
+-- tensor whose first dimension is the batch size in `count` equal parts, other fields shared.
 local function split_batch(batch, count)
   if count == 1 then return { batch } end
-  local size
-  if torch.is_tensor(batch) then size = batch.shape[1] else size = batch.data and batch.data.shape[1] end
-  if size == nil then error("train:step: cannot split a batch without a 'data' tensor into micro-batches", 3) end
-  if size % count ~= 0 then
-    error(string.format("train:step: a batch of %d does not split into %d equal micro-batches (accumulate)", size, count), 3)
-  end
-  local part = size / count
-  local micro = {}
-  for i = 1, count do
-    if torch.is_tensor(batch) then
-      micro[i] = batch:narrow(1, (i - 1) * part + 1, part)
-    else
-      local m = {}
-      for k, v in pairs(batch) do
-        if torch.is_tensor(v) and v:dim() > 0 and v.shape[1] == size then m[k] = v:narrow(1, (i - 1) * part + 1, part)
-        else m[k] = v end
-      end
-      micro[i] = m
-    end
-  end
+  if not torch.is_tensor(batch) then return native.split_batch(batch, count) end
+  local micro = native.split_batch({ data = batch }, count)
+  for i, m in ipairs(micro) do micro[i] = m.data end
   return micro
 end
 
