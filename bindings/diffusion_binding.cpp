@@ -403,6 +403,8 @@ void open_diffusion(lua_State* L) {
   set_functions(L, {{"new", wrap<diffusion_new>},
                     {"initial_noise", wrap<diffusion_initial_noise>},
                     {"sampling_timesteps", wrap<diffusion_sampling_timesteps>}});
+  lua_pushinteger(L, diff::kSampleStreamsGenerator);
+  lua_setfield(L, -2, "stream_generator");
   luaL_getmetatable(L, kDiffusionType);
   lua_getfield(L, -1, "__index");
   lua_setfield(L, -3, "methods");

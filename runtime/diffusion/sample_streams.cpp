@@ -1,4 +1,4 @@
-// Keyed per-sample random streams: counter generators on the host, reseeded device generators for noise.
+// Keyed per-sample random streams: Philox words of (seed, stream, key, element) turned into timesteps, noise and drops.
 #include "runtime/diffusion/sample_streams.h"
 
 #include <ATen/ATen.h>
@@ -6,14 +6,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "runtime/core/dtype.h"
 #include "runtime/data/sample_rng.h"
+#include "runtime/diffusion/philox.h"
 
 namespace runner::diffusion {
 namespace {
@@ -25,15 +26,42 @@ constexpr std::uint64_t kCounterKeyBit = 1ull << 63;
 constexpr int kIndexBits = 40;
 constexpr std::int64_t kMaxEpoch = std::int64_t{1} << (63 - kIndexBits);
 
-// The keys as a contiguous int64 CPU tensor; throws for anything else.
-at::Tensor checked_keys(const at::Tensor& keys) {
-  if (!keys.defined() || keys.dim() != 1 || keys.scalar_type() != at::kLong || !keys.is_cpu()) {
+constexpr std::int64_t kLow32 = 0xFFFFFFFFll;
+
+// The keys on `device`: a CPU tensor goes to a GPU through pinned memory without blocking. Throws for
+// anything but int64 [B].
+at::Tensor checked_keys(const at::Tensor& keys, at::Device device) {
+  if (!keys.defined() || keys.dim() != 1 || keys.scalar_type() != at::kLong) {
     std::ostringstream got;
     if (keys.defined()) got << core::dtype_name(keys.scalar_type()) << " " << keys.sizes() << " on " << keys.device();
     else got << "an undefined tensor";
-    throw std::invalid_argument("sample keys must be an int64 CPU tensor of shape [B], got " + got.str());
+    throw std::invalid_argument("sample keys must be an int64 tensor of shape [B], got " + got.str());
   }
-  return keys.contiguous();
+  if (keys.device() == device) return keys;
+  if (keys.is_cpu() && device.is_cuda()) return keys.pin_memory().to(device, /*non_blocking=*/true);
+  return keys.to(device);
+}
+
+// The Philox key of one of a seed's streams.
+std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
+  return data::splitmix64(data::splitmix64(seed) ^ stream);
+}
+
+// The words of element blocks [0, blocks) of each key: four int64 tensors [B, blocks] of 32-bit words.
+std::array<at::Tensor, 4> sample_words(std::uint64_t seed, std::uint64_t stream, const at::Tensor& keys,
+                                       std::int64_t blocks) {
+  const at::Tensor key = keys.reshape({-1, 1});
+  const at::Tensor block = at::arange(blocks, keys.options()).reshape({1, -1});
+  return philox4x32_10({block, at::zeros({}, keys.options()), key.bitwise_and(kLow32),
+                        at::bitwise_right_shift(key, 32).bitwise_and_(kLow32)},
+                       stream_key(seed, stream));
+}
+
+// Standard normals from two pairs of words (Box-Muller): u1 = (a + 1) 2^-32 in (0, 1], u2 = b 2^-32.
+std::array<at::Tensor, 2> box_muller(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor radius = (a.to(at::kDouble) + 1).mul_(0x1.0p-32).log_().mul_(-2).sqrt_();
+  const at::Tensor angle = b.to(at::kDouble).mul_(2 * M_PI * 0x1.0p-32);
+  return {radius * at::cos(angle), radius * at::sin(angle)};
 }
 
 }  // namespace
@@ -52,69 +80,47 @@ SampleStreams::SampleStreams(std::uint64_t seed) : seed_(seed) {}
 
 at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
                                     const TimestepSampling& sampling) const {
-  const at::Tensor k = checked_keys(keys);
+  const at::Tensor k = checked_keys(keys, device);
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
-  at::Tensor out = at::empty({k.size(0)}, at::TensorOptions().dtype(at::kLong));
-  const std::int64_t* key = k.data_ptr<std::int64_t>();
-  std::int64_t* t = out.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < k.size(0); ++i) {
-    data::SampleRng rng(seed_, kTimestepStream, static_cast<std::uint64_t>(key[i]));
-    if (sampling.kind == TimestepSampling::Kind::uniform) {
-      t[i] = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(timesteps)));
-      continue;
-    }
-    // Box-Muller: 1 - uniform is in (0, 1], so the logarithm is finite.
-    const double radius = std::sqrt(-2.0 * std::log(1.0 - rng.uniform()));
-    const double normal = radius * std::cos(2.0 * M_PI * rng.uniform());
-    const double u = 1.0 / (1.0 + std::exp(-(sampling.logit_mean + sampling.logit_std * normal)));
-    t[i] = std::min(static_cast<std::int64_t>(u * static_cast<double>(timesteps)), timesteps - 1);
+  const auto words = sample_words(seed_, kTimestepStream, k, 1);
+  at::Tensor u;
+  if (sampling.kind == TimestepSampling::Kind::uniform) {
+    u = uniform53(words[0], words[1]);
+  } else {
+    // Box-Muller on 53-bit uniforms: 1 - uniform is in (0, 1], so the logarithm is finite.
+    const at::Tensor radius = uniform53(words[0], words[1]).neg_().add_(1).log_().mul_(-2).sqrt_();
+    const at::Tensor normal = radius * at::cos(uniform53(words[2], words[3]).mul_(2 * M_PI));
+    u = at::sigmoid(normal.mul_(sampling.logit_std).add_(sampling.logit_mean));
   }
-  return out.to(device);
+  return u.mul_(static_cast<double>(timesteps)).floor_().to(at::kLong).clamp_max_(timesteps - 1).reshape({-1});
 }
 
 at::Tensor SampleStreams::label_drop(const at::Tensor& keys, double p, at::Device device) const {
-  const at::Tensor k = checked_keys(keys);
+  const at::Tensor k = checked_keys(keys, device);
   if (!(p >= 0 && p <= 1)) {
     throw std::invalid_argument(fmt::format("label drop probability must be in [0, 1], got {}", p));
   }
-  at::Tensor out = at::empty({k.size(0)}, at::TensorOptions().dtype(at::kBool));
-  const std::int64_t* key = k.data_ptr<std::int64_t>();
-  bool* drop = out.data_ptr<bool>();
-  for (std::int64_t i = 0; i < k.size(0); ++i) {
-    data::SampleRng rng(seed_, kLabelDropStream, static_cast<std::uint64_t>(key[i]));
-    drop[i] = rng.uniform() < p;
-  }
-  return out.to(device);
-}
-
-std::uint64_t SampleStreams::noise_seed(std::int64_t key) const {
-  return data::SampleRng(seed_, kNoiseStream, static_cast<std::uint64_t>(key)).next();
+  const auto words = sample_words(seed_, kLabelDropStream, k, 1);
+  return uniform53(words[0], words[1]).lt(p).reshape({-1});
 }
 
 at::Tensor SampleStreams::noise(const at::Tensor& keys, at::IntArrayRef sample_shape,
                                 const at::TensorOptions& options) const {
-  const at::Tensor k = checked_keys(keys);
-  if (!at::isFloatingType(c10::typeMetaToScalarType(options.dtype()))) {
-    throw std::invalid_argument(
-        fmt::format("noise dtype must be floating point, got {}", core::dtype_name(c10::typeMetaToScalarType(options.dtype()))));
+  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
+  if (!at::isFloatingType(dtype)) {
+    throw std::invalid_argument(fmt::format("noise dtype must be floating point, got {}", core::dtype_name(dtype)));
   }
+  const at::Tensor k = checked_keys(keys, options.device());
   std::vector<std::int64_t> shape{k.size(0)};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
-  at::Tensor out = at::empty(shape, options);
-  if (out.numel() == 0) return out;
-  // A private generator: reseeding it per sample leaves the global stream alone.
-  at::Generator generator = at::globalContext().defaultGenerator(out.device()).clone();
-  const std::int64_t* key = k.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < k.size(0); ++i) {
-    {
-      // The sampling kernels take this mutex themselves, so it is held for the reseed only.
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(noise_seed(key[i]));
-    }
-    // Filling a contiguous row in place draws exactly what at::randn(sample_shape, generator) would.
-    out.select(0, i).normal_(0, 1, generator);
-  }
-  return out;
+  std::int64_t per_sample = 1;
+  for (const std::int64_t size : sample_shape) per_sample *= size;
+  if (k.size(0) == 0 || per_sample == 0) return at::empty(shape, options);
+  const auto words = sample_words(seed_, kNoiseStream, k, (per_sample + 3) / 4);
+  const auto [z0, z1] = box_muller(words[0], words[1]);
+  const auto [z2, z3] = box_muller(words[2], words[3]);
+  // Block b holds elements 4b .. 4b + 3 of its sample.
+  return at::stack({z0, z1, z2, z3}, 2).reshape({k.size(0), -1}).narrow(1, 0, per_sample).reshape(shape).to(options);
 }
 
 at::Tensor SampleStreams::next_keys(std::int64_t n) {

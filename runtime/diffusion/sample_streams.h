@@ -25,21 +25,34 @@ struct TimestepSampling {
 TimestepSampling::Kind parse_timestep_sampling(const std::string& name);
 std::string timestep_sampling_name(TimestepSampling::Kind kind);
 
-// Every draw of a sample is a pure function of (seed, stream, key). Keys are int64 CPU tensors [B]: a
-// loader sample's (epoch, dataset index) through loader_keys, or a running count from next_keys.
-// Timesteps and label dropout come from a splitmix64 counter generator (runtime/data/sample_rng.h);
-// noise is randn from a clone of the device's default generator seeded with noise_seed(key) for each
-// sample (on the CPU, whose mt19937 takes 32-bit seeds, only the low 32 bits of that seed count).
+// Every draw of a sample is a pure function of (seed, stream, key, element): Philox4x32-10 words
+// (runtime/diffusion/philox.h) of the counter (element block, sample key) under a key derived from (seed,
+// stream), computed in tensor ops on the device the draw is for. The host does nothing but copy the keys
+// (asynchronously, from pinned memory), nothing waits for the device, and the CPU and a GPU draw the same
+// integers (timesteps, label dropout) and the same noise up to the last bit of float64 log/cos/sin.
+// Keys are int64 tensors [B] on any device: a loader sample's (epoch, dataset index) through loader_keys, or
+// a running count from next_keys.
+class SampleStreams;
+
+// Which generator made a stream's draws; checkpoints record it (d:state()).
+//   1: splitmix64 on the host for timesteps and label dropout, noise from the device's generator reseeded per
+//      sample (runner before the draws moved to the device);
+//   2: Philox4x32-10 in tensor ops for all three, as described above.
+constexpr int kSampleStreamsGenerator = 2;
+
 class SampleStreams {
  public:
   explicit SampleStreams(std::uint64_t seed);
 
   std::uint64_t seed() const { return seed_; }
 
-  // int64 [B] in 0..T-1, uniform (no modulo bias) or as `sampling` says.
+  // int64 [B] in 0..T-1: floor(T u) with u uniform on 53 bits (each timestep's probability off by less than
+  // T 2^-53), or as `sampling` says.
   at::Tensor timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
                        const TimestepSampling& sampling = {}) const;
-  // [B, sample_shape...] standard normal, floating dtype and device from options.
+  // [B, sample_shape...] standard normal (Box-Muller in float64 on 32-bit uniforms, so within 6.66 standard
+  // deviations), floating dtype and device from options; element j of a sample is the same for any shape
+  // with j elements or more.
   at::Tensor noise(const at::Tensor& keys, at::IntArrayRef sample_shape, const at::TensorOptions& options) const;
   // bool [B]: true (drop the label) with probability p.
   at::Tensor label_drop(const at::Tensor& keys, double p, at::Device device) const;
@@ -52,9 +65,6 @@ class SampleStreams {
 
   // epoch * 2^40 + index for each dataset index: epoch in [0, 2^23), indices in [0, 2^40).
   static at::Tensor loader_keys(std::int64_t epoch, const at::Tensor& indices);
-
-  // The generator seed of a sample's noise.
-  std::uint64_t noise_seed(std::int64_t key) const;
 
  private:
   std::uint64_t seed_;

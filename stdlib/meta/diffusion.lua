@@ -108,6 +108,16 @@ function Diffusion:info() end
 ---@return integer
 function Diffusion:stream_counter(value) end
 
+--- What a checkpoint keeps of the diffusion (run:restore{state = {ddpm = d}}): the running key counter and the
+--- version of the generator that made the training draws (docs/models-and-diffusion.md, "Random streams").
+---@return {stream_counter: integer, stream_generator: integer}
+function Diffusion:state() end
+
+--- Continues the training streams where state() left them; warns when the state comes from another generator
+--- version (a state without stream_generator is version 1).
+---@param state {stream_counter: integer, stream_generator?: integer}
+function Diffusion:load_state(state) end
+
 --- The timesteps `steps` sampling steps visit, descending.
 ---@return integer[]
 function runner.diffusion.sampling_timesteps(timesteps, steps) end

@@ -52,10 +52,22 @@ function methods:objective(model, options)
   return self:_objective(model, options.label_dropout)
 end
 
---- d:state() -> {stream_counter}: what a checkpoint keeps of the diffusion (run:restore{state = {ddpm = d}}).
-function methods:state() return { stream_counter = self:stream_counter() } end
---- d:load_state(state): continues the training streams where state() left them.
-function methods:load_state(state) self:stream_counter(state.stream_counter) end
+--- d:state() -> {stream_counter, stream_generator}: what a checkpoint keeps of the diffusion
+--- (run:restore{state = {ddpm = d}}): the running key counter and the version of the generator of the draws.
+function methods:state()
+  return { stream_counter = self:stream_counter(), stream_generator = native.stream_generator }
+end
+--- d:load_state(state): continues the training streams where state() left them; warns when the state's draws
+--- came from another generator version (a state without one is version 1).
+function methods:load_state(state)
+  local made_by = state.stream_generator or 1
+  if made_by ~= native.stream_generator then
+    runner.log.warn("diffusion: the checkpoint's training draws (timesteps, noise, label dropout) came from "
+      .. "generator version %d and this runner draws with version %d, so the resumed run does not draw what the "
+      .. "original run would have", made_by, native.stream_generator)
+  end
+  self:stream_counter(state.stream_counter)
+end
 
 local function labels_tensor(labels, n, device)
   if labels == nil then return nil end

@@ -1,4 +1,4 @@
-// Tests of runtime/diffusion: noise schedules, training targets and losses, samplers, keyed random streams.
+// Tests of runtime/diffusion: noise schedules, training targets and losses, samplers.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -15,9 +15,7 @@
 #include "runtime/core/interrupt.h"
 #include "runtime/diffusion/gaussian_diffusion.h"
 #include "runtime/diffusion/noise_schedule.h"
-#include "runtime/diffusion/sample_streams.h"
 #include "runtime/diffusion/sampler.h"
-#include "tests/cpp/cuda_skip.h"
 
 using namespace runner::diffusion;
 
@@ -562,105 +560,3 @@ TEST_CASE("sampling runs without gradients, with autocast off unless asked, and 
   CHECK(runner::core::take_interrupt());
 }
 
-TEST_CASE("sample streams: a sample's draws do not depend on how its batch is split", "[diffusion]") {
-  const SampleStreams streams(1234);
-  const at::Tensor keys = SampleStreams::loader_keys(3, at::arange(16, at::kLong));
-  const at::Tensor front = keys.narrow(0, 0, 5), back = keys.narrow(0, 5, 11);
-  const auto float32 = at::TensorOptions().dtype(at::kFloat);
-
-  const at::Tensor noise = streams.noise(keys, {3, 4, 4}, float32);
-  CHECK(noise.sizes() == at::IntArrayRef({16, 3, 4, 4}));
-  CHECK(at::equal(noise, at::cat({streams.noise(front, {3, 4, 4}, float32), streams.noise(back, {3, 4, 4}, float32)})));
-  CHECK(at::equal(streams.noise(keys.flip(0), {3, 4, 4}, float32), noise.flip(0)));
-  const at::Tensor steps = streams.timesteps(keys, 1000, at::kCPU);
-  CHECK(steps.scalar_type() == at::kLong);
-  CHECK(at::equal(steps, at::cat({streams.timesteps(front, 1000, at::kCPU), streams.timesteps(back, 1000, at::kCPU)})));
-  const at::Tensor drop = streams.label_drop(keys, 0.5, at::kCPU);
-  CHECK(drop.scalar_type() == at::kBool);
-  CHECK(at::equal(drop, at::cat({streams.label_drop(front, 0.5, at::kCPU), streams.label_drop(back, 0.5, at::kCPU)})));
-
-  // Each row is randn from a generator seeded with the sample's noise seed; the global generator is untouched.
-  const std::int64_t key = keys[7].item<std::int64_t>();
-  CHECK(at::equal(noise[7], at::randn({3, 4, 4}, at::detail::createCPUGenerator(streams.noise_seed(key)))));
-  at::manual_seed(9);
-  const at::Tensor before = at::randn({4});
-  at::manual_seed(9);
-  streams.noise(keys, {2}, float32);
-  CHECK(at::equal(at::randn({4}), before));
-
-  const at::Tensor doubles = streams.noise(keys, {5}, at::TensorOptions().dtype(at::kDouble));
-  CHECK(doubles.scalar_type() == at::kDouble);
-}
-
-TEST_CASE("sample streams on CUDA: the same timesteps as on the CPU, noise independent of the split", "[diffusion][cuda]") {
-  SKIP_WITHOUT_CUDA("sample streams on a CUDA device");
-  const SampleStreams streams(1234);
-  const at::Tensor keys = SampleStreams::loader_keys(3, at::arange(16, at::kLong));
-  const at::Tensor front = keys.narrow(0, 0, 5), back = keys.narrow(0, 5, 11);
-  const auto cuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
-  const at::Tensor on_gpu = streams.noise(keys, {3, 4, 4}, cuda);
-  CHECK(on_gpu.is_cuda());
-  CHECK(at::equal(on_gpu, at::cat({streams.noise(front, {3, 4, 4}, cuda), streams.noise(back, {3, 4, 4}, cuda)})));
-  CHECK(at::equal(streams.timesteps(keys, 1000, at::kCUDA).cpu(), streams.timesteps(keys, 1000, at::kCPU)));
-}
-
-TEST_CASE("sample streams differ across seeds, streams and keys", "[diffusion]") {
-  const SampleStreams one(1), two(2);
-  const at::Tensor keys = SampleStreams::loader_keys(0, at::arange(1000, at::kLong));
-  const auto float32 = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor noise = one.noise(keys, {8}, float32);
-  CHECK_FALSE(at::equal(noise, two.noise(keys, {8}, float32)));
-  CHECK_FALSE(at::equal(noise[0], noise[1]));
-  const at::Tensor steps = one.timesteps(keys, 1000, at::kCPU);
-  CHECK((steps == two.timesteps(keys, 1000, at::kCPU)).sum().item<std::int64_t>() < 10);
-  CHECK_FALSE(at::equal(one.label_drop(keys, 0.5, at::kCPU), two.label_drop(keys, 0.5, at::kCPU)));
-  // Were the timestep and label-drop streams the same, timestep 0 of 2 would coincide with keeping the label.
-  const double agreement = (one.timesteps(keys, 2, at::kCPU).eq(0) == one.label_drop(keys, 0.5, at::kCPU).logical_not())
-                               .to(at::kDouble).mean().item<double>();
-  CHECK(agreement > 0.4);
-  CHECK(agreement < 0.6);
-  // The same dataset index in another epoch draws afresh.
-  CHECK_FALSE(at::equal(one.noise(SampleStreams::loader_keys(1, at::arange(4, at::kLong)), {8}, float32),
-                        noise.narrow(0, 0, 4)));
-}
-
-TEST_CASE("sample stream timesteps are uniform and label drop has its rate", "[diffusion]") {
-  const SampleStreams streams(77);
-  const at::Tensor keys = SampleStreams::loader_keys(0, at::arange(20000, at::kLong));
-  const at::Tensor steps = streams.timesteps(keys, 10, at::kCPU);
-  CHECK(steps.min().item<std::int64_t>() == 0);
-  CHECK(steps.max().item<std::int64_t>() == 9);
-  const at::Tensor counts = at::bincount(steps, {}, 10).to(at::kDouble);
-  const double chi_square = ((counts - 2000).pow(2) / 2000).sum().item<double>();
-  CHECK(chi_square < 40);  // 9 degrees of freedom: P(chi^2 > 40) < 1e-5
-
-  const double rate = streams.label_drop(keys, 0.1, at::kCPU).to(at::kDouble).mean().item<double>();
-  CHECK(rate > 0.09);
-  CHECK(rate < 0.11);
-  CHECK_FALSE(streams.label_drop(keys, 0, at::kCPU).any().item<bool>());
-  CHECK(streams.label_drop(keys, 1, at::kCPU).all().item<bool>());
-}
-
-TEST_CASE("sample keys: counter keys never equal loader keys, loader keys combine epoch and index", "[diffusion]") {
-  SampleStreams streams(5);
-  const std::int64_t top = std::numeric_limits<std::int64_t>::min();
-  CHECK(at::equal(streams.next_keys(3), at::tensor({top, top | 1, top | 2}, at::kLong)));
-  CHECK(at::equal(streams.next_keys(2), at::tensor({top | 3, top | 4}, at::kLong)));
-  CHECK(streams.counter() == 5);
-  CHECK(streams.next_keys(0).numel() == 0);
-  streams.set_counter(100);
-  CHECK(streams.next_keys(1)[0].item<std::int64_t>() == (top | 100));
-  CHECK(at::equal(SampleStreams::loader_keys(2, at::tensor({0, 5}, at::kLong)),
-                  at::tensor({std::int64_t{2} << 40, (std::int64_t{2} << 40) + 5}, at::kLong)));
-
-  REQUIRE_THROWS_WITH(SampleStreams::loader_keys(0, at::tensor({-1}, at::kLong)),
-                      "dataset index must be in [0, 2^40), got -1");
-  REQUIRE_THROWS_WITH(SampleStreams::loader_keys(-1, at::tensor({0}, at::kLong)),
-                      "epoch must be in [0, 8388608), got -1");
-  REQUIRE_THROWS_WITH(streams.timesteps(at::tensor({1.0f, 2.0f}), 10, at::kCPU),
-                      "sample keys must be an int64 CPU tensor of shape [B], got float32 [2] on cpu");
-  REQUIRE_THROWS_WITH(streams.label_drop(at::tensor({1}, at::kLong), 1.5, at::kCPU),
-                      "label drop probability must be in [0, 1], got 1.5");
-  REQUIRE_THROWS_WITH(streams.noise(at::tensor({1}, at::kLong), {2}, at::TensorOptions().dtype(at::kLong)),
-                      "noise dtype must be floating point, got int64");
-}

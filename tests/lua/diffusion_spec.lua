@@ -322,6 +322,33 @@ describe("keyed training streams", function()
     expect_true(again:equal(loss_1) and details_again.t:equal(details_1.t), "set back, the counter repeats its draws")
   end)
 
+  it("state() records the counter and the generator version; loading another version's state warns", function()
+    local function model(x, t) return x * 0.5 + t:float():view(-1, 1, 1, 1) * 1e-3 end
+    local x = data[{ first }]
+    local d = runner.diffusion.gaussian { timesteps = 1000, seed = 7 }
+    d:loss(model, x)
+    local state = d:state()
+    expect_eq(state.stream_counter, 3)
+    expect_eq(state.stream_generator, 2, "the generator of the draws")
+    local warnings = {}
+    local warn = runner.log.warn
+    runner.log.warn = function(format, ...) warnings[#warnings + 1] = string.format(format, ...) end
+    local ok, err = pcall(function()
+      local resumed = runner.diffusion.gaussian { timesteps = 1000, seed = 7 }
+      resumed:load_state(state)
+      expect_eq(#warnings, 0, "a state of this version loads quietly")
+      expect_eq(resumed:stream_counter(), 3)
+      resumed:load_state { stream_counter = 6 }
+      expect_eq(resumed:stream_counter(), 6, "an older state still sets the counter")
+    end)
+    runner.log.warn = warn
+    assert(ok, err)
+    expect_eq(#warnings, 1, "a state without a generator version (version 1) warns")
+    expect_eq(warnings[1], "diffusion: the checkpoint's training draws (timesteps, noise, label dropout) came from "
+      .. "generator version 1 and this runner draws with version 2, so the resumed run does not draw what the "
+      .. "original run would have")
+  end)
+
   -- 4000 draws: the mean of 4000 uniform timesteps in 0..9 has standard deviation 0.045, the mean square of 64000
   -- normal values 0.0056; the bounds are about 5 standard deviations.
   it("timesteps are uniform over 0..T-1 and the noise is standard normal", function()
