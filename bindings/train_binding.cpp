@@ -368,6 +368,17 @@ int trainer_state_version(lua_State* L) {
   return 1;
 }
 
+// trainer:raise_pending_stop(): on_nonfinite = "stop" raises a stopped step not yet raised (Trainer::raise_pending_stop).
+int trainer_raise_pending_stop(lua_State* L) {
+  train::Trainer& trainer = check_trainer(L, 1);
+  try {
+    trainer.raise_pending_stop();
+  } catch (const train::NonFiniteError& error) {
+    throw std::runtime_error(error.what());
+  }
+  return 0;
+}
+
 int trainer_step_count(lua_State* L) {
   lua_pushnumber(L, static_cast<lua_Number>(check_trainer(L, 1).step_count()));
   return 1;
@@ -512,6 +523,7 @@ void open_train(lua_State* L) {
                             {{"step", wrap<trainer_step>},
                              {"timing", wrap<trainer_timing>},
                              {"step_count", wrap<trainer_step_count>},
+                             {"raise_pending_stop", wrap<trainer_raise_pending_stop>},
                              {"state_version", wrap<trainer_state_version>},
                              {"precision", wrap<trainer_precision>},
                              {"lr", wrap<trainer_lr>},

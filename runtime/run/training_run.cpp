@@ -93,6 +93,7 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 }
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
+  trainer_->raise_pending_stop();  // on_nonfinite = "stop": a checkpoint after a stopped step would hide it
   trainer_->check_ranks_agree();  // a checkpoint of ranks that diverged would hide it
   // Rank 0 saves the state, which is the same on every rank, and every rank's random generators.
   std::vector<train::NamedTensorList> rank_rng_states;
@@ -193,12 +194,18 @@ void TrainingRun::stop(const std::string& name, int exit_status) {
 
 std::optional<std::string> TrainingRun::finish() {
   core::set_graceful_stop(false);
+  std::optional<std::string> failure;
+  try {
+    trainer_->raise_pending_stop();  // on_nonfinite = "stop" after the last step
+  } catch (const train::NonFiniteError& error) {
+    failure = error.what();
+  }
   try {
     report_saves(true);
   } catch (const std::exception& error) {
-    return std::string(error.what());
+    return failure ? *failure + "; " + error.what() : std::string(error.what());
   }
-  return std::nullopt;
+  return failure;
 }
 
 }  // namespace runner::run

@@ -11,13 +11,21 @@
 
 namespace runner::train {
 
-at::Tensor total_norm(const std::vector<at::Tensor>& grads, double norm_type) {
+at::Tensor total_norm(const std::vector<at::Tensor>& grads, double norm_type, std::vector<at::Tensor>* per_tensor) {
   if (grads.empty()) throw std::invalid_argument("the gradient norm of no tensors");
-  std::map<std::pair<std::string, at::ScalarType>, std::vector<at::Tensor>> buckets;
-  for (const auto& g : grads) buckets[{g.device().str(), g.scalar_type()}].push_back(g);
+  std::map<std::pair<std::string, at::ScalarType>, std::vector<std::size_t>> buckets;
+  for (std::size_t i = 0; i < grads.size(); ++i) buckets[{grads[i].device().str(), grads[i].scalar_type()}].push_back(i);
+  if (per_tensor) per_tensor->assign(grads.size(), at::Tensor());
   std::vector<at::Tensor> norms;
-  for (auto& [key, bucket] : buckets)
-    for (auto& norm : at::_foreach_norm(bucket, norm_type)) norms.push_back(norm.to(grads.front().device()));
+  for (auto& [key, members] : buckets) {
+    std::vector<at::Tensor> bucket;
+    for (const std::size_t i : members) bucket.push_back(grads[i]);
+    const std::vector<at::Tensor> bucket_norms = at::_foreach_norm(bucket, norm_type);
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      if (per_tensor) (*per_tensor)[members[j]] = bucket_norms[j];
+      norms.push_back(bucket_norms[j].to(grads.front().device()));
+    }
+  }
   return at::linalg_vector_norm(at::stack(norms), norm_type);
 }
 

@@ -91,11 +91,11 @@ std::string nonfinite_counts(const at::Tensor& tensor) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-std::string list_nonfinite(const NamedTensorList& tensors, bool grads) {
+std::string list_nonfinite(const NamedTensorList& tensors) {
   std::vector<std::string> found;
   int64_t more = 0;
   for (const auto& [name, tensor] : tensors) {
-    const std::string counts = nonfinite_counts(grads ? tensor.grad() : tensor.detach());
+    const std::string counts = nonfinite_counts(tensor.detach());
     if (counts.empty()) continue;
     if (found.size() < 8) found.push_back(fmt::format("{} ({})", name, counts));
     else ++more;
@@ -136,6 +136,16 @@ NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
 struct Trainer::Events {
   std::vector<c10::Event> marks;  // start, after backward, after the optimizer, after EMA
   bool pending = false;
+};
+
+// A step's stop latch on its way to the host, and what the report of its non-finite values says.
+struct Trainer::PendingStop {
+  std::int64_t step = 0;
+  at::Tensor flag;                    // float [1] on the host (pinned on CUDA)
+  std::optional<c10::Event> copied;   // CUDA: the copy into `flag` is done
+  std::vector<at::Tensor> micro_losses;
+  NamedTensorList grad_norms;         // the trainable parameters' gradient norms, by name
+  NamedTensorList inputs;
 };
 
 Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
@@ -182,9 +192,9 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
 
 Trainer::~Trainer() = default;
 
-at::Tensor Trainer::global_norm(const std::vector<at::Tensor>& grads) const {
+at::Tensor Trainer::global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor) const {
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  return total_norm(grads).to(at::kFloat);
+  return total_norm(grads, 2.0, per_tensor).to(at::kFloat);
 }
 
 std::vector<at::Tensor> Trainer::trainable_grads() const {
@@ -270,25 +280,31 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   const at::Tensor loss_bad = at::logical_not(at::isfinite(loss_mean)).to(at::kFloat).reshape({1});
   at::Tensor found;
   at::Tensor grad_norm;
+  std::vector<at::Tensor> grad_norms;
   if (scaler_) {
     const at::Tensor found_inf = scaler_->unscale(grads);
-    grad_norm = global_norm(grads);
+    grad_norm = global_norm(grads, &grad_norms);
     found = at::maximum(found_inf, loss_bad);
-    if (options_.on_nonfinite == NonFinitePolicy::stop && loss_bad.item<float>() != 0)
-      throw NonFiniteError(nonfinite_report(micro_losses, inputs));
     found_inf.copy_(found);
     found = found_inf;
   } else {
-    grad_norm = global_norm(grads);
+    grad_norm = global_norm(grads, &grad_norms);
     found = at::maximum(loss_bad, at::logical_not(at::isfinite(grad_norm)).to(at::kFloat).reshape({1}));
-    if (options_.on_nonfinite == NonFinitePolicy::stop && found.item<float>() != 0)
-      throw NonFiniteError(nonfinite_report(micro_losses, inputs));
+  }
+  // The update is skipped on the device when `skip` is set: a non-finite step, and under on_nonfinite = "stop"
+  // every step after one (the latch), until the stop is raised from the host one step later.
+  at::Tensor skip = found;
+  const bool stop_policy = options_.on_nonfinite == NonFinitePolicy::stop;
+  if (stop_policy) {
+    if (!stop_latch_.defined()) stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    at::maximum_out(stop_latch_, stop_latch_, scaler_ ? loss_bad : found);  // with fp16, overflow is the scaler's
+    skip = at::maximum(found, stop_latch_);
   }
   if (options_.clip) clip_by_norm(grads, *options_.clip, grad_norm);
   const double factor = schedule_->factor(step_);
   for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, base_lrs_[g] * factor);
-  optimizer_->step(found);
-  skipped_.add_(found.reshape({}).to(at::kLong));
+  optimizer_->step(skip);
+  skipped_.add_(skip.reshape({}).to(at::kLong));
   if (scaler_) scaler_->update(found);
   ++step_;
   ++state_version_;
@@ -309,7 +325,42 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
   result.step = step_;
   if (observer_) observer_(step_);
+  if (stop_policy) {
+    raise_pending_stop();  // the previous step's flag, read while this step runs on the device
+    watch_for_stop(micro_losses, grad_norms, inputs);
+  }
   return result;
+}
+
+// The latch after this step goes to the host without blocking; the report's material is kept with it.
+void Trainer::watch_for_stop(const std::vector<at::Tensor>& micro_losses, const std::vector<at::Tensor>& grad_norms,
+                             const NamedTensorList& inputs) {
+  auto pending = std::make_unique<PendingStop>();
+  pending->step = step_;
+  pending->micro_losses = micro_losses;
+  std::size_t next = 0;
+  for (const auto& [name, p] : trainable_)
+    if (p.grad().defined() && next < grad_norms.size()) pending->grad_norms.emplace_back(name, grad_norms[next++]);
+  pending->inputs = inputs;
+  if (device_.is_cuda()) {
+    pending->flag = at::empty({1}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    pending->flag.copy_(stop_latch_, /*non_blocking=*/true);
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    pending->copied.emplace(c10::DeviceType::CUDA, c10::EventFlag::PYTORCH_DEFAULT);
+    pending->copied->record(guard.getStream(device_));
+  } else {
+    pending->flag = stop_latch_.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  }
+  pending_stop_ = std::move(pending);
+}
+
+void Trainer::raise_pending_stop() {
+  if (!pending_stop_) return;
+  std::unique_ptr<PendingStop> pending = std::move(pending_stop_);
+  if (pending->copied) pending->copied->synchronize();
+  if (pending->flag.data_ptr<float>()[0] == 0) return;
+  stop_latch_.zero_();  // raised once: a caller that goes on trains again
+  throw NonFiniteError(nonfinite_report(*pending));
 }
 
 StepResult Trainer::step(Objective& objective, const Batch& batch) {
@@ -323,15 +374,29 @@ StepResult Trainer::step(const Batch& batch) {
   return step(*objective_, batch);
 }
 
-std::string Trainer::nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const {
+std::string Trainer::nonfinite_report(const PendingStop& pending) const {
   std::vector<std::string> losses;
-  for (const auto& l : micro_losses) losses.push_back(fmt::format("{:.6g}", l.item<double>()));
+  for (const auto& l : pending.micro_losses) {
+    const double value = l.item<double>();
+    losses.push_back(std::isnan(value) ? std::string("nan") : fmt::format("{:.6g}", value));  // never "-nan"
+  }
+  std::vector<std::string> gradients;
+  std::int64_t more = 0;
+  for (const auto& [name, norm] : pending.grad_norms) {
+    const double value = norm.item<double>();
+    if (std::isfinite(value)) continue;
+    if (gradients.size() < 8) gradients.push_back(fmt::format("{} (norm {})", name, std::isnan(value) ? "NaN" : "inf"));
+    else ++more;
+  }
   std::vector<std::string> input_ranges;
-  for (const auto& [name, tensor] : inputs) input_ranges.push_back(describe_range(name, tensor));
+  for (const auto& [name, tensor] : pending.inputs) input_ranges.push_back(describe_range(name, tensor));
   return fmt::format(
-      "non-finite values at step {}: loss per micro-batch [{}]; gradients: {}; parameters: {}; inputs: {}",
-      step_ + 1, fmt::join(losses, ", "), list_nonfinite(trainable_, true), list_nonfinite(model_.parameters, false),
-      input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")));
+      "non-finite values at step {}: loss per micro-batch [{}]; gradients: {}; parameters: {}; inputs: {} (its "
+      "update and those of later steps were skipped; stopped after step {})",
+      pending.step, fmt::join(losses, ", "),
+      gradients.empty() ? std::string("none") : fmt::format("{}", fmt::join(gradients, ", ")) + (more ? fmt::format(" and {} more", more) : ""),
+      list_nonfinite(model_.parameters),
+      input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")), step_);
 }
 
 void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {

@@ -135,14 +135,24 @@ class Trainer {
   void check_ranks_agree() {
     if (gradients_) gradients_->check_in_step(step_);
   }
+  // on_nonfinite = "stop" is decided one step late, so that nothing waits for the device: a non-finite step
+  // sets a latch on the device that skips its update and every later one; at the end of the next step (or
+  // here) the latch is read on the host and the stop raised. Throws the NonFiniteError of a step whose latch
+  // was set and not yet read (waiting for that step on the device); nothing otherwise. A training run calls
+  // it before each checkpoint and at its end.
+  void raise_pending_stop();
   // Continues counting from a checkpoint: `step` optimizer steps done, `skipped` of them skipped.
   void restore_counters(std::int64_t step, const at::Tensor& skipped);
 
  private:
   struct Events;
+  struct PendingStop;
   std::vector<at::Tensor> trainable_grads() const;
-  at::Tensor global_norm(const std::vector<at::Tensor>& grads) const;  // float32, 0 without gradients
-  std::string nonfinite_report(const std::vector<at::Tensor>& micro_losses, const NamedTensorList& inputs) const;
+  // float32, 0 without gradients; each gradient's norm into per_tensor when given.
+  at::Tensor global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor = nullptr) const;
+  void watch_for_stop(const std::vector<at::Tensor>& micro_losses, const std::vector<at::Tensor>& grad_norms,
+                      const NamedTensorList& inputs);
+  std::string nonfinite_report(const PendingStop& pending) const;
 
   TrainerModel model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;  // parameters of the optimizer's groups, by name
@@ -160,6 +170,8 @@ class Trainer {
   std::int64_t state_version_ = 0;
   at::Tensor skipped_;
   std::unique_ptr<Events> events_;
+  at::Tensor stop_latch_;                    // float [1] on the device: a step under on_nonfinite = "stop" failed
+  std::unique_ptr<PendingStop> pending_stop_;
   StepTiming timing_;
   std::function<void(std::int64_t)> observer_;
   std::function<void()> before_step_;

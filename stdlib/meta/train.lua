@@ -13,7 +13,7 @@
 ---@field amp? string                  "auto" (bf16 on CUDA, fp32 on the CPU), "bf16", "fp16" (with dynamic loss scaling), "fp32"
 ---@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into this many
 ---@field clip? number                 clip the gradients to this global L2 norm
----@field on_nonfinite? string         "skip" (default: skip the optimizer step and count it) or "stop" (raise a report naming the non-finite loss, gradients, parameters and the inputs' ranges; reads one flag per step)
+---@field on_nonfinite? string         "skip" (default: skip the optimizer step and count it) or "stop" (raise a report naming the non-finite loss, gradients, parameters and the inputs' ranges; decided on the device and raised one step late, so nothing waits: the bad step's update and the next one's are skipped, and the error comes at the end of the next step, at the trainer's last step (`steps`), at the next run:checkpoint or at the end of the run, whichever is first)
 ---@field steps? integer               total optimizer steps: shows the progress display and sizes linear/cosine schedules
 ---@field batch? integer               images per step, for images/s in the progress display
 ---@field progress? boolean            false: no progress display (only rank 0 of a data-parallel job shows it)

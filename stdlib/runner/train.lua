@@ -166,6 +166,7 @@ function Trainer:step(batch, loss_fn)
     out = self.native:step(call, batch_inputs(batch))
   end
   if runner.run then runner.run:_trainer_stepped(self, out.step) end
+  if out.step == self.total_steps then self.native:raise_pending_stop() end
   if profile and out.step == profile.last then self:finish_profile(profile) end
   local timing = self.native:timing()
   timing.data = self.last_return and (started - self.last_return) or 0

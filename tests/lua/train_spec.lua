@@ -135,16 +135,51 @@ describe("runner.trainer", function()
     end
   end)
 
-  it("stops at a non-finite step with a report", function()
+  it("stops one step after a non-finite step, with a report, both updates skipped", function()
+    torch.manual_seed(3)
     local model = mlp()
     local stop = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, on_nonfinite = "stop",
                                   progress = false }
-    local ok, message = pcall(stop.step, stop, batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
-    expect_true(not ok, "stopped")
-    expect_true(message:find("non-finite values at step 1: loss per micro-batch [inf]; gradients: ", 1, true), message)
-    expect_true(message:find("0.weight (", 1, true), "names the gradients: " .. message)
+    stop:step(batch_of(4), function(b) return regression(model, b) end)
+    local before = parameters_of(model)
+    local out = stop:step(batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
+    expect_eq(out.step, 2, "the bad step returns: its stop is decided on the device")
+    local ok, message = pcall(stop.step, stop, batch_of(4), function(b) return regression(model, b) end)
+    expect_true(not ok, "stopped at the end of the next step")
+    expect_true(message:find("non-finite values at step 2: loss per micro-batch [inf]; gradients: ", 1, true), message)
+    expect_true(message:find("0.weight (norm ", 1, true), "names the gradients: " .. message)
     expect_true(message:find("parameters: none; inputs: ", 1, true), message)
     expect_true(message:find("data [4, 4] Float range [-1, 1]", 1, true), message)
+    expect_true(message:find("stopped after step 3)", 1, true), message)
+    expect_parameters_equal(model, before, "after the stop")
+    -- Raised once: a script that catches it trains again.
+    local again = stop:step(batch_of(4), function(b) return regression(model, b) end)
+    expect_eq(again.skipped:item(), 2, "the bad step and the next one were skipped")
+    for name, p in model:named_parameters() do
+      expect_true(not p:detach():equal(before[name]), name .. " moved after the stop was raised")
+    end
+  end)
+
+  it("raises a stop at the trainer's last step, before a checkpoint and when the run ends", function()
+    local model = mlp()
+    local last = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, on_nonfinite = "stop",
+                                  progress = false, steps = 2 }
+    last:step(batch_of(4), function(b) return regression(model, b) end)
+    expect_error(function() last:step(batch_of(4), function(b) return regression(model, b) * (0 / 0) end) end,
+      "non-finite values at step 2: loss per micro-batch [nan]", true)
+
+    local run = runner.start({}, { seed = 5, name = "spec-nonfinite-stop" })
+    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 0.1 }, on_nonfinite = "stop",
+                                   progress = false }
+    run:restore { trainer = train }
+    train:step(batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
+    expect_error(function() run:checkpoint() end, "non-finite values at step 1: loss per micro-batch [inf]", true)
+    expect_eq(#runner.query("SELECT c.step FROM checkpoints c JOIN runs r ON r.run = c.run WHERE r.id = ?", run.id), 0, "no checkpoint of the stopped step")
+    train:step(batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
+    expect_error(function() run:finish() end, "non-finite values at step 2", true)
+    local rows = runner.query("SELECT status, error FROM runs WHERE id = ?", run.id)
+    expect_eq(rows[1].status, "failed", "the run ends failed")
+    expect_true(rows[1].error:find("non-finite values at step 2", 1, true), rows[1].error)
   end)
 
   it("reports bad options and bad losses where the script is", function()
