@@ -1,17 +1,23 @@
 // Bucketed gradient averaging over the process group (overlapped with backward through hooks on the
-// parameters' gradient accumulators), and the broadcast of the starting weights.
+// parameters' gradient accumulators) on gradients that are views of the buckets, and the broadcast of the
+// starting weights.
 #include "runtime/dist/gradient_averager.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/strides.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
+#include "runtime/core/shape_text.h"
+
 namespace runner::dist {
 
 GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, GradientAveragingOptions options)
-    : group_(group), parameters_(std::move(parameters)), bucket_of_(parameters_.size()) {
+    : group_(group), parameters_(std::move(parameters)), bucket_of_(parameters_.size()), views_(parameters_.size()) {
   if (!(options.bucket_mb > 0)) throw std::invalid_argument(fmt::format("bucket_mb must be positive, got {}", options.bucket_mb));
   const auto bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1024 * 1024);
   std::vector<std::size_t> bucket;
@@ -22,16 +28,40 @@ GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> 
     const bool fits = bucket.empty() || (parameters_[bucket.front()].scalar_type() == p.scalar_type() &&
                                          parameters_[bucket.front()].device() == p.device() && bytes + size <= bucket_bytes);
     if (!fits) {
-      buckets_.push_back(std::move(bucket));
+      buckets_.push_back({std::move(bucket), {}});
       bucket.clear();
       bytes = 0;
     }
     bucket.push_back(i);
     bytes += size;
   }
-  if (!bucket.empty()) buckets_.push_back(std::move(bucket));
-  for (std::size_t b = 0; b < buckets_.size(); ++b)
-    for (std::size_t i : buckets_[b]) bucket_of_[i] = b;
+  if (!bucket.empty()) buckets_.push_back({std::move(bucket), {}});
+  at::NoGradGuard no_grad;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const at::Tensor& first = parameters_[bucket.parameters.front()];
+    // Slots start at 16-byte boundaries: vectorized kernels (the fused optimizers') need aligned gradients.
+    const std::int64_t alignment = std::max<std::int64_t>(1, 16 / static_cast<std::int64_t>(first.element_size()));
+    std::vector<std::int64_t> offsets;
+    std::int64_t length = 0;
+    for (std::size_t i : bucket.parameters) {
+      offsets.push_back(length);
+      length += (parameters_[i].numel() + alignment - 1) / alignment * alignment;
+    }
+    bucket.gradients = at::zeros({length}, first.options().requires_grad(false));
+    for (std::size_t k = 0; k < bucket.parameters.size(); ++k) {
+      const std::size_t i = bucket.parameters[k];
+      const at::Tensor& p = parameters_[i];
+      bucket_of_[i] = b;
+      // The parameter's own strides where it is dense (what AccumulateGrad's layout contract asks for). set_
+      // rather than narrow().view(): an autograd view could not be detached in place (Optimizer::zero_grad).
+      const c10::DimVector strides =
+          p.is_non_overlapping_and_dense() ? c10::DimVector(p.strides()) : c10::contiguous_strides(p.sizes());
+      views_[i] = at::empty({0}, bucket.gradients.options())
+                      .set_(bucket.gradients.storage(), offsets[k], p.sizes(), strides);
+      parameters_[i].mutable_grad() = views_[i];
+    }
+  }
   if (!options.overlap) return;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(parameters_[i]);
@@ -52,18 +82,23 @@ GradientAverager::~GradientAverager() {
 void GradientAverager::start_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = false;
+  // A step whose backward failed may have left all-reduces writing into the buckets.
+  for (auto& pending : pending_)
+    if (pending) pending->wait();
   pending_.clear();
-  flats_.clear();
+  at::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) bucket.gradients.zero_();
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (!parameters_[i].grad().is_same(views_[i])) parameters_[i].mutable_grad() = views_[i];
 }
 
 void GradientAverager::expect_last_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = true;
   missing_.clear();
-  for (const auto& bucket : buckets_) missing_.push_back(bucket.size());
+  for (const Bucket& bucket : buckets_) missing_.push_back(bucket.parameters.size());
   next_bucket_ = 0;
   overlapped_ = 0;
-  flats_.assign(buckets_.size(), at::Tensor());
   pending_.clear();
   pending_.resize(buckets_.size());
 }
@@ -83,16 +118,24 @@ void GradientAverager::start_ready_buckets() {
   }
 }
 
+void GradientAverager::restore_view(std::size_t i) {
+  at::Tensor& grad = parameters_[i].mutable_grad();
+  if (grad.is_same(views_[i])) return;
+  if (!grad.defined()) {
+    views_[i].zero_();
+  } else {
+    if (grad.sizes() != views_[i].sizes())
+      throw std::invalid_argument(fmt::format("a parameter of shape {} was given a gradient of shape {}",
+                                              core::shape_text(views_[i].sizes()), core::shape_text(grad.sizes())));
+    views_[i].copy_(grad);
+  }
+  grad = views_[i];
+}
+
 void GradientAverager::start(std::size_t b) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> pieces;
-  for (std::size_t i : buckets_[b]) {
-    at::Tensor& p = parameters_[i];
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    pieces.push_back(p.grad().reshape({-1}));
-  }
-  flats_[b] = at::cat(pieces);
-  std::vector<at::Tensor> one{flats_[b]};
+  for (std::size_t i : buckets_[b].parameters) restore_view(i);
+  std::vector<at::Tensor> one{buckets_[b].gradients};
   pending_[b].emplace(group_.all_reduce_async(one));
 }
 
@@ -112,17 +155,8 @@ void GradientAverager::average() {
   const double scale = 1.0 / static_cast<double>(group_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b]->wait();
-    at::Tensor& flat = flats_[b];
-    flat.mul_(scale);
-    std::int64_t offset = 0;
-    for (std::size_t i : buckets_[b]) {
-      at::Tensor grad = parameters_[i].grad();
-      const std::int64_t n = grad.numel();
-      grad.copy_(flat.narrow(0, offset, n).view_as(grad));
-      offset += n;
-    }
+    buckets_[b].gradients.mul_(scale);
   }
-  flats_.assign(buckets_.size(), at::Tensor());
   pending_.clear();
 }
 

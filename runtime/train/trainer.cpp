@@ -242,8 +242,9 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   };
 
   mark(0);
-  optimizer_->zero_grad();
+  // Data parallel: the gradients are views of the averager's buckets, zeroed in place (set_to_none would drop them).
   if (gradients_) gradients_->start_step();
+  else optimizer_->zero_grad();
   const int64_t count = options_.accumulate;
   std::vector<at::Tensor> micro_losses;
   for (int64_t micro = 0; micro < count; ++micro) {

@@ -25,10 +25,12 @@ class GlooOnTheCpu(RunnerHomeTest):
 # A small UNet on the shapes with every part of the trainer: global batch 8, accumulation 2, AdamW, warmup,
 # clipping, EMA; no dropout by default (its masks come from each rank's own generator, so ranks and one process
 # draw different ones). Rank 0 writes the losses, gradient norms and weights. A rank can kill itself with SIGKILL
-# at a step (die_rank / die_step). clip = 0 turns clipping off.
+# at a step (die_rank / die_step). clip = 0 turns clipping off. replace_grads = true makes the loss function drop
+# one .grad before each step's first micro-batch and replace another by a copy before the second; `live` records
+# after each step whether a .grad read after the first step is still that parameter's gradient.
 TRAIN = """
 local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5, dropout = 0.0,
-                     overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05 }
+                     overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05, replace_grads = false }
 local run = runner.start(cfg)
 local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
@@ -40,10 +42,18 @@ local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = 
                                accumulate = 2, amp = "fp32", steps = cfg.steps, batch = 8, progress = false,
                                data_parallel = { overlap = cfg.overlap } }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
-local losses, norms = {}, {}
+local losses, norms, live = {}, {}, {}
+local params, calls, held = model:parameters(), 0, nil
 for batch in loader:iter { from = run.step, to = cfg.steps } do
-  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) end)
+  local out = train:step(batch, function(micro)
+    calls = calls + 1
+    if cfg.replace_grads and calls % 2 == 1 then params[1].grad = nil end
+    if cfg.replace_grads and calls % 2 == 0 then params[#params - 1].grad = params[#params - 1].grad:clone() end
+    return ddpm:loss(model, micro)
+  end)
   losses[#losses + 1], norms[#norms + 1] = out.loss:item(), out.grad_norm:item()
+  live[#live + 1] = held and held:equal(params[#params].grad) and 1 or 0
+  held = held or params[#params].grad
   run:log { loss = out.loss }
   if run:every(4) then run:checkpoint() end
   if runner.dist.rank == cfg.die_rank and run.step == cfg.die_step then
@@ -58,6 +68,7 @@ if runner.dist.is_main then
   for name, t in pairs(train.ema:state_dict()) do result["ema." .. name] = t end
   result.losses = torch.tensor(losses, { dtype = "float64" })
   result.norms = torch.tensor(norms, { dtype = "float64" })
+  if cfg.replace_grads then result.live = torch.tensor(live, { dtype = "float64" }) end
   torch.save(result, cfg.out)
 end
 print(string.format("rank %d of %d done at step %d", runner.dist.rank, runner.dist.world_size, run.step))
@@ -82,7 +93,8 @@ class DataParallel(GlooOnTheCpu):
         torch.testing.assert_close(a["norms"], b["norms"], rtol=1e-4, atol=1e-7,
                                    msg=lambda m: f"{what}: gradient norms: {m}")
         for name in a:
-            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
+            if name != "live":
+                torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
 
     def test_two_ranks_train_as_one_process_with_the_global_batch(self):
         self.runner("train.lua", "out=one.safetensors", check=0)
@@ -108,6 +120,19 @@ class DataParallel(GlooOnTheCpu):
         one, two = load_file(self.dir / "one.safetensors"), load_file(self.dir / "two.safetensors")
         self.assertEqual(len(one["losses"]), 6)
         self.assert_same_training(one, two, "SGD, 2 ranks vs 1 process")
+
+    def test_gradients_stay_in_their_buckets_and_a_replaced_grad_still_counts(self):
+        # With data parallel every .grad is a view of its averaging bucket, the same tensor from step to step (one
+        # process sets them to none at each step); a .grad a loss function drops or replaces by another tensor is
+        # copied back into its bucket, so the numbers stay those of one process doing the same.
+        args = ("train.lua", "replace_grads=true", "steps=6")
+        self.runner(*args, "out=one.safetensors", check=0)
+        self.runner("--nproc", "2", "--fresh", *args, "out=two.safetensors", check=0)
+        one, two = load_file(self.dir / "one.safetensors"), load_file(self.dir / "two.safetensors")
+        self.assertEqual(len(one["losses"]), 6)
+        self.assert_same_training(one, two, "grads replaced by the loss function, 2 ranks vs 1 process")
+        self.assertEqual(two["live"].tolist(), [0, 1, 1, 1, 1, 1], "a .grad read after step 1, after each step")
+        self.assertEqual(one["live"].tolist(), [0] * 6, "one process: a new .grad each step")
 
     def kill_rank_1_at_step_10(self, out, *args):
         start = time.monotonic()
