@@ -1,4 +1,4 @@
-// Exponential moving average of model weights: diffusers' decay rule, one _foreach_lerp_ per update.
+// Exponential moving average of model weights: diffusers' decay rule, with a host or a device decay.
 #include "runtime/train/ema.h"
 
 #include <ATen/ATen.h>
@@ -63,43 +63,106 @@ void check_pairs(const char* what, const std::vector<at::Tensor>& shadow, const 
   }
 }
 
-}  // namespace
+// The pairs an update averages (sources converted to their shadow's dtype), and those it copies.
+struct UpdatePairs {
+  std::vector<at::Tensor> averaged_shadow, averaged_sources, frozen_shadow, frozen_sources;
+};
 
-void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
-                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay) {
-  if (!(decay >= 0 && decay <= 1)) throw std::invalid_argument(fmt::format("ema: decay must be in [0, 1], got {}", decay));
+UpdatePairs update_pairs(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                         const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers) {
   check_pairs("parameter", shadow, sources);
   check_pairs("buffer", shadow_buffers, buffers);
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> averaged_shadow, averaged_sources, converted_sources, frozen_shadow, frozen_sources;
+  UpdatePairs pairs;
+  std::vector<at::Tensor> converted_sources;
   std::vector<at::ScalarType> converted_dtypes;
   std::vector<std::size_t> converted_positions;  // positions in averaged_sources that need a converted copy
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const at::Tensor source = sources[i].detach();
     if (!sources[i].requires_grad()) {
-      frozen_shadow.push_back(shadow[i]);
-      frozen_sources.push_back(source);
+      pairs.frozen_shadow.push_back(shadow[i]);
+      pairs.frozen_sources.push_back(source);
       continue;
     }
-    averaged_shadow.push_back(shadow[i]);
-    averaged_sources.push_back(source);
+    pairs.averaged_shadow.push_back(shadow[i]);
+    pairs.averaged_sources.push_back(source);
     if (source.scalar_type() != shadow[i].scalar_type()) {
-      converted_positions.push_back(averaged_sources.size() - 1);
+      converted_positions.push_back(pairs.averaged_sources.size() - 1);
       converted_sources.push_back(source);
       converted_dtypes.push_back(shadow[i].scalar_type());
     }
   }
   if (!converted_sources.empty()) {
     const std::vector<at::Tensor> converted = converted_copies(converted_sources, converted_dtypes);
-    for (std::size_t k = 0; k < converted_positions.size(); ++k) averaged_sources[converted_positions[k]] = converted[k];
+    for (std::size_t k = 0; k < converted_positions.size(); ++k) pairs.averaged_sources[converted_positions[k]] = converted[k];
   }
-  if (!averaged_shadow.empty()) at::_foreach_lerp_(averaged_shadow, averaged_sources, 1 - decay);
-  if (!frozen_shadow.empty()) at::_foreach_copy_(frozen_shadow, frozen_sources);
+  return pairs;
+}
+
+// Frozen parameters and buffers are copied.
+void copy_unaveraged(const UpdatePairs& pairs, const std::vector<at::Tensor>& shadow_buffers,
+                     const std::vector<at::Tensor>& buffers) {
+  if (!pairs.frozen_shadow.empty()) at::_foreach_copy_(pairs.frozen_shadow, pairs.frozen_sources);
   if (!shadow_buffers.empty()) {
     std::vector<at::Tensor> detached;
     for (const at::Tensor& buffer : buffers) detached.push_back(buffer.detach());
     at::_foreach_copy_(shadow_buffers, detached);
   }
+}
+
+void check_update_weight(const at::Tensor& one_minus_decay) {
+  if (!one_minus_decay.defined() || one_minus_decay.numel() != 1 || !at::isFloatingType(one_minus_decay.scalar_type())) {
+    throw std::invalid_argument("ema: the update weight 1 - decay must be a one-element floating tensor");
+  }
+}
+
+}  // namespace
+
+void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay) {
+  if (!(decay >= 0 && decay <= 1)) throw std::invalid_argument(fmt::format("ema: decay must be in [0, 1], got {}", decay));
+  at::NoGradGuard no_grad;
+  const UpdatePairs pairs = update_pairs(shadow, sources, shadow_buffers, buffers);
+  if (!pairs.averaged_shadow.empty()) at::_foreach_lerp_(pairs.averaged_shadow, pairs.averaged_sources, 1 - decay);
+  copy_unaveraged(pairs, shadow_buffers, buffers);
+}
+
+void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers,
+                const at::Tensor& one_minus_decay) {
+  check_update_weight(one_minus_decay);
+  at::NoGradGuard no_grad;
+  const UpdatePairs pairs = update_pairs(shadow, sources, shadow_buffers, buffers);
+  // shadow -= w * (shadow - source) with w = 1 - decay: diffusers' EMAModel.step (s.sub_((1 - decay) * (s - p)))
+  // op for op, in three multi-tensor launches per (device, dtype) of the shadows, with w read on the device
+  // (_foreach_lerp_ has no form with a tensor weight that stays on the multi-tensor path: its .List form needs
+  // weights shaped like the shadows). For w < 0.5 the host form's lerp computes s + w * (p - s) with one rounding
+  // (a fused multiply-add) where this also rounds the product, so an update differs from it by at most one ulp
+  // of the result; for w >= 0.5 lerp computes p - (p - s) * (1 - w), equal up to a few ulps.
+  std::vector<std::pair<at::Device, at::ScalarType>> kinds;
+  std::vector<std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < pairs.averaged_shadow.size(); ++i) {
+    const std::pair<at::Device, at::ScalarType> kind{pairs.averaged_shadow[i].device(), pairs.averaged_shadow[i].scalar_type()};
+    const auto position = static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+    if (position == kinds.size()) {
+      kinds.push_back(kind);
+      members.emplace_back();
+    }
+    members[position].push_back(i);
+  }
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    std::vector<at::Tensor> shadow_part, source_part;
+    for (std::size_t i : members[k]) {
+      shadow_part.push_back(pairs.averaged_shadow[i]);
+      source_part.push_back(pairs.averaged_sources[i]);
+    }
+    // The multi-tensor multiply takes a 0-dim weight of the shadows' dtype on their device.
+    const at::Tensor weight =
+        one_minus_decay.reshape({}).to(kinds[k].first, kinds[k].second, /*non_blocking=*/!kinds[k].first.is_cpu());
+    std::vector<at::Tensor> differences = at::_foreach_sub(shadow_part, source_part);
+    at::_foreach_mul_(differences, weight);
+    at::_foreach_sub_(shadow_part, differences);
+  }
+  copy_unaveraged(pairs, shadow_buffers, buffers);
 }
 
 Ema::Ema(std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, EmaOptions options)
@@ -144,6 +207,21 @@ void Ema::update(std::int64_t step) {
   if (step < 1) throw std::invalid_argument(fmt::format("ema: update needs an optimizer step >= 1, got {}", step));
   if (!due(step)) return;
   ema_update(shadow_, params_, shadow_buffers_, buffers_, current_decay(step));
+  ++update_count_;
+  last_update_step_ = step;
+}
+
+void Ema::update(std::int64_t step, const at::Tensor& one_minus_decay) {
+  if (step < 1) throw std::invalid_argument(fmt::format("ema: update needs an optimizer step >= 1, got {}", step));
+  check_update_weight(one_minus_decay);
+  if (!due(step)) return;
+  // Decay 0 (known from the step): the host form, whose lerp with weight 1 is an exact copy of the weights
+  // (s - 1 * (s - p) need not be).
+  if (current_decay(step) == 0) {
+    ema_update(shadow_, params_, shadow_buffers_, buffers_, 0.0);
+  } else {
+    ema_update(shadow_, params_, shadow_buffers_, buffers_, one_minus_decay);
+  }
   ++update_count_;
   last_update_step_ = step;
 }

@@ -38,6 +38,14 @@ struct EmaOptions {
 // This is the rule behind both Ema::update and the Lua nn.ema_update.
 void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
                 const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay);
+// The same update with the weight 1 - decay read on the device from `one_minus_decay` (a one-element floating
+// tensor, best 0-dim float32 on the shadows' device), so that no number is fixed in a kernel launch:
+// shadow -= w * (shadow - source), diffusers' EMAModel.step op for op, in three multi-tensor launches (sub, mul
+// by the tensor, sub) per (device, dtype) of the shadows. It differs from the lerp above by at most one ulp of
+// the result per update (a few ulps for 1 - decay >= 0.5), as lerp rounds once where this rounds the product too.
+void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
+                const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers,
+                const at::Tensor& one_minus_decay);
 
 // Shadow weights, one per parameter: float32 for float32, float16 and bfloat16 parameters (so a model trained
 // in reduced precision is averaged in float32), float64 for float64 ones, on the parameter's device.
@@ -60,6 +68,12 @@ class Ema {
   // temporaries first, in one _foreach_copy_), and copies of frozen parameters and buffers.
   // Throws std::invalid_argument for step < 1.
   void update(std::int64_t step);
+  // The same with the decay on the device: `one_minus_decay` holds 1 - current_decay(step) by the time the update
+  // runs on the stream (the trainer writes it once per step with its learning rates), and the update is the
+  // tensor form of ema_update above. An update with decay 0 (which the step tells on the host) is the host form,
+  // an exact copy of the weights. std::invalid_argument for step < 1 or a weight that is not a one-element
+  // floating tensor.
+  void update(std::int64_t step, const at::Tensor& one_minus_decay);
 
   const std::vector<at::Tensor>& shadow() const { return shadow_; }
   const std::vector<at::Tensor>& shadow_buffers() const { return shadow_buffers_; }

@@ -157,6 +157,7 @@ Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, Optimiz
     }
     state_.emplace_back(groups_[g].params.size());
   }
+  lr_tensors_.resize(groups_.size());
 }
 
 bool Optimizer::use_fused(const at::Tensor& param) const {
@@ -166,6 +167,13 @@ bool Optimizer::use_fused(const at::Tensor& param) const {
     case OptimizerImplementation::automatic: return param.is_cuda();
   }
   return false;
+}
+
+bool Optimizer::capturable() const {
+  for (const ParamGroup& group : groups_)
+    for (const at::Tensor& param : group.params)
+      if (!use_fused(param)) return false;
+  return true;
 }
 
 void Optimizer::init_state(const at::Tensor& param, bool amsgrad, ParamState& state) const {
@@ -180,25 +188,32 @@ void Optimizer::init_state(const at::Tensor& param, bool amsgrad, ParamState& st
 
 void Optimizer::step(const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
-  bool device_side = found_inf.defined() && kind_ != OptimizerKind::sgd;
-  for (const ParamGroup& group : groups_)
-    for (const at::Tensor& param : group.params) device_side = device_side && use_fused(param);
-  if (found_inf.defined() && !device_side && found_inf.item<double>() != 0) return;
+  const bool is_capturable = capturable();
+  if (found_inf.defined() && !is_capturable && found_inf.item<double>() != 0) return;
   // As GradScaler's found_inf, a float32 scalar (0-dim): the steps (0-dim) are taken back by subtracting it,
   // and an in-place op cannot broadcast them to shape [1] (LossScaler::unscale returns a [1] tensor).
-  found_inf_ = device_side ? found_inf.to(at::kFloat).reshape({}) : at::Tensor();
+  found_inf_ = found_inf.defined() && is_capturable ? found_inf.to(at::kFloat).reshape({}) : at::Tensor();
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (kind_ == OptimizerKind::sgd) {
-      step_sgd_group(g);
+      step_sgd_group(g, is_capturable);
     } else {
-      step_adam_group(g);
+      step_adam_group(g, is_capturable);
     }
   }
   ++step_count_;
 }
 
+at::Tensor Optimizer::lr_tensor_on(std::size_t group, const at::Device& device) {
+  const at::Tensor& lr = lr_tensor(group);
+  if (lr.device() == device && (!device.is_cuda() || lr.scalar_type() == at::kFloat)) return lr.reshape({});
+  // adam.py _fused_adam moves a tensor lr to each device's bucket the same way (not asynchronously to the CPU,
+  // whose kernels read it at once).
+  const at::ScalarType dtype = device.is_cuda() ? at::kFloat : lr.scalar_type();
+  return lr.to(lr.options().device(device).dtype(dtype), /*non_blocking=*/!device.is_cpu()).reshape({});
+}
+
 // adam.py _multi_tensor_adam (decoupled_weight_decay for AdamW) or _fused_adam, per (device, dtype) bucket.
-void Optimizer::step_adam_group(std::size_t g) {
+void Optimizer::step_adam_group(std::size_t g, bool capturable) {
   const ParamGroup& group = groups_[g];
   const bool decoupled = kind_ == OptimizerKind::adamw;
   for (const Bucket& bucket : buckets_with_grad(group.params)) {
@@ -223,7 +238,18 @@ void Optimizer::step_adam_group(std::size_t g) {
       // taken back afterwards.
       const std::optional<at::Tensor> found_inf =
           found_inf_.defined() ? std::optional<at::Tensor>(found_inf_.to(params.front().device())) : std::nullopt;
-      if (decoupled) {
+      if (capturable) {
+        const at::Tensor lr = lr_tensor_on(g, params.front().device());
+        if (decoupled) {
+          at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, group.beta1, group.beta2,
+                            group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                            found_inf);
+        } else {
+          at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, group.beta1, group.beta2,
+                           group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                           found_inf);
+        }
+      } else if (decoupled) {
         at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group.lr, group.beta1,
                           group.beta2, group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false,
                           /*grad_scale=*/std::nullopt, found_inf);
@@ -279,7 +305,7 @@ void Optimizer::step_adam_group(std::size_t g) {
 }
 
 // sgd.py _multi_tensor_sgd or _fused_sgd, per (device, dtype) bucket.
-void Optimizer::step_sgd_group(std::size_t g) {
+void Optimizer::step_sgd_group(std::size_t g, bool capturable) {
   const ParamGroup& group = groups_[g];
   const bool momentum = group.momentum != 0;
   for (const Bucket& bucket : buckets_with_grad(group.params)) {
@@ -305,22 +331,34 @@ void Optimizer::step_sgd_group(std::size_t g) {
     };
 
     if (use_fused(params.front())) {
+      // The capturable form reads the lr from a tensor and found_inf in the kernel.
+      const at::Tensor lr = capturable ? lr_tensor_on(g, params.front().device()) : at::Tensor();
+      const std::optional<at::Tensor> found_inf =
+          found_inf_.defined() ? std::optional<at::Tensor>(found_inf_.to(params.front().device())) : std::nullopt;
+      const auto fused_sgd = [&](const std::vector<at::Tensor>& step_params, const std::vector<at::Tensor>& step_grads,
+                                 const std::vector<at::Tensor>& buffers, bool is_first_step) {
+        if (capturable) {
+          at::_fused_sgd_(step_params, step_grads, buffers, group.weight_decay, group.momentum, lr, group.dampening,
+                          group.nesterov, /*maximize=*/false, is_first_step, /*grad_scale=*/std::nullopt, found_inf);
+        } else {
+          at::_fused_sgd_(step_params, step_grads, buffers, group.weight_decay, group.momentum, group.lr, group.dampening,
+                          group.nesterov, /*maximize=*/false, is_first_step);
+        }
+      };
       if (!momentum) {
-        at::_fused_sgd_(params, grads, /*momentum_buffer_list=*/{}, group.weight_decay, group.momentum, group.lr,
-                        group.dampening, group.nesterov, /*maximize=*/false, /*is_first_step=*/false);
+        fused_sgd(params, grads, /*buffers=*/{}, /*is_first_step=*/false);
         continue;
       }
       // PyTorch sets is_first_step when no parameter of the group has a buffer yet and creates them with
-      // empty_like(grad); parameters whose first grad comes later get their own call with is_first_step.
+      // empty_like(grad); parameters whose first grad comes later get their own call with is_first_step. The
+      // buffers start as zeros here: what a step skipped by found_inf leaves (see the header).
       if (!with_buffer.empty()) {
-        at::_fused_sgd_(pick(params, with_buffer), pick(grads, with_buffer), buffers_at(with_buffer), group.weight_decay,
-                        group.momentum, group.lr, group.dampening, group.nesterov, false, /*is_first_step=*/false);
+        fused_sgd(pick(params, with_buffer), pick(grads, with_buffer), buffers_at(with_buffer), /*is_first_step=*/false);
       }
       if (!without_buffer.empty()) {
-        for (std::size_t k : without_buffer) state_[g][bucket.indices[k]].momentum_buffer = at::empty_like(grads[k]);
-        at::_fused_sgd_(pick(params, without_buffer), pick(grads, without_buffer), buffers_at(without_buffer),
-                        group.weight_decay, group.momentum, group.lr, group.dampening, group.nesterov, false,
-                        /*is_first_step=*/true);
+        for (std::size_t k : without_buffer) state_[g][bucket.indices[k]].momentum_buffer = at::zeros_like(grads[k]);
+        fused_sgd(pick(params, without_buffer), pick(grads, without_buffer), buffers_at(without_buffer),
+                  /*is_first_step=*/true);
       }
       continue;
     }
@@ -365,19 +403,49 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
-void Optimizer::set_lr(std::size_t group, double lr) {
+void Optimizer::check_group(std::size_t group) const {
   if (group >= groups_.size()) {
     throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group, groups_.size()));
   }
+}
+
+void Optimizer::set_lr(std::size_t group, double lr) {
+  check_group(group);
   if (!(lr >= 0)) throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group, lr));
   groups_[group].lr = lr;
+  LrTensor& lr_tensor = lr_tensors_[group];
+  if (lr_tensor.given) lr_tensor = LrTensor{};
+  lr_tensor.current = false;
+}
+
+void Optimizer::set_lr(std::size_t group, double lr, const at::Tensor& device_lr) {
+  check_group(group);
+  if (!device_lr.defined() || device_lr.numel() != 1 || !at::isFloatingType(device_lr.scalar_type())) {
+    throw std::invalid_argument(fmt::format("optimizer group {}: the lr tensor must be a one-element floating tensor", group));
+  }
+  set_lr(group, lr);
+  lr_tensors_[group] = LrTensor{device_lr, /*given=*/true, /*current=*/true};
 }
 
 double Optimizer::lr(std::size_t group) const {
-  if (group >= groups_.size()) {
-    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group, groups_.size()));
-  }
+  check_group(group);
   return groups_[group].lr;
+}
+
+const at::Tensor& Optimizer::lr_tensor(std::size_t group) {
+  check_group(group);
+  LrTensor& lr = lr_tensors_[group];
+  if (lr.given) return lr.tensor;
+  const at::Device device = groups_[group].params.empty() ? at::Device(at::kCPU) : groups_[group].params.front().device();
+  if (!lr.tensor.defined() || lr.tensor.device() != device) {
+    lr.tensor = at::empty({}, at::TensorOptions().dtype(device.is_cuda() ? at::kFloat : at::kDouble).device(device));
+    lr.current = false;
+  }
+  if (!lr.current) {
+    lr.tensor.fill_(groups_[group].lr);
+    lr.current = true;
+  }
+  return lr.tensor;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
@@ -575,6 +643,7 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
     }
   }
   groups_ = std::move(updated);
+  for (LrTensor& lr : lr_tensors_) lr = LrTensor{};
   step_count_ = step_count->get<std::int64_t>();
 }
 

@@ -40,6 +40,8 @@ struct ParamGroup {
 // Which kernels step() uses. automatic: the fused kernels for CUDA parameters, the foreach math elsewhere.
 // foreach / fused force one path for every parameter (fused on the CPU uses PyTorch's CPU fused kernels,
 // which is how the fused calling convention is tested on machines without a GPU).
+// When every parameter takes the fused path (CUDA parameters with automatic, any with fused) the optimizer
+// is capturable, see below.
 enum class OptimizerImplementation { automatic, foreach, fused };
 
 // torch.optim.SGD / Adam / AdamW with foreach=True (off CUDA) or fused=True (on CUDA), reproduced exactly:
@@ -51,8 +53,18 @@ enum class OptimizerImplementation { automatic, foreach, fused };
 //   fused:   adam.py _fused_adam (_foreach_add_(steps, 1), then at::_fused_adam_ / at::_fused_adamw_ with the
 //            float32 step tensors on the parameters' device, and the max_exp_avg_sqs with amsgrad) and sgd.py
 //            _fused_sgd (at::_fused_sgd_ with is_first_step when the momentum buffers are new).
-// Not supported: maximize, capturable, differentiable, sparse gradients, grad scaling (grad_scale / found_inf),
-// tensor learning rates, complex parameters.
+// Capturable (every parameter on the fused path): step() reads nothing on the host, so that a CUDA graph can
+// capture it. The learning rate of each group comes from a tensor (the tensor_lr overloads of _fused_adam_,
+// _fused_adamw_ and _fused_sgd_, as torch.optim with lr=torch.tensor(...) and fused=True): the one given with
+// set_lr(group, lr, device_lr), else the optimizer's own (lr_tensor). The step counts are the float32 device
+// tensors of the fused path, and found_inf is read by the kernels (also SGD's). The CUDA kernels read the lr as
+// a float32, so on CUDA the step uses the learning rate rounded to float32 (the non-capturable fused call takes
+// it as a double). When found_inf skips the step that creates a parameter's SGD momentum buffer, the buffer
+// stays zero and the parameter's next step starts from it (buf = (1 - dampening) * d_p; with dampening 0 that
+// is PyTorch's first step, and PyTorch's fused SGD leaves such a buffer uninitialised).
+// Otherwise (some parameter on the foreach path) every group uses its host lr and found_inf is read on the
+// host before anything runs.
+// Not supported: maximize, differentiable, sparse gradients, grad_scale, complex parameters.
 //
 // State (as PyTorch keeps it): per parameter, created at the first step() in which its grad is defined:
 //   Adam/AdamW: step (float32 scalar; on the CPU for foreach, on the parameter's device for fused),
@@ -71,15 +83,32 @@ class Optimizer {
             OptimizerImplementation implementation = OptimizerImplementation::automatic);
 
   // One optimizer step over every parameter with a defined grad, under NoGradGuard. With `found_inf` (a
-  // one-element tensor, non-zero when the gradients hold inf/NaN) the step is skipped: inside the fused
-  // Adam/AdamW kernels when every parameter takes that path (no host synchronisation, as GradScaler with a
-  // fused optimizer), otherwise by reading the flag on the host first.
+  // one-element tensor, 1 when the gradients hold inf/NaN, else 0) the step is skipped: inside the fused
+  // kernels when the optimizer is capturable (no host synchronisation, as GradScaler with a fused optimizer;
+  // best a float32 tensor on the parameters' device), otherwise by reading the flag on the host first.
   void step(const at::Tensor& found_inf = at::Tensor());
   // Sets every parameter's grad to an undefined tensor (set_to_none), or to zeros in place.
   void zero_grad(bool set_to_none = true);
 
-  void set_lr(std::size_t group, double lr);  // throws std::out_of_range / std::invalid_argument
+  // Whether step() is capturable (every parameter takes the fused path), as described above.
+  bool capturable() const;
+
+  // Sets the group's learning rate: the number that lr(), hyperparameters() and the foreach path use. A
+  // capturable step reads it from the optimizer's own lr tensor, which step() refills when the number changed
+  // (a fill with the number in its launch: use the form below for a step that a CUDA graph captures).
+  // Throws std::out_of_range / std::invalid_argument.
+  void set_lr(std::size_t group, double lr);
+  // The same, and a capturable step reads the group's learning rate from `device_lr` (a one-element floating
+  // tensor that holds `lr` by the time the step runs on the stream: e.g. a view of a buffer that the caller
+  // refreshes with one copy per step). It should be on the parameters' device, float32 on CUDA; otherwise each
+  // step converts it. It is used until the next set_lr or load_hyperparameters.
+  void set_lr(std::size_t group, double lr, const at::Tensor& device_lr);
   double lr(std::size_t group) const;
+  // The tensor a capturable step reads the group's learning rate from: the one given to set_lr, else the
+  // optimizer's own, created on the group's first parameter's device (float32 on CUDA, where the kernels read a
+  // float; float64 elsewhere, so that the CPU kernels, which read a double, use lr(group) exactly) and filled
+  // with lr(group) here when it is out of date.
+  const at::Tensor& lr_tensor(std::size_t group);
   std::int64_t step_count() const { return step_count_; }  // calls of step() not skipped on the host
 
   OptimizerKind kind() const { return kind_; }
@@ -111,15 +140,25 @@ class Optimizer {
     at::Tensor step, exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer;  // max_exp_avg_sq: amsgrad groups
     float step_value = 0;  // host copy of `step` (float32 as the tensor), for the foreach bias corrections
   };
+  // The lr tensor of a group as the capturable step reads it.
+  struct LrTensor {
+    at::Tensor tensor;
+    bool given = false;    // by set_lr(group, lr, device_lr); else the optimizer's own
+    bool current = false;  // the optimizer's own holds the group's lr
+  };
   bool use_fused(const at::Tensor& param) const;
+  void check_group(std::size_t group) const;
   void init_state(const at::Tensor& param, bool amsgrad, ParamState& state) const;
-  void step_adam_group(std::size_t group);
-  void step_sgd_group(std::size_t group);
+  // The group's lr tensor on `device` as the fused kernels take it (float32 on CUDA).
+  at::Tensor lr_tensor_on(std::size_t group, const at::Device& device);
+  void step_adam_group(std::size_t group, bool capturable);
+  void step_sgd_group(std::size_t group, bool capturable);
 
   OptimizerKind kind_;
   OptimizerImplementation implementation_;
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // [group][param]
+  std::vector<LrTensor> lr_tensors_;            // [group]
   std::int64_t step_count_ = 0;
   at::Tensor found_inf_;  // the flag of the step in progress, when the fused kernels read it
 };

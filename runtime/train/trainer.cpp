@@ -303,7 +303,14 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   }
   if (options_.clip) clip_by_norm(grads, *options_.clip, grad_norm);
   const double factor = schedule_->factor(step_);
-  for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, base_lrs_[g] * factor);
+  // The learning rates and the EMAs' weights reach the device in one copy; the capturable optimizer and the
+  // EMA updates read them there.
+  std::vector<double> scalars;
+  for (double base_lr : base_lrs_) scalars.push_back(base_lr * factor);
+  for (const Ema& ema : emas_) scalars.push_back(1 - ema.current_decay(step_ + 1));
+  if (!step_scalars_.defined()) step_scalars_ = DeviceScalars(scalars.size(), device_);
+  step_scalars_.write(scalars);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, scalars[g], step_scalars_.element(g));
   optimizer_->step(skip);
   skipped_.add_(skip.reshape({}).to(at::kLong));
   if (scaler_) scaler_->update(found);
@@ -312,7 +319,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   mark(2);
   host_lap(timing_.optimizer);
 
-  for (Ema& ema : emas_) ema.update(step_);
+  for (std::size_t e = 0; e < emas_.size(); ++e) emas_[e].update(step_, step_scalars_.element(base_lrs_.size() + e));
   if (gradients_ && (step_ == 1 || step_ % kRankCheckEvery == 0)) gradients_->check_in_step(step_);
   mark(3);
   host_lap(timing_.ema);

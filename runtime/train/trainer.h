@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/dist/gradient_averager.h"
+#include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
@@ -130,6 +131,9 @@ class Trainer {
   const Optimizer& optimizer() const { return *optimizer_; }
   const LrSchedule& schedule() const { return *schedule_; }
   const std::vector<Ema>& emas() const { return emas_; }
+  // What the latest step read on the device: each group's scheduled learning rate (given to the optimizer with
+  // set_lr(group, lr, element(group))), then each EMA's update weight 1 - decay; undefined before the first step.
+  const DeviceScalars& step_scalars() const { return step_scalars_; }
   // Data parallel: throws when the ranks' weights differ (dist::GradientAverager::check_in_step); nothing in
   // a single process. Every rank must call it at the same step.
   void check_ranks_agree() {
@@ -166,6 +170,7 @@ class Trainer {
   c10::Device device_;
   Precision precision_;
   std::vector<double> base_lrs_;
+  DeviceScalars step_scalars_;  // see step_scalars()
   std::int64_t step_ = 0;
   std::int64_t state_version_ = 0;
   at::Tensor skipped_;

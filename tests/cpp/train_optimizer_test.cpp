@@ -1,5 +1,6 @@
 // Tests of runtime/train/optimizer and runtime/train/ema: golden trajectories from PyTorch's foreach and (CPU)
-// fused optimizers and from diffusers' EMA rule, checkpoint state round trips, error messages.
+// fused optimizers and from diffusers' EMA rule, checkpoint state round trips, error messages, and the device
+// learning rates and EMA weights that the trainer writes each step.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -22,9 +23,11 @@
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/trainer.h"
 #include "tests/cpp/cuda_skip.h"
 #include "tests/cpp/temp_directory.h"
 
+using runner::train::DeviceScalars;
 using runner::train::Ema;
 using runner::train::EmaOptions;
 using runner::train::Optimizer;
@@ -175,6 +178,44 @@ void require_same_state(const NamedTensors& a, const NamedTensors& b) {
   }
 }
 
+// The parameters and the state of golden case `name` after `step`: within 1e-6 relative, and bit for bit where
+// the golden file was written on this machine; exactly the state entries PyTorch has. `worst` keeps the largest
+// relative difference.
+void check_golden_step(const std::string& name, int step, const std::vector<std::vector<at::Tensor>>& params,
+                       const Optimizer& optimizer, double& worst) {
+  const std::string prefix = name + ".step" + std::to_string(step) + ".";
+  for (std::size_t g = 0; g < params.size(); ++g) {
+    for (std::size_t p = 0; p < params[g].size(); ++p) {
+      const std::string key = prefix + "group" + std::to_string(g) + ".param" + std::to_string(p) + ".param";
+      INFO(key);
+      const double difference = relative_difference(params[g][p], golden_tensor(key));
+      worst = std::max(worst, difference);
+      CHECK(difference <= 1e-6);
+      if (golden_written_on_this_machine()) CHECK(bit_equal(params[g][p].detach(), golden_tensor(key)));
+    }
+  }
+  std::set<std::string> expected;
+  for (const auto& entry : golden().tensors) {
+    if (entry.name.rfind(prefix, 0) == 0 && entry.name.size() > 6 &&
+        entry.name.compare(entry.name.size() - 6, 6, ".param") != 0) {
+      expected.insert(entry.name.substr(prefix.size()));
+    }
+  }
+  std::set<std::string> actual;
+  for (const auto& [state_name, tensor] : optimizer.state_tensors()) {
+    actual.insert(state_name);
+    const at::Tensor& reference = golden_tensor(prefix + state_name);
+    INFO(prefix + state_name);
+    REQUIRE(tensor.scalar_type() == reference.scalar_type());
+    REQUIRE(tensor.sizes() == reference.sizes());
+    const double difference = relative_difference(tensor, reference);
+    worst = std::max(worst, difference);
+    CHECK(difference <= 1e-6);
+    if (golden_written_on_this_machine()) CHECK(bit_equal(tensor, reference));
+  }
+  CHECK(actual == expected);
+}
+
 }  // namespace
 
 TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimizer]") {
@@ -197,38 +238,7 @@ TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimi
           set_golden_grads(params, step, none_steps);
           optimizer.step();
           REQUIRE(optimizer.step_count() == step);
-          const std::string prefix = name + ".step" + std::to_string(step) + ".";
-          for (std::size_t g = 0; g < params.size(); ++g) {
-            for (std::size_t p = 0; p < params[g].size(); ++p) {
-              const std::string key = prefix + "group" + std::to_string(g) + ".param" + std::to_string(p) + ".param";
-              INFO(key);
-              const double difference = relative_difference(params[g][p], golden_tensor(key));
-              worst = std::max(worst, difference);
-              CHECK(difference <= 1e-6);
-              if (golden_written_on_this_machine()) CHECK(bit_equal(params[g][p].detach(), golden_tensor(key)));
-            }
-          }
-          // Exactly the state entries PyTorch has, with its values.
-          std::set<std::string> expected;
-          for (const auto& entry : golden().tensors) {
-            if (entry.name.rfind(prefix, 0) == 0 && entry.name.size() > 6 &&
-                entry.name.compare(entry.name.size() - 6, 6, ".param") != 0) {
-              expected.insert(entry.name.substr(prefix.size()));
-            }
-          }
-          std::set<std::string> actual;
-          for (const auto& [state_name, tensor] : optimizer.state_tensors()) {
-            actual.insert(state_name);
-            const at::Tensor& reference = golden_tensor(prefix + state_name);
-            INFO(prefix + state_name);
-            REQUIRE(tensor.scalar_type() == reference.scalar_type());
-            REQUIRE(tensor.sizes() == reference.sizes());
-            const double difference = relative_difference(tensor, reference);
-            worst = std::max(worst, difference);
-            CHECK(difference <= 1e-6);
-            if (golden_written_on_this_machine()) CHECK(bit_equal(tensor, reference));
-          }
-          CHECK(actual == expected);
+          check_golden_step(name, step, params, optimizer, worst);
         }
         INFO("largest relative difference " << worst);
         CHECK(worst <= 1e-6);
@@ -241,17 +251,37 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
   // Runs only where CUDA is available: every golden case with CUDA parameters and the automatic choice (the
   // fused kernels), against PyTorch's CPU trajectories. The CUDA kernels round differently from the CPU ones,
   // hence 5e-5 rather than bit equality (Adam's exp_avg_sq differs by 1.3e-5 relative on an H100).
+  // The tensor-lr cases give each group a float32 element of one CUDA tensor and found_inf on the device, as
+  // the trainer does.
   SKIP_WITHOUT_CUDA("the fused CUDA optimizers");
   const nlohmann::json cases = golden_metadata("cases");
-  for (const auto& [name, c] : cases.items()) {
+  const nlohmann::json tensor_lr_cases = golden_metadata("tensor_lr_cases");
+  const auto factors = golden_metadata("lr_factors").get<std::vector<double>>();
+  const int skipped_step = std::stoi(golden().metadata.at("skipped_step"));
+  std::vector<std::pair<std::string, nlohmann::json>> all;
+  for (const auto& [name, c] : cases.items()) all.emplace_back(name, c);
+  for (const auto& [name, c] : tensor_lr_cases.items()) all.emplace_back(name, c);
+  for (const auto& [name, c] : all) {
+    const bool tensor_lr = tensor_lr_cases.contains(name);
     DYNAMIC_SECTION(name) {
       auto params = golden_initial_params();
       for (auto& group : params) {
         for (auto& param : group) param = param.detach().to(at::kCUDA).requires_grad_();
       }
-      Optimizer optimizer(kind_of(c.at("kind")), groups_from(c.at("groups"), params));
+      const std::vector<ParamGroup> groups = groups_from(c.at("groups"), params);
+      Optimizer optimizer(kind_of(c.at("kind")), groups);
+      REQUIRE(optimizer.capturable());
+      at::Tensor lrs = at::zeros({static_cast<std::int64_t>(groups.size())}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
       const auto none_steps = c.at("none_steps").get<std::vector<int>>();
       for (int step = 1; step <= 7; ++step) {
+        at::Tensor found_inf;
+        if (tensor_lr) {
+          std::vector<double> values;
+          for (const ParamGroup& group : groups) values.push_back(group.lr * factors[step - 1]);
+          lrs.copy_(at::tensor(values, at::kDouble));
+          for (std::size_t g = 0; g < groups.size(); ++g) optimizer.set_lr(g, values[g], lrs[static_cast<std::int64_t>(g)]);
+          found_inf = at::full({1}, step == skipped_step ? 1.0 : 0.0, at::TensorOptions().device(at::kCUDA));
+        }
         for (std::size_t g = 0; g < params.size(); ++g) {
           for (std::size_t p = 0; p < params[g].size(); ++p) {
             const bool none = g == 0 && p == 2 && std::find(none_steps.begin(), none_steps.end(), step) != none_steps.end();
@@ -264,7 +294,7 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
             }
           }
         }
-        optimizer.step();
+        optimizer.step(found_inf);
         const std::string prefix = name + ".step" + std::to_string(step) + ".";
         for (std::size_t g = 0; g < params.size(); ++g) {
           for (std::size_t p = 0; p < params[g].size(); ++p) {
@@ -643,6 +673,111 @@ TEST_CASE("fused AMSGrad leaves every tensor unchanged on a step with found_inf"
   }
 }
 
+TEST_CASE("the capturable step follows PyTorch's fused optimizers with tensor learning rates", "[optimizer]") {
+  // Each group's lr is a float32 element of one tensor refreshed before every step, as the trainer does; step
+  // SKIPPED_STEP gets found_inf = 1 (a [1] tensor, as the trainer's) and the others found_inf = 0. PyTorch's CPU
+  // kernels read a tensor lr as lr.item<double>(), so the float32 rounding of the lr shows in the last bits.
+  const GoldenThreadCount threads;
+  const nlohmann::json cases = golden_metadata("tensor_lr_cases");
+  const auto factors = golden_metadata("lr_factors").get<std::vector<double>>();
+  const int skipped_step = std::stoi(golden().metadata.at("skipped_step"));
+  for (const bool host_lr_disagrees : {false, true}) {
+    for (const auto& [name, c] : cases.items()) {
+      DYNAMIC_SECTION(name << (host_lr_disagrees ? " (a host lr that disagrees with the tensor)" : "")) {
+        const auto params = golden_initial_params();
+        const std::vector<ParamGroup> groups = groups_from(c.at("groups"), params);
+        Optimizer optimizer(kind_of(c.at("kind")), groups, OptimizerImplementation::fused);
+        REQUIRE(optimizer.capturable());
+        const auto none_steps = c.at("none_steps").get<std::vector<int>>();
+        at::Tensor lrs = at::zeros({static_cast<std::int64_t>(groups.size())}, at::kFloat);
+        double worst = 0;
+        for (int step = 1; step <= static_cast<int>(factors.size()); ++step) {
+          set_golden_grads(params, step, none_steps);
+          std::vector<double> values;
+          for (const ParamGroup& group : groups) values.push_back(group.lr * factors[step - 1]);
+          lrs.copy_(at::tensor(values, at::kDouble));  // rounded to float32 as group["lr"].fill_() does
+          for (std::size_t g = 0; g < groups.size(); ++g) {
+            // The step reads the tensor: a host number that disagrees changes nothing.
+            optimizer.set_lr(g, host_lr_disagrees ? 2 * values[g] : values[g], lrs[static_cast<std::int64_t>(g)]);
+            CHECK(optimizer.lr_tensor(g).data_ptr() == lrs[static_cast<std::int64_t>(g)].data_ptr());
+          }
+          optimizer.step(at::full({1}, step == skipped_step ? 1.0 : 0.0));
+          check_golden_step(name, step, params, optimizer, worst);
+        }
+        INFO("largest relative difference " << worst);
+        CHECK(worst <= 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("optimizer lr tensors: the optimizer's own, a given one, and which steps are capturable", "[optimizer]") {
+  const auto params = golden_initial_params();
+  const nlohmann::json settings = golden_metadata("cases")["adamw"]["groups"];
+  Optimizer foreach(OptimizerKind::adamw, groups_from(settings, clone_params(params)), OptimizerImplementation::foreach);
+  CHECK_FALSE(foreach.capturable());
+  CHECK_FALSE(Optimizer(OptimizerKind::sgd, groups_from(golden_metadata("cases")["sgd"]["groups"], clone_params(params)))
+                  .capturable());  // automatic on the CPU is foreach
+  Optimizer fused(OptimizerKind::adamw, groups_from(settings, params), OptimizerImplementation::fused);
+  CHECK(fused.capturable());
+
+  // The optimizer's own lr tensor on the CPU is float64: the CPU kernels use lr(group) exactly.
+  const at::Tensor own = fused.lr_tensor(1);
+  CHECK(own.scalar_type() == at::kDouble);
+  CHECK(own.dim() == 0);
+  CHECK(own.item<double>() == settings[1]["lr"].get<double>());
+  fused.set_lr(1, 0.125);
+  CHECK(fused.lr_tensor(1).item<double>() == 0.125);
+  CHECK(fused.lr(1) == 0.125);
+
+  // A given tensor is used as it is until the next set_lr or load_hyperparameters.
+  const at::Tensor given = at::full({}, 0.25, at::kFloat);
+  fused.set_lr(1, 0.25, given);
+  CHECK(fused.lr_tensor(1).is_same(given));
+  CHECK(fused.lr(1) == 0.25);
+  CHECK(fused.hyperparameters()["groups"][1]["lr"] == 0.25);  // checkpoints keep the number
+  fused.set_lr(1, 0.5);
+  CHECK_FALSE(fused.lr_tensor(1).is_same(given));
+  CHECK(fused.lr_tensor(1).item<double>() == 0.5);
+  fused.set_lr(1, 0.25, given);
+  nlohmann::json hyperparameters = fused.hyperparameters();
+  hyperparameters["groups"][1]["lr"] = 0.375;
+  fused.load_hyperparameters(hyperparameters);
+  CHECK_FALSE(fused.lr_tensor(1).is_same(given));
+  CHECK(fused.lr_tensor(1).item<double>() == 0.375);
+
+  CHECK(invalid_argument_message([&] { fused.set_lr(0, 0.1, at::zeros({2})); }) ==
+        "optimizer group 0: the lr tensor must be a one-element floating tensor");
+  CHECK(fused.lr(0) == settings[0]["lr"].get<double>());  // unchanged by the refused call
+  CHECK_THROWS_AS(fused.set_lr(2, 0.1, given), std::out_of_range);
+  CHECK_THROWS_AS(fused.lr_tensor(2), std::out_of_range);
+}
+
+TEST_CASE("capturable SGD skips a step with found_inf in the kernel; a skipped first step leaves zero buffers", "[optimizer]") {
+  const auto params = golden_initial_params();
+  const nlohmann::json settings = golden_metadata("cases")["sgd"]["groups"];
+  Optimizer fused(OptimizerKind::sgd, groups_from(settings, params), OptimizerImplementation::fused);
+  set_golden_grads(params, 1, {});
+  std::vector<at::Tensor> before;
+  for (const auto& group : params)
+    for (const at::Tensor& param : group) before.push_back(param.detach().clone());
+  fused.step(at::ones({1}));
+  std::size_t i = 0;
+  for (const auto& group : params)
+    for (const at::Tensor& param : group) CHECK(bit_equal(param.detach(), before[i++]));
+  for (const auto& [state_name, buffer] : fused.state_tensors()) {
+    INFO(state_name);
+    CHECK(bit_equal(buffer, at::zeros_like(buffer)));
+  }
+  // The next step starts from the zero buffers: buf = (1 - dampening) * d_p, param -= lr * buf.
+  set_golden_grads(params, 2, {});
+  fused.step(at::zeros({1}));
+  const ParamGroup& group0 = fused.groups()[0];
+  const at::Tensor d_p = golden_tensor("grad.step2.group0.param0") + group0.weight_decay * before[0];
+  const at::Tensor expected = before[0] - group0.lr * ((1 - group0.dampening) * d_p);
+  CHECK(relative_difference(params[0][0], expected) <= 1e-6);
+}
+
 TEST_CASE("EMA follows diffusers' decay rule with warmup and update_every", "[ema]") {
   const nlohmann::json cases = golden_metadata("ema_cases");
   const nlohmann::json shapes = golden_metadata("ema_shapes");
@@ -662,7 +797,11 @@ TEST_CASE("EMA follows diffusers' decay rule with warmup and update_every", "[em
       options.inv_gamma = c.at("inv_gamma");
       options.warmup_power = c.at("power");
       options.update_every = c.at("update_every");
+      // The host form (the decay a number), and the device form with 1 - decay written into a float32 tensor
+      // before each update, as the trainer does.
       Ema ema(params, {buffer}, options);
+      Ema device_ema(params, {buffer}, options);
+      const at::Tensor one_minus_decay = at::zeros({}, at::kFloat);
       std::int64_t updates = 0;
       for (int step = 1; step <= steps; ++step) {
         {
@@ -674,15 +813,109 @@ TEST_CASE("EMA follows diffusers' decay rule with warmup and update_every", "[em
         }
         CHECK(ema.current_decay(step) == golden_tensor(name + ".decay.step" + std::to_string(step)).item<double>());
         ema.update(step);
+        one_minus_decay.fill_(1 - device_ema.current_decay(step));
+        device_ema.update(step, one_minus_decay);
         if (step % options.update_every == 0) ++updates;
         CHECK(ema.update_count() == updates);
+        CHECK(device_ema.update_count() == updates);
+        CHECK(device_ema.last_update_step() == ema.last_update_step());
         for (std::size_t i = 0; i < params.size(); ++i) {
           const std::string key = name + ".step" + std::to_string(step) + "." + std::to_string(i);
           INFO(key);
           CHECK(relative_difference(ema.shadow()[i], golden_tensor(key)) <= 1e-6);
+          CHECK(relative_difference(device_ema.shadow()[i], golden_tensor(key)) <= 1e-6);
+          // The two forms round differently (lerp's fused multiply-add against a rounded product): at most one
+          // float32 ulp of the result per update, and as the average contracts the differences stay small
+          // (1 or 2 ulps after these 10 updates; 4 allowed).
+          const at::Tensor host = ema.shadow()[i].to(at::kDouble), device = device_ema.shadow()[i].to(at::kDouble);
+          const at::Tensor ulp =
+              at::nextafter(host.abs().to(at::kFloat), at::full({}, INFINITY, at::kFloat)).to(at::kDouble) - host.abs();
+          CHECK(((host - device).abs() / ulp).max().item<double>() <= 4);
         }
         CHECK(bit_equal(ema.shadow_buffers()[0], golden_tensor(name + ".step" + std::to_string(step) + ".buffer0")));
+        CHECK(bit_equal(device_ema.shadow_buffers()[0], ema.shadow_buffers()[0]));
       }
+    }
+  }
+}
+
+TEST_CASE("device scalars: one tensor of float32 values, element views that keep their storage", "[optimizer]") {
+  DeviceScalars scalars(3, c10::Device(c10::kCPU));
+  const void* storage = scalars.values().data_ptr();
+  scalars.write({0.1, 2.5, 1 - 0.999});
+  CHECK(bit_equal(scalars.values(), at::tensor(std::vector<double>{0.1, 2.5, 1 - 0.999}, at::kDouble).to(at::kFloat)));
+  scalars.write({0.2, 0.0, 1.0});
+  CHECK(scalars.values().data_ptr() == storage);
+  CHECK(scalars.element(1).dim() == 0);
+  CHECK(scalars.element(2).data_ptr() == scalars.values()[2].data_ptr());
+  CHECK(scalars.element(0).item<float>() == 0.2f);
+  CHECK(invalid_argument_message([&] { scalars.write({1.0}); }) == "device scalars: 1 values for 3 places");
+  CHECK_FALSE(DeviceScalars().defined());
+}
+
+TEST_CASE("device scalars on CUDA: pinned staging, one copy per write, the values of every write", "[optimizer][cuda]") {
+  SKIP_WITHOUT_CUDA("device scalars on a CUDA device");
+  DeviceScalars scalars(2, c10::Device(c10::kCUDA));
+  REQUIRE(scalars.values().is_cuda());
+  const void* storage = scalars.values().data_ptr();
+  // Each write's values reach the device tensor in stream order: a kernel queued after a write reads them,
+  // even when the next write follows at once.
+  std::vector<at::Tensor> seen;
+  for (int i = 1; i <= 50; ++i) {
+    scalars.write({0.5 * i, -1.0 * i});
+    seen.push_back(scalars.values() * 1);
+  }
+  for (int i = 1; i <= 50; ++i) {
+    INFO("write " << i);
+    CHECK(bit_equal(seen[static_cast<std::size_t>(i - 1)].cpu(),
+                    at::tensor(std::vector<double>{0.5 * i, -1.0 * i}, at::kDouble).to(at::kFloat)));
+  }
+  CHECK(scalars.values().data_ptr() == storage);
+}
+
+TEST_CASE("the trainer writes each step's learning rates and EMA weights into one device tensor", "[optimizer][ema]") {
+  // On the CPU the tensor is a plain CPU tensor; the optimizer (foreach here) and the EMAs read their elements.
+  at::manual_seed(3);
+  at::Tensor w = at::randn({4, 3}).requires_grad_(), b = at::randn({3}).requires_grad_();
+  ParamGroup weights{{w}, 0.1, 0.01}, biases{{b}, 0.02, 0.0};
+  auto optimizer = std::make_shared<Optimizer>(OptimizerKind::adamw, std::vector<ParamGroup>{weights, biases});
+  runner::train::LrScheduleOptions schedule;
+  schedule.kind = "cosine";
+  schedule.total_steps = 8;
+  schedule.warmup_steps = 2;
+  EmaOptions constant, warmup;
+  constant.decay = 0.9;
+  warmup.decay = 0.999;
+  warmup.warmup = true;
+  runner::train::TrainerOptions options;
+  options.amp = "fp32";
+  runner::train::Trainer trainer({{{"w", w}, {"b", b}}, {}}, optimizer, schedule, {constant, warmup}, options,
+                                 c10::Device(c10::kCPU));
+  CHECK_FALSE(trainer.step_scalars().defined());
+  const at::Tensor x = at::randn({5, 4});
+  for (int step = 1; step <= 4; ++step) {
+    INFO("step " << step);
+    std::vector<at::Tensor> shadow_before;
+    for (const at::Tensor& shadow : trainer.emas()[0].shadow()) shadow_before.push_back(shadow.clone());
+    const auto result = trainer.step([&](std::int64_t, std::int64_t) { return (at::matmul(x, w) + b).pow(2).mean(); });
+    const DeviceScalars& scalars = trainer.step_scalars();
+    REQUIRE(scalars.defined());
+    REQUIRE(scalars.size() == 4);
+    const double factor = trainer.schedule().factor(step - 1);
+    const std::vector<double> expected{0.1 * factor, 0.02 * factor, 1 - trainer.emas()[0].current_decay(step),
+                                       1 - trainer.emas()[1].current_decay(step)};
+    CHECK(bit_equal(scalars.values(), at::tensor(expected, at::kDouble).to(at::kFloat)));
+    CHECK(result.lr == expected[0]);
+    for (std::size_t g = 0; g < 2; ++g) {
+      CHECK(optimizer->lr(g) == expected[g]);  // the number checkpoints record
+      CHECK(optimizer->lr_tensor(g).data_ptr() == scalars.element(g).data_ptr());
+    }
+    // The first EMA's update read its weight from the tensor (a copy at step 1, where the decay is 0).
+    for (std::size_t i = 0; i < 2; ++i) {
+      const at::Tensor param = i == 0 ? w.detach() : b.detach();
+      const at::Tensor expected_shadow =
+          step == 1 ? param : shadow_before[i] - (shadow_before[i] - param) * scalars.element(2);
+      CHECK(bit_equal(trainer.emas()[0].shadow()[i], expected_shadow));
     }
   }
 }

@@ -16,6 +16,11 @@ and float32 parameters of several shapes; one parameter's grad is None on some s
 set amsgrad=True in one of their two groups (group 0 for AdamW, with the parameter that misses grads;
 group 1 for Adam).
 
+Tensor learning rates: torch.optim.AdamW / Adam / SGD with fused=True and each group's lr a float32 tensor
+(lr=torch.tensor(...)), as runtime/train/optimizer.h's capturable step takes it: the lr of step S is the
+group's lr times LR_FACTORS[S - 1], written with group["lr"].fill_() as LRScheduler does, and step
+SKIPPED_STEP runs with found_inf = 1 (optimizer.found_inf, as GradScaler sets it), which the kernels skip.
+
 EMA: the decay rule and update of diffusers' EMAModel (training_utils.py, get_decay and step), written out
 here so diffusers need not be installed, plus the update_every rule of runtime/train/ema.h.
 
@@ -26,10 +31,12 @@ Keys (s = 1..7 is the step after which the values are taken, G/P the group and p
     CASE.stepS.groupG.paramP.STATE           optimizer state after step S (step, exp_avg, exp_avg_sq,
                                              max_exp_avg_sq, momentum_buffer), absent while the parameter
                                              has none
+    TLCASE.stepS.groupG.paramP.param / .STATE   the same for the tensor-lr cases
     ema.init.I / ema.param.stepS.I           EMA model parameters (initial, after optimizer step S)
     ema.buffer.stepS.0                       an EMA model buffer (copied, not averaged)
     EMACASE.stepS.I / EMACASE.stepS.buffer0  shadow after update(S)
-The metadata "cases" and "ema_cases" hold the settings as JSON.
+The metadata "cases", "tensor_lr_cases" and "ema_cases" hold the settings as JSON, "lr_factors" and
+"skipped_step" the tensor-lr schedule.
 """
 import json
 import math
@@ -90,6 +97,19 @@ OPTIMIZER_CASES = {
                                             amsgrad=True)]),
 }
 
+# Fused with a float32 tensor lr per group, a changing lr and one step skipped by found_inf.
+TENSOR_LR_CASES = {
+    "adamw_tensor_lr": dict(kind="adamw", fused=True, none_steps=[3, 5],
+                            groups=OPTIMIZER_CASES["adamw_fused"]["groups"]),
+    "adam_amsgrad_tensor_lr": dict(kind="adam", fused=True, none_steps=[3, 5],
+                                   groups=OPTIMIZER_CASES["adam_amsgrad_fused"]["groups"]),
+    "sgd_tensor_lr": dict(kind="sgd", fused=True, none_steps=[3, 5], groups=OPTIMIZER_CASES["sgd_fused"]["groups"]),
+    "sgd_plain_tensor_lr": dict(kind="sgd", fused=True, none_steps=[3, 5],
+                                groups=OPTIMIZER_CASES["sgd_plain"]["groups"]),
+}
+LR_FACTORS = [1.0, 0.7, 1.3, 0.45, 0.9, 0.25, 0.6]
+SKIPPED_STEP = 4
+
 
 def initial_params():
     g = torch.Generator().manual_seed(11)
@@ -109,10 +129,11 @@ def has_grad(case, step, group, index):
     return not (group == 0 and index == 2 and step in case["none_steps"])
 
 
-def torch_optimizer(case, params):
+def torch_optimizer(case, params, tensor_lr=False):
     groups = []
     for settings, group_params in zip(case["groups"], params):
-        group = {"params": group_params, "lr": settings["lr"], "weight_decay": settings.get("weight_decay", 0.0)}
+        lr = torch.tensor(settings["lr"]) if tensor_lr else settings["lr"]
+        group = {"params": group_params, "lr": lr, "weight_decay": settings.get("weight_decay", 0.0)}
         if case["kind"] == "sgd":
             group.update(momentum=settings.get("momentum", 0.0), dampening=settings.get("dampening", 0.0),
                          nesterov=settings.get("nesterov", False))
@@ -138,15 +159,24 @@ def optimizer_trajectories(tensors):
         for g, shapes in enumerate(SHAPES):
             for p, shape in enumerate(shapes):
                 tensors[f"grad.step{step}.group{g}.param{p}"] = gradient(step, g, p, shape)
-    for name, case in OPTIMIZER_CASES.items():
+    cases = [(name, case, False) for name, case in OPTIMIZER_CASES.items()]
+    cases += [(name, case, True) for name, case in TENSOR_LR_CASES.items()]
+    for name, case, tensor_lr in cases:
         params = [[value.clone().requires_grad_() for value in group] for group in init]
-        optimizer = torch_optimizer(case, params)
+        optimizer = torch_optimizer(case, params, tensor_lr)
         for step in range(1, STEPS + 1):
             for g, group in enumerate(params):
                 for p, param in enumerate(group):
                     param.grad = (tensors[f"grad.step{step}.group{g}.param{p}"].clone()
                                   if has_grad(case, step, g, p) else None)
+            if tensor_lr:
+                for group, settings in zip(optimizer.param_groups, case["groups"]):
+                    group["lr"].fill_(settings["lr"] * LR_FACTORS[step - 1])
+                if step == SKIPPED_STEP:
+                    optimizer.found_inf = torch.ones(())
             optimizer.step()
+            if tensor_lr and step == SKIPPED_STEP:
+                del optimizer.found_inf
             for g, group in enumerate(params):
                 for p, param in enumerate(group):
                     prefix = f"{name}.step{step}.group{g}.param{p}"
@@ -246,6 +276,9 @@ def main():
         "ema_steps": str(EMA_STEPS),
         "shapes": json.dumps(SHAPES),
         "cases": json.dumps(OPTIMIZER_CASES),
+        "tensor_lr_cases": json.dumps(TENSOR_LR_CASES),
+        "lr_factors": json.dumps(LR_FACTORS),
+        "skipped_step": str(SKIPPED_STEP),
         "ema_shapes": json.dumps(EMA_SHAPES),
         "ema_cases": json.dumps(EMA_CASES),
     }
