@@ -185,6 +185,7 @@ const OptionTable<DiTOptions> kDiTOptions("DiT", "DiTOptions",
                                               option("mlp_ratio", &DiTOptions::mlp_ratio),
                                               option("learn_sigma", &DiTOptions::learn_sigma),
                                               option("checkpoint", &DiTOptions::checkpoint),
+                                              option("fused", &DiTOptions::fused),
                                           });
 
 // nn.DiT{size = "DiT-XL/2" | depth, hidden, heads; ...}: DiTOptions, explicit fields over the size preset.

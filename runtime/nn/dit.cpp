@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "runtime/kernels/ops.h"
 #include "runtime/nn/activation_checkpoint.h"
 #include "runtime/nn/embeddings.h"
 #include "runtime/nn/initialization.h"
@@ -28,8 +29,8 @@ constexpr std::int64_t kPatches[] = {2, 4, 8};
 
 at::Tensor layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps); }
 
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, bool fused) {
+  return fused ? ops::modulate(x, shift, scale) : x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
 void check_options(const DiTOptions& o) {
@@ -86,7 +87,8 @@ DiTOptions dit_preset(const std::string& name) {
   throw std::invalid_argument(fmt::format("unknown DiT size '{}' (known: {})", name, fmt::join(dit_preset_names(), ", ")));
 }
 
-DiTBlockImpl::DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_ratio) : hidden_(hidden), heads_(heads) {
+DiTBlockImpl::DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_ratio, bool fused)
+    : hidden_(hidden), heads_(heads), fused_(fused) {
   auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
   qkv = attn->register_module("qkv", xavier_linear(hidden, 3 * hidden));
   proj = attn->register_module("proj", xavier_linear(hidden, hidden));
@@ -103,10 +105,10 @@ at::Tensor DiTBlockImpl::forward(const at::Tensor& x, const at::Tensor& conditio
   const auto batch = x.size(0), tokens = x.size(1);
   const auto head_width = hidden_ / heads_;
   // [B, N, 3 hidden] -> 3 x [B, heads, N, head_width]
-  const auto qkv_heads = qkv(modulate(layer_norm(x), m[0], m[1])).reshape({batch, tokens, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
+  const auto qkv_heads = qkv(modulate(layer_norm(x), m[0], m[1], fused_)).reshape({batch, tokens, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
   const auto attended = at::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
   auto out = x + m[2].unsqueeze(1) * proj(attended.transpose(1, 2).reshape({batch, tokens, hidden_}));
-  const auto mlp = fc2(at::gelu(fc1(modulate(layer_norm(out), m[3], m[4])), "tanh"));
+  const auto mlp = fc2(at::gelu(fc1(modulate(layer_norm(out), m[3], m[4], fused_)), "tanh"));
   return out + m[5].unsqueeze(1) * mlp;
 }
 
@@ -146,7 +148,7 @@ DiTImpl::DiTImpl(DiTOptions options) : Denoiser("DiT"), options_(std::move(optio
 
   auto blocks = register_module("blocks", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < o.depth; ++i) {
-    blocks_.emplace_back(o.hidden, o.heads, o.mlp_ratio);
+    blocks_.emplace_back(o.hidden, o.heads, o.mlp_ratio, o.fused);
     blocks->push_back(blocks_.back());
   }
 
@@ -177,7 +179,7 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
     }
   }
   const auto m = final_modulation(c_activated).chunk(2, 1);
-  return unpatchify(final_linear(modulate(layer_norm(tokens), m[0], m[1])));
+  return unpatchify(final_linear(modulate(layer_norm(tokens), m[0], m[1], options_.fused)));
 }
 
 void DiTImpl::pretty_print(std::ostream& stream) const {
@@ -186,6 +188,7 @@ void DiTImpl::pretty_print(std::ostream& stream) const {
                         o.hidden, o.heads, o.patch, o.image, o.in_channels, out_channels_, o.classes);
   if (o.classes > 0) stream << fmt::format(", class_dropout={}", o.class_dropout);
   if (checkpointing()) stream << ", checkpoint=true";
+  if (o.fused) stream << ", fused=true";
   stream << ")";
 }
 

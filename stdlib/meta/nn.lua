@@ -161,6 +161,7 @@ function nn.DiT(options) end
 ---@field mlp_ratio? number         MLP width / hidden (default 4)
 ---@field learn_sigma? boolean      2 x in_channels outputs (default true)
 ---@field checkpoint? boolean       activation checkpointing (default false)
+---@field fused? boolean            the adaLN modulation as one fused CUDA kernel (runtime/kernels) instead of three ops; the same numbers on the CPU (default false until checked on a GPU)
 
 ---@class Denoiser: Module
 local Denoiser = {}

@@ -12,8 +12,8 @@ local tolerance = ({ float32 = device == "cpu" and 1e-5 or 5e-5, bfloat16 = 0.08
 if tolerance == nil then error("RUNNER_TEST_DTYPE must be float32 or bfloat16, got " .. dtype) end
 if device ~= "cpu" then torch.cuda.tf32(false) end
 
-local function load_case(name)
-  local model, tensors, meta = reference.model(name)
+local function load_case(name, overrides)
+  local model, tensors, meta = reference.model(name, overrides)
   model:to(device)
   if dtype ~= "float32" then model:to(dtype) end
   return model, tensors, meta
@@ -48,24 +48,57 @@ local function expect_gradients_close(actual, reference, what)
 end
 
 local model_cases = { "unet_uncond", "unet_class", "unet_sigma", "dit_class", "dit_uncond", "dit_p1" }
+local dit_cases = { "dit_class", "dit_uncond", "dit_p1" }
+
+local function expect_reference_match(case, overrides)
+  local model, tensors = load_case(case, overrides)
+  local out, grads, x_grad = forward_backward(model, tensors)
+  expect_scaled_close(out, tensors["output"], tolerance, case .. " output")
+  expect_scaled_close(x_grad, tensors["grad.input.x"], tolerance, case .. " input gradient")
+  local reference = {}
+  for key, value in pairs(tensors) do
+    local name = key:match("^grad%.(.*)$")
+    if name and name ~= "input.x" then reference[name] = value end
+  end
+  local trained = 0
+  for _ in pairs(grads) do trained = trained + 1 end
+  expect_eq(expect_gradients_close(grads, reference, case), trained, case .. " gradients compared")
+end
 
 describe("models against the Python reference", function()
   for _, case in ipairs(model_cases) do
     it(case .. ": output and every parameter gradient match (" .. dtype .. ")", function()
-      local model, tensors = load_case(case)
-      local out, grads, x_grad = forward_backward(model, tensors)
-      expect_scaled_close(out, tensors["output"], tolerance, case .. " output")
-      expect_scaled_close(x_grad, tensors["grad.input.x"], tolerance, case .. " input gradient")
-      local reference = {}
-      for key, value in pairs(tensors) do
-        local name = key:match("^grad%.(.*)$")
-        if name and name ~= "input.x" then reference[name] = value end
-      end
-      local trained = 0
-      for _ in pairs(grads) do trained = trained + 1 end
-      expect_eq(expect_gradients_close(grads, reference, case), trained, case .. " gradients compared")
+      expect_reference_match(case)
     end)
   end
+
+  -- fused = true runs the DiT's adaLN modulation as runner::ops::modulate (runtime/kernels; on CUDA its kernel).
+  for _, case in ipairs(dit_cases) do
+    it(case .. " fused: output and every parameter gradient match (" .. dtype .. ")", function()
+      expect_reference_match(case, { fused = true })
+    end)
+  end
+
+  it("the fused DiT gives the unfused one's output and gradients (on the CPU bit for bit; " .. dtype .. ")", function()
+    for _, case in ipairs(dit_cases) do
+      local model, tensors = load_case(case)
+      local out, grads, x_grad = forward_backward(model, tensors)
+      local fused_model = load_case(case, { fused = true })
+      expect_true(tostring(fused_model):find("fused=true", 1, true) ~= nil, case .. " printed as fused")
+      local out_fused, grads_fused, x_grad_fused = forward_backward(fused_model, tensors)
+      if device == "cpu" then
+        expect_true(out_fused:equal(out), case .. " output equal")
+        expect_true(x_grad_fused:equal(x_grad), case .. " input gradient equal")
+        for name, grad in pairs(grads) do
+          expect_true(grads_fused[name]:equal(grad), case .. ": gradient of " .. name .. " equal")
+        end
+      else
+        expect_scaled_close(out_fused, out, tolerance, case .. " output")
+        expect_scaled_close(x_grad_fused, x_grad, tolerance, case .. " input gradient")
+        expect_gradients_close(grads_fused, grads, case .. " fused")
+      end
+    end
+  end)
 
   -- unet_class has dropout 0.1 in its residual blocks: the recomputation must replay the first forward's dropout
   -- masks. DiT blocks have no dropout; dit_class checks the recomputation alone.

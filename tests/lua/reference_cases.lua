@@ -16,10 +16,11 @@ function cases.load(relative_path)
 end
 
 --- The built-in model with the weights of DIR/models/<name>.safetensors, in eval mode; also its tensors and
---- metadata.
-function cases.model(name)
+--- metadata. `overrides` (optional) replaces options that change no weights (e.g. { fused = true }).
+function cases.model(name, overrides)
   local tensors, meta = cases.load("models/" .. name .. ".safetensors")
   local options = cases.literal(meta.options)
+  for key, value in pairs(overrides or {}) do options[key] = value end
   local model = meta.model == "unet" and nn.UNet(options) or nn.DiT(options)
   local state = {}
   for key, value in pairs(tensors) do
