@@ -97,9 +97,13 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
     }
     for (int64_t drop : checkpoints_to_drop(candidates, rotation_)) {
       if (drop == id) continue;
-      index::remove_tree(run_dir_ + "/" + paths[drop]);
       index::set_checkpoint_kept(db, drop, false);
-      report.dropped.push_back(paths[drop]);
+      try {
+        index::remove_tree(run_dir_ + "/" + paths[drop]);
+        report.dropped.push_back(paths[drop]);
+      } catch (const std::exception& error) {
+        report.undeleted.push_back(error.what());
+      }
     }
   } catch (const std::exception& error) {
     report.error = error.what();

@@ -38,11 +38,15 @@ struct SaveReport {
   double write_seconds = 0;          // on the saving thread: write, fsync, verify, index row, rotation
   std::optional<std::string> error;  // set when the save failed; nothing of it is left behind
   std::vector<std::string> dropped;  // checkpoints rotation deleted
+  // Checkpoints rotation dropped from the index but could not delete ("path: reason"); `runner gc` deletes
+  // them later. The save itself succeeded.
+  std::vector<std::string> undeleted;
 };
 
 // One save at a time: submit() waits for the previous one first. Each save writes the directory
 // (checkpoint_directory.h), reads every file back against its hash, records the checkpoint and its files
-// in the index (replacing a row of the same step), and only then deletes the checkpoints rotation drops.
+// in the index (replacing a row of the same step), and only then drops what rotation drops: first its row
+// (kept = 0), then its files, so the index never lists a checkpoint whose files are gone.
 class CheckpointSaver {
  public:
   CheckpointSaver(std::string home, int64_t run, std::string run_dir, RotationPolicy rotation);

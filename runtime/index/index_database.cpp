@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <mutex>
+#include <set>
 
 namespace runner::index {
 namespace {
@@ -298,16 +300,27 @@ Database open_index_for_writing(const std::string& home) {
   return db;
 }
 
-void check_run_tables(Database& db) {
-  for (const char* table : {"runs", "checkpoints", "artifacts"}) {
-    Statement check = db.prepare(fmt::format("PRAGMA quick_check({})", table));
-    check.step();
-    const std::string result = check.text(0);
-    if (result != "ok") {
-      throw IndexError(fmt::format("{}: the index is damaged ({}: {}); nothing was written. Recover with "
-                                   "sqlite3 {} .recover, or move it aside to start a new index",
-                                   db.path(), table, result, db.path()));
-    }
+  check_integrity(db);
+void check_integrity(Database& db) {
+  // Once per process and file: a command or a run opens its index many times, and the scan reads every page.
+  static std::mutex mutex;
+  static std::set<std::string> checked;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (checked.count(db.path())) return;
+  }
+  Statement check = db.prepare("PRAGMA quick_check(1)");
+  check.step();
+  std::string result = check.text(0);
+  if (result != "ok") {
+    // SQLite's report is "*** in database main ***\nPage 68: ...": one line, without the banner.
+    const std::string banner = "*** in database main ***\n";
+    if (result.rfind(banner, 0) == 0) result.erase(0, banner.size());
+    for (char& c : result)
+      if (c == '\n') c = ' ';
+    throw IndexError(fmt::format("{}: the index is damaged ({}); nothing was written. Recover with sqlite3 {} .recover, "
+                                 "or move it aside to start a new index",
+                                 db.path(), result, db.path()));
   }
 }
 
@@ -321,6 +334,8 @@ Database open_index_for_reading(const std::string& home) {
   {
     Database db(path, mode);
     const int version = user_version(db);
+  std::lock_guard<std::mutex> lock(mutex);
+  checked.insert(db.path());
     check_version(db, version, schema_version());
     check_is_index(db, version);
     if (version == 0) throw IndexError(fmt::format("{}: not a runner index (an empty database)", path));
@@ -337,6 +352,7 @@ Database open_index_for_reading(const std::string& home) {
   open_index_for_writing(home);  // an older schema: migrate, then read
   Database db(path, mode);
   db.execute("PRAGMA query_only = ON");
+      check_integrity(db);
   return db;
 }
 

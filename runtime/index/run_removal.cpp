@@ -143,7 +143,7 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
       });
     }
   }
-  if (!dry_run) reap_stale_runs(db, now);
+  if (!dry_run) reap_stale_runs(db, now, home);
 
   // A run directory always holds config.json and script.lua; other folders under home are not touched.
   for (const std::string& entry : list_directory(home)) {

@@ -14,6 +14,8 @@
 #include <limits>
 #include <random>
 
+#include "runtime/index/final_status.h"
+
 namespace runner::index {
 namespace {
 
@@ -354,7 +356,7 @@ std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
   return kept;
 }
 
-int reap_stale_runs(Database& db, double now) {
+int reap_stale_runs(Database& db, double now, const std::string& home) {
   auto running = query_runs(db, "WHERE r.status = 'running'", {});
   int reaped = 0;
   for (const auto& run : running) {
@@ -364,6 +366,18 @@ int reap_stale_runs(Database& db, double now) {
           "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") + ", "
           "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
           "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
+    if (const std::optional<FinalStatus> recorded = read_final_status(home + "/" + run.dir)) {
+      // The process wrote its final status beside the index, which could not take it then.
+      with_transaction(db, [&] {
+        Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt("?3") +
+                                         " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
+        statement.bind(1, recorded->status).bind(2, recorded->error).bind(3, recorded->ended_at).bind(4, run.run)
+            .bind(5, run.heartbeat_at);
+        statement.run();
+        reaped += db.changes();
+      });
+      continue;
+    }
       statement.bind(1, run.run).bind(2, run.heartbeat_at);
       statement.run();
       reaped += db.changes();

@@ -112,8 +112,9 @@ struct RunFilter {
 };
 // Newest first.
 std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter);
-// Marks stale `running` rows as interrupted; returns how many.
-int reap_stale_runs(Database& db, double now);
+// Ends the `running` rows whose process is gone: with the final status the process wrote into its run
+// directory when the index could not take it (index/final_status.h), else as interrupted. Returns how many.
+int reap_stale_runs(Database& db, double now, const std::string& home);
 
 struct MetricPoint {
   int64_t step;

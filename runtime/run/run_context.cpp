@@ -6,12 +6,15 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <fmt/format.h>
+#include <thread>
 
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
+#include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 
 namespace runner::run {
@@ -39,7 +42,7 @@ void check_artifact_name(const std::string& name) {
 RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.home)) {}
 
 RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), db_(std::move(db)), fork_(start.fork) {
-  reap_stale_runs(db_, now_seconds());
+  reap_stale_runs(db_, now_seconds(), home_);
   resumed_ = start.resume.has_value();
   record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, home_);
   directory_ = home_ + "/" + record_.dir;
@@ -49,6 +52,7 @@ RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), 
       throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
     write_text_file(directory_ + "/script.lua", start.script_text);
     write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
+    reserve_final_status(directory_);
     core::attach_log_file(directory_ + "/log.txt");
     writer_ = std::make_unique<MetricWriter>(home_, record_.run, start.writer);
   } catch (const std::exception& error) {
@@ -144,12 +148,31 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
   }
   core::log(core::LogLevel::info, fmt::format("run {} ({}) {}", record_.name, record_.id, final_status));
   core::detach_log_file();
-  try {
-    finish_run(db_, record_.run, final_status, final_error);
-    record_ = load_run(db_, record_.run);
-  } catch (const std::exception& failure) {
-    lost += fmt::format("{}the run's final status ({}) could not be recorded: {}", lost.empty() ? "" : "; ",
-                        final_status, failure.what());
+  // A full disk may clear: the status is retried as the metric writer retries its last commit, then written
+  // into the file reserved for it, from which the next start of a run or `runner gc` records it.
+  constexpr int kAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      finish_run(db_, record_.run, final_status, final_error);
+      record_ = load_run(db_, record_.run);
+      break;
+    } catch (const std::exception& failure) {
+      if (attempt < kAttempts) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500 * attempt));
+        continue;
+      }
+      std::string fallback;
+      try {
+        write_final_status(directory_, {final_status, final_error, now_seconds()});
+        fallback = fmt::format("; it is in {}/{}, and the next run started or `runner gc` records it", directory_,
+                               kFinalStatusFile);
+      } catch (const std::exception& also) {
+        fallback = fmt::format("; nor could it be written beside the index: {}", also.what());
+      }
+      lost += fmt::format("{}the run's final status ({}) could not be recorded: {}{}", lost.empty() ? "" : "; ",
+                          final_status, failure.what(), fallback);
+      break;
+    }
   }
   if (!lost.empty()) throw index::IndexError(lost);
 }

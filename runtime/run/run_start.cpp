@@ -61,7 +61,6 @@ namespace {
 std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, const core::LaunchContext& launch,
                                                const std::string& home, std::vector<std::string> hosts = {}) {
   index::Database db = index::open_index_for_writing(home);
-  index::check_run_tables(db);
   RunStart start;
   start.home = home;
   start.script_text = request.script_text;

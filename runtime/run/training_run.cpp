@@ -147,6 +147,9 @@ void TrainingRun::report_saves(bool wait) {
                                                 stall == stalls_.end() ? 0.0 : stall->second * 1000));
     if (stall != stalls_.end()) stalls_.erase(stall);
     for (const auto& dropped : report.dropped) core::log(core::LogLevel::info, fmt::format("checkpoint {} deleted (rotation)", dropped));
+    for (const auto& problem : report.undeleted)
+      core::log(core::LogLevel::warn,
+                fmt::format("a checkpoint rotation dropped is no longer listed but its files stay ({}); `runner gc` deletes them", problem));
   }
 }
 

@@ -524,6 +524,29 @@ class BadIndexFiles(IndexTest):
         self.assertIn("not an SQLite database", result.stderr)
         self.assertEqual(file_digest(self.home / "index.db"), before)
 
+    def test_a_damaged_last_page_is_reported_by_every_command_and_nothing_is_written(self):
+        self.script("many.lua", "local run = runner.start()\n"
+                    "for step = 1, 3000 do run:log({ loss = step * 0.5, lr = 1 / step }, step) end\n"
+                    "run:finish()\n")
+        self.runner("many.lua", check=0)
+        self.sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        path = self.home / "index.db"
+        data = bytearray(path.read_bytes())
+        page_size = int.from_bytes(data[16:18], "big")
+        # The last page that holds a b-tree (table or index, leaf or interior); its header is overwritten.
+        last = next(p for p in range(len(data) // page_size - 1, 0, -1) if data[p * page_size] in (2, 5, 10, 13))
+        data[last * page_size:last * page_size + 64] = b"\xa5" * 64
+        path.write_bytes(bytes(data))
+        before = file_digest(path)
+        for args in (["runs"], ["query", "SELECT count(*) FROM runs"], ["show", "last"], ["gc"]):
+            self.assert_one_line_error(args, 1, f"{path}: the index is damaged (")
+        self.script("start.lua", "runner.start()")
+        result = self.runner("start.lua", check=1)
+        self.assertIn(f"{path}: the index is damaged (", result.stderr)
+        self.assertIn(f"Recover with sqlite3 {path} .recover", result.stderr)
+        self.assertEqual(file_digest(path), before)
+        self.assertEqual(sorted(p.name for p in self.home.iterdir() if p.is_dir()), ["many-1"])
+
     def test_an_index_from_a_newer_runner_is_refused(self):
         self.train()
         self.set_sql("PRAGMA user_version = 99")

@@ -321,6 +321,38 @@ class TrainerTest(RunnerHomeTest):
         self.assertRegex(error, r"\d+ of 20000 metric values could not be written to the index")
         self.assertLess(written, 20000)
 
+    def test_a_final_status_the_full_index_refuses_is_recorded_at_the_next_start(self):
+        script = self.script("full.lua", """
+            local run = runner.start({}, { name = "full" })
+            print("started")
+            io.stdout:flush()
+            while not io.open("go") do end
+            for step = 1, 50 do run:log({ loss = step }, step) end
+        """)
+        # Once the run has started, no file may grow beyond 4096 bytes: every index write (a WAL frame is
+        # larger) fails with EFBIG as on a full disk, while the 4096-byte status file the run reserved can
+        # still be overwritten in place.
+        process = subprocess.Popen([RUNNER, script], cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+        self.assertEqual(process.stdout.readline(), "started\n")
+        limits = resource.prlimit(process.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (4096, limits[1]))
+        (self.dir / "go").write_text("")
+        _, stderr = process.communicate(timeout=120)
+        self.assertEqual(process.returncode, 1, stderr)
+        self.assertIn("the run's final status (failed) could not be recorded: ", stderr)
+        self.assertIn(f"it is in {self.home}/full/final-status.json, and the next run started or `runner gc` records it",
+                      stderr)
+        with sqlite3.connect(self.home / "index.db") as db:
+            self.assertEqual(db.execute("SELECT status FROM runs WHERE name = 'full'").fetchone(), ("running",))
+        self.script("next.lua", "runner.start({}, { name = 'next' })")
+        self.runner("next.lua", check=0)
+        with sqlite3.connect(self.home / "index.db") as db:
+            status, error = db.execute("SELECT status, error FROM runs WHERE name = 'full'").fetchone()
+        self.assertEqual(status, "failed")
+        self.assertRegex(error, r"\d+ of 50 metric values could not be written to the index")
+
     def test_a_stop_waits_for_the_loop_body_and_saves_nothing_before_the_first_step(self):
         script = self.script("stop.lua", """
             local cfg = config { signal_at = 3 }

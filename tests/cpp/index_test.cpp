@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cpp/temp_directory.h"
+#include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/read_query.h"
@@ -476,7 +477,7 @@ TEST_CASE("effective_status shows running rows of dead or silent processes as in
   REQUIRE(running.size() == 1);
   CHECK(running[0].run == live.run);
 
-  CHECK(reap_stale_runs(db, now) == 2);
+  CHECK(reap_stale_runs(db, now, home) == 2);
   for (const RunRecord& run : {load_run(db, dead.run), load_run(db, silent.run)}) {
     CHECK(run.status == "interrupted");
     REQUIRE(run.ended_at.has_value());
@@ -486,7 +487,42 @@ TEST_CASE("effective_status shows running rows of dead or silent processes as in
   }
   CHECK(load_run(db, live.run).status == "running");
   CHECK(load_run(db, done.run).status == "finished");
-  CHECK(reap_stale_runs(db, now) == 0);
+  CHECK(reap_stale_runs(db, now, home) == 0);
+}
+
+TEST_CASE("a final status the index could not take is recorded from the run's reserved file", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord full = create_run(db, new_run("full.lua"), home);
+  const RunRecord blank = create_run(db, new_run("blank.lua"), home);
+  for (const RunRecord& run : {full, blank}) {
+    REQUIRE(::mkdir((home + "/" + run.dir).c_str(), 0777) == 0);
+    reserve_final_status(home + "/" + run.dir);
+    db.execute("UPDATE runs SET pid = " + std::to_string(dead_pid()) + " WHERE run = " + std::to_string(run.run));
+  }
+  CHECK(std::filesystem::file_size(home + "/" + full.dir + "/" + kFinalStatusFile) == kFinalStatusBytes);
+  CHECK_FALSE(read_final_status(home + "/" + full.dir));  // blank until written
+  const std::string long_error = "disk full: " + std::string(10000, 'x');
+  write_final_status(home + "/" + full.dir, {"failed", long_error, 1234.5});
+  CHECK(std::filesystem::file_size(home + "/" + full.dir + "/" + kFinalStatusFile) == kFinalStatusBytes);  // in place
+  const auto written = read_final_status(home + "/" + full.dir);
+  REQUIRE(written);
+  CHECK(written->status == "failed");
+  REQUIRE(written->error);
+  CHECK_THAT(*written->error, StartsWith("disk full: xxx"));
+  CHECK(written->error->size() < kFinalStatusBytes);
+  // Writing needs the reserved file: nothing is created where none was reserved.
+  CHECK_THROWS_AS(write_final_status(home + "/nowhere", {"failed", std::nullopt, 1}), IndexError);
+
+  CHECK(reap_stale_runs(db, now_seconds(), home) == 2);
+  const RunRecord recorded = load_run(db, full.run);
+  CHECK(recorded.status == "failed");
+  REQUIRE(recorded.ended_at);
+  CHECK(*recorded.ended_at == 1234.5);
+  REQUIRE(recorded.error);
+  CHECK_THAT(*recorded.error, StartsWith("disk full: xxx"));
+  CHECK(load_run(db, blank.run).status == "interrupted");  // a blank file: the process died without a word
 }
 
 TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[index]") {

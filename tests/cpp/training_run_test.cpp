@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <cstdlib>
 #include <string>
+#include <tuple>
 
+#include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
@@ -169,6 +172,49 @@ TEST_CASE("a stop request is taken before the next step: a checkpoint, the run i
   CHECK(context->record().status == "interrupted");
   CHECK(setup.trainer->step_count() == 1);  // the second step never started
   CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000001/trainer.safetensors"));
+}
+
+TEST_CASE("rotation drops a checkpoint's row before its files: one it cannot delete is no longer listed", "[run]") {
+  testing::TempDir tmp("training-run");
+  const std::string home = tmp.path + "/home";
+  Setup setup(4);
+  auto context = run::start_run(request("undeletable"), core::LaunchContext{}, home);
+  run::CheckpointPolicy keep_one;
+  keep_one.rotation.keep_last = 1;
+  run::TrainingRun training(*context, setup.trainer, setup.loader, nullptr, keep_one);
+  setup.step();
+  training.checkpoint({std::nullopt, std::nullopt, /*wait=*/true});
+  // An immutable file (chattr +i binds root too) makes the first checkpoint's deletion fail part way.
+  const std::string pinned = context->directory() + "/checkpoints/step-0000001/trainer.safetensors";
+  if (std::system(("chattr +i '" + pinned + "' 2>/dev/null").c_str()) != 0) {
+    WARN("SKIP: chattr +i does not work on " << tmp.path << " (a file system without immutable files)");
+    training.finish();
+    context->finish("finished");
+    return;
+  }
+  struct Unpin {
+    std::string path;
+    ~Unpin() { [[maybe_unused]] const int status = std::system(("chattr -i '" + path + "'").c_str()); }
+  } unpin{pinned};
+  setup.step();
+  CHECK_NOTHROW(training.checkpoint({std::nullopt, std::nullopt, /*wait=*/true}));  // the save itself succeeded
+  index::Database db = index::open_index_for_reading(home);
+  auto rows = db.prepare("SELECT step, path, kept FROM checkpoints ORDER BY step");
+  std::vector<std::tuple<int64_t, std::string, int64_t>> listed;
+  while (rows.step()) listed.emplace_back(rows.integer(0), rows.text(1), rows.integer(2));
+  REQUIRE(listed.size() == 2);
+  CHECK(std::get<2>(listed[0]) == 0);  // step 1: no longer kept, though some of its files are left
+  CHECK(std::get<2>(listed[1]) == 1);
+  CHECK(std::filesystem::exists(pinned));
+  // Every checkpoint the index keeps is whole.
+  for (const auto& record : index::checkpoints(db, context->record().run)) {
+    if (!record.kept) continue;
+    std::vector<ckpt::CheckpointFileRecord> files;
+    for (const auto& f : record.files) files.push_back({f.name, f.bytes, f.hash});
+    CHECK(ckpt::verify_checkpoint(context->directory(), record.path, files).empty());
+  }
+  training.finish();
+  context->finish("finished");
 }
 
 TEST_CASE("a snapshot holds the checkpoint's four files, and the loader state reads back", "[run]") {
