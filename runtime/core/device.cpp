@@ -9,11 +9,29 @@
 
 #include "runtime/core/launch_context.h"
 
+#if RUNNER_WITH_CUDA
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace runner::core {
 
 bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0; }
 
 int cuda_device_count() { return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0; }
+
+bool stream_capturing(const c10::Device& device) {
+#if RUNNER_WITH_CUDA
+  if (device.is_cuda()) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device.index()), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+#endif
+  (void)device;
+  return false;
+}
 
 c10::Device parse_device(const std::string& name) {
   if (name == "cpu") return c10::Device(c10::kCPU);

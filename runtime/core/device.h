@@ -16,6 +16,10 @@ std::string device_name(const c10::Device& device);
 bool cuda_available();
 int cuda_device_count();
 
+// Whether the device's current stream is being captured into a CUDA graph: then nothing may wait for the
+// device or query an event, and an event recorded becomes a node of the graph. False off CUDA.
+bool stream_capturing(const c10::Device& device);
+
 // TF32 for float32 matrix multiplications and convolutions on CUDA (cuBLAS and cuDNN); ATen's default leaves
 // convolutions on TF32 and matmuls off. tf32_enabled() is true when both are on.
 void set_tf32(bool enabled);

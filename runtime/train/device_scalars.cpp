@@ -8,30 +8,9 @@
 #include <cstdint>
 #include <stdexcept>
 
-#if RUNNER_WITH_CUDA
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-#endif
+#include "runtime/core/device.h"
 
 namespace runner::train {
-namespace {
-
-// Whether the device's current stream is being captured into a CUDA graph: then no event may be queried, and
-// one recorded would be a node of the graph that a later query refuses.
-bool capturing(const c10::Device& device) {
-#if RUNNER_WITH_CUDA
-  if (device.is_cuda()) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device.index()), &status));
-    return status != cudaStreamCaptureStatusNone;
-  }
-#endif
-  (void)device;
-  return false;
-}
-
-}  // namespace
 
 DeviceScalars::DeviceScalars(std::size_t count, c10::Device device) {
   const auto size = static_cast<std::int64_t>(count);
@@ -49,7 +28,7 @@ void DeviceScalars::write(const std::vector<double>& values) {
     throw std::invalid_argument(fmt::format("device scalars: {} values for {} places", values.size(), elements_.size()));
   }
   if (values.empty()) return;
-  const bool captured = capturing(values_.device());
+  const bool captured = core::stream_capturing(values_.device());
   if (copied_ && !captured && !copied_->query()) copied_->synchronize();
   float* host = host_.data_ptr<float>();
   for (std::size_t i = 0; i < values.size(); ++i) host[i] = static_cast<float>(values[i]);

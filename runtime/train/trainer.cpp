@@ -16,6 +16,7 @@
 #include <map>
 
 #include "runtime/core/clock.h"
+#include "runtime/core/device.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/shape_text.h"
 #include "runtime/train/grad_norm.h"
@@ -222,9 +223,11 @@ StepTiming Trainer::timing() {
 StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs) {
   if (before_step_) before_step_();
   const bool cuda = device_.is_cuda();
+  // Captured into a CUDA graph, the step queries and records no events (a query would fail the capture).
+  const bool captured = core::stream_capturing(device_);
   // A new set of device events only when the previous one has been read (timing() reads completed ones).
-  timing();
-  const bool record = cuda && !events_->pending;
+  if (!captured) timing();
+  const bool record = cuda && !captured && !events_->pending;
   std::optional<c10::impl::VirtualGuardImpl> guard;
   if (record) {
     guard.emplace(c10::DeviceType::CUDA);
@@ -333,7 +336,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
   result.step = step_;
   if (observer_) observer_(step_);
-  if (stop_policy) {
+  if (stop_policy && !captured) {
     raise_pending_stop();  // the previous step's flag, read while this step runs on the device
     watch_for_stop(micro_losses, grad_norms, inputs);
   }

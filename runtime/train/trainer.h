@@ -97,6 +97,8 @@ class Trainer {
   // backpropagate loss / count (scaled for fp16); unscale, measure the global norm, apply the non-finite
   // policy, clip, set the scheduled LR, step the optimizer (skipped when non-finite), update the loss scale
   // and the EMAs. `inputs` (the batch's tensors, optional) are described in a NonFiniteError report.
+  // While the current stream is being captured into a CUDA graph the step records no timing events and leaves
+  // the stop latch of on_nonfinite = "stop" on the device (raise_pending_stop reads nothing of a captured step).
   StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
   // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of `batch`
   // (split_batch), or of the trainer's own objective (set_objective; std::logic_error without one).
