@@ -18,6 +18,7 @@
 #include "runtime/core/version.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/core/device.h"
+#include "runtime/dist/failure_report.h"
 #include "runtime/dist/launcher.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/train/step_profiler.h"
@@ -262,6 +263,7 @@ int main(int argc, char** argv) {
     runner::dist::leave_process_group();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner: %s\n", runner::core::terminal_text(error.what()).c_str());
+    if (runner::core::launch_context().distributed()) runner::dist::report_rank_failure(error.what());
   }
   runner::core::flush_logs();
   std::fflush(stdout);

@@ -18,6 +18,7 @@
 #include "runtime/core/logging.h"
 #include "runtime/core/open_line.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/dist/failure_report.h"
 
 namespace runner::bindings {
 namespace {
@@ -371,11 +372,22 @@ int LuaHost::end_run(int status) {
   if (status == kExitOk) {
     failure = end_active_run(L_, "finished", std::nullopt);
   } else if (core::is_interrupt_status(status)) {
-    failure = end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
+    // In a data-parallel job, an interruption after another rank failed is the launcher stopping the job.
+    if (auto cause = dist::failure_behind_interruption(last_error_.empty() ? "interrupted" : last_error_))
+      failure = end_active_run(L_, "failed", *cause);
+    else
+      failure = end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
   } else {
     std::string error = last_error_;
     if (exit_requested_ && error.empty()) error = fmt::format("the script called os.exit({})", status);
-    failure = end_active_run(L_, "failed", error.empty() ? fmt::format("exit status {}", status) : error);
+    if (error.empty()) error = fmt::format("exit status {}", status);
+    const std::string recorded = dist::report_rank_failure(error);
+    if (recorded != error) {
+      std::fprintf(stderr, "runner: %s (the error above is a consequence)\n",
+                   core::terminal_text(recorded.substr(0, recorded.find('\n'))).c_str());
+      std::fflush(stderr);
+    }
+    failure = end_active_run(L_, "failed", recorded);
   }
   if (failure) {
     std::fprintf(stderr, "runner: %s\n", core::terminal_text(*failure).c_str());

@@ -37,6 +37,7 @@ struct LaunchContext {
   std::optional<std::int64_t> trial;  // RUNNER_TRIAL
   std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
   int cores = 0;                  // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
+  std::string failure_file;       // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
 
   bool distributed() const { return world_size > 1; }
 };

@@ -15,8 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <optional>
 #include <fmt/format.h>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -25,6 +27,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/dist/failure_report.h"
 
 namespace runner::dist {
 namespace {
@@ -55,7 +58,48 @@ struct Rank {
   std::deque<std::string> lines;
   bool running = true;
   int status = 0;
+  int end_order = 0;         // 1 for the first rank seen to end
+  bool signalled = false;    // the launcher sent it a signal before it ended
+  std::string failure_file;  // where it reports its failure (RUNNER_FAILURE_FILE)
+  std::optional<FailureReport> report;
 };
+
+// A directory for the ranks' failure reports, removed with what is in it.
+class FailureFiles {
+ public:
+  FailureFiles() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/runner-nproc-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error(fmt::format("launcher: cannot make a directory for the ranks' failure reports ({}): {}",
+                                           pattern, std::strerror(errno)));
+    directory_ = pattern;
+  }
+  ~FailureFiles() {
+    for (const std::string& file : files_) ::unlink(file.c_str());
+    ::rmdir(directory_.c_str());
+  }
+  FailureFiles(const FailureFiles&) = delete;
+  FailureFiles& operator=(const FailureFiles&) = delete;
+  std::string file_of(int rank) {
+    files_.push_back(fmt::format("{}/rank-{}.json", directory_, rank));
+    return files_.back();
+  }
+
+ private:
+  std::string directory_;
+  std::vector<std::string> files_;
+};
+
+std::optional<FailureReport> read_failure_report(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_failure_report(text.str());
+}
+
+std::string first_line(const std::string& text) { return core::terminal_text(text.substr(0, text.find('\n'))); }
 
 void keep_line(Rank& rank, std::string line, int kept) {
   rank.lines.push_back(std::move(line));
@@ -84,11 +128,50 @@ bool drain(Rank& rank, int kept) {
   return true;
 }
 
-core::ChildProcess rank_process(const LaunchOptions& options, int rank, int port, int output_fd) {
+struct FirstFailure {
+  int rank = -1;
+  std::string how;  // "exited with status 1, the first rank to fail: train.lua:7: ..."
+};
+
+// The rank whose failure came first, by the ranks' own reports: the earliest that is not a consequence of a failed
+// collective; else a rank killed by a signal the launcher did not send; else, when a collective timed out, a rank
+// that had not failed by then (hung or stopped); else one that ended badly without a report; else `first_ended`.
+FirstFailure first_failed_rank(const std::vector<Rank>& ranks, int first_ended) {
+  std::vector<FailureReport> reports;
+  for (const Rank& rank : ranks)
+    if (rank.report) reports.push_back(*rank.report);
+  const auto ended = [&](int number) { return core::how_it_ended(ranks[static_cast<size_t>(number)].status); };
+  if (const FailureReport* first = first_failure(reports))
+    return {first->rank, ended(first->rank) + ", the first rank to fail: " + first_line(first->message)};
+  const auto first_of = [&](auto&& predicate) {
+    const Rank* found = nullptr;
+    for (const Rank& rank : ranks)
+      if (predicate(rank) && (!found || rank.end_order < found->end_order)) found = &rank;
+    return found ? found->number : -1;
+  };
+  if (const int killed = first_of([](const Rank& rank) { return WIFSIGNALED(rank.status) && !rank.signalled; });
+      killed >= 0)
+    return {killed, ended(killed)};
+  if (const FailureReport* timed_out = first_timeout(reports)) {
+    const std::vector<int> absent = ranks_absent_at(*timed_out, reports, static_cast<int>(ranks.size()));
+    if (!absent.empty())
+      return {absent.front(), fmt::format("did not take part in {} for {:g} s (hung or stopped): rank {} timed out "
+                                          "waiting for it; then it {}", timed_out->collective,
+                                          timed_out->timeout_seconds, timed_out->rank, ended(absent.front()))};
+  }
+  const auto bad = [](const Rank& rank) { return !(WIFEXITED(rank.status) && WEXITSTATUS(rank.status) == 0); };
+  if (const int silent = first_of([&](const Rank& rank) { return bad(rank) && !rank.report; }); silent >= 0)
+    return {silent, ended(silent)};
+  return {first_ended, ended(first_ended)};
+}
+
+core::ChildProcess rank_process(const LaunchOptions& options, int rank, int port, int output_fd,
+                                const std::string& failure_file) {
   core::ChildProcess child;
   child.arguments = options.arguments;
   child.output_fd = output_fd;
-  child.environment = {{"RANK", std::to_string(rank)},
+  child.environment = {{"RUNNER_FAILURE_FILE", failure_file},
+                       {"RANK", std::to_string(rank)},
                        {"LOCAL_RANK", std::to_string(rank)},
                        {"WORLD_SIZE", std::to_string(options.nproc)},
                        {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
@@ -119,6 +202,7 @@ int parse_nproc(const std::string& text) {
 
 int launch_local_ranks(const LaunchOptions& options) {
   const int port = options.master_port > 0 ? options.master_port : free_port(options.master_addr);
+  FailureFiles failure_files;
   std::optional<core::StopSignalPipe> stop_signals(std::in_place);
   std::fflush(stdout);
   std::fflush(stderr);
@@ -127,10 +211,11 @@ int launch_local_ranks(const LaunchOptions& options) {
   for (int r = 0; r < options.nproc; ++r) {
     Rank& rank = ranks[static_cast<size_t>(r)];
     rank.number = r;
+    rank.failure_file = failure_files.file_of(r);
     int pipe_fds[2] = {-1, -1};
     if (r > 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("launcher: pipe: {}", std::strerror(errno)));
-    rank.pid = core::start_child(rank_process(options, r, port, pipe_fds[1]));
+    rank.pid = core::start_child(rank_process(options, r, port, pipe_fds[1], rank.failure_file));
     if (r > 0) {
       ::close(pipe_fds[1]);
       rank.output = pipe_fds[0];
@@ -138,7 +223,8 @@ int launch_local_ranks(const LaunchOptions& options) {
     }
   }
 
-  int failed = -1;          // the first rank that failed
+  int failed = -1;          // the first rank seen to end badly
+  int ended = 0;
   int stop_signal = 0;      // a stop signal forwarded to the ranks
   double kill_at = 0;       // when the ranks still running get SIGKILL (0: not scheduled)
   double failed_at = 0;
@@ -159,8 +245,11 @@ int launch_local_ranks(const LaunchOptions& options) {
     if (fds[0].revents & POLLIN) {
       for (const int received : stop_signals->take()) {
         stop_signal = received;
-        for (Rank& rank : ranks)
-          if (rank.running) ::kill(rank.pid, received);
+        for (Rank& rank : ranks) {
+          if (!rank.running) continue;
+          ::kill(rank.pid, received);
+          rank.signalled = true;
+        }
       }
     }
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -178,20 +267,28 @@ int launch_local_ranks(const LaunchOptions& options) {
         if (rank.pid != pid) continue;
         rank.running = false;
         rank.status = status;
+        rank.end_order = ++ended;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         const bool stopped_by_request = stop_signal != 0 && core::is_interrupt_status(core::exit_status_of(status));
         if (!ok && !stopped_by_request && failed < 0) {
           failed = rank.number;
           failed_at = core::steady_seconds();
           kill_at = failed_at + options.kill_grace_seconds;
-          for (Rank& other : ranks)
-            if (other.running) ::kill(other.pid, SIGTERM);
+          for (Rank& other : ranks) {
+            if (!other.running) continue;
+            ::kill(other.pid, SIGTERM);
+            ::kill(other.pid, SIGCONT);  // a stopped rank acts on it too
+            other.signalled = true;
+          }
         }
       }
     }
     if (kill_at > 0 && core::steady_seconds() >= kill_at) {
-      for (Rank& rank : ranks)
-        if (rank.running) ::kill(rank.pid, SIGKILL);
+      for (Rank& rank : ranks) {
+        if (!rank.running) continue;
+        ::kill(rank.pid, SIGKILL);
+        rank.signalled = true;
+      }
       kill_at = 0;
     }
   }
@@ -208,21 +305,28 @@ int launch_local_ranks(const LaunchOptions& options) {
       if (result == 0) result = core::exit_status_of(rank.status);
     return result;
   }
-  const Rank& culprit = ranks[static_cast<size_t>(failed)];
-  std::string report = fmt::format("runner: rank {} of {} (pid {}) {}", failed, options.nproc, culprit.pid,
-                                   core::how_it_ended(culprit.status));
-  if (failed > 0 && !culprit.lines.empty()) {
+  for (Rank& rank : ranks) rank.report = read_failure_report(rank.failure_file);
+  const FirstFailure first_failed = first_failed_rank(ranks, failed);
+  const int first = first_failed.rank;
+  const Rank& culprit = ranks[static_cast<size_t>(first)];
+  std::string report = fmt::format("runner: rank {} of {} (pid {}) {}", first, options.nproc, culprit.pid, first_failed.how);
+  if (first > 0 && !culprit.lines.empty()) {
     report += "; its last lines:\n";
-    for (const std::string& line : culprit.lines) report += fmt::format("[rank {}] {}\n", failed, core::terminal_text(line));
+    for (const std::string& line : culprit.lines) report += fmt::format("[rank {}] {}\n", first, core::terminal_text(line));
   } else {
     report += "\n";
   }
   for (const Rank& rank : ranks) {
-    if (rank.number == failed) continue;
-    report += fmt::format("runner: rank {} {}{}\n", rank.number, core::how_it_ended(rank.status),
-                          WIFSIGNALED(rank.status) && WTERMSIG(rank.status) == SIGKILL
+    if (rank.number == first) continue;
+    std::string own;
+    if (rank.report)
+      own = (rank.report->consequential ? ", as a consequence: " : ", with its own error: ") +
+            first_line(rank.report->message);
+    report += fmt::format("runner: rank {} {}{}{}\n", rank.number, core::how_it_ended(rank.status),
+                          WIFSIGNALED(rank.status) && WTERMSIG(rank.status) == SIGKILL && rank.signalled
                               ? fmt::format(" (still running {:.0f} s after the failure)", options.kill_grace_seconds)
-                              : " after the failure");
+                              : " after the failure",
+                          own);
   }
   std::fflush(stdout);
   std::fputs(report.c_str(), stderr);

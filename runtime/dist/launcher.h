@@ -1,5 +1,5 @@
 // `runner --nproc N`: starts N local ranks of the same command, forwards stop signals to them, and when one
-// fails stops the others and says which rank failed, how, and its last lines.
+// fails stops the others and says which rank failed first (by the ranks' failure reports), how, and its last lines.
 #pragma once
 
 #include <string>
@@ -21,10 +21,13 @@ struct LaunchOptions {
 int parse_nproc(const std::string& text);
 
 // Runs the ranks to their end and returns the launcher's exit status: 0 when every rank exited with 0;
-// else the first failed rank's status (128 + signal for a rank killed by a signal). Rank 0 writes to this
-// process's stdout and stderr; the other ranks' lines are kept and shown, prefixed "[rank R]", when a rank
-// fails. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and, unless
-// set, OMP_NUM_THREADS (the cores shared out on the CPU, 1 per GPU rank).
+// else the status of the rank that failed first (128 + signal for a rank killed by a signal). The first failure
+// is the earliest failure report (dist/failure_report.h) that is not a consequence of a failed collective; else a
+// rank killed by a signal the launcher did not send; else a rank that a timed-out collective waited for; else the
+// first rank to end badly. Rank 0 writes to this process's stdout and stderr; the other ranks' lines are kept and
+// shown, prefixed "[rank R]", when a rank fails. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, RUNNER_FAILURE_FILE and, unless set, OMP_NUM_THREADS (the cores shared out on the
+// CPU, 1 per GPU rank).
 int launch_local_ranks(const LaunchOptions& options);
 
 }  // namespace runner::dist

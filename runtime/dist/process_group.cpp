@@ -10,6 +10,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -32,12 +34,33 @@ std::string describe(const std::exception_ptr& error) {
   return "unknown error";
 }
 
+std::mutex collective_failure_mutex;
+std::optional<CollectiveFailure> the_first_collective_failure;
+
+// Gloo: "Timed out waiting 300000ms for recv"; the store: "wait timeout"; NCCL's watchdog: "operation timeout".
+bool says_timed_out(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos;
+}
+
 [[noreturn]] void fail(const std::string& what, const std::string& cause) {
+  {
+    std::lock_guard lock(collective_failure_mutex);
+    if (!the_first_collective_failure)
+      the_first_collective_failure = CollectiveFailure{
+          what, cause, says_timed_out(cause),
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()};
+  }
   throw CollectiveError(fmt::format("{} failed: {} (a rank stopped or the network failed; see the launcher's "
                                     "report of which rank failed)", what, cause));
 }
 
 }  // namespace
+
+std::optional<CollectiveFailure> first_collective_failure() {
+  std::lock_guard lock(collective_failure_mutex);
+  return the_first_collective_failure;
+}
 
 ReduceOp parse_reduce_op(const std::string& name) {
   if (name == "sum") return ReduceOp::sum;
@@ -131,6 +154,8 @@ ProcessGroup::~ProcessGroup() {
 
 c10d::Store& ProcessGroup::store() { return *backends_->store; }
 
+std::chrono::milliseconds ProcessGroup::timeout() const { return backends_->timeout; }
+
 void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return;
   c10d::AllreduceOptions options;
@@ -216,6 +241,24 @@ std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes
     gathered.emplace_back(static_cast<const char*>(pieces[r].const_data_ptr()),
                           static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
   return gathered;
+}
+
+void ProcessGroup::set_note(const std::string& key, const std::string& text) {
+  try {
+    backends_->store->set(key, std::vector<std::uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+    throw CollectiveError(fmt::format("the job's store: setting {} failed: {}", key, describe(std::current_exception())));
+  }
+}
+
+std::optional<std::string> ProcessGroup::note(const std::string& key) {
+  try {
+    if (!backends_->store->check({key})) return std::nullopt;
+    const std::vector<std::uint8_t> bytes = backends_->store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception&) {
+    throw CollectiveError(fmt::format("the job's store: reading {} failed: {}", key, describe(std::current_exception())));
+  }
 }
 
 ProcessGroup* process_group() { return the_group.get(); }

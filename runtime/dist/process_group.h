@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,16 @@ ReduceOp parse_reduce_op(const std::string& name);  // "sum", "mean", "max" or "
 struct CollectiveError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// The first collective of this process that failed. Every later error of the rank follows from it: another rank
+// stopped, hung or lost its network first.
+struct CollectiveFailure {
+  std::string collective;  // "all_reduce", "gradient all_reduce", "broadcast", ...
+  std::string cause;       // the backend's error
+  bool timed_out = false;  // a rank did not take part within the timeout
+  double time = 0;         // seconds since the epoch
+};
+std::optional<CollectiveFailure> first_collective_failure();
 
 // A collective in flight (bucketed gradient all-reduce); wait() throws CollectiveError.
 class PendingCollective {
@@ -54,6 +65,7 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   c10::Device device() const { return device_; }
+  std::chrono::milliseconds timeout() const;  // of the rendezvous and of every collective
   c10d::Store& store();
 
   // In place on every rank; tensors of one device (CPU: Gloo, CUDA: NCCL). mean divides the sum by size().
@@ -70,6 +82,11 @@ class ProcessGroup {
   std::string broadcast_text(const std::string& text, int root);
   // Every rank's `bytes` (of any length) over Gloo, in rank order.
   std::vector<std::string> all_gather_bytes(const std::string& bytes);
+  // Notes in the job's store, outside the collectives (a failing rank's report to rank 0): set_note waits for no
+  // other rank; note() is the text under `key`, nullopt while nobody has set it. Both throw CollectiveError
+  // when the store cannot be reached.
+  void set_note(const std::string& key, const std::string& text);
+  std::optional<std::string> note(const std::string& key);
 
  private:
   struct Backends;

@@ -270,5 +270,86 @@ class Collectives(GlooOnTheCpu):
         result = self.runner("--nproc", "2", uneven)
         self.assertEqual(result.returncode, 1)
         self.assertIn("loader: batch 5 (the global batch of all ranks) does not split evenly over 2 ranks", result.stderr)
-        # Both ranks fail at once: the report names whichever the launcher saw end first.
+        # Both ranks fail on their own at once: the report names the one whose failure report is the earlier.
         self.assertRegex(result.stderr, r"runner: rank [01] of 2 \(pid \d+\) exited with status 1")
+
+# A tiny model trained by 2 ranks; rank `bad_rank` raises an error (or stops itself with SIGSTOP: hang = true) before
+# step `bad_step`. Each rank writes the step it is at into steps-<rank>.txt; rank 0 prints it.
+RANK_FAILS = """
+local cfg = config { steps = 8, bad_rank = -1, bad_step = 3, hang = false, step_seconds = 0.0, seed = 1 }
+local run = runner.start(cfg)
+local model = nn.Linear(4, 2)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, steps = cfg.steps, batch = 4,
+                               progress = false }
+run:restore { trainer = train }
+while run.step < cfg.steps do
+  if runner.dist.rank == cfg.bad_rank and run.step + 1 == cfg.bad_step then
+    if cfg.hang then os.execute("kill -STOP " .. io.open("/proc/self/stat"):read("*n")) end
+    error(string.format("rank %d broke before step %d", runner.dist.rank, run.step + 1))
+  end
+  local x = torch.randn(2, 4)
+  train:step(function() return model(x):pow(2):mean() end)
+  local steps = io.open(string.format("steps-%d.txt", runner.dist.rank), "w")
+  steps:write(run.step)
+  steps:close()
+  if runner.dist.is_main then print("step " .. run.step) end
+  local busy = os.clock() + cfg.step_seconds
+  while os.clock() < busy do end
+end
+"""
+
+
+class RankFailures(GlooOnTheCpu):
+    """The rank that failed first is the one named and recorded."""
+
+    def setUp(self):
+        super().setUp()
+        self.script("fails.lua", RANK_FAILS)
+        self.env = {**self.env, "OMP_NUM_THREADS": "1"}
+
+    def last_run(self):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute("SELECT name, status, step, error FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()
+
+    def test_the_rank_whose_error_came_first_is_named_and_recorded_not_the_rank_its_failure_broke(self):
+        # Rank 1's error ends its process; rank 0's all_reduce then fails with "Connection closed by peer", often
+        # before the launcher sees rank 1 end. Each rank's own report says which came first.
+        failed = self.runner("--nproc", "2", "fails.lua", "bad_rank=1", check=1)
+        self.assertRegex(failed.stderr, r"runner: rank 1 of 2 \(pid \d+\) exited with status 1, the first rank to fail: "
+                                        r"fails\.lua:10: rank 1 broke before step 3; its last lines:\n"
+                                        r"\[rank 1\] fails\.lua:10: rank 1 broke before step 3\n")
+        self.assertRegex(failed.stderr, r"runner: rank 0 exited with status 1 after the failure, as a consequence: "
+                                        r"fails\.lua:13: all_reduce failed: ")
+        name, status, step, error = self.last_run()
+        self.assertEqual((status, step), ("failed", 2))
+        self.assertTrue(error.startswith("rank 1 of 2 failed first: fails.lua:10: rank 1 broke before step 3\n"
+                                         "stack traceback:\n\tfails.lua:10: in main chunk\n"
+                                         "rank 0, as a consequence: fails.lua:13: all_reduce failed: "), error)
+        shown = self.runner("show", name, check=0)
+        self.assertIn("error     rank 1 of 2 failed first: fails.lua:10: rank 1 broke before step 3\n", shown.stdout)
+        self.runner("report", name, "-o", "report.html", check=0)
+        self.assertIn("rank 1 of 2 failed first: fails.lua:10: rank 1 broke before step 3", (self.dir / "report.html").read_text())
+        # Rank 0 failing first is recorded with its own error, as in one process.
+        failed = self.runner("--nproc", "2", "--fresh", "fails.lua", "bad_rank=0", check=1)
+        self.assertRegex(failed.stderr, r"runner: rank 0 of 2 \(pid \d+\) exited with status 1, the first rank to fail: "
+                                        r"fails\.lua:10: rank 0 broke before step 3\n"
+                                        r"runner: rank 1 exited with status 1 after the failure, as a consequence: "
+                                        r"fails\.lua:13: all_reduce failed: ")
+        self.assertEqual(self.last_run()[1:], ("failed", 2, "fails.lua:10: rank 0 broke before step 3\nstack traceback:"
+                                                            "\n\tfails.lua:10: in main chunk"))
+
+    def test_a_hung_rank_is_named_not_the_rank_whose_collective_timed_out_waiting_for_it(self):
+        env = {**self.env, "RUNNER_DIST_TIMEOUT": "2"}
+        failed = subprocess.run([RUNNER, "--nproc", "2", "fails.lua", "bad_rank=1", "hang=true"], cwd=self.dir, env=env,
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(failed.returncode, 1, failed.stderr)
+        self.assertRegex(failed.stderr, r"runner: rank 1 of 2 \(pid \d+\) did not take part in all_reduce for 2 s \(hung "
+                                        r"or stopped\): rank 0 timed out waiting for it; then it ")
+        self.assertRegex(failed.stderr, r"runner: rank 0 exited with status 1 after the failure, as a consequence: "
+                                        r"fails\.lua:13: all_reduce failed: .*Timed out")
+        name, status, step, error = self.last_run()
+        self.assertEqual((status, step), ("failed", 2))
+        self.assertTrue(error.startswith("rank 1 of 2 did not take part in all_reduce for 2 s (hung or stopped): rank 0 "
+                                         "timed out waiting at fails.lua:13\n"
+                                         "rank 0, as a consequence: fails.lua:13: all_reduce failed: "), error)
+
