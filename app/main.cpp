@@ -1,5 +1,6 @@
 // The runner program: the subcommands' dispatch table, and running a Lua experiment script, a code string or
 // the REPL with the process's launch context (command line and environment, parsed once).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -257,8 +258,12 @@ int main(int argc, char** argv) {
       options.arguments = command.rank_arguments;
       return runner::dist::launch_local_ranks(options);
     }
-    if (runner::core::launch_context().distributed())
+    if (runner::core::launch_context().distributed()) {
+      // A rank outlives the reader of its output (a launcher killed with -9): a write then fails with EPIPE
+      // instead of killing the rank, and the SIGTERM of the launcher's death stops it after a checkpoint.
+      std::signal(SIGPIPE, SIG_IGN);
       runner::dist::join_process_group(runner::core::parse_device("auto"));
+    }
     status = run(command);
     runner::dist::leave_process_group();
   } catch (const std::exception& error) {

@@ -1,7 +1,9 @@
 """Data-parallel training over c10d Gloo on the CPU: 2 ranks against 1 process, the launcher's report when a
 rank dies and the resume after it, torchrun and a Slurm environment, and runner.dist's collectives."""
+import ctypes
 import json
 import os
+import pathlib
 import signal
 import socket
 import sqlite3
@@ -300,7 +302,7 @@ end
 
 
 class RankFailures(GlooOnTheCpu):
-    """The rank that failed first is the one named and recorded."""
+    """The rank that failed first is the one named and recorded; the ranks outlive their launcher."""
 
     def setUp(self):
         super().setUp()
@@ -353,3 +355,42 @@ class RankFailures(GlooOnTheCpu):
                                          "timed out waiting at fails.lua:13\n"
                                          "rank 0, as a consequence: fails.lua:13: all_reduce failed: "), error)
 
+    def test_the_ranks_outlive_a_killed_launcher_and_stop_after_the_same_step_with_one_checkpoint(self):
+        # kill -9 of the launcher closes the pipe of rank 1's output: rank 1 goes on without it (no SIGPIPE), and
+        # the SIGTERM each rank gets at its parent's death stops both after the same step, with one checkpoint.
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_CHILD_SUBREAPER = 36  # the ranks become this process's children when the launcher dies
+        self.assertEqual(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0)
+        try:
+            launcher = subprocess.Popen([RUNNER, "--nproc", "2", "fails.lua", "steps=500", "step_seconds=0.02"],
+                                        cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+            for line in launcher.stdout:
+                if line.startswith("step 5"):
+                    break
+            ranks = [int(pid) for pid in
+                     pathlib.Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()]
+            self.assertEqual(len(ranks), 2)
+            launcher.kill()
+            launcher.wait()
+            statuses = {}
+            deadline = time.monotonic() + 60
+            while len(statuses) < 2 and time.monotonic() < deadline:
+                for pid in ranks:
+                    if pid not in statuses:
+                        done, status = os.waitpid(pid, os.WNOHANG)
+                        if done:
+                            statuses[pid] = status
+                time.sleep(0.05)
+            output = launcher.stdout.read()
+            launcher.stdout.close()
+        finally:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        self.assertEqual([os.waitstatus_to_exitcode(statuses.get(pid, -1)) for pid in ranks], [0, 0], output)
+        name, status, step, error = self.last_run()
+        self.assertEqual((status, error), ("interrupted", f"stopped by SIGTERM at step {step} after saving a checkpoint"))
+        self.assertEqual([(self.dir / f"steps-{r}.txt").read_text() for r in range(2)], [str(step)] * 2)
+        with sqlite3.connect(self.home / "index.db") as db:
+            checkpoints = db.execute("SELECT step FROM checkpoints WHERE run = (SELECT run FROM runs WHERE name = ?)",
+                                     (name,)).fetchall()
+        self.assertEqual(checkpoints, [(step,)])
