@@ -362,9 +362,10 @@ class RankFailures(GlooOnTheCpu):
         PR_SET_CHILD_SUBREAPER = 36  # the ranks become this process's children when the launcher dies
         self.assertEqual(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0)
         try:
+            # TMPDIR: the killed launcher leaves its directory for the ranks' failure reports behind.
             launcher = subprocess.Popen([RUNNER, "--nproc", "2", "fails.lua", "steps=500", "step_seconds=0.02"],
-                                        cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+                                        cwd=self.dir, env={**self.env, "TMPDIR": str(self.dir)},
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for line in launcher.stdout:
                 if line.startswith("step 5"):
                     break
