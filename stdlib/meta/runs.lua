@@ -60,7 +60,10 @@ function Run:log(values, step) end
 ---@return boolean
 function Run:every(n) end
 
---- `for step in run:steps(total) do ... end`: steps run.step + 1 .. total, keeping run.step current.
+--- `for step in run:steps(total) do ... end`: steps run.step + 1 .. total, keeping run.step current. With a
+--- trainer attached by run:restore, run.step advances when the trainer steps (so a checkpoint saved before the
+--- trainer's step, by a stop signal or run:checkpoint, is labelled with the step its state holds); a body
+--- that takes no trainer step still moves on to the next step.
 ---@param total integer
 function Run:steps(total) end
 

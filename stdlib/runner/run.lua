@@ -113,10 +113,19 @@ function Run:steps(total)
     error("run:steps expects an integer number of steps, got " .. tostring(total), 2)
   end
   local native = self.native
+  local previous
   return function()
     local step = native:step()
+    -- A loop body that took no step of the attached trainer still moves on.
+    if previous and step < previous then
+      native:set_step(previous)
+      step = previous
+    end
     if step >= total then return nil end
-    native:set_step(step + 1)
+    -- An attached trainer advances run.step when it steps: until then run.step is the step of the state a
+    -- checkpoint (a stop before the trainer's step, run:checkpoint) holds.
+    if not rawget(self, "_attached") then native:set_step(step + 1) end
+    previous = step + 1
     return step + 1
   end
 end

@@ -103,6 +103,22 @@ describe("Run", function()
     run:finish()
   end)
 
+  it("with an attached trainer, run:steps leaves run.step to the trainer: a checkpoint before a step holds that step", function()
+    local run = runner.start({})
+    local model = nn.Linear(2, 1)
+    local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, progress = false }
+    run:restore { trainer = train }
+    local seen = {}
+    for step in run:steps(4) do
+      -- Before the trainer's step: the state a stop signal's checkpoint would save is that of run.step.
+      seen[#seen + 1] = string.format("%d:%d:%d", step, run.step, train.native:step_count())
+      if step ~= 3 then train:step(function() return model(torch.ones(4, 2)):pow(2):mean() end) end
+    end
+    expect_eq(table.concat(seen, " "), "1:0:0 2:1:1 3:2:2 4:3:2", "loop step, run.step and trainer steps")
+    expect_eq(run.step, 4, "a body without a trainer step still moves the loop on")
+    run:finish()
+  end)
+
   it("writes image grids as artifacts and merges summaries", function()
     local run = runner.start({})
     run.step = 12
