@@ -288,6 +288,7 @@ Database open_index_for_writing(const std::string& home) {
   const int version = user_version(db);
   check_version(db, version, schema_version());
   check_is_index(db, version);
+  check_integrity(db);
   // journal_mode needs the lock that a concurrent creator may hold: the busy timeout covers it.
   {
     Statement mode = db.prepare("PRAGMA journal_mode = WAL");
@@ -300,7 +301,6 @@ Database open_index_for_writing(const std::string& home) {
   return db;
 }
 
-  check_integrity(db);
 void check_integrity(Database& db) {
   // Once per process and file: a command or a run opens its index many times, and the scan reads every page.
   static std::mutex mutex;
@@ -322,6 +322,8 @@ void check_integrity(Database& db) {
                                  "or move it aside to start a new index",
                                  db.path(), result, db.path()));
   }
+  std::lock_guard<std::mutex> lock(mutex);
+  checked.insert(db.path());
 }
 
 Database open_index_for_reading(const std::string& home) {
@@ -334,12 +336,11 @@ Database open_index_for_reading(const std::string& home) {
   {
     Database db(path, mode);
     const int version = user_version(db);
-  std::lock_guard<std::mutex> lock(mutex);
-  checked.insert(db.path());
     check_version(db, version, schema_version());
     check_is_index(db, version);
     if (version == 0) throw IndexError(fmt::format("{}: not a runner index (an empty database)", path));
     if (version == schema_version()) {
+      check_integrity(db);
       db.execute("PRAGMA query_only = ON");
       return db;
     }
@@ -352,7 +353,6 @@ Database open_index_for_reading(const std::string& home) {
   open_index_for_writing(home);  // an older schema: migrate, then read
   Database db(path, mode);
   db.execute("PRAGMA query_only = ON");
-      check_integrity(db);
   return db;
 }
 
