@@ -361,11 +361,6 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
   int reaped = 0;
   for (const auto& run : running) {
     if (effective_status(run, now) != "interrupted") continue;
-    with_transaction(db, [&] {
-      Statement statement = db.prepare(
-          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") + ", "
-          "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
-          "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
     if (const std::optional<FinalStatus> recorded = read_final_status(home + "/" + run.dir)) {
       // The process wrote its final status beside the index, which could not take it then.
       with_transaction(db, [&] {
@@ -378,6 +373,11 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
       });
       continue;
     }
+    with_transaction(db, [&] {
+      Statement statement = db.prepare(
+          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") + ", "
+          "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
+          "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
       statement.bind(1, run.run).bind(2, run.heartbeat_at);
       statement.run();
       reaped += db.changes();
