@@ -69,8 +69,8 @@ eval::FidOptions fid_options(lua_State* L, int index, const char* function) {
     o.device = field_string(L, index, "device", o.device);
   }
   if (o.weights.empty())
-    raise_error(L, fmt::format("{}: give weights = the FID Inception weights file (pytorch-fid's "
-                               "pt_inception-2015-12-05-6726825d.pth, or the same as safetensors)", function));
+    raise_error(L, fmt::format("{}: give weights = the FID Inception weights file (or the same tensors as safetensors): {}",
+                               function, eval::fid_weights_help()));
   return o;
 }
 

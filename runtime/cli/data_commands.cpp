@@ -1,5 +1,5 @@
 // `runner data pack DIR OUT.npy --size N`: an image folder into a memory-mappable .npy; `runner data encode`:
-// images into VAE latents for data.latents, both with progress; `runner data fid-stats`: FID reference statistics.
+// images into VAE latents for data.latents; `runner data fid-stats`: FID reference statistics; each with progress.
 #include "runtime/cli/data_commands.h"
 
 #include <chrono>
@@ -25,10 +25,15 @@
 namespace runner::cli {
 namespace {
 
-constexpr const char* kDataUsage = R"(usage: runner data pack DIR OUT.npy --size N [options]
-       runner data encode IMAGES OUT.npy --vae VAE [--size N] [options]
-       runner data fid-stats IMAGES OUT.npz --weights PATH [--batch N] [--device D]
+// Each data command's usage line and description; `runner data --help` prints them all, a command's usage
+// error and --help its own.
+struct DataCommandHelp {
+  const char* name;
+  const char* usage;
+  const char* description;
+};
 
+constexpr DataCommandHelp kPackHelp{"pack", "runner data pack DIR OUT.npy --size N [options]", R"(
 Decodes every JPEG and PNG under DIR, resizes the shorter side to N (antialiased), center-crops N x N,
 and writes a uint8 array [images, 3, N, N] to OUT.npy for data.npy { path = OUT.npy } (memory-mapped).
 With class subfolders it also writes OUT.labels.npy (int64 class ids) and OUT.classes.json.
@@ -40,7 +45,9 @@ options:
   --no-labels      no labels
   --skip-bad       leave out unreadable images (listed at the end) instead of stopping at the first
   --fast-decode    let JPEG decoding downscale in the DCT domain (faster, slightly different pixels)
+)"};
 
+constexpr DataCommandHelp kEncodeHelp{"encode", "runner data encode IMAGES OUT.npy --vae VAE [--size N] [options]", R"(
 encode runs the images of IMAGES (a folder, resized and cropped as pack does with --size N, or an array
 that pack wrote) through the encoder of VAE (a diffusers folder or safetensors file, see nn.AutoencoderKL)
 and writes every posterior's mean and log-variance, float32 [images, flips, 2, C, S/f, S/f], to OUT.npy for
@@ -55,11 +62,40 @@ options:
   --batch N        images per encoder call (default 32)
   --device D       cpu, cuda, cuda:N or auto (default auto)
   --workers N      decoding threads (default: the loader's)
+)"};
 
+constexpr DataCommandHelp kFidStatsHelp{"fid-stats", "runner data fid-stats IMAGES OUT.npz --weights PATH [--batch N] [--device D]", R"(
 fid-stats writes the FID statistics (float64 mu [2048] and sigma [2048, 2048], as pytorch-fid's --save-stats)
-of every image in the folder IMAGES, through the FID Inception network whose weights PATH holds (pytorch-fid's
-pt_inception-2015-12-05-6726825d.pth or the same as safetensors), for runner.eval.fid(samples, "OUT.npz", ...).
-)";
+of every image in the folder IMAGES, through the FID Inception network whose weights PATH holds, for
+runner.eval.fid(samples, "OUT.npz", ...). PATH is pytorch-fid's pt_inception-2015-12-05-6726825d.pth
+(sha256 6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2, from
+https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/pt_inception-2015-12-05-6726825d.pth)
+or the same tensors as safetensors; other weights give a warning, a file of that name with another sha256 an
+error. Without the file, runner.eval.sliced_wasserstein measures sample quality with no download.
+
+options:
+  --weights PATH   the FID Inception weights (required)
+  --batch N        images per forward pass (default 50)
+  --device D       cpu, cuda, cuda:N or auto (default auto)
+)"};
+
+constexpr const DataCommandHelp* kDataCommands[] = {&kPackHelp, &kEncodeHelp, &kFidStatsHelp};
+
+std::string data_usage(const DataCommandHelp* only = nullptr) {
+  std::string text;
+  for (const DataCommandHelp* command : kDataCommands)
+    if (!only || command == only) text += fmt::format("{} {}\n", text.empty() ? "usage:" : "      ", command->usage);
+  for (const DataCommandHelp* command : kDataCommands)
+    if (!only || command == only) text += command->description;
+  return text;
+}
+
+// The command named by argv[1], or null.
+const DataCommandHelp* data_command(const char* name) {
+  for (const DataCommandHelp* command : kDataCommands)
+    if (std::strcmp(command->name, name) == 0) return command;
+  return nullptr;
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -96,7 +132,7 @@ bool parse_command(int argc, char** argv, const CommandOptions& options, std::st
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::fputs(kDataUsage, stdout);
+      std::fputs(data_usage(data_command(argv[1])).c_str(), stdout);
       return false;
     }
     if (const auto flag = options.flags.find(arg); flag != options.flags.end()) {
@@ -118,16 +154,38 @@ bool parse_command(int argc, char** argv, const CommandOptions& options, std::st
 }
 
 
-void print_progress(const char* verb, std::int64_t done, std::int64_t total, double seconds, bool terminal) {
-  const double rate = seconds > 0 ? done / seconds : 0;
-  const int width = 30;
-  const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
-  const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-  const std::string eta = rate > 0 && done < total ? fmt::format(", {:.0f}s left", (total - done) / rate) : "";
-  const std::string line = fmt::format("{} [{}] {}/{} images, {:.0f}/s{}", verb, bar, done, total, rate, eta);
-  if (terminal) std::fprintf(stderr, "\r%s\033[K", line.c_str());
-  else std::fprintf(stderr, "%s\n", line.c_str());
-}
+// A command's progress on stderr: a bar redrawn in place on a terminal, else a line per tenth of the work.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(const char* verb) : verb_(verb) {}
+  void operator()(std::int64_t done, std::int64_t total) {
+    const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
+    if (terminal_ || tenth != last_tenth_) print(done, total);
+    last_tenth_ = tenth;
+  }
+  // Ends the line a terminal's bar is drawn on.
+  void finish() const {
+    if (terminal_) std::fputc('\n', stderr);
+  }
+
+ private:
+  void print(std::int64_t done, std::int64_t total) const {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double rate = seconds > 0 ? done / seconds : 0;
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+    const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+    const std::string eta = rate > 0 && done < total ? fmt::format(", {:.0f}s left", (total - done) / rate) : "";
+    const std::string line = fmt::format("{} [{}] {}/{} images, {:.0f}/s{}", verb_, bar, done, total, rate, eta);
+    if (terminal_) std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    else std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  const char* verb_;
+  const bool terminal_ = ::isatty(STDERR_FILENO) != 0;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t last_tenth_ = -1;
+};
 
 int run_pack(int argc, char** argv) {
   std::string directory;
@@ -144,18 +202,11 @@ int run_pack(int argc, char** argv) {
   if (directory.empty() || output.empty()) throw UsageError("pack needs DIR and OUT.npy");
   if (options.size == 0) throw UsageError("pack needs --size N");
 
-  const bool terminal = ::isatty(STDERR_FILENO) != 0;
-  const auto start = std::chrono::steady_clock::now();
-  std::int64_t last_tenth = -1;
-  options.progress = [&](std::int64_t done, std::int64_t total) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
-    if (terminal || tenth != last_tenth) print_progress("pack", done, total, seconds, terminal);
-    last_tenth = tenth;
-  };
+  ProgressPrinter progress("pack");
+  options.progress = std::ref(progress);
   std::signal(SIGINT, on_interrupt);
   const data::PackResult result = data::pack_image_folder(directory, output, options);
-  if (terminal) std::fputc('\n', stderr);
+  progress.finish();
   for (const data::SkippedSample& bad : result.skipped) std::fprintf(stderr, "skipped %s\n", core::terminal_text(bad.message).c_str());
   std::printf("wrote %s: %lld images, uint8 [%lld, 3, %d, %d]\n", output.c_str(), static_cast<long long>(result.images),
               static_cast<long long>(result.images), options.size, options.size);
@@ -182,20 +233,14 @@ int run_encode(int argc, char** argv) {
   if (source.empty() || output.empty()) throw UsageError("encode needs IMAGES and OUT.npy");
   if (options.vae.empty()) throw UsageError("encode needs --vae PATH");
 
-  const bool terminal = ::isatty(STDERR_FILENO) != 0;
-  const auto start = std::chrono::steady_clock::now();
-  std::int64_t last_tenth = -1;
-  std::int64_t first = -1;
+  ProgressPrinter progress("encode");
+  bool first_report = true;
   options.progress = [&](std::int64_t done, std::int64_t total) {
-    if (first < 0) {
-      first = done;
-      if (done > 0) std::fprintf(stderr, "continuing: %lld of %lld images were encoded before\n", static_cast<long long>(done),
-                                 static_cast<long long>(total));
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
-    if (terminal || tenth != last_tenth) print_progress("encode", done, total, seconds, terminal);
-    last_tenth = tenth;
+    if (first_report && done > 0)
+      std::fprintf(stderr, "continuing: %lld of %lld images were encoded before\n", static_cast<long long>(done),
+                   static_cast<long long>(total));
+    first_report = false;
+    progress(done, total);
   };
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
@@ -206,7 +251,7 @@ int run_encode(int argc, char** argv) {
     std::fprintf(stderr, "\nrunner data: interrupted; run the same command again to continue\n");
     return core::kExitInterrupted;
   }
-  if (terminal) std::fputc('\n', stderr);
+  progress.finish();
   std::printf("wrote %s: %lld images; %s\n", output.c_str(), static_cast<long long>(result.images), result.manifest_path.c_str());
   if (!result.labels_path.empty()) std::printf("wrote %s%s%s\n", result.labels_path.c_str(), result.classes_path.empty() ? "" : " and ",
                                                result.classes_path.c_str());
@@ -224,9 +269,14 @@ int run_fid_stats(int argc, char** argv) {
        {"--device", text_into(options.device)}}};
   if (!parse_command(argc, argv, command, source, output)) return core::kExitOk;
   if (source.empty() || output.empty()) throw UsageError("fid-stats needs IMAGES and OUT.npz");
-  if (options.weights.empty()) throw UsageError("fid-stats needs --weights PATH");
+  if (options.weights.empty()) throw UsageError("fid-stats needs --weights PATH: " + eval::fid_weights_help());
+
+  ProgressPrinter progress("fid-stats");
+  options.progress = std::ref(progress);
+  std::signal(SIGINT, on_interrupt);
   eval::FidEvaluator evaluator(options);
   const eval::FidStatistics statistics = evaluator.of_folder(source);
+  progress.finish();
   eval::write_fid_statistics(output, statistics);
   std::printf("wrote %s: FID statistics of %s (%lld features)\n", output.c_str(), source.c_str(),
               static_cast<long long>(statistics.mu.numel()));
@@ -238,7 +288,7 @@ int run_fid_stats(int argc, char** argv) {
 int run_data_command(int argc, char** argv) {
   try {
     if (argc < 2 || std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0) {
-      std::fputs(kDataUsage, argc < 2 ? stderr : stdout);
+      std::fputs(data_usage().c_str(), argc < 2 ? stderr : stdout);
       return argc < 2 ? core::kExitUsage : core::kExitOk;
     }
     if (std::strcmp(argv[1], "pack") == 0) return run_pack(argc, argv);
@@ -246,7 +296,7 @@ int run_data_command(int argc, char** argv) {
     if (std::strcmp(argv[1], "fid-stats") == 0) return run_fid_stats(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), kDataUsage);
+    std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), data_usage(data_command(argv[1])).c_str());
     return core::kExitUsage;
   } catch (const data::DataError& error) {
     const bool pack = std::strcmp(argv[1], "pack") == 0;

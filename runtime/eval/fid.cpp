@@ -59,7 +59,7 @@ void write_fid_statistics(const std::string& npz_path, const FidStatistics& stat
 
 FidEvaluator::FidEvaluator(const FidOptions& options) : options_(options), device_(core::parse_device(options.device)) {
   if (options_.weights.empty())
-    throw std::invalid_argument("FID needs weights = the FID Inception weights file (pytorch-fid's pt_inception-2015-12-05 .pth)");
+    throw std::invalid_argument("FID needs the weights of the FID Inception: " + fid_weights_help());
   if (options_.batch < 1) throw std::invalid_argument(fmt::format("FID: batch must be positive, got {}", options_.batch));
   network_ = load_fid_inception(options_.weights);
   network_->to(device_);
@@ -93,11 +93,13 @@ FidStatistics FidEvaluator::of_folder(const std::string& folder) {
   data::Loader loader(data::open_image_folder(folder, false), options);
   loader.set_end(loader.batches_per_epoch());
   std::vector<at::Tensor> parts;
+  std::int64_t done = 0;
   for (std::int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
     const data::Batch batch = loader.next();
     at::Tensor images = batch.data.to(at::kFloat) / 255.0;
     if (images.size(1) == 1) images = images.expand({-1, 3, -1, -1});  // grayscale as RGB, as PIL's convert("RGB")
     parts.push_back(features_01(images));
+    if (options_.progress) options_.progress(done += images.size(0), loader.dataset().size());
   }
   return fid_statistics(at::cat(parts, 0));
 }

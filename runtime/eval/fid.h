@@ -6,6 +6,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "runtime/eval/fid_inception.h"
@@ -32,6 +33,7 @@ struct FidOptions {
   std::string weights;      // the FID Inception weights (load_fid_inception)
   std::int64_t batch = 50;  // images per forward pass
   std::string device = "auto";
+  std::function<void(std::int64_t done, std::int64_t total)> progress;  // of_folder: after each batch
 };
 
 // The network loaded once, features of image tensors or folders.

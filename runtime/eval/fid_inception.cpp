@@ -4,9 +4,15 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/ckpt/weights_file.h"
+#include "runtime/core/logging.h"
+#include "runtime/core/sha256.h"
 #include "runtime/nn/state_loading.h"
 
 namespace runner::eval {
@@ -176,7 +182,26 @@ at::Tensor FidInceptionImpl::features(const at::Tensor& images) {
   return at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
 }
 
+std::string fid_weights_help() {
+  return fmt::format(
+      "the FID Inception weights are pytorch-fid's {} (sha256 {}), published at {}; runner downloads nothing, so "
+      "copy that file here from a machine with network access. Without it, runner.eval.sliced_wasserstein(samples, "
+      "real_images) measures sample quality with no download (its numbers are not FIDs)",
+      kFidWeightsName, kFidWeightsSha256, kFidWeightsUrl);
+}
+
 FidInception load_fid_inception(const std::string& path) {
+  const std::string sha256 = core::sha256_file(path);
+  if (sha256 != kFidWeightsSha256) {
+    if (std::filesystem::path(path).filename() == kFidWeightsName)
+      throw std::invalid_argument(fmt::format("{}: sha256 {}, not {} as pytorch-fid publishes it: the file is damaged or "
+                                              "another one; download it again from {}",
+                                              path, sha256, kFidWeightsSha256, kFidWeightsUrl));
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: sha256 {} is not that of pytorch-fid's {} ({}): FIDs with other weights are not comparable "
+                          "with published ones",
+                          path, sha256, kFidWeightsName, kFidWeightsSha256));
+  }
   FidInception model;
   nn::StateLoadOptions options;
   options.optional = [](const std::string& name) { return name.size() > 20 && name.ends_with("num_batches_tracked"); };

@@ -25,9 +25,22 @@ class FidInceptionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FidInception);
 
+// pytorch-fid's weights file, where pytorch-fid publishes it (a GitHub release asset; torch.hub downloads it
+// and checks that its sha256 starts with the name's suffix), and its sha256.
+inline constexpr const char* kFidWeightsName = "pt_inception-2015-12-05-6726825d.pth";
+inline constexpr const char* kFidWeightsUrl =
+    "https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/pt_inception-2015-12-05-6726825d.pth";
+inline constexpr const char* kFidWeightsSha256 = "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2";
+
+// Where the weights come from and what measures samples without them, for the errors that ask for them.
+std::string fid_weights_help();
+
 // Weights from a torch.save file (.pth/.pt, e.g. pytorch-fid's pt_inception-2015-12-05-6726825d.pth) or a
 // safetensors file, with torchvision's Inception3 parameter names (fc included). Errors name the file and
 // every missing, extra or misshapen tensor. In eval mode on the CPU.
+// The file's sha256 is checked first: a file named as pytorch-fid's whose sha256 differs is an error (a
+// damaged download), any other file is used with a warning that names both sha256s (its FID is not
+// comparable with published numbers; a safetensors copy of the right tensors differs in its bytes only).
 FidInception load_fid_inception(const std::string& path);
 
 }  // namespace runner::eval

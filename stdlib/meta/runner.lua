@@ -82,7 +82,12 @@ function runner.eval.sliced_wasserstein(a, b, options) end
 --- [N, 3, H, W] in [-1, 1] (e.g. samples), the path of a folder of images (read as RGB / 255 like pytorch-fid),
 --- or the path of an .npz with mu and sigma (`runner data fid-stats`, pytorch-fid's --save-stats, ADM's and
 --- clean-fid's reference files). `weights` is the user's local copy of pytorch-fid's
---- pt_inception-2015-12-05-6726825d.pth (a torch.save file; or the same tensors as safetensors); the network
+--- pt_inception-2015-12-05-6726825d.pth (a torch.save file, sha256
+--- 6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2, published at
+--- https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/pt_inception-2015-12-05-6726825d.pth;
+--- or the same tensors as safetensors); runner downloads nothing. Its sha256 is checked on load: a file of that
+--- name with another sha256 is an error, other weights give a warning naming both. Without the file,
+--- runner.eval.sliced_wasserstein measures sample quality with no download. The network
 --- is loaded once per process. Numbers equal pytorch-fid's on the same images and weights to 1e-3 relative
 --- (tests/cli/test_fid.py); FID of few images is biased upward: compare numbers of the same N.
 ---@param a Tensor|string

@@ -1,5 +1,6 @@
 """FID against pytorch-fid on the same images and (random, BatchNorm-calibrated) FID Inception weights: folders,
 tensors and .npz statistics, `runner data fid-stats`, weights as .pth (zip and legacy) and safetensors; errors."""
+import hashlib
 import os
 
 import numpy as np
@@ -10,6 +11,9 @@ from safetensors.torch import save_file
 from runner_process import RunnerHomeTest
 
 IMAGES = 8  # the FID Inception resizes every image to 299 x 299: about 0.3 s an image on 2 cores
+PYTORCH_FID_WEIGHTS = "pt_inception-2015-12-05-6726825d.pth"
+PYTORCH_FID_URL = "https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/" + PYTORCH_FID_WEIGHTS
+PYTORCH_FID_SHA256 = "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2"
 
 
 def fid_inception_state():
@@ -75,7 +79,12 @@ class Fid(RunnerHomeTest):
         self.assertGreater(expected, 1.0, "the two sets differ")
         tensor = torch.from_numpy(self.pixels["b"]).permute(0, 3, 1, 2).float() / 127.5 - 1
         save_file({"b": tensor.contiguous()}, self.dir / "b.safetensors")
-        self.runner("data", "fid-stats", "a", "a.npz", "--weights", "weights.pth", "--batch", "5", check=0, timeout=600)
+        stats = self.runner("data", "fid-stats", "a", "a.npz", "--weights", "weights.pth", "--batch", "5", check=0, timeout=600)
+        self.assertRegex(stats.stderr, r"fid-stats \[#{18}\.{12}\] 5/8 images", "progress after each batch")
+        self.assertRegex(stats.stderr, r"fid-stats \[#{30}\] 8/8 images")
+        other = hashlib.sha256((self.dir / "weights.pth").read_bytes()).hexdigest()
+        self.assertIn(f"weights.pth: sha256 {other} is not that of pytorch-fid's {PYTORCH_FID_WEIGHTS} "
+                      f"({PYTORCH_FID_SHA256})", stats.stderr, "other weights are used with a warning")
         self.script("fid.lua", """
             local options = { weights = "weights.safetensors", batch = 5, device = "cpu" }
             local b = torch.load("b.safetensors").b
@@ -108,6 +117,8 @@ class Fid(RunnerHomeTest):
         self.script("no_weights.lua", 'runner.eval.fid("a", "b")')
         result = self.runner("no_weights.lua", check=1)
         self.assertIn("no_weights.lua:1: fid: give weights = the FID Inception weights file", result.stderr)
+        for text in (PYTORCH_FID_WEIGHTS, PYTORCH_FID_URL, PYTORCH_FID_SHA256, "runner.eval.sliced_wasserstein"):
+            self.assertIn(text, result.stderr)
         np.savez(self.dir / "mu_only.npz", mu=np.zeros(2048))
         os.makedirs(self.dir / "empty")
         state = dict(self.state)
@@ -122,3 +133,17 @@ class Fid(RunnerHomeTest):
         self.assertIn("partial.pth: the weights do not fit the FID Inception", self.runner("bad.lua", "--", "b", "partial.pth", check=0).stdout)
         self.assertIn("missing: Mixed_7c.branch_pool.bn.running_var",
                       self.runner("bad.lua", "--", "b", "partial.pth", check=0).stdout)
+
+    def test_without_the_weights_the_errors_say_where_they_come_from_and_a_wrong_copy_is_refused(self):
+        result = self.runner("data", "fid-stats", "a", "a.npz", check=2)
+        for text in ("runner data: fid-stats needs --weights PATH", PYTORCH_FID_WEIGHTS, PYTORCH_FID_URL,
+                     PYTORCH_FID_SHA256, "runner.eval.sliced_wasserstein", "usage: runner data fid-stats IMAGES OUT.npz"):
+            self.assertIn(text, result.stderr)
+        self.assertNotIn("data pack", result.stderr, "the usage of fid-stats only")
+        os.replace(self.dir / "weights.pth", self.dir / PYTORCH_FID_WEIGHTS)  # the name, other bytes
+        actual = hashlib.sha256((self.dir / PYTORCH_FID_WEIGHTS).read_bytes()).hexdigest()
+        result = self.runner("data", "fid-stats", "a", "a.npz", "--weights", PYTORCH_FID_WEIGHTS, check=1)
+        self.assertIn(f"runner data: {PYTORCH_FID_WEIGHTS}: sha256 {actual}, not {PYTORCH_FID_SHA256} as pytorch-fid "
+                      f"publishes it: the file is damaged or another one; download it again from {PYTORCH_FID_URL}",
+                      result.stderr)
+        self.assertFalse((self.dir / "a.npz").exists())
