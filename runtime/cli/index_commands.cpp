@@ -43,6 +43,9 @@ RUN is an id, a unique id prefix, a name, or 'last'. SWEEP is a sweep's name or 
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
+// "1 checkpoint", "3 checkpoints"
+std::string count_of(std::int64_t count, const char* noun) { return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s"); }
+
 std::vector<std::string> split_keys(const std::string& text) {
   std::vector<std::string> keys;
   size_t start = 0;
@@ -151,8 +154,9 @@ int rm_command(int argc, char** argv) {
   }
   for (const auto& run : runs) {
     const index::RemovedRun removed = index::remove_run(db, home, run);
-    print(fmt::format("removed {} ({}): {} metric values, {} checkpoints, {} artifacts, {}\n", removed.name, removed.id,
-                      removed.metrics, removed.checkpoints, removed.artifacts, format_bytes(removed.bytes)));
+    print(fmt::format("removed {} ({}): {}, {}, {}, {}\n", removed.name, removed.id, count_of(removed.metrics, "metric value"),
+                      count_of(removed.checkpoints, "checkpoint"), count_of(removed.artifacts, "artifact"),
+                      format_bytes(removed.bytes)));
   }
   return 0;
 }

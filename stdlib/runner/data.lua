@@ -85,6 +85,7 @@ function Loader:iter(range)
     stop = (math.floor(position / per_epoch) + 1) * per_epoch
   else
     if type(range) ~= "table" then error("loader:iter: expected {from =, to =}", 2) end
+    check_options(range, "loader:iter", { from = true, to = true })
     if range.from ~= nil then
       if type(range.from) ~= "number" or range.from < 0 then error("loader:iter: 'from' must be a count of batches, 0 or more", 2) end
       self:seek(range.from)

@@ -29,6 +29,9 @@ class CommandLine(ScriptDir):
         result = run("--help")
         self.assertEqual(result.returncode, 0)
         self.assertTrue(result.stdout.startswith("usage: runner [options] SCRIPT.lua [key=value ...]"))
+        for command in ("runner data pack DIR OUT.npy", "runner data encode IMAGES OUT.npy --vae VAE",
+                        "runner data fid-stats IMAGES OUT.npz --weights PATH"):
+            self.assertIn(command, result.stdout)
 
     def test_usage_errors_exit_2(self):
         for args, message in [

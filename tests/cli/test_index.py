@@ -426,6 +426,17 @@ class IndexCommands(IndexTest):
         blank_png = report_screenshot.screenshot(blank, self.dir / "blank.png")
         self.assertLess(report_screenshot.count_colour(blank_png, "#1f77b4", tolerance=40), 10)
 
+    def test_rm_counts_in_the_singular(self):
+        self.script("one.lua", """
+            local run = runner.start()
+            local train = runner.trainer { model = nn.Linear(2, 1), optimizer = { "sgd", lr = 0.1 }, progress = false }
+            run:restore { trainer = train }
+            run:checkpoint()  -- logs one value, checkpoint_stall_ms
+        """)
+        self.runner("one.lua", check=0)
+        result = self.runner("rm", "one-1", check=0)
+        self.assertRegex(result.stdout, r"^removed one-1 \([0-9a-z]{8}\): 1 metric value, 1 checkpoint, 0 artifacts, ")
+
     def test_rm_deletes_rows_and_files_and_refuses_running_runs(self):
         self.three_runs()
         result = self.runner("rm", "train-1", check=0)

@@ -166,6 +166,8 @@ describe("resume", function()
       expect_true(batch.index:equal(all.index[batch.step]), "step " .. batch.step)
     end
     expect_list(steps, { 7, 8, 9, 10 })
+    expect_error(function() loader:iter { form = 6, to = 10 } end,
+      here(-1) .. "unknown option 'form' to 'loader:iter' (known: from, to); did you mean 'from'?")
   end)
 
   it("refuses a state saved by a different setup", function()
