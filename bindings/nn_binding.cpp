@@ -1,5 +1,6 @@
 // Built-in nn modules (Linear, Conv2d, GroupNorm, LayerNorm, Embedding, Dropout, activations, and the
-// UNet and DiT denoisers, the AutoencoderKL) as Lua userdata, and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
+// UNet and DiT denoisers, the AutoencoderKL) as Lua userdata whose parameters, buffers and children are fields,
+// and nn.functional (losses and stateless ops). Module trees, Lua-defined modules and state
 // dicts are built on top of these in stdlib/runner/nn.lua.
 #include <torch/nn.h>
 
@@ -251,8 +252,68 @@ at::Tensor check_timesteps(lua_State* L, int index, const at::Tensor& x) {
   return check_tensor(L, index);
 }
 
+// A built-in module's child (DiT's x_embedder.proj, ...) as a module of its own, with a forward when it is of a
+// type that nn.* builds.
+template <class Impl>
+bool bind_forward(const std::shared_ptr<torch::nn::Module>& module, std::function<at::Tensor(const at::Tensor&)>& forward) {
+  const auto typed = std::dynamic_pointer_cast<Impl>(module);
+  if (typed) forward = [typed](const at::Tensor& x) { return typed->forward(x); };
+  return typed != nullptr;
+}
+
+template <class... Impl>
+void push_child_module(lua_State* L, const std::shared_ptr<torch::nn::Module>& child) {
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  static_cast<void>((bind_forward<Impl>(child, forward) || ...));
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{child, std::move(forward)});
+}
+
+std::string module_type_text(const torch::nn::Module& module) {
+  std::string name = module.name();
+  if (name.rfind("torch::nn::", 0) == 0) name.erase(0, 11);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+// m.key: a method; else the module's own parameter, buffer or child named key (m[k], a number: the child named
+// k - 1, as Sequential's children are indexed); else nil. The method table is upvalue 1.
+int module_index(lua_State* L) {
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  if (!lua_isnil(L, -1)) return 1;
+  const ModuleBox& box = check_module(L, 1);
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const std::string name = lua_tostring(L, 2);
+    if (const at::Tensor* parameter = box.module->named_parameters(false).find(name)) {
+      push_tensor(L, *parameter);
+      return 1;
+    }
+    if (const at::Tensor* buffer = box.module->named_buffers(false).find(name)) {
+      push_tensor(L, *buffer);
+      return 1;
+    }
+  }
+  std::string child_name;
+  if (lua_type(L, 2) == LUA_TSTRING) child_name = lua_tostring(L, 2);
+  else if (lua_type(L, 2) == LUA_TNUMBER && lua_tonumber(L, 2) >= 1)
+    child_name = std::to_string(static_cast<std::int64_t>(lua_tonumber(L, 2)) - 1);
+  if (const auto* child = box.module->named_children().find(child_name)) {
+    push_child_module<torch::nn::LinearImpl, torch::nn::Conv2dImpl, torch::nn::GroupNormImpl, torch::nn::LayerNormImpl,
+                      torch::nn::EmbeddingImpl, torch::nn::DropoutImpl, torch::nn::GELUImpl, torch::nn::LeakyReLUImpl,
+                      torch::nn::ReLUImpl, torch::nn::SiLUImpl, torch::nn::TanhImpl, torch::nn::SigmoidImpl,
+                      torch::nn::MishImpl, torch::nn::IdentityImpl>(L, *child);
+    return 1;
+  }
+  lua_pushnil(L);
+  return 1;
+}
+
 int module_forward(lua_State* L) {
   ModuleBox& box = check_module(L, 1);
+  if (box.autoencoder) throw std::invalid_argument("AutoencoderKL is not called: use vae:encode(images) and vae:decode(latents)");
+  if (!box.forward && !box.denoiser)
+    throw std::invalid_argument(fmt::format("this {} is a part of a built-in model with no forward of its own in Lua; call the model",
+                                            module_type_text(*box.module)));
   if (box.denoiser) {
     const at::Tensor& x = check_tensor(L, 2);
     std::optional<at::Tensor> labels;
@@ -399,10 +460,7 @@ int module_info(lua_State* L) {
 }
 
 int module_type_name(lua_State* L) {
-  std::string name = check_module(L, 1).module->name();
-  if (name.rfind("torch::nn::", 0) == 0) name.erase(0, 11);
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
-  lua_pushstring(L, name.c_str());
+  lua_pushstring(L, module_type_text(*check_module(L, 1).module).c_str());
   return 1;
 }
 
@@ -520,6 +578,11 @@ void open_nn(lua_State* L) {
   lua_pop(L, 1);
   luaL_getmetatable(L, kModuleType);
   set_functions(L, {{"__call", wrap<module_call>}, {"__tostring", wrap<module_tostring>}});
+  lua_getfield(L, -1, "__index");  // the methods, kept as `methods` (the REPL completes from it) and __index's upvalue
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "methods");
+  lua_pushcclosure(L, wrap<module_index>, 1);
+  lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
 
   lua_newtable(L);  // nn
@@ -561,7 +624,7 @@ void open_nn(lua_State* L) {
   });
   lua_setfield(L, -2, "functional");
   luaL_getmetatable(L, kModuleType);
-  lua_getfield(L, -1, "__index");
+  lua_getfield(L, -1, "methods");
   lua_setfield(L, -3, "_native_methods");
   lua_pop(L, 1);
   lua_setglobal(L, "nn");

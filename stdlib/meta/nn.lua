@@ -6,6 +6,10 @@ nn = {}
 
 ---@class Module
 --- Every module, built-in or Lua-defined, has these methods; calling a module runs its forward.
+--- Parameters, buffers and child modules are fields, as in PyTorch: `nn.Linear(3, 2).weight` is the module's own
+--- weight tensor (not a copy), `dit.blocks[1].attn.qkv.bias` is `dit:state_dict()["blocks.0.attn.qkv.bias"]`
+--- (a number indexes children named "0", "1", ... from 1, as in Sequential). A built-in model's child of a type
+--- that nn.* builds (Linear, Conv2d, norms, Embedding, activations) can be called; other parts cannot.
 local Module = {}
 ---@return Tensor
 function Module:forward(...) end
