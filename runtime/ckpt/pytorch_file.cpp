@@ -21,12 +21,14 @@ std::string first_line(const std::string& text) {
   return end == std::string::npos ? text : text.substr(0, end);
 }
 
-// The callables a state dict's pickle names; anything else is refused by name.
-enum class Callable { none, ordered_dict, rebuild_tensor, rebuild_parameter, storage_type };
+// The callables a state dict's pickle names, and argparse.Namespace (the `args` of DiT's train.py
+// checkpoints); anything else is refused by name.
+enum class Callable { none, ordered_dict, rebuild_tensor, rebuild_parameter, storage_type, namespace_class };
 
 struct Item {
   c10::IValue value;
   Callable callable = Callable::none;
+  bool takes_attributes = false;  // a Namespace, built as a dict: BUILD's state dict holds its attributes
 };
 
 std::optional<at::ScalarType> storage_dtype(const std::string& name) {
@@ -123,7 +125,8 @@ class Unpickler {
           push_item(global(pop().value.toStringRef(), name));
         } break;
         case 'R': { Item args = pop(); Item callable = pop(); push(call(callable, args)); } break;
-        case 'b': pop(); break;  // BUILD: an OrderedDict's _metadata (module versions), which a state dict does not need
+        case 0x81: { pop(); push_item(new_object(pop())); } break;  // NEWOBJ: cls.__new__(cls, *args)
+        case 'b': build(pop()); break;
         case 'Q': push(persistent(pop())); break;
         default:
           fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, position_ - 1));
@@ -231,6 +234,7 @@ class Unpickler {
   Item global(const std::string& module, const std::string& name) {
     Item item;
     if (module == "collections" && name == "OrderedDict") item.callable = Callable::ordered_dict;
+    else if (module == "argparse" && name == "Namespace") item.callable = Callable::namespace_class;
     else if (module == "torch._utils" && name == "_rebuild_tensor_v2") item.callable = Callable::rebuild_tensor;
     else if (module == "torch._utils" && (name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state"))
       item.callable = Callable::rebuild_parameter;
@@ -239,8 +243,8 @@ class Unpickler {
       item.value = static_cast<std::int64_t>(*storage_dtype(name));  // read back by persistent()
     } else {
       throw std::invalid_argument(fmt::format(
-          "{}: holds a Python object of class {}.{}; runner reads files of tensors, dicts, lists, numbers and strings "
-          "only (no code runs on load); save a state dict: torch.save(model.state_dict(), path)",
+          "{}: holds a Python object of class {}.{}; runner reads files of tensors, dicts, lists, tuples, numbers, "
+          "strings and argparse.Namespace only (no code runs on load); save a state dict: torch.save(model.state_dict(), path)",
           path_, module, name));
     }
     return item;
@@ -254,6 +258,24 @@ class Unpickler {
       result.push_back(element.toInt());
     }
     return result;
+  }
+
+  // An argparse.Namespace as an empty dict that BUILD fills with its attributes; no other class is made.
+  Item new_object(const Item& cls) {
+    if (cls.callable != Callable::namespace_class) fail("NEWOBJ of something that is not argparse.Namespace");
+    Item item;
+    item.value = c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+    item.takes_attributes = true;
+    return item;
+  }
+
+  // BUILD: a Namespace's attributes; otherwise an OrderedDict's _metadata (module versions), which a state dict
+  // does not need.
+  void build(const Item& state) {
+    if (!top().takes_attributes) return;
+    if (!state.value.isGenericDict()) fail("an argparse.Namespace whose state is not a dict");
+    auto attributes = dict(top());
+    for (const auto& entry : state.value.toGenericDict()) attributes.insert_or_assign(key({entry.key()}), entry.value());
   }
 
   c10::IValue call(const Item& callable, const Item& args) {

@@ -1,7 +1,8 @@
 // torch.save files (.pt, .pth, .ckpt: the zip format of PyTorch >= 1.6 and the legacy format before it, e.g.
 // pytorch-fid's Inception weights) read by an unpickler that constructs
-// only tensors, dicts (OrderedDict too), lists, tuples, numbers, strings and None and runs no code: any other
-// Python class is refused by name.
+// only tensors, dicts (OrderedDict too), lists, tuples, numbers, strings and None, and argparse.Namespace as a
+// dict of its attributes (the `args` of DiT's train.py checkpoints), and runs no code: any other Python class is
+// refused by name.
 #pragma once
 
 #include <ATen/core/ivalue.h>

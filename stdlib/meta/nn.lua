@@ -51,7 +51,8 @@ function Module:load_state_dict(state, options) end
 function Module:save(path, metadata) end
 --- Loads a state dict from a safetensors file or a torch.save file (.pt/.pth, e.g. the official
 --- DiT-XL-2-256x256.pt; read without running any code, see torch.load). A file that holds several tables
---- (a training checkpoint with model, ema, opt, ...) needs `key` to pick one. Returns the file's metadata.
+--- (a training checkpoint with model, ema, opt, ...; the checkpoints of DiT's train.py, whose `args` is an
+--- argparse.Namespace, too) needs `key` to pick one. Returns the file's metadata.
 ---@param path string
 ---@param options? {strict?: boolean, key?: string}
 ---@return table<string, string>

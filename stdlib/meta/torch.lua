@@ -124,8 +124,8 @@ function torch.save(tensors, path, metadata) end
 --- Reads a safetensors file into CPU tensors, or a torch.save file (.pt, .pth, .ckpt; PyTorch's zip format
 --- and the legacy format before 1.6) through runner's own restricted unpickler, which runs no code: its dicts become tables (string or
 --- integer keys), lists and tuples arrays, tensors CPU tensors, numbers, strings and booleans themselves, None
---- nil; metadata is then {format = "pytorch"}. Any other Python object (e.g. argparse.Namespace in a training
---- checkpoint) is refused with its class name.
+--- nil, an argparse.Namespace (the `args` of DiT's train.py checkpoints) a table of its attributes; metadata is
+--- then {format = "pytorch"}. Any other Python object is refused with its class name.
 --- Malformed files raise an error naming the path.
 ---@param path string
 ---@return table tensors

@@ -93,14 +93,41 @@ class TorchFiles(RunnerHomeTest):
     def test_other_python_objects_are_refused_without_running_them(self):
         marker = self.dir / "ran"
         torch.save({"model": {"w": torch.ones(2)}, "run": MakesAFile(marker)}, self.dir / "evil.pt")
-        torch.save({"model": {"w": torch.ones(2)}, "args": argparse.Namespace(lr=1e-4)}, self.dir / "training.pt")
+        torch.save({"model": {"w": torch.ones(2)}, "args": argparse.Namespace(run=MakesAFile(marker))}, self.dir / "training.pt")
         self.script("evil.lua", 'torch.load(arg[1])')
         result = self.runner("evil.lua", "--", "evil.pt", check=1)
         self.assertFalse(marker.exists(), "unpickling ran code")
         self.assertRegex(result.stderr, r"evil\.pt: holds a Python object of class (posix|os)\.system; runner reads files of "
-                                        r"tensors, dicts, lists, numbers and strings only")
+                                        r"tensors, dicts, lists, tuples, numbers, strings and argparse\.Namespace only")
         result = self.runner("evil.lua", "--", "training.pt", check=1)
-        self.assertIn("evil.lua:1: training.pt: holds a Python object of class argparse.Namespace", result.stderr)
+        self.assertFalse(marker.exists(), "unpickling ran code")
+        self.assertRegex(result.stderr, r"evil\.lua:1: training\.pt: holds a Python object of class (posix|os)\.system")
+
+    def test_a_checkpoint_of_the_official_dit_train_py_loads_and_shows_its_args(self):
+        # DiT's train.py saves {"model", "ema", "opt", "args"}, args being its argparse.Namespace.
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        ema = torch.nn.Linear(4, 2)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        args = argparse.Namespace(data_path="/data/imagenet/train", results_dir="results", model="DiT-XL/2",
+                                  image_size=256, num_classes=1000, epochs=1400, global_batch_size=256, global_seed=0,
+                                  vae="ema", num_workers=4, log_every=100, ckpt_every=50_000)
+        torch.save({"model": model.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(), "args": args},
+                   self.dir / "0050000.pt")
+        self.script("load.lua", """
+            local ema = nn.Linear(4, 2)
+            ema:load("0050000.pt", { key = "ema" })
+            ema:save("ema.safetensors")
+            local checkpoint = torch.load("0050000.pt")
+            print(checkpoint.args.model, checkpoint.args.image_size, checkpoint.opt.param_groups[1].lr)
+        """)
+        result = self.runner("load.lua", check=0)
+        self.assertEqual(result.stdout, "DiT-XL/2\t256\t0.0001\n")
+        loaded = load_file(self.dir / "ema.safetensors")
+        for name, value in ema.state_dict().items():
+            self.assertTrue(torch.equal(loaded[name], value), name)
 
     def test_the_legacy_format_is_read_and_damaged_files_say_what_they_are(self):
         # PyTorch before 1.6 wrote pickles and raw storages one after the other (pytorch-fid's weights are such a file).
