@@ -1,7 +1,8 @@
 // The interactive REPL: libedit line editing, history and tab completion on a terminal; plain
 // line-by-line input otherwise (so tests can pipe into it). `=expr` and bare expressions print their
 // values through runner.pretty; an incomplete chunk continues on the next line; Ctrl-C stops the
-// running chunk and keeps the REPL.
+// running chunk (a compiled loop of pure Lua too) and keeps the REPL; SIGTERM, SIGHUP and SIGUSR1 stop it and
+// end the REPL.
 #include <editline/readline.h>
 #include <unistd.h>
 
@@ -188,6 +189,8 @@ void print_results(lua_State* L, LuaHost& host, int base, bool expression) {
 int run_repl(LuaHost& host) {
   lua_State* L = host.state();
   LineReader reader(L);
+  host.interrupt_compiled_loops(true);
+  int status = kExitOk;
   if (reader.interactive())
     std::printf("runner REPL (%s): =expr prints, Tab completes, Ctrl-D exits\n", LUAJIT_VERSION);
   while (!host.exit_requested()) {
@@ -232,11 +235,18 @@ int run_repl(LuaHost& host) {
       lua_settop(L, base);
       continue;
     }
-    if (host.call(0, LUA_MULTRET) == kExitOk) print_results(L, host, base, expression);
+    const int chunk_status = host.call(0, LUA_MULTRET);
+    if (chunk_status == kExitOk) print_results(L, host, base, expression);
     std::fflush(stdout);
     lua_settop(L, base);
+    // Only Ctrl-C comes back to the prompt: a hang-up or a kill must end the session, not leave it reading.
+    if (core::is_interrupt_status(chunk_status) && chunk_status != core::kExitInterrupted) {
+      status = chunk_status;
+      break;
+    }
   }
-  return host.exit_requested() ? host.exit_status() : kExitOk;
+  host.interrupt_compiled_loops(false);
+  return host.exit_requested() ? host.exit_status() : status;
 }
 
 }  // namespace runner::app

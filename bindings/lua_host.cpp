@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <csignal>
+#include <sys/time.h>
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@ namespace {
 lua_State* active_state = nullptr;
 volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
 volatile std::sig_atomic_t held_signal = 0;             // the first stop signal while a run is being recorded
+volatile std::sig_atomic_t traces_interruptible = 0;    // interrupt_compiled_loops(true) is in effect
 constexpr int kStopSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
@@ -154,7 +156,11 @@ void on_stop_signal(int signal_number) {
   interrupt_signal = signal_number;
   core::request_interrupt();
   if (active_state) lua_sethook(active_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  // Compiled traces run no hooks; LuaJIT's profiler signal makes them exit to the interpreter, which runs it.
+  if (traces_interruptible) std::raise(SIGPROF);
 }
+
+void ignore_profile_sample(void*, lua_State*, int, int) {}
 
 void hold_stop_signal(int signal_number) {
   if (held_signal == 0) held_signal = signal_number;
@@ -203,9 +209,26 @@ LuaHost::LuaHost() : L_(luaL_newstate()) {
 }
 
 LuaHost::~LuaHost() {
+  interrupt_compiled_loops(false);
   active_state = nullptr;
   lua_close(L_);
   release_held_signals();
+}
+
+// LuaJIT's profiler in line mode compiles a check of its hook flag into every trace at each new source line
+// (a load and a branch: no measurable cost). Its periodic timer is disarmed at once: only on_stop_signal sets
+// the flag, by raising SIGPROF, whose handler is the profiler's.
+void LuaHost::interrupt_compiled_loops(bool enabled) {
+  if (enabled == (traces_interruptible != 0)) return;
+  if (enabled) {
+    luaJIT_profile_start(L_, "l", ignore_profile_sample, nullptr);
+    const itimerval disarmed{};
+    setitimer(ITIMER_PROF, &disarmed, nullptr);
+    traces_interruptible = 1;
+  } else {
+    traces_interruptible = 0;
+    luaJIT_profile_stop(L_);
+  }
 }
 
 void LuaHost::request_exit(int status) {

@@ -31,6 +31,9 @@ class LuaHost {
   // For `runner -i`: the script's top-level locals become globals when it ends (also on an error, as they
   // were at the error), so that the REPL after it sees `model` as well as globals.
   void keep_script_locals() { keep_locals_ = true; }
+  // For the REPL: Ctrl-C and the other stop signals also stop a loop of pure Lua that LuaJIT compiled (whose
+  // code runs no hooks). Flushes the compiled code; while enabled, LuaJIT's profiler is taken.
+  void interrupt_compiled_loops(bool enabled);
   // For `runner --print-config` and sweeps: the script ends (exit status 0) at its config { ... } (after
   // checking the overrides) or at runner.start, and reported_config() then holds its keys as JSON
   // {"keys": {name: {"default": value, "integer": bool}}}.

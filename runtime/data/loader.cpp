@@ -376,6 +376,8 @@ struct Loader::Impl {
     }
     std::unique_lock lock(mutex);
     if (next_issue <= position) next_issue = position;
+    // A batch asked for at or past the end (after the loop that set it) lifts the end: nothing would make it.
+    if (end >= 0 && position >= end) end = -1;
     issue_locked();
     const auto wait_start = Clock::now();
     while (ready.find(position) == ready.end()) {

@@ -104,7 +104,8 @@ class Loader {
   std::int64_t position() const;
   // Continue from global batch `position` (drops batches in flight).
   void seek(std::int64_t position);
-  // Stop prefetching at `end` (exclusive global batch number); -1 for no limit.
+  // Stop prefetching at `end` (exclusive global batch number); -1 for no limit. A next() at or past the end
+  // lifts it.
   void set_end(std::int64_t end);
 
   LoaderState state() const;

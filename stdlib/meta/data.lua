@@ -134,7 +134,8 @@ function Loader:len() end
 function Loader:position() end
 --- Continue after the first `position` batches (drops batches in flight).
 function Loader:seek(position) end
---- Stop prefetching at batch `step` (nil: no limit); iter{to = ...} sets it.
+--- Stop prefetching at batch `step` (nil: no limit); iter{to = ...} sets it, and a next() at or past it lifts it
+--- (after the loop, loader:next() gives the following batch).
 function Loader:set_end(step) end
 --- The 0-based dataset indices of batch `step` (1-based) for this rank, before any skipping.
 ---@return Tensor
