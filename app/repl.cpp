@@ -26,64 +26,25 @@ using core::kExitOk;
 lua_State* completion_state = nullptr;
 std::vector<std::string> completion_matches;
 
-bool is_identifier(const char* text) {
-  if (!text || !(std::isalpha(static_cast<unsigned char>(*text)) || *text == '_')) return false;
-  for (; *text; ++text)
-    if (!(std::isalnum(static_cast<unsigned char>(*text)) || *text == '_')) return false;
-  return true;
-}
-
-// Adds the string keys of the table at the top of the stack that start with `partial`.
-void collect_keys(lua_State* L, const std::string& base, const std::string& partial, bool functions_only) {
-  lua_pushnil(L);
-  while (lua_next(L, -2)) {
-    if (lua_type(L, -2) == LUA_TSTRING && (!functions_only || lua_isfunction(L, -1))) {
-      const char* key = lua_tostring(L, -2);
-      if (is_identifier(key) && std::strncmp(key, partial.c_str(), partial.size()) == 0 && key[0] != '_')
-        completion_matches.push_back(base + key);
-    }
-    lua_pop(L, 1);
-  }
-}
-
-// Completes `a.b.c`, `a.b:c`: resolves the prefix through fields, then lists keys of the value, of its
-// metatable's __index table (and a `methods` table for tensors), following __index chains of tables.
-void compute_matches(lua_State* L, const std::string& text) {
+// The completions of `text` from runner.repl's complete(), run protected: a failing __index offers nothing.
+void compute_matches(lua_State* L, const char* text) {
   completion_matches.clear();
   const int top = lua_gettop(L);
-  const auto split = text.find_last_of(".:");
-  const std::string partial = split == std::string::npos ? text : text.substr(split + 1);
-  const std::string base = split == std::string::npos ? "" : text.substr(0, split + 1);
-  const bool methods_only = split != std::string::npos && text[split] == ':';
-  lua_pushvalue(L, LUA_GLOBALSINDEX);
-  if (split != std::string::npos) {
-    size_t start = 0;
-    while (start < split) {
-      const size_t end = text.find_first_of(".:", start);
-      const std::string field = text.substr(start, end - start);
-      if (!lua_istable(L, -1) && !lua_isuserdata(L, -1)) break;
-      lua_getfield(L, -1, field.c_str());
-      lua_remove(L, -2);
-      start = end + 1;
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "runner.repl");
+  if (lua_pcall(L, 1, 1, 0) == 0) {
+    lua_getfield(L, -1, "complete");
+    lua_pushstring(L, text);
+    if (lua_pcall(L, 1, 1, 0) == 0 && lua_istable(L, -1)) {
+      const int count = static_cast<int>(lua_objlen(L, -1));
+      for (int i = 1; i <= count; ++i) {
+        lua_rawgeti(L, -1, i);
+        if (const char* match = lua_tostring(L, -1)) completion_matches.emplace_back(match);
+        lua_pop(L, 1);
+      }
     }
   }
-  for (int depth = 0; depth < 8 && !lua_isnil(L, -1); ++depth) {
-    if (lua_istable(L, -1)) collect_keys(L, base, partial, methods_only);
-    if (!lua_getmetatable(L, -1)) break;
-    lua_getfield(L, -1, "methods");
-    if (lua_istable(L, -1)) collect_keys(L, base, partial, methods_only);
-    lua_pop(L, 1);
-    lua_getfield(L, -1, "__index");
-    lua_remove(L, -2);
-    lua_remove(L, -2);
-    if (!lua_istable(L, -1)) break;
-  }
   lua_settop(L, top);
-  if (split == std::string::npos) {
-    for (const char* keyword : {"and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if",
-                                "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"})
-      if (std::strncmp(keyword, partial.c_str(), partial.size()) == 0) completion_matches.emplace_back(keyword);
-  }
 }
 
 char* completion_generator(const char* text, int state) {

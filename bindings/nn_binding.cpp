@@ -469,6 +469,20 @@ int nn_is_native(lua_State* L) {
   return 1;
 }
 
+// getmetatable(m).__has_method(m, name): whether this module has the method (every built-in module shares one
+// method table); the REPL completes and help lists only those it has.
+int module_has_method(lua_State* L) {
+  const ModuleBox& box = check_module(L, 1);
+  const std::string name = check_string(L, 2);
+  bool has = true;
+  if (name == "forward") has = box.denoiser || (box.forward && !box.autoencoder);
+  else if (name == "set_checkpointing") has = box.denoiser != nullptr;
+  else if (name == "info") has = box.denoiser || box.autoencoder;
+  else if (name == "encode" || name == "decode") has = box.autoencoder != nullptr;
+  lua_pushboolean(L, has);
+  return 1;
+}
+
 // nn._ema_update(ema_params, params, ema_buffers, buffers, decay): the trainer's EMA rule (train::ema_update)
 // on two models' tensors, gathered in order by nn.ema_update.
 int nn_ema_update(lua_State* L) {
@@ -575,6 +589,10 @@ void open_nn(lua_State* L) {
       {"encode", wrap<module_encode>},
       {"decode", wrap<module_decode>},
   });
+  lua_pop(L, 1);
+  luaL_getmetatable(L, kModuleType);
+  lua_pushcfunction(L, wrap<module_has_method>);
+  lua_setfield(L, -2, "__has_method");
   lua_pop(L, 1);
   luaL_getmetatable(L, kModuleType);
   set_functions(L, {{"__call", wrap<module_call>}, {"__tostring", wrap<module_tostring>}});

@@ -1,7 +1,9 @@
 // The `runner` table: versions, logging, clocks, overrides and usage errors; and open_all_bindings.
 #include "bindings/runner_binding.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "bindings/binding.h"
@@ -121,6 +123,21 @@ int runner_report_config(lua_State* L) {
   return 0;
 }
 
+// runner._stub_paths() -> the ---@meta stubs (RUNNER_STDLIB_DIR/meta/*.lua), sorted: help's documentation.
+int runner_stub_paths(lua_State* L) {
+  std::vector<std::string> paths;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(RUNNER_STDLIB_DIR) + "/meta", error))
+    if (entry.path().extension() == ".lua") paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  lua_createtable(L, static_cast<int>(paths.size()), 0);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    lua_pushstring(L, paths[i].c_str());
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
 }  // namespace
 
 void open_runner(lua_State* L) {
@@ -139,6 +156,7 @@ void open_runner(lua_State* L) {
       {"_did_you_mean", wrap<runner_did_you_mean>},
       {"_end_open_line", wrap<runner_end_open_line>},
       {"_report_config", wrap<runner_report_config>},
+      {"_stub_paths", wrap<runner_stub_paths>},
   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

@@ -453,14 +453,24 @@ std::vector<TensorIndex> build_indices(lua_State* L, const at::Tensor& self, int
   return indices;
 }
 
+constexpr const char* kSizesType = "runner.Sizes";
+
+int sizes_tostring(lua_State* L) {
+  std::string text = "[";
+  const int count = static_cast<int>(lua_objlen(L, 1));
+  for (int i = 1; i <= count; ++i) {
+    lua_rawgeti(L, 1, i);
+    text += fmt::format("{}{}", i > 1 ? ", " : "", lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+    lua_pop(L, 1);
+  }
+  lua_pushstring(L, (text + "]").c_str());
+  return 1;
+}
+
 // Properties read through __index: t.shape, t.dtype, t.device, t.grad, t.requires_grad, t.is_leaf, t.ndim.
 bool push_property(lua_State* L, const at::Tensor& self, const std::string& key) {
   if (key == "shape") {
-    lua_createtable(L, static_cast<int>(self.dim()), 0);
-    for (std::int64_t d = 0; d < self.dim(); ++d) {
-      lua_pushnumber(L, static_cast<lua_Number>(self.size(d)));
-      lua_rawseti(L, -2, static_cast<int>(d + 1));
-    }
+    push_sizes(L, self.sizes());
   } else if (key == "dtype") {
     lua_pushstring(L, core::dtype_name(self.scalar_type()).c_str());
   } else if (key == "device") {
@@ -805,7 +815,22 @@ int cuda_synchronize(lua_State* L) {
 
 }  // namespace
 
+void push_sizes(lua_State* L, at::IntArrayRef sizes) {
+  lua_createtable(L, static_cast<int>(sizes.size()), 0);
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    lua_pushnumber(L, static_cast<lua_Number>(sizes[d]));
+    lua_rawseti(L, -2, static_cast<int>(d + 1));
+  }
+  luaL_getmetatable(L, kSizesType);
+  lua_setmetatable(L, -2);
+}
+
 void open_tensor(lua_State* L) {
+  luaL_newmetatable(L, kSizesType);
+  lua_pushcfunction(L, &sizes_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+
   // Tensor metatable: __index dispatches to methods (an upvalue table), properties and indexing.
   luaL_newmetatable(L, kTensorType);
   lua_pushcfunction(L, &tensor_gc);

@@ -30,6 +30,8 @@ at::Scalar check_scalar(lua_State* L, int index);
 // type promotion the way a Python scalar does).
 at::Tensor check_operand(lua_State* L, int index, const c10::Device& device);
 
+// A tensor's sizes as a Lua array that prints as [2, 3] (t.shape, t:size()).
+void push_sizes(lua_State* L, at::IntArrayRef sizes);
 // Sizes: numbers from `first` on, or one table of numbers. *next is set to the index after them.
 std::vector<std::int64_t> check_sizes(lua_State* L, int first, int* next);
 // A 1-based dim (negatives from the end) of a tensor with `ndim` dims, as a 0-based dim.

@@ -320,11 +320,7 @@ int tensor_size(lua_State* L) {
     lua_pushnumber(L, static_cast<lua_Number>(self.size(check_dim(L, 2, self.dim()))));
     return 1;
   }
-  lua_createtable(L, static_cast<int>(self.dim()), 0);
-  for (std::int64_t d = 0; d < self.dim(); ++d) {
-    lua_pushnumber(L, static_cast<lua_Number>(self.size(d)));
-    lua_rawseti(L, -2, static_cast<int>(d + 1));
-  }
+  push_sizes(L, self.sizes());
   return 1;
 }
 

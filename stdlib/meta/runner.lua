@@ -19,6 +19,13 @@ runner = {}
 ---@return table
 function config(defaults) end
 
+--- Prints the documentation these stubs give for a runner function, class, namespace or object:
+--- `help(torch.randn)`; `help(nn.DiT)` (with the fields of its options table); `help(model)` (its class and the
+--- methods it has); `help "trainer"` (every documented name whose last part is "trainer", and TrainerOptions;
+--- else the names containing it). Says so when nothing is documented. `help()` prints how to use it.
+---@param subject? any a function, namespace or object, or a name to look up
+function help(subject) end
+
 --- Logging at a level through the runner logger (stderr; level set by --log-level).
 --- Each takes a format string and arguments, as string.format.
 runner.log = {}

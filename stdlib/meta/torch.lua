@@ -158,7 +158,7 @@ function torch.cuda.reset_peak_memory_stats(device_index) end
 --- Every Tensor method below is also a torch function taking the tensor first: torch.exp(t) == t:exp().
 
 ---@class Tensor
----@field shape integer[]   # sizes, a new table each read
+---@field shape integer[]   # sizes, a new table each read; tostring gives [2, 3]
 ---@field dtype Dtype
 ---@field device string     # "cpu", "cuda:0", ...
 ---@field grad Tensor|nil   # assignable; nil clears it
@@ -355,7 +355,7 @@ function Tensor:sort(dim, descending) end
 ---@return Tensor, Tensor
 function Tensor:topk(k, dim, largest) end
 
---- Sizes as a table, or one size.
+--- Sizes as a table (tostring gives [2, 3]), or one size.
 ---@param dim? integer
 ---@return integer[]|integer
 function Tensor:size(dim) end

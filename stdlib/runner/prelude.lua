@@ -1,5 +1,5 @@
 -- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
--- namespaces, runner.start, runner.query and runner.sweep, defines config.
+-- namespaces, runner.start, runner.query and runner.sweep, defines config and help.
 -- print ends a progress line drawn in place first, so that nothing is written onto its end.
 local plain_print = print
 function print(...)
@@ -15,6 +15,7 @@ require("runner.run")
 require("runner.train")
 runner.sweep = require("runner.sweep")
 config = require("runner.config").declare
+help = require("runner.repl").help
 
 local log_message = runner.log
 runner.log = {}

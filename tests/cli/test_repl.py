@@ -1,4 +1,4 @@
-"""The REPL as a user meets it: after `runner -i`, on a (pseudo-)terminal, stopped by signals."""
+"""The REPL as a user meets it: after `runner -i`, on a (pseudo-)terminal, stopped by signals, and help."""
 import os
 import pty
 import select
@@ -125,6 +125,70 @@ class Repl(TempDirTest):
         os.close(terminal.fd)
         terminal.fd = None
         self.assertEqual(terminal.wait(10), -signal.SIGHUP)
+
+    def test_tab_offers_only_the_methods_the_object_has(self):
+        terminal = self.terminal()
+        terminal.type(b"m = nn.Linear(2, 1)\n")
+        self.assertTrue(terminal.read_until(b"> "), terminal.seen)
+        start = len(terminal.seen)
+        terminal.type(b"m:\t\t")
+        self.assertTrue(terminal.read_until(b"\x1b[K> m:"), terminal.seen)  # the listing, then the line again
+        listing = terminal.seen[start:]
+        self.assertIn(b"m:forward", listing)
+        for absent in (b"m:encode", b"m:decode", b"m:set_checkpointing", b"m:info"):
+            self.assertNotIn(absent, listing)
+        # A Lua-defined module completes its class's methods; a value that is not a name completes nothing.
+        terminal.type(b"\x15M = nn.Module('M') function M:hello() print('hello ' .. 'there') end x = M()\n")
+        self.assertTrue(terminal.read_until(b"> "), terminal.seen)
+        terminal.type(b"x:hel\t")
+        time.sleep(0.5)
+        terminal.type(b"()\n")
+        self.assertTrue(terminal.read_until(b"hello there\r\n"), terminal.seen)
+        terminal.type(b"\x15('s'):\t\t")
+        self.assertFalse(terminal.read_until(b":assert", seconds=2), terminal.seen)
+
+
+class Help(TempDirTest):
+    def repl(self, session):
+        result = run("repl", stdin=session, cwd=self.dir)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        return result.stdout
+
+    def test_help_of_a_function_prints_its_stub_with_its_options_table(self):
+        out = self.repl("help(torch.randn)\n")
+        self.assertRegex(out, r"^torch\.randn\(\.\.\.\)\n  Standard normal\.\n  @return Tensor\n"
+                              r"  -- stdlib/meta/torch\.lua:\d+\n$")
+        out = self.repl("help(nn.DiT)\n")
+        self.assertTrue(out.startswith("nn.DiT(options)\n  DiT (Peebles & Xie 2023) by size name"), out)
+        self.assertIn("\n  @param options DiTOptions\n", out)
+        self.assertIn("\nDiTOptions\n  size? string ", out)
+
+    def test_help_of_a_name_finds_the_function_its_options_and_the_class(self):
+        out = self.repl('help "trainer"\n')
+        self.assertTrue(out.startswith("runner.trainer(options)\n  @param options TrainerOptions\n"), out)
+        self.assertIn("\nTrainerOptions\n  model Module ", out)
+        self.assertIn("\nTrainer\n", out)
+        self.assertIn("\n  methods: step, ", out)
+
+    def test_help_of_an_object_lists_the_methods_it_has(self):
+        out = self.repl("help(nn.Linear(2, 2))\nhelp(nn.DiT { depth = 1, hidden = 32, heads = 2, image = 8 })\n")
+        linear, dit = out.split("\nDenoiser: Module\n")
+        self.assertTrue(linear.startswith("Module\n"), linear)
+        self.assertNotIn("set_checkpointing", linear)
+        self.assertIn("  methods: set_checkpointing, info\n  Module methods: forward, ", dit)
+
+    def test_help_says_when_nothing_is_documented(self):
+        out = self.repl('help "nosuch"\nhelp(function() end)\nhelp(print)\nhelp(nosuch)\n')
+        self.assertEqual(out.splitlines(), [
+            'help: nothing documented is named "nosuch" or contains it',
+            "help: a function defined at stdin:1, not one of runner's: nothing is documented for it",
+            "help: print is Lua's own (the Lua 5.1 reference manual documents it), not runner's",
+            'help: the value is nil (a misspelt name?); help "name" searches the documented names',
+        ])
+
+    def test_a_shape_prints_as_sizes(self):
+        out = self.repl("t = torch.zeros(2, 3)\nprint(t.shape, t:size(), torch.ones(4).shape)\n=t.shape[2], #t.shape\n")
+        self.assertEqual(out, "[2, 3]\t[2, 3]\t[4]\n3\t2\n")
 
 
 if __name__ == "__main__":
