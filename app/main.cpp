@@ -59,9 +59,10 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
 
 options:
   --log-level LEVEL   trace, debug, info (default), warn, error or off
-  --resume RUN        continue that run (an id, a name or `last`) from its latest good checkpoint
-  --fresh             start a new run even when an ended run of the script with the same config could
-                      be continued (by default runner.start continues it)
+  --resume RUN        continue that run (an id, a name or `last`), finished or not, from its latest good
+                      checkpoint
+  --fresh             start a new run even when the latest run of the script with the same config was
+                      interrupted or failed (by default runner.start continues it)
   --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU), each
                       training on its share of every batch; see "distributed" in the README
   --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the

@@ -391,6 +391,10 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
 }
 
 int LuaHost::end_run(int status) {
+  // A run that a usage error stopped before its first step is not kept (docs/index-schema.md, "Attempts").
+  if (status == kExitUsage)
+    if (const std::optional<std::string> withdrawn = withdraw_active_run(L_))
+      std::fprintf(stderr, "runner: %s\n", core::terminal_text(*withdrawn).c_str());
   std::optional<std::string> failure;
   if (status == kExitOk) {
     failure = end_active_run(L_, "finished", std::nullopt);

@@ -449,4 +449,19 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
   }
 }
 
+std::optional<std::string> withdraw_active_run(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
+  auto* box = test_userdata<RunBox>(L, -1, kRunType);
+  lua_pop(L, 1);
+  if (!box || !box->context) return std::nullopt;
+  std::optional<std::string> withdrawn = box->context->withdraw();
+  if (!withdrawn) return std::nullopt;
+  try {
+    finish_box(L, *box, "failed", std::nullopt);  // detaches the training part; the run itself is done
+  } catch (const std::exception& failure) {
+    return *withdrawn + "; " + failure.what();
+  }
+  return withdrawn;
+}
+
 }  // namespace runner::bindings

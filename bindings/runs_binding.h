@@ -1,4 +1,5 @@
-// The run-index binding's hook for the Lua host: ends the active run with the script's final status.
+// The run-index binding's hooks for the Lua host: end the active run with the script's final status, or take
+// it back after a usage error.
 #pragma once
 
 #include <lua.hpp>
@@ -13,5 +14,10 @@ namespace runner::bindings {
 // not be recorded (lost metric values, a failed final checkpoint, the status row), naming the run.
 std::optional<std::string> end_active_run(lua_State* L, const std::string& status,
                                           const std::optional<std::string>& error);
+
+// After a script stopped on a usage error: takes back the active run when its attempt ran no step and
+// recorded nothing (run::RunContext::withdraw). Returns what became of the run, for the user; nothing when
+// there is no such run, which end_active_run then ends as failed.
+std::optional<std::string> withdraw_active_run(lua_State* L);
 
 }  // namespace runner::bindings

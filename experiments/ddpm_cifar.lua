@@ -31,6 +31,11 @@ local cfg = config {
   workers = -1,               -- loader threads (-1: automatic)
 }
 if cfg.data == "" then runner.usage_error("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin") end
+-- The arguments are checked before the run starts: a mistake in them leaves no run behind.
+local folder = io.open(cfg.data)
+if not folder then runner.usage_error(string.format("data=%s: no such file or folder", cfg.data)) end
+folder:close()
+local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
@@ -46,7 +51,6 @@ local function make_model()
                    attention = cfg.attention, dropout = cfg.dropout, groups = cfg.groups }
 end
 local model = make_model():to(device)
-local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 -- Adam with linear warmup, clipping and an EMA copy, each step in C++; the EMA model is what samples come from.
 local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr }, objective = ddpm:objective(model),
                                warmup = cfg.warmup, clip = cfg.clip,

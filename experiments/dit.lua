@@ -45,6 +45,16 @@ local encoded = cfg.data ~= "" and io.open(manifest) ~= nil
 if cfg.data == "" or (not encoded and cfg.labels == "") then
   runner.usage_error("give the latents: data=latents.npy from runner data encode, or data=latents.npy labels=labels.npy")
 end
+-- The arguments are checked before the run starts: a mistake in them leaves no run behind.
+for _, key in ipairs { "data", "labels", "vae", "init", "fid_ref", "fid_weights" } do
+  local file = cfg[key] ~= "" and io.open(cfg[key]) or nil  -- a folder opens too
+  if file then file:close() end
+  if cfg[key] ~= "" and not file then runner.usage_error(string.format("%s=%s: no such file or folder", key, cfg[key])) end
+end
+if cfg.fid_every > 0 and (cfg.vae == "" or cfg.fid_ref == "" or cfg.fid_weights == "") then
+  runner.usage_error("fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights=")
+end
+local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
@@ -64,10 +74,6 @@ local function make_model()
   return dit:to(device)
 end
 local model = make_model()
-if cfg.fid_every > 0 and (not vae or cfg.fid_ref == "" or cfg.fid_weights == "") then
-  runner.usage_error("fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights=")
-end
-local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 -- AdamW (fused on CUDA) under bf16 autocast on GPUs, with an EMA copy for sampling, each step in C++.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 },
                                objective = diffusion:objective(model), ema = cfg.ema,

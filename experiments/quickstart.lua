@@ -34,6 +34,11 @@ local cfg = config {
   device = "auto",         -- cpu, cuda, cuda:N or auto
 }
 
+-- Made before the run starts, so that a mistake in its settings leaves no run behind.
+local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
+                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
+                                         timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
+
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
 
@@ -48,16 +53,13 @@ local function make_model()
                    dropout = 0, groups = 8 }
 end
 local model = make_model():to(device)
-local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
-                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
-                                         timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
 -- The trainer runs each step in C++ (the diffusion loss, AdamW, EMA, progress display); the EMA model is what samples
 -- come from.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, warmup = cfg.warmup,
                                objective = ddpm:objective(model),
                                ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
--- Continues from the latest checkpoint when this run was interrupted (or is run again with the same config).
+-- Continues from the latest checkpoint when the same command runs again after a stop or a failure (or with --resume).
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))

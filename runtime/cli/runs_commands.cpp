@@ -154,6 +154,70 @@ int runs_command(int argc, char** argv) {
 
 namespace {
 
+template <typename T>
+nlohmann::json or_null(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+// An attempt's status as users see it: the running attempt of a run whose process is gone is interrupted.
+std::string attempt_status(const index::RunRecord& run, const index::AttemptRecord& attempt, double now) {
+  return attempt.attempt == run.attempts && attempt.status == "running" ? index::effective_status(run, now)
+                                                                        : attempt.status;
+}
+
+nlohmann::json attempts_json(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts, double now) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& a : attempts) {
+    out.push_back({{"attempt", a.attempt}, {"status", attempt_status(run, a, now)}, {"config", a.config},
+                   {"world_size", a.world_size}, {"hosts", a.hosts}, {"host", a.host}, {"pid", a.pid},
+                   {"device", a.device}, {"seed", or_null(a.seed)}, {"script_hash", a.script_hash},
+                   {"git_revision", or_null(a.git_revision)}, {"git_dirty", or_null(a.git_dirty)},
+                   {"versions", a.versions}, {"start_step", or_null(a.start_step)}, {"end_step", or_null(a.end_step)},
+                   {"started_at", or_null(a.started_at)}, {"ended_at", or_null(a.ended_at)}, {"error", or_null(a.error)}});
+  }
+  return out;
+}
+
+// The config keys an attempt changed from the attempt before, as key=value.
+std::string config_changes(const nlohmann::json& before, const nlohmann::json& now) {
+  if (!before.is_object() || !now.is_object()) return before == now ? "" : now.dump();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : before.items()) keys.insert(key);
+  for (const auto& [key, value] : now.items()) keys.insert(key);
+  std::string text;
+  for (const std::string& key : keys) {
+    if (before.contains(key) && now.contains(key) && before[key] == now[key]) continue;
+    const std::string value = !now.contains(key) ? "-" : now[key].is_string() ? now[key].get<std::string>() : now[key].dump();
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", key, value);
+  }
+  return text;
+}
+
+Table attempts_table(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts, double now) {
+  Table table{{"attempt", "status", "started", "duration", "steps", "world size", "hosts", "config changes", "error"}, {}};
+  const auto step = [](const std::optional<int64_t>& value) { return value ? fmt::format("{}", *value) : std::string("?"); };
+  for (size_t i = 0; i < attempts.size(); ++i) {
+    const index::AttemptRecord& a = attempts[i];
+    const std::string status = attempt_status(run, a, now);
+    std::vector<Cell> row = {a.attempt, status};
+    if (a.started_at) {
+      const double end = a.ended_at ? *a.ended_at : status == "running" ? now : run.heartbeat_at;
+      row.push_back(format_time(*a.started_at));
+      row.push_back(format_duration(std::max(0.0, end - *a.started_at)));
+    } else {
+      row.insert(row.end(), {std::monostate{}, std::monostate{}});
+    }
+    row.push_back(fmt::format("{}-{}", step(a.start_step), step(a.end_step)));
+    row.push_back(a.world_size);
+    row.push_back(fmt::format("{}", fmt::join(a.hosts, ", ")));
+    const std::string changes = i == 0 ? "" : config_changes(attempts[i - 1].config, a.config);
+    row.push_back(changes.empty() ? Cell(std::monostate{}) : Cell(changes));
+    row.push_back(a.error ? Cell(a.error->substr(0, a.error->find('\n'))) : Cell(std::monostate{}));
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
 nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double now) {
   nlohmann::json out = {{"id", run.id},
                         {"name", run.name},
@@ -182,6 +246,7 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   out["ended_at"] = run.ended_at ? nlohmann::json(*run.ended_at) : nlohmann::json(nullptr);
   out["error"] = run.error ? nlohmann::json(*run.error) : nlohmann::json(nullptr);
   out["parent"] = run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json(nullptr);
+  out["attempt_history"] = attempts_json(run, index::run_attempts(db, run.run), now);
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& latest : index::latest_metrics(db, run.run)) {
     metrics[latest.key] = {{"step", latest.point.step},
@@ -268,6 +333,8 @@ int show_command(int argc, char** argv) {
   if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
   print(text);
   print_section("config", key_values(run.config, "value"));
+  if (const auto attempts = index::run_attempts(db, run.run); attempts.size() > 1)
+    print_section("attempts", attempts_table(run, attempts, now));
   print_section("summary", key_values(run.summary, "value"));
   Table metrics{{"metric", "step", "value"}, {}};
   for (const auto& latest : index::latest_metrics(db, run.run))

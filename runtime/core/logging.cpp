@@ -116,4 +116,13 @@ void append_to_log_file(std::string_view text) {
   file.raw->flush();
 }
 
+void log_to_file(LogLevel level, std::string_view message) {
+  LogFile& file = log_file();
+  std::lock_guard lock(file.mutex);
+  if (!file.sink) return;
+  const std::string shown = terminal_text(message);
+  file.sink->log(spdlog::details::log_msg("", to_spdlog(level), spdlog::string_view_t(shown.data(), shown.size())));
+  file.sink->flush();
+}
+
 }  // namespace runner::core

@@ -23,5 +23,7 @@ void flush_logs();
 void attach_log_file(const std::string& path);
 void detach_log_file();
 void append_to_log_file(std::string_view text);
+// A log message for the attached log file only (not the terminal), with a timestamp as the others.
+void log_to_file(LogLevel level, std::string_view message);
 
 }  // namespace runner::core

@@ -153,6 +153,44 @@ CREATE TABLE trial_rungs (
 ) WITHOUT ROWID;
 CREATE INDEX runs_by_trial ON runs (sweep, trial);
 )sql"},
+    // One row per attempt of a run (its start, each resume): what it ran with, the steps it ran and how it ended.
+    // A run that stops running ends its latest attempt the same way (the trigger). The runs of older indexes get
+    // a row for their latest attempt, with NULL where the index kept no value.
+    {6, R"sql(
+CREATE TABLE attempts (
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  config TEXT NOT NULL DEFAULT '{}',
+  world_size INTEGER NOT NULL DEFAULT 1,
+  hosts TEXT NOT NULL DEFAULT '[]',
+  host TEXT NOT NULL,
+  pid INTEGER NOT NULL,
+  device TEXT,
+  seed INTEGER,
+  script_hash TEXT,
+  git_revision TEXT,
+  git_dirty INTEGER,
+  versions TEXT NOT NULL DEFAULT '{}',
+  start_step INTEGER,
+  end_step INTEGER,
+  started_at REAL,
+  ended_at REAL,
+  error TEXT,
+  PRIMARY KEY (run, attempt)
+) WITHOUT ROWID;
+INSERT INTO attempts (run, attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash,
+                      git_revision, git_dirty, versions, start_step, end_step, started_at, ended_at, error)
+SELECT run, attempts, status, config, world_size, hosts, host, pid, device, seed, script_hash, git_revision, git_dirty,
+       versions, CASE WHEN attempts = 1 AND parent IS NULL THEN 0 END, step,
+       CASE WHEN attempts = 1 THEN started_at ELSE attempt_started_at END, ended_at, error
+FROM runs;
+CREATE TRIGGER attempt_ends_with_its_run AFTER UPDATE OF status ON runs WHEN NEW.status != 'running'
+BEGIN
+  UPDATE attempts SET status = NEW.status, error = NEW.error, ended_at = NEW.ended_at
+  WHERE run = NEW.run AND attempt = NEW.attempts;
+END;
+)sql"},
 };
 
 int user_version(Database& db) {

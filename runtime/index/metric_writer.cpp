@@ -125,6 +125,11 @@ void MetricWriter::close() {
                                queued_total_ - committed_total_, queued_total_, cause));
 }
 
+uint64_t MetricWriter::values_logged() const {
+  std::lock_guard lock(mutex_);
+  return queued_total_;
+}
+
 uint64_t MetricWriter::rows_written() const {
   std::lock_guard lock(mutex_);
   return committed_total_;
@@ -132,7 +137,7 @@ uint64_t MetricWriter::rows_written() const {
 
 void MetricWriter::run_thread() {
   std::optional<Database> db;
-  std::optional<Statement> insert, latest, heartbeat;
+  std::optional<Statement> insert, latest, heartbeat, attempt_step;
   std::vector<std::string> keys;
   std::vector<Entry> batch;
   batch.reserve(options_.flush_rows);
@@ -169,6 +174,8 @@ void MetricWriter::run_thread() {
                        "ON CONFLICT (run, key) DO UPDATE SET step = excluded.step, value = excluded.value, "
                        "time = excluded.time WHERE excluded.step >= metric_latest.step");
         heartbeat.emplace(*db, "UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
+        attempt_step.emplace(*db, "UPDATE attempts SET end_step = ?1 WHERE run = ?2 AND attempt = "
+                                  "(SELECT attempts FROM runs WHERE run = ?2)");
       }
       Transaction transaction(*db);
       std::map<uint32_t, size_t> newest;  // key -> index of the entry with the highest step
@@ -196,6 +203,8 @@ void MetricWriter::run_thread() {
       }
       heartbeat->bind(1, now_seconds()).bind(2, step).bind(3, run_);
       heartbeat->run();
+      attempt_step->bind(1, step).bind(2, run_);
+      attempt_step->run();
       transaction.commit();
     } catch (...) {
       failure = std::current_exception();

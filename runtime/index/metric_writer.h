@@ -37,7 +37,7 @@ class MetricWriter {
   // A one-element tensor's current value: a device tensor is copied and read on the writer thread, so a
   // CUDA value costs the training loop no device synchronisation.
   void log(std::string_view key, int64_t step, const at::Tensor& value, double time);
-  // The step the heartbeat records as the run's progress.
+  // The step the heartbeat records as the run's progress and as the end step of its running attempt.
   void set_step(int64_t step);
 
   // Blocks until everything queued before the call is committed. Throws IndexError if the writer failed.
@@ -48,6 +48,7 @@ class MetricWriter {
   void close();
 
   uint64_t rows_written() const;
+  uint64_t values_logged() const;  // every value given to log(), written or not
 
  private:
   struct Entry {

@@ -43,6 +43,29 @@ std::string hosts_json(const NewRun& spec) {
   return nlohmann::json(spec.hosts.empty() ? std::vector<std::string>{host_name()} : spec.hosts).dump();
 }
 
+// The row of a run's attempt that this process starts now, from step 0 until a restore says otherwise.
+void insert_attempt(Database& db, int64_t run, int64_t attempt, const NewRun& spec, double now) {
+  Statement insert = db.prepare(
+      "INSERT INTO attempts (run, attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash, "
+      "git_revision, git_dirty, versions, start_step, end_step, started_at) "
+      "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)");
+  insert.bind(1, run).bind(2, attempt).bind(3, spec.config.dump()).bind(4, spec.world_size).bind(5, hosts_json(spec));
+  insert.bind(6, host_name()).bind(7, static_cast<int64_t>(::getpid())).bind(8, spec.device).bind(9, spec.seed);
+  insert.bind(10, spec.script_hash).bind(11, spec.git_revision);
+  if (spec.git_dirty) insert.bind(12, static_cast<int64_t>(*spec.git_dirty));
+  else insert.bind_null(12);
+  insert.bind(13, spec.versions.dump()).bind(14, now);
+  insert.run();
+}
+
+std::vector<std::string> parse_hosts(const nlohmann::json& hosts) {
+  std::vector<std::string> names;
+  if (hosts.is_array())
+    for (const auto& host : hosts)
+      if (host.is_string()) names.push_back(host.get<std::string>());
+  return names;
+}
+
 RunRecord read_run(const Statement& s) {
   RunRecord run;
   run.run = s.integer(0);
@@ -71,10 +94,7 @@ RunRecord read_run(const Statement& s) {
   run.attempts = s.integer(23);
   run.attempt_started_at = s.optional_real(24);
   run.active_seconds = s.real(25);
-  const nlohmann::json hosts = parse_json_column(s, 26);
-  if (hosts.is_array())
-    for (const auto& host : hosts)
-      if (host.is_string()) run.hosts.push_back(host.get<std::string>());
+  run.hosts = parse_hosts(parse_json_column(s, 26));
   run.sweep = s.optional_integer(27);
   run.trial = s.optional_integer(28);
   return run;
@@ -191,9 +211,9 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
           if (!name_taken(db, name) && !exists_on_disk(home + "/" + name)) break;
         }
       } else if (name_taken(db, name)) {
-        throw IndexError(fmt::format("{}: a run named '{}' already exists; choose another name or remove it with "
-                                     "`runner rm {}`",
-                                     db.path(), name, name));
+        throw IndexError(fmt::format("{}: a run named '{}' already exists; choose another name, continue it with "
+                                     "`runner --resume {} ...` or remove it with `runner rm {}`",
+                                     db.path(), name, name, name));
       } else if (exists_on_disk(home + "/" + name)) {
         throw IndexError(fmt::format("{}/{}: the run directory already exists but is not in the index; choose "
                                      "another name or move the directory away",
@@ -216,6 +236,7 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
       insert.run();
       inserted = db.last_insert_rowid();
+      insert_attempt(db, *inserted, 1, spec, now);
     });
     if (inserted) return load_run(db, *inserted);
     if (attempt > 100) throw IndexError(fmt::format("{}: cannot find a free run id", db.path()));
@@ -251,21 +272,93 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
     update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
     update.bind(12, hosts_json(spec)).bind(13, run);
     update.run();
+    Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
+    count.bind(1, run);
+    count.step();
+    insert_attempt(db, run, count.integer(0), spec, now);
   });
   return load_run(db, run);
 }
 
-std::optional<int64_t> find_resumable_run(Database& db, const std::string& script, const nlohmann::json& config) {
+std::optional<RunRecord> latest_run_with_checkpoint(Database& db, const std::string& script,
+                                                    const nlohmann::json& config) {
   Statement statement = db.prepare(
       "SELECT run FROM runs WHERE script = ? AND config = ? AND EXISTS "
       "(SELECT 1 FROM checkpoints WHERE checkpoints.run = runs.run AND kept = 1) ORDER BY started_at DESC, run DESC");
   statement.bind(1, script).bind(2, config.dump());
   const double now = now_seconds();
   while (statement.step()) {
-    const RunRecord record = load_run(db, statement.integer(0));
-    if (effective_status(record, now) != "running") return record.run;
+    RunRecord record = load_run(db, statement.integer(0));
+    if (effective_status(record, now) != "running") return record;
   }
   return std::nullopt;
+}
+
+std::vector<AttemptRecord> run_attempts(Database& db, int64_t run) {
+  Statement statement = db.prepare(
+      "SELECT attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash, git_revision, git_dirty, "
+      "versions, start_step, end_step, started_at, ended_at, error FROM attempts WHERE run = ? ORDER BY attempt");
+  statement.bind(1, run);
+  std::vector<AttemptRecord> attempts;
+  while (statement.step()) {
+    AttemptRecord a;
+    a.attempt = statement.integer(0);
+    a.status = statement.text(1);
+    a.config = parse_json_column(statement, 2);
+    a.world_size = static_cast<int>(statement.integer(3));
+    a.hosts = parse_hosts(parse_json_column(statement, 4));
+    a.host = statement.text(5);
+    a.pid = statement.integer(6);
+    a.device = statement.text(7);
+    a.seed = statement.optional_integer(8);
+    a.script_hash = statement.text(9);
+    a.git_revision = statement.optional_text(10);
+    if (auto dirty = statement.optional_integer(11)) a.git_dirty = *dirty != 0;
+    a.versions = parse_json_column(statement, 12);
+    a.start_step = statement.optional_integer(13);
+    a.end_step = statement.optional_integer(14);
+    a.started_at = statement.optional_real(15);
+    a.ended_at = statement.optional_real(16);
+    a.error = statement.optional_text(17);
+    attempts.push_back(std::move(a));
+  }
+  return attempts;
+}
+
+void set_attempt_start(Database& db, int64_t run, int64_t step) {
+  with_transaction(db, [&] {
+    Statement statement = db.prepare(
+        "UPDATE attempts SET start_step = ?1, end_step = ?1 WHERE run = ?2 AND attempt = "
+        "(SELECT attempts FROM runs WHERE run = ?2)");
+    statement.bind(1, step).bind(2, run);
+    statement.run();
+  });
+}
+
+RunRecord drop_latest_attempt(Database& db, int64_t run) {
+  with_transaction(db, [&] {
+    Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
+    count.bind(1, run);
+    if (!count.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+    const int64_t latest = count.integer(0);
+    count.reset();
+    Statement earlier = db.prepare("SELECT 1 FROM attempts WHERE run = ? AND attempt = ?");
+    earlier.bind(1, run).bind(2, latest - 1);
+    if (!earlier.step())
+      throw IndexError(fmt::format("{}: run {} has no attempt before attempt {} on record", db.path(), run, latest));
+    Statement restore = db.prepare(
+        "UPDATE runs SET (status, error, ended_at, heartbeat_at, config, world_size, hosts, host, pid, device, "
+        "script_hash, git_revision, git_dirty, versions) = (SELECT a.status, a.error, a.ended_at, "
+        "coalesce(a.ended_at, runs.heartbeat_at), a.config, a.world_size, a.hosts, a.host, a.pid, a.device, "
+        "a.script_hash, a.git_revision, a.git_dirty, a.versions FROM attempts a WHERE a.run = ?1 AND a.attempt = ?2), "
+        "attempts = ?2, attempt_started_at = NULL WHERE run = ?1");
+    restore.bind(1, run).bind(2, latest - 1);
+    restore.run();
+    Statement drop = db.prepare("DELETE FROM attempts WHERE run = ? AND attempt = ?");
+    drop.bind(1, run).bind(2, latest);
+    drop.run();
+  });
+  return load_run(db, run);
 }
 
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {

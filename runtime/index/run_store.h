@@ -81,15 +81,48 @@ double duration_seconds(const RunRecord& run, double now);
 double wall_seconds(const RunRecord& run, double now);
 
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
-// is free both in the index and as a directory under `home`. A given name that exists is an IndexError.
+// is free both in the index and as a directory under `home`, and its first attempt. A given name that exists
+// is an IndexError.
 RunRecord create_run(Database& db, const NewRun& run, const std::string& home);
-// Makes an ended run of the index running again in this process (resuming it): status, pid, host,
-// heartbeat, and the script hash, config, git state, device and versions of `spec`; the error and end time
-// are cleared. A run that is still running elsewhere is an IndexError.
+// Makes an ended run of the index running again in this process (resuming it) as a new attempt: status, pid,
+// host, heartbeat, and the script hash, config, git state, device, versions, world size and hosts of `spec`;
+// the error and end time are cleared. The attempts before keep what they ran with. A run that is still
+// running elsewhere is an IndexError.
 RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec);
 // The most recently started run of `script` with exactly this config that is not running and has a kept
-// checkpoint: what `runner.start` continues by default.
-std::optional<int64_t> find_resumable_run(Database& db, const std::string& script, const nlohmann::json& config);
+// checkpoint: `runner.start` continues it unless it finished.
+std::optional<RunRecord> latest_run_with_checkpoint(Database& db, const std::string& script,
+                                                    const nlohmann::json& config);
+
+// One attempt of a run: its start or a resume (the table `attempts`).
+struct AttemptRecord {
+  int64_t attempt = 1;               // 1: the start, then each resume
+  std::string status;                // running, finished, failed, interrupted
+  nlohmann::json config;
+  int world_size = 1;
+  std::vector<std::string> hosts;
+  std::string host;
+  int64_t pid = 0;
+  std::string device;
+  std::optional<int64_t> seed;
+  std::string script_hash;
+  std::optional<std::string> git_revision;
+  std::optional<bool> git_dirty;
+  nlohmann::json versions;
+  std::optional<int64_t> start_step;  // the step it started from: 0, or the step of the checkpoint it restored
+  std::optional<int64_t> end_step;    // the step it reached (it ran start_step + 1 .. end_step)
+  std::optional<double> started_at;   // NULL only for attempts recorded before the index kept them
+  std::optional<double> ended_at;
+  std::optional<std::string> error;
+};
+// Oldest first.
+std::vector<AttemptRecord> run_attempts(Database& db, int64_t run);
+// The running attempt continues from `step` (a checkpoint it restored): its start and end step.
+void set_attempt_start(Database& db, int64_t run, int64_t step);
+// Takes back the latest attempt of a resumed run: deletes its row and puts the run's row back as the attempt
+// before left it (status, error, end, config, world size, hosts, device, versions, script and git state).
+// An IndexError when there is no earlier attempt on record.
+RunRecord drop_latest_attempt(Database& db, int64_t run);
 // status: finished, failed or interrupted.
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error);
 // Merges `values` into the summary object.

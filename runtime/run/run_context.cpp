@@ -9,6 +9,10 @@
 #include <chrono>
 #include <cstring>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "runtime/core/atomic_file.h"
@@ -16,6 +20,7 @@
 #include "runtime/core/logging.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_removal.h"
 
 namespace runner::run {
 
@@ -28,6 +33,14 @@ void write_text_file(const std::string& path, const std::string& text) {
   writer.commit();
 }
 
+std::optional<std::string> read_text_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::nullopt;
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 void check_artifact_name(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 100 && name[0] != '.';
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.');
@@ -37,6 +50,31 @@ void check_artifact_name(const std::string& name) {
                                             name));
 }
 
+// What an attempt runs differently from the one before it, e.g. "the config: steps 6 -> 8; the world size: 1 -> 2";
+// empty when nothing changed.
+std::string attempt_changes(const RunRecord& before, const RunRecord& now) {
+  std::vector<std::string> config;
+  if (before.config.is_object() && now.config.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [key, value] : before.config.items()) keys.insert(key);
+    for (const auto& [key, value] : now.config.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      const auto value = [&](const nlohmann::json& of) { return of.contains(key) ? of[key].dump() : std::string("-"); };
+      if (value(before.config) != value(now.config))
+        config.push_back(fmt::format("{} {} -> {}", key, value(before.config), value(now.config)));
+    }
+  } else if (before.config != now.config) {
+    config.push_back(fmt::format("{} -> {}", before.config.dump(), now.config.dump()));
+  }
+  std::vector<std::string> parts;
+  if (!config.empty()) parts.push_back(fmt::format("the config: {}", fmt::join(config, ", ")));
+  if (before.world_size != now.world_size)
+    parts.push_back(fmt::format("the world size: {} -> {}", before.world_size, now.world_size));
+  if (before.hosts != now.hosts)
+    parts.push_back(fmt::format("the hosts: {} -> {}", fmt::join(before.hosts, ", "), fmt::join(now.hosts, ", ")));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 }  // namespace
 
 RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.home)) {}
@@ -44,16 +82,29 @@ RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for
 RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), db_(std::move(db)), fork_(start.fork) {
   reap_stale_runs(db_, now_seconds(), home_);
   resumed_ = start.resume.has_value();
+  std::optional<RunRecord> before;
+  if (resumed_) before = load_run(db_, *start.resume);
   record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, home_);
   directory_ = home_ + "/" + record_.dir;
   seed_ = start.run.seed.value_or(record_.seed.value_or(0));
   try {
     if (::mkdir(directory_.c_str(), 0777) != 0 && !(resumed_ && errno == EEXIST))
       throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
+    if (resumed_) previous_script_ = read_text_file(directory_ + "/script.lua");
     write_text_file(directory_ + "/script.lua", start.script_text);
     write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
     reserve_final_status(directory_);
     core::attach_log_file(directory_ + "/log.txt");
+    core::log_to_file(core::LogLevel::info,
+                      fmt::format("attempt {} of run {} ({}): config {}, world size {}, hosts {}", record_.attempts,
+                                  record_.name, record_.id, record_.config.dump(), record_.world_size,
+                                  fmt::join(record_.hosts, ", ")));
+    if (before) {
+      const std::string changes = attempt_changes(*before, record_);
+      if (!changes.empty())
+        core::log(core::LogLevel::info,
+                  fmt::format("attempt {} of run {} changes {}", record_.attempts, record_.name, changes));
+    }
     writer_ = std::make_unique<MetricWriter>(home_, record_.run, start.writer);
   } catch (const std::exception& error) {
     finish_run(db_, record_.run, "failed", std::string("the run could not start: ") + error.what());
@@ -102,8 +153,16 @@ void RunContext::set_step(int64_t step) {
   if (writer_) writer_->set_step(step);
 }
 
+void RunContext::continue_from(int64_t step) {
+  set_step(step);
+  attempt_start_step_ = step;
+  if (!follower_) set_attempt_start(db_, record_.run, step);
+}
+
 void RunContext::merge_summary(const nlohmann::json& values) {
-  if (!follower_) index::merge_summary(db_, record_.run, values);
+  if (follower_) return;
+  recorded_ = true;
+  index::merge_summary(db_, record_.run, values);
 }
 
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,
@@ -115,6 +174,7 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
   const std::string relative = fmt::format("images/{}-{:07d}.png", name, step);
   const std::string path = directory_ + "/" + relative;
   if (follower_) return path;
+  recorded_ = true;
   image::save_grid(path, images, options);
   struct stat info {};
   ::stat(path.c_str(), &info);
@@ -125,6 +185,7 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
 void RunContext::record_file(const std::string& name, int64_t step, const std::string& relative) {
   check_artifact_name(name);
   if (follower_) return;
+  recorded_ = true;
   const std::string path = directory_ + "/" + relative;
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0)
@@ -175,6 +236,35 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
     }
   }
   if (!lost.empty()) throw index::IndexError(lost);
+}
+
+std::optional<std::string> RunContext::withdraw() {
+  if (finished_ || follower_ || recorded_ || step_ != attempt_start_step_ || writer_->values_logged() != 0)
+    return std::nullopt;
+  const std::string name = fmt::format("{} ({})", record_.name, record_.id);
+  const std::string why = "stopped on a usage error before its first step";
+  try {
+    writer_->close();
+    if (!resumed_) {
+      core::detach_log_file();
+      remove_run(db_, home_, record_);
+      finished_ = true;
+      return fmt::format("run {} is not kept: it {}", name, why);
+    }
+    core::log_to_file(core::LogLevel::info, fmt::format("attempt {} is taken back: it {}", record_.attempts, why));
+    core::detach_log_file();
+    record_ = drop_latest_attempt(db_, record_.run);
+    finished_ = true;
+    write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
+    if (previous_script_) write_text_file(directory_ + "/script.lua", *previous_script_);
+    return fmt::format("run {} is left as it was: the attempt {}", name, why);
+  } catch (const std::exception& error) {
+    if (finished_)
+      return fmt::format("run {} is left as it was in the index, but its files are not: {}", name, error.what());
+    core::log(core::LogLevel::warn, fmt::format("run {}: the attempt that {} could not be taken back: {}", name, why,
+                                                error.what()));
+    return std::nullopt;
+  }
 }
 
 }  // namespace runner::run

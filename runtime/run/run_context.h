@@ -27,11 +27,12 @@ struct RunStart {
 
 class RunContext {
  public:
-  // Creates the index row (status running), the directory <home>/<name>/ with script.lua, config.json and
-  // log.txt (the process's log from now on), and starts the metric writer. Stale runs of dead processes
-  // are marked interrupted on the way. With `resume`, the existing run is reopened instead: its row is
-  // running again, script.lua and config.json are rewritten and log.txt is appended to. `db` is the index
-  // opened for writing at `start.home`.
+  // Creates the index row (status running) with its first attempt, the directory <home>/<name>/ with
+  // script.lua, config.json and log.txt (the process's log from now on, from a line with the attempt's config),
+  // and starts the metric writer. Stale runs of dead processes are marked interrupted on the way. With
+  // `resume`, the existing run is reopened instead as a new attempt: its row is running again, script.lua and
+  // config.json are rewritten, log.txt is appended to, and what the attempt changes (config, world size,
+  // hosts) is logged. `db` is the index opened for writing at `start.home`.
   RunContext(const RunStart& start, index::Database db);
   explicit RunContext(const RunStart& start);  // opens the index itself
   // A rank > 0 of a data-parallel job: the run `run` that rank 0 started (forking `fork`), read from the
@@ -56,6 +57,8 @@ class RunContext {
   // The step metrics, images and checkpoints are recorded at (the trainer's step once one is attached).
   int64_t step() const { return step_; }
   void set_step(int64_t step);
+  // The step a restored checkpoint continues from: set_step, and the attempt's start step in the index.
+  void continue_from(int64_t step);
 
   index::MetricWriter& metrics() { return *writer_; }
   // Records a value through metrics() (nothing on a follower). In a sweep trial with an ASHA rung ahead
@@ -75,6 +78,11 @@ class RunContext {
   // Flushes the metrics and records the final status (finished, failed, interrupted) with the error text.
   // Idempotent. A failure to flush is reported in the run's error and rethrown.
   void finish(const std::string& status, const std::optional<std::string>& error = std::nullopt);
+  // After a usage error: when this attempt ran no step and recorded nothing (no metric, checkpoint, image,
+  // file or summary), it is taken back instead of finishing failed. A new run is removed with its directory;
+  // a resumed run is put back as its previous attempt left it (config.json and script.lua too). Returns what
+  // became of the run, for the user; nothing (and the run stays open) when the attempt cannot be taken back.
+  std::optional<std::string> withdraw();
 
  private:
   std::string home_;
@@ -84,6 +92,9 @@ class RunContext {
   std::optional<index::RunRecord> fork_;
   std::unique_ptr<index::MetricWriter> writer_;
   int64_t step_ = 0;
+  int64_t attempt_start_step_ = 0;
+  bool recorded_ = false;  // an image, file or summary (metrics and checkpoints count through the writer)
+  std::optional<std::string> previous_script_;  // a resumed run's script.lua before this attempt replaced it
   int64_t seed_ = 0;
   bool finished_ = false;
   bool resumed_ = false;

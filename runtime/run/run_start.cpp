@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 
+#include "runtime/core/logging.h"
 #include "runtime/core/sha256.h"
 #include "runtime/index/index_database.h"
 
@@ -96,7 +97,16 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
   if (const auto* reference = std::get_if<std::string>(&resume)) {
     resumed = index::resolve_run(db, *reference);
   } else if (std::get<bool>(resume)) {
-    if (auto found = index::find_resumable_run(db, run.script, run.config)) resumed = index::load_run(db, *found);
+    // The same command continues a run that stopped or failed; after a finished one it starts a new run.
+    if (auto latest = index::latest_run_with_checkpoint(db, run.script, run.config)) {
+      if (index::effective_status(*latest, index::now_seconds()) != "finished")
+        resumed = std::move(latest);
+      else
+        core::log(core::LogLevel::info,
+                  fmt::format("run {} of this script with this config finished; starting a new run "
+                              "(`runner --resume {} ...` continues that one)",
+                              latest->name, latest->name));
+    }
   }
   if (resumed) start.resume = resumed->run;
   run.seed = request.seed ? request.seed : resumed && resumed->seed ? resumed->seed : std::optional<int64_t>(fresh_seed());

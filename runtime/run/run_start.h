@@ -16,8 +16,9 @@
 
 namespace runner::run {
 
-// runner.start's resume option: true (continue the latest ended run of this script with this exact config
-// that has a kept checkpoint, else start a new run), false (always a new run), or a run reference.
+// runner.start's resume option: true (continue the latest run of this script with this exact config that has
+// a kept checkpoint when it was interrupted or failed; after a finished one, or none, start a new run), false
+// (always a new run), or a run reference (continue that run, finished or not).
 using ResumeRequest = std::variant<bool, std::string>;
 
 struct StartRequest {

@@ -87,7 +87,7 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
   const dist::ProcessGroup* group = dist::process_group();
   RestoredTraining restored = restore_training(choice.directory, *trainer_, group ? group->rank() : 0, group ? group->size() : 1);
   if (loader_ && restored.loader) loader_->restore(*restored.loader);
-  run_.set_step(restored.step);
+  run_.continue_from(restored.step);
   core::log(core::LogLevel::info, fmt::format("restored {}: continuing at step {}", choice.directory, restored.step));
   return Restored{restored.step, choice.directory, std::move(restored.named_state)};
 }

@@ -48,7 +48,8 @@ function runner.versions() end
 ---@return table<string, string[]>
 function runner.option_tables() end
 
---- Stops the run as a usage error (exit status 2), prefixed with the calling script's file:line.
+--- Stops the script as a usage error (exit status 2), prefixed with the calling script's file:line. A run
+--- started before it that has not run a step and recorded nothing is not kept (see runner.start).
 ---@param message string
 function runner.usage_error(message) end
 

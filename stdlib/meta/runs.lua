@@ -12,16 +12,20 @@
 --- `device`, else "auto".
 --- The name is options.name, else the config's `name`, else "<script>-<n>"; a name that exists is an error.
 --- `parent` (an id, id prefix, name or 'last') links the run to the run it continues from.
---- `resume`: true (the default: continue the latest ended run of this script with the same config that has a
---- checkpoint), false (always a new run), or a run reference (continue that run); `runner --resume RUN` and
---- `runner --fresh` on the command line win over it. A resumed run keeps its seed unless one is given.
+--- `resume`: true (the default: continue the latest run of this script with the same config that has a
+--- checkpoint when it was interrupted or failed; after a finished one, start a new run), false (always a new
+--- run), or a run reference (continue that run, finished or not); `runner --resume RUN` and `runner --fresh` on
+--- the command line win over it. A resumed run keeps its seed unless one is given. Each start and resume is an
+--- attempt of the run, recorded with its config, world size, hosts and steps (the index's `attempts` table).
 --- `fork` (a run reference) starts a new run, with that run as parent, from its newest good checkpoint
 --- (run:restore loads it); fork 'last' is the newest run that has a checkpoint.
 --- The run ends when the script ends: `finished` on success, `failed` with the error text on an error or a
 --- nonzero os.exit, `interrupted` on Ctrl-C, SIGTERM or SIGHUP (exit status 130, 143, 129). A process killed
 --- outright shows as interrupted once its heartbeat stops (immediately on the same host). Metrics logged
 --- before the end are flushed to the index whenever the process lives to end the run (not after SIGKILL or a
---- crash, where what was flushed before stays).
+--- crash, where what was flushed before stays). A usage error (runner.usage_error) before the first step, with
+--- nothing recorded, leaves no run: a new run is deleted, a resumed one stays as it was; check arguments
+--- before runner.start and a mistake starts no run at all.
 ---@param cfg? table the config from config{} (default runner.config, or {})
 ---@param options? StartOptions
 ---@return Run

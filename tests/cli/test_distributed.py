@@ -171,6 +171,13 @@ class DataParallel(GlooOnTheCpu):
                       "exactly, but each rank's default random generator", single.stderr)
         self.assertEqual(self.runs()[-1][1:4], ("finished", 20, 1))
         self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "resumed by 1 process")
+        # Each attempt keeps its world size and the steps it ran.
+        self.assertIn(f"attempt 2 of run {name} changes the config: die_rank 1 -> -1, die_step 10 -> -1; the world "
+                      "size: 2 -> 1", single.stderr)
+        with sqlite3.connect(self.home / "index.db") as db:
+            attempts = db.execute("SELECT a.status, a.world_size, a.start_step, a.end_step FROM attempts a JOIN runs r "
+                                  "USING (run) WHERE r.name = ? ORDER BY a.attempt", (name,)).fetchall()
+        self.assertEqual(attempts, [("failed", 2, 0, 10), ("finished", 1, 8, 20)])
 
     def test_dropout_resumes_bit_for_bit_and_overlap_does_not_change_the_numbers(self):
         # Each rank's generator (dropout masks) is saved in the checkpoint: a resume at the same world size

@@ -114,20 +114,23 @@ class Experiments(TempDirTest):
         with Image.open(last_run(self.dir)["path"] / "images" / "samples-0000000.png") as image:
             self.assertEqual(image.size, (8 * 18 + 2, 2 * 18 + 2))  # 16 images in 8 columns
 
-    def test_quickstart_run_again_resumes(self):
+    def test_quickstart_resumed_and_run_again(self):
         args = ("steps=20", "checkpoint_every=10", "sample_every=10", "metric_samples=16", "sample_steps=5")
         first = run_experiment("quickstart.lua", *args, cwd=self.dir)
         self.assertIn("step 20/20 100%", first)
         checkpoints = self.dir / "runs" / "quickstart-1" / "checkpoints"
         self.assertEqual(sorted(p.name for p in checkpoints.iterdir()), ["step-0000010", "step-0000020"])
-        again = run_experiment("quickstart.lua", *args, cwd=self.dir)
-        self.assertIn("resuming run quickstart-1", again)
-        self.assertNotIn("step 1/20", again)  # no training step repeated
+        # Continued by name to more steps, it trains only the new ones.
+        resumed = run_experiment("quickstart.lua", *args[1:], "steps=30", cwd=self.dir, flags=("--resume", "quickstart-1"))
+        self.assertIn("resuming run quickstart-1", resumed)
+        self.assertIn("step 21/30", resumed)  # no training step repeated
+        self.assertIn("step 30/30", resumed)
         self.assertEqual(last_run(self.dir)["name"], "quickstart-1")
         real_grids = sorted(p.name for p in (checkpoints.parent / "images").glob("real-*"))
         self.assertEqual(real_grids, ["real-0000000.png"])  # not saved again at the resume
-        fresh = run_experiment("quickstart.lua", *args, cwd=self.dir, flags=("--fresh",))
-        self.assertIn("step  1/20", fresh)
+        # The first command again: its run finished, so it starts a new one.
+        again = run_experiment("quickstart.lua", *args, cwd=self.dir)
+        self.assertIn("step  1/20", again)
         self.assertEqual(last_run(self.dir)["name"], "quickstart-2")
 
     def write_cifar(self, root, per_file=6):
@@ -163,6 +166,21 @@ class Experiments(TempDirTest):
         self.assertEqual(result.returncode, 2)
         self.assertIn("ddpm_cifar.lua:", result.stderr)
         self.assertIn("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin", result.stderr)
+
+    def test_the_examples_check_their_arguments_before_they_start_a_run(self):
+        np.save(self.dir / "latents.npy", np.zeros((2, 4, 8, 8), np.float32))
+        np.save(self.dir / "latents.labels.npy", np.zeros(2, np.int64))
+        cases = [("ddpm_cifar.lua", ("data=missing",), "data=missing: no such file or folder"),
+                 ("dit.lua", ("data=missing.npy", "labels=latents.labels.npy"), "data=missing.npy: no such file or folder"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "vae=vae"), "vae=vae: no such file or folder"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "fid_every=10"),
+                  "fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights="),
+                 ("quickstart.lua", ("schedule=cosin",), "schedule must be linear, cosine or scaled_linear, got 'cosin'")]
+        for script, overrides, message in cases:
+            result = run(str(EXPERIMENTS / script), *overrides, cwd=self.dir, timeout=60, env=home_env(self.dir / "runs"))
+            self.assertNotEqual(result.returncode, 0, f"{script} {overrides}")
+            self.assertIn(message, result.stderr)
+            self.assertFalse((self.dir / "runs").exists(), f"{script} {overrides} started a run:\n{result.stderr}")
 
     def test_dit_runs_end_to_end_with_guidance(self):
         rng = np.random.default_rng(1)

@@ -179,6 +179,97 @@ class Interruptions(IndexTest):
         self.assertGreaterEqual(step, flushed)
 
 
+class Attempts(IndexTest):
+    # A checkpoint after every step; fails once after the checkpoint of step 3 while a file fail_once is there
+    # (removing it); a usage error found late.
+    SCRIPT = """
+        local cfg = config { steps = 6, bad_option = false }
+        local run = runner.start(cfg)
+        if cfg.bad_option then runner.usage_error("bad_option=true is not allowed") end
+        local model = nn.Linear(2, 1)
+        local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, amp = "fp32", progress = false }
+        run:restore { trainer = train }
+        print("start at " .. run.step)
+        while run.step < cfg.steps do
+          train:step({ data = torch.ones(4, 2) }, function(batch) return model(batch.data):pow(2):mean() end)
+          run:log { loss = 1 }
+          run:checkpoint { wait = true }
+          if run.step == 3 and os.remove("fail_once") then error("failing at step " .. run.step) end
+        end
+        print("done at " .. run.step)
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.script("attempts.lua", self.SCRIPT)
+        self.script("fail_once", "")
+
+    def test_the_same_command_continues_a_failed_run_and_starts_anew_after_a_finished_one(self):
+        self.assertIn("failing at step 3", self.runner("attempts.lua", check=1).stderr)
+        continued = self.runner("attempts.lua", check=0)
+        self.assertIn("resuming run attempts-1", continued.stdout)
+        self.assertIn("start at 3", continued.stdout)
+        again = self.runner("attempts.lua", check=0)
+        self.assertIn("start at 0\n", again.stdout)
+        self.assertIn("done at 6", again.stdout)
+        self.assertIn("run attempts-1 of this script with this config finished; starting a new run", again.stderr)
+        self.assertEqual(self.sql("SELECT name, status, step, attempts FROM runs ORDER BY run"),
+                         [("attempts-1", "finished", 6, 2), ("attempts-2", "finished", 6, 1)])
+        # Continuing a finished run is asked for by name.
+        explicit = self.runner("--resume", "attempts-1", "attempts.lua", "steps=8", check=0)
+        self.assertIn("start at 6", explicit.stdout)
+        self.assertEqual(self.sql("SELECT step, attempts FROM runs WHERE name = 'attempts-1'"), [(8, 3)])
+
+    def test_each_attempt_keeps_its_config_world_size_steps_and_times(self):
+        self.runner("attempts.lua", check=1)
+        self.runner("attempts.lua", check=0)
+        resumed = self.runner("--resume", "attempts-1", "attempts.lua", "steps=8", check=0)
+        self.assertIn("attempt 3 of run attempts-1 changes the config: steps 6 -> 8", resumed.stderr)
+        shown = json.loads(self.runner("show", "attempts-1", "--json", check=0).stdout)
+        self.assertEqual(shown["config"]["steps"], 8)  # the run's row: as its latest attempt ran
+        history = shown["attempt_history"]
+        host = [socket.gethostname()]
+        self.assertEqual([(a["attempt"], a["status"], a["config"]["steps"], a["world_size"], a["hosts"], a["start_step"],
+                           a["end_step"]) for a in history],
+                         [(1, "failed", 6, 1, host, 0, 3), (2, "finished", 6, 1, host, 3, 6),
+                          (3, "finished", 8, 1, host, 6, 8)])
+        self.assertRegex(history[0]["error"], r"^attempts\.lua:\d+: failing at step 3")
+        times = [t for a in history for t in (a["started_at"], a["ended_at"])]
+        self.assertEqual(times, sorted(times))
+        self.assertEqual(self.sql("SELECT a.attempt, a.status, json_extract(a.config, '$.steps') FROM attempts a "
+                                  "JOIN runs r USING (run) WHERE r.name = 'attempts-1' ORDER BY a.attempt"),
+                         [(1, "failed", 6), (2, "finished", 6), (3, "finished", 8)])
+        text = self.runner("show", "attempts-1", check=0).stdout
+        self.assertRegex(text, r"\n +3 +finished .* 6-8 +1 +\S+ +steps=8 +-\n")
+        # log.txt has each attempt's config as it ran.
+        lines = [line for line in (self.home / "attempts-1" / "log.txt").read_text().splitlines() if "config {" in line]
+        self.assertEqual([json.loads(line[line.index("config {") + 7:line.index("}, world size") + 1])["steps"]
+                          for line in lines], [6, 6, 8])
+        self.assertIn("attempt 3 of run attempts-1", lines[2])
+        self.assertTrue(lines[2].endswith(f"world size 1, hosts {socket.gethostname()}"), lines[2])
+
+    def test_a_usage_error_before_the_first_step_leaves_no_run_behind(self):
+        failed = self.runner("attempts.lua", "bad_option=true", check=2)
+        self.assertIn("attempts.lua:3: bad_option=true is not allowed", failed.stderr)
+        self.assertRegex(failed.stderr, r"run attempts-1 \([0-9a-z]{8}\) is not kept: it stopped on a usage error "
+                                        r"before its first step")
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(0,)])
+        self.assertFalse((self.home / "attempts-1").exists())
+        # A resumed run whose attempt stops so is left as it was.
+        self.runner("attempts.lua", check=1)
+        self.runner("attempts.lua", check=0)
+        before = json.loads(self.runner("show", "attempts-1", "--json", check=0).stdout)
+        files = {name: (self.home / "attempts-1" / name).read_text() for name in ("config.json", "script.lua")}
+        again = self.runner("--resume", "attempts-1", "attempts.lua", "bad_option=true", check=2)
+        self.assertIn("run attempts-1 (" + before["id"] + ") is left as it was: the attempt stopped on a usage error "
+                      "before its first step", again.stderr)
+        self.script("typo.lua", "runner.start() runner.usage_error('a typo')")
+        self.runner("--resume", "attempts-1", "typo.lua", check=2)
+        after = json.loads(self.runner("show", "attempts-1", "--json", check=0).stdout)
+        self.assertEqual(after, before)
+        self.assertEqual({name: (self.home / "attempts-1" / name).read_text() for name in files}, files)
+
+
 class ConcurrentWriters(IndexTest):
     def test_eight_processes_write_at_once_and_lose_nothing(self):
         self.script("writer.lua", """
@@ -562,7 +653,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (4); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (6); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -597,6 +688,8 @@ class BadIndexFiles(IndexTest):
         self.train()
         wall = json.loads(self.runner("show", "last", "--json", check=0).stdout)["wall_seconds"]
         db = sqlite3.connect(self.home / "index.db")
+        db.execute("DROP TRIGGER attempt_ends_with_its_run")
+        db.execute("DROP TABLE attempts")
         for column in ("attempts", "attempt_started_at", "active_seconds", "hosts"):
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("DROP INDEX runs_by_trial")
@@ -609,8 +702,10 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(4,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(6,)])
         self.assertEqual(shown["attempts"], 1)
+        self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
+                          for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
         self.assertEqual(shown["hosts"], [socket.gethostname()])
         self.assertAlmostEqual(shown["duration"], wall, places=6)  # a finished run's whole span
         self.assertAlmostEqual(shown["wall_seconds"], wall, places=6)

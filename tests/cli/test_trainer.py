@@ -210,7 +210,9 @@ class TrainerTest(RunnerHomeTest):
                     status, error = db.execute("SELECT status, error FROM runs WHERE name = 'killed'").fetchone()
                 self.assertEqual(status, "interrupted")
                 self.assertRegex(error, r"stopped by SIG(TERM|INT) at step \d+ after saving a checkpoint")
-        final = self.runner("--resume", "killed", script, "name=killed")
+        # The same command as the first continues the interrupted run.
+        final = self.runner(script, "name=killed")
+        self.assertIn("resuming run killed", final.stdout)
         self.assertIn("done at 40", final.stdout)
         self.assertNotIn("start at 0", final.stdout)
         # Every step's loss row is there, with the straight run's value, across kills and graceful stops.

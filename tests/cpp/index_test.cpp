@@ -547,6 +547,51 @@ TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[ind
   CHECK(*loaded.ended_at >= loaded.started_at);
 }
 
+TEST_CASE("each start and resume is an attempt that keeps what it ran with and how it ended", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  set_attempt_start(db, run.run, 0);
+  finish_run(db, run.run, "failed", std::string("boom"));
+  NewRun bigger = new_run();
+  bigger.config["batch"] = 128;
+  bigger.world_size = 2;
+  bigger.hosts = {"a", "b"};
+  reopen_run(db, run.run, bigger);
+  set_attempt_start(db, run.run, 40);
+  // A process killed mid-attempt: the next start ends it as interrupted at its last heartbeat.
+  db.execute("UPDATE runs SET pid = " + std::to_string(dead_pid()) + " WHERE run = " + std::to_string(run.run));
+  CHECK(reap_stale_runs(db, now_seconds(), tmp.path) == 1);
+
+  std::vector<AttemptRecord> attempts = run_attempts(db, run.run);
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[0].status == "failed");
+  CHECK(attempts[0].error == std::optional<std::string>("boom"));
+  CHECK(attempts[0].config["batch"] == 64);
+  CHECK(attempts[0].world_size == 1);
+  CHECK(attempts[0].start_step == std::optional<int64_t>(0));
+  CHECK(attempts[1].status == "interrupted");
+  CHECK(attempts[1].config["batch"] == 128);
+  CHECK(attempts[1].hosts == std::vector<std::string>{"a", "b"});
+  CHECK(attempts[1].start_step == std::optional<int64_t>(40));
+  REQUIRE(attempts[0].ended_at.has_value());
+  REQUIRE(attempts[1].started_at.has_value());
+  CHECK(*attempts[0].ended_at <= *attempts[1].started_at);
+  CHECK(load_run(db, run.run).config["batch"] == 128);  // the run's row: its latest attempt
+
+  // A third attempt taken back leaves the run as the second one ended it.
+  reopen_run(db, run.run, new_run());
+  const RunRecord restored = drop_latest_attempt(db, run.run);
+  CHECK(restored.status == "interrupted");
+  CHECK(restored.attempts == 2);
+  CHECK(restored.config["batch"] == 128);
+  CHECK(restored.world_size == 2);
+  CHECK(restored.ended_at == attempts[1].ended_at);
+  CHECK(run_attempts(db, run.run).size() == 2);
+  const RunRecord single = create_run(db, new_run(), tmp.path);
+  CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run); }), Contains("has no attempt before attempt 1"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The metric writer
 
