@@ -275,7 +275,9 @@ int launch_local_ranks(const LaunchOptions& options) {
           failed_at = core::steady_seconds();
           kill_at = failed_at + options.kill_grace_seconds;
           for (Rank& other : ranks) {
-            if (!other.running) continue;
+            // A rank that has reported its own failure is ending by itself: a SIGTERM now would replace its exit
+            // status by the signal's (the grace period's SIGKILL still applies).
+            if (!other.running || read_failure_report(other.failure_file)) continue;
             ::kill(other.pid, SIGTERM);
             ::kill(other.pid, SIGCONT);  // a stopped rank acts on it too
             other.signalled = true;
