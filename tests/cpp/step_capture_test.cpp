@@ -10,10 +10,10 @@
 #include "runtime/diffusion/diffusion_objective.h"
 #include "runtime/nn/unet.h"
 #include "runtime/train/trainer.h"
+#include "tests/cpp/cuda_graph_capture.h"
 #include "tests/cpp/cuda_skip.h"
 
 #if RUNNER_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -82,18 +82,7 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
   at::cuda::CUDAGraph graph;
   {
     c10::cuda::CUDAStreamGuard guard(side);
-    graph.capture_begin();
-    try {
-      trainer.step(batch);
-    } catch (...) {
-      // End the capture so that the failure is reported, not a broken stream.
-      try {
-        graph.capture_end();
-      } catch (...) {
-      }
-      throw;
-    }
-    graph.capture_end();
+    testing::capture_into(graph, [&] { trainer.step(batch); });
   }
   graph.replay();
   side.synchronize();

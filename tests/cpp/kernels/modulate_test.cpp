@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/kernels/ops.h"
+#include "tests/cpp/cuda_graph_capture.h"
 #include "tests/cpp/cuda_skip.h"
 
 namespace {
@@ -300,17 +301,7 @@ TEST_CASE("modulate's CUDA kernel runs on the current stream: it captures in a C
   {
     c10::cuda::CUDAStreamGuard guard(side);
     runner::ops::modulate(x, shift, scale);  // warm-up outside the capture
-    graph.capture_begin();
-    try {
-      out = runner::ops::modulate(x, shift, scale);
-    } catch (...) {
-      try {
-        graph.capture_end();
-      } catch (...) {
-      }
-      throw;
-    }
-    graph.capture_end();
+    runner::testing::capture_into(graph, [&] { out = runner::ops::modulate(x, shift, scale); });
   }
   // New inputs in the captured addresses: a replay computes from them.
   x.copy_(at::randn_like(x));
