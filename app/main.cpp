@@ -65,6 +65,7 @@ options:
                       interrupted or failed (by default runner.start continues it)
   --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU), each
                       training on its share of every batch; see "distributed" in the README
+  --oversubscribe     with --nproc: start more ranks than there are GPUs (without one, CPU cores)
   --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the
                       run directory (Perfetto, chrome://tracing) and the top operators by self time
   --print-config      print the script's config keys (defaults, whole-number keys) as JSON, after checking
@@ -97,6 +98,8 @@ struct Command {
   bool print_config = false;  // --print-config
   std::string profile;  // --profile A:B
   std::string nproc;   // --nproc N|auto
+  bool nproc_given = false;
+  bool oversubscribe = false;  // --oversubscribe
   int nproc_count = 0;
   std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
 };
@@ -128,8 +131,10 @@ Command parse_command(int argc, char** argv) {
     else if (arg == "--print-config") command.print_config = true;
     else if (arg == "--profile") command.profile = value_of(arg);
     else if (arg.rfind("--profile=", 0) == 0) command.profile = arg.substr(10);
-    else if (arg == "--nproc") command.nproc = value_of(arg);
-    else if (arg.rfind("--nproc=", 0) == 0) command.nproc = arg.substr(8);
+    else if (arg == "--nproc" || arg.rfind("--nproc=", 0) == 0) {
+      command.nproc = arg == "--nproc" ? value_of(arg) : arg.substr(8);
+      command.nproc_given = true;
+    } else if (arg == "--oversubscribe") command.oversubscribe = true;
     else if (arg == "repl" && !command.has_code) command.repl = true;
     else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
     else command.script = arg;
@@ -160,13 +165,16 @@ Command parse_command(int argc, char** argv) {
     // runner.trainer reads it (the trainer's `profile` option overrides it); ranks inherit it.
     ::setenv("RUNNER_PROFILE", command.profile.c_str(), 1);
   }
+  if (command.nproc_given && command.nproc.empty())
+    throw UsageError("--nproc needs a value: a whole number >= 1 or auto, got ''");
+  if (command.oversubscribe && !command.nproc_given) throw UsageError("--oversubscribe goes with --nproc N");
   if (!command.nproc.empty()) {
     if (command.script.empty() || command.interactive) throw UsageError("--nproc needs a script (and no -i)");
-    command.nproc_count = runner::dist::parse_nproc(command.nproc);
+    command.nproc_count = runner::dist::parse_nproc(command.nproc, command.oversubscribe);
     for (int a = 1; a < argc; ++a) {
       const std::string arg = argv[a];
       if (arg == "--nproc") ++a;
-      else if (arg.rfind("--nproc=", 0) != 0) command.rank_arguments.push_back(arg);
+      else if (arg.rfind("--nproc=", 0) != 0 && arg != "--oversubscribe") command.rank_arguments.push_back(arg);
     }
   }
   return command;

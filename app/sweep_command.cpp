@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <variant>
 
 #include "bindings/lua_host.h"
@@ -69,7 +70,15 @@ std::variant<nlohmann::json, int> read_sweep_file(const std::string& path) {
     lua_pop(L, 1);
   }
   if (!is_sweep) throw Usage(fmt::format("{}: a sweep file returns runner.sweep {{ ... }}", path));
-  nlohmann::json definition = bindings::to_json(L, -1, "the sweep");
+  lua_getfield(L, -1, "where");
+  const std::string where = lua_isstring(L, -1) ? lua_tostring(L, -1) : path;
+  lua_pop(L, 1);
+  nlohmann::json definition;
+  try {
+    definition = bindings::to_json(L, -1, "the sweep");
+  } catch (const std::invalid_argument& error) {
+    throw sweep::SweepError(fmt::format("{}: {}", where, error.what()));
+  }
   lua_pop(L, 1);
   return std::variant<nlohmann::json, int>(std::in_place_index<0>, std::move(definition));
 }
@@ -89,6 +98,27 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
   const sweep::ScriptConfig config = sweep::parse_script_config(nlohmann::json::parse(*reported));
   if (config.empty()) throw Usage(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
   return config;
+}
+
+// The checks of `runner sweep FILE` before it records anything, made by --dry-run too: the definition
+// against the script's config, the slots of this host, and a stored sweep of the same name (when the index
+// exists; a dry run creates nothing). Prints the warnings. Returns the exit status of a script that failed.
+std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file) {
+  const auto definition = read_sweep_file(file);
+  if (const int* status = std::get_if<int>(&definition)) return *status;
+  sweep::SweepSpec spec = sweep::parse_sweep(std::get<nlohmann::json>(definition));
+  const auto config = script_config(spec);
+  if (const int* status = std::get_if<int>(&config)) return *status;
+  sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
+  sweep::sweep_slots(spec);
+  const std::string home = index::home_directory();
+  if (::access(index::index_path(home).c_str(), F_OK) == 0) {
+    index::Database db = index::open_index_for_reading(home);
+    sweep::same_definition(db, spec);
+  }
+  if (const std::string warning = sweep::rung_warning(spec); !warning.empty())
+    std::fprintf(stderr, "runner sweep: %s\n", core::terminal_text(warning).c_str());
+  return spec;
 }
 
 void print_plan(const sweep::SweepSpec& spec) {
@@ -155,12 +185,9 @@ int run(int argc, char** argv) {
     const sweep::SweepRecord record = sweep::load_sweep(db, join);
     return sweep::run_sweep_worker(home, record);
   }
-  const auto definition = read_sweep_file(file);
-  if (const int* status = std::get_if<int>(&definition)) return *status;
-  sweep::SweepSpec spec = sweep::parse_sweep(std::get<nlohmann::json>(definition));
-  const auto config = script_config(spec);
-  if (const int* status = std::get_if<int>(&config)) return *status;
-  sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
+  const auto checked = checked_sweep(file);
+  if (const int* status = std::get_if<int>(&checked)) return *status;
+  const sweep::SweepSpec& spec = std::get<sweep::SweepSpec>(checked);
   if (dry_run) {
     print_plan(spec);
     return core::kExitOk;

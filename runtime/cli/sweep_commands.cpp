@@ -52,11 +52,29 @@ void sort_trials(const sweep::SweepSpec& spec, std::vector<sweep::TrialRecord>& 
   });
 }
 
-std::string summary_line(const sweep::SweepRecord& record, const sweep::SweepCounts& counts) {
+// A sweep's status as shown: a running sweep that no live worker holds (its workers were killed, or died)
+// is stopped, with a note of when a worker was last seen.
+struct ShownStatus {
+  std::string status;
+  std::string note;  // "no live worker since 14:02; run the same command to continue"
+};
+
+ShownStatus shown_status(index::Database& db, const sweep::SweepRecord& record) {
+  if (record.status != "running") return {record.status, ""};
+  const sweep::WorkerPresence presence = sweep::worker_presence(db, record);
+  if (presence.alive) return {record.status, ""};
+  const std::string seen = format_time(presence.last_seen);
+  const bool today = seen.substr(0, 10) == format_time(index::now_seconds()).substr(0, 10);
+  return {"stopped", fmt::format("no live worker since {}; run the same command to continue",
+                                 today ? seen.substr(11, 5) : seen.substr(0, 16))};
+}
+
+std::string summary_line(const sweep::SweepRecord& record, const ShownStatus& shown, const sweep::SweepCounts& counts) {
   const sweep::SweepSpec& spec = record.spec;
   std::vector<std::string> names;
   for (const sweep::Parameter& parameter : spec.parameters) names.push_back(parameter.name);
-  return fmt::format("{}, {}, {} of {} trials done ({} finished, {} pruned, {} failed) over {}; {} ({}){}", record.status,
+  return fmt::format("{}, {}, {} of {} trials done ({} finished, {} pruned, {} failed) over {}; {} ({}){}",
+                     shown.note.empty() ? shown.status : fmt::format("{} ({})", shown.status, shown.note),
                      sweep::method_name(spec.method), counts.finished + counts.pruned + counts.failed, spec.trials,
                      counts.finished, counts.pruned, counts.failed, fmt::join(names, ", "), spec.metric,
                      spec.minimize ? "min" : "max",
@@ -74,10 +92,13 @@ int sweeps_command(int argc, char** argv) {
   index::Database db = index::open_index_for_reading(index::home_directory());
   Table table;
   table.columns = {"sweep", "name", "status", "method", "trials", "done", "metric", "best", "best_trial", "created"};
+  std::string notes;
   for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) {
     const std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
     const sweep::SweepCounts counts = sweep::count_trials(record, trials);
-    table.rows.push_back({record.sweep, record.name, record.status, sweep::method_name(record.spec.method),
+    const ShownStatus shown = shown_status(db, record);
+    if (!shown.note.empty()) notes += fmt::format("sweep {}: {}\n", record.name, shown.note);
+    table.rows.push_back({record.sweep, record.name, shown.status, sweep::method_name(record.spec.method),
                           record.spec.trials, static_cast<int64_t>(counts.finished + counts.pruned + counts.failed),
                           record.spec.metric + (record.spec.minimize ? " (min)" : " (max)"), optional_cell(counts.best_value),
                           counts.best_trial ? Cell(*counts.best_trial) : Cell(std::monostate{}),
@@ -89,6 +110,7 @@ int sweeps_command(int argc, char** argv) {
     return 0;
   }
   print(format_table(table, format));
+  if (format == TableFormat::aligned && !notes.empty()) print("\n" + notes);
   return 0;
 }
 
@@ -101,6 +123,7 @@ int sweep_show_command(int argc, char** argv) {
   const sweep::SweepSpec& spec = record.spec;
   std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
   const sweep::SweepCounts counts = sweep::count_trials(record, trials);
+  const ShownStatus shown = shown_status(db, record);
   sort_trials(spec, trials);
 
   Table table;
@@ -112,7 +135,7 @@ int sweep_show_command(int argc, char** argv) {
     std::vector<Cell> row;
     row.push_back(format == TableFormat::aligned ? Cell(std::string(best ? "*" : "")) : Cell(int64_t{best ? 1 : 0}));
     row.push_back(trial.trial);
-    row.push_back(trial.status);
+    row.push_back(trial.status == "running" && !shown.note.empty() ? std::string("stopped") : trial.status);
     row.push_back(optional_cell(trial.metric));
     row.push_back(trial.step);
     row.push_back(static_cast<int64_t>(trial.rung));
@@ -129,7 +152,7 @@ int sweep_show_command(int argc, char** argv) {
     print(format_table(table, format));
     return 0;
   }
-  print(fmt::format("sweep {} ({}): {}\n", record.name, record.sweep, summary_line(record, counts)));
+  print(fmt::format("sweep {} ({}): {}\n", record.name, record.sweep, summary_line(record, shown, counts)));
   print(fmt::format("script {}\n", spec.script));
   if (record.error) print(fmt::format("error: {}\n", *record.error));
   print("\n");
@@ -167,7 +190,7 @@ void write_sweep_report(index::Database& db, const std::string& reference, const
   report::SweepReport page;
   page.title = "runner sweep report: " + record.name;
   page.generated_at = format_time(index::now_seconds());
-  page.summary = summary_line(record, counts);
+  page.summary = summary_line(record, shown_status(db, record), counts);
   page.metric = spec.metric;
   page.minimize = spec.minimize;
   page.best_trial = counts.best_trial;

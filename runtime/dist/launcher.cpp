@@ -186,8 +186,9 @@ core::ChildProcess rank_process(const LaunchOptions& options, int rank, int port
 
 }  // namespace
 
-int parse_nproc(const std::string& text) {
-  if (text == "auto") return std::max(1, core::cuda_device_count());
+int parse_nproc(const std::string& text, bool oversubscribe) {
+  const int gpus = core::cuda_device_count();
+  if (text == "auto") return std::max(1, gpus);
   int value = 0;
   try {
     size_t used = 0;
@@ -197,6 +198,13 @@ int parse_nproc(const std::string& text) {
     value = 0;
   }
   if (value < 1) throw std::invalid_argument(fmt::format("--nproc must be a whole number >= 1 or auto, got '{}'", text));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!oversubscribe && gpus > 0 && value > gpus)
+    throw std::invalid_argument(fmt::format("--nproc {} is more ranks than the {} visible GPU{} (a rank each); "
+                                            "--oversubscribe starts them anyway", value, gpus, gpus == 1 ? "" : "s"));
+  if (!oversubscribe && gpus <= 0 && value > cores)
+    throw std::invalid_argument(fmt::format("--nproc {} is more ranks than this host's {} CPU cores (ranks on the CPU "
+                                            "share them); --oversubscribe starts them anyway", value, cores));
   return value;
 }
 

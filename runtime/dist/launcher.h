@@ -16,9 +16,9 @@ struct LaunchOptions {
   int kept_lines = 40;                 // the last lines of each rank > 0 kept to show on failure
 };
 
-// "auto": one rank per visible CUDA device, 1 without one; else a whole number >= 1. Throws
-// std::invalid_argument naming the value.
-int parse_nproc(const std::string& text);
+// "auto": one rank per visible CUDA device, 1 without one; else a whole number >= 1, at most one rank per
+// visible GPU (without one, per CPU core) unless `oversubscribe`. Throws std::invalid_argument naming the value.
+int parse_nproc(const std::string& text, bool oversubscribe = false);
 
 // Runs the ranks to their end and returns the launcher's exit status: 0 when every rank exited with 0;
 // else the status of the rank that failed first (128 + signal for a rank killed by a signal). The first failure

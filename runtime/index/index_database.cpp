@@ -191,6 +191,18 @@ BEGIN
   WHERE run = NEW.run AND attempt = NEW.attempts;
 END;
 )sql"},
+    // Sweeps: each sweep's live workers (so a running sweep whose workers all died shows so), and the retries
+    // of trials that a signal killed.
+    {7, R"sql(
+CREATE TABLE sweep_workers (
+  sweep INTEGER NOT NULL REFERENCES sweeps (sweep) ON DELETE CASCADE,
+  worker TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  heartbeat_at REAL NOT NULL,
+  PRIMARY KEY (sweep, worker)
+) WITHOUT ROWID;
+ALTER TABLE trials ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 int user_version(Database& db) {

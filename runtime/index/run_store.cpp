@@ -144,13 +144,18 @@ std::string script_stem(const std::string& script) {
   return clean;
 }
 
-void check_name(const std::string& name) {
+}  // namespace
+
+void check_name(const std::string& name, std::string_view what) {
   if (name.empty() || name.size() > 100 || name[0] == '.' || name == "last")
-    throw IndexError(fmt::format("run name '{}' is not allowed (1 to 100 characters, not starting with '.', not 'last')", name));
+    throw IndexError(fmt::format("{} name '{}' is not allowed (1 to 100 characters, not starting with '.', not 'last')",
+                                 what, name));
   for (char c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-      throw IndexError(fmt::format("run name '{}' is not allowed: use letters, digits, '_', '-' and '.'", name));
+      throw IndexError(fmt::format("{} name '{}' is not allowed: use letters, digits, '_', '-' and '.'", what, name));
 }
+
+namespace {
 
 std::string describe_matches(const std::vector<RunRecord>& runs) {
   std::string text;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,10 @@ std::string effective_status(const RunRecord& run, double now);
 double duration_seconds(const RunRecord& run, double now);
 // Seconds from the first start to the end (or now, or the last heartbeat), pauses included.
 double wall_seconds(const RunRecord& run, double now);
+
+// A run name (and a sweep name, which names a folder too) is 1 to 100 letters, digits, '_', '-' and '.', not
+// starting with '.' and not 'last'; else an IndexError "<what> name '...' is not allowed ...".
+void check_name(const std::string& name, std::string_view what = "run");
 
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
 // is free both in the index and as a directory under `home`, and its first attempt. A given name that exists

@@ -20,4 +20,12 @@ struct RungResult {
 // trial number first). Trials that have not reached the rung do not count.
 bool promotable(const std::vector<RungResult>& results, std::int64_t trial, int reduction, bool minimize);
 
+// The results of a rung best first: NaN last, ties by the lower trial number.
+std::vector<RungResult> ranked(std::vector<RungResult> results, bool minimize);
+
+// "sweep.lua:9: warning: ..." when a rung can never promote: the trials that reach it (at most
+// trials / reduction^k) are fewer than `reduction`. Then its best trial runs to the end when nothing else is
+// left. Empty when every rung can promote. Needs asha.max_steps (check_against_config).
+std::string rung_warning(const SweepSpec& spec);
+
 }  // namespace runner::sweep

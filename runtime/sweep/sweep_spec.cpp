@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "runtime/core/did_you_mean.h"
+#include "runtime/core/terminal_text.h"
+#include "runtime/index/run_store.h"
 
 namespace runner::sweep {
 namespace {
@@ -17,7 +19,42 @@ namespace {
 using nlohmann::json;
 
 const std::vector<std::string> kFields = {"name", "script", "parameters", "fixed", "method", "trials", "metric",
-                                          "mode", "seed", "prune", "slots", "gpus_per_trial", "max_failures"};
+                                          "mode", "seed", "prune", "slots", "gpus_per_trial", "max_failures", "retries"};
+
+// The ranges of whole numbers: counts (trials, slots, ...) fit an int; steps, seeds and int ranges are exact in
+// the doubles Lua numbers are.
+constexpr std::int64_t kMaxCount = INT_MAX;
+constexpr std::int64_t kMaxExact = (std::int64_t{1} << 53) - 1;
+
+// A value as JSON text for a message; bytes that are not UTF-8 become U+FFFD instead of an exception.
+std::string shown(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool is_utf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// The first key or string in `value` that is not UTF-8, quoted with its bytes escaped; empty when there is none.
+std::string non_utf8_text(const json& value) {
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    return is_utf8(text) ? "" : "\"" + core::terminal_text(text) + "\"";
+  }
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      if (!is_utf8(key)) return "\"" + core::terminal_text(key) + "\"";
+      if (std::string bad = non_utf8_text(item); !bad.empty()) return bad;
+    }
+  }
+  if (value.is_array())
+    for (const json& item : value)
+      if (std::string bad = non_utf8_text(item); !bad.empty()) return bad;
+  return "";
+}
 
 struct Reader {
   const json& definition;
@@ -35,19 +72,32 @@ struct Reader {
   std::string text(const std::string& field, const std::string& fallback) const {
     if (!has(field)) return fallback;
     if (!fields[field].is_string() || fields[field].get<std::string>().empty())
-      fail(field, fmt::format("'{}' must be a non-empty string, got {}", field, fields[field].dump()));
+      fail(field, fmt::format("'{}' must be a non-empty string, got {}", field, shown(fields[field])));
     return fields[field].get<std::string>();
   }
-  std::int64_t whole(const json& value, const std::string& field, std::int64_t minimum) const {
-    const bool whole_number = value.is_number_integer() ||
-                              (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>() &&
-                               std::abs(value.get<double>()) < 9e15);
-    if (!whole_number || value.get<double>() < static_cast<double>(minimum))
-      fail(field, fmt::format("'{}' must be a whole number >= {}, got {}", field, minimum, value.dump()));
-    return static_cast<std::int64_t>(value.get<double>());
+  // A whole number from minimum to maximum, read as a 64-bit value before it is narrowed to its field's type;
+  // `label` names it in the message ("'trials'", "parameter 'n': low"), `field` gives the line.
+  std::int64_t whole(const json& value, const std::string& field, const std::string& label, std::int64_t minimum,
+                     std::int64_t maximum) const {
+    std::optional<std::int64_t> number;
+    if (value.is_number_unsigned()) {
+      if (value.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMaxExact)) number = value.get<std::int64_t>();
+    } else if (value.is_number_integer()) {
+      if (std::abs(value.get<std::int64_t>()) <= kMaxExact) number = value.get<std::int64_t>();
+    } else if (value.is_number_float()) {
+      const double x = value.get<double>();
+      if (std::isfinite(x) && std::floor(x) == x && std::abs(x) <= static_cast<double>(kMaxExact))
+        number = static_cast<std::int64_t>(x);
+    }
+    if (!number || *number < minimum || *number > maximum)
+      fail(field, maximum >= kMaxExact
+                      ? fmt::format("{} must be a whole number >= {}, got {}", label, minimum, shown(value))
+                      : fmt::format("{} must be a whole number from {} to {}, got {}", label, minimum, maximum,
+                                    shown(value)));
+    return *number;
   }
-  std::int64_t whole(const std::string& field, std::int64_t minimum, std::int64_t fallback) const {
-    return has(field) ? whole(fields[field], field, minimum) : fallback;
+  std::int64_t whole(const std::string& field, std::int64_t minimum, std::int64_t maximum, std::int64_t fallback) const {
+    return has(field) ? whole(fields[field], field, "'" + field + "'", minimum, maximum) : fallback;
   }
 };
 
@@ -56,7 +106,7 @@ bool is_scalar(const json& value) { return value.is_number() || value.is_string(
 double number(const Reader& reader, const json& object, const char* key, const std::string& name, const std::string& what) {
   if (!object.contains(key) || !object[key].is_number() || !std::isfinite(object[key].get<double>()))
     reader.fail(name, fmt::format("parameter '{}': {} needs a finite number for {}, got {}", name, what, key,
-                                  object.contains(key) ? object[key].dump() : "nothing"));
+                                  object.contains(key) ? shown(object[key]) : "nothing"));
   return object[key].get<double>();
 }
 
@@ -78,19 +128,23 @@ Parameter parse_parameter(const Reader& reader, const std::string& name, const j
       parameter.high = number(reader, value, "high", name, kind);
       if (!(parameter.low < parameter.high))
         reader.fail(name, fmt::format("parameter '{}': {} needs low < high, got {} and {}", name, kind,
-                                      value["low"].dump(), value["high"].dump()));
+                                      shown(value["low"]), shown(value["high"])));
       if (kind == "log_uniform" && parameter.low <= 0)
         reader.fail(name, fmt::format("parameter '{}': log_uniform needs 0 < low < high, got {} and {}", name,
-                                      value["low"].dump(), value["high"].dump()));
+                                      shown(value["low"]), shown(value["high"])));
     } else if (kind == "int") {
       parameter.kind = ParameterKind::integer;
-      parameter.low = static_cast<double>(reader.whole(value.value("low", json()), name, LLONG_MIN / 2));
-      parameter.high = static_cast<double>(reader.whole(value.value("high", json()), name, LLONG_MIN / 2));
-      parameter.step = static_cast<double>(reader.whole(value.value("step", json(1)), name, 1));
+      auto bound = [&](const char* key, const json& fallback, std::int64_t minimum) {
+        return static_cast<double>(reader.whole(value.value(key, fallback), name,
+                                                fmt::format("parameter '{}': {}", name, key), minimum, kMaxExact));
+      };
+      parameter.low = bound("low", json(), -kMaxExact);
+      parameter.high = bound("high", json(), -kMaxExact);
+      parameter.step = bound("step", json(1), 1);
       parameter.log = value.value("log", false);
       if (!(parameter.low < parameter.high))
-        reader.fail(name, fmt::format("parameter '{}': int needs low < high, got {} and {}", name, value["low"].dump(),
-                                      value["high"].dump()));
+        reader.fail(name, fmt::format("parameter '{}': int needs low < high, got {} and {}", name, shown(value["low"]),
+                                      shown(value["high"])));
       if (parameter.log && (parameter.low <= 0 || parameter.step != 1))
         reader.fail(name, fmt::format("parameter '{}': int with log = true needs low > 0 and step 1", name));
     } else {
@@ -100,7 +154,7 @@ Parameter parse_parameter(const Reader& reader, const std::string& name, const j
   } else {
     reader.fail(name, fmt::format("parameter '{}' must be a list of values or runner.sweep.uniform / log_uniform / "
                                   "int / choice, got {} (a single value belongs in fixed = {{ ... }})",
-                                  name, value.dump()));
+                                  name, shown(value)));
   }
   if (parameter.kind == ParameterKind::choice) {
     if (!parameter.values.is_array() || parameter.values.empty())
@@ -110,10 +164,10 @@ Parameter parse_parameter(const Reader& reader, const std::string& name, const j
       const bool list = item.is_array() && !item.empty() && std::all_of(item.begin(), item.end(), is_scalar);
       if (!is_scalar(item) && !list)
         reader.fail(name, fmt::format("parameter '{}': value {} is {}; values are numbers, strings, booleans or "
-                                      "lists of them", name, i + 1, item.dump()));
+                                      "lists of them", name, i + 1, shown(item)));
       for (size_t j = 0; j < i; ++j)
         if (parameter.values[j] == item)
-          reader.fail(name, fmt::format("parameter '{}' lists the value {} twice", name, item.dump()));
+          reader.fail(name, fmt::format("parameter '{}' lists the value {} twice", name, shown(item)));
     }
   }
   return parameter;
@@ -177,6 +231,11 @@ bool whole(const json& value) { return value.is_number() && std::floor(value.get
 
 }  // namespace
 
+std::string where_of(const SweepSpec& spec, const std::string& field) {
+  const auto found = spec.lines.find(field);
+  return found != spec.lines.end() ? found->second : spec.where;
+}
+
 const char* method_name(Method method) {
   switch (method) {
     case Method::grid: return "grid";
@@ -208,12 +267,41 @@ SweepSpec parse_sweep(const json& definition) {
   SweepSpec spec;
   spec.sweep_file = definition.value("sweep_file", std::string());
   spec.where = definition.value("where", spec.sweep_file);
+  for (const std::string& field : kFields)
+    if (reader.has(field)) spec.lines[field] = reader.where(field);
+  // The index keeps the definition as JSON text, which holds UTF-8 only.
+  if (!is_utf8(spec.sweep_file))
+    reader.fail("", "the sweep file's path is not UTF-8 text: rename the file (the index keeps text as UTF-8)");
+  for (const auto& [key, value] : fields.items()) {
+    if (key == "parameters" && value.is_object()) {
+      for (const auto& [name, space] : value.items())
+        if (std::string bad = non_utf8_text(space); !bad.empty() || !is_utf8(name))
+          reader.fail(name, fmt::format("parameter {} holds text that is not UTF-8: {} (the index keeps text as UTF-8)",
+                                        "\"" + core::terminal_text(name) + "\"", bad.empty() ? "its name" : bad));
+    } else if (std::string bad = non_utf8_text(value); !bad.empty()) {
+      reader.fail(key, fmt::format("'{}' holds text that is not UTF-8: {} (the index keeps text as UTF-8)", key, bad));
+    }
+  }
   if (!reader.has("script")) reader.fail("", "the sweep names no script (script = \"experiments/foo.lua\")");
   const std::string script = reader.text("script", "");
   spec.script = definition.value("resolved", false) ? script : absolute_script(reader, script, spec.sweep_file);
+  if (!is_utf8(spec.script))
+    reader.fail("script", fmt::format("the script's path {} is not UTF-8 text: rename it (the index keeps text as UTF-8)",
+                                      core::terminal_text(spec.script)));
   std::string stem = spec.sweep_file.substr(spec.sweep_file.rfind('/') + 1);
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".lua") == 0) stem.resize(stem.size() - 4);
   spec.name = reader.text("name", stem.empty() ? "sweep" : stem);
+  // The name is the folder of the trials' logs under RUNNER_HOME; sweeps stored before names were checked
+  // still read back.
+  if (!definition.value("resolved", false)) {
+    try {
+      index::check_name(spec.name, "sweep");
+    } catch (const index::IndexError& error) {
+      reader.fail("name", reader.has("name") ? error.what()
+                                             : fmt::format("{} (the sweep file's name): give the sweep a name = \"...\"",
+                                                           error.what()));
+    }
+  }
 
   if (!reader.has("parameters") || !fields["parameters"].is_object() || fields["parameters"].empty())
     reader.fail("parameters", "the sweep has an empty search space: parameters = { lr = runner.sweep.log_uniform(1e-4, "
@@ -225,7 +313,7 @@ SweepSpec parse_sweep(const json& definition) {
     if (!fields["fixed"].is_object()) reader.fail("fixed", "'fixed' must be a table of key = value");
     for (const auto& [key, value] : fields["fixed"].items()) {
       if (!is_scalar(value) && !(value.is_array() && std::all_of(value.begin(), value.end(), is_scalar)))
-        reader.fail("fixed", fmt::format("fixed value of '{}' must be a number, string, boolean or list, got {}", key, value.dump()));
+        reader.fail("fixed", fmt::format("fixed value of '{}' must be a number, string, boolean or list, got {}", key, shown(value)));
       for (const Parameter& parameter : spec.parameters)
         if (parameter.name == key) reader.fail(key, fmt::format("'{}' is both a parameter and fixed", key));
       spec.fixed[key] = value;
@@ -245,12 +333,12 @@ SweepSpec parse_sweep(const json& definition) {
     } catch (const SweepError& error) {
       reader.fail("method", error.what());
     }
-    spec.trials = reader.whole("trials", 1, size);
+    spec.trials = reader.whole("trials", 1, kMaxCount, size);
     if (spec.trials > size)
       reader.fail("trials", fmt::format("trials = {} is more than the grid's {} points", spec.trials, size));
   } else {
     if (!reader.has("trials")) reader.fail("trials", fmt::format("method '{}' needs trials = N (how many to run)", method));
-    spec.trials = reader.whole("trials", 1, 0);
+    spec.trials = reader.whole("trials", 1, kMaxCount, 0);
   }
 
   if (!reader.has("metric")) reader.fail("metric", "the sweep names no metric (metric = \"loss\": a key the script logs)");
@@ -258,37 +346,43 @@ SweepSpec parse_sweep(const json& definition) {
   const std::string mode = reader.text("mode", "min");
   if (mode != "min" && mode != "max") reader.fail("mode", fmt::format("mode must be \"min\" or \"max\", got '{}'", mode));
   spec.minimize = mode == "min";
-  spec.seed = reader.whole("seed", 0, 0);
+  spec.seed = reader.whole("seed", 0, kMaxExact, 0);
 
   if (reader.has("prune") && !(fields["prune"].is_boolean() && !fields["prune"].get<bool>())) {
     const json& prune = fields["prune"];
     if (!prune.is_object() || prune.value("method", std::string()) != "asha")
-      reader.fail("prune", fmt::format("prune must be {{ \"asha\", min_steps = N, reduction = 3 }}, got {}", prune.dump()));
+      reader.fail("prune", fmt::format("prune must be {{ \"asha\", min_steps = N, reduction = 3 }}, got {}", shown(prune)));
     for (const auto& [key, value] : prune.items())
       if (key != "method" && key != "min_steps" && key != "reduction" && key != "max_steps")
         reader.fail("prune", fmt::format("unknown prune option '{}' (known: min_steps, reduction, max_steps){}", key,
                                          core::did_you_mean(key, {"min_steps", "reduction", "max_steps"})));
     AshaOptions asha;
     if (!prune.contains("min_steps")) reader.fail("prune", "prune = { \"asha\" } needs min_steps (the first rung's step)");
-    asha.min_steps = reader.whole(prune["min_steps"], "prune", 1);
-    asha.reduction = static_cast<int>(reader.whole(prune.value("reduction", json(3)), "prune", 2));
-    if (prune.contains("max_steps")) asha.max_steps = reader.whole(prune["max_steps"], "prune", 1);
+    auto option = [&](const char* key, const json& value, std::int64_t minimum, std::int64_t maximum) {
+      return reader.whole(value, "prune", fmt::format("prune's '{}'", key), minimum, maximum);
+    };
+    asha.min_steps = option("min_steps", prune["min_steps"], 1, kMaxExact);
+    asha.reduction = static_cast<int>(option("reduction", prune.value("reduction", json(3)), 2, kMaxCount));
+    if (prune.contains("max_steps")) asha.max_steps = option("max_steps", prune["max_steps"], 1, kMaxExact);
     spec.asha = asha;
   }
 
   if (reader.has("slots")) {
     const json& slots = fields["slots"];
-    if (!(slots.is_string() && slots.get<std::string>() == "auto")) spec.slots = static_cast<int>(reader.whole(slots, "slots", 1));
+    if (!(slots.is_string() && slots.get<std::string>() == "auto"))
+      spec.slots = static_cast<int>(reader.whole(slots, "slots", "'slots' (a number or \"auto\")", 1, kMaxCount));
   }
-  spec.gpus_per_trial = static_cast<int>(reader.whole("gpus_per_trial", 1, 1));
-  spec.max_failures = static_cast<int>(reader.whole("max_failures", 0, 0));
-  if (spec.max_failures == 0) spec.max_failures = static_cast<int>(spec.trials / 2 + 1);
+  spec.gpus_per_trial = static_cast<int>(reader.whole("gpus_per_trial", 1, kMaxCount, 1));
+  spec.max_failures = reader.whole("max_failures", 0, kMaxCount, 0);
+  if (spec.max_failures == 0) spec.max_failures = spec.trials / 2 + 1;
+  spec.retries = static_cast<int>(reader.whole("retries", 0, kMaxCount, 1));
   return spec;
 }
 
 json sweep_json(const SweepSpec& spec) {
   json parameters = json::object();
   json lines = json::object();
+  for (const auto& [field, where] : spec.lines) lines[field] = where;
   for (const Parameter& parameter : spec.parameters) {
     parameters[parameter.name] = parameter_json(parameter);
     lines[parameter.name] = parameter.where;
@@ -304,7 +398,8 @@ json sweep_json(const SweepSpec& spec) {
                  {"seed", spec.seed},
                  {"slots", spec.slots == 0 ? json("auto") : json(spec.slots)},
                  {"gpus_per_trial", spec.gpus_per_trial},
-                 {"max_failures", spec.max_failures}};
+                 {"max_failures", spec.max_failures},
+                 {"retries", spec.retries}};
   if (spec.asha)
     fields["prune"] = {{"method", "asha"},
                        {"min_steps", spec.asha->min_steps},
@@ -369,9 +464,9 @@ void check_against_config(SweepSpec& spec, const ScriptConfig& config) {
   auto check_value = [&](const std::string& where, const std::string& key, const ConfigKey& entry, const json& value) {
     if (!same_type(entry.default_value, value))
       throw SweepError(fmt::format("{}: '{}' takes {} (its default is {}), got {}", where, key,
-                                   json_type(entry.default_value), entry.default_value.dump(), value.dump()));
+                                   json_type(entry.default_value), shown(entry.default_value), shown(value)));
     if (entry.integer && !whole(value))
-      throw SweepError(fmt::format("{}: '{}' takes whole numbers, got {}", where, key, value.dump()));
+      throw SweepError(fmt::format("{}: '{}' takes whole numbers, got {}", where, key, shown(value)));
   };
   for (const auto& [key, value] : spec.fixed.items()) {
     const auto found = config.find(key);
@@ -387,7 +482,7 @@ void check_against_config(SweepSpec& spec, const ScriptConfig& config) {
     } else if (!entry.default_value.is_number()) {
       throw SweepError(fmt::format("{}: '{}' takes {} (its default is {}): a numeric range does not fit it; give a list "
                                    "of values", parameter.where, parameter.name, json_type(entry.default_value),
-                                   entry.default_value.dump()));
+                                   shown(entry.default_value)));
     } else if (entry.integer && parameter.kind != ParameterKind::integer) {
       throw SweepError(fmt::format("{}: '{}' takes whole numbers: use runner.sweep.int({}, {}) instead of {}",
                                    parameter.where, parameter.name, shortest(std::ceil(parameter.low)),

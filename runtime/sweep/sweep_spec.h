@@ -48,6 +48,7 @@ struct SweepSpec {
   std::string script;      // absolute path of the experiment script
   std::string sweep_file;  // the sweep file as given
   std::string where;       // "sweep.lua:3": the runner.sweep { ... } call
+  std::map<std::string, std::string> lines;  // field -> "sweep.lua:9": where the sweep file gives it
   std::vector<Parameter> parameters;  // sorted by name
   nlohmann::json fixed = nlohmann::json::object();  // key -> value given to every trial
   Method method = Method::random;
@@ -58,15 +59,20 @@ struct SweepSpec {
   std::optional<AshaOptions> asha;
   int slots = 0;           // 0: auto (one per visible GPU, else 1)
   int gpus_per_trial = 1;
-  int max_failures = 0;    // failed trials that stop the sweep (0: trials / 2 + 1)
+  std::int64_t max_failures = 0;  // failed trials that stop the sweep (0: trials / 2 + 1)
+  int retries = 1;         // times a trial killed by a signal (the OOM killer's SIGKILL) is continued
 };
 
 // Reads runner.sweep's JSON: {name, script, sweep_file, where, lines = {field -> "file:line"}, parameters =
 // {name -> list | {kind = ..., ...}}, fixed, method, trials, metric, mode, seed, prune, slots,
-// gpus_per_trial, max_failures}. Throws SweepError naming the field and its line.
+// gpus_per_trial, max_failures, retries}. Throws SweepError naming the field and its line: for a name that is
+// not a valid run name, text that is not UTF-8, and whole numbers outside their range (read as 64-bit values).
 SweepSpec parse_sweep(const nlohmann::json& definition);
 // The stored form (what parse_sweep reads back, and what decides whether two definitions are the same).
 nlohmann::json sweep_json(const SweepSpec& spec);
+
+// Where the sweep file gives `field` ("sweep.lua:9"), else its runner.sweep { ... } call.
+std::string where_of(const SweepSpec& spec, const std::string& field);
 
 const char* method_name(Method method);
 const char* kind_name(ParameterKind kind);

@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <fstream>
 #include <thread>
+#include <type_traits>
 
 #include "runtime/core/child_process.h"
 #include "runtime/core/device.h"
@@ -70,8 +71,8 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-std::string counts_text(index::Database& db, const SweepRecord& sweep) {
-  const SweepCounts c = count_trials(sweep, list_trials(db, sweep.sweep));
+std::string counts_text(const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
+  const SweepCounts c = count_trials(sweep, trials);
   std::string text = fmt::format("running {}, queued {}", c.running, c.queued);
   if (c.paused) text += fmt::format(", paused {}", c.paused);
   if (c.stopped) text += fmt::format(", stopped {}", c.stopped);
@@ -174,6 +175,9 @@ std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Ru
     return fmt::format("trial {} reached rung {} at step {}: {} {} (paused with a checkpoint; goes on if it ranks in the "
                        "best 1/{})", trial.trial, trial.rung, trial.step, spec.metric, value_text(trial.metric),
                        spec.asha ? spec.asha->reduction : 1);
+  if (trial.status == "stopped" && trial.error)
+    return fmt::format("trial {} was {}: it goes on from its last checkpoint (retry {} of {})", trial.trial, *trial.error,
+                       trial.retries, spec.retries);
   if (trial.status == "stopped")
     return fmt::format("trial {} stopped at step {} (continues from its checkpoint when the sweep runs again)", trial.trial, trial.step);
   return fmt::format("trial {} failed ({}): {}{}", trial.trial, how, trial.error.value_or("no error recorded"),
@@ -189,12 +193,12 @@ std::vector<Slot> sweep_slots(const SweepSpec& spec) {
   if (!gpus.empty()) {
     const int available = static_cast<int>(gpus.size()) / spec.gpus_per_trial;
     if (available == 0)
-      throw SweepError(fmt::format("{}: gpus_per_trial = {} but {} GPU{} visible", spec.where, spec.gpus_per_trial,
-                                   gpus.size(), gpus.size() == 1 ? " is" : "s are"));
+      throw SweepError(fmt::format("{}: gpus_per_trial = {} but {} GPU{} visible", where_of(spec, "gpus_per_trial"),
+                                   spec.gpus_per_trial, gpus.size(), gpus.size() == 1 ? " is" : "s are"));
     const int count = spec.slots == 0 ? available : spec.slots;
     if (count > available)
-      throw SweepError(fmt::format("{}: slots = {} needs {} GPUs ({} per trial); {} visible", spec.where, count,
-                                   count * spec.gpus_per_trial, spec.gpus_per_trial, gpus.size()));
+      throw SweepError(fmt::format("{}: slots = {} needs {} GPUs ({} per trial); {} visible", where_of(spec, "slots"),
+                                   count, std::int64_t{count} * spec.gpus_per_trial, spec.gpus_per_trial, gpus.size()));
     for (int s = 0; s < count; ++s) {
       Slot slot;
       for (int g = 0; g < spec.gpus_per_trial; ++g)
@@ -205,6 +209,12 @@ std::vector<Slot> sweep_slots(const SweepSpec& spec) {
     return slots;
   }
   const int count = spec.slots == 0 ? 1 : spec.slots;
+  const std::int64_t processes = std::int64_t{count} * spec.gpus_per_trial;
+  if (processes > static_cast<std::int64_t>(cores))  // as `runner --nproc` refuses more ranks than cores
+    throw SweepError(fmt::format("{}: slots = {}{} runs {} processes at once on the CPU, more than this host's {} cores",
+                                 where_of(spec, spec.slots == 0 ? "gpus_per_trial" : "slots"), count,
+                                 spec.gpus_per_trial > 1 ? fmt::format(" of gpus_per_trial = {} ranks", spec.gpus_per_trial) : "",
+                                 processes, cores));
   for (int s = 0; s < count; ++s) slots.push_back(Slot{"", static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)))});
   return slots;
 }
@@ -226,7 +236,67 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
   const std::string log_directory = home + "/sweeps/" + sweep.name;
   make_directories(log_directory);
   const std::string worker = worker_name();
-  set_sweep_status(db, sweep.sweep, "running");
+
+  std::optional<core::StopSignalPipe> stop_signals(std::in_place);
+  std::vector<std::optional<Running>> running(slots.size());
+  int stop_signal = 0;
+  auto stop_all = [&](int signal_number) {
+    for (auto& r : running)
+      if (r) {
+        ::kill(r->pid, signal_number);
+        r->stop_sent = true;
+      }
+  };
+  auto take_stop_signals = [&] {
+    bool again = false;
+    for (const int received : stop_signals->take()) {
+      if (stop_signal == 0)
+        say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(received)));
+      again = again || stop_signal != 0;
+      stop_signal = received;
+      stop_all(received);
+    }
+    return again;
+  };
+  // The worker's use of the index, retried until it goes through, as run:log's writer does: a failure (a full
+  // disk, an I/O error) is said once and tried again after 1, 2, 4 ... 30 s while the trials go on; stop signals
+  // still reach them, and a second one while the index cannot be written ends the worker.
+  auto retried = [&](const char* what, auto&& use) {
+    for (int failures = 0;; ++failures) {
+      try {
+        auto recovered = [&] {
+          if (failures > 0) say(fmt::format("the index takes writes again ({}, after {} failed tr{})", what, failures,
+                                            failures == 1 ? "y" : "ies"));
+        };
+        if constexpr (std::is_void_v<decltype(use())>) {
+          use();
+          recovered();
+          return;
+        } else {
+          auto result = use();
+          recovered();
+          return result;
+        }
+      } catch (const index::IndexError& error) {
+        if (failures == 0)
+          say(fmt::format("cannot write to the index ({}): {}; trying again while the trials go on", what, error.what()));
+        const double until = index::now_seconds() + std::min(30, 1 << std::min(failures, 5));
+        while (index::now_seconds() < until) {
+          pollfd fd{stop_signals->fd(), POLLIN, 0};
+          ::poll(&fd, 1, 200);
+          if (take_stop_signals())
+            throw index::IndexError(fmt::format("{} (stopped while the index could not be written; the trials were "
+                                                "sent the stop signal)", error.what()));
+        }
+      }
+    }
+  };
+
+  retried("starting the worker", [&] {
+    set_sweep_status(db, sweep.sweep, "running");
+    add_worker(db, sweep.sweep, worker);
+  });
+  auto counts = [&] { return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); })); };
 
   const std::string slot_text =
       slots.front().cuda_devices.empty()
@@ -239,32 +309,32 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
                   spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
                   slot_text, log_directory));
 
-  std::optional<core::StopSignalPipe> stop_signals(std::in_place);
-
-  std::vector<std::optional<Running>> running(slots.size());
-  int stop_signal = 0;
   bool failure_limit = false;
   double next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
+  double next_claim = 0;  // after a trial could not start: not before this
   auto running_count = [&] {
     int count = 0;
     for (const auto& r : running) count += r ? 1 : 0;
     return count;
   };
-  auto stop_all = [&](int signal_number) {
-    for (auto& r : running)
-      if (r) {
-        ::kill(r->pid, signal_number);
-        r->stop_sent = true;
-      }
-  };
 
   while (true) {
-    if (stop_signal == 0 && !failure_limit) {
+    if (stop_signal == 0 && !failure_limit && index::now_seconds() >= next_claim) {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (running[s]) continue;
-        const std::optional<Claim> claim = claim_trial(db, sweep, worker);
+        const std::optional<Claim> claim = retried("claiming a trial", [&] { return claim_trial(db, sweep, worker); });
         if (!claim) break;
-        running[s] = start_trial(home, sweep, *claim, slots[s], log_directory, db);
+        try {
+          running[s] = start_trial(home, sweep, *claim, slots[s], log_directory, db);
+        } catch (const std::exception& error) {
+          // Handed back as stopped, so that this worker or another continues it.
+          TrialEnd end;
+          end.stopped_by_sweep = true;
+          retried("handing back a trial", [&] { return end_trial(db, sweep, claim->trial.trial, end); });
+          say(fmt::format("trial {} could not start: {}; trying again in 30 s", claim->trial.trial, error.what()));
+          next_claim = index::now_seconds() + 30;
+          break;
+        }
         say(fmt::format("trial {} started ({}{}): {}{}", claim->trial.trial, claim->reason,
                         claim->trial.step > 0 ? fmt::format(" from step {}", claim->trial.step) : "",
                         params_text(claim->trial.params), slots.size() > 1 ? fmt::format(" [slot {}]", s + 1) : ""));
@@ -272,17 +342,12 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     }
     if (running_count() == 0) {
       if (stop_signal != 0) break;
-      if (finish_if_done(db, sweep)) break;
+      if (retried("ending the sweep", [&] { return finish_if_done(db, sweep); })) break;
     }
 
     pollfd fd{stop_signals->fd(), POLLIN, 0};
     ::poll(&fd, 1, running_count() == 0 ? 1000 : 200);
-    for (const int received : stop_signals->take()) {
-      if (stop_signal == 0)
-        say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(received)));
-      stop_signal = received;
-      stop_all(received);
-    }
+    take_stop_signals();
 
     int status = 0;
     pid_t pid = 0;
@@ -294,11 +359,13 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         end.stopped_by_sweep = slot->stop_sent;
         end.pause_step = slot->pause_step;
         end.failure = core::how_it_ended(status);
-        const TrialRecord trial = end_trial(db, sweep, slot->trial, end);
-        say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts_text(db, sweep));
+        if (WIFSIGNALED(status)) end.killed_by = WTERMSIG(status);
+        else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128) end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
+        const TrialRecord trial = retried("recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end); });
+        say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
         slot.reset();
         if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
-          const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+          const std::vector<TrialRecord> trials = retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
           const auto failed = std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
           if (failed >= spec.max_failures) {
             failure_limit = true;
@@ -313,20 +380,22 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
       std::vector<std::int64_t> trials;
       for (const auto& r : running)
         if (r) trials.push_back(r->trial);
-      heartbeat_trials(db, sweep, trials);
+      retried("a heartbeat", [&] { heartbeat_trials(db, sweep, worker, trials); });
       next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
     }
   }
 
+  const std::vector<TrialRecord> trials = retried("ending the worker", [&] {
+    if (stop_signal != 0) set_sweep_status(db, sweep.sweep, "stopped");
+    remove_worker(db, sweep.sweep, worker);
+    return list_trials(db, sweep.sweep);
+  });
   stop_signals.reset();
-
-  const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
-  const SweepCounts counts = count_trials(sweep, trials);
+  const SweepCounts totals = count_trials(sweep, trials);
   const std::string best = best_trial_command(sweep, trials);
   if (stop_signal != 0) {
-    set_sweep_status(db, sweep.sweep, "stopped");
     say(fmt::format("sweep {} stopped: {}; the same command (or runner sweep --join {}) continues it", sweep.name,
-                    counts_text(db, sweep), sweep.name));
+                    counts_text(sweep, trials), sweep.name));
     return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
   }
   const SweepRecord now = load_sweep(db, std::to_string(sweep.sweep));
@@ -336,9 +405,11 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     return core::kExitError;
   }
   say(fmt::format("sweep {} {}: {}", sweep.name, now.status == "finished" ? "finished" : "has no trial left for this worker",
-                  counts_text(db, sweep)));
+                  counts_text(sweep, trials)));
   if (!best.empty())
-    say(fmt::format("best: trial {} with {} {}: {}", *counts.best_trial, spec.metric, value_text(counts.best_value), best));
+    say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec.metric, value_text(totals.best_value), best));
+  else if (now.status == "finished")
+    say("no trial finished, so there is no best trial (every one failed or was pruned)");
   return core::kExitOk;
 }
 

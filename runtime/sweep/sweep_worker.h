@@ -10,6 +10,7 @@
 namespace runner::sweep {
 
 // Slots of a sweep on this host: one per `gpus_per_trial` visible GPUs, else spec.slots (auto: 1) on the CPU.
+// A SweepError at the sweep file's line for more slots than GPUs, or on the CPU more processes than cores.
 struct Slot {
   std::string cuda_devices;  // CUDA_VISIBLE_DEVICES for its trial; empty on the CPU
   int threads = 1;           // OMP_NUM_THREADS and RUNNER_CORES for its trial

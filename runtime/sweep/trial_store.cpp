@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <map>
 
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
@@ -22,7 +24,7 @@ using index::Statement;
 using nlohmann::json;
 
 constexpr const char* kTrialColumns =
-    "trial, params, run, status, rung, metric, step, worker, error, segments, created_at, ended_at";
+    "trial, params, run, status, rung, metric, step, worker, error, segments, created_at, ended_at, retries";
 
 TrialRecord read_trial(Statement& row) {
   TrialRecord trial;
@@ -38,6 +40,7 @@ TrialRecord read_trial(Statement& row) {
   trial.segments = static_cast<int>(row.integer(9));
   trial.created_at = row.optional_real(10).value_or(0);
   trial.ended_at = row.optional_real(11);
+  trial.retries = static_cast<int>(row.integer(12));
   return trial;
 }
 
@@ -55,15 +58,27 @@ SweepRecord read_sweep(Statement& row) {
 
 constexpr const char* kSweepSelect = "SELECT sweep, name, status, spec, created_at, ended_at, error FROM sweeps";
 
+// The process of the worker "host:pid" when it runs on this host.
+std::optional<pid_t> local_pid(const std::string& worker) {
+  const auto colon = worker.rfind(':');
+  if (colon == std::string::npos || worker.substr(0, colon) != index::host_name()) return std::nullopt;
+  return static_cast<pid_t>(std::stoll(worker.substr(colon + 1)));
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
 // Whether the worker "host:pid" is gone: its process on this host has ended, or its heartbeat is stale.
 bool worker_gone(const std::optional<std::string>& worker, const std::optional<double>& heartbeat, double now) {
   if (!worker) return true;
-  const auto colon = worker->rfind(':');
-  if (colon != std::string::npos && worker->substr(0, colon) == index::host_name()) {
-    const pid_t pid = static_cast<pid_t>(std::stoll(worker->substr(colon + 1)));
-    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  }
+  if (const std::optional<pid_t> pid = local_pid(*worker); pid && !process_exists(*pid)) return true;
   return !heartbeat || now - *heartbeat > index::kStaleAfterSeconds;
+}
+
+// Whether the worker is alive for those who show the sweep: its process on this host (even while it cannot
+// write its heartbeat, as on a full disk), else a fresh heartbeat.
+bool worker_alive(const std::string& worker, const std::optional<double>& heartbeat, double now) {
+  if (const std::optional<pid_t> pid = local_pid(worker)) return process_exists(*pid);
+  return heartbeat && now - *heartbeat <= index::kStaleAfterSeconds;
 }
 
 bool run_still_running(Database& db, std::int64_t run) {
@@ -94,8 +109,43 @@ void mark_running(Database& db, std::int64_t sweep, std::int64_t trial, const st
   update.run();
 }
 
-int failed_count(const std::vector<TrialRecord>& trials) {
-  return static_cast<int>(std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; }));
+std::int64_t failed_count(const std::vector<TrialRecord>& trials) {
+  return std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
+}
+
+// ASHA's last promotion (claim_trial's header says when and which): the paused trial that runs to the end.
+struct LastPromotion {
+  std::int64_t trial = 0;
+  std::string reason;
+};
+
+std::optional<LastPromotion> last_promotion(Database& db, const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
+  if (!sweep.spec.asha || static_cast<std::int64_t>(trials.size()) < sweep.spec.trials) return std::nullopt;
+  std::map<std::int64_t, const TrialRecord*> by_number;
+  bool any_finished = false;
+  for (const TrialRecord& trial : trials) {
+    if (trial.status == "running" || trial.status == "stopped") return std::nullopt;
+    any_finished = any_finished || trial.status == "finished";
+    by_number[trial.trial] = &trial;
+  }
+  std::map<int, std::vector<RungResult>> by_rung;
+  for (const RungRow& row : rung_results(db, sweep.sweep)) by_rung[row.rung].push_back({row.trial, row.value});
+  auto waiting_at = [&](const RungResult& result, int rung) {
+    const auto found = by_number.find(result.trial);
+    return found != by_number.end() && found->second->status == "paused" && found->second->rung == rung + 1;
+  };
+  for (auto rung = by_rung.rbegin(); rung != by_rung.rend(); ++rung) {
+    const std::vector<RungResult> best_first = ranked(rung->second, sweep.spec.minimize);
+    if (rung == by_rung.rbegin() && waiting_at(best_first.front(), rung->first))
+      return LastPromotion{best_first.front().trial,
+                           fmt::format("the best at rung {}, the last rung with results: runs to the end", rung->first + 1)};
+    if (any_finished) return std::nullopt;
+    for (const RungResult& result : best_first)
+      if (waiting_at(result, rung->first))
+        return LastPromotion{result.trial,
+                             fmt::format("the best left at rung {}, as none finished: runs to the end", rung->first + 1)};
+  }
+  return std::nullopt;
 }
 
 std::string describe_difference(const json& stored, const json& wanted) {
@@ -113,20 +163,24 @@ std::string describe_difference(const json& stored, const json& wanted) {
 
 std::string worker_name() { return fmt::format("{}:{}", index::host_name(), static_cast<long long>(::getpid())); }
 
+std::optional<SweepRecord> same_definition(Database& db, const SweepSpec& spec) {
+  Statement select = db.prepare(std::string(kSweepSelect) + " WHERE name = ?");
+  select.bind(1, spec.name);
+  if (!select.step()) return std::nullopt;
+  SweepRecord stored = read_sweep(select);
+  const json wanted = sweep_json(spec);
+  const json stored_json = sweep_json(stored.spec);
+  if (stored_json.at("fields") != wanted.at("fields"))
+    throw SweepError(fmt::format("{}: a sweep named '{}' exists with another definition ({} differ): give this one "
+                                 "another name = \"...\", or continue that one with runner sweep --join {}",
+                                 spec.where, spec.name, describe_difference(stored_json, wanted), spec.name));
+  return stored;
+}
+
 SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
   const json wanted = sweep_json(spec);
   return index::with_transaction(db, [&] {
-    Statement select = db.prepare(std::string(kSweepSelect) + " WHERE name = ?");
-    select.bind(1, spec.name);
-    if (select.step()) {
-      SweepRecord stored = read_sweep(select);
-      const json stored_json = sweep_json(stored.spec);
-      if (stored_json.at("fields") != wanted.at("fields"))
-        throw SweepError(fmt::format("{}: a sweep named '{}' exists with another definition ({} differ): give this one "
-                                     "another name = \"...\", or continue that one with runner sweep --join {}",
-                                     spec.where, spec.name, describe_difference(stored_json, wanted), spec.name));
-      return stored;
-    }
+    if (std::optional<SweepRecord> stored = same_definition(db, spec)) return *stored;
     Statement insert = db.prepare("INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?)");
     insert.bind(1, spec.name).bind(2, spec.script).bind(3, wanted.dump()).bind(4, index::now_seconds());
     insert.run();
@@ -191,19 +245,21 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
     std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
     if (failed_count(trials) >= spec.max_failures) return std::nullopt;
 
-    auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason) {
+    auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason, bool to_the_end = false) {
       mark_running(db, sweep.sweep, trial.trial, worker);
       if (run) trial.step = index::load_run(db, *run).step;
       trial.status = "running";
       trial.worker = worker;
       ++trial.segments;
-      return Claim{trial, run, pause_for(spec, trial.rung), std::move(reason)};
+      return Claim{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
     };
 
     for (const TrialRecord& trial : trials) {
       if (trial.status != "stopped") continue;
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
       if (run && run_still_running(db, *run)) continue;  // its process is still saving; later
+      if (trial.error)  // end_trial notes why a trial killed by a signal is retried
+        return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
       return claim(trial, run, "continued");
     }
 
@@ -220,7 +276,15 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       }
     }
 
-    if (static_cast<std::int64_t>(trials.size()) >= spec.trials) return std::nullopt;
+    if (static_cast<std::int64_t>(trials.size()) >= spec.trials) {
+      const std::optional<LastPromotion> last = last_promotion(db, sweep, trials);
+      if (!last) return std::nullopt;
+      const TrialRecord& trial =
+          *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
+      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+      if (run && run_still_running(db, *run)) return std::nullopt;
+      return claim(trial, run, last->reason, true);
+    }
     std::vector<Observation> history;
     for (const TrialRecord& trial : trials)
       if (trial.metric && std::isfinite(*trial.metric) && trial.status != "running" && trial.status != "failed")
@@ -244,9 +308,58 @@ std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int
   return std::nullopt;
 }
 
-void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::vector<std::int64_t>& trials) {
-  if (trials.empty()) return;
+void add_worker(Database& db, std::int64_t sweep, const std::string& worker) {
   index::with_transaction(db, [&] {
+    const double now = index::now_seconds();
+    Statement select = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
+    select.bind(1, sweep);
+    std::vector<std::string> gone;
+    while (select.step())
+      if (worker_gone(select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
+    select.reset();
+    for (const std::string& name : gone) remove_worker(db, sweep, name);
+    Statement insert = db.prepare(
+        "INSERT OR REPLACE INTO sweep_workers (sweep, worker, started_at, heartbeat_at) VALUES (?, ?, ?, ?)");
+    insert.bind(1, sweep).bind(2, worker).bind(3, now).bind(4, now);
+    insert.run();
+  });
+}
+
+void remove_worker(Database& db, std::int64_t sweep, const std::string& worker) {
+  Statement remove = db.prepare("DELETE FROM sweep_workers WHERE sweep = ? AND worker = ?");
+  remove.bind(1, sweep).bind(2, worker);
+  remove.run();
+}
+
+WorkerPresence worker_presence(Database& db, const SweepRecord& sweep) {
+  const double now = index::now_seconds();
+  WorkerPresence presence;
+  presence.last_seen = sweep.created_at;
+  auto seen = [&](const std::string& worker, const std::optional<double>& heartbeat) {
+    presence.alive = presence.alive || worker_alive(worker, heartbeat, now);
+    if (heartbeat) presence.last_seen = std::max(presence.last_seen, *heartbeat);
+  };
+  Statement workers = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
+  workers.bind(1, sweep.sweep);
+  while (workers.step()) seen(workers.text(0), workers.optional_real(1));
+  Statement trials = db.prepare("SELECT worker, heartbeat_at, ended_at FROM trials WHERE sweep = ?");
+  trials.bind(1, sweep.sweep);
+  while (trials.step()) {
+    if (const std::optional<std::string> worker = trials.optional_text(0)) seen(*worker, trials.optional_real(1));
+    for (const int column : {1, 2})  // its heartbeat, its end
+      if (const std::optional<double> time = trials.optional_real(column)) presence.last_seen = std::max(presence.last_seen, *time);
+  }
+  return presence;
+}
+
+void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker, const std::vector<std::int64_t>& trials) {
+  index::with_transaction(db, [&] {
+    const double now = index::now_seconds();
+    Statement beat = db.prepare(
+        "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (sweep, worker) DO UPDATE SET heartbeat_at = excluded.heartbeat_at");
+    beat.bind(1, sweep.sweep).bind(2, worker).bind(3, now).bind(4, now);
+    beat.run();
     for (std::int64_t trial : trials) {
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
       std::int64_t step = 0;
@@ -270,6 +383,12 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
     const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
     std::optional<index::RunRecord> record;
     if (run) record = index::load_run(db, *run);
+    Statement current = db.prepare(fmt::format("SELECT {} FROM trials WHERE sweep = ? AND trial = ?", kTrialColumns));
+    current.bind(1, sweep.sweep).bind(2, trial);
+    current.step();
+    TrialRecord updated = read_trial(current);
+    current.reset();
+
     std::string status = "failed";
     std::optional<std::string> error;
     std::optional<double> metric;
@@ -293,15 +412,16 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
       else status = "failed", error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
     } else if (end.stopped_by_sweep && (end.exited_ok || !record || record->status != "failed")) {
       status = "stopped";
+    } else if (end.killed_by != 0 && !end.stopped_by_sweep && updated.retries < spec.retries) {
+      status = "stopped";  // continued first, from its last checkpoint
+      ++updated.retries;
+      const char* name = sigabbrev_np(end.killed_by);
+      error = fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step);
     } else {
       error = end.failure.empty() ? std::string("the trial failed") : end.failure;
+      if (end.killed_by != 0 && updated.retries > 0)
+        *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
     }
-
-    Statement current = db.prepare(fmt::format("SELECT {} FROM trials WHERE sweep = ? AND trial = ?", kTrialColumns));
-    current.bind(1, sweep.sweep).bind(2, trial);
-    current.step();
-    TrialRecord updated = read_trial(current);
-    current.reset();
     if (rung_row) {
       rung_row->rung = updated.rung;
       Statement insert = db.prepare("INSERT OR REPLACE INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?)");
@@ -314,11 +434,11 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
     const bool ended = status == "finished" || status == "failed";
     Statement update = db.prepare(
         "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung = ?, "
-        "worker = NULL, ended_at = ? WHERE sweep = ? AND trial = ?");
+        "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
     update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
     if (ended) update.bind(7, index::now_seconds());
     else update.bind_null(7);
-    update.bind(8, sweep.sweep).bind(9, trial);
+    update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
     update.run();
     updated.status = status;
     updated.run = run ? run : updated.run;
@@ -346,6 +466,7 @@ bool finish_if_done(Database& db, const SweepRecord& sweep) {
     if (static_cast<std::int64_t>(trials.size()) < sweep.spec.trials) return false;
     for (const TrialRecord& trial : trials)
       if (trial.status == "running" || trial.status == "stopped") return false;
+    if (last_promotion(db, sweep, trials)) return false;
     Statement prune = db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
     prune.bind(1, index::now_seconds()).bind(2, sweep.sweep);
     prune.run();
@@ -358,7 +479,7 @@ bool finish_if_done(Database& db, const SweepRecord& sweep) {
 
 SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
   SweepCounts counts;
-  counts.queued = static_cast<int>(std::max<std::int64_t>(0, sweep.spec.trials - static_cast<std::int64_t>(trials.size())));
+  counts.queued = std::max<std::int64_t>(0, sweep.spec.trials - static_cast<std::int64_t>(trials.size()));
   for (const TrialRecord& trial : trials) {
     if (trial.status == "running") ++counts.running;
     else if (trial.status == "paused") ++counts.paused;

@@ -16,8 +16,8 @@
 namespace runner::sweep {
 
 // Trial statuses: running (a worker runs it), paused (ASHA: stopped at a rung with a checkpoint, waiting to
-// be promoted), stopped (the sweep was stopped, or its worker died: continued first when the sweep goes on),
-// finished, pruned (ended at a rung by ASHA), failed.
+// be promoted), stopped (the sweep was stopped, its worker died, or a signal killed it and it is retried:
+// continued first when the sweep goes on), finished, pruned (ended at a rung by ASHA), failed.
 struct TrialRecord {
   std::int64_t trial = 0;  // 1, 2, ... in the order trials were started
   nlohmann::json params = nlohmann::json::object();
@@ -29,6 +29,7 @@ struct TrialRecord {
   std::optional<std::string> worker;  // "host:pid" of the worker running it
   std::optional<std::string> error;
   int segments = 0;          // times a worker started or continued it
+  int retries = 0;           // times it was continued after a signal killed it
   double created_at = 0;
   std::optional<double> ended_at;
 };
@@ -46,6 +47,8 @@ struct SweepRecord {
 // The sweep named spec.name: created, or the stored one when its definition is the same. Another
 // definition under that name is a SweepError that says what differs.
 SweepRecord open_sweep(index::Database& db, const SweepSpec& spec);
+// The stored sweep named spec.name, none when there is none, the same SweepError for another definition.
+std::optional<SweepRecord> same_definition(index::Database& db, const SweepSpec& spec);
 // By name or number; an IndexError naming the known sweeps when none matches.
 SweepRecord load_sweep(index::Database& db, const std::string& reference);
 std::vector<SweepRecord> list_sweeps(index::Database& db);
@@ -66,24 +69,45 @@ struct Claim {
 
 // In one transaction: trials of dead workers become stopped; then the first of: a stopped trial (whose run
 // is not still running), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
-// the sweep's sampler). None when the failure limit is reached or nothing can start now.
+// the sweep's sampler), and once no trial runs and every trial has started, ASHA's last promotion: the best
+// result of the highest rung with results when that trial waits there (a rung with fewer results than
+// `reduction` promotes nobody), else, while no trial has finished, the best paused trial of the highest rung;
+// it runs to the end without pausing. None when the failure limit is reached or nothing can start now.
 std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, const std::string& worker);
 
 // The run the trial's processes recorded (RUNNER_SWEEP / RUNNER_TRIAL), newest first.
 std::optional<std::int64_t> trial_run(index::Database& db, std::int64_t sweep, std::int64_t trial);
 
-// Refreshes the running trials of this worker: heartbeat, run, step and latest objective value.
-void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::vector<std::int64_t>& trials);
+// The workers of a sweep (the sweep_workers table): a worker adds itself when it starts (dropping the rows
+// of workers that are gone), its heartbeat is refreshed with its trials', and it removes itself at its end.
+void add_worker(index::Database& db, std::int64_t sweep, const std::string& worker);
+void remove_worker(index::Database& db, std::int64_t sweep, const std::string& worker);
+
+// Refreshes this worker's heartbeat and its running trials': heartbeat, run, step and latest objective value.
+void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::string& worker,
+                      const std::vector<std::int64_t>& trials);
+
+// Whether a worker holds the sweep: one of its workers (or of its running trials' workers) has its process on
+// this host, or on another host a heartbeat in the last 60 s. `last_seen`: the newest heartbeat of its workers
+// and trials, or else the end of its last trial or its creation.
+struct WorkerPresence {
+  bool alive = false;
+  double last_seen = 0;
+};
+WorkerPresence worker_presence(index::Database& db, const SweepRecord& sweep);
 
 // How a trial's process ended, as the worker saw it.
 struct TrialEnd {
   bool exited_ok = false;       // exit status 0
   bool stopped_by_sweep = false; // the worker sent it a stop signal
+  int killed_by = 0;            // the signal that killed it (or, under --nproc, one of its ranks); 0: none
   std::optional<std::int64_t> pause_step;
   std::string failure;          // how it ended and its last lines, for a failed trial
 };
 // Records the end from the trial's run in the index: finished (its objective's final value), paused at a
-// rung (the value at the first step >= pause_step), stopped, or failed. Returns the trial as recorded.
+// rung (the value at the first step >= pause_step), stopped, or failed. A trial killed by a signal the
+// worker did not send is stopped, to be continued from its checkpoint, while it has retries left
+// (spec.retries); then failed. Returns the trial as recorded.
 TrialRecord end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end);
 
 // Whether every trial has ended (paused ones included) and no more can start: then the paused trials become
@@ -91,7 +115,7 @@ TrialRecord end_trial(index::Database& db, const SweepRecord& sweep, std::int64_
 bool finish_if_done(index::Database& db, const SweepRecord& sweep);
 
 struct SweepCounts {
-  int running = 0, queued = 0, paused = 0, stopped = 0, finished = 0, pruned = 0, failed = 0;
+  std::int64_t running = 0, queued = 0, paused = 0, stopped = 0, finished = 0, pruned = 0, failed = 0;
   std::optional<std::int64_t> best_trial;
   std::optional<double> best_value;
 };

@@ -257,8 +257,9 @@ class Collectives(GlooOnTheCpu):
               table.concat(g:tolist(), ",")))
             """)
         env = {**self.env, "OMP_NUM_THREADS": "1"}
-        result = subprocess.run([RUNNER, "--nproc", "3", "collectives.lua"], cwd=self.dir, env=env,
-                                capture_output=True, text=True, timeout=120)
+        # 3 ranks on a 2-core host: --oversubscribe
+        result = subprocess.run([RUNNER, "--nproc", "3", "--oversubscribe", "collectives.lua"], cwd=self.dir,
+                                env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip(), "rank 0/3 main=true sum=6,60 mean=2 max=2 bcast=8 gather=0,0,1,1,2,2")
         single = self.runner("collectives.lua", check=0)
@@ -268,6 +269,13 @@ class Collectives(GlooOnTheCpu):
         self.script("noop.lua", "print(1)")
         bad = self.runner("--nproc", "zero", "noop.lua", check=2)
         self.assertIn("runner: --nproc must be a whole number >= 1 or auto, got 'zero'", bad.stderr)
+        empty = self.runner("--nproc", "", "noop.lua", check=2)
+        self.assertIn("runner: --nproc needs a value: a whole number >= 1 or auto, got ''", empty.stderr)
+        self.assertEqual(empty.stdout, "")  # the script did not run
+        many = self.runner("--nproc", "1000", "noop.lua", check=2)
+        self.assertIn(f"runner: --nproc 1000 is more ranks than this host's {os.cpu_count()} CPU cores (ranks on the CPU "
+                      "share them); --oversubscribe starts them anyway", many.stderr)
+        self.assertIn("--oversubscribe goes with --nproc N", self.runner("--oversubscribe", "noop.lua", check=2).stderr)
         nested = subprocess.run([RUNNER, "--nproc", "2", "noop.lua"], cwd=self.dir, capture_output=True, text=True,
                                 env={**self.env, "RANK": "0", "WORLD_SIZE": "2"}, timeout=60)
         self.assertEqual(nested.returncode, 2)
@@ -281,6 +289,7 @@ class Collectives(GlooOnTheCpu):
         self.assertIn("loader: batch 5 (the global batch of all ranks) does not split evenly over 2 ranks", result.stderr)
         # Both ranks fail on their own at once: the report names the one whose failure report is the earlier.
         self.assertRegex(result.stderr, r"runner: rank [01] of 2 \(pid \d+\) exited with status 1")
+
 
 # A tiny model trained by 2 ranks; rank `bad_rank` raises an error (or stops itself with SIGSTOP: hang = true) before
 # step `bad_step`. Each rank writes the step it is at into steps-<rank>.txt; rank 0 prints it.

@@ -653,7 +653,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (6); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (7); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -694,15 +694,16 @@ class BadIndexFiles(IndexTest):
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("DROP INDEX runs_by_trial")
         db.execute("DROP TABLE trial_rungs")
+        db.execute("DROP TABLE sweep_workers")
         for column in ("ended_at", "error"):
             db.execute(f"ALTER TABLE sweeps DROP COLUMN {column}")
-        for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at"):
+        for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at", "retries"):
             db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 1")
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(6,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(7,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])

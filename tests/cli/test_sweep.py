@@ -4,6 +4,8 @@ import json
 import math
 import os
 import pathlib
+import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -37,6 +39,11 @@ end
 """
 
 
+# SYNTHETIC with a checkpoint every `checkpoint_every` steps, so that a trial killed outright goes on from one.
+CHECKPOINTING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", checkpoint_every = 5 }').replace(
+    '  if cfg.sleep > 0 then', '  if step % cfg.checkpoint_every == 0 then run:checkpoint() end\n  if cfg.sleep > 0 then')
+
+
 def score(lr, width, step):
     return (math.log10(lr) + 2) ** 2 + width / 100 + 1 / step
 
@@ -68,6 +75,20 @@ class SweepTest(RunnerHomeTest):
                 ran.append(int(line))
         self.assertEqual(ran, list(range(1, len(ran) + 1)), f"run {run_id}: steps run twice or skipped")
         return attempts
+
+    def wait_for_steps(self, trials, steps, timeout=120):
+        """Waits until `trials` trials each have a run past `steps`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if (self.home / "index.db").exists():
+                try:
+                    rows = self.sql("SELECT count(*) FROM runs WHERE trial IS NOT NULL AND step >= ?", steps)
+                    if rows[0][0] >= trials:
+                        return
+                except sqlite3.OperationalError:
+                    pass
+            time.sleep(0.2)
+        self.fail("the trials did not get going")
 
     def trials(self, sweep):
         return self.sql("SELECT t.trial, t.status, t.metric, t.step, t.rung, t.params, r.id FROM trials t "
@@ -260,20 +281,6 @@ class Scheduling(SweepTest):
             self.assertEqual(steps, [(40, 40)])
             self.assertEqual(sum(len(a) for a in self.attempts(run_id)), 40)
 
-    def wait_for_steps(self, trials, steps, timeout=120):
-        """Waits until `trials` trials each have a run past `steps`."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if (self.home / "index.db").exists():
-                try:
-                    rows = self.sql("SELECT count(*) FROM runs WHERE trial IS NOT NULL AND step >= ?", steps)
-                    if rows[0][0] >= trials:
-                        return
-                except sqlite3.OperationalError:
-                    pass
-            time.sleep(0.2)
-        self.fail("the trials did not get going")
-
     def test_kill_9_of_the_sweep_loses_and_repeats_nothing(self):
         self.sweep_file("killed.lua", """
           script = "synthetic.lua",
@@ -315,6 +322,213 @@ class Scheduling(SweepTest):
         started = out.count(" started (new)") + second.stdout.count(" started (new)")
         self.assertEqual(started, 6)
         self.assertGreater(second.stdout.count(" started (new)"), 0, second.stdout)
+
+
+class Failures(SweepTest):
+    """Issue 36: killed trials, a rung too small to promote, a full disk under the worker, dead workers."""
+
+    def test_asha_runs_the_best_of_the_last_rung_with_results_to_the_end(self):
+        # 3 points, rungs at 3 and 9 of 27 steps: rung 1 promotes its best 1 of 3, rung 2 gets that one result and
+        # can never promote; its best runs to the end, so the sweep has a best trial and command.
+        self.sweep_file("three.lua", """
+          script = "synthetic.lua",
+          parameters = { lr = { 0.001, 0.01, 0.1 } },
+          fixed = { steps = 27 }, method = "grid", metric = "score",
+          prune = { "asha", min_steps = 3, reduction = 3 },
+        """)
+        result = self.runner("sweep", "three.lua", check=0, timeout=300)
+        trials = {json.loads(t[5])["lr"]: t for t in self.trials("three")}
+        self.assertEqual({lr: (t[1], t[3]) for lr, t in trials.items()},
+                         {0.001: ("pruned", 3), 0.01: ("finished", 27), 0.1: ("pruned", 3)}, result.stdout)
+        warning = ("runner sweep: three.lua:6: warning: ASHA's rung 2 (step 9) is reached by at most 1 trial, fewer than "
+                   "reduction = 3, so it never promotes: its best trial runs to the end once nothing else is left")
+        self.assertIn(warning, result.stderr)
+        self.assertIn(warning, self.runner("sweep", "--dry-run", "three.lua", check=0).stderr)
+        best = trials[0.01]
+        self.assertAlmostEqual(best[2], score(0.01, 4, 27), places=9)
+        self.assertEqual([len(a) for a in self.attempts(best[6])], [3, 6, 18])  # resumed at each rung, never repeated
+        self.assertIn(f"trial {best[0]} started (the best at rung 2, the last rung with results: runs to the end from "
+                      "step 9)", result.stdout)
+        self.assertRegex(result.stdout, rf"best: trial {best[0]} with score \S+: runner \S*synthetic\.lua lr=0\.01 steps=27")
+        shown = self.runner("sweep", "show", "three", check=0).stdout
+        self.assertRegex(shown, rf"best \(trial {best[0]}, score \S+\): runner \S*synthetic\.lua lr=0\.01 steps=27")
+
+    def test_a_trial_killed_by_a_signal_is_retried_from_its_checkpoint(self):
+        # The OOM killer's way: SIGKILL from outside, no checkpoint at the kill. retries = 1 (the default) continues
+        # the trial's run from its last checkpoint (every 5 steps), before anything else.
+        self.script("synthetic.lua", CHECKPOINTING)
+        self.sweep_file("killed.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2 } }, fixed = { steps = 40, sleep = 0.1 },
+          method = "grid", metric = "score",
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "killed.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.wait_for_steps(1, 12)
+        (pid, step), = self.sql("SELECT pid, step FROM runs WHERE trial = 1")
+        os.kill(pid, signal.SIGKILL)
+        out, err = process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 0, out + err)
+        trials = self.trials("killed")
+        self.assertEqual([(t[0], t[1], t[3]) for t in trials], [(1, "finished", 40), (2, "finished", 40)], out)
+        self.assertEqual(self.sql("SELECT trial, retries FROM trials ORDER BY trial"), [(1, 1), (2, 0)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(2,)])
+        self.assertRegex(out, r"trial 1 was killed by signal 9 \(SIGKILL\) at step \d+: it goes on from its last "
+                              r"checkpoint \(retry 1 of 1\)")
+        self.assertRegex(out, r"trial 1 started \(retry 1 of 1: killed by signal 9 \(SIGKILL\) at step \d+")
+        self.assertLess(out.index("trial 1 started (retry"), out.index("trial 2 started"))
+        # Two attempts: the second starts at the last checkpoint before the kill, and from there every step runs
+        # once; the steps after that checkpoint that the killed attempt ran are run again.
+        run_dir = self.home / self.sql("SELECT dir FROM runs WHERE trial = 1")[0][0]
+        lines = (run_dir / "steps.txt").read_text().splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("from ")]
+        self.assertEqual(len(starts), 2)
+        first = [int(x) for x in lines[starts[0] + 1:starts[1]]]
+        second = [int(x) for x in lines[starts[1] + 1:]]
+        resumed_from = int(lines[starts[1]][5:])
+        self.assertEqual(resumed_from % 5, 0)
+        self.assertGreaterEqual(resumed_from, 5)
+        self.assertEqual(first, list(range(1, len(first) + 1)))
+        self.assertLessEqual(resumed_from, first[-1])
+        self.assertEqual(second, list(range(resumed_from + 1, 41)))
+        steps = self.sql("SELECT count(DISTINCT m.step), max(m.step) FROM metrics m JOIN runs r USING (run) "
+                         "WHERE r.trial = 1 AND m.key = 'score'")
+        self.assertEqual(steps, [(40, 40)])
+
+    def test_a_full_disk_under_the_worker_pauses_its_index_writes_and_the_sweep_goes_on(self):
+        # The worker's writes to the index fail for real, as on a full disk: its file size limit (RLIMIT_FSIZE) is
+        # set to 0 while it runs, so every write(2) to a file fails with EFBIG (SIGXFSZ is ignored, so it is not
+        # killed). The trial processes were started before, with no limit, and go on writing. Trial 1 ends while the
+        # limit holds, so its end cannot be recorded; then the limit goes back.
+        self.sweep_file("disk.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2 } }, fixed = { steps = 60, sleep = 0.1 },
+          method = "grid", metric = "score",
+        """)
+
+        def ignore_sigxfsz():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+        process = subprocess.Popen([RUNNER, "sweep", "disk.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ignore_sigxfsz)
+        self.wait_for_steps(1, 30)
+        limits = resource.prlimit(process.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (0, limits[1]))
+        deadline = time.time() + 60
+        while self.sql("SELECT status FROM runs WHERE trial = 1") != [("finished",)] and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(6)  # the worker's heartbeat and its record of trial 1's end fail meanwhile
+        self.assertEqual(self.sql("SELECT status FROM trials WHERE trial = 1"), [("running",)])
+        self.assertIsNone(process.poll(), "the worker died")
+        resource.prlimit(process.pid, resource.RLIMIT_FSIZE, limits)
+        out, err = process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 0, out + err)
+        self.assertRegex(out, r"cannot write to the index \([a-z' ]+\): .*; trying again while the trials go on")
+        self.assertRegex(out, r"the index takes writes again \([a-z' ]+, after \d+ failed tr(y|ies)\)")
+        self.assertEqual([(t[0], t[1], t[3]) for t in self.trials("disk")], [(1, "finished", 60), (2, "finished", 60)])
+        self.assertEqual(self.sql("SELECT status FROM sweeps"), [("finished",)])
+        self.assertIn("best: trial 1 with score", out)
+
+    def test_show_and_sweeps_say_when_no_live_worker_holds_a_running_sweep(self):
+        self.sweep_file("orphan.lua", """
+          script = "synthetic.lua",
+          parameters = { width = { 1, 2 } }, fixed = { steps = 200, sleep = 0.05 },
+          method = "grid", metric = "score",
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "orphan.lua"], cwd=self.dir, env=self.env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for_steps(1, 3)
+        running = self.runner("sweep", "show", "orphan", check=0).stdout
+        self.assertIn("sweep orphan (1): running, grid", running)
+        process.kill()
+        process.wait()
+        seen = time.strftime("%H:%M")
+        self.assertEqual(self.sql("SELECT status FROM sweeps"), [("running",)])  # as the dead worker left it
+        note = r"no live worker since (\d\d:\d\d); run the same command to continue"
+        shown = self.runner("sweep", "show", "orphan", check=0).stdout
+        match = re.search(r"sweep orphan \(1\): stopped \(" + note + r"\), grid", shown)
+        self.assertTrue(match, shown)
+        self.assertIn(match.group(1), (seen, time.strftime("%H:%M", time.localtime(time.time() - 60))))
+        self.assertEqual([row["status"] for row in json.loads(self.runner("sweep", "show", "orphan", "--json",
+                                                                          check=0).stdout)], ["stopped"])
+        table = self.runner("sweeps", check=0).stdout
+        self.assertRegex(table, r"\borphan\s+stopped\b")
+        self.assertRegex(table, r"sweep orphan: " + note)
+        self.assertEqual([s["status"] for s in json.loads(self.runner("sweeps", "--json", check=0).stdout)], ["stopped"])
+
+
+class Input(SweepTest):
+    """Issue 36: what a sweep file may hold, checked the same by --dry-run and by the run, errors at its line."""
+
+    def refused(self, body, pattern, raw=None):
+        """Writes bad.lua (or raw bytes), and asserts that --dry-run and the run both refuse it alike."""
+        if raw is None:
+            self.script("bad.lua", "-- a sweep\nreturn runner.sweep {\n  script = \"synthetic.lua\",\n  " + body + "\n}\n")
+        else:
+            (self.dir / "bad.lua").write_bytes(raw)
+        recorded = lambda: self.sql("SELECT count(*) FROM sweeps") if (self.home / "index.db").exists() else None
+        before = recorded()
+        dry = self.runner("sweep", "--dry-run", "bad.lua", check=2)
+        real = self.runner("sweep", "bad.lua", check=2)
+        self.assertRegex(dry.stderr, "^runner sweep: " + pattern)
+        self.assertEqual(real.stderr, dry.stderr)
+        self.assertNotIn("json.exception", dry.stderr)
+        self.assertEqual(recorded(), before)
+
+    def test_names_are_checked_like_run_names(self):
+        self.refused('name = "../../x",\n  parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,',
+                     r"bad\.lua:4: sweep name '\.\./\.\./x' is not allowed")
+        self.refused('name = "a/b",\n  parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,',
+                     r"bad\.lua:4: sweep name 'a/b' is not allowed: use letters, digits, '_', '-' and '\.'")
+        self.assertFalse((self.dir.parent / "x").exists())
+        self.script("my sweep.lua", 'return runner.sweep { script = "synthetic.lua", parameters = { lr = { 1, 2 } }, '
+                                    'metric = "score", trials = 2 }\n')
+        result = self.runner("sweep", "--dry-run", "my sweep.lua", check=2)
+        self.assertIn("runner sweep: my sweep.lua:1: sweep name 'my sweep' is not allowed: use letters, digits, '_', '-' "
+                      "and '.' (the sweep file's name): give the sweep a name = \"...\"", result.stderr)
+
+    def test_text_that_is_not_utf8_is_refused_at_its_line(self):
+        self.refused(None, r'bad\.lua:4: parameter "mode" holds text that is not UTF-8: "\\xff" ',
+                     raw=b'return runner.sweep {\n  script = "synthetic.lua",\n  metric = "score", trials = 2,\n'
+                         b'  parameters = { mode = { "a", "\xff" } },\n}\n')
+        self.refused(None, r"bad\.lua:3: 'name' holds text that is not UTF-8: \"x\\xe9\"",
+                     raw=b'return runner.sweep {\n  script = "synthetic.lua",\n  name = "x\xe9",\n'
+                         b'  parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,\n}\n')
+        latin1 = "s\xe9.lua".encode("latin-1").decode("utf-8", "surrogateescape")  # the bytes s, 0xe9, .lua
+        (self.dir / latin1).write_text(SYNTHETIC)
+        self.refused(None, r"bad\.lua:2: 'script' holds text that is not UTF-8: \"s\\xe9\.lua\"",
+                     raw=b'return runner.sweep {\n  script = "s\xe9.lua",\n'
+                         b'  parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,\n}\n')
+        (self.dir / latin1).write_text('return runner.sweep { name = "s", script = "synthetic.lua", '
+                                       'parameters = { lr = { 1, 2 } }, metric = "score", trials = 2 }\n')
+        for args in (["--dry-run", latin1], [latin1]):
+            result = self.runner("sweep", *args, check=2)
+            self.assertEqual(result.stderr, "runner sweep: s\\xe9.lua:1: the sweep file's path is not UTF-8 text: rename "
+                                            "the file (the index keeps text as UTF-8)\n")
+
+    def test_whole_numbers_are_range_checked_as_64_bit_values(self):
+        self.refused('parameters = { lr = { 1, 2 } }, metric = "score",\n  trials = 5e9,',
+                     r"bad\.lua:5: 'trials' must be a whole number from 1 to 2147483647, got 5000000000$")
+        self.refused('parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,\n  slots = 3e9,',
+                     r"bad\.lua:5: 'slots' \(a number or \"auto\"\) must be a whole number from 1 to 2147483647, "
+                     r"got 3000000000$")
+        self.refused('parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,\n  max_failures = 2^40,',
+                     r"bad\.lua:5: 'max_failures' must be a whole number from 0 to 2147483647, got 1099511627776$")
+        self.refused('parameters = { lr = { 1, 2 } }, metric = "score", trials = 2,\n  prune = { "asha", min_steps = 2, '
+                     'reduction = 2^33 },', r"bad\.lua:5: prune's 'reduction' must be a whole number from 2 to 2147483647")
+
+    def test_dry_run_refuses_what_the_run_refuses(self):
+        self.env = {**self.env, "CUDA_VISIBLE_DEVICES": ""}  # CPU slots, also on a GPU host
+        cores = os.cpu_count()
+        self.refused(f'parameters = {{ lr = {{ 1, 2 }} }}, metric = "score", trials = 2,\n  slots = {cores + 1},',
+                     rf"bad\.lua:5: slots = {cores + 1} runs {cores + 1} processes at once on the CPU, more than this "
+                     rf"host's {cores} cores$")
+        # A sweep of the same name with another definition: refused by both (the dry run reads the index).
+        self.script("first.lua", 'return runner.sweep { name = "same", script = "synthetic.lua", '
+                                 'parameters = { width = { 1 } }, fixed = { steps = 1 }, method = "grid", metric = "score" }\n')
+        self.runner("sweep", "first.lua", check=0, timeout=120)
+        self.refused('name = "same", parameters = { width = { 2 } }, fixed = { steps = 1 },\n  method = "grid", metric = "score",',
+                     r"bad\.lua:2: a sweep named 'same' exists with another definition \(parameters differ\)")
 
 
 class Example(SweepTest):

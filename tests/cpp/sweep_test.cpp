@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
 #include "runtime/sweep/sweep_spec.h"
@@ -256,4 +257,113 @@ TEST_CASE("two workers claiming at once through their own connections never get 
   db.execute("UPDATE trials SET status = 'stopped', worker = NULL");
   for (const std::string& reason : race()) CHECK(reason == "continued");
   for (const TrialRecord& trial : list_trials(db, sweep.sweep)) CHECK(trial.segments == 2);
+}
+
+TEST_CASE("whole numbers are range-checked as 64-bit values, names like run names, text as UTF-8") {
+  const json lr = json::array({1, 2});
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 5000000000LL}}),
+                    "sweeps/s.lua:2: 'trials' must be a whole number from 1 to 2147483647, got 5000000000");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"slots", 3e9}}),
+                    "sweeps/s.lua:2: 'slots' (a number or \"auto\") must be a whole number from 1 to 2147483647, got 3000000000.0");
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"retries", -1}}),
+                    "sweeps/s.lua:2: 'retries' must be a whole number from 0 to 2147483647, got -1");
+  const SweepSpec many = spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2147483647}});
+  CHECK(many.max_failures == 1073741824);  // trials / 2 + 1, not wrapped to a negative int
+  CHECK(many.retries == 1);
+  CHECK(rung_steps(AshaOptions{std::int64_t{1} << 40, 2147483647, (std::int64_t{1} << 53) - 1}) ==
+        std::vector<std::int64_t>{std::int64_t{1} << 40});  // the next rung would overflow
+  // Fresh definitions (not read back from the index) have their names checked.
+  json fresh = definition({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"name", "../../x"}});
+  fresh["resolved"] = false;
+  fresh["fields"]["script"] = "/";
+  CHECK_THROWS_WITH(parse_sweep(fresh), Contains("sweep name '../../x' is not allowed"));
+  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({"a", "\xff"})}}}, {"metric", "m"}, {"trials", 2}}),
+                    "sweeps/s.lua:3: parameter \"lr\" holds text that is not UTF-8: \"\\xff\" (the index keeps text as UTF-8)");
+}
+
+TEST_CASE("a rung that fewer than `reduction` trials reach is reported by the definition check") {
+  SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"},
+                            {"prune", {{"method", "asha"}, {"min_steps", 6}, {"max_steps", 54}}}});
+  spec.lines["prune"] = "sweeps/s.lua:7";
+  CHECK(rung_warning(spec) ==
+        "sweeps/s.lua:7: warning: ASHA's rung 2 (step 18) is reached by at most 1 trial, fewer than reduction = 3, so it "
+        "never promotes: its best trial runs to the end once nothing else is left (more trials, a smaller reduction or a "
+        "larger min_steps let every rung choose)");
+  spec.trials = 9;
+  CHECK(rung_warning(spec) == "");
+}
+
+TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA's last rung runs its best to the end") {
+  runner::testing::TempDir home("sweep-last-rung");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  json points = json::array();
+  for (int i = 1; i <= 9; ++i) points.push_back(i);
+  // The issue's case: 9 points, rungs at 6 and 18 of 54 steps.
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", points}}}, {"method", "grid"}, {"metric", "m"},
+                                  {"prune", {{"method", "asha"}, {"min_steps", 6}, {"max_steps", 54}}}});
+  const SweepRecord sweep = open_sweep(db, spec);
+  for (int t = 1; t <= 9; ++t) REQUIRE(claim_trial(db, sweep, "host:1"));
+  // Every trial paused at rung 1; the best three there, 3, 5 and 7, went on to rung 2, where 7 is the best.
+  for (int t = 1; t <= 9; ++t) {
+    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 0, 6, {})", sweep.sweep, t, t % 2 && t > 1 ? t : 10 + t));
+    db.execute(fmt::format("UPDATE trials SET status = 'paused', rung = 1, worker = NULL WHERE trial = {}", t));
+  }
+  for (int t : {3, 5, 7}) {
+    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 1, 18, {})", sweep.sweep, t, 10 - t));
+    db.execute(fmt::format("UPDATE trials SET rung = 2 WHERE trial = {}", t));
+  }
+  // Trial 7 (the best at rung 2) is killed outright: retried once, from its checkpoint, before anything else.
+  db.execute("UPDATE trials SET status = 'running', worker = 'host:1' WHERE trial = 7");
+  TrialEnd killed;
+  killed.killed_by = 9;
+  killed.failure = "was killed by signal 9 (SIGKILL)";
+  TrialRecord ended = end_trial(db, sweep, 7, killed);
+  CHECK(ended.status == "stopped");
+  CHECK(ended.retries == 1);
+  CHECK(ended.error == "killed by signal 9 (SIGKILL) at step 0");
+  auto retry = claim_trial(db, sweep, "host:1");
+  REQUIRE(retry);
+  CHECK(retry->trial.trial == 7);
+  CHECK(retry->reason == "retry 1 of 1: killed by signal 9 (SIGKILL) at step 0");
+  // Killed again: no retries left, it fails.
+  ended = end_trial(db, sweep, 7, killed);
+  CHECK(ended.status == "failed");
+  CHECK(ended.error == "was killed by signal 9 (SIGKILL) (after 1 retry)");
+  // Rung 2's best failed, and nothing has finished: the best of rung 2 that waits, trial 5, runs to the end.
+  CHECK_FALSE(finish_if_done(db, sweep));
+  auto last = claim_trial(db, sweep, "host:1");
+  REQUIRE(last);
+  CHECK(last->trial.trial == 5);
+  CHECK(last->reason == "the best left at rung 2, as none finished: runs to the end");
+  CHECK_FALSE(last->pause_step);
+  CHECK_FALSE(claim_trial(db, sweep, "host:1"));
+  // It finished: the sweep ends, the paused trials pruned.
+  db.execute("UPDATE trials SET status = 'finished', metric = 0.5, worker = NULL WHERE trial = 5");
+  CHECK_FALSE(claim_trial(db, sweep, "host:1"));
+  CHECK(finish_if_done(db, sweep));
+  const SweepCounts counts = count_trials(sweep, list_trials(db, sweep.sweep));
+  CHECK(counts.finished == 1);
+  CHECK(counts.pruned == 7);
+  CHECK(counts.failed == 1);
+  CHECK(counts.best_trial == 5);
+}
+
+TEST_CASE("a running sweep shows whether a worker holds it") {
+  runner::testing::TempDir home("sweep-workers");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  const SweepRecord sweep = open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"},
+                                                    {"metric", "m"}}));
+  CHECK_FALSE(worker_presence(db, sweep).alive);
+  add_worker(db, sweep.sweep, worker_name());  // this process: alive
+  CHECK(worker_presence(db, sweep).alive);
+  remove_worker(db, sweep.sweep, worker_name());
+  // A worker on another host is alive while its heartbeat is fresh.
+  add_worker(db, sweep.sweep, "elsewhere:1");
+  CHECK(worker_presence(db, sweep).alive);
+  db.execute("UPDATE sweep_workers SET heartbeat_at = heartbeat_at - 3600");
+  SweepRecord older = sweep;
+  older.created_at -= 7200;
+  const WorkerPresence gone = worker_presence(db, older);
+  CHECK_FALSE(gone.alive);
+  CHECK(gone.last_seen < runner::index::now_seconds() - 3500);
 }
