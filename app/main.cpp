@@ -63,8 +63,9 @@ options:
                       checkpoint
   --fresh             start a new run even when the latest run of the script with the same config was
                       interrupted or failed (by default runner.start continues it)
-  --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU), each
-                      training on its share of every batch; see "distributed" in the README
+  --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per GPU); the
+                      loader's batch is the global batch, each rank takes 1/N of it, so the learning rate
+                      stays what it is for that batch at any N; see "Data parallel" in the README
   --oversubscribe     with --nproc: start more ranks than there are GPUs (without one, CPU cores)
   --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the
                       run directory (Perfetto, chrome://tracing) and the top operators by self time
@@ -264,6 +265,7 @@ int main(int argc, char** argv) {
                              "WORLD_SIZE (torchrun, srun): leave --nproc out there\n");
         return kExitUsage;
       }
+      if (command.nproc == "auto") std::fprintf(stderr, "runner: %s\n", runner::dist::describe_auto_nproc().c_str());
       runner::dist::LaunchOptions options;
       options.nproc = command.nproc_count;
       options.arguments = command.rank_arguments;

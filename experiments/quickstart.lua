@@ -74,7 +74,10 @@ local real = real_shapes(cfg.seed + 1000003)
 local floor = runner.eval.sliced_wasserstein(real_shapes(cfg.seed + 2000003), real)
 if run.step == 0 then run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples))) end
 
+-- Rank 0 draws the metric's samples and records them (the other ranks of a data-parallel run wait for it at the
+-- next step) and prints the paths of the files it writes; the others return nil.
 local function evaluate()
+  if not runner.dist.is_main then return nil end
   local samples = ddpm:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples:narrow(1, 1, math.min(64, cfg.metric_samples)))
   local distance = runner.eval.sliced_wasserstein(samples, real)
@@ -93,8 +96,10 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
 end
 local distance = evaluate()
 run:checkpoint { metric = "swd", value = distance, wait = true }
-run:set_summary { swd = distance, swd_floor = floor, seconds = runner.clock() - start }
-print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f; "
-  .. "real shapes against other real shapes: %.4f", distance, floor))
-print(string.format("done in %.0f s; run %s: sample grids in %s/images (runner show %s, runner report %s)",
-  runner.clock() - start, run.name, run.dir, run.name, run.name))
+if runner.dist.is_main then
+  run:set_summary { swd = distance, swd_floor = floor, seconds = runner.clock() - start }
+  print(string.format("sample quality (sliced Wasserstein distance to real shapes, lower is better): %.4f; "
+    .. "real shapes against other real shapes: %.4f", distance, floor))
+  print(string.format("done in %.0f s; run %s: sample grids in %s/images (runner show %s, runner report %s)",
+    runner.clock() - start, run.name, run.dir, run.name, run.name))
+end

@@ -97,6 +97,7 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   }
   read_integer(env, {"RUNNER_CORES"}, context.cores, 1, 1 << 20);
   if (auto file = lookup(env, {"RUNNER_FAILURE_FILE"}, &which)) context.failure_file = *file;
+  if (auto agent = lookup(env, {"TORCHELASTIC_USE_AGENT_STORE"}, &which)) context.agent_store = *agent == "True";
   return context;
 }
 

@@ -38,6 +38,8 @@ struct LaunchContext {
   std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
   int cores = 0;                  // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
   std::string failure_file;       // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
+  bool agent_store = false;       // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at
+                                  // MASTER_PORT, so every rank joins it as a client (as torch.distributed does)
 
   bool distributed() const { return world_size > 1; }
 };

@@ -208,6 +208,14 @@ int parse_nproc(const std::string& text, bool oversubscribe) {
   return value;
 }
 
+std::string describe_auto_nproc() {
+  const int gpus = core::cuda_device_count();
+  if (gpus > 0) return fmt::format("--nproc auto: {} rank{}, one per visible GPU", gpus, gpus == 1 ? "" : "s");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return fmt::format("--nproc auto: no GPU is visible, so 1 rank on the CPU (auto starts one rank per GPU; --nproc N "
+                     "starts N ranks that share this host's {} CPU core{})", cores, cores == 1 ? "" : "s");
+}
+
 int launch_local_ranks(const LaunchOptions& options) {
   const int port = options.master_port > 0 ? options.master_port : free_port(options.master_addr);
   FailureFiles failure_files;

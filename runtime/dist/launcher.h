@@ -20,6 +20,10 @@ struct LaunchOptions {
 // visible GPU (without one, per CPU core) unless `oversubscribe`. Throws std::invalid_argument naming the value.
 int parse_nproc(const std::string& text, bool oversubscribe = false);
 
+// What `--nproc auto` chose and why, said on the console before the ranks start: "--nproc auto: 4 ranks, one per
+// visible GPU", or on a host without one "--nproc auto: no GPU is visible, so 1 rank on the CPU (...)".
+std::string describe_auto_nproc();
+
 // Runs the ranks to their end and returns the launcher's exit status: 0 when every rank exited with 0;
 // else the status of the rank that failed first (128 + signal for a rank killed by a signal). The first failure
 // is the earliest failure report (dist/failure_report.h) that is not a consequence of a failed collective; else a

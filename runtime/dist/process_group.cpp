@@ -112,7 +112,9 @@ ProcessGroup::ProcessGroup(const core::LaunchContext& context, c10::Device devic
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<std::uint16_t>(context.master_port);
-    options.isServer = rank_ == 0;
+    // Under torchrun the agent already serves the store at MASTER_PORT: a rank 0 that tried to serve it too
+    // would fail to bind and have c10d log an error line ("The server socket on PORT has failed to bind").
+    options.isServer = rank_ == 0 && !context.agent_store;
     options.numWorkers = static_cast<std::size_t>(size_);
     options.waitWorkers = true;
     options.timeout = timeout;

@@ -4,7 +4,9 @@
 -- script.lua`, one or more nodes) or Slurm (`srun runner script.lua`). With more than one rank the trainer
 -- is data parallel by itself: rank 0's weights are copied to every rank at its start, each rank takes its
 -- share of every global batch (the loader's `batch` is the global batch), gradients are averaged over the
--- ranks after the last micro-batch, and the step's loss is the mean over the ranks. Rank 0 records the run
+-- ranks after the last micro-batch, and the step's loss is the mean over the ranks (the learning rate is that of
+-- the global batch, whatever the number of ranks; at its first step rank 0 logs the split, e.g. "data parallel:
+-- 2 ranks, global batch 32 = 2 x 16"). Rank 0 records the run
 -- (index row, metrics, images, checkpoints); the other ranks' run:log, run:images and run:checkpoint do
 -- nothing. A stop signal on any rank stops every rank after the same step. Ranks count from 0, as RANK does.
 -- In a single process rank is 0, world_size 1, and the collectives return their input.

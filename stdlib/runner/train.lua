@@ -136,6 +136,25 @@ local function batch_inputs(batch)
   return inputs
 end
 
+-- Said once by rank 0 at the trainer's first step in this process (also after a resume) when there are several
+-- ranks: how many, and how the global batch (the loader's `batch`) splits over them, e.g. "data parallel: 2 ranks,
+-- global batch 32 = 2 x 16". Each rank's batch is measured on the batch itself; a step without a batch
+-- (loss_fn(i, n)) says only the ranks.
+local function announce_data_parallel(self, batch)
+  if rawget(self, "announced") or runner.dist.world_size == 1 or not runner.dist.is_main then return end
+  rawset(self, "announced", true)
+  local ranks = runner.dist.world_size
+  local data = torch.is_tensor(batch) and batch or type(batch) == "table" and batch.data or nil
+  if not torch.is_tensor(data) or data:dim() == 0 then
+    runner.log.info("data parallel: %d ranks", ranks)
+    return
+  end
+  local per_rank = data:size(1)
+  local micro = self.accumulate > 1 and string.format(" (%d micro-batches of %d per rank)", self.accumulate,
+    math.floor(per_rank / self.accumulate)) or ""
+  runner.log.info("data parallel: %d ranks, global batch %d = %d x %d%s", ranks, ranks * per_rank, ranks, per_rank, micro)
+end
+
 --- train:step(batch) -> {loss, grad_norm, lr, loss_scale, skipped, step, timing}: one step of the trainer's
 --- objective (runner.trainer { objective = ... }) over a loader batch, split into `accumulate` micro-batches.
 --- train:step([batch,] loss_fn): the same with a loss function: loss_fn(micro_batch) for each micro-batch of
@@ -151,6 +170,7 @@ function Trainer:step(batch, loss_fn)
   end
   if loss_fn == nil and batch == nil then error("train:step expects (batch), (batch, loss_function) or (loss_function)", 2) end
   if loss_fn ~= nil and type(loss_fn) ~= "function" then error("train:step expects ([batch,] loss_function)", 2) end
+  announce_data_parallel(self, batch)
   local call = loss_fn
   if batch ~= nil and loss_fn ~= nil then
     local micro = split_batch(batch, self.accumulate)

@@ -4,6 +4,7 @@ import ctypes
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import sqlite3
@@ -239,6 +240,82 @@ class DataParallel(GlooOnTheCpu):
         self.assertEqual([node.returncode for node in nodes], [0, 0], "\n".join(outputs))
         self.assertIn("sample quality (sliced Wasserstein distance to real shapes", outputs[0])
         self.assertEqual([r[1:4] for r in self.runs()], [("finished", 6, 2)])
+
+
+class Console(GlooOnTheCpu):
+    """What a data-parallel job says on the console: the ranks and the batch split, what --nproc auto chose, no c10d
+    error under torchrun, the other ranks' silence about files only rank 0 writes, and the global batch in --help."""
+
+    def setUp(self):
+        super().setUp()
+        self.env = {**self.env, "OMP_NUM_THREADS": "1", "RUNNER_DIST_TIMEOUT": "60"}
+
+    def test_rank_0_says_once_how_many_ranks_there_are_and_how_the_global_batch_splits(self):
+        self.script("train.lua", TRAIN)
+        two = self.runner("--nproc", "2", "train.lua", "steps=2", check=0)
+        self.assertEqual(re.findall(r"\[info\] (data parallel: .*)", two.stdout + two.stderr),
+                         ["data parallel: 2 ranks, global batch 8 = 2 x 4 (2 micro-batches of 2 per rank)"])
+        one = self.runner("--fresh", "train.lua", "steps=2", check=0)
+        self.assertNotIn("data parallel", one.stdout + one.stderr)
+
+    def test_nproc_auto_on_a_cpu_host_says_what_it_chose(self):
+        self.script("ranks.lua", 'print(string.format("rank %d of %d", runner.dist.rank, runner.dist.world_size))')
+        result = self.runner("--nproc", "auto", "ranks.lua", check=0)
+        cores = os.cpu_count()
+        self.assertEqual(result.stderr, "runner: --nproc auto: no GPU is visible, so 1 rank on the CPU (auto starts one "
+                                        "rank per GPU; --nproc N starts N ranks that share this host's "
+                                        f"{cores} CPU core{'' if cores == 1 else 's'})\n")
+        self.assertEqual(result.stdout, "rank 0 of 1\n")
+
+    def test_torchrun_shows_no_c10d_error_about_the_store_its_agent_serves(self):
+        # torchrun's agent serves the TCPStore at MASTER_PORT: a rank 0 that tried to serve it too had c10d log
+        # "[E... TCPStore.cpp:...] [c10d] The server socket on PORT has failed to bind. TORCHELASTIC_USE_AGENT_STORE
+        # is enabled so ignoring the error."
+        self.script("ranks.lua", """
+            runner.dist.barrier()
+            print(string.format("rank %d of %d", runner.dist.rank, runner.dist.world_size))
+            """)
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        result = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", RUNNER, "ranks.lua"],
+                                cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(sorted(result.stdout.splitlines()), ["rank 0 of 2", "rank 1 of 2"])
+
+    def test_only_rank_0_of_the_quickstart_draws_metric_samples_and_prints_the_paths_it_writes(self):
+        # Two ranks as torchrun starts them, each with its own output.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
+        procs = []
+        for rank in range(2):
+            env = {**self.env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            procs.append(subprocess.Popen([RUNNER, quickstart, "steps=4", "sample_every=2", "checkpoint_every=2",
+                                           "metric_samples=16", "sample_steps=3", "channels=8"],
+                                          cwd=self.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        (out0, err0), (out1, err1) = [p.communicate(timeout=300) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], out0 + err0 + out1 + err1)
+        self.assertIn("[info] data parallel: 2 ranks, global batch 32 = 2 x 16\n", err0)
+        images = self.home / "quickstart-1" / "images"
+        self.assertRegex(out0, rf"step     2  samples: {re.escape(str(images))}/samples-0000002\.png  sliced Wasserstein "
+                               r"to real shapes: \d\.\d{4} \(real to real: \d\.\d{4}\)\n")
+        self.assertIn(f"sample grids in {images} (runner show quickstart-1, runner report quickstart-1)\n", out0)
+        # Rank 1 says what it trains, then nothing: no samples drawn, no path of a file rank 0 writes.
+        self.assertEqual(out1.splitlines()[-1], "0.07M parameters on cpu; 4 steps of batch 32")
+        self.assertNotIn(str(self.home), out1 + err1)
+        self.assertNotIn("samples", out1)
+        self.assertEqual(err1, "")
+
+    def test_help_and_readme_say_the_batch_is_global_so_the_learning_rate_does_not_scale_with_the_ranks(self):
+        self.assertIn("  --nproc N|auto      data parallel on this host: start N ranks of the script (auto: one per "
+                      "GPU); the\n                      loader's batch is the global batch, each rank takes 1/N of it, "
+                      "so the learning rate\n                      stays what it is for that batch at any N; see \"Data "
+                      "parallel\" in the README\n", self.runner("--help", check=0).stdout)
+        readme = pathlib.Path(os.environ.get("RUNNER_SOURCE", "../..")) / "README.md"
+        self.assertIn("Because the batch is global, the learning rate does not scale with the number of GPUs",
+                      " ".join(readme.read_text().split()))
 
 
 class Collectives(GlooOnTheCpu):
