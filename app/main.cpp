@@ -53,7 +53,7 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner data pack DIR OUT.npy --size N            preprocess an image folder into a .npy array
        runner data encode IMAGES OUT.npy --vae VAE      images into VAE latents for data.latents
        runner data fid-stats IMAGES OUT.npz --weights PATH   FID reference statistics (runner data --help)
-       runner sweep SWEEP.lua | --join SWEEP | show SWEEP   hyperparameter sweeps (runner sweep --help)
+       runner sweep SWEEP.lua | --join SWEEP | show | rm SWEEP   hyperparameter sweeps (runner sweep --help)
        runner runs | show | compare | query | report | rm | gc | sweeps ...   the run index (below)
        runner --help | --version
 

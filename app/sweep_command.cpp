@@ -35,6 +35,8 @@ constexpr const char* kUsage = R"(usage: runner sweep SWEEP.lua       create the
        runner sweep --join SWEEP     run trials of a sweep of the index as another worker (same host)
        runner sweep show SWEEP [--csv|--json]
                                      its trials sorted by the objective, the best one's command line
+       runner sweep rm SWEEP... [--force]
+                                     delete sweeps with their trials' runs and files
        runner sweeps [--csv|--json]  table of sweeps
 A sweep file returns runner.sweep { script = ..., parameters = ..., metric = ..., ... } (see the README).
 Trials are runs of the script (runner runs --sweep SWEEP); their output is in RUNNER_HOME/sweeps/NAME/.
@@ -152,7 +154,7 @@ std::string absolute_home() {
 }
 
 int run(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "show") == 0) return cli::run_index_command(argc, argv);
+  if (argc >= 2 && (std::strcmp(argv[1], "show") == 0 || std::strcmp(argv[1], "rm") == 0)) return cli::run_index_command(argc, argv);
   std::string file, join;
   bool dry_run = false;
   for (int i = 1; i < argc; ++i) {

@@ -208,6 +208,25 @@ int nn_dit(lua_State* L) {
   return 1;
 }
 
+// nn.dit_size(name): {depth, hidden, heads, patch} of a preset, or nil and "unknown DiT size ... (known: ...)".
+int nn_dit_size(lua_State* L) {
+  DiTOptions preset;
+  try {
+    preset = runner::nn::dit_preset(check_string(L, 1));
+  } catch (const std::invalid_argument& error) {
+    lua_pushnil(L);
+    lua_pushstring(L, error.what());
+    return 2;
+  }
+  lua_createtable(L, 0, 4);
+  for (const auto& [key, value] : {std::pair{"depth", preset.depth}, std::pair{"hidden", preset.hidden},
+                                   std::pair{"heads", preset.heads}, std::pair{"patch", preset.patch}}) {
+    lua_pushinteger(L, static_cast<lua_Integer>(value));
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
 using runner::nn::AutoencoderKLOptions;
 
 const OptionTable<AutoencoderKLOptions> kAutoencoderKLOptions(
@@ -621,6 +640,7 @@ void open_nn(lua_State* L) {
       {"Identity", wrap<simple_module<torch::nn::Identity>>},
       {"UNet", wrap<nn_unet>},
       {"DiT", wrap<nn_dit>},
+      {"dit_size", wrap<nn_dit_size>},
       {"_is_native", wrap<nn_is_native>},
       {"_ema_update", wrap<nn_ema_update>},
   });

@@ -5,9 +5,12 @@
 -- guidance in the latent space and saved as raw latents (.safetensors) and as a grid: decoded to images with
 -- vae=DIR, else their first three channels.
 -- Fine-tuning starts from a state dict (init=, e.g. the official DiT-XL-2-256x256.pt); FID against reference
--- statistics is logged every fid_every steps (fid, fid_seconds) and ranks the checkpoints kept.
+-- statistics is logged every fid_every steps (fid, fid_seconds) and ranks the checkpoints kept. Data parallel:
+-- rank 0 alone draws the samples and FID while the other ranks wait at their next step, for at most
+-- RUNNER_DIST_TIMEOUT seconds (raise it for large fid_samples).
 --   runner data encode images/ latents.npy --vae sd-vae-ft-mse --size 256 --flip
 --   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse size=DiT-B/2
+--   scripts/run experiments/dit.lua data=latents.npy depth=2 hidden=64 heads=2 batch=8 steps=100   (a small try)
 --   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse init=DiT-XL-2-256x256.pt lr=2e-5 \
 --       fid_every=5000 fid_ref=images.npz fid_weights=pt_inception-2015-12-05-6726825d.pth
 local cfg = config {
@@ -20,7 +23,11 @@ local cfg = config {
   fid_ref = "",              -- reference: .npz statistics (runner data fid-stats) or a folder of images
   fid_weights = "",          -- pytorch-fid's FID Inception weights (pt_inception-2015-12-05-6726825d.pth)
   classes = 1000,
-  size = "DiT-XL/2",         -- DiT-S/2 ... DiT-XL/8
+  size = "DiT-XL/2",         -- DiT-S/2 ... DiT-XL/8; depth, hidden, heads and patch override it when > 0
+  depth = 0,                 -- transformer blocks (a small model to try things: depth=2 hidden=64 heads=2)
+  hidden = 0,                -- hidden width, a multiple of heads
+  heads = 0,                 -- attention heads
+  patch = 0,                 -- patch side
   steps = 400000,
   batch = 256,
   lr = 1e-4,
@@ -54,6 +61,20 @@ end
 if cfg.fid_every > 0 and (cfg.vae == "" or cfg.fid_ref == "" or cfg.fid_weights == "") then
   runner.usage_error("fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights=")
 end
+local preset, size_error = nn.dit_size(cfg.size)
+if not preset then runner.usage_error("size=" .. cfg.size .. ": " .. size_error) end
+local architecture = {}  -- the size's depth, hidden, heads and patch, each overridden by its key when > 0
+for _, key in ipairs { "depth", "hidden", "heads", "patch" } do
+  if cfg[key] < 0 then runner.usage_error(string.format("%s=%d: give a positive number (0: the size's)", key, cfg[key])) end
+  architecture[key] = cfg[key] > 0 and cfg[key] or preset[key]
+end
+if architecture.hidden % architecture.heads ~= 0 then
+  runner.usage_error(string.format("hidden=%d is not a multiple of heads=%d", architecture.hidden, architecture.heads))
+end
+local preset_kept = architecture.depth == preset.depth and architecture.hidden == preset.hidden and
+                    architecture.heads == preset.heads and architecture.patch == preset.patch
+local model_name = preset_kept and cfg.size or string.format("DiT (depth %d, hidden %d, heads %d, patch %d)",
+  architecture.depth, architecture.hidden, architecture.heads, architecture.patch)
 local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
@@ -68,7 +89,8 @@ if cfg.workers >= 0 then loader_options.workers = cfg.workers end
 local loader = runner.data.loader(latents, loader_options)
 
 local function make_model()
-  local dit = nn.DiT { size = cfg.size, image = shape[3], in_channels = shape[1], classes = cfg.classes,
+  local dit = nn.DiT { depth = architecture.depth, hidden = architecture.hidden, heads = architecture.heads,
+                       patch = architecture.patch, image = shape[3], in_channels = shape[1], classes = cfg.classes,
                        class_dropout = cfg.class_dropout, learn_sigma = true, checkpoint = cfg.checkpoint }
   if cfg.init ~= "" then dit:load(cfg.init) end  -- a resumed run's checkpoint replaces these weights
   return dit:to(device)
@@ -83,7 +105,7 @@ local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr
 run:restore { trainer = train, loader = loader, state = { diffusion = diffusion },
               keep_best = cfg.fid_every > 0 and 1 or 0, metric = "fid" }
 print(model)
-print(string.format("%s: %.1fM parameters on %s; %s", cfg.size, model:num_parameters() / 1e6, device, tostring(latents)))
+print(string.format("%s: %.1fM parameters on %s; %s", model_name, model:num_parameters() / 1e6, device, tostring(latents)))
 
 local function write_samples(step)
   local labels = {}
@@ -121,6 +143,7 @@ local function evaluate_fid(step)
   return fid
 end
 
+local main = runner.dist.is_main
 local start = runner.clock()
 local first = run.step
 for batch in loader:iter { from = run.step, to = cfg.steps } do
@@ -131,10 +154,14 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
     local elapsed = runner.clock() - start
     print(string.format("step %7d  loss %.4f  %.1f img/s", step, out.loss:item(), (step - first) * cfg.batch / elapsed))
   end
-  local fid = cfg.fid_every > 0 and (step % cfg.fid_every == 0 or step == cfg.steps) and evaluate_fid(step) or nil
-  if step % cfg.checkpoint_every == 0 or fid then run:checkpoint { value = fid } end
-  if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
+  -- Samples and FID on rank 0 only (the other ranks wait for it at their next step); every rank checkpoints.
+  local fid_step = cfg.fid_every > 0 and (step % cfg.fid_every == 0 or step == cfg.steps)
+  local fid = fid_step and main and evaluate_fid(step) or nil
+  if step % cfg.checkpoint_every == 0 or fid_step then run:checkpoint { value = fid } end
+  if main and (step % cfg.sample_every == 0 or step == cfg.steps) then write_samples(step) end
 end
 run:checkpoint { wait = true }
-train.ema:save(run.dir .. "/ema.safetensors", { size = cfg.size, steps = tostring(cfg.steps) })
-print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))
+if main then
+  train.ema:save(run.dir .. "/ema.safetensors", { size = model_name, steps = tostring(cfg.steps) })
+  print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))
+end

@@ -52,6 +52,14 @@ ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::strin
   return parsed;
 }
 
+std::string count_text(std::int64_t count, const char* noun) {
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
+}
+
+index::LastAmong last_among(const ParsedArguments& arguments) {
+  return arguments.has("--sweep") ? index::LastAmong::all_runs : index::LastAmong::runs_outside_sweeps;
+}
+
 TableFormat table_format(const ParsedArguments& arguments) {
   if (arguments.has("--csv") && arguments.has("--json")) throw UsageError("give --csv or --json, not both");
   if (arguments.has("--csv")) return TableFormat::csv;
@@ -69,18 +77,6 @@ std::string format_time(double unix_seconds) {
 }
 
 std::string format_duration(double seconds) { return core::duration_text(seconds); }
-
-std::string format_bytes(uint64_t bytes) {
-  if (bytes < 1000) return fmt::format("{} B", bytes);
-  const char* units[] = {"kB", "MB", "GB", "TB"};
-  double value = static_cast<double>(bytes);
-  int unit = -1;
-  while (value >= 1000 && unit < 3) {
-    value /= 1000;
-    ++unit;
-  }
-  return fmt::format("{:.1f} {}", value, units[unit]);
-}
 
 Cell json_cell(const nlohmann::json& value) {
   if (value.is_null()) return std::monostate{};

@@ -2,6 +2,7 @@
 // values are shown.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cli/text_table.h"
+#include "runtime/index/run_store.h"
 
 namespace runner::cli {
 
@@ -31,12 +33,17 @@ struct ParsedArguments {
 ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
                                 const std::set<std::string>& flag_options);
 
+// The commands that take RUNs: `last` is the newest run not started by a sweep, with --sweep the newest of all.
+index::LastAmong last_among(const ParsedArguments& arguments);
+
+// "1 checkpoint", "3 checkpoints"
+std::string count_text(std::int64_t count, const char* noun);
+
 // --csv / --json / aligned
 TableFormat table_format(const ParsedArguments& arguments);
 
 std::string format_time(double unix_seconds);        // local "2026-11-22 14:03:12"
 std::string format_duration(double seconds);         // "3m 12s", "1h 04m", "2d 3h"
-std::string format_bytes(uint64_t bytes);            // "1.2 MB"
 // A JSON value as a table cell: numbers stay numbers, strings text, others compact JSON.
 Cell json_cell(const nlohmann::json& value);
 // "2h", "3d", "45m", "90s" before now, or a date "2026-11-20" / "2026-11-20 14:00" in local time.

@@ -12,6 +12,7 @@
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
+#include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 
 namespace runner::cli {
@@ -21,7 +22,7 @@ constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index
   runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--sort KEY [--desc]]
               [--limit N] [--metrics a,b] [--csv|--json]
                                       table of runs, newest first (KEY: a metric, started, duration, step, name)
-  runner show RUN [--json]            config, versions, summary, latest metrics, checkpoints, artifacts
+  runner show RUN [--json] [--sweep]  config, versions, summary, latest metrics, checkpoints, artifacts
   runner compare RUN RUN... [--all] [--csv|--json]
                                       config differences and metrics side by side
   runner query "SQL" [--csv|--json] [--timeout S] [--limit N]
@@ -31,20 +32,23 @@ constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index
                                       one self-contained HTML file: curves, config, latest sample grids
   runner report SWEEP [-o sweep.html] the sweep's objective against each parameter, every trial's curve
                                       (pruned ones dashed), the trials and the best one's command line
-  runner rm RUN... [--force]          delete runs with their files (--force: also running ones)
+  runner rm RUN... [--force]          delete runs with their files (--force: also running ones); a sweep:
+                                      runner sweep rm SWEEP
   runner gc [--dry-run] [--orphans]   finish interrupted deletions, mark dead runs interrupted, delete
-                                      checkpoints no longer kept (--orphans: run folders the index lost)
+                                      checkpoints no longer kept or needed (pruned sweep trials' checkpoints,
+                                      all but the latest of a paused trial) and say the disk space freed
+                                      (--orphans: run folders the index lost)
   runner sweeps [--csv|--json]        table of sweeps: status, trials done, the best value and trial
   runner sweep show SWEEP [--csv|--json]
                                       the trials sorted by the objective, with their parameters, status,
                                       step and rung; the best one marked and its command line
-RUN is an id, a unique id prefix, a name, or 'last'. SWEEP is a sweep's name or number.
+  runner sweep rm SWEEP... [--force]  delete sweeps with their trials' runs and files (--force: also while a
+                                      worker or trial runs)
+RUN is an id, a unique id prefix, a name, or 'last': the newest run not started by a sweep (with --sweep,
+the newest run of all, sweep trials included). SWEEP is a sweep's name or number.
 )";
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
-
-// "1 checkpoint", "3 checkpoints"
-std::string count_of(std::int64_t count, const char* noun) { return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s"); }
 
 std::vector<std::string> split_keys(const std::string& text) {
   std::vector<std::string> keys;
@@ -87,7 +91,7 @@ int query_command(int argc, char** argv) {
 }
 
 int report_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
   const std::string home = index::home_directory();
@@ -101,7 +105,7 @@ int report_command(int argc, char** argv) {
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
   for (const auto& reference : arguments.positional) {
-    const index::RunRecord record = index::resolve_run(db, reference);
+    const index::RunRecord record = index::resolve_run(db, reference, last_among(arguments));
     report::ReportRun run;
     run.id = record.id;
     run.name = record.name;
@@ -136,7 +140,7 @@ int report_command(int argc, char** argv) {
 }
 
 int rm_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force"});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force", "--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs to delete");
   const std::string home = index::home_directory();
   index::Database db = index::open_index_for_writing(home);
@@ -144,7 +148,10 @@ int rm_command(int argc, char** argv) {
   // Every reference is resolved before anything is deleted, so a typo deletes nothing.
   std::vector<index::RunRecord> runs;
   for (const auto& reference : arguments.positional) {
-    index::RunRecord run = index::resolve_run(db, reference);
+    if (is_sweep_reference(db, reference))
+      throw UsageError(fmt::format("'{}' is a sweep, not a run: `runner sweep rm {}` deletes it with its trials' runs",
+                                   reference, reference));
+    index::RunRecord run = index::resolve_run(db, reference, last_among(arguments));
     if (index::effective_status(run, now) == "running" && !arguments.has("--force"))
       throw index::IndexError(fmt::format("run {} ({}) is still running (pid {} on {}); stop it first or use --force",
                                           run.name, run.id, run.pid, run.host));
@@ -154,9 +161,9 @@ int rm_command(int argc, char** argv) {
   }
   for (const auto& run : runs) {
     const index::RemovedRun removed = index::remove_run(db, home, run);
-    print(fmt::format("removed {} ({}): {}, {}, {}, {}\n", removed.name, removed.id, count_of(removed.metrics, "metric value"),
-                      count_of(removed.checkpoints, "checkpoint"), count_of(removed.artifacts, "artifact"),
-                      format_bytes(removed.bytes)));
+    print(fmt::format("removed {} ({}): {}, {}, {}, {}\n", removed.name, removed.id, count_text(removed.metrics, "metric value"),
+                      count_text(removed.checkpoints, "checkpoint"), count_text(removed.artifacts, "artifact"),
+                      core::byte_size_text(removed.bytes)));
   }
   return 0;
 }
@@ -189,7 +196,7 @@ int gc_command(int argc, char** argv) {
   }
   for (const auto& name : report.missing_directories)
     print(fmt::format("note: run {} has no directory under {} (its rows are kept; `runner rm {}` deletes them)\n", name, home, name));
-  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", format_bytes(report.bytes_freed + stale_bytes)));
+  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", core::byte_size_text(report.bytes_freed + stale_bytes)));
   return 0;
 }
 
@@ -209,6 +216,7 @@ int run_index_command(int argc, char** argv) {
     if (name == "gc") return gc_command(argc, argv);
     if (name == "sweeps") return sweeps_command(argc, argv);
     if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0) return sweep_show_command(argc - 1, argv + 1);
+    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0) return sweep_rm_command(argc - 1, argv + 1);
     throw UsageError("unknown command '" + name + "'");
   } catch (const UsageError& error) {
     std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), core::terminal_text(error.what()).c_str(), kUsage);

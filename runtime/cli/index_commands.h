@@ -23,6 +23,7 @@ int gc_command(int argc, char** argv);       // index_commands.cpp
 int sweeps_command(int argc, char** argv);   // sweep_commands.cpp
 // argv[0] is "show".
 int sweep_show_command(int argc, char** argv);  // sweep_commands.cpp
+int sweep_rm_command(int argc, char** argv);    // sweep_commands.cpp
 // `runner report SWEEP`: whether `reference` names a sweep and no run, and its report (sweep_commands.cpp).
 bool is_sweep_reference(index::Database& db, const std::string& reference);
 void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output);

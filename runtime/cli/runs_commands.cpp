@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <limits>
+#include <map>
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
@@ -47,9 +49,8 @@ int runs_command(int argc, char** argv) {
   const TableFormat format = table_format(arguments);
   index::RunFilter filter;
   if (auto status = arguments.value("--status")) {
-    static const std::set<std::string> statuses = {"running", "finished", "failed", "interrupted"};
-    if (!statuses.count(*status))
-      throw UsageError("--status '" + *status + "': expected running, finished, failed or interrupted");
+    if (!index::is_run_status(*status))
+      throw UsageError(fmt::format("--status '{}': expected one of {}", *status, fmt::join(index::kRunStatuses, ", ")));
     filter.status = *status;
   }
   filter.name_glob = arguments.value("--name");
@@ -122,15 +123,25 @@ int runs_command(int argc, char** argv) {
   const size_t total = lines.size();
   if (limit > 0 && lines.size() > static_cast<size_t>(limit)) lines.resize(static_cast<size_t>(limit));
 
+  // The sweep trial a run is: a "sweep" column ("NAME #TRIAL") when a run shown is one; --csv and --json always
+  // have "sweep" (the name) and "trial".
+  std::map<std::int64_t, std::string> sweep_names;
+  for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) sweep_names[record.sweep] = record.name;
+  const bool aligned = format == TableFormat::aligned;
+  const bool sweep_column = !filter.sweep && (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) {
+                                                return l.run->sweep.has_value();
+                                              }));
   Table table;
-  table.columns = {"id", "name", "status", "started", "duration", "step"};
+  table.columns = {"id", "name", "status", "started", "duration", "step", "ranks"};
   if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
+  if (sweep_column) table.columns.push_back("sweep");
+  if (sweep_column && !aligned) table.columns.push_back("trial");
   for (const auto& key : metrics) table.columns.push_back(key);
   for (const auto& line : lines) {
     const auto& run = *line.run;
     std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
     if (filter.sweep) row.insert(row.begin() + 2, run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
-    if (format == TableFormat::aligned) {
+    if (aligned) {
       row.push_back(format_time(run.started_at).substr(0, 16));
       row.push_back(format_duration(index::duration_seconds(run, now)));
     } else {
@@ -138,6 +149,13 @@ int runs_command(int argc, char** argv) {
       row.push_back(index::duration_seconds(run, now));
     }
     row.push_back(run.step);
+    row.push_back(static_cast<int64_t>(run.world_size));
+    if (sweep_column) {
+      const std::string name = run.sweep ? sweep_names[*run.sweep] : "";
+      if (aligned) row.push_back(run.sweep ? Cell(fmt::format("{} #{}", name, run.trial.value_or(0))) : Cell(std::monostate{}));
+      else row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
+      if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
+    }
     for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
     table.rows.push_back(std::move(row));
   }
@@ -295,10 +313,10 @@ Table key_values(const nlohmann::json& object, const std::string& value_column) 
 }  // namespace
 
 int show_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--json"});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--json", "--sweep"});
   if (arguments.positional.size() != 1) throw UsageError("expected one RUN (an id, id prefix, name or 'last')");
   index::Database db = index::open_index_for_reading(index::home_directory());
-  const index::RunRecord run = index::resolve_run(db, arguments.positional[0]);
+  const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const double now = index::now_seconds();
   if (arguments.has("--json")) {
     print(run_json(db, run, now).dump(2) + "\n");
@@ -342,14 +360,14 @@ int show_command(int argc, char** argv) {
   print_section("metrics (latest)", metrics);
   Table checkpoints{{"step", "path", "size", "kept", "metric"}, {}};
   for (const auto& c : index::checkpoints(db, run.run)) {
-    checkpoints.rows.push_back({c.step, c.path, format_bytes(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
+    checkpoints.rows.push_back({c.step, c.path, core::byte_size_text(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
                                 c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? format_number(*c.metric_value) : "-"))
                                          : Cell(std::monostate{})});
   }
   print_section("checkpoints", checkpoints);
   Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
   for (const auto& a : index::artifacts(db, run.run))
-    artifacts.rows.push_back({a.step, a.kind, a.name, a.path, format_bytes(static_cast<uint64_t>(a.bytes))});
+    artifacts.rows.push_back({a.step, a.kind, a.name, a.path, core::byte_size_text(static_cast<uint64_t>(a.bytes))});
   print_section("artifacts", artifacts);
   Table versions = key_values(run.versions, "version");
   print_section("versions", versions);
@@ -357,13 +375,13 @@ int show_command(int argc, char** argv) {
 }
 
 int compare_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json"});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json", "--sweep"});
   if (arguments.positional.size() < 2) throw UsageError("expected two or more RUNs to compare");
   const TableFormat format = table_format(arguments);
   index::Database db = index::open_index_for_reading(index::home_directory());
   std::vector<index::RunRecord> runs;
   for (const auto& reference : arguments.positional) {
-    runs.push_back(index::resolve_run(db, reference));
+    runs.push_back(index::resolve_run(db, reference, last_among(arguments)));
     for (size_t i = 0; i + 1 < runs.size(); ++i)
       if (runs[i].run == runs.back().run) throw UsageError(fmt::format("run {} is given twice", runs.back().name));
   }

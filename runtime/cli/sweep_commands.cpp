@@ -7,9 +7,11 @@
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/core/byte_size_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/sweep_report.h"
+#include "runtime/sweep/sweep_removal.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
 
@@ -111,6 +113,23 @@ int sweeps_command(int argc, char** argv) {
   }
   print(format_table(table, format));
   if (format == TableFormat::aligned && !notes.empty()) print("\n" + notes);
+  return 0;
+}
+
+int sweep_rm_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force"});
+  if (arguments.positional.empty()) throw UsageError("expected one or more sweeps to delete (names or numbers)");
+  const std::string home = index::home_directory();
+  index::Database db = index::open_index_for_writing(home);
+  // Every sweep is found before anything is deleted, so a typo deletes nothing.
+  std::vector<sweep::SweepRecord> sweeps;
+  for (const std::string& reference : arguments.positional) sweeps.push_back(sweep::load_sweep(db, reference));
+  for (const sweep::SweepRecord& record : sweeps) {
+    const sweep::RemovedSweep removed = sweep::remove_sweep(db, home, record, arguments.has("--force"));
+    print(fmt::format("deleted sweep {}: {}, {} with {}, {} freed\n", record.name, count_text(removed.trials, "trial"),
+                      count_text(removed.runs, "run"), count_text(removed.checkpoints, "checkpoint"),
+                      core::byte_size_text(removed.bytes)));
+  }
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/index/run_store.h"
 #include "runtime/index/sqlite_database.h"
 
 namespace runner::index {
@@ -73,7 +74,7 @@ std::optional<FinalStatus> read_final_status(const std::string& run_dir) {
     return std::nullopt;
   FinalStatus status;
   status.status = record["status"].get<std::string>();
-  if (status.status != "finished" && status.status != "failed" && status.status != "interrupted") return std::nullopt;
+  if (!is_run_status(status.status) || status.status == "running") return std::nullopt;
   status.ended_at = record["ended_at"].get<double>();
   if (record.contains("error") && record["error"].is_string()) status.error = record["error"].get<std::string>();
   return status;

@@ -11,7 +11,7 @@ inline constexpr const char* kFinalStatusFile = "final-status.json";
 inline constexpr std::size_t kFinalStatusBytes = 4096;
 
 struct FinalStatus {
-  std::string status;                // "finished", "failed" or "interrupted"
+  std::string status;                // a run status other than running
   std::optional<std::string> error;  // cut to fit the file
   double ended_at = 0;               // seconds since the epoch
 };

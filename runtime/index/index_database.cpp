@@ -203,6 +203,26 @@ CREATE TABLE sweep_workers (
 ) WITHOUT ROWID;
 ALTER TABLE trials ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // Runs of ASHA trials: `paused` at a rung (waiting for a promotion), `pruned` when the sweep ended them there
+    // (they were `interrupted`, like killed runs). SQLite cannot alter a CHECK constraint: the runs table's
+    // definition is rewritten in place (it only widens the constraint, which every row already meets), and the
+    // new index changes the schema cookie, so other connections read the new definition. ASHA's rungs count from 1.
+    // The last number given to each script's run names, so that a removed run's name is not given again.
+    {8, R"sql(
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master SET sql = replace(sql, '''failed'', ''interrupted'')', '''failed'', ''interrupted'', ''paused'', ''pruned'')')
+WHERE type = 'table' AND name = 'runs';
+PRAGMA writable_schema = RESET;
+CREATE INDEX trials_by_run ON trials (run);
+UPDATE runs SET status = 'paused' WHERE status = 'interrupted' AND run IN (SELECT run FROM trials WHERE status = 'paused');
+UPDATE runs SET status = 'pruned' WHERE status = 'interrupted' AND run IN (SELECT run FROM trials WHERE status = 'pruned');
+UPDATE trial_rungs SET rung = -rung - 1;
+UPDATE trial_rungs SET rung = -rung;
+CREATE TABLE run_name_numbers (
+  stem TEXT PRIMARY KEY,
+  last INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql"},
 };
 
 int user_version(Database& db) {

@@ -9,17 +9,24 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <map>
 #include <set>
+#include <utility>
 
 namespace runner::index {
 namespace {
 
 thread_local uint64_t usage_total = 0;
+thread_local std::map<std::pair<dev_t, ino_t>, nlink_t> usage_links;  // links seen of files with several
 thread_local int removal_error = 0;
 thread_local std::string removal_failed_path;
 
+// The blocks a file holds, counted once its last link in the tree is seen: a file linked from elsewhere too is
+// not freed by deleting the tree.
 int add_usage(const char*, const struct stat* info, int type, struct FTW*) {
-  if (type == FTW_F || type == FTW_SL) usage_total += static_cast<uint64_t>(info->st_size);
+  if (type != FTW_F && type != FTW_SL && type != FTW_D && type != FTW_DP) return 0;
+  if (type == FTW_F && info->st_nlink > 1 && ++usage_links[{info->st_dev, info->st_ino}] < info->st_nlink) return 0;
+  usage_total += static_cast<uint64_t>(info->st_blocks) * 512;
   return 0;
 }
 
@@ -71,6 +78,7 @@ std::string trash_directory(const std::string& home) { return home + "/.trash"; 
 
 uint64_t disk_usage(const std::string& path) {
   usage_total = 0;
+  usage_links.clear();
   ::nftw(path.c_str(), add_usage, 16, FTW_PHYS);
   return usage_total;
 }
@@ -97,6 +105,36 @@ RemovedRun remove_run(Database& db, const std::string& home, const RunRecord& ru
   delete_run_rows(db, run.run);
   if (is_directory(trashed)) remove_tree(trashed);
   return removed;
+}
+
+std::set<int64_t> unneeded_checkpoints(Database& db, const RunRecord& run) {
+  std::set<int64_t> unneeded;
+  if (run.status != "paused" && run.status != "pruned") return unneeded;
+  Statement select = db.prepare("SELECT checkpoint FROM checkpoints WHERE run = ? AND kept ORDER BY step DESC, checkpoint DESC");
+  select.bind(1, run.run);
+  for (bool latest = true; select.step(); latest = false)
+    if (!latest || run.status == "pruned") unneeded.insert(select.integer(0));
+  return unneeded;
+}
+
+void drop_checkpoints(Database& db, const std::string& home, const RunRecord& run, bool dry_run, GarbageReport& report) {
+  const std::set<int64_t> unneeded = unneeded_checkpoints(db, run);
+  for (const CheckpointRecord& checkpoint : checkpoints(db, run.run)) {
+    if (checkpoint.kept && !unneeded.count(checkpoint.checkpoint)) continue;
+    const std::string path = home + "/" + run.dir + "/" + checkpoint.path;
+    report.dropped_checkpoints.push_back(run.dir + "/" + checkpoint.path);
+    report.bytes_freed += disk_usage(path);
+    if (dry_run) continue;
+    if (checkpoint.kept) set_checkpoint_kept(db, checkpoint.checkpoint, false);  // never restored from once half gone
+    if (is_directory(path)) remove_tree(path);
+    else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw IndexError(fmt::format("{}: cannot delete: {}", path, std::strerror(errno)));
+    with_transaction(db, [&] {
+      Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
+      statement.bind(1, checkpoint.checkpoint);
+      statement.run();
+    });
+  }
 }
 
 GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_run, bool remove_orphans) {
@@ -127,21 +165,7 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
     known_directories.insert(run.dir);
     if (run.status == "running" && effective_status(run, now) == "interrupted") report.interrupted_runs.push_back(run.name);
     if (!is_directory(home + "/" + run.dir)) report.missing_directories.push_back(run.name);
-    for (const CheckpointRecord& checkpoint : checkpoints(db, run.run)) {
-      if (checkpoint.kept) continue;
-      const std::string path = home + "/" + run.dir + "/" + checkpoint.path;
-      report.dropped_checkpoints.push_back(run.dir + "/" + checkpoint.path);
-      report.bytes_freed += disk_usage(path);
-      if (dry_run) continue;
-      if (is_directory(path)) remove_tree(path);
-      else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-        throw IndexError(fmt::format("{}: cannot delete: {}", path, std::strerror(errno)));
-      with_transaction(db, [&] {
-        Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
-        statement.bind(1, checkpoint.checkpoint);
-        statement.run();
-      });
-    }
+    drop_checkpoints(db, home, run, dry_run, report);
   }
   if (!dry_run) reap_stale_runs(db, now, home);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,21 @@ struct GarbageReport {
   std::vector<std::string> dropped_checkpoints;  // checkpoint paths no longer kept, deleted with their rows
   std::vector<std::string> orphan_directories;   // run-like directories under home with no run in the index
   std::vector<std::string> missing_directories;  // runs whose directory is gone
-  uint64_t bytes_freed = 0;
+  uint64_t bytes_freed = 0;  // disk space (allocated blocks)
 };
 
 // dry_run: report only. remove_orphans: also delete orphan directories.
 GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_run, bool remove_orphans);
 
-// Size of a file or directory tree in bytes (0 when missing); links are not followed.
+// The kept checkpoints of a sweep trial's run that nothing can need: every one of a pruned run, and all but the
+// latest of a paused run (a promotion continues from that one). Empty for other runs.
+std::set<int64_t> unneeded_checkpoints(Database& db, const RunRecord& run);
+// Deletes the run's checkpoints that are no longer kept and its unneeded ones (marked not kept first), each file
+// before its rows, adding their paths and the space freed to `report` (dry_run: only that).
+void drop_checkpoints(Database& db, const std::string& home, const RunRecord& run, bool dry_run, GarbageReport& report);
+
+// The disk space deleting a file or directory tree frees (allocated blocks; a file with links outside the tree
+// counts nothing; 0 when missing). Links are not followed.
 uint64_t disk_usage(const std::string& path);
 // Deletes a directory tree without following links; throws IndexError naming the path on failure.
 void remove_tree(const std::string& path);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -181,6 +182,10 @@ std::string host_name() {
   return buffer;
 }
 
+bool is_run_status(std::string_view status) {
+  return std::find(std::begin(kRunStatuses), std::end(kRunStatuses), status) != std::end(kRunStatuses);
+}
+
 std::string effective_status(const RunRecord& run, double now) {
   if (run.status != "running") return run.status;
   if (now - run.heartbeat_at > kStaleAfterSeconds) return "interrupted";
@@ -207,14 +212,23 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
     with_transaction(db, [&] {
       std::string name = spec.name;
       if (name.empty()) {
+        // The next number after the highest ever given (run_name_numbers) or in use: a removed run's name is
+        // not given again.
         const std::string stem = script_stem(spec.script.empty() ? "run" : spec.script);
-        Statement count = db.prepare("SELECT count(*) FROM runs WHERE name GLOB ? || '-[0-9]*'");
-        count.bind(1, stem);
-        count.step();
-        for (int64_t n = count.integer(0) + 1;; ++n) {
+        Statement last = db.prepare(
+            "SELECT max(coalesce((SELECT last FROM run_name_numbers WHERE stem = ?1), 0), "
+            "coalesce((SELECT max(CAST(substr(name, length(?1) + 2) AS INTEGER)) FROM runs WHERE name GLOB ?1 || '-[0-9]*'), 0))");
+        last.bind(1, stem);
+        last.step();
+        int64_t n = last.integer(0) + 1;
+        for (;; ++n) {
           name = fmt::format("{}-{}", stem, n);
           if (!name_taken(db, name) && !exists_on_disk(home + "/" + name)) break;
         }
+        Statement given = db.prepare(
+            "INSERT INTO run_name_numbers (stem, last) VALUES (?, ?) ON CONFLICT (stem) DO UPDATE SET last = excluded.last");
+        given.bind(1, stem).bind(2, n);
+        given.run();
       } else if (name_taken(db, name)) {
         throw IndexError(fmt::format("{}: a run named '{}' already exists; choose another name, continue it with "
                                      "`runner --resume {} ...` or remove it with `runner rm {}`",
@@ -246,6 +260,14 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
     if (inserted) return load_run(db, *inserted);
     if (attempt > 100) throw IndexError(fmt::format("{}: cannot find a free run id", db.path()));
   }
+}
+
+void release_run_name(Database& db, const std::string& name) {
+  with_transaction(db, [&] {
+    Statement release = db.prepare("UPDATE run_name_numbers SET last = last - 1 WHERE stem || '-' || last = ?");
+    release.bind(1, name);
+    release.run();
+  });
 }
 
 RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
@@ -404,12 +426,16 @@ RunRecord load_run(Database& db, int64_t run) {
   return read_run(statement);
 }
 
-RunRecord resolve_run(Database& db, const std::string& reference) {
+RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last) {
   if (reference.empty()) throw IndexError("an empty run reference (expected an id, an id prefix, a name or 'last')");
   if (reference == "last") {
-    auto runs = query_runs(db, "", {});
-    if (runs.empty()) throw IndexError(fmt::format("{}: there are no runs yet, so 'last' matches nothing", db.path()));
-    return runs.front();
+    auto runs = query_runs(db, last == LastAmong::all_runs ? "" : "WHERE r.sweep IS NULL", {});
+    if (!runs.empty()) return runs.front();
+    if (last == LastAmong::runs_outside_sweeps && !query_runs(db, "WHERE r.sweep IS NOT NULL", {}).empty())
+      throw IndexError(fmt::format("{}: every run was started by a sweep, so 'last' matches nothing ('last --sweep' "
+                                   "is the newest sweep trial)",
+                                   db.path()));
+    throw IndexError(fmt::format("{}: there are no runs yet, so 'last' matches nothing", db.path()));
   }
   auto exact = query_runs(db, "WHERE r.id = ?1 OR r.name = ?1", {reference});
   if (exact.size() == 1) return exact.front();
@@ -428,7 +454,7 @@ RunRecord resolve_run(Database& db, const std::string& reference) {
 
 RunRecord resolve_fork_source(Database& db, const std::string& reference) {
   if (reference != "last") return resolve_run(db, reference);
-  auto runs = query_runs(db, "WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
+  auto runs = query_runs(db, "WHERE r.sweep IS NULL AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
   if (runs.empty()) throw IndexError(fmt::format("{}: no run has a checkpoint yet, so fork 'last' matches nothing", db.path()));
   return runs.front();
 }

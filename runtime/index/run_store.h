@@ -72,6 +72,12 @@ struct RunRecord {
   std::optional<int64_t> trial;
 };
 
+// A run's statuses: running, finished, failed, interrupted (stopped by a signal, killed, or its process gone),
+// paused (a sweep trial stopped with a checkpoint at an ASHA rung, waiting for a promotion) and pruned (a paused
+// trial its sweep ended there).
+inline constexpr std::string_view kRunStatuses[] = {"running", "finished", "failed", "interrupted", "paused", "pruned"};
+bool is_run_status(std::string_view status);
+
 // The status users see: a `running` row whose process is gone (same host) or whose heartbeat is stale is
 // `interrupted`.
 std::string effective_status(const RunRecord& run, double now);
@@ -84,6 +90,10 @@ double wall_seconds(const RunRecord& run, double now);
 // A run name (and a sweep name, which names a folder too) is 1 to 100 letters, digits, '_', '-' and '.', not
 // starting with '.' and not 'last'; else an IndexError "<what> name '...' is not allowed ...".
 void check_name(const std::string& name, std::string_view what = "run");
+
+// After a run that never was (withdrawn before its first step) is deleted: the number of its automatic name
+// (`quickstart-3`) is given to the next run, when it was the last one given.
+void release_run_name(Database& db, const std::string& name);
 
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
 // is free both in the index and as a directory under `home`, and its first attempt. A given name that exists
@@ -135,9 +145,11 @@ void merge_summary(Database& db, int64_t run, const nlohmann::json& values);
 void record_heartbeat(Database& db, int64_t run, int64_t step, double now);
 
 RunRecord load_run(Database& db, int64_t run);
+// Which runs `last` chooses from: those not started by a sweep (the default), or every run (`last --sweep`).
+enum class LastAmong { runs_outside_sweeps, all_runs };
 // `reference`: an exact id, an exact name, `last` (the most recently started run) or a unique prefix of
 // an id. Throws IndexError "no run matches '...'" or "run prefix '...' is ambiguous: ...".
-RunRecord resolve_run(Database& db, const std::string& reference);
+RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last = LastAmong::runs_outside_sweeps);
 // A run to fork from: as resolve_run, except that 'last' is the newest run with a kept checkpoint.
 RunRecord resolve_fork_source(Database& db, const std::string& reference);
 

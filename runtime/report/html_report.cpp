@@ -96,6 +96,8 @@ tr.differs > * { background: #fff4cc; }
 .status-running { background: #e0ecf8; color: #1b4f8a; }
 .status-failed { background: #fbe2e2; color: #9b1c1c; }
 .status-interrupted { background: #fcefd9; color: #8a5300; }
+.status-paused { background: #ece4f7; color: #5b2c8f; }
+.status-pruned { background: #eee; color: #666; }
 .status-other { background: #eee; color: #444; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 0; }
@@ -139,8 +141,8 @@ std::string swatch(std::size_t run_index) {
 }
 
 std::string status_badge(const std::string& status) {
-  static const std::set<std::string> kKnown = {"running", "finished", "failed", "interrupted"};
-  const std::string css_class = kKnown.contains(status) ? status : "other";
+  static const std::set<std::string> kColoured = {"running", "finished", "failed", "interrupted", "paused", "pruned"};
+  const std::string css_class = kColoured.contains(status) ? status : "other";
   return fmt::format("<span class=\"status status-{}\">{}</span>", css_class, escape_html(status));
 }
 

@@ -248,6 +248,7 @@ std::optional<std::string> RunContext::withdraw() {
     if (!resumed_) {
       core::detach_log_file();
       remove_run(db_, home_, record_);
+      release_run_name(db_, record_.name);
       finished_ = true;
       return fmt::format("run {} is not kept: it {}", name, why);
     }

@@ -169,7 +169,7 @@ void TrainingRun::before_next_step() {
     pause = combined == 1;
   }
   if (signal_number != 0) stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
-  if (pause) stop("the sweep's ASHA rung", core::kExitOk);
+  if (pause) stop("the sweep's ASHA rung", core::kExitOk, "paused");
 }
 
 bool TrainingRun::distributed() {
@@ -177,7 +177,7 @@ bool TrainingRun::distributed() {
   return group && group->size() > 1;
 }
 
-void TrainingRun::stop(const std::string& name, int exit_status) {
+void TrainingRun::stop(const std::string& name, int exit_status, const std::string& status) {
   std::string reason;
   core::end_open_line();
   if (steps_taken_ == 0) {
@@ -191,7 +191,7 @@ void TrainingRun::stop(const std::string& name, int exit_status) {
     checkpoint({std::nullopt, std::nullopt, /*wait=*/true});  // reuses a save of this step by the loop body
     reason = fmt::format("stopped by {} at step {} after saving a checkpoint", name, run_.step());
   }
-  run_.finish("interrupted", reason);
+  run_.finish(status, reason);
   throw core::ExitRequest(exit_status, reason);
 }
 

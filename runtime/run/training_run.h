@@ -87,9 +87,9 @@ class TrainingRun {
 
  private:
   void report_saves(bool wait);
-  // Saves a checkpoint (when a step was taken), marks the run interrupted "stopped by <name> at step N ..."
-  // and ends the process with exit_status.
-  [[noreturn]] void stop(const std::string& name, int exit_status);
+  // Saves a checkpoint (when a step was taken), ends the run with `status` (interrupted, or paused at a sweep's
+  // ASHA rung) "stopped by <name> at step N ..." and ends the process with exit_status.
+  [[noreturn]] void stop(const std::string& name, int exit_status, const std::string& status = "interrupted");
 
   RunContext& run_;
   std::shared_ptr<train::Trainer> trainer_;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fmt/format.h>
 #include <limits>
 
 #include "runtime/data/sample_rng.h"
@@ -43,10 +45,12 @@ Space space_of(const Parameter& parameter) {
   return {log ? std::log(parameter.low) : parameter.low, log ? std::log(parameter.high) : parameter.high, log};
 }
 
-// From the sampling space back to a value of the parameter.
+// From the sampling space back to a value of the parameter. Real values have 4 significant digits, so the value
+// printed (lr=0.004108) is the one the trial ran with, everywhere.
 json value_at(const Parameter& parameter, const Space& space, double x) {
   double value = space.log ? std::exp(x) : x;
-  if (parameter.kind != ParameterKind::integer) return std::clamp(value, parameter.low, parameter.high);
+  if (parameter.kind != ParameterKind::integer)
+    return std::clamp(std::strtod(fmt::format("{:.4g}", value).c_str(), nullptr), parameter.low, parameter.high);
   const double index = std::round((value - parameter.low) / parameter.step);
   return integer_value(parameter, std::clamp<std::int64_t>(static_cast<std::int64_t>(index), 0, integer_count(parameter) - 1));
 }

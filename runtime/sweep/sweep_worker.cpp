@@ -21,12 +21,14 @@
 #include <thread>
 #include <type_traits>
 
+#include "runtime/core/byte_size_text.h"
 #include "runtime/core/child_process.h"
 #include "runtime/core/device.h"
 #include "runtime/core/duration_text.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::sweep {
@@ -297,6 +299,22 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     add_worker(db, sweep.sweep, worker);
   });
   auto counts = [&] { return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); })); };
+  // A paused trial keeps only the checkpoint a promotion continues from, a pruned one none (index::unneeded_checkpoints).
+  // A deletion that fails is said and left to `runner gc`.
+  auto release_checkpoints = [&](const std::vector<TrialRecord>& trials, const char* whose) {
+    index::GarbageReport released;
+    try {
+      for (const TrialRecord& trial : trials)
+        if (trial.run) index::drop_checkpoints(db, home, index::load_run(db, *trial.run), false, released);
+    } catch (const std::exception& error) {
+      say(fmt::format("cannot delete the checkpoints {} no longer need{}: {} (runner gc deletes them)", whose,
+                      trials.size() == 1 ? "s" : "", error.what()));
+    }
+    if (!released.dropped_checkpoints.empty())
+      say(fmt::format("deleted {} checkpoint{} {} no longer need{} ({} freed)", released.dropped_checkpoints.size(),
+                      released.dropped_checkpoints.size() == 1 ? "" : "s", whose, trials.size() == 1 ? "s" : "",
+                      core::byte_size_text(released.bytes_freed)));
+  };
 
   const std::string slot_text =
       slots.front().cuda_devices.empty()
@@ -342,7 +360,12 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     }
     if (running_count() == 0) {
       if (stop_signal != 0) break;
-      if (retried("ending the sweep", [&] { return finish_if_done(db, sweep); })) break;
+      if (retried("ending the sweep", [&] { return finish_if_done(db, sweep); })) {
+        std::vector<TrialRecord> pruned = retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
+        std::erase_if(pruned, [](const TrialRecord& t) { return t.status != "pruned"; });
+        release_checkpoints(pruned, "the pruned trials");
+        break;
+      }
     }
 
     pollfd fd{stop_signals->fd(), POLLIN, 0};
@@ -363,6 +386,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128) end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
         const TrialRecord trial = retried("recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end); });
         say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
+        if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
         slot.reset();
         if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
           const std::vector<TrialRecord> trials = retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });

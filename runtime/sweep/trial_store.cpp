@@ -86,10 +86,11 @@ bool run_still_running(Database& db, std::int64_t run) {
   return index::effective_status(record, index::now_seconds()) == "running";
 }
 
-std::optional<std::int64_t> pause_for(const SweepSpec& spec, int rung) {
+// The step of the rung after the `reached` ones (rungs count from 1), none after the last.
+std::optional<std::int64_t> pause_for(const SweepSpec& spec, int reached) {
   if (!spec.asha) return std::nullopt;
   const std::vector<std::int64_t> steps = rung_steps(*spec.asha);
-  if (rung < static_cast<int>(steps.size())) return steps[static_cast<size_t>(rung)];
+  if (reached < static_cast<int>(steps.size())) return steps[static_cast<size_t>(reached)];
   return std::nullopt;
 }
 
@@ -132,18 +133,18 @@ std::optional<LastPromotion> last_promotion(Database& db, const SweepRecord& swe
   for (const RungRow& row : rung_results(db, sweep.sweep)) by_rung[row.rung].push_back({row.trial, row.value});
   auto waiting_at = [&](const RungResult& result, int rung) {
     const auto found = by_number.find(result.trial);
-    return found != by_number.end() && found->second->status == "paused" && found->second->rung == rung + 1;
+    return found != by_number.end() && found->second->status == "paused" && found->second->rung == rung;
   };
   for (auto rung = by_rung.rbegin(); rung != by_rung.rend(); ++rung) {
     const std::vector<RungResult> best_first = ranked(rung->second, sweep.spec.minimize);
     if (rung == by_rung.rbegin() && waiting_at(best_first.front(), rung->first))
       return LastPromotion{best_first.front().trial,
-                           fmt::format("the best at rung {}, the last rung with results: runs to the end", rung->first + 1)};
+                           fmt::format("the best at rung {}, the last rung with results: runs to the end", rung->first)};
     if (any_finished) return std::nullopt;
     for (const RungResult& result : best_first)
       if (waiting_at(result, rung->first))
         return LastPromotion{result.trial,
-                             fmt::format("the best left at rung {}, as none finished: runs to the end", rung->first + 1)};
+                             fmt::format("the best left at rung {}, as none finished: runs to the end", rung->first)};
   }
   return std::nullopt;
 }
@@ -265,7 +266,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
 
     if (spec.asha) {
       for (int rung = static_cast<int>(rung_steps(*spec.asha).size()); rung >= 1; --rung) {
-        const std::vector<RungResult> results = results_at(db, sweep.sweep, rung - 1);
+        const std::vector<RungResult> results = results_at(db, sweep.sweep, rung);
         for (const TrialRecord& trial : trials) {
           if (trial.status != "paused" || trial.rung != rung) continue;
           if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
@@ -401,10 +402,10 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
       if (!metric)
         status = "failed", error = fmt::format("the trial finished without logging '{}' (run:log {{ {} = value }})",
                                                spec.metric, spec.metric);
-    } else if (end.exited_ok && record && record->status == "interrupted" && end.pause_step) {
+    } else if (end.exited_ok && record && record->status == "paused" && end.pause_step) {
       for (const index::MetricPoint& point : index::metric_series(db, *run, spec.metric)) {
         if (point.step < *end.pause_step) continue;
-        rung_row = RungRow{trial, 0, point.step, point.value};
+        rung_row = RungRow{trial, updated.rung + 1, point.step, point.value};
         break;
       }
       if (rung_row) status = "paused", metric = rung_row->value;
@@ -423,13 +424,12 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
         *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
     }
     if (rung_row) {
-      rung_row->rung = updated.rung;
       Statement insert = db.prepare("INSERT OR REPLACE INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?)");
       insert.bind(1, sweep.sweep).bind(2, trial).bind(3, rung_row->rung).bind(4, rung_row->step);
       if (std::isnan(rung_row->value)) insert.bind_null(5);
       else insert.bind(5, rung_row->value);
       insert.run();
-      ++updated.rung;
+      updated.rung = rung_row->rung;
     }
     const bool ended = status == "finished" || status == "failed";
     Statement update = db.prepare(
@@ -467,6 +467,11 @@ bool finish_if_done(Database& db, const SweepRecord& sweep) {
     for (const TrialRecord& trial : trials)
       if (trial.status == "running" || trial.status == "stopped") return false;
     if (last_promotion(db, sweep, trials)) return false;
+    Statement prune_runs = db.prepare(
+        "UPDATE runs SET status = 'pruned' WHERE status = 'paused' AND run IN "
+        "(SELECT run FROM trials WHERE sweep = ? AND status = 'paused')");
+    prune_runs.bind(1, sweep.sweep);
+    prune_runs.run();
     Statement prune = db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
     prune.bind(1, index::now_seconds()).bind(2, sweep.sweep);
     prune.run();

@@ -23,7 +23,7 @@ struct TrialRecord {
   nlohmann::json params = nlohmann::json::object();
   std::optional<std::int64_t> run;
   std::string status;
-  int rung = 0;              // rungs passed (results recorded)
+  int rung = 0;              // the last rung reached (rungs count from 1; 0: none yet)
   std::optional<double> metric;  // the latest objective value: the final one once finished
   std::int64_t step = 0;
   std::optional<std::string> worker;  // "host:pid" of the worker running it
@@ -64,7 +64,7 @@ struct Claim {
   TrialRecord trial;
   std::optional<std::int64_t> resume_run;  // continue this run from its checkpoint; none: a new run
   std::optional<std::int64_t> pause_step;  // ASHA: stop at the first objective value at or after this step
-  std::string reason;                      // "new", "continued", "promoted to rung N"
+  std::string reason;                      // "new", "continued", "promoted past rung N"
 };
 
 // In one transaction: trials of dead workers become stopped; then the first of: a stopped trial (whose run
@@ -121,7 +121,7 @@ struct SweepCounts {
 };
 SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord>& trials);
 
-// A rung result of a trial: rung k (0-based), the step it was measured at, the value.
+// A rung result of a trial: rung k (counting from 1), the step it was measured at, the value.
 struct RungRow {
   std::int64_t trial = 0;
   int rung = 0;

@@ -153,6 +153,14 @@ function nn.UNet(options) end
 ---@return Denoiser
 function nn.DiT(options) end
 
+--- The depth, hidden width, heads and patch of a DiT size: `nn.dit_size("DiT-S/2")` is
+--- `{ depth = 12, hidden = 384, heads = 6, patch = 2 }`. An unknown name returns nil and
+--- "unknown DiT size 'DiT-Q/2' (known: DiT-S/2, ...)", so a script can check its config before it starts a run.
+---@param name string
+---@return { depth: integer, hidden: integer, heads: integer, patch: integer }|nil
+---@return string? error
+function nn.dit_size(name) end
+
 ---@class DiTOptions
 ---@field size? string              a preset, "DiT-S/2" ... "DiT-XL/8" (or give depth, hidden and heads)
 ---@field depth? integer            transformer blocks

@@ -175,6 +175,12 @@ class Experiments(TempDirTest):
                  ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "vae=vae"), "vae=vae: no such file or folder"),
                  ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "fid_every=10"),
                   "fid_every needs vae=, fid_ref= (statistics .npz or image folder) and fid_weights="),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "size=DiT-Q/2"),
+                  "size=DiT-Q/2: unknown DiT size 'DiT-Q/2' (known: DiT-S/2, DiT-S/4, DiT-S/8, DiT-B/2,"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "hidden=65", "heads=2"),
+                  "hidden=65 is not a multiple of heads=2"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "depth=-1"),
+                  "depth=-1: give a positive number (0: the size's)"),
                  ("quickstart.lua", ("schedule=cosin",), "schedule must be linear, cosine or scaled_linear, got 'cosin'")]
         for script, overrides, message in cases:
             result = run(str(EXPERIMENTS / script), *overrides, cwd=self.dir, timeout=60, env=home_env(self.dir / "runs"))
@@ -202,6 +208,22 @@ class Experiments(TempDirTest):
         weights = load_file(str(out / "ema.safetensors"))
         self.assertEqual(weights["y_embedder.embedding_table.weight"].shape, (11, 384))
         self.assertEqual(weights["final_layer.linear.weight"].shape, (4 * 4 * 8, 384))
+
+    def test_dit_is_made_small_from_the_command_line(self):
+        rng = np.random.default_rng(2)
+        np.save(self.dir / "latents.npy", rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
+        np.save(self.dir / "latents.labels.npy", rng.integers(0, 10, 8).astype(np.int64))
+        stdout = run_experiment("dit.lua", "data=latents.npy", "labels=latents.labels.npy", "depth=1", "hidden=32",
+                                "heads=2", "patch=4", "classes=10", "batch=4", "steps=2", "sample_every=2",
+                                "sample_steps=2", "sample_classes=1", "workers=1", cwd=self.dir)
+        self.assertIn("DiT (depth 1, hidden 32, heads 2, patch 4): 0.", stdout)
+        run = last_run(self.dir)
+        weights = load_file(str(run["path"] / "ema.safetensors"))
+        self.assertEqual(weights["y_embedder.embedding_table.weight"].shape, (11, 32))
+        self.assertEqual(weights["final_layer.linear.weight"].shape, (4 * 4 * 8, 32))
+        self.assertEqual(sorted({k.split(".")[1] for k in weights if k.startswith("blocks.")}), ["0"])
+        # Two copies (model, EMA) and AdamW's two moments of ~0.1 M float32 parameters: about 2 MB, not 520 MB.
+        self.assertLess(sum(c["bytes"] for c in run["checkpoints"]), 3_000_000)
 
 
 if __name__ == "__main__":

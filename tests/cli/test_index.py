@@ -416,7 +416,8 @@ class IndexCommands(IndexTest):
     def test_runs_table_filters_and_sorting(self):
         self.three_runs()
         table = self.runner("runs", check=0).stdout.splitlines()
-        self.assertEqual(table[0].split(), ["id", "name", "status", "started", "duration", "step", "final_loss"])
+        self.assertEqual(table[0].split(), ["id", "name", "status", "started", "duration", "step", "ranks", "final_loss"])
+        self.assertEqual(table[2].split()[-2], "1")  # ranks
         self.assertEqual([line.split()[1] for line in table[2:]], ["broken-1", "train-2", "train-1"])
         self.assertEqual(table[2].split()[2], "failed")
         by_loss = self.runner("runs", "--sort", "final_loss", "--csv", check=0).stdout.splitlines()
@@ -433,7 +434,7 @@ class IndexCommands(IndexTest):
         self.assertEqual(limited[-1], "(1 of 3 runs shown; --limit 0 shows all)")
         result = self.runner("runs", "--status", "done", check=2)
         self.assertTrue(result.stderr.startswith(
-            "runner runs: --status 'done': expected running, finished, failed or interrupted\n"))
+            "runner runs: --status 'done': expected one of running, finished, failed, interrupted, paused, pruned\n"))
 
     def test_show_prints_config_metrics_and_artifacts(self):
         self.three_runs()
@@ -653,7 +654,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (7); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (8); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -693,6 +694,8 @@ class BadIndexFiles(IndexTest):
         for column in ("attempts", "attempt_started_at", "active_seconds", "hosts"):
             db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         db.execute("DROP INDEX runs_by_trial")
+        db.execute("DROP INDEX trials_by_run")
+        db.execute("DROP TABLE run_name_numbers")
         db.execute("DROP TABLE trial_rungs")
         db.execute("DROP TABLE sweep_workers")
         for column in ("ended_at", "error"):
@@ -703,13 +706,53 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(7,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(8,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
         self.assertEqual(shown["hosts"], [socket.gethostname()])
         self.assertAlmostEqual(shown["duration"], wall, places=6)  # a finished run's whole span
         self.assertAlmostEqual(shown["wall_seconds"], wall, places=6)
+
+    def test_an_index_of_schema_7_gets_paused_and_pruned_runs_and_rungs_from_1(self):
+        first = self.train()
+        second = self.train("steps=20")
+        db = sqlite3.connect(self.home / "index.db")
+        # Schema 7: ASHA's paused and pruned trials' runs were `interrupted`, rungs counted from 0.
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_master SET sql = replace(sql, ', ''paused'', ''pruned'')', ')') WHERE name = 'runs'")
+        db.execute("PRAGMA writable_schema = OFF")
+        db.commit()
+        db.close()
+        db = sqlite3.connect(self.home / "index.db")
+        self.assertIn("'failed', 'interrupted'))", db.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()[0])
+        db.execute("DROP INDEX trials_by_run")
+        db.execute("DROP TABLE run_name_numbers")
+        db.execute("INSERT INTO sweeps (sweep, name, script, spec, status, created_at) VALUES (1, 's', 'x.lua', '{}', "
+                   "'running', 0)")
+        for trial, name, status, rung in ((1, first["name"], "paused", 1), (2, second["name"], "pruned", 2)):
+            run = db.execute("SELECT run FROM runs WHERE name = ?", (name,)).fetchone()[0]
+            db.execute("UPDATE runs SET status = 'interrupted', sweep = 1, trial = ? WHERE run = ?", (trial, run))
+            db.execute("INSERT INTO trials (sweep, trial, params, run, status, rung) VALUES (1, ?, '{}', ?, ?, ?)",
+                       (trial, run, status, rung))
+            for r in range(rung):
+                db.execute("INSERT INTO trial_rungs VALUES (1, ?, ?, ?, ?)", (trial, r, 10 * (r + 1), 0.5))
+        db.execute("PRAGMA user_version = 7")
+        db.commit()
+        db.close()
+        self.runner("runs", check=0)
+        self.assertEqual(self.sql("PRAGMA user_version"), [(8,)])
+        self.assertEqual(self.sql("SELECT r.status, t.status FROM runs r JOIN trials t ON t.run = r.run ORDER BY t.trial"),
+                         [("paused", "paused"), ("pruned", "pruned")])
+        self.assertEqual(self.sql("SELECT trial, rung, step FROM trial_rungs ORDER BY trial, rung"),
+                         [(1, 1, 10), (2, 1, 10), (2, 2, 20)])
+        self.assertEqual(self.sql("PRAGMA integrity_check"), [("ok",)])
+        self.assertIn("'paused', 'pruned'", self.sql("SELECT sql FROM sqlite_master WHERE name = 'runs'")[0][0])
+        with self.assertRaises(sqlite3.IntegrityError):
+            self.set_sql("UPDATE runs SET status = 'resting'")
+        shown = self.runner("runs", "--status", "paused", check=0).stdout
+        self.assertIn(first["name"], shown)
+        self.assertNotIn(second["name"], shown)
 
     def test_an_index_carries_the_runner_application_id(self):
         self.train()

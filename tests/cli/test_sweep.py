@@ -216,13 +216,16 @@ class Scheduling(SweepTest):
         for lr, (_, status, metric, step, rung, _, _) in trials.items():
             self.assertIn((status, step), [("pruned", 3), ("pruned", 9), ("finished", 27)], (lr, result.stdout))
         rungs = self.sql("SELECT trial, rung, step, value FROM trial_rungs ORDER BY rung, trial")
-        at0 = [r for r in rungs if r[1] == 0]
-        self.assertEqual(len(at0), 9)
-        self.assertTrue(all(r[2] == 3 for r in at0))
-        # Everything that went past rung 0 was in the best third of rung 0's results when it was promoted; at
+        # Rungs count from 1 in the table as in the output ("reached rung 1 at step 3").
+        at1 = [r for r in rungs if r[1] == 1]
+        self.assertEqual(len(at1), 9)
+        self.assertTrue(all(r[2] == 3 for r in at1))
+        self.assertEqual({r[1] for r in rungs} - {1}, {2})
+        self.assertTrue(all(r[2] == 9 for r in rungs if r[1] == 2))
+        # Everything that went past rung 1 was in the best third of rung 1's results when it was promoted; at
         # the end, the best third of all 9 is among those that went on.
-        went_on = {t for t, rung, _, _ in rungs if rung == 1}
-        by_value = sorted(at0, key=lambda r: r[3])
+        went_on = {t for t, rung, _, _ in rungs if rung == 2}
+        by_value = sorted(at1, key=lambda r: r[3])
         self.assertTrue({r[0] for r in by_value[:3]} <= went_on | {trials[0.01][0]})
         self.assertLessEqual(len(went_on), 5)
         # Far fewer steps than the grid: every trial's run reached its last step once (resumed, not restarted).
@@ -235,8 +238,25 @@ class Scheduling(SweepTest):
         self.assertEqual(steps, list(range(1, 28)))
         self.assertEqual([len(a) for a in self.attempts(best[6])], [3, 6, 18])
         self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(9,)])
+        # A trial's run is `paused` at its rung, and `pruned` with it when the sweep ends it there.
+        self.assertEqual(sorted(self.sql("SELECT t.status, r.status, count(*) FROM trials t JOIN runs r ON r.run = t.run "
+                                         "GROUP BY 1, 2")),
+                         [("finished", "finished", 1), ("pruned", "pruned", 8)])
+        self.assertEqual(self.sql("SELECT DISTINCT a.status FROM attempts a JOIN trials t ON t.run = a.run "
+                                  "WHERE t.status = 'pruned' AND a.attempt < (SELECT attempts FROM runs WHERE run = a.run)"),
+                         [("paused",)] if any(t[3] == 9 for t in trials.values()) else [])
         self.assertIn("reached rung 1 at step 3", result.stdout)
         self.assertIn("promoted past rung", result.stdout)
+        # Disk: a trial paused again dropped its earlier pause's checkpoint; the pruned ones keep none at the end.
+        self.assertRegex(result.stdout, r"deleted 1 checkpoint trial \d+ no longer needs \(.+ freed\)")
+        self.assertRegex(result.stdout, r"deleted 8 checkpoints the pruned trials no longer need \(.+ freed\)")
+        self.assertEqual(self.sql("SELECT count(*) FROM checkpoints WHERE run IN "
+                                  "(SELECT run FROM trials WHERE status = 'pruned')"), [(0,)])
+        for (folder,) in self.sql("SELECT r.dir FROM runs r JOIN trials t ON t.run = r.run WHERE t.status = 'pruned'"):
+            self.assertEqual(list((self.home / folder).glob("checkpoints/step-*")), [], folder)
+            self.assertTrue((self.home / folder / "steps.txt").exists())
+        self.assertEqual(self.sql("SELECT count(*) FROM checkpoints c JOIN trials t ON t.run = c.run "
+                                  "WHERE t.status = 'finished' AND c.kept"), [(1,)])
 
     def test_a_failing_trial_is_recorded_and_the_limit_stops_the_sweep(self):
         self.sweep_file("fails.lua", """
@@ -455,6 +475,58 @@ class Failures(SweepTest):
         self.assertRegex(table, r"\borphan\s+stopped\b")
         self.assertRegex(table, r"sweep orphan: " + note)
         self.assertEqual([s["status"] for s in json.loads(self.runner("sweeps", "--json", check=0).stdout)], ["stopped"])
+
+
+class Cleanup(SweepTest):
+    def test_last_means_the_newest_run_outside_sweeps_and_sweep_rm_deletes_a_sweep(self):
+        self.sweep_file("small.lua", """
+          script = "synthetic.lua", parameters = { width = { 1, 2 } }, fixed = { steps = 2 },
+          method = "grid", metric = "score",
+        """)
+        self.runner("synthetic.lua", "steps=2", check=0)  # a run started here, then a sweep in the background
+        self.runner("sweep", "small.lua", check=0, timeout=300)
+        own_id, own_name = self.sql("SELECT id, name FROM runs WHERE sweep IS NULL")[0]
+        # `runner runs` says which runs are sweep trials; --json has the sweep and trial apart.
+        table = self.runner("runs", check=0).stdout.splitlines()
+        self.assertEqual(table[0].split()[:8], ["id", "name", "status", "started", "duration", "step", "ranks", "sweep"])
+        self.assertEqual([sum(f"small #{t}" in line for line in table) for t in (1, 2)], [1, 1])
+        self.assertEqual([line for line in table if own_name in line][0].split()[-2:], ["1", "-"])  # ranks, sweep
+        listed = json.loads(self.runner("runs", "--json", check=0).stdout)
+        self.assertEqual(sorted((r["sweep"], r["trial"], r["ranks"]) for r in listed if r["sweep"]), [("small", 1, 1), ("small", 2, 1)])
+        self.assertEqual([(r["sweep"], r["trial"]) for r in listed if r["id"] == own_id], [(None, None)])
+        newest_trial = self.sql("SELECT id FROM runs WHERE sweep IS NOT NULL ORDER BY started_at DESC, run DESC")[0][0]
+        self.assertEqual(json.loads(self.runner("show", "last", "--json", check=0).stdout)["id"], own_id)
+        self.assertEqual(json.loads(self.runner("show", "last", "--sweep", "--json", check=0).stdout)["id"], newest_trial)
+        names = {name for (name,) in self.sql("SELECT name FROM runs")}
+
+        # `runner rm` given a sweep says what deletes it, and deletes nothing.
+        result = self.runner("rm", "small", check=2)
+        self.assertIn("runner rm: 'small' is a sweep, not a run: `runner sweep rm small` deletes it with its trials' "
+                      "runs", result.stderr)
+        folders = [folder for (folder,) in self.sql("SELECT dir FROM runs WHERE sweep IS NOT NULL")]
+        self.assertEqual(len(folders), 2)
+        self.assertTrue((self.home / "sweeps" / "small").is_dir())
+
+        result = self.runner("sweep", "rm", "small", check=0)
+        self.assertRegex(result.stdout, r"^deleted sweep small: 2 trials, 2 runs with \d+ checkpoints?, [\d.]+ [kM]?B freed\n$")
+        self.assertEqual(self.sql("SELECT count(*) FROM sweeps"), [(0,)])
+        self.assertEqual(self.sql("SELECT count(*) FROM trials"), [(0,)])
+        self.assertEqual(self.sql("SELECT id FROM runs"), [(own_id,)])
+        for folder in folders:
+            self.assertFalse((self.home / folder).exists(), folder)
+        self.assertFalse((self.home / "sweeps" / "small").exists())
+        self.assertEqual(list((self.home / ".trash").iterdir()), [])
+        self.assertIn("no sweep", self.runner("sweep", "rm", "small", check=1).stderr.lower())
+
+        # Only sweep trials left: `last` says so and what picks them.
+        self.runner("sweep", "small.lua", check=0, timeout=300)
+        self.runner("rm", own_name, check=0)
+        self.assertIn("every run was started by a sweep, so 'last' matches nothing ('last --sweep' is the newest "
+                      "sweep trial)", self.runner("show", "last", check=1).stderr)
+        # A removed run's name is not given to a later run.
+        self.runner("synthetic.lua", "steps=2", check=0)
+        (new_name,) = self.sql("SELECT name FROM runs WHERE sweep IS NULL")[0]
+        self.assertNotIn(new_name, names | {own_name})
 
 
 class Input(SweepTest):

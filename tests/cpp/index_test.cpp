@@ -1038,6 +1038,17 @@ RowCounts row_counts(Database& db, int64_t run) {
           scalar(db, "SELECT count(*) FROM checkpoint_files f JOIN checkpoints c USING (checkpoint) WHERE c.run = " + r)};
 }
 
+// The disk space a tree holds: its files' and folders' allocated blocks, as `stat` reports them.
+uint64_t allocated_bytes(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return 0;
+  uint64_t total = static_cast<uint64_t>(info.st_blocks) * 512;
+  if (S_ISDIR(info.st_mode))
+    for (const auto& entry : fs::recursive_directory_iterator(path))
+      if (::lstat(entry.path().c_str(), &info) == 0) total += static_cast<uint64_t>(info.st_blocks) * 512;
+  return total;
+}
+
 std::string describe(const RowCounts& c) {
   return std::to_string(c.runs) + " " + std::to_string(c.metrics) + " " + std::to_string(c.latest) + " " +
          std::to_string(c.artifacts) + " " + std::to_string(c.checkpoints) + " " + std::to_string(c.checkpoint_files);
@@ -1054,6 +1065,8 @@ TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[
   const RowCounts full{1, 30, 2, 1, 1, 2};
   REQUIRE(describe(row_counts(db, gone.run)) == describe(full));
   const int64_t checkpoints_before = scalar(db, "SELECT count(*) FROM checkpoint_files");
+  const uint64_t gone_bytes = allocated_bytes(home + "/gone");
+  REQUIRE(gone_bytes >= 2 + 10 + 100 + 1000 + 500);
 
   const RemovedRun removed = remove_run(db, home, gone);
   CHECK(removed.id == gone.id);
@@ -1061,7 +1074,7 @@ TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[
   CHECK(removed.metrics == 30);
   CHECK(removed.checkpoints == 1);
   CHECK(removed.artifacts == 1);
-  CHECK(removed.bytes == 2 + 10 + 100 + 1000 + 500);
+  CHECK(removed.bytes == gone_bytes);
 
   CHECK(describe(row_counts(db, gone.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
   CHECK(scalar(db, "SELECT count(*) FROM checkpoint_files") == checkpoints_before - 2);
@@ -1091,7 +1104,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
   const std::string trash_entry = half.id + "-" + half.dir;
   fs::create_directories(home + "/.trash");
   fs::rename(home + "/half", home + "/.trash/" + trash_entry);
-  const uint64_t trash_bytes = 2 + 10 + 100 + 1000 + 500;
+  const uint64_t trash_bytes = allocated_bytes(home + "/.trash/" + trash_entry);
 
   // A run with one kept checkpoint and one rotated out.
   const RunRecord rotating = populated_run(db, home, "rotating");
@@ -1105,6 +1118,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
   dropped.files = {{"step-2.safetensors", 300, "h3"}};
   const int64_t dropped_id = add_checkpoint(db, dropped);
   set_checkpoint_kept(db, dropped_id, false);
+  const uint64_t dropped_bytes = allocated_bytes(home + "/rotating/checkpoints/step-2.safetensors");
 
   // A run of a process that died, with no directory.
   const RunRecord stale = create_run(db, new_run("stale.lua", "stale"), home);
@@ -1114,7 +1128,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
   write_file(home + "/orphan/config.json", "{}");
   write_file(home + "/orphan/script.lua", "-- orphan\n");
   write_file(home + "/data/config.json", "{}");
-  const uint64_t orphan_bytes = 2 + 10;
+  const uint64_t orphan_bytes = allocated_bytes(home + "/orphan");
 
   auto snapshot = [&] {
     return describe(row_counts(db, half.run)) + "|" + describe(row_counts(db, rotating.run)) + "|" +
@@ -1129,7 +1143,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
     CHECK(report.orphan_directories == std::vector<std::string>{"orphan"});
     CHECK(report.interrupted_runs == std::vector<std::string>{"stale"});
     CHECK_THAT(report.missing_directories, Catch::VectorContains(std::string("stale")));
-    CHECK(report.bytes_freed == trash_bytes + 300 + orphan_bytes);
+    CHECK(report.bytes_freed == trash_bytes + dropped_bytes + orphan_bytes);
 
     CHECK(snapshot() == before);
     CHECK(exists(home + "/.trash/" + trash_entry + "/checkpoints/step-1/model.safetensors"));
@@ -1145,7 +1159,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
     CHECK(report.orphan_directories == std::vector<std::string>{"orphan"});
     CHECK(report.interrupted_runs == std::vector<std::string>{"stale"});
     CHECK(report.missing_directories == std::vector<std::string>{"stale"});
-    CHECK(report.bytes_freed == trash_bytes + 300);
+    CHECK(report.bytes_freed == trash_bytes + dropped_bytes);
 
     // The half-removed run: rows and trash entry gone.
     CHECK(describe(row_counts(db, half.run)) == describe(RowCounts{0, 0, 0, 0, 0, 0}));
@@ -1175,6 +1189,65 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
     CHECK(exists(home + "/rotating/script.lua"));
     CHECK(exists(index_path(home)));
   }
+}
+
+TEST_CASE("the space freed is the blocks released: a file also linked from elsewhere counts nothing", "[index]") {
+  TempHome tmp;
+  const std::string tree = tmp.path + "/tree";
+  write_file(tree + "/a.bin", std::string(10000, 'a'));
+  write_file(tmp.path + "/outside.bin", std::string(20000, 'b'));
+  REQUIRE(::link((tmp.path + "/outside.bin").c_str(), (tree + "/linked.bin").c_str()) == 0);
+  REQUIRE(::link((tree + "/a.bin").c_str(), (tree + "/a-again.bin").c_str()) == 0);  // both links inside: once
+  struct stat folder {}, file {};
+  REQUIRE(::lstat(tree.c_str(), &folder) == 0);
+  REQUIRE(::lstat((tree + "/a.bin").c_str(), &file) == 0);
+  CHECK(file.st_blocks * 512 >= 10000);
+  CHECK(disk_usage(tree) == static_cast<uint64_t>(folder.st_blocks + file.st_blocks) * 512);
+  CHECK(disk_usage(tmp.path + "/missing") == 0);
+}
+
+TEST_CASE("a paused sweep trial's run keeps only its latest checkpoint, a pruned one none", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  Database db = open_index_for_writing(home);
+  const RunRecord run = populated_run(db, home, "trial");  // checkpoints/step-1
+  write_file(home + "/trial/checkpoints/step-2.safetensors", std::string(300, 'x'));
+  CheckpointRecord later;
+  later.run = run.run;
+  later.step = 2;
+  later.path = "checkpoints/step-2.safetensors";
+  later.bytes = 300;
+  later.hash = "def";
+  later.files = {{"step-2.safetensors", 300, "h3"}};
+  add_checkpoint(db, later);
+  auto listed = [&] {
+    std::vector<std::string> paths;
+    for (const CheckpointRecord& c : checkpoints(db, run.run)) paths.push_back(c.path + (c.kept ? "" : " (dropped)"));
+    return paths;
+  };
+  // A finished run keeps what rotation kept.
+  CHECK(unneeded_checkpoints(db, load_run(db, run.run)).empty());
+  db.execute("UPDATE runs SET status = 'paused' WHERE run = " + std::to_string(run.run));
+  GarbageReport report;
+  drop_checkpoints(db, home, load_run(db, run.run), false, report);
+  CHECK(report.dropped_checkpoints == std::vector<std::string>{"trial/checkpoints/step-1"});
+  CHECK(listed() == std::vector<std::string>{"checkpoints/step-2.safetensors"});
+  CHECK_FALSE(exists(home + "/trial/checkpoints/step-1"));
+  CHECK(exists(home + "/trial/checkpoints/step-2.safetensors"));
+
+  db.execute("UPDATE runs SET status = 'pruned' WHERE run = " + std::to_string(run.run));
+  const uint64_t last_bytes = allocated_bytes(home + "/trial/checkpoints/step-2.safetensors");
+  report = collect_garbage(db, home, true, false);
+  CHECK(report.dropped_checkpoints == std::vector<std::string>{"trial/checkpoints/step-2.safetensors"});
+  CHECK(report.bytes_freed == last_bytes);
+  CHECK(listed() == std::vector<std::string>{"checkpoints/step-2.safetensors"});  // a dry run changes nothing
+  report = collect_garbage(db, home, false, false);
+  CHECK(report.dropped_checkpoints == std::vector<std::string>{"trial/checkpoints/step-2.safetensors"});
+  CHECK(listed().empty());
+  CHECK_FALSE(exists(home + "/trial/checkpoints/step-2.safetensors"));
+  // Its metrics, samples and files stay.
+  CHECK(describe(row_counts(db, run.run)) == describe(RowCounts{1, 30, 2, 1, 0, 0}));
+  CHECK(exists(home + "/trial/images/s-0000001.png"));
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -305,11 +305,11 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
   for (int t = 1; t <= 9; ++t) REQUIRE(claim_trial(db, sweep, "host:1"));
   // Every trial paused at rung 1; the best three there, 3, 5 and 7, went on to rung 2, where 7 is the best.
   for (int t = 1; t <= 9; ++t) {
-    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 0, 6, {})", sweep.sweep, t, t % 2 && t > 1 ? t : 10 + t));
+    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 1, 6, {})", sweep.sweep, t, t % 2 && t > 1 ? t : 10 + t));
     db.execute(fmt::format("UPDATE trials SET status = 'paused', rung = 1, worker = NULL WHERE trial = {}", t));
   }
   for (int t : {3, 5, 7}) {
-    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 1, 18, {})", sweep.sweep, t, 10 - t));
+    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 2, 18, {})", sweep.sweep, t, 10 - t));
     db.execute(fmt::format("UPDATE trials SET rung = 2 WHERE trial = {}", t));
   }
   // Trial 7 (the best at rung 2) is killed outright: retried once, from its checkpoint, before anything else.
