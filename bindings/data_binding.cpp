@@ -9,6 +9,7 @@
 #include "bindings/data_binding.h"
 #include "bindings/lua_json.h"
 #include "bindings/option_table.h"
+#include "bindings/runs_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/data/data_error.h"
@@ -107,15 +108,44 @@ bool check_split(lua_State* L, int index) {
   return split == "train";
 }
 
-// data._image_folder(path, labels)
-int data_image_folder(lua_State* L) { return push_dataset(L, data::open_image_folder(check_string(L, 1), opt_boolean(L, 2, false))); }
-// data._cifar10(path, split)
-int data_cifar10(lua_State* L) { return push_dataset(L, data::open_cifar10(check_string(L, 1), check_split(L, 2))); }
-// data._mnist(path, split)
-int data_mnist(lua_State* L) { return push_dataset(L, data::open_mnist(check_string(L, 1), check_split(L, 2))); }
+// The datasets read from files are recorded as inputs of the active run (record_run_input).
 
-// data._latents(path, scale): scale nil takes the manifest's
-int data_latents(lua_State* L) { return push_dataset(L, data::open_latents(check_string(L, 1), luaL_optnumber(L, 2, 0))); }
+// data._image_folder(path, labels)
+int data_image_folder(lua_State* L) {
+  const std::string path = check_string(L, 1);
+  auto dataset = data::open_image_folder(path, opt_boolean(L, 2, false));
+  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  return push_dataset(L, dataset);
+}
+// data._cifar10(path, split)
+int data_cifar10(lua_State* L) {
+  const std::string path = check_string(L, 1);
+  auto dataset = data::open_cifar10(path, check_split(L, 2));
+  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  return push_dataset(L, dataset);
+}
+// data._mnist(path, split)
+int data_mnist(lua_State* L) {
+  const std::string path = check_string(L, 1);
+  auto dataset = data::open_mnist(path, check_split(L, 2));
+  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  return push_dataset(L, dataset);
+}
+
+// data._latents(path, scale): scale nil takes the manifest's. The run records the encode manifest's source,
+// preprocessing and VAE (path and sha256).
+int data_latents(lua_State* L) {
+  const std::string path = check_string(L, 1);
+  auto dataset = data::open_latents(path, luaL_optnumber(L, 2, 0));
+  record_run_input(L, "data", path, [&] {
+    const nlohmann::json manifest = data::latents_manifest(path);
+    nlohmann::json detail = {{"latents", dataset->size()}};
+    for (const char* key : {"source", "images", "preprocessing", "flip", "vae"})
+      if (manifest.contains(key)) detail[key] = manifest[key];
+    return detail;
+  });
+  return push_dataset(L, dataset);
+}
 
 // data._npy(path, labels_path, classes)
 int data_npy(lua_State* L) {
@@ -134,7 +164,11 @@ int data_npy(lua_State* L) {
       lua_pop(L, 1);
     }
   }
-  return push_dataset(L, data::open_npy(check_string(L, 1), luaL_optstring(L, 2, ""), classes));
+  const std::string path = check_string(L, 1), labels = luaL_optstring(L, 2, "");
+  auto dataset = data::open_npy(path, labels, classes);
+  record_run_input(L, "data", path, [&] { return nlohmann::json{{"rows", dataset->size()}}; });
+  if (!labels.empty()) record_run_input(L, "data", labels, [] { return nlohmann::json{{"role", "labels"}}; });
+  return push_dataset(L, dataset);
 }
 
 // data._shapes(size, count, seed, options): options {colours, rotate}

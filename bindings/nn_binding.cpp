@@ -4,6 +4,7 @@
 // dicts are built on top of these in stdlib/runner/nn.lua.
 #include <torch/nn.h>
 
+#include <filesystem>
 #include <fmt/format.h>
 #include <functional>
 #include <sstream>
@@ -11,9 +12,11 @@
 #include "bindings/bindings.h"
 #include "bindings/nn_binding.h"
 #include "bindings/option_table.h"
+#include "bindings/runs_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/sha256.h"
 #include "runtime/nn/autoencoder_kl.h"
 #include "runtime/nn/dit.h"
 #include "runtime/nn/unet.h"
@@ -257,7 +260,12 @@ int nn_autoencoder_kl(lua_State* L) {
 // nn.AutoencoderKL.load(folder_or_file [, options]): a diffusers folder or one safetensors file, in eval mode.
 int nn_autoencoder_kl_load(lua_State* L) {
   const std::string path = check_string(L, 1);
-  push_autoencoder(L, runner::nn::load_autoencoder_kl(path, kAutoencoderKLOptions.read(L, 2)).model);
+  const runner::nn::LoadedAutoencoder loaded = runner::nn::load_autoencoder_kl(path, kAutoencoderKLOptions.read(L, 2));
+  record_run_input(L, "vae", path, [&] {  // the encode manifest names its VAE by the same hash
+    return nlohmann::json{{"weights", std::filesystem::absolute(loaded.weights_path).string()},
+                          {"sha256", runner::core::sha256_file(loaded.weights_path)}};
+  });
+  push_autoencoder(L, loaded.model);
   return 1;
 }
 

@@ -432,6 +432,14 @@ void open_runs(lua_State* L) {
   lua_pop(L, 1);
 }
 
+void record_run_input(lua_State* L, const std::string& kind, const std::string& path,
+                      const std::function<nlohmann::json()>& detail) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
+  auto* active = test_userdata<RunBox>(L, -1, kRunType);
+  lua_pop(L, 1);
+  if (active && active->context && !active->context->finished()) active->context->record_input(kind, path, detail());
+}
+
 std::optional<std::string> end_active_run(lua_State* L, const std::string& status, const std::optional<std::string>& error) {
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   auto* box = test_userdata<RunBox>(L, -1, kRunType);

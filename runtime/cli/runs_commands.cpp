@@ -265,6 +265,11 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   out["error"] = run.error ? nlohmann::json(*run.error) : nlohmann::json(nullptr);
   out["parent"] = run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json(nullptr);
   out["attempt_history"] = attempts_json(run, index::run_attempts(db, run.run), now);
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const index::InputRecord& input : index::run_inputs(db, run.run))
+    inputs.push_back({{"attempt", input.attempt}, {"kind", input.kind}, {"path", input.path}, {"bytes", or_null(input.bytes)},
+                      {"modified_at", or_null(input.modified_at)}, {"detail", input.detail}});
+  out["inputs"] = inputs;
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& latest : index::latest_metrics(db, run.run)) {
     metrics[latest.key] = {{"step", latest.point.step},
@@ -307,6 +312,26 @@ Table key_values(const nlohmann::json& object, const std::string& value_column) 
     for (const auto& [key, value] : object.items()) table.rows.push_back({key, json_cell(value)});
   else if (!object.is_null())
     table.rows.push_back({"(not JSON)", json_cell(object)});  // a column edited outside runner
+  return table;
+}
+
+// What the run read, attempt by attempt: "encoded from SRC with the VAE sha256 ABC..." for latents, a VAE's hash.
+Table inputs_table(const std::vector<index::InputRecord>& inputs) {
+  Table table{{"attempt", "kind", "path", "size", "identified by"}, {}};
+  for (const index::InputRecord& input : inputs) {
+    const nlohmann::json& d = input.detail;
+    std::string identity;
+    if (d.contains("vae") && d["vae"].is_object() && d["vae"].contains("sha256"))
+      identity = fmt::format("encoded from {} with the VAE sha256 {}", d.value("source", "?"),
+                             d["vae"]["sha256"].get<std::string>().substr(0, 12));
+    else if (d.contains("sha256") && d["sha256"].is_string())
+      identity = "sha256 " + d["sha256"].get<std::string>().substr(0, 12);
+    else if (input.modified_at)
+      identity = "modified " + format_time(*input.modified_at);
+    table.rows.push_back({input.attempt, input.kind, input.path,
+                          input.bytes ? Cell(core::byte_size_text(static_cast<uint64_t>(*input.bytes))) : Cell(std::monostate{}),
+                          identity.empty() ? Cell(std::monostate{}) : Cell(identity)});
+  }
   return table;
 }
 
@@ -353,6 +378,7 @@ int show_command(int argc, char** argv) {
   print_section("config", key_values(run.config, "value"));
   if (const auto attempts = index::run_attempts(db, run.run); attempts.size() > 1)
     print_section("attempts", attempts_table(run, attempts, now));
+  print_section("inputs", inputs_table(index::run_inputs(db, run.run)));
   print_section("summary", key_values(run.summary, "value"));
   Table metrics{{"metric", "step", "value"}, {}};
   for (const auto& latest : index::latest_metrics(db, run.run))

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/data/dataset.h"
 
 namespace runner::data {
@@ -42,6 +44,8 @@ std::shared_ptr<const Dataset> open_npy(const std::string& path, const std::stri
 // a flip (when there are two), then scale * (mean + exp(logvar / 2) * noise - shift), float32 [C, h, w].
 // `scale` <= 0 takes the VAE's scaling factor from the manifest.
 std::shared_ptr<const Dataset> open_latents(const std::string& path, double scale = 0);
+// The manifest beside such latents (<stem>.json): source, preprocessing, flip, vae {path, sha256, ...}, ...
+nlohmann::json latents_manifest(const std::string& path);
 
 // Procedural images: one circle, square or triangle (label 0, 1, 2) in a random colour on a plain
 // background of another colour, at random position, size and rotation; deterministic in (seed, index).

@@ -33,9 +33,7 @@ class LatentDataset final : public Dataset {
  public:
   LatentDataset(const std::string& path, double scale) : data_(path) {
     const std::string manifest_path = sibling_path(path, ".json");
-    if (!std::filesystem::exists(manifest_path))
-      throw DataError(manifest_path, "missing: data.latents reads the manifest `runner data encode` writes beside the array");
-    const nlohmann::json manifest = read_manifest(manifest_path);
+    const nlohmann::json manifest = latents_manifest(path);
     const auto& shape = data_.header().shape;
     if (shape.size() != 6 || (shape[1] != 1 && shape[1] != 2) || shape[2] != 2 || data_.header().dtype != at::kFloat)
       throw DataError(path, "expected float32 [N, flips (1 or 2), 2 (mean, logvar), C, h, w] as `runner data encode` writes");
@@ -103,6 +101,13 @@ class LatentDataset final : public Dataset {
 };
 
 }  // namespace
+
+nlohmann::json latents_manifest(const std::string& path) {
+  const std::string manifest_path = sibling_path(path, ".json");
+  if (!std::filesystem::exists(manifest_path))
+    throw DataError(manifest_path, "missing: data.latents reads the manifest `runner data encode` writes beside the array");
+  return read_manifest(manifest_path);
+}
 
 std::shared_ptr<const Dataset> open_latents(const std::string& path, double scale) {
   return std::make_shared<LatentDataset>(path, scale);

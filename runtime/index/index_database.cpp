@@ -208,6 +208,7 @@ ALTER TABLE trials ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
     // definition is rewritten in place (it only widens the constraint, which every row already meets), and the
     // new index changes the schema cookie, so other connections read the new definition. ASHA's rungs count from 1.
     // The last number given to each script's run names, so that a removed run's name is not given again.
+    // What each attempt read (its data and VAE), as resolved, with what identifies them.
     {8, R"sql(
 PRAGMA writable_schema = ON;
 UPDATE sqlite_master SET sql = replace(sql, '''failed'', ''interrupted'')', '''failed'', ''interrupted'', ''paused'', ''pruned'')')
@@ -221,6 +222,18 @@ UPDATE trial_rungs SET rung = -rung;
 CREATE TABLE run_name_numbers (
   stem TEXT PRIMARY KEY,
   last INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE inputs (
+  run INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  path TEXT NOT NULL,
+  bytes INTEGER,
+  modified_at REAL,
+  detail TEXT NOT NULL DEFAULT '{}',
+  recorded_at REAL NOT NULL,
+  PRIMARY KEY (run, attempt, kind, path),
+  FOREIGN KEY (run, attempt) REFERENCES attempts (run, attempt) ON DELETE CASCADE
 ) WITHOUT ROWID;
 )sql"},
 };

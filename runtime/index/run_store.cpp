@@ -626,4 +626,37 @@ std::vector<ArtifactRecord> artifacts(Database& db, int64_t run) {
                          run, std::nullopt);
 }
 
+void add_input(Database& db, int64_t run, const InputRecord& input) {
+  with_transaction(db, [&] {
+    Statement insert = db.prepare(
+        "INSERT OR REPLACE INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    insert.bind(1, run).bind(2, input.attempt).bind(3, input.kind).bind(4, input.path);
+    if (input.bytes) insert.bind(5, *input.bytes);
+    else insert.bind_null(5);
+    if (input.modified_at) insert.bind(6, *input.modified_at);
+    else insert.bind_null(6);
+    insert.bind(7, input.detail.dump()).bind(8, now_seconds());
+    insert.run();
+  });
+}
+
+std::vector<InputRecord> run_inputs(Database& db, int64_t run) {
+  Statement select = db.prepare(
+      "SELECT attempt, kind, path, bytes, modified_at, detail FROM inputs WHERE run = ? ORDER BY attempt, recorded_at");
+  select.bind(1, run);
+  std::vector<InputRecord> inputs;
+  while (select.step()) {
+    InputRecord input;
+    input.attempt = select.integer(0);
+    input.kind = select.text(1);
+    input.path = select.text(2);
+    input.bytes = select.optional_integer(3);
+    input.modified_at = select.optional_real(4);
+    input.detail = nlohmann::json::parse(select.text(5), nullptr, false);
+    inputs.push_back(std::move(input));
+  }
+  return inputs;
+}
+
 }  // namespace runner::index

@@ -201,6 +201,20 @@ int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint);
 void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept);
 std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run);
 
+// What an attempt of a run read (the inputs table): its data and VAE as resolved, and what identifies them.
+struct InputRecord {
+  int64_t attempt = 0;
+  std::string kind;                   // data, vae
+  std::string path;                   // absolute
+  std::optional<int64_t> bytes;       // a file's size; none for a folder
+  std::optional<double> modified_at;  // the file's or folder's
+  nlohmann::json detail = nlohmann::json::object();  // e.g. the encode manifest's source and VAE hash
+};
+// Replaces the attempt's record of the same kind and path.
+void add_input(Database& db, int64_t run, const InputRecord& input);
+// Attempt by attempt, in the order they were recorded.
+std::vector<InputRecord> run_inputs(Database& db, int64_t run);
+
 struct ArtifactRecord {
   int64_t artifact = 0;
   int64_t run = 0;

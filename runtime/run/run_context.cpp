@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
@@ -180,6 +181,24 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
   ::stat(path.c_str(), &info);
   add_artifact(db_, {0, record_.run, step, "image", name, relative, static_cast<int64_t>(info.st_size), 0});
   return path;
+}
+
+void RunContext::record_input(const std::string& kind, const std::string& path, const nlohmann::json& detail) {
+  if (follower_) return;
+  std::error_code error;
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path, error), error);
+  if (error) resolved = std::filesystem::absolute(path);
+  index::InputRecord input;
+  input.attempt = record_.attempts;
+  input.kind = kind;
+  input.path = resolved.string();
+  input.detail = detail;
+  struct stat info {};
+  if (::stat(input.path.c_str(), &info) == 0) {
+    if (S_ISREG(info.st_mode)) input.bytes = static_cast<int64_t>(info.st_size);
+    input.modified_at = static_cast<double>(info.st_mtim.tv_sec) + static_cast<double>(info.st_mtim.tv_nsec) * 1e-9;
+  }
+  add_input(db_, record_.run, input);
 }
 
 void RunContext::record_file(const std::string& name, int64_t step, const std::string& relative) {

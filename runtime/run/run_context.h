@@ -74,6 +74,11 @@ class RunContext {
                           const image::GridOptions& options);
   // Records a file written into the run directory (`relative` to it) as an artifact of kind "file".
   void record_file(const std::string& name, int64_t step, const std::string& relative);
+  // Records what this attempt read (index::InputRecord): `path` resolved to an absolute one (links followed),
+  // its size and modification time, and `detail`. Nothing on a follower rank; not a record that keeps a run
+  // withdrawn after a usage error.
+  void record_input(const std::string& kind, const std::string& path,
+                    const nlohmann::json& detail = nlohmann::json::object());
 
   // Flushes the metrics and records the final status (finished, failed, interrupted) with the error text.
   // Idempotent. A failure to flush is reported in the run's error and rethrown.

@@ -696,6 +696,7 @@ class BadIndexFiles(IndexTest):
         db.execute("DROP INDEX runs_by_trial")
         db.execute("DROP INDEX trials_by_run")
         db.execute("DROP TABLE run_name_numbers")
+        db.execute("DROP TABLE inputs")
         db.execute("DROP TABLE trial_rungs")
         db.execute("DROP TABLE sweep_workers")
         for column in ("ended_at", "error"):
@@ -728,6 +729,7 @@ class BadIndexFiles(IndexTest):
         self.assertIn("'failed', 'interrupted'))", db.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()[0])
         db.execute("DROP INDEX trials_by_run")
         db.execute("DROP TABLE run_name_numbers")
+        db.execute("DROP TABLE inputs")
         db.execute("INSERT INTO sweeps (sweep, name, script, spec, status, created_at) VALUES (1, 's', 'x.lua', '{}', "
                    "'running', 0)")
         for trial, name, status, rung in ((1, first["name"], "paused", 1), (2, second["name"], "pruned", 2)):

@@ -15,7 +15,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from torchvision.utils import make_grid
 
-from runner_process import RUNNER, RunnerHomeTest
+from runner_process import RUNNER, RunnerHomeTest, home_env, run
 from test_experiments import last_run, run_experiment
 
 
@@ -190,6 +190,24 @@ class Latents(RunnerHomeTest):
         difference = np.abs(pixels - expected)
         self.assertLessEqual(difference.max(), 1, f"{(difference > 1).sum()} pixels differ by more than 1 level")
         self.assertLess(difference.mean(), 0.05)
+        # The run records what it read, as resolved, so that its command can be rerun from another folder: the
+        # latents with the encode manifest's source and VAE hash, and the VAE with the same hash.
+        manifest = json.loads((self.dir / "latents.json").read_text())
+        weights = next((self.dir / "vae").glob("*.safetensors"))
+        vae_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+        self.assertEqual(manifest["vae"]["sha256"], vae_sha256)
+        inputs = run_record["inputs"]
+        self.assertEqual([(i["attempt"], i["kind"], i["path"]) for i in inputs],
+                         [(1, "data", str((self.dir / "latents.npy").resolve())), (1, "vae", str((self.dir / "vae").resolve()))])
+        self.assertEqual(inputs[0]["bytes"], (self.dir / "latents.npy").stat().st_size)
+        self.assertEqual(inputs[0]["detail"]["vae"]["sha256"], vae_sha256)
+        self.assertEqual(inputs[0]["detail"]["source"], str((self.dir / "images").resolve()))
+        self.assertEqual(inputs[0]["detail"]["latents"], 16)
+        self.assertEqual(inputs[1]["detail"], {"weights": str(weights.resolve()), "sha256": vae_sha256})
+        self.assertIsNone(inputs[1]["bytes"])  # a folder
+        shown = run("show", "last", cwd=self.dir, timeout=60, env=home_env(self.dir / "runs")).stdout
+        self.assertIn(f"encoded from {(self.dir / 'images').resolve()} with the VAE sha256 {vae_sha256[:12]}", shown)
+        self.assertIn(f"sha256 {vae_sha256[:12]}", shown)
 
     def test_dit_fine_tunes_from_a_pt_state_dict_and_logs_fid(self):
         make_vae(self.dir / "vae")
