@@ -13,7 +13,6 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -22,13 +21,13 @@
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/shape_text.h"
+#include "runtime/data/batch_order.h"
 #include "runtime/data/data_error.h"
 #include "runtime/data/sample_rng.h"
 
 namespace runner::data {
 namespace {
 
-constexpr std::uint64_t kPermutationStream = 0x7065726d75746531ull;
 constexpr std::uint64_t kAugmentStream = 0x6175676d656e7431ull;
 
 using Clock = std::chrono::steady_clock;
@@ -127,8 +126,7 @@ struct Loader::Impl {
   LoaderOptions options;
   std::function<void()> before_next;  // set_before_next
   std::int64_t size = 0;
-  std::int64_t global_batch = 0;
-  std::int64_t per_epoch = 0;
+  std::optional<BatchOrder> order;  // which samples each batch position reads
   bool cuda = false;
   bool synchronous = false;
 
@@ -145,9 +143,6 @@ struct Loader::Impl {
   bool stopping = false;
   std::vector<std::thread> threads;
 
-  // Shuffled orders of recent epochs.
-  std::mutex permutation_mutex;
-  std::map<std::pair<std::uint64_t, std::int64_t>, std::shared_ptr<const std::vector<std::int64_t>>> permutations;
   // The seed in use; read by workers when they take a batch (restore() may change it).
   std::uint64_t seed = 0;
 
@@ -162,43 +157,8 @@ struct Loader::Impl {
   std::vector<SkippedSample> skip_reports;
   std::size_t skip_reports_taken = 0;
 
-  std::shared_ptr<const std::vector<std::int64_t>> permutation(std::uint64_t batch_seed, std::int64_t epoch) {
-    std::lock_guard lock(permutation_mutex);
-    const auto key = std::make_pair(batch_seed, epoch);
-    if (auto it = permutations.find(key); it != permutations.end()) return it->second;
-    auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(size));
-    std::iota(order->begin(), order->end(), 0);
-    SampleRng rng(batch_seed, kPermutationStream, static_cast<std::uint64_t>(epoch));
-    for (std::int64_t i = size - 1; i > 0; --i) {
-      std::swap((*order)[i], (*order)[rng.below(static_cast<std::uint64_t>(i + 1))]);
-    }
-    permutations[key] = order;
-    while (permutations.size() > 3) permutations.erase(permutations.begin());
-    return order;
-  }
-
-  std::vector<std::int64_t> batch_indices(std::uint64_t batch_seed, std::int64_t batch_position) {
-    const std::int64_t epoch = batch_position / per_epoch;
-    const std::int64_t start = (batch_position % per_epoch) * global_batch;
-    const std::int64_t count = std::min(global_batch, size - start);
-    const std::int64_t rank = options.rank;
-    const std::int64_t world = options.world_size;
-    const std::int64_t per_rank = global_batch / world;
-    std::int64_t lo = start + rank * per_rank;
-    std::int64_t hi = lo + per_rank;
-    if (count < global_batch) {  // the last, partial batch of the epoch: split it evenly over the ranks
-      lo = start + rank * count / world;
-      hi = start + (rank + 1) * count / world;
-    }
-    std::shared_ptr<const std::vector<std::int64_t>> order;
-    if (options.shuffle) order = permutation(batch_seed, epoch);
-    auto at = [&](std::int64_t i) { return order ? (*order)[static_cast<std::size_t>(i)] : i; };
-    std::vector<std::int64_t> indices;
-    // A rank left without samples by the split repeats one from the start of the epoch, so every rank
-    // takes the same number of steps.
-    if (lo == hi) indices.push_back(at(rank % size));
-    for (std::int64_t i = lo; i < hi; ++i) indices.push_back(at(i));
-    return indices;
+  std::vector<std::int64_t> batch_indices(std::uint64_t batch_seed, std::int64_t batch_position) const {
+    return order->indices(batch_seed, batch_position);
   }
 
   bool normalize_on_device() const { return cuda; }
@@ -215,7 +175,7 @@ struct Loader::Impl {
   HostBatch make_batch(std::uint64_t batch_seed, std::int64_t batch_position) {
     HostBatch batch;
     batch.position = batch_position;
-    batch.epoch = batch_position / per_epoch;
+    batch.epoch = batch_position / order->batches_per_epoch();
     const std::vector<std::int64_t> indices = batch_indices(batch_seed, batch_position);
     const auto n = static_cast<std::int64_t>(indices.size());
     const TransformSpec& spec = options.transform;
@@ -495,17 +455,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : 
   m.dataset = std::move(dataset);
   m.options = std::move(options);
   m.size = m.dataset->size();
-  m.global_batch = m.options.batch;
-  if (m.global_batch % m.options.world_size != 0)
-    throw std::invalid_argument("loader: batch " + std::to_string(m.global_batch) + " (the global batch of all ranks) does "
-                                "not split evenly over " + std::to_string(m.options.world_size) + " ranks");
   if (m.size < 1) throw std::invalid_argument("loader: the dataset is empty (" + m.dataset->describe() + ")");
-  m.per_epoch = m.options.drop_last ? m.size / m.global_batch : (m.size + m.global_batch - 1) / m.global_batch;
-  if (m.per_epoch == 0) {
-    throw std::invalid_argument("loader: " + std::to_string(m.size) + " samples make no full batch of " +
-                                std::to_string(m.global_batch) +
-                                " with drop_last");
-  }
+  m.order.emplace(BatchOrderOptions{m.size, m.options.batch, m.options.rank, m.options.world_size, m.options.shuffle,
+                                    m.options.drop_last});
   m.cuda = m.options.device.is_cuda();
   m.buffers = std::make_shared<BatchBufferPool>(static_cast<std::size_t>(m.options.prefetch) + 4);
   m.synchronous = m.options.workers == 0;
@@ -525,7 +477,7 @@ Loader::~Loader() {
 
 const Dataset& Loader::dataset() const { return *impl_->dataset; }
 const LoaderOptions& Loader::options() const { return impl_->options; }
-std::int64_t Loader::batches_per_epoch() const { return impl_->per_epoch; }
+std::int64_t Loader::batches_per_epoch() const { return impl_->order->batches_per_epoch(); }
 std::vector<std::int64_t> Loader::batch_indices(std::int64_t position) const {
   return impl_->batch_indices(impl_->seed, position);
 }
