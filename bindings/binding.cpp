@@ -117,20 +117,6 @@ std::string with_zero_based_note(std::string message) {
                    "dim 1 here, its tensor number 0 the first tensor)";
 }
 
-void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known) {
-  if (lua_isnoneornil(L, index)) return;
-  luaL_checktype(L, index, LUA_TTABLE);
-  index = index > 0 ? index : lua_gettop(L) + index + 1;
-  lua_pushnil(L);
-  while (lua_next(L, index)) {
-    lua_pop(L, 1);
-    bool found = false;
-    if (lua_type(L, -1) == LUA_TSTRING)
-      for (const char* key : known) found = found || std::strcmp(key, lua_tostring(L, -1)) == 0;
-    if (!found) raise_unknown_option(L, index, function, {known.begin(), known.end()});
-  }
-}
-
 int raise_unknown_option(lua_State* L, int table, const std::string& function, const std::vector<std::string>& names) {
   if (lua_type(L, -1) == LUA_TSTRING) {
     const std::string key = lua_tostring(L, -1);
@@ -173,54 +159,12 @@ bool push_field(lua_State* L, int index, const char* key) {
 
 }  // namespace
 
-double field_number(lua_State* L, int index, const char* key, double fallback) {
-  if (!push_field(L, index, key)) return fallback;
-  if (lua_type(L, -1) != LUA_TNUMBER) field_type_error(L, key, "a number");
-  const double value = lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  return value;
-}
-
-std::int64_t field_integer(lua_State* L, int index, const char* key, std::int64_t fallback) {
-  if (!push_field(L, index, key)) return fallback;
-  const double value = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || std::floor(value) != value) field_type_error(L, key, "an integer");
-  lua_pop(L, 1);
-  return static_cast<std::int64_t>(value);
-}
-
-bool field_boolean(lua_State* L, int index, const char* key, bool fallback) {
-  if (!push_field(L, index, key)) return fallback;
-  if (lua_type(L, -1) != LUA_TBOOLEAN) field_type_error(L, key, "a boolean");
-  const bool value = lua_toboolean(L, -1) != 0;
-  lua_pop(L, 1);
-  return value;
-}
-
 std::string field_string(lua_State* L, int index, const char* key, const std::string& fallback) {
   if (!push_field(L, index, key)) return fallback;
   if (lua_type(L, -1) != LUA_TSTRING) field_type_error(L, key, "a string");
   std::string value = lua_tostring(L, -1);
   lua_pop(L, 1);
   return value;
-}
-
-std::vector<double> field_numbers(lua_State* L, int index, const char* key, std::vector<double> fallback) {
-  if (!push_field(L, index, key)) return fallback;
-  if (!lua_istable(L, -1)) field_type_error(L, key, "a list of numbers");
-  std::vector<double> values;
-  for (int i = 1;; ++i) {
-    lua_rawgeti(L, -1, i);
-    if (lua_isnil(L, -1)) {
-      lua_pop(L, 1);
-      break;
-    }
-    if (lua_type(L, -1) != LUA_TNUMBER) field_type_error(L, key, "a list of numbers");
-    values.push_back(lua_tonumber(L, -1));
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-  return values;
 }
 
 }  // namespace runner::bindings

@@ -123,18 +123,13 @@ std::string check_string(lua_State* L, int index);
 // runner._did_you_mean in Lua.
 using core::did_you_mean;
 
-// Option tables: `{ lr = 1e-3, betas = {0.9, 0.999} }`. check_option_keys raises
-// "unknown option 'x' to 'adamw' (known: a, b, c); did you mean 'b'?" for a key not in `known`.
-void check_option_keys(lua_State* L, int index, const char* function, std::initializer_list<const char*> known);
+// Option tables are declared once in bindings/option_table.h, which checks them with this:
+// "unknown option 'x' to 'adamw' (known: a, b, c); did you mean 'b'?".
 // Raises the error for the key at the top of the stack (of the table at absolute index `table`, as in a lua_next
 // loop) that is not one of `names`: a did-you-mean for a misspelt name, "takes named options only" for a list entry.
 int raise_unknown_option(lua_State* L, int table, const std::string& function, const std::vector<std::string>& names);
 bool has_field(lua_State* L, int index, const char* key);
-double field_number(lua_State* L, int index, const char* key, double fallback);
-std::int64_t field_integer(lua_State* L, int index, const char* key, std::int64_t fallback);
-bool field_boolean(lua_State* L, int index, const char* key, bool fallback);
 std::string field_string(lua_State* L, int index, const char* key, const std::string& fallback);
-std::vector<double> field_numbers(lua_State* L, int index, const char* key, std::vector<double> fallback);
 
 // Userdata -------------------------------------------------------------------------------------
 // A full userdata holding a T constructed in place; its metatable (registered under `type_name` by

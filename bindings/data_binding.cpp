@@ -102,41 +102,80 @@ const Dataset& check_dataset(lua_State* L, int index) {
 
 Loader& check_loader(lua_State* L, int index) { return *shared_loader(L, index); }
 
-bool check_split(lua_State* L, int index) {
-  const std::string split = luaL_optstring(L, index, "train");
-  if (split != "train" && split != "test") raise_error(L, "split must be 'train' or 'test', got '" + split + "'");
-  return split == "train";
+// The dataset constructors' options (data.image_folder{...}, ...), each declared once; `path` is required.
+template <class Struct>
+OptionField<Struct> path_option(std::string Struct::*member) {
+  return option_with<Struct>("path", [member](lua_State* L, const char* key, Struct& o) {
+    read_option_value(L, key, o.*member);
+    if ((o.*member).empty()) raise_error(L, "option 'path' must not be empty");
+  }, /*required=*/true);
 }
 
-// The datasets read from files are recorded as inputs of the active run (record_run_input).
+struct ImageFolderOptions {
+  std::string path;
+  bool labels = false;  // the subfolder names are the classes
+};
+const OptionTable<ImageFolderOptions> kImageFolderOptions(
+    "data.image_folder", "ImageFolderOptions",
+    {path_option(&ImageFolderOptions::path), option("labels", &ImageFolderOptions::labels)});
 
-// data._image_folder(path, labels)
+struct SplitDatasetOptions {
+  std::string path;
+  bool train = true;  // split = "train" or "test"
+};
+OptionField<SplitDatasetOptions> split_option() {
+  return option_with<SplitDatasetOptions>("split", [](lua_State* L, const char* key, SplitDatasetOptions& o) {
+    std::string split;
+    read_option_value(L, key, split);
+    if (split != "train" && split != "test") raise_error(L, "split must be 'train' or 'test', got '" + split + "'");
+    o.train = split == "train";
+  });
+}
+const OptionTable<SplitDatasetOptions> kCifar10Options("data.cifar10", "Cifar10Options",
+                                                       {path_option(&SplitDatasetOptions::path), split_option()});
+const OptionTable<SplitDatasetOptions> kMnistOptions("data.mnist", "MnistOptions",
+                                                     {path_option(&SplitDatasetOptions::path), split_option()});
+
+// data._image_folder(ImageFolderOptions)
 int data_image_folder(lua_State* L) {
-  const std::string path = check_string(L, 1);
-  auto dataset = data::open_image_folder(path, opt_boolean(L, 2, false));
-  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  const ImageFolderOptions o = kImageFolderOptions.read(L, 1);
+  auto dataset = data::open_image_folder(o.path, o.labels);
+  record_run_input(L, "data", o.path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
   return push_dataset(L, dataset);
 }
-// data._cifar10(path, split)
+// data._cifar10(Cifar10Options)
 int data_cifar10(lua_State* L) {
-  const std::string path = check_string(L, 1);
-  auto dataset = data::open_cifar10(path, check_split(L, 2));
-  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  const SplitDatasetOptions o = kCifar10Options.read(L, 1);
+  auto dataset = data::open_cifar10(o.path, o.train);
+  record_run_input(L, "data", o.path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
   return push_dataset(L, dataset);
 }
-// data._mnist(path, split)
+// data._mnist(MnistOptions)
 int data_mnist(lua_State* L) {
-  const std::string path = check_string(L, 1);
-  auto dataset = data::open_mnist(path, check_split(L, 2));
-  record_run_input(L, "data", path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
+  const SplitDatasetOptions o = kMnistOptions.read(L, 1);
+  auto dataset = data::open_mnist(o.path, o.train);
+  record_run_input(L, "data", o.path, [&] { return nlohmann::json{{"images", dataset->size()}}; });
   return push_dataset(L, dataset);
 }
 
-// data._latents(path, scale): scale nil takes the manifest's. The run records the encode manifest's source,
+struct LatentsOptions {
+  std::string path;
+  double scale = 0;  // 0: the manifest's
+};
+const OptionTable<LatentsOptions> kLatentsOptions(
+    "data.latents", "LatentsOptions",
+    {path_option(&LatentsOptions::path),
+     option_with<LatentsOptions>("scale", [](lua_State* L, const char* key, LatentsOptions& o) {
+       if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) <= 0) raise_error(L, "latents: scale must be a positive number");
+       read_option_value(L, key, o.scale);
+     })});
+
+// data._latents(LatentsOptions): scale nil takes the manifest's. The run records the encode manifest's source,
 // preprocessing and VAE (path and sha256).
 int data_latents(lua_State* L) {
-  const std::string path = check_string(L, 1);
-  auto dataset = data::open_latents(path, luaL_optnumber(L, 2, 0));
+  const LatentsOptions o = kLatentsOptions.read(L, 1);
+  const std::string& path = o.path;
+  auto dataset = data::open_latents(path, o.scale);
   record_run_input(L, "data", path, [&] {
     const nlohmann::json manifest = data::latents_manifest(path);
     nlohmann::json detail = {{"latents", dataset->size()}};
@@ -147,47 +186,97 @@ int data_latents(lua_State* L) {
   return push_dataset(L, dataset);
 }
 
-// data._npy(path, labels_path, classes)
+struct NpyOptions {
+  std::string path;
+  std::string labels;                // an .npy of int64 labels ("": none)
+  std::vector<std::string> classes;  // their names: a list, or the path of a file with one a line
+};
+const OptionTable<NpyOptions> kNpyOptions(
+    "data.npy", "NpyOptions",
+    {path_option(&NpyOptions::path), option("labels", &NpyOptions::labels),
+     option_with<NpyOptions>("classes", [](lua_State* L, const char*, NpyOptions& o) {
+       if (lua_type(L, -1) == LUA_TSTRING) {
+         o.classes = data::read_class_names(lua_tostring(L, -1));
+         return;
+       }
+       if (!lua_istable(L, -1)) raise_error(L, "classes must be a list of strings or the path of a file of names");
+       const int table = lua_gettop(L);
+       for (int i = 1;; ++i) {
+         lua_rawgeti(L, table, i);
+         if (lua_isnil(L, -1)) {
+           lua_pop(L, 1);
+           break;
+         }
+         if (lua_type(L, -1) != LUA_TSTRING) raise_error(L, "classes must be a list of strings");
+         o.classes.emplace_back(lua_tostring(L, -1));
+         lua_pop(L, 1);
+       }
+     })});
+
+// data._npy(NpyOptions)
 int data_npy(lua_State* L) {
-  std::vector<std::string> classes;
-  if (lua_type(L, 3) == LUA_TSTRING) {
-    classes = data::read_class_names(lua_tostring(L, 3));
-  } else if (lua_istable(L, 3)) {
-    for (int i = 1;; ++i) {
-      lua_rawgeti(L, 3, i);
-      if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        break;
-      }
-      if (lua_type(L, -1) != LUA_TSTRING) raise_error(L, "classes must be a list of strings");
-      classes.emplace_back(lua_tostring(L, -1));
-      lua_pop(L, 1);
-    }
-  }
-  const std::string path = check_string(L, 1), labels = luaL_optstring(L, 2, "");
-  auto dataset = data::open_npy(path, labels, classes);
-  record_run_input(L, "data", path, [&] { return nlohmann::json{{"rows", dataset->size()}}; });
-  if (!labels.empty()) record_run_input(L, "data", labels, [] { return nlohmann::json{{"role", "labels"}}; });
+  const NpyOptions o = kNpyOptions.read(L, 1);
+  auto dataset = data::open_npy(o.path, o.labels, o.classes);
+  record_run_input(L, "data", o.path, [&] { return nlohmann::json{{"rows", dataset->size()}}; });
+  if (!o.labels.empty()) record_run_input(L, "data", o.labels, [] { return nlohmann::json{{"role", "labels"}}; });
   return push_dataset(L, dataset);
 }
 
-// data._shapes(size, count, seed, options): options {colours, rotate}
-int data_shapes(lua_State* L) {
-  data::ShapesOptions options;
-  options.colours = field_boolean(L, 4, "colours", options.colours);
-  options.rotate = field_boolean(L, 4, "rotate", options.rotate);
-  return push_dataset(L, data::make_shapes(static_cast<int>(check_integer(L, 1)), check_integer(L, 2),
-                                           static_cast<std::uint64_t>(check_integer(L, 3)), options));
+const OptionTable<data::ShapesOptions> kShapesOptions("data.shapes", "ShapesOptions",
+                                                      {
+                                                          option("size", &data::ShapesOptions::size),
+                                                          option("count", &data::ShapesOptions::count),
+                                                          option("seed", &data::ShapesOptions::seed),
+                                                          option("colours", &data::ShapesOptions::colours),
+                                                          option("rotate", &data::ShapesOptions::rotate),
+                                                      });
+
+// loader:iter{from, to}: the batches after the first `from` (a count) up to batch `to`.
+struct IterRange {
+  std::optional<std::int64_t> from;
+  std::optional<std::int64_t> to;  // none: no end
+};
+const OptionTable<IterRange> kIterRangeOptions(
+    "loader:iter", "IterRange",
+    {
+        option_with<IterRange>("from", [](lua_State* L, const char* key, IterRange& o) {
+          if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0)
+            raise_error(L, "loader:iter: 'from' must be a count of batches, 0 or more");
+          read_option_value(L, key, o.from);
+        }),
+        option("to", &IterRange::to),
+    });
+
+// data._iter_range(range) -> from|nil, to|nil
+int data_iter_range(lua_State* L) {
+  const IterRange o = kIterRangeOptions.read(L, 1);
+  for (const auto& bound : {o.from, o.to}) {
+    if (bound) lua_pushinteger(L, static_cast<lua_Integer>(*bound));
+    else lua_pushnil(L);
+  }
+  return 2;
 }
 
-// data._lua_dataset(length, get)
+// data._shapes(ShapesOptions)
+int data_shapes(lua_State* L) { return push_dataset(L, data::make_shapes(kShapesOptions.read(L, 1))); }
+
+struct LuaDatasetOptions {
+  std::int64_t length = 0;
+};
+const OptionTable<LuaDatasetOptions> kLuaDatasetOptions(
+    "data.dataset", "LuaDatasetOptions",
+    {option("length", &LuaDatasetOptions::length, /*required=*/true), lua_option<LuaDatasetOptions>("get", /*required=*/true)});
+
+// data._lua_dataset(LuaDatasetOptions): get(i) -> sample [, label]
 int data_lua_dataset(lua_State* L) {
-  const std::int64_t length = check_integer(L, 1);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
+  const std::int64_t length = kLuaDatasetOptions.read(L, 1).length;
+  lua_getfield(L, 1, "get");
+  if (!lua_isfunction(L, -1)) raise_error(L, "data.dataset: option 'get' must be a function");
+  const int get = lua_gettop(L);
   if (length < 1) raise_error(L, "dataset: length must be positive, got " + std::to_string(length));
   std::string where = user_where(L);
   if (where.size() >= 2) where.resize(where.size() - 2);  // drop the ": "
-  return push_dataset(L, std::make_shared<LuaDataset>(L, 2, length, where.empty() ? "?" : where));
+  return push_dataset(L, std::make_shared<LuaDataset>(L, get, length, where.empty() ? "?" : where));
 }
 
 int dataset_len(lua_State* L) {
@@ -489,6 +578,7 @@ void open_data(lua_State* L) {
                     {"latents", wrap<data_latents>},
                     {"shapes", wrap<data_shapes>},
                     {"lua_dataset", wrap<data_lua_dataset>},
+                    {"iter_range", wrap<data_iter_range>},
                     {"loader", wrap<data_loader>}});
   lua_setfield(L, -2, "_data");
   lua_pop(L, 1);

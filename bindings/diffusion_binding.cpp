@@ -178,20 +178,37 @@ std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_
   return labels;
 }
 
-std::optional<double> opt_number(lua_State* L, int index) {
-  if (lua_isnoneornil(L, index)) return std::nullopt;
-  return luaL_checknumber(L, index);
-}
+// d:loss's options: labels replace the batch's; label_dropout defaults to the model's class_dropout.
+struct DiffusionLossOptions {
+  std::optional<at::Tensor> labels;
+  std::optional<double> label_dropout;
+};
+const OptionTable<DiffusionLossOptions> kDiffusionLossOptions(
+    "loss", "DiffusionLossOptions",
+    {
+        option_with<DiffusionLossOptions>("labels", [](lua_State* L, const char*, DiffusionLossOptions& o) {
+          o.labels = check_tensor(L, lua_gettop(L));
+        }),
+        option("label_dropout", &DiffusionLossOptions::label_dropout),
+    });
 
-// d:_loss(model, x0, batch labels|nil, epoch|nil, indices|nil, given labels|nil, label_dropout|nil, model info|nil)
+// d:objective's options.
+struct ObjectiveOptions {
+  std::optional<double> label_dropout;  // default: the model's class_dropout
+};
+const OptionTable<ObjectiveOptions> kObjectiveOptions("objective", "ObjectiveOptions",
+                                                      {option("label_dropout", &ObjectiveOptions::label_dropout)});
+
+// d:_loss(model, x0, batch labels|nil, epoch|nil, indices|nil, DiffusionLossOptions|nil, model info|nil)
 // -> loss, t, mse, vb. d:loss's label rules, then the keyed draws: keys from (epoch, indices) for loader batches,
 // else the next running keys.
 int diffusion_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
+  const DiffusionLossOptions o = kDiffusionLossOptions.read(L, 7);
   const diff::Denoiser model = denoiser_at(L, 2);
   const at::Tensor& x0 = check_tensor(L, 3);
-  const diff::TrainingLabels labels = diff::training_labels(model_labels(L, 2, 9), opt_tensor(L, 4), opt_tensor(L, 7),
-                                                            opt_number(L, 8), x0.device());
+  const diff::TrainingLabels labels = diff::training_labels(model_labels(L, 2, 8), opt_tensor(L, 4), o.labels,
+                                                            o.label_dropout, x0.device());
   std::optional<at::Tensor> indices = opt_tensor(L, 6);
   std::optional<std::int64_t> epoch;
   if (!lua_isnoneornil(L, 5)) epoch = check_integer(L, 5);
@@ -204,10 +221,11 @@ int diffusion_loss(lua_State* L) {
   return 4;
 }
 
-// d:_objective(model, label_dropout|nil) -> Objective: the loss of a built-in denoiser on loader batches, for
+// d:_objective(model, ObjectiveOptions|nil) -> Objective: the loss of a built-in denoiser on loader batches, for
 // runner.trainer { objective = ... }.
 int diffusion_objective(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
+  const ObjectiveOptions o = kObjectiveOptions.read(L, 3);
   std::shared_ptr<runner::nn::Denoiser> native = test_denoiser(L, 2);
   if (!native) {
     throw std::invalid_argument(
@@ -218,7 +236,7 @@ int diffusion_objective(lua_State* L) {
     return native->forward(x, t, labels);
   };
   push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native),
-                                                               opt_number(L, 3)));
+                                                               o.label_dropout));
   return 1;
 }
 

@@ -43,28 +43,62 @@ ModuleBox& check_module(lua_State* L, int index) { return *check_userdata<Module
 
 // Factories -------------------------------------------------------------------------------------
 
-// nn.Linear(in_features, out_features [, {bias = true}])
+// The keyword options of the layers: each struct is the keyword part of the torch::nn options it fills, with
+// PyTorch's defaults.
+struct LinearOptions {
+  bool bias = true;
+};
+const OptionTable<LinearOptions> kLinearOptions("Linear", "LinearOptions", {option("bias", &LinearOptions::bias)});
+
+// nn.Linear(in_features, out_features [, LinearOptions])
 int nn_linear(lua_State* L) {
-  check_option_keys(L, 3, "Linear", {"bias"});
-  push_module(L, torch::nn::Linear(torch::nn::LinearOptions(check_integer(L, 1), check_integer(L, 2))
-                                       .bias(field_boolean(L, 3, "bias", true))));
+  const LinearOptions o = kLinearOptions.read(L, 3);
+  push_module(L, torch::nn::Linear(torch::nn::LinearOptions(check_integer(L, 1), check_integer(L, 2)).bias(o.bias)));
   return 1;
 }
 
-torch::ExpandingArray<2> pair_option(lua_State* L, int index, const char* key, std::int64_t fallback) {
-  if (!has_field(L, index, key)) return torch::ExpandingArray<2>(fallback);
-  lua_getfield(L, index, key);
-  const bool is_table = lua_istable(L, -1);
-  lua_pop(L, 1);
-  if (!is_table) return torch::ExpandingArray<2>(field_integer(L, index, key, fallback));
-  const auto values = field_numbers(L, index, key, {});
-  if (values.size() != 2) throw std::invalid_argument(fmt::format("option '{}' must be a number or two numbers", key));
-  return torch::ExpandingArray<2>({static_cast<std::int64_t>(values[0]), static_cast<std::int64_t>(values[1])});
+struct Conv2dOptions {
+  std::vector<std::int64_t> stride{1};  // one number for both sides, or {height, width}
+  std::vector<std::int64_t> padding{0};
+  std::vector<std::int64_t> dilation{1};
+  std::int64_t groups = 1;
+  bool bias = true;
+  torch::nn::detail::conv_padding_mode_t padding_mode = torch::kZeros;
+};
+
+OptionField<Conv2dOptions> pair_option(const char* key, std::vector<std::int64_t> Conv2dOptions::*member) {
+  return option_with<Conv2dOptions>(key, [member](lua_State* L, const char* k, Conv2dOptions& o) {
+    read_option_value(L, k, o.*member);
+    if ((o.*member).size() != 1 && (o.*member).size() != 2) raise_error(L, fmt::format("option '{}' must be a number or two numbers", k));
+  });
 }
 
-// nn.Conv2d(in, out, kernel [, {stride, padding, dilation, groups, bias, padding_mode}])
+const OptionTable<Conv2dOptions> kConv2dOptions(
+    "Conv2d", "Conv2dOptions",
+    {
+        pair_option("stride", &Conv2dOptions::stride),
+        pair_option("padding", &Conv2dOptions::padding),
+        pair_option("dilation", &Conv2dOptions::dilation),
+        option("groups", &Conv2dOptions::groups),
+        option("bias", &Conv2dOptions::bias),
+        option_with<Conv2dOptions>("padding_mode", [](lua_State* L, const char* key, Conv2dOptions& o) {
+          std::string mode;
+          read_option_value(L, key, mode);
+          if (mode == "zeros") o.padding_mode = torch::kZeros;
+          else if (mode == "reflect") o.padding_mode = torch::kReflect;
+          else if (mode == "replicate") o.padding_mode = torch::kReplicate;
+          else if (mode == "circular") o.padding_mode = torch::kCircular;
+          else throw std::invalid_argument("padding_mode must be zeros, reflect, replicate or circular, got '" + mode + "'");
+        }),
+    });
+
+torch::ExpandingArray<2> pair(const std::vector<std::int64_t>& values) {
+  return values.size() == 1 ? torch::ExpandingArray<2>(values[0]) : torch::ExpandingArray<2>({values[0], values[1]});
+}
+
+// nn.Conv2d(in, out, kernel [, Conv2dOptions])
 int nn_conv2d(lua_State* L) {
-  check_option_keys(L, 4, "Conv2d", {"stride", "padding", "dilation", "groups", "bias", "padding_mode"});
+  const Conv2dOptions o = kConv2dOptions.read(L, 4);
   torch::ExpandingArray<2> kernel(1);
   if (lua_istable(L, 3)) {
     int next = 3;
@@ -74,48 +108,61 @@ int nn_conv2d(lua_State* L) {
   } else {
     kernel = torch::ExpandingArray<2>(check_integer(L, 3));
   }
-  auto options = torch::nn::Conv2dOptions(check_integer(L, 1), check_integer(L, 2), kernel)
-                     .stride(pair_option(L, 4, "stride", 1))
-                     .padding(pair_option(L, 4, "padding", 0))
-                     .dilation(pair_option(L, 4, "dilation", 1))
-                     .groups(field_integer(L, 4, "groups", 1))
-                     .bias(field_boolean(L, 4, "bias", true));
-  const std::string mode = field_string(L, 4, "padding_mode", "zeros");
-  if (mode == "zeros") options.padding_mode(torch::kZeros);
-  else if (mode == "reflect") options.padding_mode(torch::kReflect);
-  else if (mode == "replicate") options.padding_mode(torch::kReplicate);
-  else if (mode == "circular") options.padding_mode(torch::kCircular);
-  else throw std::invalid_argument("padding_mode must be zeros, reflect, replicate or circular, got '" + mode + "'");
-  push_module(L, torch::nn::Conv2d(options));
+  push_module(L, torch::nn::Conv2d(torch::nn::Conv2dOptions(check_integer(L, 1), check_integer(L, 2), kernel)
+                                       .stride(pair(o.stride))
+                                       .padding(pair(o.padding))
+                                       .dilation(pair(o.dilation))
+                                       .groups(o.groups)
+                                       .bias(o.bias)
+                                       .padding_mode(o.padding_mode)));
   return 1;
 }
 
-// nn.GroupNorm(num_groups, num_channels [, {eps = 1e-5, affine = true}])
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;
+};
+const OptionTable<GroupNormOptions> kGroupNormOptions(
+    "GroupNorm", "GroupNormOptions", {option("eps", &GroupNormOptions::eps), option("affine", &GroupNormOptions::affine)});
+
+// nn.GroupNorm(num_groups, num_channels [, GroupNormOptions])
 int nn_group_norm(lua_State* L) {
-  check_option_keys(L, 3, "GroupNorm", {"eps", "affine"});
+  const GroupNormOptions o = kGroupNormOptions.read(L, 3);
   push_module(L, torch::nn::GroupNorm(torch::nn::GroupNormOptions(check_integer(L, 1), check_integer(L, 2))
-                                          .eps(field_number(L, 3, "eps", 1e-5))
-                                          .affine(field_boolean(L, 3, "affine", true))));
+                                          .eps(o.eps)
+                                          .affine(o.affine)));
   return 1;
 }
 
-// nn.LayerNorm(shape [, {eps = 1e-5, elementwise_affine = true}]): shape a number or a table.
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+};
+const OptionTable<LayerNormOptions> kLayerNormOptions(
+    "LayerNorm", "LayerNormOptions",
+    {option("eps", &LayerNormOptions::eps), option("elementwise_affine", &LayerNormOptions::elementwise_affine)});
+
+// nn.LayerNorm(shape [, LayerNormOptions]): shape a number or a table.
 int nn_layer_norm(lua_State* L) {
   int next = 1;
   const auto shape = check_sizes(L, 1, &next);
   if (shape.empty()) luaL_argerror(L, 1, "normalized shape expected");
-  check_option_keys(L, next, "LayerNorm", {"eps", "elementwise_affine"});
-  push_module(L, torch::nn::LayerNorm(torch::nn::LayerNormOptions(shape)
-                                          .eps(field_number(L, next, "eps", 1e-5))
-                                          .elementwise_affine(field_boolean(L, next, "elementwise_affine", true))));
+  const LayerNormOptions o = kLayerNormOptions.read(L, next);
+  push_module(L, torch::nn::LayerNorm(torch::nn::LayerNormOptions(shape).eps(o.eps).elementwise_affine(o.elementwise_affine)));
   return 1;
 }
 
-// nn.Embedding(num_embeddings, embedding_dim [, {padding_idx}]): ids are 0-based tensor contents.
+struct EmbeddingOptions {
+  std::optional<std::int64_t> padding_idx;  // none: every id is trained
+};
+const OptionTable<EmbeddingOptions> kEmbeddingOptions("Embedding", "EmbeddingOptions",
+                                                      {option("padding_idx", &EmbeddingOptions::padding_idx)});
+
+// nn.Embedding(num_embeddings, embedding_dim [, EmbeddingOptions]): ids are 0-based tensor contents.
 int nn_embedding(lua_State* L) {
-  check_option_keys(L, 3, "Embedding", {"padding_idx"});
+  const EmbeddingOptions o = kEmbeddingOptions.read(L, 3);
   auto options = torch::nn::EmbeddingOptions(check_integer(L, 1), check_integer(L, 2));
-  if (has_field(L, 3, "padding_idx")) options.padding_idx(field_integer(L, 3, "padding_idx", 0));
+  if (o.padding_idx) options.padding_idx(*o.padding_idx);
   push_module(L, torch::nn::Embedding(options));
   return 1;
 }
@@ -127,10 +174,14 @@ int nn_dropout(lua_State* L) {
   return 1;
 }
 
-// nn.GELU([{approximate = "none" | "tanh"}])
+struct GELUOptions {
+  std::string approximate = "none";  // or "tanh"
+};
+const OptionTable<GELUOptions> kGELUOptions("GELU", "GELUOptions", {option("approximate", &GELUOptions::approximate)});
+
+// nn.GELU([GELUOptions])
 int nn_gelu(lua_State* L) {
-  check_option_keys(L, 1, "GELU", {"approximate"});
-  push_module(L, torch::nn::GELU(torch::nn::GELUOptions().approximate(field_string(L, 1, "approximate", "none"))));
+  push_module(L, torch::nn::GELU(torch::nn::GELUOptions().approximate(kGELUOptions.read(L, 1).approximate)));
   return 1;
 }
 
@@ -526,39 +577,56 @@ int nn_ema_update(lua_State* L) {
 
 // nn.functional ---------------------------------------------------------------------------------
 
-at::Reduction::Reduction check_reduction(lua_State* L, int index, const char* function) {
-  check_option_keys(L, index, function, {"reduction", "label_smoothing", "ignore_index", "weight"});
-  const std::string reduction = field_string(L, index, "reduction", "mean");
+at::Reduction::Reduction reduction_of(const std::string& reduction, const char* function) {
   if (reduction == "mean") return at::Reduction::Mean;
   if (reduction == "sum") return at::Reduction::Sum;
   if (reduction == "none") return at::Reduction::None;
   throw std::invalid_argument(fmt::format("{}: reduction must be mean, sum or none, got '{}'", function, reduction));
 }
 
-// F.mse_loss(input, target [, {reduction = "mean"}])
+// The options of the losses, each with only the keys its loss reads (PyTorch's defaults).
+struct LossOptions {
+  std::string reduction = "mean";
+};
+const OptionTable<LossOptions> kLossOptions("loss", "LossOptions", {option("reduction", &LossOptions::reduction)});
+
+struct CrossEntropyOptions {
+  std::string reduction = "mean";
+  double label_smoothing = 0.0;
+  std::int64_t ignore_index = -100;  // target ids equal to this add nothing
+  std::optional<at::Tensor> weight;  // [C] per-class weights
+};
+const OptionTable<CrossEntropyOptions> kCrossEntropyOptions(
+    "cross_entropy", "CrossEntropyOptions",
+    {
+        option("reduction", &CrossEntropyOptions::reduction),
+        option("label_smoothing", &CrossEntropyOptions::label_smoothing),
+        option("ignore_index", &CrossEntropyOptions::ignore_index),
+        option_with<CrossEntropyOptions>("weight", [](lua_State* L, const char*, CrossEntropyOptions& o) {
+          o.weight = check_tensor(L, lua_gettop(L));
+        }),
+    });
+
+// F.mse_loss(input, target [, LossOptions])
 int f_mse_loss(lua_State* L) {
-  push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), check_reduction(L, 3, "mse_loss")));
+  const LossOptions o = kLossOptions.read_as("mse_loss", L, 3);
+  push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), reduction_of(o.reduction, "mse_loss")));
   return 1;
 }
 
+// F.l1_loss(input, target [, LossOptions])
 int f_l1_loss(lua_State* L) {
-  push_tensor(L, at::l1_loss(check_tensor(L, 1), check_tensor(L, 2), check_reduction(L, 3, "l1_loss")));
+  const LossOptions o = kLossOptions.read_as("l1_loss", L, 3);
+  push_tensor(L, at::l1_loss(check_tensor(L, 1), check_tensor(L, 2), reduction_of(o.reduction, "l1_loss")));
   return 1;
 }
 
 // F.cross_entropy(logits [N, C, ...], target [N, ...] int64 class ids (0-based) or probabilities
-// [, {reduction, label_smoothing, ignore_index, weight}])
+// [, CrossEntropyOptions])
 int f_cross_entropy(lua_State* L) {
-  const auto reduction = check_reduction(L, 3, "cross_entropy");
-  std::optional<at::Tensor> weight;
-  if (has_field(L, 3, "weight")) {
-    lua_getfield(L, 3, "weight");
-    weight = check_tensor(L, -1);
-    lua_pop(L, 1);
-  }
-  push_tensor(L, at::cross_entropy_loss(check_tensor(L, 1), check_tensor(L, 2), weight, reduction,
-                                        field_integer(L, 3, "ignore_index", -100),
-                                        field_number(L, 3, "label_smoothing", 0.0)));
+  const CrossEntropyOptions o = kCrossEntropyOptions.read(L, 3);
+  push_tensor(L, at::cross_entropy_loss(check_tensor(L, 1), check_tensor(L, 2), o.weight,
+                                        reduction_of(o.reduction, "cross_entropy"), o.ignore_index, o.label_smoothing));
   return 1;
 }
 

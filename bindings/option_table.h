@@ -82,20 +82,23 @@ class OptionTable {
   }
 
   // Fills `value` (the defaults) from the table at `index` (nil: an empty table).
-  Struct read(lua_State* L, int index, Struct value = Struct{}) const {
+  Struct read(lua_State* L, int index, Struct value = Struct{}) const { return read_as(function_, L, index, std::move(value)); }
+
+  // read, with messages naming `function` (one table behind several functions: the tensor factories, the losses).
+  Struct read_as(const char* function, lua_State* L, int index, Struct value = Struct{}) const {
     if (lua_isnoneornil(L, index)) {
       for (const auto& field : fields_)
-        if (field.required) raise_error(L, fmt::format("{}: option '{}' is required", function_, field.key));
+        if (field.required) raise_error(L, fmt::format("{}: option '{}' is required", function, field.key));
       return value;
     }
-    if (!lua_istable(L, index)) raise_error(L, fmt::format("{}: expected an options table, got {}", function_, luaL_typename(L, index)));
+    if (!lua_istable(L, index)) raise_error(L, fmt::format("{}: expected an options table, got {}", function, luaL_typename(L, index)));
     index = index > 0 ? index : lua_gettop(L) + index + 1;
-    check_keys(L, index);
+    check_keys(L, index, function);
     for (const auto& field : fields_) {
       lua_getfield(L, index, field.key);
       if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
-        if (field.required) raise_error(L, fmt::format("{}: option '{}' is required", function_, field.key));
+        if (field.required) raise_error(L, fmt::format("{}: option '{}' is required", function, field.key));
         continue;
       }
       if (field.read) field.read(L, field.key, value);
@@ -107,7 +110,7 @@ class OptionTable {
   const char* function() const { return function_; }
 
  private:
-  void check_keys(lua_State* L, int index) const {
+  void check_keys(lua_State* L, int index, const char* function) const {
     lua_pushnil(L);
     while (lua_next(L, index)) {
       lua_pop(L, 1);
@@ -118,7 +121,7 @@ class OptionTable {
         std::vector<std::string> names;
         for (const auto& field : fields_) names.emplace_back(field.key);
         std::sort(names.begin(), names.end());
-        raise_unknown_option(L, index, function_, names);
+        raise_unknown_option(L, index, function, names);
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bindings/bindings.h"
+#include "bindings/option_table.h"
 #include "bindings/samples_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/eval/fid.h"
@@ -15,19 +16,42 @@
 
 namespace runner::bindings {
 
+namespace {
+
+const OptionTable<image::GridOptions> kGridOptions(
+    "make_grid", "GridOptions",
+    {
+        option("columns", &image::GridOptions::columns),
+        option("padding", &image::GridOptions::padding),
+        option_with<image::GridOptions>("range", [](lua_State* L, const char* key, image::GridOptions& o) {
+          std::vector<double> range;
+          read_option_value(L, key, range);
+          if (range.size() != 2) throw std::invalid_argument("option 'range' must hold two numbers {low, high}");
+          o.low = range[0];
+          o.high = range[1];
+        }),
+        option("pad_value", &image::GridOptions::pad_value),
+    });
+
+const OptionTable<eval::SlicedWassersteinOptions> kSlicedWassersteinOptions(
+    "sliced_wasserstein", "SlicedWassersteinOptions",
+    {
+        option("resolution", &eval::SlicedWassersteinOptions::resolution),
+        option("projections", &eval::SlicedWassersteinOptions::projections),
+        option("seed", &eval::SlicedWassersteinOptions::seed),
+    });
+
+const OptionTable<eval::FidOptions> kFidOptions("fid", "FidOptions",
+                                                {
+                                                    option("weights", &eval::FidOptions::weights),
+                                                    option("batch", &eval::FidOptions::batch),
+                                                    option("device", &eval::FidOptions::device),
+                                                });
+
+}  // namespace
+
 image::GridOptions grid_options(lua_State* L, int index, const char* function) {
-  image::GridOptions o;
-  if (lua_isnoneornil(L, index)) return o;
-  luaL_checktype(L, index, LUA_TTABLE);
-  check_option_keys(L, index, function, {"columns", "padding", "range", "pad_value"});
-  o.columns = field_integer(L, index, "columns", o.columns);
-  o.padding = field_integer(L, index, "padding", o.padding);
-  o.pad_value = field_number(L, index, "pad_value", o.pad_value);
-  const auto range = field_numbers(L, index, "range", {o.low, o.high});
-  if (range.size() != 2) throw std::invalid_argument("option 'range' must hold two numbers {low, high}");
-  o.low = range[0];
-  o.high = range[1];
-  return o;
+  return kGridOptions.read_as(function, L, index);
 }
 
 namespace {
@@ -47,27 +71,13 @@ int make_grid(lua_State* L) {
 
 // runner.eval.sliced_wasserstein(a, b [, {resolution = 16, projections = 512, seed = 0}]) -> number
 int sliced_wasserstein(lua_State* L) {
-  eval::SlicedWassersteinOptions o;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    check_option_keys(L, 3, "sliced_wasserstein", {"resolution", "projections", "seed"});
-    o.resolution = field_integer(L, 3, "resolution", o.resolution);
-    o.projections = field_integer(L, 3, "projections", o.projections);
-    o.seed = static_cast<std::uint64_t>(field_integer(L, 3, "seed", 0));
-  }
+  const eval::SlicedWassersteinOptions o = kSlicedWassersteinOptions.read(L, 3);
   lua_pushnumber(L, eval::sliced_wasserstein(check_tensor(L, 1), check_tensor(L, 2), o));
   return 1;
 }
 
 eval::FidOptions fid_options(lua_State* L, int index, const char* function) {
-  eval::FidOptions o;
-  if (!lua_isnoneornil(L, index)) {
-    luaL_checktype(L, index, LUA_TTABLE);
-    check_option_keys(L, index, function, {"weights", "batch", "device"});
-    o.weights = field_string(L, index, "weights", "");
-    o.batch = field_integer(L, index, "batch", o.batch);
-    o.device = field_string(L, index, "device", o.device);
-  }
+  const eval::FidOptions o = kFidOptions.read_as(function, L, index);
   if (o.weights.empty())
     raise_error(L, fmt::format("{}: give weights = the FID Inception weights file (or the same tensors as safetensors): {}",
                                function, eval::fid_weights_help()));

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <torch/utils.h>
 
+#include "bindings/option_table.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/tensor_format.h"
@@ -150,14 +151,45 @@ std::optional<std::vector<std::int64_t>> opt_dims(lua_State* L, int index, std::
   return dims;
 }
 
-at::TensorOptions check_tensor_options(lua_State* L, int index, const char* function) {
-  at::TensorOptions options = at::TensorOptions().dtype(at::kFloat);
-  if (lua_isnoneornil(L, index)) return options;
-  luaL_checktype(L, index, LUA_TTABLE);
-  check_option_keys(L, index, function, {"dtype", "device", "requires_grad"});
-  if (has_field(L, index, "dtype")) options = options.dtype(core::parse_dtype(field_string(L, index, "dtype", "")));
-  if (has_field(L, index, "device")) options = options.device(core::parse_device(field_string(L, index, "device", "")));
+namespace {
+
+// A dtype name ("float32", "int64", ...) and a device name ("cpu", "cuda:1", "auto") as options.
+template <class Struct>
+OptionField<Struct> dtype_option(const char* key, std::optional<at::ScalarType> Struct::*member) {
+  return option_with<Struct>(key, [member](lua_State* L, const char* k, Struct& s) {
+    std::string name;
+    read_option_value(L, k, name);
+    s.*member = core::parse_dtype(name);
+  });
+}
+
+template <class Struct>
+OptionField<Struct> device_option(const char* key, std::optional<c10::Device> Struct::*member) {
+  return option_with<Struct>(key, [member](lua_State* L, const char* k, Struct& s) {
+    std::string name;
+    read_option_value(L, k, name);
+    s.*member = core::parse_device(name);
+  });
+}
+
+const OptionTable<TensorFactoryOptions> kTensorOptions(
+    "constructor", "TensorOptions",
+    {
+        dtype_option("dtype", &TensorFactoryOptions::dtype),
+        device_option("device", &TensorFactoryOptions::device),
+        option("requires_grad", &TensorFactoryOptions::requires_grad),
+    });
+
+}  // namespace
+
+at::TensorOptions TensorFactoryOptions::tensor_options() const {
+  at::TensorOptions options = at::TensorOptions().dtype(dtype.value_or(at::kFloat));
+  if (device) options = options.device(*device);
   return options;
+}
+
+TensorFactoryOptions check_tensor_options(lua_State* L, int index, const char* function) {
+  return kTensorOptions.read_as(function, L, index);
 }
 
 std::vector<at::Tensor> check_tensor_list(lua_State* L, int index) {
@@ -187,10 +219,9 @@ namespace {
 
 // Constructors ----------------------------------------------------------------------------------
 
-// Pushes a new tensor, marked as requiring grad when the options table at `options` asks for it
-// (ATen factories ignore requires_grad in TensorOptions).
-void push_created(lua_State* L, at::Tensor tensor, int options) {
-  if (field_boolean(L, options, "requires_grad", false)) tensor.set_requires_grad(true);
+// Pushes a new tensor, marked as requiring grad when its options ask for it.
+void push_created(lua_State* L, at::Tensor tensor, const TensorFactoryOptions& options) {
+  if (options.requires_grad) tensor.set_requires_grad(true);
   push_tensor(L, std::move(tensor));
 }
 
@@ -199,7 +230,8 @@ template <at::Tensor (*Make)(at::IntArrayRef, at::TensorOptions)>
 int sized_constructor(lua_State* L) {
   int next = 1;
   const auto sizes = check_sizes(L, 1, &next);
-  push_created(L, Make(sizes, check_tensor_options(L, next, "constructor")), next);
+  const TensorFactoryOptions options = check_tensor_options(L, next, "constructor");
+  push_created(L, Make(sizes, options.tensor_options()), options);
   return 1;
 }
 
@@ -214,7 +246,8 @@ int torch_full(lua_State* L) {
   int next = 1;
   const auto sizes = check_sizes(L, 1, &next);
   const at::Scalar value = check_scalar(L, next);
-  push_created(L, at::full(sizes, value, check_tensor_options(L, next + 1, "full")), next + 1);
+  const TensorFactoryOptions options = check_tensor_options(L, next + 1, "full");
+  push_created(L, at::full(sizes, value, options.tensor_options()), options);
   return 1;
 }
 
@@ -224,9 +257,9 @@ int torch_randint(lua_State* L) {
   const std::int64_t high = check_integer(L, 2);
   int next = 3;
   const auto sizes = check_sizes(L, 3, &next);
-  at::TensorOptions options = check_tensor_options(L, next, "randint");
-  if (!has_field(L, next, "dtype")) options = options.dtype(at::kLong);
-  push_created(L, at::randint(low, high, sizes, options), next);
+  TensorFactoryOptions options = check_tensor_options(L, next, "randint");
+  if (!options.dtype) options.dtype = at::kLong;
+  push_created(L, at::randint(low, high, sizes, options.tensor_options()), options);
   return 1;
 }
 
@@ -235,30 +268,33 @@ int torch_arange(lua_State* L) {
   int count = 0;
   while (count < 3 && lua_type(L, count + 1) == LUA_TNUMBER) ++count;
   if (count == 0) luaL_argerror(L, 1, "number expected");
-  at::TensorOptions options = check_tensor_options(L, count + 1, "arange");
+  TensorFactoryOptions options = check_tensor_options(L, count + 1, "arange");
   bool integral = true;
   for (int i = 1; i <= count; ++i) integral = integral && check_scalar(L, i).isIntegral(false);
-  if (!has_field(L, count + 1, "dtype") && integral) options = options.dtype(at::kLong);
+  if (!options.dtype && integral) options.dtype = at::kLong;
   const at::Scalar start = count >= 2 ? check_scalar(L, 1) : at::Scalar(0);
   const at::Scalar end = count >= 2 ? check_scalar(L, 2) : check_scalar(L, 1);
   const at::Scalar step = count == 3 ? check_scalar(L, 3) : at::Scalar(1);
-  push_created(L, at::arange(start, end, step, options), count + 1);
+  push_created(L, at::arange(start, end, step, options.tensor_options()), options);
   return 1;
 }
 
 // torch.linspace(start, end, steps [, options])
 int torch_linspace(lua_State* L) {
-  push_created(L, at::linspace(check_scalar(L, 1), check_scalar(L, 2), check_integer(L, 3),
-                               check_tensor_options(L, 4, "linspace")), 4);
+  const TensorFactoryOptions options = check_tensor_options(L, 4, "linspace");
+  push_created(L, at::linspace(check_scalar(L, 1), check_scalar(L, 2), check_integer(L, 3), options.tensor_options()),
+               options);
   return 1;
 }
 
 int torch_eye(lua_State* L) {
   const std::int64_t rows = check_integer(L, 1);
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    push_created(L, at::eye(rows, check_integer(L, 2), check_tensor_options(L, 3, "eye")), 3);
+    const TensorFactoryOptions options = check_tensor_options(L, 3, "eye");
+    push_created(L, at::eye(rows, check_integer(L, 2), options.tensor_options()), options);
   } else {
-    push_created(L, at::eye(rows, check_tensor_options(L, 2, "eye")), 2);
+    const TensorFactoryOptions options = check_tensor_options(L, 2, "eye");
+    push_created(L, at::eye(rows, options.tensor_options()), options);
   }
   return 1;
 }
@@ -267,13 +303,11 @@ int torch_eye(lua_State* L) {
 template <at::Tensor (*Make)(const at::Tensor&, at::TensorOptions)>
 int like_constructor(lua_State* L) {
   const at::Tensor& like = check_tensor(L, 1);
+  const TensorFactoryOptions given = check_tensor_options(L, 2, "like");
   at::TensorOptions options = like.options();
-  if (!lua_isnoneornil(L, 2)) {
-    const at::TensorOptions given = check_tensor_options(L, 2, "like");
-    if (has_field(L, 2, "dtype")) options = options.dtype(given.dtype());
-    if (has_field(L, 2, "device")) options = options.device(given.device());
-  }
-  push_created(L, Make(like, options), 2);
+  if (given.dtype) options = options.dtype(*given.dtype);
+  if (given.device) options = options.device(*given.device);
+  push_created(L, Make(like, options), given);
   return 1;
 }
 
@@ -347,10 +381,10 @@ int torch_tensor(lua_State* L) {
     luaL_argerror(L, 1, fmt::format("table, number or boolean expected, got {}", luaL_typename(L, 1)).c_str());
   std::string path;
   flatten_nested(L, 1, 0, data, path);
-  at::TensorOptions options = check_tensor_options(L, 2, "tensor");
-  if (!has_field(L, 2, "dtype") && data.all_boolean && !data.values.empty()) options = options.dtype(at::kBool);
+  TensorFactoryOptions options = check_tensor_options(L, 2, "tensor");
+  if (!options.dtype && data.all_boolean && !data.values.empty()) options.dtype = at::kBool;
   const at::Tensor values = at::tensor(data.values, at::kDouble).reshape(data.shape);
-  push_created(L, values.to(options), 2);
+  push_created(L, values.to(options.tensor_options()), options);
   return 1;
 }
 
@@ -610,6 +644,22 @@ int tensor_tolist(lua_State* L) {
   return 1;
 }
 
+// t:to{dtype, device, non_blocking, copy}: unset dtype and device keep the tensor's.
+struct ToOptions {
+  std::optional<at::ScalarType> dtype;
+  std::optional<c10::Device> device;
+  bool non_blocking = false;
+  bool copy = false;
+};
+const OptionTable<ToOptions> kToOptions(
+    "to", "ToOptions",
+    {
+        dtype_option("dtype", &ToOptions::dtype),
+        device_option("device", &ToOptions::device),
+        option("non_blocking", &ToOptions::non_blocking),
+        option("copy", &ToOptions::copy),
+    });
+
 // t:to("cuda") / t:to("float16") / t:to(other) / t:to{device=, dtype=, non_blocking=, copy=}
 int tensor_to(lua_State* L) {
   const at::Tensor& self = check_tensor(L, 1);
@@ -632,11 +682,11 @@ int tensor_to(lua_State* L) {
         device = core::parse_device(name);
       }
     } else if (lua_istable(L, i)) {
-      check_option_keys(L, i, "to", {"dtype", "device", "non_blocking", "copy"});
-      if (has_field(L, i, "dtype")) dtype = core::parse_dtype(field_string(L, i, "dtype", ""));
-      if (has_field(L, i, "device")) device = core::parse_device(field_string(L, i, "device", ""));
-      non_blocking = field_boolean(L, i, "non_blocking", false);
-      copy = field_boolean(L, i, "copy", false);
+      const ToOptions o = kToOptions.read(L, i);
+      if (o.dtype) dtype = *o.dtype;
+      if (o.device) device = *o.device;
+      non_blocking = o.non_blocking;
+      copy = o.copy;
     } else {
       luaL_argerror(L, i, "device, dtype, Tensor or options table expected");
     }
@@ -664,6 +714,14 @@ int tensor_cuda(lua_State* L) {
 
 // Autograd --------------------------------------------------------------------------------------
 
+struct BackwardOptions {
+  std::optional<bool> retain_graph;  // default: create_graph
+  bool create_graph = false;
+};
+const OptionTable<BackwardOptions> kBackwardOptions(
+    "backward", "BackwardOptions",
+    {option("retain_graph", &BackwardOptions::retain_graph), option("create_graph", &BackwardOptions::create_graph)});
+
 // t:backward([gradient] [, {retain_graph = bool, create_graph = bool}])
 int tensor_backward(lua_State* L) {
   const at::Tensor& self = check_tensor(L, 1);
@@ -673,10 +731,9 @@ int tensor_backward(lua_State* L) {
     gradient = *given;
     options = 3;
   }
-  check_option_keys(L, options, "backward", {"retain_graph", "create_graph"});
-  const bool create_graph = field_boolean(L, options, "create_graph", false);
-  std::optional<bool> retain_graph;
-  if (has_field(L, options, "retain_graph")) retain_graph = field_boolean(L, options, "retain_graph", false);
+  const BackwardOptions o = kBackwardOptions.read(L, options);
+  const bool create_graph = o.create_graph;
+  const std::optional<bool> retain_graph = o.retain_graph;
   self.backward(gradient, retain_graph, create_graph);
   // A backward usually ends a training step. The unreachable tensors of earlier steps keep their autograd
   // graphs (and the memory those reference), which the byte count of push_tensor does not see: collect them

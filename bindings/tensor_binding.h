@@ -39,8 +39,17 @@ std::int64_t check_dim(lua_State* L, int index, std::int64_t ndim);
 std::int64_t opt_dim(lua_State* L, int index, std::int64_t ndim, std::int64_t fallback);
 // One dim or a table of dims; nullopt when absent.
 std::optional<std::vector<std::int64_t>> opt_dims(lua_State* L, int index, std::int64_t ndim);
-// {dtype = "float32", device = "cuda", requires_grad = true}
-at::TensorOptions check_tensor_options(lua_State* L, int index, const char* function);
+// The options of the tensor factories (---@class TensorOptions): {dtype = "float32", device = "cuda",
+// requires_grad = true}; unset dtype and device are the factory's default (float32, or the like-tensor's).
+struct TensorFactoryOptions {
+  std::optional<at::ScalarType> dtype;
+  std::optional<c10::Device> device;
+  bool requires_grad = false;  // ATen factories ignore requires_grad in at::TensorOptions: set after creation
+
+  // float32 on the CPU unless given.
+  at::TensorOptions tensor_options() const;
+};
+TensorFactoryOptions check_tensor_options(lua_State* L, int index, const char* function);
 std::vector<at::Tensor> check_tensor_list(lua_State* L, int index);
 void push_tensor_list(lua_State* L, const std::vector<at::Tensor>& tensors);
 

@@ -21,6 +21,7 @@
 #include "runtime/core/clock.h"
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/train/progress_display.h"
 #include "runtime/train/step_profiler.h"
 
@@ -389,6 +390,12 @@ int trainer_precision(lua_State* L) {
   return 1;
 }
 
+// trainer:accumulate() -> micro-batches per step (TrainerOptions.accumulate, its default filled in)
+int trainer_accumulate(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(check_trainer(L, 1).options().accumulate));
+  return 1;
+}
+
 // trainer:lr([group = 1]) -> the LR of the next step
 int trainer_lr(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
@@ -434,6 +441,14 @@ int step_range(lua_State* L) {
   return 2;
 }
 
+// runner._train.launch_profile() -> `runner --profile A:B`'s text (core::LaunchContext::profile), or nil
+int launch_profile(lua_State* L) {
+  const std::string& profile = core::launch_context().profile;
+  if (profile.empty()) return 0;
+  lua_pushlstring(L, profile.data(), profile.size());
+  return 1;
+}
+
 // runner._train.profiler_start(cuda)
 int profiler_start(lua_State* L) {
   train::start_profiler(lua_toboolean(L, 1) != 0);
@@ -454,17 +469,78 @@ int empty_device_cache(lua_State* L) {
   return 0;
 }
 
-// runner._train.progress{total, batch, terminal} -> Progress
+const OptionTable<train::ProgressOptions> kProgressOptions("progress", "ProgressOptions",
+                                                           {
+                                                               option("total", &train::ProgressOptions::total_steps),
+                                                               option("batch", &train::ProgressOptions::batch),
+                                                               option("terminal", &train::ProgressOptions::terminal),
+                                                               option("line_seconds", &train::ProgressOptions::line_seconds),
+                                                           });
+
+// runner._train.progress(ProgressOptions) -> Progress; terminal defaults to whether stdout is a terminal.
 int progress_new(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  check_option_keys(L, 1, "progress", {"total", "batch", "terminal", "line_seconds"});
-  train::ProgressOptions options;
-  options.total_steps = field_integer(L, 1, "total", 0);
-  options.batch = field_integer(L, 1, "batch", 0);
-  options.terminal = field_boolean(L, 1, "terminal", ::isatty(::fileno(stdout)) != 0);
-  options.line_seconds = field_number(L, 1, "line_seconds", options.line_seconds);
+  train::ProgressOptions defaults;
+  defaults.terminal = ::isatty(::fileno(stdout)) != 0;
+  const train::ProgressOptions options = kProgressOptions.read(L, 1, defaults);
   new_userdata<ProgressBox>(L, kProgressType, ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});
   return 1;
+}
+
+// The options of runner.early_stopping and runner.find_batch_size (Lua functions of stdlib/runner/train.lua),
+// with their defaults.
+struct EarlyStoppingOptions {
+  std::int64_t patience = 10;  // observations in a row that may fail to beat the best
+  std::string mode = "min";    // or "max"
+  double min_delta = 0;        // an observation beats the best by more than this
+};
+const OptionTable<EarlyStoppingOptions> kEarlyStoppingOptions(
+    "runner.early_stopping", "EarlyStoppingOptions",
+    {
+        option_with<EarlyStoppingOptions>("patience", [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
+          if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0 || std::floor(lua_tonumber(L, -1)) != lua_tonumber(L, -1))
+            raise_error(L, "runner.early_stopping: patience must be a whole number, 0 or more");
+          read_option_value(L, key, o.patience);
+        }),
+        option_with<EarlyStoppingOptions>("mode", [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
+          read_option_value(L, key, o.mode);
+          if (o.mode != "min" && o.mode != "max") raise_error(L, "runner.early_stopping: mode must be 'min' or 'max'");
+        }),
+        option("min_delta", &EarlyStoppingOptions::min_delta),
+    });
+
+// runner._train.early_stopping_options(options) -> {patience, mode, min_delta}, the defaults filled in.
+int early_stopping_options(lua_State* L) {
+  const EarlyStoppingOptions o = kEarlyStoppingOptions.read(L, 1);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, static_cast<lua_Integer>(o.patience));
+  lua_setfield(L, -2, "patience");
+  lua_pushlstring(L, o.mode.data(), o.mode.size());
+  lua_setfield(L, -2, "mode");
+  lua_pushnumber(L, o.min_delta);
+  lua_setfield(L, -2, "min_delta");
+  return 1;
+}
+
+struct FindBatchSizeOptions {
+  std::int64_t start = 1;     // the first batch size tried; then doubled until one does not fit
+  std::int64_t max = 65536;
+};
+const OptionTable<FindBatchSizeOptions> kFindBatchSizeOptions(
+    "runner.find_batch_size", "FindBatchSizeOptions",
+    {
+        lua_option<FindBatchSizeOptions>("try", /*required=*/true),  // function(batch_size): a forward and backward pass
+        lua_option<FindBatchSizeOptions>("device"),                  // default: the run's, else "auto"
+        option("start", &FindBatchSizeOptions::start),
+        option("max", &FindBatchSizeOptions::max),
+    });
+
+// runner._train.find_batch_size_options(options) -> start, max (try and device stay in the table).
+int find_batch_size_options(lua_State* L) {
+  const FindBatchSizeOptions o = kFindBatchSizeOptions.read(L, 1);
+  lua_pushinteger(L, static_cast<lua_Integer>(o.start));
+  lua_pushinteger(L, static_cast<lua_Integer>(o.max));
+  return 2;
 }
 
 // progress:update(step, values, lr, memory_bytes [, final]): values (numbers or one-element tensors) are read
@@ -526,6 +602,7 @@ void open_train(lua_State* L) {
                              {"raise_pending_stop", wrap<trainer_raise_pending_stop>},
                              {"state_version", wrap<trainer_state_version>},
                              {"precision", wrap<trainer_precision>},
+                             {"accumulate", wrap<trainer_accumulate>},
                              {"lr", wrap<trainer_lr>},
                              {"observe", wrap<trainer_observe>},
                              {"describe_schedule", wrap<trainer_describe_schedule>},
@@ -545,9 +622,12 @@ void open_train(lua_State* L) {
   lua_newtable(L);
   set_functions(L, {{"new", wrap<trainer_new>},
                     {"progress", wrap<progress_new>},
+                    {"early_stopping_options", wrap<early_stopping_options>},
+                    {"find_batch_size_options", wrap<find_batch_size_options>},
                     {"device_memory", wrap<device_memory>},
                     {"empty_device_cache", wrap<empty_device_cache>},
                     {"step_range", wrap<step_range>},
+                    {"launch_profile", wrap<launch_profile>},
                     {"split_batch", wrap<split_batch>},
                     {"profiler_start", wrap<profiler_start>},
                     {"profiler_stop", wrap<profiler_stop>}});

@@ -43,10 +43,10 @@ struct Shape {
 
 class ShapesDataset final : public Dataset {
  public:
-  ShapesDataset(int image_size, std::int64_t count, std::uint64_t seed, ShapesOptions options)
-      : size_(image_size), count_(count), seed_(seed), options_(options) {
-    if (image_size < 4 || image_size > 4096) throw DataError("", "shapes: size must be in 4..4096, got " + std::to_string(image_size));
-    if (count < 1) throw DataError("", "shapes: count must be positive, got " + std::to_string(count));
+  explicit ShapesDataset(const ShapesOptions& options)
+      : size_(options.size), count_(options.count), seed_(options.seed), options_(options) {
+    if (size_ < 4 || size_ > 4096) throw DataError("", "shapes: size must be in 4..4096, got " + std::to_string(size_));
+    if (count_ < 1) throw DataError("", "shapes: count must be positive, got " + std::to_string(count_));
   }
 
   std::int64_t size() const override { return count_; }
@@ -131,9 +131,6 @@ class ShapesDataset final : public Dataset {
 
 }  // namespace
 
-std::shared_ptr<const Dataset> make_shapes(int image_size, std::int64_t count, std::uint64_t seed,
-                                           ShapesOptions options) {
-  return std::make_shared<ShapesDataset>(image_size, count, seed, options);
-}
+std::shared_ptr<const Dataset> make_shapes(const ShapesOptions& options) { return std::make_shared<ShapesDataset>(options); }
 
 }  // namespace runner::data

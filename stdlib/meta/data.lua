@@ -25,26 +25,43 @@ function Dataset:len() end
 --- JPEG and PNG files under `path`, recursively, in sorted path order (hidden files and folders skipped).
 --- With `labels = true` the class of an image is its first-level subfolder (classes sorted by name), as
 --- torchvision's ImageFolder. Decoding matches PIL's Image.convert("RGB").
----@param options {path: string, labels?: boolean}
+---@param options ImageFolderOptions
 ---@return Dataset
 function data.image_folder(options) end
 
+---@class ImageFolderOptions
+---@field path string
+---@field labels? boolean  the first-level subfolder is the class (default false)
+
 --- CIFAR-10, binary version (`cifar-10-batches-bin`: data_batch_1..5.bin, test_batch.bin); memory-mapped.
----@param options {path: string, split?: "train"|"test"}
+---@param options Cifar10Options
 ---@return Dataset
 function data.cifar10(options) end
 
+---@class Cifar10Options
+---@field path string
+---@field split? "train"|"test"  default "train"
+
 --- MNIST IDX files (train-images-idx3-ubyte, ...; also torchvision's MNIST/raw layout); 1 x 28 x 28 images.
----@param options {path: string, split?: "train"|"test"}
+---@param options MnistOptions
 ---@return Dataset
 function data.mnist(options) end
+
+---@class MnistOptions
+---@field path string
+---@field split? "train"|"test"  default "train"
 
 --- A memory-mapped .npy array [N, ...] of any common dtype (never loaded whole), for example VAE latents
 --- [N, 4, 32, 32] or the uint8 images `runner data pack` writes. `labels` is an integer .npy of shape [N];
 --- `classes` a list of names or the path of a JSON list (the .classes.json `runner data pack` writes).
----@param options {path: string, labels?: string, classes?: string[]|string}
+---@param options NpyOptions
 ---@return Dataset
 function data.npy(options) end
+
+---@class NpyOptions
+---@field path string
+---@field labels? string             an integer .npy of shape [N]
+---@field classes? string[]|string   class names, or the path of a JSON list of them
 
 --- VAE latents that `runner data encode` wrote (see README, "Latent diffusion"): each read draws a new
 --- latent from the stored posterior, scale * (mean + exp(logvar / 2) * noise - shift), with the noise (and
@@ -52,26 +69,40 @@ function data.npy(options) end
 --- stream of that sample, so a resumed run draws what the uninterrupted one would. `scale` defaults to the
 --- VAE's scaling factor from the manifest (0.18215 for Stable Diffusion's VAE). Labels and class names come
 --- from the files beside the array. Samples are float32 [C, h, w].
----@param options {path: string, scale?: number}
+---@param options LatentsOptions
 ---@return Dataset
 function data.latents(options) end
+
+---@class LatentsOptions
+---@field path string
+---@field scale? number  default: the VAE's scaling factor from the manifest
 
 --- Procedural images for tests and the quickstart: a circle, square or triangle (labels 0, 1, 2) in a
 --- random colour on a plain background of another colour, at a random place, size and rotation,
 --- antialiased; deterministic in (seed, index). `colours = false` draws white shapes on black and
 --- `rotate = false` upright ones (squares axis-aligned, triangles pointing up): far easier to learn, the
 --- quickstart's data. An index keeps its class, place and size whatever these two options say.
---- Defaults: size 32, count 10000, seed 0, colours true, rotate true.
----@param options? {size?: integer, count?: integer, seed?: integer, colours?: boolean, rotate?: boolean}
+---@param options? ShapesOptions
 ---@return Dataset
 function data.shapes(options) end
+
+---@class ShapesOptions
+---@field size? integer     images are size x size (default 32)
+---@field count? integer    default 10000
+---@field seed? integer     default 0
+---@field colours? boolean  default true
+---@field rotate? boolean   default true
 
 --- A dataset defined in Lua: get(i) (1-based) returns a tensor of fixed shape and dtype, and optionally an
 --- integer label. The slow path: samples are read on the script's thread, one at a time, so a loader over
 --- it has no worker threads.
----@param options {length: integer, get: fun(i: integer): Tensor, integer?}
+---@param options LuaDatasetOptions
 ---@return Dataset
 function data.dataset(options) end
+
+---@class LuaDatasetOptions
+---@field length integer
+---@field get fun(i: integer): Tensor, integer?
 
 --- Per-sample transforms, applied in this order. Images: resize the shorter side (antialiased bilinear, as
 --- torchvision's Resize), crop, flip, then 8-bit values v become float32 v / 127.5 - 1 (`normalize`, default
@@ -124,9 +155,13 @@ local Loader = {}
 function Loader:next() end
 --- With no argument, the batches of the rest of the current epoch. With {from = a, to = b}: the batches
 --- after the first a (a count, e.g. the optimizer steps already done) up to batch b, across epochs.
----@param range? {from?: integer, to?: integer}
+---@param range? IterRange
 ---@return fun(): Batch
 function Loader:iter(range) end
+---@class IterRange
+---@field from? integer  batches to skip first (default 0)
+---@field to? integer    the batch to stop after (default: no end)
+
 ---@return integer
 function Loader:len() end
 --- Batches consumed so far.

@@ -39,9 +39,13 @@ function runner.diffusion.ddpm(options) end
 --- channels (learned sigma), the variational term of improved DDPM.
 ---@param model Module|function  a built-in UNet/DiT (called directly in C++) or any callable model(x, t, labels)
 ---@param batch Tensor|{data: Tensor, label?: Tensor, index?: Tensor, epoch?: integer}
----@param options? {labels?: Tensor, label_dropout?: number}
+---@param options? DiffusionLossOptions
 ---@return Tensor loss, {t: Tensor, mse: Tensor, vb: Tensor|nil} details
 function Diffusion:loss(model, batch, options) end
+
+---@class DiffusionLossOptions
+---@field labels? Tensor          [B] int64 labels instead of the batch's
+---@field label_dropout? number   default: the model's class_dropout
 
 ---@class Objective
 --- What a trainer minimises (runner.trainer { objective = ... }); tostring() says what it computes, e.g.
@@ -53,9 +57,12 @@ function Diffusion:loss(model, batch, options) end
 --- The model must be a built-in UNet or DiT (a Lua-defined model keeps the loss-function form); labels come from
 --- batch.label with the rules of d:loss.
 ---@param model Module a built-in nn.UNet or nn.DiT
----@param options? {label_dropout?: number} label dropout (default: the model's class_dropout)
+---@param options? ObjectiveOptions
 ---@return Objective
 function Diffusion:objective(model, options) end
+
+---@class ObjectiveOptions
+---@field label_dropout? number  default: the model's class_dropout
 
 --- The loss for given timesteps t (int64 [B]) and noise.
 ---@return Tensor loss, Tensor mse, Tensor|nil vb

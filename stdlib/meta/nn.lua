@@ -83,30 +83,55 @@ function nn.is_module(value) end
 ---@return Module
 function nn.Sequential(...) end
 
----@param options? {bias?: boolean}
+---@param options? LinearOptions
 ---@return Module
 function nn.Linear(in_features, out_features, options) end
+---@class LinearOptions
+---@field bias? boolean  default true
+
 ---@param kernel_size integer|integer[]
----@param options? {stride?: integer|integer[], padding?: integer|integer[], dilation?: integer|integer[], groups?: integer, bias?: boolean, padding_mode?: "zeros"|"reflect"|"replicate"|"circular"}
+---@param options? Conv2dOptions
 ---@return Module
 function nn.Conv2d(in_channels, out_channels, kernel_size, options) end
----@param options? {eps?: number, affine?: boolean}
+---@class Conv2dOptions
+---@field stride? integer|integer[]    default 1
+---@field padding? integer|integer[]   default 0
+---@field dilation? integer|integer[]  default 1
+---@field groups? integer              default 1
+---@field bias? boolean                default true
+---@field padding_mode? "zeros"|"reflect"|"replicate"|"circular"  default "zeros"
+
+---@param options? GroupNormOptions
 ---@return Module
 function nn.GroupNorm(num_groups, num_channels, options) end
+---@class GroupNormOptions
+---@field eps? number      default 1e-5
+---@field affine? boolean  default true
+
 ---@param normalized_shape integer|integer[]
----@param options? {eps?: number, elementwise_affine?: boolean}
+---@param options? LayerNormOptions
 ---@return Module
 function nn.LayerNorm(normalized_shape, options) end
+---@class LayerNormOptions
+---@field eps? number                  default 1e-5
+---@field elementwise_affine? boolean  default true
+
 --- ids are 0-based int64 contents.
----@param options? {padding_idx?: integer}
+---@param options? EmbeddingOptions
 ---@return Module
 function nn.Embedding(num_embeddings, embedding_dim, options) end
+---@class EmbeddingOptions
+---@field padding_idx? integer  the id whose embedding stays zero and gets no gradient (default none)
+
 ---@param p? number default 0.5
 ---@return Module
 function nn.Dropout(p) end
----@param options? {approximate?: "none"|"tanh"}
+---@param options? GELUOptions
 ---@return Module
 function nn.GELU(options) end
+---@class GELUOptions
+---@field approximate? "none"|"tanh"  default "none"
+
 ---@return Module
 function nn.LeakyReLU(negative_slope) end
 ---@return Module
@@ -248,8 +273,15 @@ function nn.ema_update(ema_model, model, decay) end
 ---@return string  # "Linear", "Conv2d", ...
 function Module:type_name() end
 
+--- The options of mse_loss and l1_loss.
 ---@class LossOptions
----@field reduction? "mean"|"sum"|"none"
+---@field reduction? "mean"|"sum"|"none"  default "mean"
+
+---@class CrossEntropyOptions
+---@field reduction? "mean"|"sum"|"none"  default "mean"
+---@field label_smoothing? number         default 0
+---@field ignore_index? integer           target ids equal to this add nothing (default -100)
+---@field weight? Tensor                  [C] per-class weights
 
 nn.functional = {}
 ---@param options? LossOptions
@@ -260,7 +292,7 @@ function nn.functional.mse_loss(input, target, options) end
 function nn.functional.l1_loss(input, target, options) end
 --- target: int64 class ids (0-based) of shape [N, ...], or class probabilities like logits.
 ---@param logits Tensor [N, C, ...]
----@param options? {reduction?: "mean"|"sum"|"none", label_smoothing?: number, ignore_index?: integer, weight?: Tensor}
+---@param options? CrossEntropyOptions
 ---@return Tensor
 function nn.functional.cross_entropy(logits, target, options) end
 ---@return Tensor

@@ -66,8 +66,15 @@ function runner.pretty.print(...) end
 --- written as they are. images: [N, 1 or 3, H, W] on any device.
 ---@param path string
 ---@param images Tensor
----@param options? {columns?: integer, padding?: integer, range?: number[], pad_value?: number}
+---@param options? GridOptions
 function runner.save_grid(path, images, options) end
+
+---@class GridOptions
+---@field columns? integer     images per row (default 8)
+---@field padding? integer     pixels between images and around the border (default 2)
+---@field range? number[]      {low, high}: the values shown as black and white (default {-1, 1})
+---@field pad_value? number    border brightness in [0, 1] (default 0)
+
 --- The grid save_grid writes, as a uint8 tensor [H, W, C] on the CPU.
 ---@return Tensor
 function runner.make_grid(images, options) end
@@ -80,9 +87,14 @@ runner.eval = {}
 --- Wasserstein-1 distance of the projected sets; the result is the mean over levels. 0 for equal sets;
 --- lower is closer. A sample-quality number that needs no download (definition in
 --- runtime/eval/sliced_wasserstein.h).
----@param options? {resolution?: integer, projections?: integer, seed?: integer}
+---@param options? SlicedWassersteinOptions
 ---@return number
 function runner.eval.sliced_wasserstein(a, b, options) end
+
+---@class SlicedWassersteinOptions
+---@field resolution? integer   default 16
+---@field projections? integer  default 512
+---@field seed? integer         default 0
 
 --- Fréchet Inception Distance as pytorch-fid computes it: the FID Inception network (TensorFlow's 2015-12-05
 --- Inception v3 in pytorch-fid's form: bilinear resize to 299 x 299, 2x - 1, pool3 features), the features'
@@ -100,14 +112,19 @@ function runner.eval.sliced_wasserstein(a, b, options) end
 --- (tests/cli/test_fid.py); FID of few images is biased upward: compare numbers of the same N.
 ---@param a Tensor|string
 ---@param b Tensor|string
----@param options {weights: string, batch?: integer, device?: string}
+---@param options FidOptions
 ---@return number
 function runner.eval.fid(a, b, options) end
+
+---@class FidOptions
+---@field weights string   the FID Inception weights file
+---@field batch? integer   images per forward pass (default 50)
+---@field device? Device   default "auto"
 
 --- The FID statistics of images [N, 3, H, W] in [-1, 1] or of a folder: mu float64 [2048], sigma float64
 --- [2048, 2048] (see runner.eval.fid).
 ---@param images Tensor|string
----@param options {weights: string, batch?: integer, device?: string}
+---@param options FidOptions
 ---@return Tensor mu
 ---@return Tensor sigma
 function runner.eval.fid_stats(images, options) end

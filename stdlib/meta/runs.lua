@@ -75,7 +75,7 @@ function Run:steps(total) end
 --- records it as an image artifact; returns the path. `runner report` shows the latest grid of each name.
 ---@param name string letters, digits, '_', '-', '.'
 ---@param images Tensor [N, 1 or 3, H, W]
----@param options? {columns?: integer, padding?: integer, range?: number[], pad_value?: number}
+---@param options? GridOptions
 ---@return string
 function Run:images(name, images, options) end
 

@@ -178,9 +178,16 @@ function Tensor:item() end
 --- Nested tables of numbers (booleans for bool tensors).
 ---@return table|number|boolean
 function Tensor:tolist() end
---- Moves or converts: t:to("cuda"), t:to("float16"), t:to(other), t:to{device=, dtype=, non_blocking=, copy=}.
+--- Moves or converts: t:to("cuda"), t:to("float16"), t:to(other), t:to(ToOptions).
 ---@return Tensor
 function Tensor:to(...) end
+
+---@class ToOptions
+---@field dtype? Dtype            default: the tensor's
+---@field device? Device          default: the tensor's
+---@field non_blocking? boolean   default false
+---@field copy? boolean           default false
+
 ---@return Tensor
 function Tensor:float() end
 ---@return Tensor
@@ -212,8 +219,13 @@ function Tensor:contiguous() end
 
 --- Backpropagates from this tensor. gradient is needed for non-scalar tensors.
 ---@param gradient? Tensor
----@param options? {retain_graph?: boolean, create_graph?: boolean}
+---@param options? BackwardOptions
 function Tensor:backward(gradient, options) end
+
+---@class BackwardOptions
+---@field retain_graph? boolean  default: create_graph
+---@field create_graph? boolean  default false
+
 ---@param flag? boolean default true
 ---@return Tensor self
 function Tensor:requires_grad_(flag) end

@@ -101,6 +101,13 @@ function Trainer:precision() end
 ---Prints the final line of the progress display.
 function Trainer:finish_progress() end
 
+--- The progress display's options (runner._train.progress, which the trainer makes from its steps and batch).
+---@class ProgressOptions
+---@field total? integer          total steps (0: unknown, no percentage or ETA)
+---@field batch? integer          images per step, for images/s (0: not shown)
+---@field terminal? boolean       redraw one line in place (default: whether stdout is a terminal)
+---@field line_seconds? number    plain lines at most this often (default 30)
+
 ---@param options TrainerOptions
 ---@return Trainer
 function runner.trainer(options) end
@@ -115,13 +122,24 @@ function EarlyStopping:observe(value) end
 function EarlyStopping:state() end
 function EarlyStopping:load_state(state) end
 
----@param options? {patience?: integer, mode?: "min"|"max", min_delta?: number}
+---@param options? EarlyStoppingOptions
 ---@return EarlyStopping
 function runner.early_stopping(options) end
+
+---@class EarlyStoppingOptions
+---@field patience? integer     observations in a row that may fail to beat the best (default 10)
+---@field mode? "min"|"max"     default "min"
+---@field min_delta? number     default 0
 
 ---The largest batch size for which try(batch_size) (a real forward and backward pass) fits in device memory:
 ---doubling from `start`, then a binary search; out-of-memory errors are caught, others re-raised. On the
 ---CPU it prints that it does not apply and returns nil.
----@param options {try: fun(batch_size: integer), device?: string, start?: integer, max?: integer}
+---@param options FindBatchSizeOptions
 ---@return integer|nil
 function runner.find_batch_size(options) end
+
+---@class FindBatchSizeOptions
+---@field try fun(batch_size: integer)
+---@field device? Device   default: the run's device, else "auto"
+---@field start? integer   default 1
+---@field max? integer     default 65536

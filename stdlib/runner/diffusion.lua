@@ -6,8 +6,6 @@ local methods = native.methods
 
 local diffusion = {}
 
-local check_options = require("runner.options").check
-
 local function model_info(model)
   if nn.is_module(model) and model.info then
     local ok, info = pcall(model.info, model)
@@ -16,20 +14,19 @@ local function model_info(model)
   return nil
 end
 
---- runner.diffusion.gaussian{timesteps = 1000, schedule = "linear", prediction = "eps", min_snr, beta_start,
---- beta_end, timestep_sampling = "uniform", logit_mean, logit_std, seed} -> Diffusion. `seed` (default: the seed given to torch.manual_seed) keys the training
---- streams of timesteps, noise and label dropout.
+--- runner.diffusion.gaussian(DiffusionOptions) -> Diffusion (the keys and defaults: ---@class DiffusionOptions in
+--- stdlib/meta/diffusion.lua). `seed` (default: the seed given to torch.manual_seed) keys the training streams of
+--- timesteps, noise and label dropout.
 function diffusion.gaussian(options)
   return native.new(options, torch.initial_seed())
 end
 diffusion.ddpm = diffusion.gaussian
 
---- d:loss(model, batch [, {labels, label_dropout}]) -> loss, details
+--- d:loss(model, batch [, DiffusionLossOptions]) -> loss, details
 --- batch: a loader batch ({data, label, index, epoch}) or an image tensor [B, C, H, W]. Labels come from
 --- batch.label when the model is class-conditional (or options.labels); with label dropout (default: the
 --- model's class_dropout) a label becomes the null label. details = {t, mse, vb}.
 function methods:loss(model, batch, options)
-  options = check_options(options, "loss", { labels = true, label_dropout = true })
   local x0, labels, epoch, index
   if torch.is_tensor(batch) then
     x0 = batch
@@ -39,17 +36,15 @@ function methods:loss(model, batch, options)
   else
     error("loss: batch must be a tensor or a loader batch {data = ..., label = ..., index = ..., epoch = ...}", 2)
   end
-  local loss, t, mse, vb = self:_loss(model, x0, labels, epoch, index, options.labels, options.label_dropout,
-                                      model_info(model))
+  local loss, t, mse, vb = self:_loss(model, x0, labels, epoch, index, options, model_info(model))
   return loss, { t = t, mse = mse, vb = vb }
 end
 
---- d:objective(model [, {label_dropout}]) -> Objective: d:loss(model, batch) as the trainer's objective, for
+--- d:objective(model [, ObjectiveOptions]) -> Objective: d:loss(model, batch) as the trainer's objective, for
 --- runner.trainer { objective = ... } and train:step(batch). The model is a built-in UNet or DiT; the step runs
 --- in C++ without calling Lua. label_dropout defaults to the model's class_dropout.
 function methods:objective(model, options)
-  options = check_options(options, "objective", { label_dropout = true })
-  return self:_objective(model, options.label_dropout)
+  return self:_objective(model, options)
 end
 
 --- d:state() -> {stream_counter, stream_generator}: what a checkpoint keeps of the diffusion
@@ -77,9 +72,8 @@ local function labels_tensor(labels, n, device)
   error("sample: labels must be a tensor, a list of class ids or one class id", 3)
 end
 
---- d:sample(model, {n, labels, steps = 50, sampler = "ddim", eta = 0, guidance = 1, variance = "auto", clip = true,
---- seed, x_T, noise, trajectory = false, device, autocast = false}) -> samples [n, C, H, W] float32 (and the
---- trajectory [steps + 1, ...] with trajectory = true). The model runs in eval mode and without gradients.
+--- d:sample(model, SampleOptions) -> samples [n, C, H, W] float32 (and the trajectory [steps + 1, ...] with
+--- trajectory = true; the keys and defaults: ---@class SampleOptions in stdlib/meta/diffusion.lua). The model runs in eval mode and without gradients.
 function methods:sample(model, options)
   options = options or {}
   if type(options) ~= "table" then error("sample: expected an options table, got " .. type(options), 2) end

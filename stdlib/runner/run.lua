@@ -51,8 +51,8 @@ local function logging_print(...)
   native.log_text(table.concat(parts, "\t"))
 end
 
---- runner.start([cfg [, {name, seed, device, parent, fork, resume, flush_interval, heartbeat}]]) -> Run
---- (see stdlib/meta/runs.lua; the options are checked and the start policy applied by runtime/run/run_start).
+--- runner.start([cfg [, StartOptions]]) -> Run (the keys: ---@class StartOptions in stdlib/meta/runs.lua; the
+--- options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
   if runner._config_wanted then  -- runner --print-config of a script without config { ... }
     runner._report_config({}, {})
@@ -130,7 +130,7 @@ function Run:steps(total)
   end
 end
 
---- run:images(name, images [N, C, H, W] [, {columns, padding, range, pad_value}]) -> path
+--- run:images(name, images [N, C, H, W] [, GridOptions]) -> path
 --- Writes a PNG grid as images/<name>-<step>.png in the run directory and records it as an artifact.
 function Run:images(name, images, options)
   return self.native:save_images(name, images, options)
@@ -167,9 +167,9 @@ function Run:_trainer_stepped(trainer, step)
   if attached and attached.trainer == trainer then reseed_lua_random(self, step) end
 end
 
---- run:restore{trainer, loader, state, keep_last = 3, keep_best = 0, metric, mode = "min", on_error = "stop"}
---- -> step. Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of
---- the run it forks), skipping damaged ones with a warning; 0 when there is none.
+--- run:restore(RestoreOptions) -> step (the keys and defaults: ---@class RestoreOptions in stdlib/meta/runs.lua).
+--- Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of the run it
+--- forks), skipping damaged ones with a warning; 0 when there is none.
 function Run:restore(options)
   if type(options) ~= "table" then error("run:restore expects {trainer = ..., loader = ...}", 2) end
   local trainer, loader, state = options.trainer, options.loader, options.state
@@ -194,7 +194,7 @@ function Run:restore(options)
   return step
 end
 
---- run:checkpoint([{metric, value, wait = false}]) -> stall seconds. Saves the trainer, loader and state given
+--- run:checkpoint([CheckpointOptions]) -> stall seconds. Saves the trainer, loader and state given
 --- to run:restore at run.step; the files are written by a background thread.
 function Run:checkpoint(options)
   local stall = self.native:checkpoint(options)

@@ -4,8 +4,6 @@
 local native = runner._train
 runner._train = nil
 
-local check_options = require("runner.options").check
-
 local Trainer = {}
 
 local function named(iterate)
@@ -49,11 +47,11 @@ local function schedule_of(schedule)
   return named_form
 end
 
--- The steps to profile: the `profile` option ("A:B", "A", {A, B}) or else `runner --profile A:B`
--- (RUNNER_PROFILE); nil when neither asks.
+-- The steps to profile: the `profile` option ("A:B", "A", {A, B}) or else `runner --profile A:B` (the launch
+-- context's); nil when neither asks.
 local function profile_range(options)
   local profile = options.profile
-  if profile == nil then profile = os.getenv("RUNNER_PROFILE") end
+  if profile == nil then profile = native.launch_profile() end
   if profile == nil or profile == "" or profile == false then return nil end
   local text = profile
   if type(profile) == "table" then text = tostring(profile[1]) .. ":" .. tostring(profile[2] or profile[1]) end
@@ -69,9 +67,8 @@ end
 local TIME_KEYS = { "data", "forward_backward", "optimizer", "ema" }
 local TIME_LOG_EVERY = 25
 
---- runner.trainer{model, optimizer, objective, schedule, warmup, ema, ema_model, amp, accumulate, clip, on_nonfinite,
---- steps, batch, progress, tf32, deterministic, scaler, data_parallel, profile} -> Trainer (see stdlib/meta/train.lua; the options
---- are declared and checked in bindings/train_binding.cpp)
+--- runner.trainer(TrainerOptions) -> Trainer (the keys and defaults: ---@class TrainerOptions in
+--- stdlib/meta/train.lua; the options are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
   if type(options) ~= "table" then error("runner.trainer expects an options table", 2) end
   local model = options.model
@@ -97,7 +94,7 @@ function runner.trainer(options)
   local ema_models = options.ema_model
   if nn.is_module(ema_models) then ema_models = { ema_models } end
   local trainer = setmetatable({
-    native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = options.accumulate or 1,
+    native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = trainer_native:accumulate(),
     ema_models = ema_models or {}, ema_synced = {}, last_return = nil, profile = profile_range(options),
     time_sums = {}, time_count = 0, total_steps = options.steps, has_objective = objective ~= nil,
     loss_fn = type(objective) == "function" and objective or nil,
@@ -261,17 +258,11 @@ end
 local EarlyStopping = {}
 EarlyStopping.__index = EarlyStopping
 
---- runner.early_stopping{patience = 10, mode = "min", min_delta = 0} -> stopper; stopper:observe(value) is
---- true once `patience` observations in a row failed to beat the best by min_delta.
+--- runner.early_stopping(EarlyStoppingOptions) -> stopper; stopper:observe(value) is true once `patience`
+--- observations in a row failed to beat the best by min_delta.
 function runner.early_stopping(options)
-  options = check_options(options, "runner.early_stopping", { patience = true, mode = true, min_delta = true })
-  local mode = options.mode or "min"
-  if mode ~= "min" and mode ~= "max" then error("runner.early_stopping: mode must be 'min' or 'max'", 2) end
-  local patience = options.patience or 10
-  if type(patience) ~= "number" or patience < 0 or patience ~= math.floor(patience) then
-    error("runner.early_stopping: patience must be a whole number, 0 or more", 2)
-  end
-  return setmetatable({ patience = patience, mode = mode, min_delta = options.min_delta or 0, best = nil, bad = 0,
+  local o = native.early_stopping_options(options)
+  return setmetatable({ patience = o.patience, mode = o.mode, min_delta = o.min_delta, best = nil, bad = 0,
                         stopped = false }, EarlyStopping)
 end
 
@@ -293,11 +284,11 @@ function EarlyStopping:load_state(state) self.best, self.bad, self.stopped = sta
 
 -- Batch size --------------------------------------------------------------------------------------------
 
---- runner.find_batch_size{try = function(batch_size) ... end, device, start = 1, max = 65536} -> the largest
---- batch size for which try (a forward and backward pass) runs without running out of device memory.
+--- runner.find_batch_size(FindBatchSizeOptions) -> the largest batch size for which try (a forward and backward
+--- pass) runs without running out of device memory.
 function runner.find_batch_size(options)
-  options = check_options(options, "runner.find_batch_size", { try = true, device = true, start = true, max = true })
-  if type(options.try) ~= "function" then error("runner.find_batch_size: 'try' (a function of the batch size) is required", 2) end
+  local start, max = native.find_batch_size_options(options)
+  if type(options.try) ~= "function" then error("runner.find_batch_size: 'try' must be a function of the batch size", 2) end
   local device = tostring(options.device or (runner.run and runner.run.device) or torch.device("auto"))
   if not device:match("^cuda") then
     print("find_batch_size: applies to CUDA devices only (on " .. device .. " memory does not bound the batch: a larger "
@@ -313,8 +304,7 @@ function runner.find_batch_size(options)
     error(err, 0)
   end
   local good, bad = 0, nil
-  local size = options.start or 1
-  local max = options.max or 65536
+  local size = start
   while size <= max do
     if fits(size) then good = size; size = size * 2 else bad = size; break end
   end

@@ -60,7 +60,7 @@ struct Setup {
     options.batch = 4;
     options.workers = 0;
     options.seed = 7;
-    loader = std::make_shared<data::Loader>(data::make_shapes(8, 64, 3), options);
+    loader = std::make_shared<data::Loader>(data::make_shapes({.size = 8, .count = 64, .seed = 3}), options);
   }
   // One step on the loader's next batch: fit the mean pixel of a 4-pixel patch.
   void step() {

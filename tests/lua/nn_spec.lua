@@ -69,7 +69,7 @@ describe("built-in modules", function()
 
   it("rejects unknown options", function()
     expect_error(function() nn.Conv2d(3, 5, 3, { pad = 1 }) end,
-      here(-1) .. "unknown option 'pad' to 'Conv2d' (known: stride, padding, dilation, groups, bias, padding_mode)")
+      here(-1) .. "unknown option 'pad' to 'Conv2d' (known: bias, dilation, groups, padding, padding_mode, stride)")
   end)
 
   it("Conv2d followed by GroupNorm matches PyTorch forward and backward", function()

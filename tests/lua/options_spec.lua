@@ -38,7 +38,7 @@ describe("declared options tables", function()
       expect_true(classes[class] ~= nil, "stdlib/meta has no ---@class " .. class)
       expect_eq(sorted(classes[class]), sorted(keys), "---@class " .. class)
     end
-    expect_true(count >= 12, "the runtime declares its options tables (" .. count .. ")")
+    expect_true(count >= 45, "the runtime declares its options tables (" .. count .. ")")
   end)
 
   it("an unknown key names the known ones, sorted", function()
@@ -51,8 +51,8 @@ describe("declared options tables", function()
     expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { 4 }) end,
       here(-1) .. "'loader' takes named options only, not the entry [1] = number (known: batch, ", true)
     expect_error(function() nn.Conv2d(3, 5, 3, { 1, stride = 1 }) end,
-      here(-1) .. "'Conv2d' takes named options only, not the entry [1] = number (known: stride, padding, dilation, groups, "
-      .. "bias, padding_mode)", true)
+      here(-1) .. "'Conv2d' takes named options only, not the entry [1] = number (known: bias, dilation, groups, padding, "
+      .. "padding_mode, stride)", true)
     expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { batch = 4, "shuffle" }) end,
       here(-1) .. "'loader' takes named options only, not the entry [1] = 'shuffle' (known: ", true)
   end)
@@ -62,5 +62,45 @@ describe("declared options tables", function()
       here(-1) .. "loader: option 'batch' is required")
     expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { batch = "4" }) end,
       here(-1) .. "option 'batch' must be a number, got string")
+  end)
+
+  it("each loss takes only the keys it reads", function()
+    local F = nn.functional
+    local a, b = torch.randn(4, 3), torch.randn(4, 3)
+    expect_error(function() F.mse_loss(a, b, { label_smoothing = 0.1 }) end,
+      here(-1) .. "unknown option 'label_smoothing' to 'mse_loss' (known: reduction)")
+    expect_error(function() F.l1_loss(a, b, { weight = torch.ones(3) }) end,
+      here(-1) .. "unknown option 'weight' to 'l1_loss' (known: reduction)")
+    expect_error(function() F.cross_entropy(a, torch.tensor({ 0, 1, 2, 0 }, { dtype = "int64" }), { smoothing = 0.1 }) end,
+      here(-1) .. "unknown option 'smoothing' to 'cross_entropy' (known: ignore_index, label_smoothing, reduction, weight)")
+    expect_error(function() torch.zeros(2, { dtyp = "float64" }) end,
+      here(-1) .. "unknown option 'dtyp' to 'constructor' (known: device, dtype, requires_grad); did you mean 'dtype'?")
+    expect_error(function() runner.early_stopping { patince = 3 } end,
+      here(-1) .. "unknown option 'patince' to 'runner.early_stopping' (known: min_delta, mode, patience); did you mean 'patience'?")
+  end)
+
+  it("keeps the defaults", function()
+    local F = nn.functional
+    local logits = torch.tensor({ { 1, 2, 3 }, { 3, 2, 1 } })
+    local target = torch.tensor({ 2, -100 }, { dtype = "int64" })
+    -- ignore_index -100: only the first row counts; mean reduction; no smoothing
+    expect_near(F.cross_entropy(logits, target):item(), math.log(math.exp(1) + math.exp(2) + math.exp(3)) - 3, 1e-6)
+    expect_near(F.mse_loss(torch.tensor({ 1, 3 }), torch.zeros(2)):item(), 5, 0)  -- mean
+    local conv = nn.Conv2d(1, 1, 3)  -- stride 1, padding 0, bias
+    expect_list(conv(torch.zeros(1, 1, 8, 8)).shape, { 1, 1, 6, 6 })
+    expect_true(conv.bias ~= nil, "Conv2d has a bias by default")
+    local x = torch.tensor({ { 0, 2e-3 } })
+    -- eps 1e-5: (x - mean) / sqrt(var + eps) with var 1e-6
+    expect_close(nn.LayerNorm(2)(x), torch.tensor({ { -1, 1 } }) * (1e-6 / (1e-6 + 1e-5)) ^ 0.5, 1e-5, 1e-5)
+    expect_close(nn.GroupNorm(1, 2)(x:reshape(1, 2, 1)), torch.tensor({ -1, 1 }):reshape(1, 2, 1) * (1e-6 / (1e-6 + 1e-5)) ^ 0.5, 1e-5, 1e-5)
+    local shapes = runner.data.shapes()
+    expect_eq(#shapes, 10000)
+    expect_list(shapes:get(1).shape, { 3, 32, 32 })
+    expect_eq(tostring(shapes), "shapes 32x32: 10000 images, 3 classes")
+    local stopper = runner.early_stopping()
+    expect_list({ stopper.patience, stopper.mode, stopper.min_delta }, { 10, "min", 0 })
+    expect_eq(torch.zeros(2).dtype, "float32")
+    expect_eq(torch.arange(3).dtype, "int64")
+    expect_list(runner.make_grid(torch.zeros(3, 3, 4, 4)).shape, { 4 + 2 * 2, 3 * 4 + 4 * 2, 3 })  -- one row, padding 2
   end)
 end)

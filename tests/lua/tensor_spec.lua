@@ -53,7 +53,7 @@ describe("constructors", function()
     expect_error(function() torch.zeros(2, { dtype = "f32" }) end,
       here(-1) .. "unknown dtype 'f32' (expected float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8 or bool)")
     expect_error(function() torch.zeros(2, { colour = "red" }) end,
-      here(-1) .. "unknown option 'colour' to 'constructor' (known: dtype, device, requires_grad)")
+      here(-1) .. "unknown option 'colour' to 'constructor' (known: device, dtype, requires_grad)")
     expect_error(function() torch.zeros(2.5) end, "bad argument #1 to 'zeros' (integer expected, got 2.5)", true)
   end)
 
