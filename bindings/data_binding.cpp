@@ -428,7 +428,7 @@ int loader_next(lua_State* L) {
   push_tensor(L, std::move(batch.index));
   lua_setfield(L, -2, "index");
   set_integer(L, "step", batch.position + 1);
-  set_integer(L, "epoch", batch.epoch + 1);
+  set_integer(L, "epoch", lua_epoch(batch.epoch));
   return 1;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "bindings/bindings.h"
+#include "bindings/data_binding.h"
 #include "bindings/nn_binding.h"
 #include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
@@ -211,7 +212,7 @@ int diffusion_loss(lua_State* L) {
                                                             o.label_dropout, x0.device());
   std::optional<at::Tensor> indices = opt_tensor(L, 6);
   std::optional<std::int64_t> epoch;
-  if (!lua_isnoneornil(L, 5)) epoch = check_integer(L, 5);
+  if (!lua_isnoneornil(L, 5)) epoch = runtime_epoch(static_cast<lua_Number>(check_integer(L, 5)));
   const auto keyed = diff::keyed_training_loss(box.training, model, x0, labels, indices ? &*indices : nullptr, epoch);
   push_tensor(L, keyed.terms.loss);
   push_tensor(L, keyed.t);

@@ -19,6 +19,7 @@
 #include "runtime/core/sha256.h"
 #include "runtime/nn/autoencoder_kl.h"
 #include "runtime/nn/dit.h"
+#include "runtime/nn/state_loading.h"
 #include "runtime/nn/unet.h"
 #include "runtime/train/ema.h"
 
@@ -575,6 +576,61 @@ int nn_ema_update(lua_State* L) {
   return 0;
 }
 
+// The options of m:load_state_dict and m:load.
+struct LoadStateOptions {
+  bool strict = true;  // false: missing and unexpected keys are not errors
+};
+const OptionTable<LoadStateOptions> kLoadStateOptions("load_state_dict", "LoadStateOptions",
+                                                      {option("strict", &LoadStateOptions::strict)});
+
+struct ModuleLoadOptions {
+  bool strict = true;
+  std::optional<std::string> key;  // the entry of a file that holds several tables
+};
+const OptionTable<ModuleLoadOptions> kModuleLoadOptions(
+    "load", "ModuleLoadOptions", {option("strict", &ModuleLoadOptions::strict), option("key", &ModuleLoadOptions::key)});
+
+// nn._load_options(options) -> {strict = bool} (for load_state_dict), key|nil
+int nn_load_options(lua_State* L) {
+  const ModuleLoadOptions o = kModuleLoadOptions.read(L, 1);
+  lua_createtable(L, 0, 1);
+  lua_pushboolean(L, o.strict);
+  lua_setfield(L, -2, "strict");
+  if (o.key) lua_pushlstring(L, o.key->data(), o.key->size());
+  else lua_pushnil(L);
+  return 2;
+}
+
+// nn._load_state(names, tensors, state, LoadStateOptions|nil): the module's tensors (by name, in order) filled
+// from the state dict `state` by runner::nn::load_state, the one strict loader.
+int nn_load_state(lua_State* L) {
+  const LoadStateOptions o = kLoadStateOptions.read(L, 4);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const std::vector<at::Tensor> tensors = check_tensor_list(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  std::vector<ckpt::NamedTensor> targets;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    lua_rawgeti(L, 1, static_cast<int>(i + 1));
+    targets.push_back({check_string(L, -1), tensors[i]});
+    lua_pop(L, 1);
+  }
+  std::vector<ckpt::NamedTensor> stored;
+  lua_pushnil(L);
+  while (lua_next(L, 3)) {
+    lua_pushvalue(L, -2);
+    const std::string name = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    at::Tensor* tensor = test_tensor(L, -1);
+    if (!tensor) raise_error(L, fmt::format("load_state_dict: {} is a {}, not a Tensor", name, luaL_typename(L, -1)));
+    stored.push_back({name, *tensor});
+    lua_pop(L, 1);
+  }
+  runner::nn::StateLoadOptions options;
+  options.strict = o.strict;
+  runner::nn::load_state(targets, stored, "load_state_dict", "", options);
+  return 0;
+}
+
 // nn.functional ---------------------------------------------------------------------------------
 
 at::Reduction::Reduction reduction_of(const std::string& reduction, const char* function) {
@@ -719,6 +775,8 @@ void open_nn(lua_State* L) {
       {"dit_size", wrap<nn_dit_size>},
       {"_is_native", wrap<nn_is_native>},
       {"_ema_update", wrap<nn_ema_update>},
+      {"_load_state", wrap<nn_load_state>},
+      {"_load_options", wrap<nn_load_options>},
   });
   lua_newtable(L);  // nn.AutoencoderKL: callable, with .load
   set_functions(L, {{"load", wrap<nn_autoencoder_kl_load>}});

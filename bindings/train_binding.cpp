@@ -13,6 +13,7 @@
 
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
+#include "bindings/data_binding.h"
 #include "bindings/lua_json.h"
 #include "bindings/option_table.h"
 #include "bindings/optim_binding.h"
@@ -304,7 +305,7 @@ train::Batch check_batch(lua_State* L, int index) {
   }
   std::sort(batch.tensors.begin(), batch.tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   lua_getfield(L, index, "epoch");
-  if (lua_type(L, -1) == LUA_TNUMBER) batch.epoch = static_cast<std::int64_t>(lua_tonumber(L, -1));
+  if (lua_type(L, -1) == LUA_TNUMBER) batch.epoch = runtime_epoch(lua_tonumber(L, -1));
   lua_pop(L, 1);
   return batch;
 }

@@ -50,7 +50,7 @@ KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser&
     if (cpu_indices.dim() != 1 || cpu_indices.size(0) != x0.size(0))
       throw std::invalid_argument(
           fmt::format("loss: batch.index must hold {} dataset indices, got {}", x0.size(0), cpu_indices.numel()));
-    keys = SampleStreams::loader_keys(epoch ? *epoch - 1 : 0, cpu_indices);
+    keys = SampleStreams::loader_keys(epoch.value_or(0), cpu_indices);
   } else {
     keys = streams.next_keys(x0.size(0));
   }

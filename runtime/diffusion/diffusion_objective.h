@@ -52,8 +52,8 @@ struct KeyedLoss {
   at::Tensor t;  // int64 [B]: the timesteps drawn
 };
 
-// Timestep, noise and label dropout of each sample keyed by (epoch - 1, dataset index) when `indices` is given
-// (epoch unset: 0), else by the next running keys of the streams; then training_loss.
+// Timestep, noise and label dropout of each sample keyed by (epoch, dataset index) when `indices` is given
+// (epoch 0-based as data::Batch counts; unset: 0), else by the next running keys of the streams; then training_loss.
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor* indices, std::optional<std::int64_t> epoch);
 

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/duration_text.h"
 
 namespace runner::report {
 
@@ -48,15 +49,6 @@ const std::string& run_colour(std::size_t run_index) {
   static const std::array<std::string, 10> kTab10 = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
   return kTab10[run_index % kTab10.size()];
-}
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "-";
-  const auto total = static_cast<int64_t>(std::llround(seconds));
-  const int64_t hours = total / 3600, minutes = total / 60 % 60, secs = total % 60;
-  if (hours > 0) return fmt::format("{}h {:02}m {:02}s", hours, minutes, secs);
-  if (minutes > 0) return fmt::format("{}m {:02}s", minutes, secs);
-  return fmt::format("{}s", secs);
 }
 
 std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs) {
@@ -215,7 +207,7 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
                    "<tr><td class=\"id\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>"
                    "<td class=\"num\">{}</td>",
                    swatch(r), escape_html(run.id), escape_html(labels[r]), status_badge(run.status),
-                   escape_html(run.started), format_duration(run.duration_seconds), run.step);
+                   escape_html(run.started), core::duration_text(run.duration_seconds), run.step);
     for (const auto& key : summary_keys) {
       const nlohmann::json* value = find_key(run.summary, key);
       if (value == nullptr || value->is_null()) {

@@ -59,9 +59,6 @@ std::string base64_encode(std::string_view bytes);
 // matplotlib's tab10 colour of the run at this position (cycling after ten).
 const std::string& run_colour(std::size_t run_index);
 
-// "45s", "3m 12s", "2h 05m 09s".
-std::string format_duration(double seconds);
-
 // Metric keys of all runs: "loss" first when present, then the others by name.
 std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs);
 

@@ -9,11 +9,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
 
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/core/logging.h"
-#include "runtime/core/shape_text.h"
+#include "runtime/nn/state_loading.h"
 #include "runtime/train/rng_state.h"
 
 namespace runner::run {
@@ -134,20 +133,12 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
 
   // Everything is checked against this trainer before anything changes.
   const std::string model_path = checkpoint_dir + "/model.safetensors";
-  NamedTensorList state_dict = state_dict_of(model);
-  std::set<std::string> expected;
-  for (const auto& [name, tensor] : state_dict) {
-    expected.insert(name);
-    const at::Tensor* saved = model_file.find(name);
-    if (!saved) throw std::invalid_argument(fmt::format("{}: '{}' is missing: the checkpoint is of a different model", model_path, name));
-    if (saved->sizes() != tensor.sizes() || saved->scalar_type() != tensor.scalar_type())
-      throw std::invalid_argument(fmt::format("{}: '{}' is {} {}, the model's is {} {}", model_path, name,
-                                              core::shape_text(saved->sizes()), c10::toString(saved->scalar_type()),
-                                              core::shape_text(tensor.sizes()), c10::toString(tensor.scalar_type())));
-  }
-  for (const auto& saved : model_file.tensors)
-    if (!expected.count(saved.name))
-      throw std::invalid_argument(fmt::format("{}: '{}' is not in the model: the checkpoint is of a different model", model_path, saved.name));
+  std::vector<ckpt::NamedTensor> model_tensors;
+  for (const auto& [name, tensor] : state_dict_of(model)) model_tensors.push_back({name, tensor});
+  nn::StateLoadOptions exact;
+  exact.same_dtype = true;
+  const std::vector<nn::StateCopy> model_copies =
+      nn::match_state(model_tensors, model_file.tensors, model_path, "the trainer's model", exact);
   const std::string trainer_path = checkpoint_dir + "/trainer.safetensors";
   const nlohmann::json state = parse_metadata(trainer_file, "trainer", trainer_path);
   if (!state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
@@ -192,7 +183,7 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   }
   {
     at::NoGradGuard no_grad;
-    for (auto& [name, tensor] : state_dict) const_cast<at::Tensor&>(tensor).copy_(*model_file.find(name));
+    for (const auto& copy : model_copies) const_cast<at::Tensor&>(copy.target).copy_(copy.source);
   }
   if (train::LossScaler* loss_scaler = trainer.loss_scaler(); loss_scaler && !scaler.empty())
     loss_scaler->load_state_tensors(scaler);

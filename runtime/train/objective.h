@@ -14,8 +14,8 @@ namespace runner::train {
 
 using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
-// A loader batch: its tensors by name ("data" [B, ...], "label" [B], "index" [B], ...) and its epoch (1-based,
-// as the loader counts; unset for a batch that did not come from a loader).
+// A loader batch: its tensors by name ("data" [B, ...], "label" [B], "index" [B], ...) and its epoch (0-based:
+// the epochs completed before it, as data::Batch counts; unset for a batch that did not come from a loader).
 struct Batch {
   NamedTensorList tensors;
   std::optional<std::int64_t> epoch;

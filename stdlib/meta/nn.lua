@@ -42,9 +42,12 @@ function Module:state_dict() end
 --- Copies values in place. With strict (default) missing or unexpected keys are errors; shape
 --- mismatches always are. The error lists every problem.
 ---@param state table<string, Tensor>
----@param options? {strict?: boolean}
+---@param options? LoadStateOptions
 ---@return Module
 function Module:load_state_dict(state, options) end
+---@class LoadStateOptions
+---@field strict? boolean  default true
+
 --- Writes the state dict as a safetensors file (atomically).
 ---@param path string
 ---@param metadata? table<string, string>
@@ -54,9 +57,13 @@ function Module:save(path, metadata) end
 --- (a training checkpoint with model, ema, opt, ...; the checkpoints of DiT's train.py, whose `args` is an
 --- argparse.Namespace, too) needs `key` to pick one. Returns the file's metadata.
 ---@param path string
----@param options? {strict?: boolean, key?: string}
+---@param options? ModuleLoadOptions
 ---@return table<string, string>
 function Module:load(path, options) end
+---@class ModuleLoadOptions
+---@field strict? boolean  default true
+---@field key? string      the entry of a file that holds several tables
+
 --- Lua-defined modules: a tensor saved in the state dict and moved by :to(), but not trained.
 function Module:register_buffer(name, tensor) end
 

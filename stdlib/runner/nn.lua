@@ -97,48 +97,22 @@ function common:state_dict()
   return state
 end
 
-local function shape_text(t)
-  return "[" .. table.concat(t.shape, ", ") .. "]"
-end
+local native_load_state, load_options = nn._load_state, nn._load_options
+nn._load_state, nn._load_options = nil, nil
 
--- Copies `state` into the module's tensors; errors are reported `level` frames up.
-local function load_state(self, state, options, level)
-  local strict = not (options and options.strict == false)
+-- Copies `state` into the module's tensors (runner::nn::load_state: every problem in one error, nothing
+-- changed unless all fit).
+local function load_state(self, state, options)
   local names, tensors = {}, {}
   collect(self, "parameters", "", names, tensors)
   collect(self, "buffers", "", names, tensors)
-  local problems, expected = {}, {}
-  local missing = {}
-  for i, name in ipairs(names) do
-    expected[name] = true
-    local source = state[name]
-    if source == nil then
-      missing[#missing + 1] = name
-    elseif not torch.is_tensor(source) then
-      problems[#problems + 1] = string.format("%s is a %s, not a Tensor", name, type(source))
-    elseif table.concat(source.shape, ",") ~= table.concat(tensors[i].shape, ",") then
-      problems[#problems + 1] = string.format("shape mismatch for %s: state has %s, module has %s",
-        name, shape_text(source), shape_text(tensors[i]))
-    end
-  end
-  local unexpected = {}
-  for name in pairs(state) do
-    if not expected[name] then unexpected[#unexpected + 1] = tostring(name) end
-  end
-  table.sort(unexpected)
-  if strict and #missing > 0 then table.insert(problems, 1, "missing keys: " .. table.concat(missing, ", ")) end
-  if strict and #unexpected > 0 then problems[#problems + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
-  if #problems > 0 then error("load_state_dict: " .. table.concat(problems, "; "), level + 1) end
-  torch.no_grad(function()
-    for i, name in ipairs(names) do
-      if state[name] ~= nil then tensors[i]:copy_(state[name]) end
-    end
-  end)
+  if type(state) ~= "table" then error("load_state_dict: expected a table of name = Tensor, got " .. type(state), 3) end
+  native_load_state(names, tensors, state, options)
 end
 
---- m:load_state_dict(state [, {strict = true}]): copies values into the module's tensors in place.
+--- m:load_state_dict(state [, LoadStateOptions]): copies values into the module's tensors in place.
 function common:load_state_dict(state, options)
-  load_state(self, state, options, 2)  -- not a tail call: the error level counts this frame
+  load_state(self, state, options)
   return self
 end
 
@@ -158,15 +132,15 @@ local function table_entries(value)
   return #entries > 0 and entries or nil
 end
 
---- m:load(path [, {strict = true, key = nil}]) -> metadata of the file. A safetensors file, or a torch.save
+--- m:load(path [, ModuleLoadOptions]) -> metadata of the file. A safetensors file, or a torch.save
 --- .pt/.pth file of a state dict; `key` picks one entry of a file that holds several (e.g. "ema").
 function common:load(path, options)
-  options = options or {}
+  local state_options, key = load_options(options)
   local state, metadata = torch.load(path)
-  if options.key ~= nil then
-    local chosen = state[options.key]
+  if key ~= nil then
+    local chosen = state[key]
     if type(chosen) ~= "table" then
-      error(string.format("load: %s has no entry '%s' (entries: %s)", path, tostring(options.key),
+      error(string.format("load: %s has no entry '%s' (entries: %s)", path, key,
         table.concat(table_entries(state) or {}, ", ")), 2)
     end
     state = chosen
@@ -177,7 +151,7 @@ function common:load(path, options)
         table.concat(entries, ", "), entries[1]), 2)
     end
   end
-  load_state(self, state, { strict = options.strict }, 2)
+  load_state(self, state, state_options)
   return metadata
 end
 

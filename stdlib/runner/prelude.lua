@@ -1,10 +1,15 @@
 -- Loaded into every runner Lua state: completes the torch, nn, optim, runner, runner.data and runner.diffusion
 -- namespaces, runner.start, runner.query and runner.sweep, defines config and help.
--- print ends a progress line drawn in place first, so that nothing is written onto its end.
+-- The one print: it ends a progress line drawn in place first (so that nothing is written onto its end), then
+-- writes, and appends the text to the active run's log file (core::append_to_log_file: nothing without a run).
 local plain_print = print
+local log_text = runner._run.log_text
 function print(...)
   runner._end_open_line()
-  return plain_print(...)
+  plain_print(...)
+  local parts = {}
+  for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+  log_text(table.concat(parts, "\t"))
 end
 require("runner.nn")
 require("runner.optim")

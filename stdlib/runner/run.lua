@@ -42,15 +42,6 @@ local function plain_config(cfg)
   return plain
 end
 
-local raw_print = print
-local function logging_print(...)
-  runner._end_open_line()  -- a progress line drawn in place ends first
-  raw_print(...)
-  local parts = {}
-  for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-  native.log_text(table.concat(parts, "\t"))
-end
-
 --- runner.start([cfg [, StartOptions]]) -> Run (the keys: ---@class StartOptions in stdlib/meta/runs.lua; the
 --- options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
@@ -81,11 +72,10 @@ function runner.start(cfg, options)
     device = torch.device(options and options.device or declared(cfg, "device") or "auto"), config = cfg,
     fork = info.fork, resumed = info.resumed,
   }, Run)
-  print = logging_print
   runner.run = run
   if run.resumed then
     runner.log.info("run %s (%s) resumed: %s", run.name, run.id, run.dir)
-    raw_print(string.format("resuming run %s (start a new run with `runner --fresh ...`)", run.name))
+    io.write(string.format("resuming run %s (start a new run with `runner --fresh ...`)\n", run.name))
   else
     runner.log.info("run %s (%s) started: %s", run.name, run.id, run.dir)
   end
@@ -150,7 +140,6 @@ end
 function Run:finish(status, message)
   self.native:finish(status or "finished", message)
   rawset(self, "_attached", nil)
-  if print == logging_print then print = raw_print end
   if runner.run == self then runner.run = nil end
 end
 

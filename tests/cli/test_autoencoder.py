@@ -117,6 +117,6 @@ class Autoencoder(RunnerHomeTest):
         save_file(state, self.dir / "partial.safetensors")
         result = self.runner("vae.lua", "--", "partial.safetensors", LUA_OPTIONS, check=1)
         self.assertIn("partial.safetensors: the weights do not fit AutoencoderKL(block_out_channels={16,32,32}, "
-                      "layers_per_block=1, latent_channels=4); missing: decoder.conv_out.bias", result.stderr)
+                      "layers_per_block=1, latent_channels=4): missing keys: decoder.conv_out.bias", result.stderr)
         result = self.runner("vae.lua", "--", "vae.safetensors_missing", check=1)
         self.assertIn("no such file or folder", result.stderr)

@@ -131,7 +131,7 @@ class Fid(RunnerHomeTest):
         self.assertIn("mu_only.npz: no array 'sigma'", self.runner("bad.lua", "--", "mu_only.npz", check=0).stdout)
         self.assertIn("empty", self.runner("bad.lua", "--", "empty", check=0).stdout)
         self.assertIn("partial.pth: the weights do not fit the FID Inception", self.runner("bad.lua", "--", "b", "partial.pth", check=0).stdout)
-        self.assertIn("missing: Mixed_7c.branch_pool.bn.running_var",
+        self.assertIn("missing keys: Mixed_7c.branch_pool.bn.running_var",
                       self.runner("bad.lua", "--", "b", "partial.pth", check=0).stdout)
 
     def test_without_the_weights_the_errors_say_where_they_come_from_and_a_wrong_copy_is_refused(self):

@@ -70,7 +70,7 @@ train::Batch loader_batch() {
   batch.tensors = {{"data", at::randn({6, 3, 8, 8})},
                    {"index", at::tensor(std::vector<std::int64_t>{4, 8, 15, 16, 23, 42})},
                    {"label", at::tensor(std::vector<std::int64_t>{0, 1, 2, 2, 1, 0})}};
-  batch.epoch = 2;
+  batch.epoch = 1;  // the second epoch (Lua's batch.epoch 2)
   return batch;
 }
 
@@ -83,7 +83,7 @@ TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed los
   const at::Tensor& x0 = *batch.find("data");
   const at::Tensor& labels = *batch.find("label");
 
-  // The loss written out: keys of (epoch - 1, index), their timesteps, noise and label dropout, then training_loss.
+  // The loss written out: keys of (epoch, index), their timesteps, noise and label dropout, then training_loss.
   const at::Tensor keys = diff::SampleStreams::loader_keys(1, *batch.find("index"));
   const diff::SampleStreams& streams = *setup.training.streams;
   const at::Tensor t = streams.timesteps(keys, 100, at::kCPU);

@@ -310,13 +310,14 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
 
   using Catch::Matchers::Message;
   CHECK_THROWS_MATCHES(run::restore_training(missing, *target.trainer), std::invalid_argument,
-                       Message(missing + "/model.safetensors: '1.bias' is missing: the checkpoint is of a different model"));
+                       Message(missing + "/model.safetensors: the weights do not fit the trainer's model: missing keys: 1.bias"));
   CHECK(differences(state_of(target), before) == "");
   CHECK_THROWS_MATCHES(run::restore_training(extra, *target.trainer), std::invalid_argument,
-                       Message(extra + "/model.safetensors: '2.weight' is not in the model: the checkpoint is of a different model"));
+                       Message(extra + "/model.safetensors: the weights do not fit the trainer's model: unexpected keys: 2.weight"));
   CHECK(differences(state_of(target), before) == "");
   CHECK_THROWS_MATCHES(run::restore_training(reshaped, *target.trainer), std::invalid_argument,
-                       Message(reshaped + "/model.safetensors: '1.weight' is [1, 6] Float, the model's is [1, 8] Float"));
+                       Message(reshaped + "/model.safetensors: the weights do not fit the trainer's model: shape mismatch for 1.weight: "
+                               "state has [1, 6], module has [1, 8]"));
   CHECK(differences(state_of(target), before) == "");
 
   // The same checkpoint with its own model file restores, and the comparison sees everything it brings.

@@ -200,6 +200,26 @@ describe("Lua-defined modules", function()
     expect_true(m.fc2.bias:equal(m.fc2:parameters()[2]), "the field is the parameter")
   end)
 
+  it("load with the one strict loader: nothing changes unless all fits, and the options are checked", function()
+    local m = MLP(3, 5)
+    local before = m.fc1.weight:clone()
+    local state = m:state_dict()
+    for name, tensor in pairs(state) do state[name] = tensor + 1 end
+    state["fc2.bias"] = torch.zeros(7)
+    expect_error(function() m:load_state_dict(state, { strict = false }) end,
+      here(-1) .. "load_state_dict: shape mismatch for fc2.bias: state has [7], module has [3]")
+    expect_true(m.fc1.weight:equal(before), "a failed load leaves every tensor as it was")
+    expect_error(function() m:load_state_dict(m:state_dict(), { strct = false }) end,
+      here(-1) .. "unknown option 'strct' to 'load_state_dict' (known: strict); did you mean 'strict'?")
+    expect_error(function() m:load_state_dict({ ["fc1.weight"] = 3 }) end,
+      here(-1) .. "load_state_dict: fc1.weight is a number, not a Tensor")
+    local path = test.tmp .. "/nn_spec_mlp.safetensors"
+    m:save(path)
+    expect_error(function() m:load(path, { keys = "ema" }) end,
+      here(-1) .. "unknown option 'keys' to 'load' (known: key, strict); did you mean 'key'?")
+    MLP(3, 5):load(path, { strict = true })
+  end)
+
   it("refuse to replace a child with a plain value", function()
     local m = MLP(2, 2)
     expect_error(function() m.fc1 = 3 end, here() .. "MLP.fc1 holds a module; assign a module or nn.Parameter, or nil to remove it")
