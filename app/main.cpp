@@ -11,6 +11,7 @@
 #include "app/repl.h"
 #include "app/sweep_command.h"
 #include "bindings/lua_host.h"
+#include "runtime/cli/command_line.h"
 #include "runtime/cli/data_commands.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/exit_status.h"
@@ -105,52 +106,52 @@ struct Command {
   std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
 };
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using runner::cli::UsageError;
+
+// Options before the script: those with a value and flags. `repl` as the first positional is the REPL.
+runner::cli::CommandOptions command_options() {
+  runner::cli::CommandOptions options;
+  options.values = {{"-e", ""}, {"--log-level", ""}, {"--resume", ""}, {"--profile", ""}, {"--nproc", ""}};
+  options.flags = {"--version", "-i", "--fresh", "--print-config", "--oversubscribe"};
+  options.options_end_at_first_positional = true;
+  options.double_dash_ends_options = false;
+  return options;
+}
 
 Command parse_command(int argc, char** argv) {
   Command command;
-  int i = 1;
-  auto value_of = [&](const std::string& option) -> std::string {
-    if (i + 1 >= argc) throw UsageError(option + " needs a value");
-    return argv[++i];
-  };
-  for (; i < argc && command.script.empty(); ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") command.help = true;
-    else if (arg == "--version") command.version = true;
-    else if (arg == "-i") command.interactive = true;
-    else if (arg == "-e") {
-      command.code = value_of(arg);
-      command.has_code = true;
-    } else if (arg == "--log-level") command.log_level = value_of(arg);
-    else if (arg.rfind("--log-level=", 0) == 0) command.log_level = arg.substr(12);
-    else if (arg == "--resume") command.resume = value_of(arg);
-    else if (arg.rfind("--resume=", 0) == 0) command.resume = arg.substr(9);
-    else if (arg == "--fresh") command.fresh = true;
-    else if (arg == "--print-config") command.print_config = true;
-    else if (arg == "--profile") command.profile = value_of(arg);
-    else if (arg.rfind("--profile=", 0) == 0) command.profile = arg.substr(10);
-    else if (arg == "--nproc" || arg.rfind("--nproc=", 0) == 0) {
-      command.nproc = arg == "--nproc" ? value_of(arg) : arg.substr(8);
-      command.nproc_given = true;
-    } else if (arg == "--oversubscribe") command.oversubscribe = true;
-    else if (arg == "repl" && !command.has_code) command.repl = true;
-    else if (!arg.empty() && arg[0] == '-') throw UsageError("unknown option '" + arg + "'");
-    else command.script = arg;
+  const runner::cli::CommandLine line = runner::cli::parse_command_line(argc, argv, command_options());
+  command.help = line.help;
+  command.version = line.has("--version");
+  command.interactive = line.has("-i");
+  if (auto code = line.value("-e")) {
+    command.code = *code;
+    command.has_code = true;
   }
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      command.script_args.assign(argv + i + 1, argv + argc);
-      break;
+  command.log_level = line.value("--log-level").value_or("");
+  command.resume = line.value("--resume").value_or("");
+  command.fresh = line.has("--fresh");
+  command.print_config = line.has("--print-config");
+  command.profile = line.value("--profile").value_or("");
+  command.nproc_given = line.values.count("--nproc") > 0;
+  command.nproc = line.value("--nproc").value_or("");
+  command.oversubscribe = line.has("--oversubscribe");
+  if (!line.positional.empty()) {
+    if (line.positional[0] == "repl" && !command.has_code) {
+      command.repl = true;
+      if (!line.after_positional.empty()) throw UsageError("unexpected argument '" + line.after_positional[0] + "'");
+    } else {
+      command.script = line.positional[0];
     }
+  }
+  for (const std::string& arg : line.after_positional) {
     if (arg.find('=') == std::string::npos || arg[0] == '=')
       throw UsageError("expected key=value after the script, got '" + arg + "' (use -- before script arguments)");
     command.overrides.push_back(arg);
   }
-  if (!command.help && !command.version && !command.repl && !command.has_code && command.script.empty())
+  command.script_args = line.passthrough;
+  if (command.help) return command;
+  if (!command.version && !command.repl && !command.has_code && command.script.empty())
     throw UsageError("no script given");
   if (command.print_config && (command.script.empty() || command.interactive || !command.nproc.empty()))
     throw UsageError("--print-config needs a script (and no -i or --nproc)");
@@ -163,8 +164,6 @@ Command parse_command(int argc, char** argv) {
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--") + error.what());
     }
-    // runner.trainer reads it (the trainer's `profile` option overrides it); ranks inherit it.
-    ::setenv("RUNNER_PROFILE", command.profile.c_str(), 1);
   }
   if (command.nproc_given && command.nproc.empty())
     throw UsageError("--nproc needs a value: a whole number >= 1 or auto, got ''");
@@ -188,7 +187,7 @@ void print_version() {
   if (info.cuda_runtime.empty()) std::printf("CUDA: not built in\n");
   else std::printf("CUDA %s: %s\n", info.cuda_runtime.c_str(), info.cuda_available ? "available" : "not available (no device)");
   for (size_t i = 0; i < info.cuda_devices.size(); ++i) std::printf("  cuda:%zu %s\n", i, info.cuda_devices[i].c_str());
-  std::printf("%s\n", LUAJIT_VERSION);
+  std::printf("%s\n", runner::bindings::luajit_version());
   std::printf("SQLite %s\n", info.sqlite.c_str());
 }
 
@@ -196,6 +195,7 @@ void print_version() {
 runner::core::LaunchContext launch_context(const Command& command) {
   runner::core::LaunchContext context = runner::core::launch_context_from_environment();
   context.log_level = !command.log_level.empty() ? command.log_level : context.rank > 0 ? "warn" : "info";
+  context.profile = command.profile;
   if (command.fresh) context.resume = runner::core::ResumePolicy::fresh;
   if (!command.resume.empty()) {
     context.resume = runner::core::ResumePolicy::run;
@@ -244,8 +244,7 @@ int main(int argc, char** argv) {
     runner::core::init_logging(context.log_level);
     runner::core::set_launch_context(context);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "runner: %s\n\n%s", runner::core::terminal_text(error.what()).c_str(), kUsage);
-    return kExitUsage;
+    return runner::cli::print_usage_error("", error.what(), kUsage);
   }
   if (command.help) {
     std::fputs(kUsage, stdout);
@@ -260,7 +259,7 @@ int main(int argc, char** argv) {
   int status = kExitError;
   try {
     if (!command.nproc.empty()) {
-      if (std::getenv("RANK") || std::getenv("WORLD_SIZE")) {
+      if (runner::core::launch_context().rank_variables) {
         std::fprintf(stderr, "runner: --nproc starts its own ranks; it cannot run inside a launcher that set RANK / "
                              "WORLD_SIZE (torchrun, srun): leave --nproc out there\n");
         return kExitUsage;

@@ -1,6 +1,6 @@
-// `runner sweep FILE.lua | --join SWEEP | show SWEEP`: the sweep file is read in a Lua host, checked against
-// the experiment script's config (read by a second host that stops at its config { ... }), recorded in the
-// index, and run by a worker (runtime/sweep).
+// `runner sweep FILE.lua | --join SWEEP | show SWEEP`: the sweep file is read in a Lua host (bindings/sweep_file.h),
+// checked against the experiment script's config (read by a second host that stops at its config { ... }),
+// recorded in the index, and run by a worker (runtime/sweep).
 #include "app/sweep_command.h"
 
 #include <algorithm>
@@ -8,14 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <unistd.h>
 #include <variant>
 
 #include "bindings/lua_host.h"
-#include "bindings/lua_json.h"
+#include "bindings/sweep_file.h"
+#include "runtime/cli/command_line.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/terminal_text.h"
@@ -42,49 +41,6 @@ A sweep file returns runner.sweep { script = ..., parameters = ..., metric = ...
 Trials are runs of the script (runner runs --sweep SWEEP); their output is in RUNNER_HOME/sweeps/NAME/.
 )";
 
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Evaluates the sweep file; returns runner.sweep's JSON, or the exit status of a failed script.
-std::variant<nlohmann::json, int> read_sweep_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Usage(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  std::stringstream text;
-  text << file.rdbuf();
-  bindings::LuaHost host;
-  lua_State* L = host.state();
-  lua_getglobal(L, "runner");
-  lua_pushlstring(L, path.data(), path.size());
-  lua_setfield(L, -2, "_sweep_file");  // where runner.sweep finds its lines after `return runner.sweep {`
-  lua_pop(L, 1);
-  if (host.load_text(text.str(), "@" + path) != 0) {
-    const std::string message = lua_tostring(L, -1) ? lua_tostring(L, -1) : "syntax error";
-    lua_pop(L, 1);
-    throw Usage(message);
-  }
-  const int status = host.call(0, 1);
-  if (status != core::kExitOk) return status;
-  bool is_sweep = false;
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "kind");
-    is_sweep = lua_isstring(L, -1) && std::strcmp(lua_tostring(L, -1), "runner.sweep") == 0;
-    lua_pop(L, 1);
-  }
-  if (!is_sweep) throw Usage(fmt::format("{}: a sweep file returns runner.sweep {{ ... }}", path));
-  lua_getfield(L, -1, "where");
-  const std::string where = lua_isstring(L, -1) ? lua_tostring(L, -1) : path;
-  lua_pop(L, 1);
-  nlohmann::json definition;
-  try {
-    definition = bindings::to_json(L, -1, "the sweep");
-  } catch (const std::invalid_argument& error) {
-    throw sweep::SweepError(fmt::format("{}: {}", where, error.what()));
-  }
-  lua_pop(L, 1);
-  return std::variant<nlohmann::json, int>(std::in_place_index<0>, std::move(definition));
-}
-
 // The script's config keys, read by running it up to its config { ... }.
 std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spec) {
   bindings::LuaHost host;
@@ -96,9 +52,9 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
     return status;
   }
   const std::optional<std::string> reported = host.reported_config();
-  if (!reported) throw Usage(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
+  if (!reported) throw cli::UsageError(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
   const sweep::ScriptConfig config = sweep::parse_script_config(nlohmann::json::parse(*reported));
-  if (config.empty()) throw Usage(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
+  if (config.empty()) throw cli::UsageError(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
   return config;
 }
 
@@ -106,7 +62,7 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
 // against the script's config, the slots of this host, and a stored sweep of the same name (when the index
 // exists; a dry run creates nothing). Prints the warnings. Returns the exit status of a script that failed.
 std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file) {
-  const auto definition = read_sweep_file(file);
+  const auto definition = bindings::read_sweep_file(file);
   if (const int* status = std::get_if<int>(&definition)) return *status;
   sweep::SweepSpec spec = sweep::parse_sweep(std::get<nlohmann::json>(definition));
   const auto config = script_config(spec);
@@ -155,31 +111,20 @@ std::string absolute_home() {
 
 int run(int argc, char** argv) {
   if (argc >= 2 && (std::strcmp(argv[1], "show") == 0 || std::strcmp(argv[1], "rm") == 0)) return cli::run_index_command(argc, argv);
-  std::string file, join;
-  bool dry_run = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return core::kExitOk;
-    }
-    if (arg == "--dry-run") {
-      dry_run = true;
-    } else if (arg == "--join") {
-      if (i + 1 >= argc) throw Usage("--join needs a sweep (a name or number)");
-      join = argv[++i];
-    } else if (arg.rfind("--join=", 0) == 0) {
-      join = arg.substr(7);
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw Usage(fmt::format("unknown option '{}'", arg));
-    } else if (file.empty()) {
-      file = arg;
-    } else {
-      throw Usage(fmt::format("unexpected argument '{}'", arg));
-    }
+  cli::CommandOptions accepted;
+  accepted.values = {{"--join", "a sweep (a name or number)"}};
+  accepted.flags = {"--dry-run"};
+  accepted.max_positionals = 1;
+  const cli::CommandLine line = cli::parse_command_line(argc, argv, accepted);
+  if (line.help) {
+    std::fputs(kUsage, stdout);
+    return core::kExitOk;
   }
-  if (file.empty() == join.empty()) throw Usage("give a sweep file or --join SWEEP (one of them)");
-  if (dry_run && file.empty()) throw Usage("--dry-run needs a sweep file");
+  const std::string file = line.positional.empty() ? "" : line.positional[0];
+  const std::string join = line.value("--join").value_or("");
+  const bool dry_run = line.has("--dry-run");
+  if (file.empty() == join.empty()) throw cli::UsageError("give a sweep file or --join SWEEP (one of them)");
+  if (dry_run && file.empty()) throw cli::UsageError("--dry-run needs a sweep file");
 
   if (!join.empty()) {
     const std::string home = absolute_home();
@@ -205,9 +150,8 @@ int run(int argc, char** argv) {
 int run_sweep_command(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const Usage& error) {
-    std::fprintf(stderr, "runner sweep: %s\n\n%s", core::terminal_text(error.what()).c_str(), kUsage);
-    return core::kExitUsage;
+  } catch (const cli::UsageError& error) {
+    return cli::print_usage_error("sweep", error.what(), kUsage);
   } catch (const sweep::SweepError& error) {
     std::fprintf(stderr, "runner sweep: %s\n", core::terminal_text(error.what()).c_str());
     return core::kExitUsage;

@@ -22,6 +22,9 @@
 #include "runtime/dist/failure_report.h"
 
 namespace runner::bindings {
+
+const char* luajit_version() { return LUAJIT_VERSION; }
+
 namespace {
 
 lua_State* active_state = nullptr;

@@ -2,13 +2,13 @@
 // REPL under a traceback handler, maps errors, os.exit and Ctrl-C to exit statuses.
 #pragma once
 
-#include <lua.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/core/exit_status.h"
+
+struct lua_State;  // the host's callers in app/ see no Lua C API: they use this class, repl_session.h, sweep_file.h
 
 namespace runner::bindings {
 
@@ -16,6 +16,9 @@ using core::kExitError;
 using core::kExitInterrupted;
 using core::kExitOk;
 using core::kExitUsage;
+
+// "LuaJIT 2.1.x", for version reports and the REPL's banner.
+const char* luajit_version();
 
 class LuaHost {
  public:
@@ -40,9 +43,9 @@ class LuaHost {
   void want_config();
   std::optional<std::string> reported_config() const;
 
-  // Calls the function below `nargs` arguments on the stack under the traceback handler with Ctrl-C
-  // enabled; on success leaves `nresults` results (LUA_MULTRET allowed). Returns an exit status; on
-  // failure the error has been printed and the stack is restored.
+  // For bindings/ (these two work on the state's stack): calls the function below `nargs` arguments on the
+  // stack under the traceback handler with Ctrl-C enabled; on success leaves `nresults` results (LUA_MULTRET
+  // allowed). Returns an exit status; on failure the error has been printed and the stack is restored.
   int call(int nargs, int nresults);
 
   // Compiles source text as a chunk (text only, never bytecode). Returns 0 or a Lua status with the
@@ -60,7 +63,7 @@ class LuaHost {
   bool exit_requested() const { return exit_requested_; }
   void request_exit(int status);
   int exit_status() const { return exit_status_; }
-  lua_State* state() const { return L_; }
+  lua_State* state() const { return L_; }  // for bindings/ only
 
  private:
   int report_failure(int status);

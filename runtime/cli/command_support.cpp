@@ -1,4 +1,4 @@
-// Option parsing and value formatting shared by the index commands.
+// The index commands' options and value formatting.
 #include "runtime/cli/command_support.h"
 
 #include <cmath>
@@ -10,45 +10,13 @@
 
 namespace runner::cli {
 
-std::optional<std::string> ParsedArguments::value(const std::string& option) const {
-  auto found = values.find(option);
-  if (found == values.end()) return std::nullopt;
-  return found->second;
-}
-
 ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
                                 const std::set<std::string>& flag_options) {
-  ParsedArguments parsed;
-  bool options_done = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (options_done || arg.size() < 2 || arg[0] != '-' || (arg[1] != '-' && arg != "-o" && arg != "-n")) {
-      parsed.positional.push_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      options_done = true;
-      continue;
-    }
-    std::string value;
-    bool inline_value = false;
-    if (auto equals = arg.find('='); equals != std::string::npos) {
-      value = arg.substr(equals + 1);
-      arg = arg.substr(0, equals);
-      inline_value = true;
-    }
-    if (value_options.count(arg)) {
-      if (!inline_value) {
-        if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-        value = argv[++i];
-      }
-      parsed.values[arg] = value;
-    } else if (flag_options.count(arg) && !inline_value) {
-      parsed.flags.insert(arg);
-    } else {
-      throw UsageError("unknown option '" + arg + "'");
-    }
-  }
+  CommandOptions options;
+  for (const std::string& option : value_options) options.values[option] = "";
+  options.flags = flag_options;
+  ParsedArguments parsed = parse_command_line(argc, argv, options);
+  if (parsed.help) throw HelpRequested{};
   return parsed;
 }
 

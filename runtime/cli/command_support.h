@@ -1,4 +1,4 @@
-// Shared parts of the index commands: option parsing, usage errors, and how times, durations, sizes and
+// Shared parts of the index commands: their options, and how times, durations, sizes and
 // values are shown.
 #pragma once
 
@@ -12,24 +12,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/cli/command_line.h"
 #include "runtime/cli/text_table.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
 
-// Exit status 2 with the command's usage.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// "--name VALUE", "--name=VALUE" and flags; everything else is positional. Unknown options are usage errors.
-struct ParsedArguments {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> values;
-  std::set<std::string> flags;
-  bool has(const std::string& flag) const { return flags.count(flag) > 0; }
-  std::optional<std::string> value(const std::string& option) const;
-};
+// The index commands parse with parse_command_line (command_line.h); -h / --help among the options throws
+// HelpRequested, for run_index_command to print the usage.
+using ParsedArguments = CommandLine;
+struct HelpRequested {};
 ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
                                 const std::set<std::string>& flag_options);
 

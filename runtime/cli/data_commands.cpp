@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/cli/command_line.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/data/data_error.h"
@@ -97,10 +98,6 @@ const DataCommandHelp* data_command(const char* name) {
   return nullptr;
 }
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 int parse_positive(const std::string& option, const char* text) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
@@ -111,8 +108,8 @@ int parse_positive(const std::string& option, const char* text) {
 
 void on_interrupt(int) { core::request_interrupt(); }
 
-// A data command's options: flags, and options that take the next argument as their value.
-struct CommandOptions {
+// A data command's options: flags, and options that take a value ("--size 64", "--size=64").
+struct DataOptions {
   std::map<std::string, std::function<void()>> flags;
   std::map<std::string, std::function<void(const std::string& option, const char* value)>> valued;
 };
@@ -126,33 +123,24 @@ auto text_into(std::string& target) {
   return [&target](const std::string&, const char* value) { target = value; };
 }
 
-// Parses argv[2..] into the options' handlers and two positional arguments; false after printing the usage
-// for -h / --help.
-bool parse_command(int argc, char** argv, const CommandOptions& options, std::string& first, std::string& second) {
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(data_usage(data_command(argv[1])).c_str(), stdout);
-      return false;
-    }
-    if (const auto flag = options.flags.find(arg); flag != options.flags.end()) {
-      flag->second();
-    } else if (const auto valued = options.valued.find(arg); valued != options.valued.end()) {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      valued->second(arg, argv[++i]);
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw UsageError("unknown option '" + arg + "'");
-    } else if (first.empty()) {
-      first = arg;
-    } else if (second.empty()) {
-      second = arg;
-    } else {
-      throw UsageError("unexpected argument '" + arg + "'");
-    }
+// Parses argv[2..] into the options' handlers and up to two positional arguments; false after printing the
+// usage for -h / --help.
+bool parse_command(int argc, char** argv, const DataOptions& options, std::string& first, std::string& second) {
+  CommandOptions accepted;
+  accepted.max_positionals = 2;
+  for (const auto& [name, handler] : options.flags) accepted.flags.insert(name);
+  for (const auto& [name, handler] : options.valued) accepted.values[name] = "";
+  const CommandLine line = parse_command_line(argc - 1, argv + 1, accepted);
+  if (line.help) {
+    std::fputs(data_usage(data_command(argv[1])).c_str(), stdout);
+    return false;
   }
+  for (const std::string& name : line.flags) options.flags.at(name)();
+  for (const auto& [name, value] : line.values) options.valued.at(name)(name, value.c_str());
+  if (line.positional.size() > 0) first = line.positional[0];
+  if (line.positional.size() > 1) second = line.positional[1];
   return true;
 }
-
 
 // A command's progress on stderr: a bar redrawn in place on a terminal, else a line per tenth of the work.
 class ProgressPrinter {
@@ -192,15 +180,17 @@ int run_pack(int argc, char** argv) {
   std::string output;
   data::PackOptions options;
   options.size = 0;
-  const CommandOptions command{
-      {{"--labels", [&] { options.labels = data::PackLabels::yes; }},
-       {"--no-labels", [&] { options.labels = data::PackLabels::no; }},
+  int label_flags = 0;
+  const DataOptions command{
+      {{"--labels", [&] { options.labels = data::PackLabels::yes, ++label_flags; }},
+       {"--no-labels", [&] { options.labels = data::PackLabels::no, ++label_flags; }},
        {"--skip-bad", [&] { options.skip_bad = true; }},
        {"--fast-decode", [&] { options.fast_decode = true; }}},
       {{"--size", positive_into(options.size)}, {"--workers", positive_into(options.workers)}}};
   if (!parse_command(argc, argv, command, directory, output)) return core::kExitOk;
   if (directory.empty() || output.empty()) throw UsageError("pack needs DIR and OUT.npy");
   if (options.size == 0) throw UsageError("pack needs --size N");
+  if (label_flags > 1) throw UsageError("give --labels or --no-labels, not both");
 
   ProgressPrinter progress("pack");
   options.progress = std::ref(progress);
@@ -225,7 +215,7 @@ int run_encode(int argc, char** argv) {
   std::string source;
   std::string output;
   latents::EncodeOptions options;
-  const CommandOptions command{
+  const DataOptions command{
       {{"--flip", [&] { options.flip = true; }}},
       {{"--vae", text_into(options.vae)}, {"--size", positive_into(options.size)}, {"--batch", positive_into(options.batch)},
        {"--workers", positive_into(options.workers)}, {"--device", text_into(options.device)}}};
@@ -263,7 +253,7 @@ int run_fid_stats(int argc, char** argv) {
   std::string source;
   std::string output;
   eval::FidOptions options;
-  const CommandOptions command{
+  const DataOptions command{
       {},
       {{"--weights", text_into(options.weights)}, {"--batch", positive_into(options.batch)},
        {"--device", text_into(options.device)}}};
@@ -296,8 +286,7 @@ int run_data_command(int argc, char** argv) {
     if (std::strcmp(argv[1], "fid-stats") == 0) return run_fid_stats(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "runner data: %s\n\n%s", core::terminal_text(error.what()).c_str(), data_usage(data_command(argv[1])).c_str());
-    return core::kExitUsage;
+    return print_usage_error("data", error.what(), data_usage(data_command(argv[1])));
   } catch (const data::DataError& error) {
     const bool pack = std::strcmp(argv[1], "pack") == 0;
     std::fprintf(stderr, "runner data: %s%s\n", core::terminal_text(error.what()).c_str(),

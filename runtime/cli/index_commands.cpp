@@ -203,10 +203,6 @@ int gc_command(int argc, char** argv) {
 int run_index_command(int argc, char** argv) {
   const std::string name = argv[0];
   try {
-    if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-      print(kUsage);
-      return 0;
-    }
     if (name == "runs") return runs_command(argc, argv);
     if (name == "show") return show_command(argc, argv);
     if (name == "compare") return compare_command(argc, argv);
@@ -218,9 +214,11 @@ int run_index_command(int argc, char** argv) {
     if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0) return sweep_show_command(argc - 1, argv + 1);
     if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0) return sweep_rm_command(argc - 1, argv + 1);
     throw UsageError("unknown command '" + name + "'");
+  } catch (const HelpRequested&) {
+    print(kUsage);
+    return 0;
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "runner %s: %s\n\n%s", name.c_str(), core::terminal_text(error.what()).c_str(), kUsage);
-    return 2;
+    return print_usage_error(name, error.what(), kUsage);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner %s: %s\n", name.c_str(), core::terminal_text(error.what()).c_str());
     return 1;

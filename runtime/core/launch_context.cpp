@@ -97,6 +97,9 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   }
   read_integer(env, {"RUNNER_CORES"}, context.cores, 1, 1 << 20);
   if (auto file = lookup(env, {"RUNNER_FAILURE_FILE"}, &which)) context.failure_file = *file;
+  context.rank_variables = env.count("RANK") > 0 || env.count("WORLD_SIZE") > 0;
+  if (env.count("RUNNER_HISTORY")) context.repl_history = env.at("RUNNER_HISTORY");  // "" keeps none
+  else if (env.count("HOME")) context.repl_history = env.at("HOME") + "/.runner_history";
   if (auto agent = lookup(env, {"TORCHELASTIC_USE_AGENT_STORE"}, &which)) context.agent_store = *agent == "True";
   return context;
 }

@@ -1,6 +1,8 @@
 // What this process is, parsed once from the command line and the environment: the resume policy, the log
-// level, its place in a distributed job (torchrun / Slurm variables) and in a sweep. Read by the run start
-// policy, the loader's sharding defaults and device "auto"; it lives in core because those sit below run/.
+// level, the steps to profile, its place in a distributed job (torchrun / Slurm variables) and in a sweep, the
+// REPL's history file; nothing else reads these facts from the environment or writes them into it. Read by the
+// run start policy, the loader's sharding defaults, device "auto", the trainer (through the binding) and the
+// REPL; it lives in core because those sit below run/.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,8 @@ struct LaunchContext {
   ResumePolicy resume = ResumePolicy::script;
   std::string resume_run;         // with ResumePolicy::run: an id, id prefix, name or "last"
   std::string log_level = "info";
+  std::string profile;            // --profile A:B (checked): the steps runner.trainer profiles unless its own
+                                  // `profile` option says otherwise; "" for none
   int rank = 0;                   // RANK (or SLURM_PROCID)
   int world_size = 1;             // WORLD_SIZE (or SLURM_NTASKS)
   int local_rank = 0;             // LOCAL_RANK (or SLURM_LOCALID): the GPU of this process on its node
@@ -38,6 +42,8 @@ struct LaunchContext {
   std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
   int cores = 0;                  // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
   std::string failure_file;       // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
+  bool rank_variables = false;    // RANK or WORLD_SIZE is set (to anything): a launcher started this process
+  std::string repl_history;       // RUNNER_HISTORY, else $HOME/.runner_history, else "" (no history kept)
   bool agent_store = false;       // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at
                                   // MASTER_PORT, so every rank joins it as a client (as torch.distributed does)
 
@@ -52,7 +58,7 @@ struct LaunchError : std::invalid_argument {
 // The first host of a Slurm node list: "gpu[003-006,9],cpu1" -> "gpu003".
 std::string first_slurm_host(const std::string& nodelist);
 
-// The launch fields that come from the environment (everything but resume and log level), from `env`
+// The launch fields that come from the environment (everything but resume, log level and profile), from `env`
 // (name -> value). torchrun's variables win over Slurm's. Throws LaunchError.
 LaunchContext launch_context_from_environment(const std::map<std::string, std::string>& env);
 // The same from this process's environment.

@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "runtime/core/atomic_file.h"
-#include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
@@ -80,7 +79,8 @@ std::string attempt_changes(const RunRecord& before, const RunRecord& now) {
 
 RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.home)) {}
 
-RunContext::RunContext(const RunStart& start, Database db) : home_(start.home), db_(std::move(db)), fork_(start.fork) {
+RunContext::RunContext(const RunStart& start, Database db)
+    : home_(start.home), db_(std::move(db)), fork_(start.fork), pause_(start.pause) {
   reap_stale_runs(db_, now_seconds(), home_);
   resumed_ = start.resume.has_value();
   std::optional<RunRecord> before;
@@ -145,8 +145,7 @@ void RunContext::log_metric(std::string_view key, int64_t step, const at::Tensor
 }
 
 void RunContext::note_pause(std::string_view key, int64_t step) {
-  const auto& pause = core::launch_context().sweep_pause;
-  if (pause && key == pause->metric && step >= pause->step) pause_due_ = true;
+  if (pause_ && key == pause_->metric && step >= pause_->step) pause_due_ = true;
 }
 
 void RunContext::set_step(int64_t step) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/core/launch_context.h"
 #include "runtime/image/image_grid.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
@@ -23,6 +24,7 @@ struct RunStart {
   index::MetricWriterOptions writer;
   std::optional<int64_t> resume;   // an ended run to continue (reopen_run) instead of a new one
   std::optional<index::RunRecord> fork;  // the run whose checkpoint a new run starts from
+  std::optional<core::SweepPause> pause;  // a sweep trial's next ASHA rung (the launch context's sweep_pause)
 };
 
 class RunContext {
@@ -62,7 +64,7 @@ class RunContext {
 
   index::MetricWriter& metrics() { return *writer_; }
   // Records a value through metrics() (nothing on a follower). In a sweep trial with an ASHA rung ahead
-  // (RUNNER_SWEEP_PAUSE), logging the sweep's metric at or after the rung's step makes pause_due() true: the
+  // (RunStart::pause), logging the sweep's metric at or after the rung's step makes pause_due() true: the
   // training run then stops after this step with a checkpoint, for the sweep to decide whether it goes on.
   void log_metric(std::string_view key, int64_t step, double value, double time);
   void log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time);
@@ -104,6 +106,7 @@ class RunContext {
   bool finished_ = false;
   bool resumed_ = false;
   bool follower_ = false;
+  std::optional<core::SweepPause> pause_;
   bool pause_due_ = false;
   void note_pause(std::string_view key, int64_t step);
 };

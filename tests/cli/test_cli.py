@@ -45,6 +45,42 @@ class CommandLine(ScriptDir):
             self.assertEqual(result.returncode, 2, args)
             self.assertEqual(result.stderr.splitlines()[0], message)
 
+    def test_every_command_reports_a_usage_error_one_way(self):
+        # One parser and one usage error for runner, runner sweep, runner data and the index commands:
+        # "runner CMD: message", a blank line, the command's usage; exit status 2.
+        for args, message, usage in [
+            (("--frsh", "a.lua"), "runner: unknown option '--frsh'; did you mean '--fresh'?", "usage: runner [options]"),
+            (("a.lua", "--fresh"), "runner: expected key=value after the script, got '--fresh' (use -- before script "
+                                   "arguments)", "usage: runner [options]"),
+            (("sweep", "--dry-rn", "s.lua"), "runner sweep: unknown option '--dry-rn'; did you mean '--dry-run'?",
+             "usage: runner sweep"),
+            (("sweep", "--join"), "runner sweep: --join needs a sweep (a name or number)", "usage: runner sweep"),
+            (("sweep", "a.lua", "b.lua"), "runner sweep: unexpected argument 'b.lua'", "usage: runner sweep"),
+            (("data", "pack", "d", "o.npy", "--sizee", "8"), "runner data: unknown option '--sizee'; did you mean "
+                                                             "'--size'?", "usage: runner data pack"),
+            (("data", "pack", "d", "o.npy", "--size=0"), "runner data: --size needs a positive integer, got '0'",
+             "usage: runner data pack"),
+            (("data", "pack", "d", "o.npy", "x"), "runner data: unexpected argument 'x'", "usage: runner data pack"),
+            (("runs", "--jsn"), "runner runs: unknown option '--jsn'; did you mean '--json'?", "index commands"),
+            (("runs", "--limit"), "runner runs: --limit needs a value", "index commands"),
+            (("runs", "--csv=yes"), "runner runs: --csv takes no value, got '--csv=yes'", "index commands"),
+        ]:
+            result = self.run_script(*args)
+            self.assertEqual(result.returncode, 2, args)
+            lines = result.stderr.splitlines()
+            self.assertEqual(lines[0], message)
+            self.assertEqual(lines[1], "", args)
+            self.assertTrue(lines[2].startswith(usage), (args, lines[2]))
+            self.assertEqual(result.stdout, "")
+
+    def test_help_among_the_options_prints_the_commands_help(self):
+        for args, usage in [(("runs", "--csv", "--help"), "index commands"), (("sweep", "show", "-h"), "index commands"),
+                            (("sweep", "--dry-run", "--help"), "usage: runner sweep"),
+                            (("data", "encode", "--flip", "-h"), "usage: runner data encode")]:
+            result = self.run_script(*args)
+            self.assertEqual((result.returncode, result.stderr), (0, ""), args)
+            self.assertTrue(result.stdout.startswith(usage), (args, result.stdout[:80]))
+
     def test_missing_script(self):
         result = self.run_script("nope.lua")
         self.assertEqual(result.returncode, 2)

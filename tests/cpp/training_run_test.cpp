@@ -356,3 +356,36 @@ TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses
   CHECK_THROWS_WITH(core::launch_context_from_environment({{"WORLD_SIZE", "two"}}),
                     "environment variable WORLD_SIZE='two' is not a whole number");
 }
+
+TEST_CASE("the launch context names the REPL's history file and whether a launcher set RANK / WORLD_SIZE", "[run]") {
+  const core::LaunchContext plain = core::launch_context_from_environment({{"HOME", "/home/ada"}});
+  CHECK(plain.repl_history == "/home/ada/.runner_history");
+  CHECK_FALSE(plain.rank_variables);
+  CHECK(plain.profile.empty());  // a command line fact (--profile), never the environment's
+  CHECK(core::launch_context_from_environment({{"HOME", "/home/ada"}, {"RUNNER_HISTORY", "/tmp/h"}}).repl_history == "/tmp/h");
+  CHECK(core::launch_context_from_environment({{"HOME", "/home/ada"}, {"RUNNER_HISTORY", ""}}).repl_history.empty());
+  CHECK(core::launch_context_from_environment(std::map<std::string, std::string>{}).repl_history.empty());
+  CHECK(core::launch_context_from_environment({{"RANK", "0"}}).rank_variables);
+  CHECK(core::launch_context_from_environment({{"WORLD_SIZE", "1"}}).rank_variables);
+  CHECK_FALSE(core::launch_context_from_environment({{"SLURM_PROCID", "0"}}).rank_variables);
+}
+
+TEST_CASE("a run pauses at the ASHA rung of the launch context it was started with, not the process's", "[run]") {
+  testing::TempDir tmp("run-pause");
+  const std::string home = tmp.path + "/home";
+  core::LaunchContext launch;
+  launch.sweep_pause = core::SweepPause{"loss", 4};
+  REQUIRE_FALSE(core::launch_context().sweep_pause);  // the process's context has no rung
+  auto paused = run::start_run(request("paused"), launch, home);
+  paused->log_metric("loss", 3, 0.5, 0.0);
+  CHECK_FALSE(paused->pause_due());
+  paused->log_metric("other", 4, 0.5, 0.0);
+  CHECK_FALSE(paused->pause_due());
+  paused->log_metric("loss", 4, 0.5, 0.0);
+  CHECK(paused->pause_due());
+  paused->finish("finished");
+  auto unpaused = run::start_run(request("unpaused"), core::LaunchContext{}, home);
+  unpaused->log_metric("loss", 100, 0.5, 0.0);
+  CHECK_FALSE(unpaused->pause_due());
+  unpaused->finish("finished");
+}
