@@ -125,8 +125,7 @@ int runs_command(int argc, char** argv) {
 
   // The sweep trial a run is: a "sweep" column ("NAME #TRIAL") when a run shown is one; --csv and --json always
   // have "sweep" (the name) and "trial".
-  std::map<std::int64_t, std::string> sweep_names;
-  for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) sweep_names[record.sweep] = record.name;
+  std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
   const bool aligned = format == TableFormat::aligned;
   const bool sweep_column = !filter.sweep && (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) {
                                                 return l.run->sweep.has_value();

@@ -209,6 +209,13 @@ std::vector<SweepRecord> list_sweeps(Database& db) {
   return sweeps;
 }
 
+std::map<std::int64_t, std::string> sweep_names(Database& db) {
+  Statement select = db.prepare("SELECT sweep, name FROM sweeps");
+  std::map<std::int64_t, std::string> names;
+  while (select.step()) names[select.integer(0)] = select.text(1);
+  return names;
+}
+
 std::vector<TrialRecord> list_trials(Database& db, std::int64_t sweep) {
   Statement select = db.prepare(fmt::format("SELECT {} FROM trials WHERE sweep = ? ORDER BY trial", kTrialColumns));
   select.bind(1, sweep);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ std::optional<SweepRecord> same_definition(index::Database& db, const SweepSpec&
 // By name or number; an IndexError naming the known sweeps when none matches.
 SweepRecord load_sweep(index::Database& db, const std::string& reference);
 std::vector<SweepRecord> list_sweeps(index::Database& db);
+// Sweep number -> name, without reading their definitions.
+std::map<std::int64_t, std::string> sweep_names(index::Database& db);
 std::vector<TrialRecord> list_trials(index::Database& db, std::int64_t sweep);
 void set_sweep_status(index::Database& db, std::int64_t sweep, const std::string& status,
                       const std::optional<std::string>& error = std::nullopt);
