@@ -9,9 +9,10 @@
 #include "bindings/data_binding.h"
 #include "bindings/lua_json.h"
 #include "bindings/option_table.h"
-#include "bindings/runs_binding.h"
+#include "bindings/run_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/device.h"
+#include "runtime/core/logging.h"
 #include "runtime/data/data_error.h"
 #include "runtime/data/datasets.h"
 #include "runtime/data/loader.h"
@@ -247,16 +248,6 @@ const OptionTable<IterRange> kIterRangeOptions(
         option("to", &IterRange::to),
     });
 
-// data._iter_range(range) -> from|nil, to|nil
-int data_iter_range(lua_State* L) {
-  const IterRange o = kIterRangeOptions.read(L, 1);
-  for (const auto& bound : {o.from, o.to}) {
-    if (bound) lua_pushinteger(L, static_cast<lua_Integer>(*bound));
-    else lua_pushnil(L);
-  }
-  return 2;
-}
-
 // data._shapes(ShapesOptions)
 int data_shapes(lua_State* L) { return push_dataset(L, data::make_shapes(kShapesOptions.read(L, 1))); }
 
@@ -413,11 +404,13 @@ void set_number(lua_State* L, const char* key, double value) {
   lua_setfield(L, -2, key);
 }
 
-// loader:next() -> {data =, label =, index =, step =, epoch =}
+// loader:next() -> {data =, label =, index =, step =, epoch =}; logs each bad file the skip policy left out, once.
 int loader_next(lua_State* L) {
   Loader& loader = check_loader(L, 1);
   point_lua_dataset_at(L, loader.dataset());
   data::Batch batch = loader.next();
+  for (const data::SkippedSample& skipped : loader.take_new_skip_reports())
+    core::log(core::LogLevel::warn, "data: skipped a bad sample: " + skipped.message);
   lua_createtable(L, 0, 5);
   push_tensor(L, std::move(batch.data));
   lua_setfield(L, -2, "data");
@@ -429,6 +422,40 @@ int loader_next(lua_State* L) {
   lua_setfield(L, -2, "index");
   set_integer(L, "step", batch.position + 1);
   set_integer(L, "epoch", lua_epoch(batch.epoch));
+  return 1;
+}
+
+// The function loader:iter returns; upvalues: the loader, the position to stop at (nil: none).
+int loader_iterator(lua_State* L) {
+  const Loader& loader = check_loader(L, lua_upvalueindex(1));
+  if (!lua_isnil(L, lua_upvalueindex(2)) && loader.position() >= lua_tointeger(L, lua_upvalueindex(2))) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_settop(L, 0);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  return loader_next(L);
+}
+
+// loader:iter() iterates over the rest of the current epoch; loader:iter{from = a, to = b} yields the batches
+// after the first `a` (a count of batches, e.g. the steps already done) up to batch `b`, across epochs, so a
+// resumed run sees exactly the batches an uninterrupted one would have.
+int loader_iter(lua_State* L) {
+  Loader& loader = check_loader(L, 1);
+  std::optional<std::int64_t> stop;
+  if (lua_isnoneornil(L, 2)) {
+    const std::int64_t per_epoch = loader.batches_per_epoch();
+    stop = (loader.position() / per_epoch + 1) * per_epoch;
+  } else {
+    const IterRange range = kIterRangeOptions.read(L, 2);
+    if (range.from) loader.seek(*range.from);
+    stop = range.to;
+  }
+  loader.set_end(stop.value_or(-1));
+  lua_settop(L, 1);
+  if (stop) lua_pushinteger(L, static_cast<lua_Integer>(*stop));
+  else lua_pushnil(L);
+  lua_pushcclosure(L, wrap<loader_iterator>, 2);
   return 1;
 }
 
@@ -512,12 +539,6 @@ int loader_skip_reports(lua_State* L) {
   return 1;
 }
 
-// loader:_take_new_skip_reports() -> those not taken before (the stdlib logs each once)
-int loader_take_new_skip_reports(lua_State* L) {
-  push_skip_reports(L, check_loader(L, 1).take_new_skip_reports());
-  return 1;
-}
-
 int loader_dataset(lua_State* L) {
   auto* box = check_userdata<LoaderBox>(L, 1, kLoaderType, "loader");
   return push_dataset(L, box->dataset);
@@ -555,6 +576,7 @@ void open_data(lua_State* L) {
 
   new_metatable<LoaderBox>(L, kLoaderType,
                            {{"next", wrap<loader_next>},
+                            {"iter", wrap<loader_iter>},
                             {"len", wrap<loader_len>},
                             {"position", wrap<loader_position>},
                             {"seek", wrap<loader_seek>},
@@ -564,7 +586,6 @@ void open_data(lua_State* L) {
                             {"restore", wrap<loader_restore>},
                             {"stats", wrap<loader_stats>},
                             {"skip_reports", wrap<loader_skip_reports>},
-                            {"_take_new_skip_reports", wrap<loader_take_new_skip_reports>},
                             {"dataset", wrap<loader_dataset>}});
   lua_pop(L, 1);
   set_metamethods(L, kLoaderType, wrap<loader_len>, wrap<loader_tostring>);
@@ -578,7 +599,6 @@ void open_data(lua_State* L) {
                     {"latents", wrap<data_latents>},
                     {"shapes", wrap<data_shapes>},
                     {"lua_dataset", wrap<data_lua_dataset>},
-                    {"iter_range", wrap<data_iter_range>},
                     {"loader", wrap<data_loader>}});
   lua_setfield(L, -2, "_data");
   lua_pop(L, 1);

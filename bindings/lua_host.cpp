@@ -14,7 +14,7 @@
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/runner_binding.h"
-#include "bindings/runs_binding.h"
+#include "bindings/run_binding.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/open_line.h"

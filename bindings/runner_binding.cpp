@@ -202,8 +202,9 @@ void open_all_bindings(lua_State* L) {
   open_runner(L);
   open_data(L);
   open_diffusion(L);
-  open_samples(L);
-  open_runs(L);
+  open_image_grid(L);
+  open_eval(L);
+  open_run(L);
   open_train(L);
   open_dist(L);
 }

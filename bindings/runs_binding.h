@@ -1,32 +1,4 @@
-// The run-index binding's hooks for the Lua host: end the active run with the script's final status, or take
-// it back after a usage error.
+// The old name of run_binding.h, kept only while bindings/nn_binding.cpp (being split) still includes it.
 #pragma once
 
-#include <lua.hpp>
-
-#include <nlohmann/json.hpp>
-
-#include <functional>
-#include <optional>
-#include <string>
-
-namespace runner::bindings {
-
-// Finishes the run started by runner.start in this state, if one is still active: flushes its metrics
-// and records `status` (finished, failed, interrupted) and the error text. Never throws: returns what could
-// not be recorded (lost metric values, a failed final checkpoint, the status row), naming the run.
-std::optional<std::string> end_active_run(lua_State* L, const std::string& status,
-                                          const std::optional<std::string>& error);
-
-// Records in the run runner.start made (when one is active) an input the script read: kind "data" or "vae",
-// the path as the script gave it, and what identifies it (run::RunContext::record_input), which `detail`
-// computes only when there is a run to record it in.
-void record_run_input(lua_State* L, const std::string& kind, const std::string& path,
-                      const std::function<nlohmann::json()>& detail = [] { return nlohmann::json::object(); });
-
-// After a script stopped on a usage error: takes back the active run when its attempt ran no step and
-// recorded nothing (run::RunContext::withdraw). Returns what became of the run, for the user; nothing when
-// there is no such run, which end_active_run then ends as failed.
-std::optional<std::string> withdraw_active_run(lua_State* L);
-
-}  // namespace runner::bindings
+#include "bindings/run_binding.h"

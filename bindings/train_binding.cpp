@@ -92,7 +92,7 @@ const OptionTable<train::EmaOptions> kEmaOptions("ema", "EmaOptions",
                                                      option("update_after_step", &train::EmaOptions::update_after_step),
                                                      option("warmup", &train::EmaOptions::warmup),
                                                      option("inv_gamma", &train::EmaOptions::inv_gamma),
-                                                     option("power", &train::EmaOptions::warmup_power),
+                                                     option("power", &train::EmaOptions::power),
                                                      option("update_every", &train::EmaOptions::update_every),
                                                  });
 
@@ -112,9 +112,10 @@ const OptionTable<dist::GradientAveragingOptions> kDataParallelOptions(
         option("overlap", &dist::GradientAveragingOptions::overlap),
     });
 
-// runner.trainer's options: the trainer's own (TrainerOptions) and what the binding builds around it.
-struct TrainerSpec {
-  train::TrainerOptions options;
+// runner.trainer's options table (---@class TrainerOptions): how each step runs (train::StepOptions) and what
+// the binding builds around the trainer from the other keys.
+struct TrainerOptions {
+  train::StepOptions step;
   train::LrScheduleOptions schedule;
   std::optional<std::int64_t> warmup;
   std::vector<train::EmaOptions> emas;
@@ -124,7 +125,7 @@ struct TrainerSpec {
 };
 
 // A decay, {decay = ..., ...}, or a list of them.
-void read_emas(lua_State* L, const char* key, TrainerSpec& spec) {
+void read_emas(lua_State* L, const char* key, TrainerOptions& options) {
   const int value = lua_gettop(L);
   auto one = [&](int index) {
     if (lua_type(L, index) == LUA_TNUMBER) {
@@ -141,76 +142,76 @@ void read_emas(lua_State* L, const char* key, TrainerSpec& spec) {
     const int count = static_cast<int>(lua_objlen(L, value));
     for (int i = 1; i <= count; ++i) {
       lua_rawgeti(L, value, i);
-      spec.emas.push_back(one(lua_gettop(L)));
+      options.emas.push_back(one(lua_gettop(L)));
       lua_pop(L, 1);
     }
   } else {
-    spec.emas.push_back(one(value));
+    options.emas.push_back(one(value));
   }
 }
 
-void read_schedule(lua_State* L, const char*, TrainerSpec& spec) {
-  if (lua_type(L, -1) == LUA_TSTRING) spec.schedule.kind = lua_tostring(L, -1);
-  else spec.schedule = kScheduleOptions.read(L, lua_gettop(L));
+void read_schedule(lua_State* L, const char*, TrainerOptions& options) {
+  if (lua_type(L, -1) == LUA_TSTRING) options.schedule.kind = lua_tostring(L, -1);
+  else options.schedule = kScheduleOptions.read(L, lua_gettop(L));
 }
 
-const OptionTable<TrainerSpec> kTrainerOptions(
+const OptionTable<TrainerOptions> kTrainerOptions(
     "runner.trainer", "TrainerOptions",
     {
-        lua_option<TrainerSpec>("model", true),
-        lua_option<TrainerSpec>("optimizer", true),
-        option_with<TrainerSpec>("schedule", read_schedule),
-        option("warmup", &TrainerSpec::warmup),
-        option_with<TrainerSpec>("ema", read_emas),
-        lua_option<TrainerSpec>("ema_model"),
-        option_with<TrainerSpec>("amp", [](lua_State* L, const char* key, TrainerSpec& s) { read_option_value(L, key, s.options.amp); }),
-        option_with<TrainerSpec>("accumulate", [](lua_State* L, const char* key, TrainerSpec& s) {
-          read_option_value(L, key, s.options.accumulate);
+        lua_option<TrainerOptions>("model", true),
+        lua_option<TrainerOptions>("optimizer", true),
+        option_with<TrainerOptions>("schedule", read_schedule),
+        option("warmup", &TrainerOptions::warmup),
+        option_with<TrainerOptions>("ema", read_emas),
+        lua_option<TrainerOptions>("ema_model"),
+        option_with<TrainerOptions>("amp", [](lua_State* L, const char* key, TrainerOptions& o) { read_option_value(L, key, o.step.amp); }),
+        option_with<TrainerOptions>("accumulate", [](lua_State* L, const char* key, TrainerOptions& o) {
+          read_option_value(L, key, o.step.accumulate);
         }),
-        option_with<TrainerSpec>("clip", [](lua_State* L, const char* key, TrainerSpec& s) { read_option_value(L, key, s.options.clip); }),
-        option_with<TrainerSpec>("on_nonfinite", [](lua_State* L, const char* key, TrainerSpec& s) {
+        option_with<TrainerOptions>("clip", [](lua_State* L, const char* key, TrainerOptions& o) { read_option_value(L, key, o.step.clip); }),
+        option_with<TrainerOptions>("on_nonfinite", [](lua_State* L, const char* key, TrainerOptions& o) {
           std::string name;
           read_option_value(L, key, name);
-          s.options.on_nonfinite = train::parse_nonfinite_policy(name);
+          o.step.on_nonfinite = train::parse_nonfinite_policy(name);
         }),
-        option("steps", &TrainerSpec::steps),
-        lua_option<TrainerSpec>("batch"),
-        lua_option<TrainerSpec>("progress"),
-        option("tf32", &TrainerSpec::tf32),
-        option("deterministic", &TrainerSpec::deterministic),
-        option_with<TrainerSpec>("scaler", [](lua_State* L, const char*, TrainerSpec& s) {
-          s.options.scaler = kScalerOptions.read(L, lua_gettop(L));
+        option("steps", &TrainerOptions::steps),
+        lua_option<TrainerOptions>("batch"),
+        lua_option<TrainerOptions>("progress"),
+        option("tf32", &TrainerOptions::tf32),
+        option("deterministic", &TrainerOptions::deterministic),
+        option_with<TrainerOptions>("scaler", [](lua_State* L, const char*, TrainerOptions& o) {
+          o.step.scaler = kScalerOptions.read(L, lua_gettop(L));
         }),
-        option_with<TrainerSpec>("data_parallel", [](lua_State* L, const char*, TrainerSpec& s) {
-          s.options.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
+        option_with<TrainerOptions>("data_parallel", [](lua_State* L, const char*, TrainerOptions& o) {
+          o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
         }),
-        lua_option<TrainerSpec>("profile"),
-        lua_option<TrainerSpec>("objective"),
+        lua_option<TrainerOptions>("profile"),
+        lua_option<TrainerOptions>("objective"),
     });
 
 // runner._train.new(options, parameters, buffers, optimizer) -> Trainer
 // options: runner.trainer's table (TrainerOptions); parameters and buffers: lists of {name, tensor} of the
 // model; optimizer: an optim object over the model's parameters.
 int trainer_new(lua_State* L) {
-  TrainerSpec spec = kTrainerOptions.read(L, 1);
+  TrainerOptions options = kTrainerOptions.read(L, 1);
   train::TrainerModel model;
   model.parameters = named_tensors(L, 2, "parameters");
   model.buffers = named_tensors(L, 3, "buffers");
   if (model.parameters.empty()) throw std::invalid_argument("runner.trainer: the model has no parameters");
   std::shared_ptr<train::Optimizer> optimizer = test_optimizer(L, 4);
   if (!optimizer) throw std::invalid_argument("runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
-  if (spec.warmup) spec.schedule.warmup_steps = *spec.warmup;
-  if ((spec.schedule.kind == "cosine" || spec.schedule.kind == "linear") && !spec.schedule.total_steps) {
-    if (!spec.steps)
+  if (options.warmup) options.schedule.warmup_steps = *options.warmup;
+  if ((options.schedule.kind == "cosine" || options.schedule.kind == "linear") && !options.schedule.total_steps) {
+    if (!options.steps)
       throw std::invalid_argument(fmt::format("runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'",
-                                              spec.schedule.kind));
-    spec.schedule.total_steps = std::max<std::int64_t>(1, *spec.steps - spec.schedule.warmup_steps);
+                                              options.schedule.kind));
+    options.schedule.total_steps = std::max<std::int64_t>(1, *options.steps - options.schedule.warmup_steps);
   }
   const c10::Device device = model.parameters.front().second.device();
-  if (spec.deterministic) train::set_deterministic(true);
-  core::set_tf32(spec.tf32.value_or(device.is_cuda() && !spec.deterministic));
-  auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), spec.schedule, std::move(spec.emas),
-                                                  spec.options, device);
+  if (options.deterministic) train::set_deterministic(true);
+  core::set_tf32(options.tf32.value_or(device.is_cuda() && !options.deterministic));
+  auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule, std::move(options.emas),
+                                                  options.step, device);
   new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});
   return 1;
 }
@@ -393,7 +394,7 @@ int trainer_precision(lua_State* L) {
 
 // trainer:accumulate() -> micro-batches per step (TrainerOptions.accumulate, its default filled in)
 int trainer_accumulate(lua_State* L) {
-  lua_pushinteger(L, static_cast<lua_Integer>(check_trainer(L, 1).options().accumulate));
+  lua_pushinteger(L, static_cast<lua_Integer>(check_trainer(L, 1).step_options().accumulate));
   return 1;
 }
 

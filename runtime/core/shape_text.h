@@ -1,4 +1,5 @@
-// A tensor shape as error messages write it: "[2, 3, 32, 32]".
+// A tensor shape as error messages write it: "[2, 3, 32, 32]" (a tensor's repr writes Python's tuple, "(2, 3)":
+// shape_tuple_text in tensor_format.cpp).
 #pragma once
 
 #include <c10/util/ArrayRef.h>

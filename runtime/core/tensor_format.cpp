@@ -67,7 +67,7 @@ std::string layout_text(c10::Layout layout) {
 }
 
 // Python's str(tuple(shape)): "()", "(3,)", "(0, 3)".
-std::string shape_text(at::IntArrayRef sizes) {
+std::string shape_tuple_text(at::IntArrayRef sizes) {
   std::string text = "(";
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (i > 0) text += ", ";
@@ -321,7 +321,7 @@ class TensorPrinter {
     const c10::ScalarType default_dtype = c10::get_default_dtype_as_scalartype();
     const bool has_default_dtype = type == default_dtype || type == c10::kLong || type == c10::kBool;
     const ReprText dtype_suffix{"dtype=" + dtype_text(type), kTorchPrefixLength};
-    const auto size_suffix = [&self] { return ReprText{"size=" + shape_text(self.sizes())}; };
+    const auto size_suffix = [&self] { return ReprText{"size=" + shape_tuple_text(self.sizes())}; };
     const c10::Layout layout = self.layout();
 
     if (layout == c10::kSparse) {
@@ -433,9 +433,9 @@ class TensorPrinter {
 
   // One "name=tensor(...)" part of a sparse tensor's body, still open for the caller to close.
   std::string part(const std::string& part_prefix, const at::Tensor& t, int indent) const {
-    if (t.is_meta()) return part_prefix + "..., size=" + shape_text(t.sizes());
+    if (t.is_meta()) return part_prefix + "..., size=" + shape_tuple_text(t.sizes());
     std::string text = part_prefix + contents(t, indent + static_cast<int>(part_prefix.size()));
-    if (t.numel() == 0) text += ", size=" + shape_text(t.sizes());
+    if (t.numel() == 0) text += ", size=" + shape_tuple_text(t.sizes());
     return text;
   }
 

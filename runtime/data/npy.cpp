@@ -165,7 +165,7 @@ class HeaderDictParser {
   std::size_t at_ = 0;
 };
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
+std::string shape_tuple_text(const std::vector<std::int64_t>& shape) {
   std::string text = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     text += std::to_string(shape[i]);
@@ -206,14 +206,14 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
   std::uint64_t extent = item;  // the product of the nonzero dimensions, in bytes
   for (std::int64_t dim : header.shape) {
     const auto size = static_cast<std::uint64_t>(dim);
-    if (dim != 0 && extent > kLimit / size) fail(origin, "shape " + shape_text(header.shape) + " is too large");
+    if (dim != 0 && extent > kLimit / size) fail(origin, "shape " + shape_tuple_text(header.shape) + " is too large");
     if (dim != 0) extent *= size;
     count *= size;
   }
   const std::uint64_t expected = count * item;
   const std::uint64_t available = size - header.data_offset;
   if (available != expected) {
-    fail(origin, "holds " + std::to_string(available) + " bytes of data but its header (shape " + shape_text(header.shape) +
+    fail(origin, "holds " + std::to_string(available) + " bytes of data but its header (shape " + shape_tuple_text(header.shape) +
                      ", " + std::string(c10::toString(header.dtype)) + ") needs " + std::to_string(expected) +
                      (available < expected ? " (truncated?)" : ""));
   }
@@ -231,7 +231,7 @@ std::string npy_descr(at::ScalarType dtype) {
 }
 
 std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape, std::size_t min_length) {
-  std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': " + shape_tuple_text(shape) + ", }";
   // Version 1 when the length fits 16 bits; the whole header is padded with spaces to a multiple of 64.
   const bool version1 = std::max(dict.size() + 1 + 10, min_length) < 65536;
   const std::size_t prefix = version1 ? 10 : 12;

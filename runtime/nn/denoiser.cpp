@@ -3,25 +3,21 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <stdexcept>
 
+#include "runtime/core/shape_text.h"
+
 namespace runner::nn {
-namespace {
-
-std::string shape_text(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
-
-}  // namespace
 
 void Denoiser::check_inputs(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) const {
   const auto model = name();
   auto fail = [&](const std::string& message) { throw std::invalid_argument(fmt::format("{}: {}", model, message)); };
   if (x.dim() != 4 || x.size(1) != in_channels() || x.size(2) != image_size() || x.size(3) != image_size()) {
-    fail(fmt::format("input must be [batch, {}, {}, {}], got {}", in_channels(), image_size(), image_size(), shape_text(x)));
+    fail(fmt::format("input must be [batch, {}, {}, {}], got {}", in_channels(), image_size(), image_size(), core::shape_text(x.sizes())));
   }
   if (t.dim() != 1 || t.size(0) != x.size(0)) {
-    fail(fmt::format("timesteps must be a 1-D tensor of {} values (one per sample), got {}", x.size(0), shape_text(t)));
+    fail(fmt::format("timesteps must be a 1-D tensor of {} values (one per sample), got {}", x.size(0), core::shape_text(t.sizes())));
   }
   if (classes() == 0) {
     if (labels) fail("labels given to an unconditional model (classes = 0)");
@@ -30,7 +26,7 @@ void Denoiser::check_inputs(const at::Tensor& x, const at::Tensor& t, const std:
   if (!labels) fail(fmt::format("this model is class-conditional ({} classes): labels are required", classes()));
   const auto& y = *labels;
   if (y.dim() != 1 || y.size(0) != x.size(0)) {
-    fail(fmt::format("labels must be a 1-D tensor of {} class ids, got {}", x.size(0), shape_text(y)));
+    fail(fmt::format("labels must be a 1-D tensor of {} class ids, got {}", x.size(0), core::shape_text(y.sizes())));
   }
   if (y.scalar_type() != at::kLong && y.scalar_type() != at::kInt) {
     fail(fmt::format("labels must be integer class ids (int64), got {}", c10::toString(y.scalar_type())));

@@ -97,7 +97,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   nlohmann::json state = {{"step", trainer.step_count()},
                           {"micro_step", 0},
                           {"precision", train::precision_name(trainer.precision())},
-                          {"accumulate", trainer.options().accumulate},
+                          {"accumulate", trainer.step_options().accumulate},
                           {"world_size", std::max<std::size_t>(1, rank_rng_states.size())},
                           {"schedule", trainer.schedule().state()},
                           {"emas", nlohmann::json::array()},
@@ -202,13 +202,13 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
                               : ""));
   trainer.restore_counters(restored.step, skipped);
   const std::string precision = train::precision_name(trainer.precision());
-  if (state.value("accumulate", trainer.options().accumulate) != trainer.options().accumulate ||
+  if (state.value("accumulate", trainer.step_options().accumulate) != trainer.step_options().accumulate ||
       state.value("precision", precision) != precision)
     core::log(core::LogLevel::warn,
               fmt::format("{}: saved with accumulate={} and {}, continuing with accumulate={} and {}: the run no longer "
                           "repeats an uninterrupted one exactly",
                           checkpoint_dir, state.value("accumulate", 0), state.value("precision", std::string("?")),
-                          trainer.options().accumulate, precision));
+                          trainer.step_options().accumulate, precision));
   return restored;
 }
 

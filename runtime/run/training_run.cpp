@@ -39,7 +39,7 @@ void log_rejected(const std::vector<std::string>& rejected, const std::string& o
 
 CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name) {
   if (name == "stop") return CheckpointFailurePolicy::stop;
-  if (name == "continue") return CheckpointFailurePolicy::keep_training;
+  if (name == "continue") return CheckpointFailurePolicy::continue_;
   throw std::invalid_argument(fmt::format("on_error must be 'stop' or 'continue', got '{}'", name));
 }
 
@@ -135,7 +135,7 @@ void TrainingRun::report_saves(bool wait) {
     if (report.error) {
       if (last_checkpoint_step_ == report.step) last_checkpoint_step_.reset();  // a later call may try again
       const std::string message = fmt::format("checkpoint {} could not be saved: {}", report.path, *report.error);
-      if (policy_.on_error == CheckpointFailurePolicy::keep_training) {
+      if (policy_.on_error == CheckpointFailurePolicy::continue_) {
         core::log(core::LogLevel::error, message + " (the run continues; the previous checkpoint is intact)");
         continue;
       }

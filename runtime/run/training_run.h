@@ -23,8 +23,8 @@
 namespace runner::run {
 
 enum class CheckpointFailurePolicy {
-  stop,           // a failed save is raised at the next step (the previous checkpoint is intact)
-  keep_training,  // a failed save is logged and the run goes on
+  stop,       // on_error = "stop": a failed save is raised at the next step (the previous checkpoint is intact)
+  continue_,  // on_error = "continue": a failed save is logged and the run goes on
 };
 CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name);  // "stop" or "continue"
 
@@ -76,7 +76,7 @@ class TrainingRun {
   void before_next_step();
 
   // Waits for the save in flight and reports it; graceful stops off. Returns the failure of a save when the
-  // policy stops on failed saves (the run must then fail with it); under keep_training it is logged.
+  // policy stops on failed saves (the run must then fail with it); under continue_ it is logged.
   std::optional<std::string> finish();
 
   // Whether this process is one rank of several (a data-parallel job).

@@ -30,7 +30,7 @@ void validate(const EmaOptions& options) {
   }
   if (options.update_after_step < 0) fail(fmt::format("update_after_step must be >= 0, got {}", options.update_after_step));
   if (!(options.inv_gamma > 0)) fail(fmt::format("inv_gamma must be > 0, got {}", options.inv_gamma));
-  if (!(options.warmup_power > 0)) fail(fmt::format("warmup_power must be > 0, got {}", options.warmup_power));
+  if (!(options.power > 0)) fail(fmt::format("power must be > 0, got {}", options.power));
   if (options.update_every < 1) fail(fmt::format("update_every must be >= 1, got {}", options.update_every));
 }
 
@@ -195,7 +195,7 @@ double Ema::current_decay(std::int64_t step) const {
   const std::int64_t s = std::max<std::int64_t>(0, step - options_.update_after_step - 1);
   if (s <= 0) return 0.0;
   double value = options_.warmup
-                     ? 1 - std::pow(1 + static_cast<double>(s) / options_.inv_gamma, -options_.warmup_power)
+                     ? 1 - std::pow(1 + static_cast<double>(s) / options_.inv_gamma, -options_.power)
                      : options_.decay;
   value = std::min(value, options_.decay);
   return std::max(value, options_.min_decay);
@@ -309,7 +309,7 @@ nlohmann::json Ema::hyperparameters() const {
           {"update_after_step", options_.update_after_step},
           {"warmup", options_.warmup},
           {"inv_gamma", options_.inv_gamma},
-          {"warmup_power", options_.warmup_power},
+          {"warmup_power", options_.power},
           {"update_every", options_.update_every},
           {"update_count", update_count_},
           {"last_update_step", last_update_step_},
@@ -351,7 +351,7 @@ void Ema::load_hyperparameters(const nlohmann::json& hyperparameters) {
   options.update_after_step = integer("update_after_step");
   options.warmup = warmup->get<bool>();
   options.inv_gamma = number("inv_gamma");
-  options.warmup_power = number("warmup_power");
+  options.power = number("warmup_power");
   options.update_every = integer("update_every");
   const std::int64_t update_count = integer("update_count");
   const std::int64_t last_update_step = integer("last_update_step");

@@ -14,8 +14,8 @@ namespace runner::train {
 // The decay of the update after optimizer step `step` is diffusers' EMAModel.get_decay(step)
 // (diffusers/training_utils.py):
 //   s = max(0, step - update_after_step - 1); s == 0 gives 0 (the shadow becomes a copy of the weights);
-//   otherwise warmup ? 1 - (1 + s / inv_gamma)^-warmup_power : decay, then clamped to [min_decay, decay].
-// With warmup, inv_gamma = 1 and warmup_power = 2/3 the decay reaches 0.999 at about 31.6k steps and 0.9999
+//   otherwise warmup ? 1 - (1 + s / inv_gamma)^-power : decay, then clamped to [min_decay, decay].
+// With warmup, inv_gamma = 1 and power = 2/3 the decay reaches 0.999 at about 31.6k steps and 0.9999
 // at about 1M (3/4: 10k and 215k).
 // update_every = N updates on the optimizer steps that are multiples of N, each with the decay of that step as
 // above (not decay^N or any other correction): with N > 1 the average spans N times as many steps.
@@ -27,7 +27,7 @@ struct EmaOptions {
   std::int64_t update_after_step = 0;
   bool warmup = false;
   double inv_gamma = 1.0;
-  double warmup_power = 2.0 / 3.0;
+  double power = 2.0 / 3.0;  // the warmup's exponent; saved as "warmup_power" in the hyperparameters
   std::int64_t update_every = 1;
 };
 
@@ -55,7 +55,7 @@ void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Ten
 class Ema {
  public:
   // Throws std::invalid_argument for invalid options (decay or min_decay outside [0, 1], min_decay > decay,
-  // inv_gamma or warmup_power <= 0, update_every < 1, update_after_step < 0) or an undefined or
+  // inv_gamma or power <= 0, update_every < 1, update_after_step < 0) or an undefined or
   // non-floating parameter.
   Ema(std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers = {}, EmaOptions options = {});
 

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/shape_text.h"
 
 namespace runner::train {
 namespace {
@@ -21,11 +22,9 @@ namespace {
 constexpr const char* kStateError = "optimizer state: ";
 constexpr const char* kHyperError = "optimizer hyperparameters: ";
 
-std::string shape_text(at::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
-
 void validate_group(OptimizerKind kind, const ParamGroup& group, std::size_t index) {
   const auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(fmt::format("optimizer group {}: {}", index, what));
+    throw std::invalid_argument(fmt::format("optimizer group {}: {}", index + 1, what));
   };
   if (!(group.lr >= 0)) fail(fmt::format("lr must be >= 0, got {}", group.lr));
   if (!(group.weight_decay >= 0)) fail(fmt::format("weight_decay must be >= 0, got {}", group.weight_decay));
@@ -146,13 +145,13 @@ Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, Optimiz
     validate_group(kind_, groups_[g], g);
     for (std::size_t p = 0; p < groups_[g].params.size(); ++p) {
       const at::Tensor& param = groups_[g].params[p];
-      if (!param.defined()) throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} is undefined", g, p));
+      if (!param.defined()) throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} is undefined", g + 1, p + 1));
       if (!at::isFloatingType(param.scalar_type())) {
         throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} has dtype {}; parameters must be floating point",
-                                                g, p, core::dtype_name(param.scalar_type())));
+                                                g + 1, p + 1, core::dtype_name(param.scalar_type())));
       }
       if (!seen.insert(param.unsafeGetTensorImpl()).second) {
-        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} appears more than once", g, p));
+        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} appears more than once", g + 1, p + 1));
       }
     }
     state_.emplace_back(groups_[g].params.size());
@@ -405,13 +404,13 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 void Optimizer::check_group(std::size_t group) const {
   if (group >= groups_.size()) {
-    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group, groups_.size()));
+    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group + 1, groups_.size()));
   }
 }
 
 void Optimizer::set_lr(std::size_t group, double lr) {
   check_group(group);
-  if (!(lr >= 0)) throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group, lr));
+  if (!(lr >= 0)) throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group + 1, lr));
   groups_[group].lr = lr;
   LrTensor& lr_tensor = lr_tensors_[group];
   if (lr_tensor.given) lr_tensor = LrTensor{};
@@ -421,7 +420,7 @@ void Optimizer::set_lr(std::size_t group, double lr) {
 void Optimizer::set_lr(std::size_t group, double lr, const at::Tensor& device_lr) {
   check_group(group);
   if (!device_lr.defined() || device_lr.numel() != 1 || !at::isFloatingType(device_lr.scalar_type())) {
-    throw std::invalid_argument(fmt::format("optimizer group {}: the lr tensor must be a one-element floating tensor", group));
+    throw std::invalid_argument(fmt::format("optimizer group {}: the lr tensor must be a one-element floating tensor", group + 1));
   }
   set_lr(group, lr);
   lr_tensors_[group] = LrTensor{device_lr, /*given=*/true, /*current=*/true};
@@ -478,17 +477,17 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
     const bool parsed = parse_state_name(name, g, p, entry);
     if (parsed && g >= groups_.size()) {
       throw std::invalid_argument(
-          fmt::format("{}'{}' names group {}, but the optimizer has {} groups", kStateError, name, g, groups_.size()));
+          fmt::format("{}'{}' names group {} (group<G> counts from 0), but the optimizer has {} groups", kStateError, name, g + 1, groups_.size()));
     }
     const std::vector<std::string> expected = parsed ? entries_of(kind_, groups_[g]) : std::vector<std::string>{};
     if (!parsed || std::find(expected.begin(), expected.end(), entry) == expected.end()) {
       if (parsed && kind_ == OptimizerKind::sgd && expected.empty() && entry == "momentum_buffer") {
         throw std::invalid_argument(
-            fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state", kStateError, name, g));
+            fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state", kStateError, name, g + 1));
       }
       if (parsed && kind_ != OptimizerKind::sgd && entry == "max_exp_avg_sq") {
         throw std::invalid_argument(
-            fmt::format("{}'{}' is not expected: group {} does not use amsgrad", kStateError, name, g));
+            fmt::format("{}'{}' is not expected: group {} does not use amsgrad", kStateError, name, g + 1));
       }
       std::string entries = "momentum_buffer";
       if (kind_ != OptimizerKind::sgd) {
@@ -502,7 +501,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
     }
     if (p >= groups_[g].params.size()) {
       throw std::invalid_argument(fmt::format("{}'{}' names parameter {} of group {}, which has {} parameters", kStateError,
-                                              name, p, g, groups_[g].params.size()));
+                                              name, p + 1, g + 1, groups_[g].params.size()));
     }
     if (!tensor.defined()) throw std::invalid_argument(fmt::format("{}'{}' is an undefined tensor", kStateError, name));
     const at::Tensor& param = groups_[g].params[p];
@@ -511,7 +510,7 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
     const std::vector<std::int64_t> shape = is_step ? std::vector<std::int64_t>{} : param.sizes().vec();
     if (tensor.sizes() != at::IntArrayRef(shape)) {
       throw std::invalid_argument(fmt::format("{}'{}' has shape {}, expected {}", kStateError, name,
-                                              shape_text(tensor.sizes()), shape_text(shape)));
+                                              core::shape_text(tensor.sizes()), core::shape_text(shape)));
     }
     if (tensor.scalar_type() != dtype) {
       throw std::invalid_argument(fmt::format("{}'{}' has dtype {}, expected {}", kStateError, name,
@@ -597,7 +596,7 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
   std::vector<ParamGroup> updated = groups_;
   for (std::size_t g = 0; g < updated.size(); ++g) {
     const nlohmann::json& entry = (*groups)[g];
-    const std::string where = fmt::format("group {}", g);
+    const std::string where = fmt::format("group {}", g + 1);
     if (!entry.is_object()) throw std::invalid_argument(fmt::format("{}{} is not an object", kHyperError, where));
     const auto params = entry.find("params");
     if (params == entry.end() || !params->is_number_integer() || params->get<std::int64_t>() < 0) {
@@ -605,7 +604,7 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
     }
     if (params->get<std::int64_t>() != static_cast<std::int64_t>(updated[g].params.size())) {
       throw std::invalid_argument(fmt::format("{}group {} has {} parameters, this optimizer's group {} has {}", kHyperError,
-                                              g, params->get<std::int64_t>(), g, updated[g].params.size()));
+                                              g + 1, params->get<std::int64_t>(), g + 1, updated[g].params.size()));
     }
     ParamGroup& group = updated[g];
     group.lr = json_number(entry, "lr", where);
@@ -633,7 +632,7 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
       if (group.amsgrad != groups_[g].amsgrad && has_state) {
         throw std::invalid_argument(fmt::format(
             "{}group {} has amsgrad {}, this optimizer's group {} has amsgrad {} and keeps state for its parameters",
-            kHyperError, g, group.amsgrad, g, groups_[g].amsgrad));
+            kHyperError, g + 1, group.amsgrad, g + 1, groups_[g].amsgrad));
       }
     }
     try {

@@ -76,6 +76,8 @@ enum class OptimizerImplementation { automatic, foreach, fused };
 // into p.grad in place; the values of the update are the same).
 class Optimizer {
  public:
+  // Error messages number groups and parameters from 1, as scripts do (opt:lr(1) is the first group); the
+  // index arguments below and the state tensors' names count from 0.
   // Throws std::invalid_argument for invalid hyperparameters (negative lr, eps or weight decay, betas outside
   // [0, 1), negative momentum or dampening, nesterov without momentum or with dampening, amsgrad with SGD),
   // undefined or non-floating parameters, or a parameter that appears twice.

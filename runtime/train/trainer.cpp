@@ -1,4 +1,5 @@
-// The trainer step and the training state of a checkpoint.
+// The trainer step: micro-batches, autocast, loss scaling, clipping, the optimizer and EMA updates, timings, and
+// the non-finite stop decided one step late (the checkpoint files are runtime/run/checkpoint_format.cpp).
 #include "runtime/train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -150,7 +151,7 @@ struct Trainer::PendingStop {
 };
 
 Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
-                 std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device)
+                 std::vector<EmaOptions> emas, StepOptions options, c10::Device device)
     : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), device_(device),
       precision_(resolve_precision(options_.amp, device)), events_(std::make_unique<Events>()) {
   if (options_.accumulate < 1)

@@ -44,7 +44,9 @@ struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct TrainerOptions {
+// How each step runs: runner.trainer's keys amp, accumulate, clip, on_nonfinite, scaler and data_parallel
+// (the binding reads the whole TrainerOptions table into bindings::TrainerOptions, whose `step` this is).
+struct StepOptions {
   std::string amp = "auto";
   std::int64_t accumulate = 1;         // micro-batches per optimizer step
   std::optional<double> clip;          // max global L2 norm of the gradients
@@ -88,7 +90,7 @@ class Trainer {
   // average of the parameters (one per decay). Throws std::invalid_argument for bad options (accumulate < 1,
   // clip <= 0, fp16 on CPU, a parameter not in the model).
   Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
-          std::vector<EmaOptions> emas, TrainerOptions options, c10::Device device);
+          std::vector<EmaOptions> emas, StepOptions options, c10::Device device);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -112,7 +114,7 @@ class Trainer {
   std::int64_t state_version() const { return state_version_; }
   Precision precision() const { return precision_; }
   const c10::Device& device() const { return device_; }
-  const TrainerOptions& options() const { return options_; }
+  const StepOptions& step_options() const { return options_; }
   Optimizer& optimizer() { return *optimizer_; }
   LrSchedule& schedule() { return *schedule_; }
   std::vector<Ema>& emas() { return emas_; }
@@ -168,7 +170,7 @@ class Trainer {
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<dist::GradientAverager> gradients_;  // data parallel (world size > 1)
-  TrainerOptions options_;
+  StepOptions options_;
   c10::Device device_;
   Precision precision_;
   std::vector<double> base_lrs_;

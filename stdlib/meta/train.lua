@@ -1,6 +1,6 @@
 ---@meta
 -- The training engine: runner.trainer, early stopping and the batch-size finder (stdlib/runner/train.lua;
--- natives in bindings/train_binding.cpp). Checkpoints and restore are the run's: stdlib/meta/runs.lua.
+-- natives in bindings/train_binding.cpp). Checkpoints and restore are the run's: stdlib/meta/run.lua.
 
 ---@class TrainerOptions
 ---@field model Module                 the module to train (its parameters that require grad)

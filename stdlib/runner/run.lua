@@ -1,5 +1,5 @@
 -- runner.start: the run context of a script (index row, run directory, seeds, device, metrics, images,
--- summary, checkpoints, restore) and runner.query over the index (natives in bindings/runs_binding.cpp; the run
+-- summary, checkpoints, restore) and runner.query over the index (natives in bindings/run_binding.cpp; the run
 -- itself is runtime/run).
 local native = runner._run
 runner._run = nil
@@ -42,7 +42,7 @@ local function plain_config(cfg)
   return plain
 end
 
---- runner.start([cfg [, StartOptions]]) -> Run (the keys: ---@class StartOptions in stdlib/meta/runs.lua; the
+--- runner.start([cfg [, StartOptions]]) -> Run (the keys: ---@class StartOptions in stdlib/meta/run.lua; the
 --- options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
   if runner._config_wanted then  -- runner --print-config of a script without config { ... }
@@ -156,7 +156,7 @@ function Run:_trainer_stepped(trainer, step)
   if attached and attached.trainer == trainer then reseed_lua_random(self, step) end
 end
 
---- run:restore(RestoreOptions) -> step (the keys and defaults: ---@class RestoreOptions in stdlib/meta/runs.lua).
+--- run:restore(RestoreOptions) -> step (the keys and defaults: ---@class RestoreOptions in stdlib/meta/run.lua).
 --- Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of the run it
 --- forks), skipping damaged ones with a warning; 0 when there is none.
 function Run:restore(options)

@@ -46,7 +46,7 @@ struct DiffusionSetup {
     group.lr = 1e-2;
     for (const auto& [name, p] : model.parameters) group.params.push_back(p);
     auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
-    train::TrainerOptions trainer_options;
+    train::StepOptions trainer_options;
     trainer_options.accumulate = accumulate;
     trainer = std::make_shared<train::Trainer>(model, optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{},
                                                trainer_options, c10::Device(c10::kCPU));

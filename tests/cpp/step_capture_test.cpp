@@ -49,7 +49,7 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
   group.lr = 1e-3;
   for (const auto& [name, p] : model.parameters) group.params.push_back(p);
   auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
-  train::TrainerOptions trainer_options;
+  train::StepOptions trainer_options;
   trainer_options.clip = 1.0;
   trainer_options.accumulate = 2;
   train::Trainer trainer(model, optimizer, train::LrScheduleOptions{}, {train::EmaOptions{.decay = 0.999}}, trainer_options, cuda);

@@ -354,7 +354,7 @@ TEST_CASE("optimizer basics: skipped parameters, zero_grad, learning rates, stat
   CHECK(optimizer.lr(1) == 0.5);
   CHECK_THROWS_AS(optimizer.set_lr(2, 0.1), std::out_of_range);
   CHECK_THROWS_AS(optimizer.lr(2), std::out_of_range);
-  CHECK(invalid_argument_message([&] { optimizer.set_lr(0, -1); }) == "optimizer group 0: lr must be >= 0, got -1");
+  CHECK(invalid_argument_message([&] { optimizer.set_lr(0, -1); }) == "optimizer group 1: lr must be >= 0, got -1");
 
   CHECK(optimizer.state_tensors().empty());
   w.mutable_grad() = at::ones({2, 3});
@@ -388,19 +388,19 @@ TEST_CASE("optimizer basics: skipped parameters, zero_grad, learning rates, stat
 
   // Constructor validation.
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adam, {ParamGroup{{w}, 0.1, 0.0, 1.0}}); }) ==
-        "optimizer group 0: beta1 must be in [0, 1), got 1");
+        "optimizer group 1: beta1 must be in [0, 1), got 1");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{w}, 0.1}, ParamGroup{{w}, 0.1}}); }) ==
-        "optimizer group 1: parameter 0 appears more than once");
+        "optimizer group 2: parameter 1 appears more than once");
   ParamGroup nesterov{{w}, 0.1};
   nesterov.nesterov = true;
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {nesterov}); }) ==
-        "optimizer group 0: nesterov momentum requires a momentum and zero dampening");
+        "optimizer group 1: nesterov momentum requires a momentum and zero dampening");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{at::ones({2}, at::kLong)}, 0.1}}); }) ==
-        "optimizer group 0: parameter 0 has dtype int64; parameters must be floating point");
+        "optimizer group 1: parameter 1 has dtype int64; parameters must be floating point");
   ParamGroup amsgrad_group{{w}, 0.1};
   amsgrad_group.amsgrad = true;
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{b}, 0.1}, amsgrad_group}); }) ==
-        "optimizer group 1: amsgrad requires Adam or AdamW, not SGD");
+        "optimizer group 2: amsgrad requires Adam or AdamW, not SGD");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adam, {amsgrad_group}); }) == "no exception");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adamw, {amsgrad_group}); }) == "no exception");
 }
@@ -482,9 +482,9 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
   CHECK(load(with("exp_avg", step)) ==
         "optimizer state: unexpected tensor name 'exp_avg' (expected group<G>.param<P>.<entry> with entry step, exp_avg "
         "or exp_avg_sq)");
-  CHECK(load(with("group2.param0.step", step)) == "optimizer state: 'group2.param0.step' names group 2, but the optimizer has 2 groups");
+  CHECK(load(with("group2.param0.step", step)) == "optimizer state: 'group2.param0.step' names group 3 (group<G> counts from 0), but the optimizer has 2 groups");
   CHECK(load(with("group1.param2.exp_avg", step)) ==
-        "optimizer state: 'group1.param2.exp_avg' names parameter 2 of group 1, which has 2 parameters");
+        "optimizer state: 'group1.param2.exp_avg' names parameter 3 of group 2, which has 2 parameters");
   CHECK(load(with("group0.param0.step", step)) == "optimizer state: duplicate tensor 'group0.param0.step'");
   CHECK(load(replacing("group0.param0.exp_avg", at::zeros({3, 4}))) ==
         "optimizer state: 'group0.param0.exp_avg' has shape [3, 4], expected [4, 3]");
@@ -510,7 +510,7 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
 
   Optimizer sgd(OptimizerKind::sgd, {ParamGroup{params[0], 0.1, 0.0, 0.9, 0.999, 1e-8, 0.9}, ParamGroup{params[1], 0.1}});
   CHECK(invalid_argument_message([&] { sgd.load_state_tensors({{"group1.param0.momentum_buffer", at::zeros({3, 4})}}); }) ==
-        "optimizer state: 'group1.param0.momentum_buffer' is not expected: group 1 has no momentum and keeps no state");
+        "optimizer state: 'group1.param0.momentum_buffer' is not expected: group 2 has no momentum and keeps no state");
   CHECK(invalid_argument_message([&] { sgd.load_state_tensors({{"group0.param0.exp_avg", at::zeros({4, 3})}}); }) ==
         "optimizer state: unexpected tensor name 'group0.param0.exp_avg' (expected group<G>.param<P>.<entry> with entry "
         "momentum_buffer)");
@@ -524,13 +524,13 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
   CHECK(load_h(changed) == "optimizer hyperparameters: 1 groups, this optimizer has 2");
   changed = h;
   changed["groups"][1]["params"] = 4;
-  CHECK(load_h(changed) == "optimizer hyperparameters: group 1 has 4 parameters, this optimizer's group 1 has 2");
+  CHECK(load_h(changed) == "optimizer hyperparameters: group 2 has 4 parameters, this optimizer's group 2 has 2");
   changed = h;
   changed["groups"][0]["lr"] = -0.5;
-  CHECK(load_h(changed) == "optimizer hyperparameters: optimizer group 0: lr must be >= 0, got -0.5");
+  CHECK(load_h(changed) == "optimizer hyperparameters: optimizer group 1: lr must be >= 0, got -0.5");
   changed = h;
   changed["groups"][0].erase("eps");
-  CHECK(load_h(changed) == "optimizer hyperparameters: missing or non-numeric 'eps' in group 0");
+  CHECK(load_h(changed) == "optimizer hyperparameters: missing or non-numeric 'eps' in group 1");
   changed = h;
   changed["step_count"] = -1;
   CHECK(load_h(changed) == "optimizer hyperparameters: missing or invalid 'step_count' (a non-negative integer)");
@@ -581,7 +581,7 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   CHECK(load(without_max) == "optimizer state: incomplete state for group0.param1: missing max_exp_avg_sq");
   NamedTensors extra = good;
   extra.emplace_back("group1.param0.max_exp_avg_sq", at::zeros({3, 4}));
-  CHECK(load(extra) == "optimizer state: 'group1.param0.max_exp_avg_sq' is not expected: group 1 does not use amsgrad");
+  CHECK(load(extra) == "optimizer state: 'group1.param0.max_exp_avg_sq' is not expected: group 2 does not use amsgrad");
   extra = good;
   extra.emplace_back("group0.param0.max_exp_avg", at::zeros({4, 3}));
   CHECK(load(extra) ==
@@ -600,7 +600,7 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   const auto plain_params = clone_params(params);
   Optimizer plain(OptimizerKind::adamw, groups_from(golden_metadata("cases")["adamw"]["groups"], plain_params));
   CHECK(invalid_argument_message([&] { plain.load_state_tensors(good); }) ==
-        "optimizer state: 'group0.param0.max_exp_avg_sq' is not expected: group 0 does not use amsgrad");
+        "optimizer state: 'group0.param0.max_exp_avg_sq' is not expected: group 1 does not use amsgrad");
 
   // Hyperparameters: "amsgrad" per Adam/AdamW group; it cannot change while the group keeps state.
   const nlohmann::json h = adamw.hyperparameters();
@@ -609,16 +609,16 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   const auto load_h = [&](const nlohmann::json& j) { return invalid_argument_message([&] { adamw.load_hyperparameters(j); }); };
   nlohmann::json changed = h;
   changed["groups"][0]["amsgrad"] = 1;
-  CHECK(load_h(changed) == "optimizer hyperparameters: non-boolean 'amsgrad' in group 0");
+  CHECK(load_h(changed) == "optimizer hyperparameters: non-boolean 'amsgrad' in group 1");
   changed = h;
   changed["groups"][0]["amsgrad"] = false;
   CHECK(load_h(changed) ==
-        "optimizer hyperparameters: group 0 has amsgrad false, this optimizer's group 0 has amsgrad true and keeps state "
+        "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
         "for its parameters");
   changed = h;
   changed["groups"][1]["amsgrad"] = true;
   CHECK(load_h(changed) ==
-        "optimizer hyperparameters: group 1 has amsgrad true, this optimizer's group 1 has amsgrad false and keeps state "
+        "optimizer hyperparameters: group 2 has amsgrad true, this optimizer's group 2 has amsgrad false and keeps state "
         "for its parameters");
   CHECK(adamw.hyperparameters() == h);
   adamw.load_hyperparameters(h);
@@ -629,7 +629,7 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   nlohmann::json old = h;
   for (auto& group : old["groups"]) group.erase("amsgrad");
   CHECK(load_h(old) ==
-        "optimizer hyperparameters: group 0 has amsgrad false, this optimizer's group 0 has amsgrad true and keeps state "
+        "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
         "for its parameters");
   Optimizer fresh(OptimizerKind::adamw, groups_from(settings, clone_params(params)));
   fresh.load_hyperparameters(old);
@@ -747,7 +747,7 @@ TEST_CASE("optimizer lr tensors: the optimizer's own, a given one, and which ste
   CHECK(fused.lr_tensor(1).item<double>() == 0.375);
 
   CHECK(invalid_argument_message([&] { fused.set_lr(0, 0.1, at::zeros({2})); }) ==
-        "optimizer group 0: the lr tensor must be a one-element floating tensor");
+        "optimizer group 1: the lr tensor must be a one-element floating tensor");
   CHECK(fused.lr(0) == settings[0]["lr"].get<double>());  // unchanged by the refused call
   CHECK_THROWS_AS(fused.set_lr(2, 0.1, given), std::out_of_range);
   CHECK_THROWS_AS(fused.lr_tensor(2), std::out_of_range);
@@ -795,7 +795,7 @@ TEST_CASE("EMA follows diffusers' decay rule with warmup and update_every", "[em
       options.update_after_step = c.at("update_after_step");
       options.warmup = c.at("warmup");
       options.inv_gamma = c.at("inv_gamma");
-      options.warmup_power = c.at("power");
+      options.power = c.at("power");
       options.update_every = c.at("update_every");
       // The host form (the decay a number), and the device form with 1 - decay written into a float32 tensor
       // before each update, as the trainer does.
@@ -887,7 +887,7 @@ TEST_CASE("the trainer writes each step's learning rates and EMA weights into on
   constant.decay = 0.9;
   warmup.decay = 0.999;
   warmup.warmup = true;
-  runner::train::TrainerOptions options;
+  runner::train::StepOptions options;
   options.amp = "fp32";
   runner::train::Trainer trainer({{{"w", w}, {"b", b}}, {}}, optimizer, schedule, {constant, warmup}, options,
                                  c10::Device(c10::kCPU));

@@ -55,7 +55,7 @@ struct Setup {
     train::EmaOptions ema;
     ema.decay = 0.9;
     trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{ema},
-                                               train::TrainerOptions{}, c10::Device(c10::kCPU));
+                                               train::StepOptions{}, c10::Device(c10::kCPU));
     data::LoaderOptions options;
     options.batch = 4;
     options.workers = 0;

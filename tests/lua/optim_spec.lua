@@ -75,6 +75,16 @@ describe("optimizer API", function()
       here(-1) .. "parameter group 1 holds a tensor that is not a leaf requiring grad")
   end)
 
+  it("numbers groups and parameters from 1 in every message", function()
+    local a, b = nn.Linear(3, 2), nn.Linear(2, 1)
+    expect_error(function() optim.AdamW({ { params = a }, { params = b, eps = -1 } }, { lr = 1e-3 }) end,
+      here(-1) .. "optimizer group 2: eps must be >= 0, got -1")
+    expect_error(function() optim.AdamW({ { params = a }, { params = a } }, { lr = 1e-3 }) end,
+      here(-1) .. "optimizer group 2: parameter 1 appears more than once")
+    local opt = optim.SGD({ { params = a }, { params = b } }, { lr = 0.1 })
+    expect_error(function() opt:set_lr(-1, 2) end, here() .. "optimizer group 2: lr must be >= 0, got -1")
+  end)
+
   it("clip_grad_norm returns the total norm and scales gradients down to max_norm", function()
     local p = torch.zeros(2, { requires_grad = true })
     p.grad = torch.tensor({ 3, 4 })

@@ -11,8 +11,8 @@
 #include "bindings/bindings.h"
 #include "bindings/lua_json.h"
 #include "bindings/option_table.h"
-#include "bindings/runs_binding.h"
-#include "bindings/samples_binding.h"
+#include "bindings/image_grid_binding.h"
+#include "bindings/run_binding.h"
 #include "bindings/tensor_binding.h"
 #include "bindings/data_binding.h"
 #include "bindings/train_binding.h"
@@ -407,7 +407,7 @@ int home(lua_State* L) {
 
 }  // namespace
 
-void open_runs(lua_State* L) {
+void open_run(lua_State* L) {
   new_metatable<RunBox>(L, kRunType,
                         {{"log", wrap<run_log>},
                          {"flush", wrap<run_flush>},

@@ -1,5 +1,5 @@
-// What scripts do with generated samples: sample grids as PNG files (runner.save_grid, runner.make_grid), a
-// download-free quality number (runner.eval.sliced_wasserstein) and FID (runner.eval.fid, fid_stats).
+// runner.eval: how good generated samples are: a download-free quality number (runner.eval.sliced_wasserstein)
+// and FID (runner.eval.fid, fid_stats).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -8,30 +8,13 @@
 
 #include "bindings/bindings.h"
 #include "bindings/option_table.h"
-#include "bindings/samples_binding.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/eval/fid.h"
 #include "runtime/eval/sliced_wasserstein.h"
-#include "runtime/image/image_grid.h"
 
 namespace runner::bindings {
 
 namespace {
-
-const OptionTable<image::GridOptions> kGridOptions(
-    "make_grid", "GridOptions",
-    {
-        option("columns", &image::GridOptions::columns),
-        option("padding", &image::GridOptions::padding),
-        option_with<image::GridOptions>("range", [](lua_State* L, const char* key, image::GridOptions& o) {
-          std::vector<double> range;
-          read_option_value(L, key, range);
-          if (range.size() != 2) throw std::invalid_argument("option 'range' must hold two numbers {low, high}");
-          o.low = range[0];
-          o.high = range[1];
-        }),
-        option("pad_value", &image::GridOptions::pad_value),
-    });
 
 const OptionTable<eval::SlicedWassersteinOptions> kSlicedWassersteinOptions(
     "sliced_wasserstein", "SlicedWassersteinOptions",
@@ -47,27 +30,6 @@ const OptionTable<eval::FidOptions> kFidOptions("fid", "FidOptions",
                                                     option("batch", &eval::FidOptions::batch),
                                                     option("device", &eval::FidOptions::device),
                                                 });
-
-}  // namespace
-
-image::GridOptions grid_options(lua_State* L, int index, const char* function) {
-  return kGridOptions.read_as(function, L, index);
-}
-
-namespace {
-
-// runner.save_grid(path, images [N, C, H, W] [, {columns = 8, padding = 2, range = {-1, 1}, pad_value = 0}])
-int save_grid(lua_State* L) {
-  const std::string path = check_string(L, 1);
-  image::save_grid(path, check_tensor(L, 2), grid_options(L, 3, "save_grid"));
-  return 0;
-}
-
-// runner.make_grid(images [, options]) -> uint8 [H, W, C] on the CPU
-int make_grid(lua_State* L) {
-  push_tensor(L, image::make_grid(check_tensor(L, 1), grid_options(L, 2, "make_grid")));
-  return 1;
-}
 
 // runner.eval.sliced_wasserstein(a, b [, {resolution = 16, projections = 512, seed = 0}]) -> number
 int sliced_wasserstein(lua_State* L) {
@@ -122,9 +84,8 @@ int fid_stats(lua_State* L) {
 
 }  // namespace
 
-void open_samples(lua_State* L) {
+void open_eval(lua_State* L) {
   lua_getglobal(L, "runner");
-  set_functions(L, {{"save_grid", wrap<save_grid>}, {"make_grid", wrap<make_grid>}});
   lua_newtable(L);
   set_functions(L, {{"sliced_wasserstein", wrap<sliced_wasserstein>}, {"fid", wrap<fid>}, {"fid_stats", wrap<fid_stats>}});
   lua_setfield(L, -2, "eval");

@@ -1,4 +1,4 @@
-// Sample-grid options as scripts write them, shared by runner.save_grid and run:images.
+// Sample-grid options as scripts write them, shared by runner.save_grid, runner.make_grid and run:images.
 #pragma once
 
 #include <lua.hpp>
