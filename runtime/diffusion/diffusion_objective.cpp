@@ -77,6 +77,7 @@ DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser mode
 at::Tensor DiffusionObjective::loss(const train::Batch& micro) {
   const at::Tensor* x0 = micro.find("data");
   if (x0 == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
+  if (training_.schedule.betas.device() != x0->device()) training_.schedule = training_.schedule.on(x0->device());
   const at::Tensor* label = micro.find("label");
   const TrainingLabels labels =
       training_labels(labels_, label ? std::optional<at::Tensor>(*label) : std::nullopt, std::nullopt, label_dropout_,

@@ -94,6 +94,15 @@ NoiseSchedule make_schedule(const ScheduleOptions& options) {
   return schedule;
 }
 
+NoiseSchedule NoiseSchedule::on(c10::Device device) const {
+  if (betas.device() == device) return *this;
+  const auto move = [device](const at::Tensor& table) { return table.to(device); };
+  return {move(betas), move(alphas_cumprod), move(alphas_cumprod_prev), move(posterior_variance),
+          move(posterior_log_variance_clipped), move(posterior_mean_coef1), move(posterior_mean_coef2),
+          move(sqrt_alphas_cumprod), move(sqrt_one_minus_alphas_cumprod), move(sqrt_recip_alphas_cumprod),
+          move(sqrt_recipm1_alphas_cumprod), move(log_betas)};
+}
+
 at::Tensor extract(const at::Tensor& values, const at::Tensor& t, const at::Tensor& like) {
   if (!values.defined() || values.dim() != 1) throw std::invalid_argument("schedule values must be a 1-D tensor");
   if (!t.defined() || t.dim() != 1 || t.scalar_type() != at::kLong) {

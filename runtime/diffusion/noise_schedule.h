@@ -34,6 +34,8 @@ struct NoiseSchedule {
   at::Tensor log_betas;
 
   std::int64_t timesteps() const { return betas.size(0); }
+  // The same tables on `device` (copied once there, so that a step reads no host memory).
+  NoiseSchedule on(c10::Device device) const;
 };
 
 // Throws std::invalid_argument for an unknown kind, fewer than 2 timesteps, overrides that are not
