@@ -94,12 +94,12 @@ struct Command {
   std::string script;
   std::vector<std::string> overrides;
   std::vector<std::string> script_args;
-  std::string log_level;  // --log-level; default info (warn on ranks > 0 of a data-parallel job)
-  std::string resume;  // --resume RUN
-  bool fresh = false;  // --fresh
+  std::string log_level;      // --log-level; default info (warn on ranks > 0 of a data-parallel job)
+  std::string resume;         // --resume RUN
+  bool fresh = false;         // --fresh
   bool print_config = false;  // --print-config
-  std::string profile;  // --profile A:B
-  std::string nproc;   // --nproc N|auto
+  std::string profile;        // --profile A:B
+  std::string nproc;          // --nproc N|auto
   bool nproc_given = false;
   bool oversubscribe = false;  // --oversubscribe
   int nproc_count = 0;
@@ -173,8 +173,10 @@ Command parse_command(int argc, char** argv) {
     command.nproc_count = runner::dist::parse_nproc(command.nproc, command.oversubscribe);
     for (int a = 1; a < argc; ++a) {
       const std::string arg = argv[a];
-      if (arg == "--nproc") ++a;
-      else if (arg.rfind("--nproc=", 0) != 0 && arg != "--oversubscribe") command.rank_arguments.push_back(arg);
+      if (arg == "--nproc")
+        ++a;
+      else if (arg.rfind("--nproc=", 0) != 0 && arg != "--oversubscribe")
+        command.rank_arguments.push_back(arg);
     }
   }
   return command;
@@ -184,8 +186,11 @@ void print_version() {
   const auto info = runner::core::version_info();
   std::printf("runner %s\n", info.runner.c_str());
   std::printf("LibTorch %s\n", info.libtorch.c_str());
-  if (info.cuda_runtime.empty()) std::printf("CUDA: not built in\n");
-  else std::printf("CUDA %s: %s\n", info.cuda_runtime.c_str(), info.cuda_available ? "available" : "not available (no device)");
+  if (info.cuda_runtime.empty())
+    std::printf("CUDA: not built in\n");
+  else
+    std::printf("CUDA %s: %s\n", info.cuda_runtime.c_str(),
+                info.cuda_available ? "available" : "not available (no device)");
   for (size_t i = 0; i < info.cuda_devices.size(); ++i) std::printf("  cuda:%zu %s\n", i, info.cuda_devices[i].c_str());
   std::printf("%s\n", runner::bindings::luajit_version());
   std::printf("SQLite %s\n", info.sqlite.c_str());
@@ -260,8 +265,9 @@ int main(int argc, char** argv) {
   try {
     if (!command.nproc.empty()) {
       if (runner::core::launch_context().rank_variables) {
-        std::fprintf(stderr, "runner: --nproc starts its own ranks; it cannot run inside a launcher that set RANK / "
-                             "WORLD_SIZE (torchrun, srun): leave --nproc out there\n");
+        std::fprintf(stderr,
+                     "runner: --nproc starts its own ranks; it cannot run inside a launcher that set RANK / "
+                     "WORLD_SIZE (torchrun, srun): leave --nproc out there\n");
         return kExitUsage;
       }
       if (command.nproc == "auto") std::fprintf(stderr, "runner: %s\n", runner::dist::describe_auto_nproc().c_str());

@@ -27,7 +27,8 @@
 namespace runner::app {
 namespace {
 
-constexpr const char* kUsage = R"(usage: runner sweep SWEEP.lua       create the sweep (or continue it) and run its trials here
+constexpr const char* kUsage =
+    R"(usage: runner sweep SWEEP.lua       create the sweep (or continue it) and run its trials here
        runner sweep --dry-run SWEEP.lua
                                      check the file against the script's config and show the first
                                      trials' command lines; records and runs nothing
@@ -52,9 +53,13 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
     return status;
   }
   const std::optional<std::string> reported = host.reported_config();
-  if (!reported) throw cli::UsageError(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
+  if (!reported)
+    throw cli::UsageError(
+        fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
   const sweep::ScriptConfig config = sweep::parse_script_config(nlohmann::json::parse(*reported));
-  if (config.empty()) throw cli::UsageError(fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
+  if (config.empty())
+    throw cli::UsageError(
+        fmt::format("{}: the script {} declares no config {{ ... }} for the sweep to set", spec.where, spec.script));
   return config;
 }
 
@@ -90,7 +95,8 @@ void print_plan(const sweep::SweepSpec& spec) {
   }
   const std::int64_t shown = std::min<std::int64_t>(spec.trials, 5);
   const bool adaptive = spec.method == sweep::Method::tpe;
-  std::printf("the first %lld trials%s:\n", static_cast<long long>(shown), adaptive ? " (TPE: random until 10 results)" : "");
+  std::printf("the first %lld trials%s:\n", static_cast<long long>(shown),
+              adaptive ? " (TPE: random until 10 results)" : "");
   for (std::int64_t t = 0; t < shown; ++t) {
     std::string line = "  runner " + spec.script;
     for (const std::string& item : sweep::trial_overrides(spec, sweep::suggest(spec, t, {}))) line += " " + item;
@@ -110,7 +116,8 @@ std::string absolute_home() {
 }
 
 int run(int argc, char** argv) {
-  if (argc >= 2 && (std::strcmp(argv[1], "show") == 0 || std::strcmp(argv[1], "rm") == 0)) return cli::run_index_command(argc, argv);
+  if (argc >= 2 && (std::strcmp(argv[1], "show") == 0 || std::strcmp(argv[1], "rm") == 0))
+    return cli::run_index_command(argc, argv);
   cli::CommandOptions accepted;
   accepted.values = {{"--join", "a sweep (a name or number)"}};
   accepted.flags = {"--dry-run"};

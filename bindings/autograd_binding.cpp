@@ -19,14 +19,13 @@
 namespace runner::bindings {
 namespace {
 
-
 struct BackwardOptions {
   std::optional<bool> retain_graph;  // default: create_graph
   bool create_graph = false;
 };
-const OptionTable<BackwardOptions> kBackwardOptions(
-    "backward", "BackwardOptions",
-    {option("retain_graph", &BackwardOptions::retain_graph), option("create_graph", &BackwardOptions::create_graph)});
+const OptionTable<BackwardOptions> kBackwardOptions("backward", "BackwardOptions",
+                                                    {option("retain_graph", &BackwardOptions::retain_graph),
+                                                     option("create_graph", &BackwardOptions::create_graph)});
 
 // t:backward([gradient] [, {retain_graph = bool, create_graph = bool}])
 int tensor_backward(lua_State* L) {
@@ -89,19 +88,19 @@ int torch_is_grad_enabled(lua_State* L) {
 
 void add_autograd_methods(lua_State* L) {
   set_functions(L, {
-      {"backward", wrap<tensor_backward>},
-      {"requires_grad_", wrap<tensor_requires_grad_>},
-      {"retain_grad", wrap<tensor_retain_grad>},
-      {"set_data", wrap<tensor_set_data>},
-  });
+                       {"backward", wrap<tensor_backward>},
+                       {"requires_grad_", wrap<tensor_requires_grad_>},
+                       {"retain_grad", wrap<tensor_retain_grad>},
+                       {"set_data", wrap<tensor_set_data>},
+                   });
 }
 
 void add_autograd_functions(lua_State* L) {
   set_functions(L, {
-      {"no_grad", wrap<torch_no_grad>},
-      {"enable_grad", wrap<torch_enable_grad>},
-      {"is_grad_enabled", wrap<torch_is_grad_enabled>},
-  });
+                       {"no_grad", wrap<torch_no_grad>},
+                       {"enable_grad", wrap<torch_enable_grad>},
+                       {"is_grad_enabled", wrap<torch_is_grad_enabled>},
+                   });
 }
 
 }  // namespace runner::bindings

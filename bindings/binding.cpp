@@ -113,23 +113,26 @@ std::string with_zero_based_note(std::string message) {
   static const std::regex counted(R"((dimension|dim|position|number) \(?-?[0-9])", std::regex::icase);
   if (!std::regex_search(message, counted)) return message;
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return message + " (LibTorch counts dimensions and list entries from 0 in this message: its dimension 0 is "
-                   "dim 1 here, its tensor number 0 the first tensor)";
+  return message +
+         " (LibTorch counts dimensions and list entries from 0 in this message: its dimension 0 is "
+         "dim 1 here, its tensor number 0 the first tensor)";
 }
 
 int raise_unknown_option(lua_State* L, int table, const std::string& function, const std::vector<std::string>& names) {
   if (lua_type(L, -1) == LUA_TSTRING) {
     const std::string key = lua_tostring(L, -1);
-    return raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {}){}", key, function, fmt::join(names, ", "),
-                                      did_you_mean(key, names)));
+    return raise_error(L, fmt::format("unknown option '{}' to '{}' (known: {}){}", key, function,
+                                      fmt::join(names, ", "), did_you_mean(key, names)));
   }
   lua_pushvalue(L, -1);
   lua_rawget(L, table);
-  const std::string value = lua_type(L, -1) == LUA_TSTRING ? fmt::format("'{}'", lua_tostring(L, -1)) : luaL_typename(L, -1);
+  const std::string value =
+      lua_type(L, -1) == LUA_TSTRING ? fmt::format("'{}'", lua_tostring(L, -1)) : luaL_typename(L, -1);
   lua_pop(L, 1);
-  const std::string key = lua_type(L, -1) == LUA_TNUMBER ? fmt::format("[{}]", lua_tonumber(L, -1)) : luaL_typename(L, -1);
-  return raise_error(L, fmt::format("'{}' takes named options only, not the entry {} = {} (known: {})", function, key, value,
-                                    fmt::join(names, ", ")));
+  const std::string key =
+      lua_type(L, -1) == LUA_TNUMBER ? fmt::format("[{}]", lua_tonumber(L, -1)) : luaL_typename(L, -1);
+  return raise_error(L, fmt::format("'{}' takes named options only, not the entry {} = {} (known: {})", function, key,
+                                    value, fmt::join(names, ", ")));
 }
 
 bool has_field(lua_State* L, int index, const char* key) {

@@ -42,7 +42,9 @@ class LuaDataset final : public Dataset {
 
   std::int64_t size() const override { return length_; }
   data::SampleKind kind() const override { return data::SampleKind::tensor; }
-  std::string describe() const override { return "lua dataset defined at " + where_ + ": " + std::to_string(length_) + " samples"; }
+  std::string describe() const override {
+    return "lua dataset defined at " + where_ + ": " + std::to_string(length_) + " samples";
+  }
   bool has_labels() const override { return has_labels_; }
   bool reads_on_caller_thread() const override { return true; }
   std::string source(std::int64_t index) const override {
@@ -58,7 +60,8 @@ class LuaDataset final : public Dataset {
     if (tensor == nullptr) {
       const std::string got = luaL_typename(L, -2);
       lua_pop(L, 2);
-      throw data::DataError("", source(index) + ": get(" + std::to_string(index + 1) + ") returned " + got + ", expected a tensor");
+      throw data::DataError(
+          "", source(index) + ": get(" + std::to_string(index + 1) + ") returned " + got + ", expected a tensor");
     }
     out.tensor = *tensor;
     if (lua_isnumber(L, -1)) {
@@ -106,19 +109,22 @@ Loader& check_loader(lua_State* L, int index) { return *shared_loader(L, index);
 // The dataset constructors' options (data.image_folder{...}, ...), each declared once; `path` is required.
 template <class Struct>
 OptionField<Struct> path_option(std::string Struct::*member) {
-  return option_with<Struct>("path", [member](lua_State* L, const char* key, Struct& o) {
-    read_option_value(L, key, o.*member);
-    if ((o.*member).empty()) raise_error(L, "option 'path' must not be empty");
-  }, /*required=*/true);
+  return option_with<Struct>(
+      "path",
+      [member](lua_State* L, const char* key, Struct& o) {
+        read_option_value(L, key, o.*member);
+        if ((o.*member).empty()) raise_error(L, "option 'path' must not be empty");
+      },
+      /*required=*/true);
 }
 
 struct ImageFolderOptions {
   std::string path;
   bool labels = false;  // the subfolder names are the classes
 };
-const OptionTable<ImageFolderOptions> kImageFolderOptions(
-    "data.image_folder", "ImageFolderOptions",
-    {path_option(&ImageFolderOptions::path), option("labels", &ImageFolderOptions::labels)});
+const OptionTable<ImageFolderOptions> kImageFolderOptions("data.image_folder", "ImageFolderOptions",
+                                                          {path_option(&ImageFolderOptions::path),
+                                                           option("labels", &ImageFolderOptions::labels)});
 
 struct SplitDatasetOptions {
   std::string path;
@@ -167,7 +173,8 @@ const OptionTable<LatentsOptions> kLatentsOptions(
     "data.latents", "LatentsOptions",
     {path_option(&LatentsOptions::path),
      option_with<LatentsOptions>("scale", [](lua_State* L, const char* key, LatentsOptions& o) {
-       if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) <= 0) raise_error(L, "latents: scale must be a positive number");
+       if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) <= 0)
+         raise_error(L, "latents: scale must be a positive number");
        read_option_value(L, key, o.scale);
      })});
 
@@ -240,11 +247,12 @@ struct IterRange {
 const OptionTable<IterRange> kIterRangeOptions(
     "loader:iter", "IterRange",
     {
-        option_with<IterRange>("from", [](lua_State* L, const char* key, IterRange& o) {
-          if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0)
-            raise_error(L, "loader:iter: 'from' must be a count of batches, 0 or more");
-          read_option_value(L, key, o.from);
-        }),
+        option_with<IterRange>("from",
+                               [](lua_State* L, const char* key, IterRange& o) {
+                                 if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0)
+                                   raise_error(L, "loader:iter: 'from' must be a count of batches, 0 or more");
+                                 read_option_value(L, key, o.from);
+                               }),
         option("to", &IterRange::to),
     });
 
@@ -254,9 +262,10 @@ int data_shapes(lua_State* L) { return push_dataset(L, data::make_shapes(kShapes
 struct LuaDatasetOptions {
   std::int64_t length = 0;
 };
-const OptionTable<LuaDatasetOptions> kLuaDatasetOptions(
-    "data.dataset", "LuaDatasetOptions",
-    {option("length", &LuaDatasetOptions::length, /*required=*/true), lua_option<LuaDatasetOptions>("get", /*required=*/true)});
+const OptionTable<LuaDatasetOptions> kLuaDatasetOptions("data.dataset", "LuaDatasetOptions",
+                                                        {option("length", &LuaDatasetOptions::length,
+                                                                /*required=*/true),
+                                                         lua_option<LuaDatasetOptions>("get", /*required=*/true)});
 
 // data._lua_dataset(LuaDatasetOptions): get(i) -> sample [, label]
 int data_lua_dataset(lua_State* L) {
@@ -296,7 +305,8 @@ int dataset_get(lua_State* L) {
   const Dataset& dataset = check_dataset(L, 1);
   const std::int64_t position = check_integer(L, 2);
   if (position < 1 || position > dataset.size()) {
-    raise_error(L, "dataset:get: index " + std::to_string(position) + " is out of range 1.." + std::to_string(dataset.size()));
+    raise_error(
+        L, "dataset:get: index " + std::to_string(position) + " is out of range 1.." + std::to_string(dataset.size()));
   }
   point_lua_dataset_at(L, dataset);
   data::Sample sample;
@@ -308,8 +318,10 @@ int dataset_get(lua_State* L) {
   } else {
     push_tensor(L, sample.tensor.clone());
   }
-  if (sample.label >= 0) lua_pushinteger(L, static_cast<lua_Integer>(sample.label));
-  else lua_pushnil(L);
+  if (sample.label >= 0)
+    lua_pushinteger(L, static_cast<lua_Integer>(sample.label));
+  else
+    lua_pushnil(L);
   return 2;
 }
 
@@ -338,10 +350,12 @@ void read_crop(lua_State* L, const char* key, data::TransformSpec& spec) {
 const OptionTable<data::TransformSpec> kTransformOptions(
     "transform", "TransformOptions",
     {
-        option_with<data::TransformSpec>("resize", [](lua_State* L, const char* key, data::TransformSpec& spec) {
-          read_option_value(L, key, spec.resize);
-          if (spec.resize < 0) raise_error(L, "transform option 'resize' must be positive");
-        }),
+        option_with<data::TransformSpec>("resize",
+                                         [](lua_State* L, const char* key, data::TransformSpec& spec) {
+                                           read_option_value(L, key, spec.resize);
+                                           if (spec.resize < 0)
+                                             raise_error(L, "transform option 'resize' must be positive");
+                                         }),
         option_with<data::TransformSpec>("crop", read_crop),
         option_with<data::TransformSpec>("random_crop", read_crop),
         option("flip", &data::TransformSpec::flip),
@@ -355,33 +369,43 @@ const OptionTable<data::LoaderOptions> kLoaderOptions(
         option("batch", &data::LoaderOptions::batch, /*required=*/true),
         option("shuffle", &data::LoaderOptions::shuffle),
         option("drop_last", &data::LoaderOptions::drop_last),
-        option_with<data::LoaderOptions>("workers", [](lua_State* L, const char* key, data::LoaderOptions& o) {
-          read_option_value(L, key, o.workers);
-          if (o.workers < 0) raise_error(L, "loader: workers must be 0 or more");
-        }),
+        option_with<data::LoaderOptions>("workers",
+                                         [](lua_State* L, const char* key, data::LoaderOptions& o) {
+                                           read_option_value(L, key, o.workers);
+                                           if (o.workers < 0) raise_error(L, "loader: workers must be 0 or more");
+                                         }),
         option("prefetch", &data::LoaderOptions::prefetch),
-        option_with<data::LoaderOptions>("seed", [](lua_State* L, const char* key, data::LoaderOptions& o) {
-          if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) < 0) raise_error(L, "loader: seed must be non-negative");
-          read_option_value(L, key, o.seed);
-        }),
+        option_with<data::LoaderOptions>("seed",
+                                         [](lua_State* L, const char* key, data::LoaderOptions& o) {
+                                           if (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) < 0)
+                                             raise_error(L, "loader: seed must be non-negative");
+                                           read_option_value(L, key, o.seed);
+                                         }),
         option("rank", &data::LoaderOptions::rank),
         option("world_size", &data::LoaderOptions::world_size),
-        option_with<data::LoaderOptions>("device", [](lua_State* L, const char* key, data::LoaderOptions& o) {
-          std::string name;
-          read_option_value(L, key, name);
-          o.device = core::parse_device(name);
-        }),
+        option_with<data::LoaderOptions>("device",
+                                         [](lua_State* L, const char* key, data::LoaderOptions& o) {
+                                           std::string name;
+                                           read_option_value(L, key, name);
+                                           o.device = core::parse_device(name);
+                                         }),
         option("pin_memory", &data::LoaderOptions::pin_memory),
-        option_with<data::LoaderOptions>("transform", [](lua_State* L, const char*, data::LoaderOptions& o) {
-          if (!lua_istable(L, -1)) raise_error(L, "option 'transform' must be a table");
-          o.transform = kTransformOptions.read(L, lua_gettop(L));
-        }),
-        option_with<data::LoaderOptions>("on_error", [](lua_State* L, const char* key, data::LoaderOptions& o) {
-          std::string name;
-          read_option_value(L, key, name);
-          if (name != "raise" && name != "skip") raise_error(L, "loader: on_error must be 'raise' or 'skip', got '" + name + "'");
-          o.on_error = name == "skip" ? data::BadSamplePolicy::skip : data::BadSamplePolicy::raise;
-        }),
+        option_with<data::LoaderOptions>("transform",
+                                         [](lua_State* L, const char*, data::LoaderOptions& o) {
+                                           if (!lua_istable(L, -1))
+                                             raise_error(L, "option 'transform' must be a table");
+                                           o.transform = kTransformOptions.read(L, lua_gettop(L));
+                                         }),
+        option_with<data::LoaderOptions>("on_error",
+                                         [](lua_State* L, const char* key, data::LoaderOptions& o) {
+                                           std::string name;
+                                           read_option_value(L, key, name);
+                                           if (name != "raise" && name != "skip")
+                                             raise_error(
+                                                 L, "loader: on_error must be 'raise' or 'skip', got '" + name + "'");
+                                           o.on_error = name == "skip" ? data::BadSamplePolicy::skip
+                                                                       : data::BadSamplePolicy::raise;
+                                         }),
     });
 
 // data._loader(dataset, options)
@@ -453,8 +477,10 @@ int loader_iter(lua_State* L) {
   }
   loader.set_end(stop.value_or(-1));
   lua_settop(L, 1);
-  if (stop) lua_pushinteger(L, static_cast<lua_Integer>(*stop));
-  else lua_pushnil(L);
+  if (stop)
+    lua_pushinteger(L, static_cast<lua_Integer>(*stop));
+  else
+    lua_pushnil(L);
   lua_pushcclosure(L, wrap<loader_iterator>, 2);
   return 1;
 }
@@ -547,8 +573,9 @@ int loader_dataset(lua_State* L) {
 int loader_tostring(lua_State* L) {
   const Loader& loader = check_loader(L, 1);
   const data::LoaderOptions& o = loader.options();
-  const std::string text = fmt::format("loader({}; batch {}, {} batches per epoch, {} workers, {})", loader.dataset().describe(),
-                                       o.batch, loader.batches_per_epoch(), o.workers, core::device_name(o.device));
+  const std::string text =
+      fmt::format("loader({}; batch {}, {} batches per epoch, {} workers, {})", loader.dataset().describe(), o.batch,
+                  loader.batches_per_epoch(), o.workers, core::device_name(o.device));
   lua_pushlstring(L, text.data(), text.size());
   return 1;
 }
@@ -569,8 +596,8 @@ std::shared_ptr<data::Loader> shared_loader(lua_State* L, int index) {
 }
 
 void open_data(lua_State* L) {
-  new_metatable<DatasetBox>(L, kDatasetType,
-                            {{"get", wrap<dataset_get>}, {"classes", wrap<dataset_classes>}, {"len", wrap<dataset_len>}});
+  new_metatable<DatasetBox>(
+      L, kDatasetType, {{"get", wrap<dataset_get>}, {"classes", wrap<dataset_classes>}, {"len", wrap<dataset_len>}});
   lua_pop(L, 1);
   set_metamethods(L, kDatasetType, wrap<dataset_len>, wrap<dataset_tostring>);
 

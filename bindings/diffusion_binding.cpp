@@ -67,8 +67,10 @@ diff::Denoiser denoiser_at(lua_State* L, int index) {
     lua_pushvalue(L, model);
     push_tensor(L, x);
     push_tensor(L, t);
-    if (labels) push_tensor(L, *labels);
-    else lua_pushnil(L);
+    if (labels)
+      push_tensor(L, *labels);
+    else
+      lua_pushnil(L);
     lua_call(L, 3, 1);
     at::Tensor* out = test_tensor(L, -1);
     if (out == nullptr) {
@@ -95,49 +97,62 @@ struct DiffusionOptions {
 const OptionTable<DiffusionOptions> kDiffusionOptions(
     "diffusion.gaussian", "DiffusionOptions",
     {
-        option_with<DiffusionOptions>("schedule", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.schedule.kind);
-        }),
-        option_with<DiffusionOptions>("timesteps", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.schedule.timesteps);
-        }),
-        option_with<DiffusionOptions>("beta_start", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.schedule.beta_start);
-        }),
-        option_with<DiffusionOptions>("beta_end", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.schedule.beta_end);
-        }),
-        option_with<DiffusionOptions>("prediction", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          std::string name;
-          read_option_value(L, key, name);
-          o.loss.prediction = diff::parse_prediction(name);
-        }),
-        option_with<DiffusionOptions>("min_snr", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.loss.min_snr_gamma);
-          if (*o.loss.min_snr_gamma <= 0) {
-            throw std::invalid_argument(fmt::format("min_snr must be positive, got {}", *o.loss.min_snr_gamma));
-          }
-        }),
-        option_with<DiffusionOptions>("timestep_sampling", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          std::string name;
-          read_option_value(L, key, name);
-          o.timestep_sampling.kind = diff::parse_timestep_sampling(name);
-        }),
-        option_with<DiffusionOptions>("logit_mean", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.logit_mean);
-          if (!std::isfinite(*o.logit_mean)) throw std::invalid_argument("logit_mean must be a finite number");
-        }),
-        option_with<DiffusionOptions>("logit_std", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          read_option_value(L, key, o.logit_std);
-          if (!(*o.logit_std > 0) || !std::isfinite(*o.logit_std)) {
-            throw std::invalid_argument(fmt::format("logit_std must be a positive number, got {}", *o.logit_std));
-          }
-        }),
-        option_with<DiffusionOptions>("seed", [](lua_State* L, const char* key, DiffusionOptions& o) {
-          double value = 0;
-          read_option_value(L, key, value);
-          o.seed = seed_value(value);
-        }),
+        option_with<DiffusionOptions>("schedule",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.schedule.kind);
+                                      }),
+        option_with<DiffusionOptions>("timesteps",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.schedule.timesteps);
+                                      }),
+        option_with<DiffusionOptions>("beta_start",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.schedule.beta_start);
+                                      }),
+        option_with<DiffusionOptions>("beta_end",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.schedule.beta_end);
+                                      }),
+        option_with<DiffusionOptions>("prediction",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        std::string name;
+                                        read_option_value(L, key, name);
+                                        o.loss.prediction = diff::parse_prediction(name);
+                                      }),
+        option_with<DiffusionOptions>("min_snr",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.loss.min_snr_gamma);
+                                        if (*o.loss.min_snr_gamma <= 0) {
+                                          throw std::invalid_argument(
+                                              fmt::format("min_snr must be positive, got {}", *o.loss.min_snr_gamma));
+                                        }
+                                      }),
+        option_with<DiffusionOptions>("timestep_sampling",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        std::string name;
+                                        read_option_value(L, key, name);
+                                        o.timestep_sampling.kind = diff::parse_timestep_sampling(name);
+                                      }),
+        option_with<DiffusionOptions>("logit_mean",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.logit_mean);
+                                        if (!std::isfinite(*o.logit_mean))
+                                          throw std::invalid_argument("logit_mean must be a finite number");
+                                      }),
+        option_with<DiffusionOptions>("logit_std",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        read_option_value(L, key, o.logit_std);
+                                        if (!(*o.logit_std > 0) || !std::isfinite(*o.logit_std)) {
+                                          throw std::invalid_argument(
+                                              fmt::format("logit_std must be a positive number, got {}", *o.logit_std));
+                                        }
+                                      }),
+        option_with<DiffusionOptions>("seed",
+                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
+                                        double value = 0;
+                                        read_option_value(L, key, value);
+                                        o.seed = seed_value(value);
+                                      }),
     });
 
 // runner._diffusion.new(options, default_seed): runner.diffusion.gaussian.
@@ -150,10 +165,11 @@ int diffusion_new(lua_State* L) {
   if (o.logit_mean) o.timestep_sampling.logit_mean = *o.logit_mean;
   if (o.logit_std) o.timestep_sampling.logit_std = *o.logit_std;
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
-  new_userdata<DiffusionBox>(L, kDiffusionType,
-                             DiffusionBox{diff::DiffusionTraining{diff::make_schedule(o.schedule), o.loss, o.timestep_sampling,
-                                                                  std::make_shared<diff::SampleStreams>(seed)},
-                                          o.schedule.kind});
+  new_userdata<DiffusionBox>(
+      L, kDiffusionType,
+      DiffusionBox{diff::DiffusionTraining{diff::make_schedule(o.schedule), o.loss, o.timestep_sampling,
+                                           std::make_shared<diff::SampleStreams>(seed)},
+                   o.schedule.kind});
   return 1;
 }
 
@@ -187,9 +203,10 @@ struct DiffusionLossOptions {
 const OptionTable<DiffusionLossOptions> kDiffusionLossOptions(
     "loss", "DiffusionLossOptions",
     {
-        option_with<DiffusionLossOptions>("labels", [](lua_State* L, const char*, DiffusionLossOptions& o) {
-          o.labels = check_tensor(L, lua_gettop(L));
-        }),
+        option_with<DiffusionLossOptions>("labels",
+                                          [](lua_State* L, const char*, DiffusionLossOptions& o) {
+                                            o.labels = check_tensor(L, lua_gettop(L));
+                                          }),
         option("label_dropout", &DiffusionLossOptions::label_dropout),
     });
 
@@ -208,8 +225,8 @@ int diffusion_loss(lua_State* L) {
   const DiffusionLossOptions o = kDiffusionLossOptions.read(L, 7);
   const diff::Denoiser model = denoiser_at(L, 2);
   const at::Tensor& x0 = check_tensor(L, 3);
-  const diff::TrainingLabels labels = diff::training_labels(model_labels(L, 2, 8), opt_tensor(L, 4), o.labels,
-                                                            o.label_dropout, x0.device());
+  const diff::TrainingLabels labels =
+      diff::training_labels(model_labels(L, 2, 8), opt_tensor(L, 4), o.labels, o.label_dropout, x0.device());
   std::optional<at::Tensor> indices = opt_tensor(L, 6);
   std::optional<std::int64_t> epoch;
   if (!lua_isnoneornil(L, 5)) epoch = runtime_epoch(static_cast<lua_Number>(check_integer(L, 5)));
@@ -217,8 +234,10 @@ int diffusion_loss(lua_State* L) {
   push_tensor(L, keyed.terms.loss);
   push_tensor(L, keyed.t);
   push_tensor(L, keyed.terms.mse);
-  if (keyed.terms.vb.defined()) push_tensor(L, keyed.terms.vb);
-  else lua_pushnil(L);
+  if (keyed.terms.vb.defined())
+    push_tensor(L, keyed.terms.vb);
+  else
+    lua_pushnil(L);
   return 4;
 }
 
@@ -233,23 +252,26 @@ int diffusion_objective(lua_State* L) {
         "objective: the model must be a built-in denoiser (nn.UNet, nn.DiT); for another model give the trainer a loss "
         "function: train:step(batch, function(micro) return d:loss(model, micro) end)");
   }
-  const diff::Denoiser model = [native](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
+  const diff::Denoiser model = [native](const at::Tensor& x, const at::Tensor& t,
+                                        const std::optional<at::Tensor>& labels) {
     return native->forward(x, t, labels);
   };
-  push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native),
-                                                               o.label_dropout));
+  push_objective(
+      L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native), o.label_dropout));
   return 1;
 }
 
 // d:training_loss(model, x0, t, noise [, labels]) -> loss, mse, vb: the loss for given timesteps and noise.
 int diffusion_training_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  const auto terms = diff::training_loss(box.training.schedule, denoiser_at(L, 2), check_tensor(L, 3), check_tensor(L, 4),
-                                         check_tensor(L, 5), opt_tensor(L, 6), box.training.loss);
+  const auto terms = diff::training_loss(box.training.schedule, denoiser_at(L, 2), check_tensor(L, 3),
+                                         check_tensor(L, 4), check_tensor(L, 5), opt_tensor(L, 6), box.training.loss);
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
-  if (terms.vb.defined()) push_tensor(L, terms.vb);
-  else lua_pushnil(L);
+  if (terms.vb.defined())
+    push_tensor(L, terms.vb);
+  else
+    lua_pushnil(L);
   return 3;
 }
 
@@ -262,25 +284,24 @@ int diffusion_q_sample(lua_State* L) {
 
 // The options of d:sample: n, labels, seed, x_T, noise and device are read by stdlib/runner/diffusion.lua
 // (noise also here).
-const OptionTable<diff::SampleOptions> kSampleOptions(
-    "sample", "SampleOptions",
-    {
-        lua_option<diff::SampleOptions>("n"),
-        lua_option<diff::SampleOptions>("labels"),
-        option("steps", &diff::SampleOptions::steps),
-        option("sampler", &diff::SampleOptions::sampler),
-        option("eta", &diff::SampleOptions::eta),
-        option("guidance", &diff::SampleOptions::guidance),
-        option("variance", &diff::SampleOptions::variance),
-        option("clip", &diff::SampleOptions::clip),
-        lua_option<diff::SampleOptions>("seed"),
-        lua_option<diff::SampleOptions>("x_T"),
-        lua_option<diff::SampleOptions>("noise"),
-        option("trajectory", &diff::SampleOptions::keep_trajectory),
-        lua_option<diff::SampleOptions>("device"),
-        option("null_label", &diff::SampleOptions::null_label),
-        option("autocast", &diff::SampleOptions::autocast),
-    });
+const OptionTable<diff::SampleOptions> kSampleOptions("sample", "SampleOptions",
+                                                      {
+                                                          lua_option<diff::SampleOptions>("n"),
+                                                          lua_option<diff::SampleOptions>("labels"),
+                                                          option("steps", &diff::SampleOptions::steps),
+                                                          option("sampler", &diff::SampleOptions::sampler),
+                                                          option("eta", &diff::SampleOptions::eta),
+                                                          option("guidance", &diff::SampleOptions::guidance),
+                                                          option("variance", &diff::SampleOptions::variance),
+                                                          option("clip", &diff::SampleOptions::clip),
+                                                          lua_option<diff::SampleOptions>("seed"),
+                                                          lua_option<diff::SampleOptions>("x_T"),
+                                                          lua_option<diff::SampleOptions>("noise"),
+                                                          option("trajectory", &diff::SampleOptions::keep_trajectory),
+                                                          lua_option<diff::SampleOptions>("device"),
+                                                          option("null_label", &diff::SampleOptions::null_label),
+                                                          option("autocast", &diff::SampleOptions::autocast),
+                                                      });
 
 // d:_sample(model, x_T, labels|nil, options, seed, null_label|nil) -> x [, trajectory]
 // options.noise: a tensor [steps, B, ...] of per-step noise; without it, noise comes from a generator seeded
@@ -304,8 +325,8 @@ int diffusion_sample(lua_State* L) {
     const at::Tensor given = *given_noise;
     noise = [given](std::int64_t step, const at::Tensor& like) {
       if (given.dim() != like.dim() + 1 || step >= given.size(0) || given[step].sizes() != like.sizes()) {
-        throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]", fmt::join(like.sizes(), ", "),
-                                                fmt::join(given.sizes(), ", ")));
+        throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]",
+                                                fmt::join(like.sizes(), ", "), fmt::join(given.sizes(), ", ")));
       }
       return given[step].to(like.options());
     };
@@ -315,7 +336,9 @@ int diffusion_sample(lua_State* L) {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_current_seed(check_seed(L, 6) ^ 0x5a17c0de5a17c0deULL);
     }
-    noise = [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
+    noise = [generator](std::int64_t, const at::Tensor& like) {
+      return at::randn(like.sizes(), generator, like.options());
+    };
   }
   const auto result = diff::sample(box.training.schedule, model, x_T, labels, o, noise);
   push_tensor(L, result.x);

@@ -50,8 +50,10 @@ int dist_broadcast(lua_State* L) {
 int dist_all_gather(lua_State* L) {
   const at::Tensor& tensor = check_tensor(L, 1);
   std::vector<at::Tensor> gathered;
-  if (dist::ProcessGroup* group = dist::process_group()) gathered = group->all_gather(tensor);
-  else gathered.push_back(tensor);
+  if (dist::ProcessGroup* group = dist::process_group())
+    gathered = group->all_gather(tensor);
+  else
+    gathered.push_back(tensor);
   lua_createtable(L, static_cast<int>(gathered.size()), 0);
   for (std::size_t i = 0; i < gathered.size(); ++i) {
     push_tensor(L, gathered[i]);

@@ -41,8 +41,9 @@ int sliced_wasserstein(lua_State* L) {
 eval::FidOptions fid_options(lua_State* L, int index, const char* function) {
   const eval::FidOptions o = kFidOptions.read_as(function, L, index);
   if (o.weights.empty())
-    raise_error(L, fmt::format("{}: give weights = the FID Inception weights file (or the same tensors as safetensors): {}",
-                               function, eval::fid_weights_help()));
+    raise_error(
+        L, fmt::format("{}: give weights = the FID Inception weights file (or the same tensors as safetensors): {}",
+                       function, eval::fid_weights_help()));
   return o;
 }
 
@@ -87,7 +88,8 @@ int fid_stats(lua_State* L) {
 void open_eval(lua_State* L) {
   lua_getglobal(L, "runner");
   lua_newtable(L);
-  set_functions(L, {{"sliced_wasserstein", wrap<sliced_wasserstein>}, {"fid", wrap<fid>}, {"fid_stats", wrap<fid_stats>}});
+  set_functions(L,
+                {{"sliced_wasserstein", wrap<sliced_wasserstein>}, {"fid", wrap<fid>}, {"fid_stats", wrap<fid_stats>}});
   lua_setfield(L, -2, "eval");
   lua_pop(L, 1);
 }

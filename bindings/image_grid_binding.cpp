@@ -21,13 +21,16 @@ const OptionTable<image::GridOptions> kGridOptions(
     {
         option("columns", &image::GridOptions::columns),
         option("padding", &image::GridOptions::padding),
-        option_with<image::GridOptions>("range", [](lua_State* L, const char* key, image::GridOptions& o) {
-          std::vector<double> range;
-          read_option_value(L, key, range);
-          if (range.size() != 2) throw std::invalid_argument("option 'range' must hold two numbers {low, high}");
-          o.low = range[0];
-          o.high = range[1];
-        }),
+        option_with<image::GridOptions>("range",
+                                        [](lua_State* L, const char* key, image::GridOptions& o) {
+                                          std::vector<double> range;
+                                          read_option_value(L, key, range);
+                                          if (range.size() != 2)
+                                            throw std::invalid_argument(
+                                                "option 'range' must hold two numbers {low, high}");
+                                          o.low = range[0];
+                                          o.high = range[1];
+                                        }),
         option("pad_value", &image::GridOptions::pad_value),
     });
 

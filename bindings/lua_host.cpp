@@ -29,8 +29,8 @@ namespace {
 
 lua_State* active_state = nullptr;
 volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
-volatile std::sig_atomic_t held_signal = 0;             // the first stop signal while a run is being recorded
-volatile std::sig_atomic_t traces_interruptible = 0;    // interrupt_compiled_loops(true) is in effect
+volatile std::sig_atomic_t held_signal = 0;            // the first stop signal while a run is being recorded
+volatile std::sig_atomic_t traces_interruptible = 0;   // interrupt_compiled_loops(true) is in effect
 constexpr int kStopSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
@@ -42,8 +42,10 @@ void export_locals(lua_State* L, lua_Debug* frame) {
   for (int i = 1;; ++i) {
     const char* name = lua_getlocal(L, frame, i);
     if (!name) break;
-    if (name[0] == '(') lua_pop(L, 1);
-    else lua_setglobal(L, name);
+    if (name[0] == '(')
+      lua_pop(L, 1);
+    else
+      lua_setglobal(L, name);
   }
 }
 
@@ -82,9 +84,12 @@ std::string user_traceback(lua_State* L, int first_level) {
       break;
     }
     std::string where = fmt::format("\n\t{}:{}: in ", source_name(frame), frame.currentline);
-    if (*frame.what == 'm') where += "main chunk";
-    else if (frame.name) where += fmt::format("function '{}'", frame.name);
-    else where += fmt::format("function <{}:{}>", source_name(frame), frame.linedefined);
+    if (*frame.what == 'm')
+      where += "main chunk";
+    else if (frame.name)
+      where += fmt::format("function '{}'", frame.name);
+    else
+      where += fmt::format("function <{}:{}>", source_name(frame), frame.linedefined);
     text += where;
   }
   return text.empty() ? text : "\nstack traceback:" + text;
@@ -123,7 +128,8 @@ std::string with_whole_path(lua_State* L, const std::string& message) {
 // Message handler: keeps control errors (exit, interrupt, usage) as they are; turns everything else into
 // "file:line: message" plus a traceback of user frames.
 int message_handler(lua_State* L) {
-  if (is_interrupt_error(L, 1) || is_usage_error(L, 1) || (lua_islightuserdata(L, 1) && lua_touserdata(L, 1) == exit_key))
+  if (is_interrupt_error(L, 1) || is_usage_error(L, 1) ||
+      (lua_islightuserdata(L, 1) && lua_touserdata(L, 1) == exit_key))
     return 1;
   std::string message;
   if (lua_type(L, 1) == LUA_TSTRING) {
@@ -172,8 +178,10 @@ void hold_stop_signal(int signal_number) {
 // os.exit([code]): unwinds the script so that the host can flush logs and close the state first.
 int os_exit(lua_State* L) {
   int status = kExitOk;
-  if (lua_type(L, 1) == LUA_TBOOLEAN) status = lua_toboolean(L, 1) ? kExitOk : kExitError;
-  else status = static_cast<int>(luaL_optinteger(L, 1, kExitOk));
+  if (lua_type(L, 1) == LUA_TBOOLEAN)
+    status = lua_toboolean(L, 1) ? kExitOk : kExitError;
+  else
+    status = static_cast<int>(luaL_optinteger(L, 1, kExitOk));
   lua_getfield(L, LUA_REGISTRYINDEX, host_key);
   auto* host = static_cast<LuaHost*>(lua_touserdata(L, -1));
   host->request_exit(status);
@@ -241,7 +249,8 @@ void LuaHost::request_exit(int status) {
 
 int LuaHost::load_text(const std::string& text, const std::string& chunk_name) {
   std::string source = text;
-  if (!source.empty() && source[0] == '#') source.replace(0, source.find('\n') == std::string::npos ? source.size() : source.find('\n'), "");
+  if (!source.empty() && source[0] == '#')
+    source.replace(0, source.find('\n') == std::string::npos ? source.size() : source.find('\n'), "");
   return luaL_loadbufferx(L_, source.data(), source.size(), chunk_name.c_str(), "t");
 }
 
@@ -254,8 +263,9 @@ int LuaHost::report_failure(int status) {
   if (is_interrupt_error(L_, -1)) {
     lua_pop(L_, 1);
     const int signal_number = interrupt_signal;
-    last_error_ = signal_number == SIGINT ? "interrupted (Ctrl-C)" : fmt::format("interrupted by signal {} ({})",
-                                                                               signal_number, strsignal(signal_number));
+    last_error_ = signal_number == SIGINT
+                      ? "interrupted (Ctrl-C)"
+                      : fmt::format("interrupted by signal {} ({})", signal_number, strsignal(signal_number));
     std::fprintf(stderr, "%s\n", signal_number == SIGINT ? "interrupted" : last_error_.c_str());
     return 128 + signal_number;
   }
@@ -377,8 +387,7 @@ int LuaHost::run_file(const std::string& path, const std::vector<std::string>& o
     lua_pushcfunction(L_, export_script_locals);
     lua_setfield(L_, LUA_REGISTRYINDEX, "runner.export_script_locals");
     // A statement after the script's last line (a script ending in `return` keeps its locals to itself).
-    if (!ends_with_return(source))
-      source += "\n;debug.getregistry()[\"runner.export_script_locals\"]()";
+    if (!ends_with_return(source)) source += "\n;debug.getregistry()[\"runner.export_script_locals\"]()";
   }
   if (load_text(source, "@" + shown) != 0) {
     // A syntax error has no frame to name the file: the chunk's path completes LuaJIT's short name.
@@ -406,7 +415,8 @@ int LuaHost::end_run(int status) {
     if (auto cause = dist::failure_behind_interruption(last_error_.empty() ? "interrupted" : last_error_))
       failure = end_active_run(L_, "failed", *cause);
     else
-      failure = end_active_run(L_, "interrupted", last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
+      failure = end_active_run(L_, "interrupted",
+                               last_error_.empty() ? std::nullopt : std::optional<std::string>(last_error_));
   } else {
     std::string error = last_error_;
     if (exit_requested_ && error.empty()) error = fmt::format("the script called os.exit({})", status);

@@ -23,8 +23,10 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
       if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
       return value;
     }
-    case LUA_TSTRING: return std::string(lua_tostring(L, index));
-    case LUA_TBOOLEAN: return static_cast<bool>(lua_toboolean(L, index));
+    case LUA_TSTRING:
+      return std::string(lua_tostring(L, index));
+    case LUA_TBOOLEAN:
+      return static_cast<bool>(lua_toboolean(L, index));
     case LUA_TTABLE: {
       const size_t length = lua_objlen(L, index);
       size_t count = 0;
@@ -58,20 +60,25 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
     default:
       if (at::Tensor* tensor = test_tensor(L, index)) {
         if (tensor->numel() != 1)
-          throw std::invalid_argument(fmt::format("{}: only one-element tensors can be recorded, got {} elements", where,
-                                                  tensor->numel()));
+          throw std::invalid_argument(
+              fmt::format("{}: only one-element tensors can be recorded, got {} elements", where, tensor->numel()));
         return tensor->item<double>();
       }
-      throw std::invalid_argument(fmt::format("{}: a {} cannot be recorded (numbers, strings, booleans and tables of them)",
-                                              where, luaL_typename(L, index)));
+      throw std::invalid_argument(
+          fmt::format("{}: a {} cannot be recorded (numbers, strings, booleans and tables of them)", where,
+                      luaL_typename(L, index)));
   }
 }
 
 void push_json(lua_State* L, const nlohmann::json& value) {
-  if (value.is_null()) lua_pushnil(L);
-  else if (value.is_boolean()) lua_pushboolean(L, value.get<bool>());
-  else if (value.is_number()) lua_pushnumber(L, value.get<double>());
-  else if (value.is_string()) lua_pushstring(L, value.get<std::string>().c_str());
+  if (value.is_null())
+    lua_pushnil(L);
+  else if (value.is_boolean())
+    lua_pushboolean(L, value.get<bool>());
+  else if (value.is_number())
+    lua_pushnumber(L, value.get<double>());
+  else if (value.is_string())
+    lua_pushstring(L, value.get<std::string>().c_str());
   else if (value.is_array()) {
     lua_createtable(L, static_cast<int>(value.size()), 0);
     for (size_t i = 0; i < value.size(); ++i) {

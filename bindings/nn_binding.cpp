@@ -29,13 +29,14 @@ constexpr const char* kModuleType = "runner.NativeModule";
 struct ModuleBox {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
-  std::shared_ptr<runner::nn::Denoiser> denoiser;  // set for UNet and DiT: forward(x, t [, labels])
+  std::shared_ptr<runner::nn::Denoiser> denoiser;              // set for UNet and DiT: forward(x, t [, labels])
   std::shared_ptr<runner::nn::AutoencoderKLImpl> autoencoder;  // set for AutoencoderKL: encode, decode
 };
 
 template <class Holder>
 void push_module(lua_State* L, Holder holder) {
-  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{holder.ptr(), [holder](const at::Tensor& x) mutable { return holder->forward(x); }});
+  new_userdata<ModuleBox>(
+      L, kModuleType, ModuleBox{holder.ptr(), [holder](const at::Tensor& x) mutable { return holder->forward(x); }});
 }
 
 ModuleBox& check_module(lua_State* L, int index) { return *check_userdata<ModuleBox>(L, index, kModuleType, "Module"); }
@@ -68,7 +69,8 @@ struct Conv2dOptions {
 OptionField<Conv2dOptions> pair_option(const char* key, std::vector<std::int64_t> Conv2dOptions::*member) {
   return option_with<Conv2dOptions>(key, [member](lua_State* L, const char* k, Conv2dOptions& o) {
     read_option_value(L, k, o.*member);
-    if ((o.*member).size() != 1 && (o.*member).size() != 2) raise_error(L, fmt::format("option '{}' must be a number or two numbers", k));
+    if ((o.*member).size() != 1 && (o.*member).size() != 2)
+      raise_error(L, fmt::format("option '{}' must be a number or two numbers", k));
   });
 }
 
@@ -80,15 +82,23 @@ const OptionTable<Conv2dOptions> kConv2dOptions(
         pair_option("dilation", &Conv2dOptions::dilation),
         option("groups", &Conv2dOptions::groups),
         option("bias", &Conv2dOptions::bias),
-        option_with<Conv2dOptions>("padding_mode", [](lua_State* L, const char* key, Conv2dOptions& o) {
-          std::string mode;
-          read_option_value(L, key, mode);
-          if (mode == "zeros") o.padding_mode = torch::kZeros;
-          else if (mode == "reflect") o.padding_mode = torch::kReflect;
-          else if (mode == "replicate") o.padding_mode = torch::kReplicate;
-          else if (mode == "circular") o.padding_mode = torch::kCircular;
-          else throw std::invalid_argument("padding_mode must be zeros, reflect, replicate or circular, got '" + mode + "'");
-        }),
+        option_with<Conv2dOptions>("padding_mode",
+                                   [](lua_State* L, const char* key, Conv2dOptions& o) {
+                                     std::string mode;
+                                     read_option_value(L, key, mode);
+                                     if (mode == "zeros")
+                                       o.padding_mode = torch::kZeros;
+                                     else if (mode == "reflect")
+                                       o.padding_mode = torch::kReflect;
+                                     else if (mode == "replicate")
+                                       o.padding_mode = torch::kReplicate;
+                                     else if (mode == "circular")
+                                       o.padding_mode = torch::kCircular;
+                                     else
+                                       throw std::invalid_argument(
+                                           "padding_mode must be zeros, reflect, replicate or circular, got '" + mode +
+                                           "'");
+                                   }),
     });
 
 torch::ExpandingArray<2> pair(const std::vector<std::int64_t>& values) {
@@ -121,15 +131,16 @@ struct GroupNormOptions {
   double eps = 1e-5;
   bool affine = true;
 };
-const OptionTable<GroupNormOptions> kGroupNormOptions(
-    "GroupNorm", "GroupNormOptions", {option("eps", &GroupNormOptions::eps), option("affine", &GroupNormOptions::affine)});
+const OptionTable<GroupNormOptions> kGroupNormOptions("GroupNorm", "GroupNormOptions",
+                                                      {option("eps", &GroupNormOptions::eps),
+                                                       option("affine", &GroupNormOptions::affine)});
 
 // nn.GroupNorm(num_groups, num_channels [, GroupNormOptions])
 int nn_group_norm(lua_State* L) {
   const GroupNormOptions o = kGroupNormOptions.read(L, 3);
-  push_module(L, torch::nn::GroupNorm(torch::nn::GroupNormOptions(check_integer(L, 1), check_integer(L, 2))
-                                          .eps(o.eps)
-                                          .affine(o.affine)));
+  push_module(L,
+              torch::nn::GroupNorm(
+                  torch::nn::GroupNormOptions(check_integer(L, 1), check_integer(L, 2)).eps(o.eps).affine(o.affine)));
   return 1;
 }
 
@@ -147,7 +158,8 @@ int nn_layer_norm(lua_State* L) {
   const auto shape = check_sizes(L, 1, &next);
   if (shape.empty()) luaL_argerror(L, 1, "normalized shape expected");
   const LayerNormOptions o = kLayerNormOptions.read(L, next);
-  push_module(L, torch::nn::LayerNorm(torch::nn::LayerNormOptions(shape).eps(o.eps).elementwise_affine(o.elementwise_affine)));
+  push_module(
+      L, torch::nn::LayerNorm(torch::nn::LayerNormOptions(shape).eps(o.eps).elementwise_affine(o.elementwise_affine)));
   return 1;
 }
 
@@ -332,7 +344,8 @@ at::Tensor check_timesteps(lua_State* L, int index, const at::Tensor& x) {
 // A built-in module's child (DiT's x_embedder.proj, ...) as a module of its own, with a forward when it is of a
 // type that nn.* builds.
 template <class Impl>
-bool bind_forward(const std::shared_ptr<torch::nn::Module>& module, std::function<at::Tensor(const at::Tensor&)>& forward) {
+bool bind_forward(const std::shared_ptr<torch::nn::Module>& module,
+                  std::function<at::Tensor(const at::Tensor&)>& forward) {
   const auto typed = std::dynamic_pointer_cast<Impl>(module);
   if (typed) forward = [typed](const at::Tensor& x) { return typed->forward(x); };
   return typed != nullptr;
@@ -371,7 +384,8 @@ int module_index(lua_State* L) {
     }
   }
   std::string child_name;
-  if (lua_type(L, 2) == LUA_TSTRING) child_name = lua_tostring(L, 2);
+  if (lua_type(L, 2) == LUA_TSTRING)
+    child_name = lua_tostring(L, 2);
   else if (lua_type(L, 2) == LUA_TNUMBER && lua_tonumber(L, 2) >= 1)
     child_name = std::to_string(static_cast<std::int64_t>(lua_tonumber(L, 2)) - 1);
   if (const auto* child = box.module->named_children().find(child_name)) {
@@ -387,10 +401,12 @@ int module_index(lua_State* L) {
 
 int module_forward(lua_State* L) {
   ModuleBox& box = check_module(L, 1);
-  if (box.autoencoder) throw std::invalid_argument("AutoencoderKL is not called: use vae:encode(images) and vae:decode(latents)");
+  if (box.autoencoder)
+    throw std::invalid_argument("AutoencoderKL is not called: use vae:encode(images) and vae:decode(latents)");
   if (!box.forward && !box.denoiser)
-    throw std::invalid_argument(fmt::format("this {} is a part of a built-in model with no forward of its own in Lua; call the model",
-                                            module_type_text(*box.module)));
+    throw std::invalid_argument(
+        fmt::format("this {} is a part of a built-in model with no forward of its own in Lua; call the model",
+                    module_type_text(*box.module)));
   if (box.denoiser) {
     const at::Tensor& x = check_tensor(L, 2);
     std::optional<at::Tensor> labels;
@@ -552,10 +568,14 @@ int module_has_method(lua_State* L) {
   const ModuleBox& box = check_module(L, 1);
   const std::string name = check_string(L, 2);
   bool has = true;
-  if (name == "forward") has = box.denoiser || (box.forward && !box.autoencoder);
-  else if (name == "set_checkpointing") has = box.denoiser != nullptr;
-  else if (name == "info") has = box.denoiser || box.autoencoder;
-  else if (name == "encode" || name == "decode") has = box.autoencoder != nullptr;
+  if (name == "forward")
+    has = box.denoiser || (box.forward && !box.autoencoder);
+  else if (name == "set_checkpointing")
+    has = box.denoiser != nullptr;
+  else if (name == "info")
+    has = box.denoiser || box.autoencoder;
+  else if (name == "encode" || name == "decode")
+    has = box.autoencoder != nullptr;
   lua_pushboolean(L, has);
   return 1;
 }
@@ -585,8 +605,9 @@ struct ModuleLoadOptions {
   bool strict = true;
   std::optional<std::string> key;  // the entry of a file that holds several tables
 };
-const OptionTable<ModuleLoadOptions> kModuleLoadOptions(
-    "load", "ModuleLoadOptions", {option("strict", &ModuleLoadOptions::strict), option("key", &ModuleLoadOptions::key)});
+const OptionTable<ModuleLoadOptions> kModuleLoadOptions("load", "ModuleLoadOptions",
+                                                        {option("strict", &ModuleLoadOptions::strict),
+                                                         option("key", &ModuleLoadOptions::key)});
 
 // nn._load_options(options) -> {strict = bool} (for load_state_dict), key|nil
 int nn_load_options(lua_State* L) {
@@ -594,8 +615,10 @@ int nn_load_options(lua_State* L) {
   lua_createtable(L, 0, 1);
   lua_pushboolean(L, o.strict);
   lua_setfield(L, -2, "strict");
-  if (o.key) lua_pushlstring(L, o.key->data(), o.key->size());
-  else lua_pushnil(L);
+  if (o.key)
+    lua_pushlstring(L, o.key->data(), o.key->size());
+  else
+    lua_pushnil(L);
   return 2;
 }
 
@@ -637,18 +660,19 @@ std::shared_ptr<runner::nn::Denoiser> test_denoiser(lua_State* L, int index) {
 }
 
 void open_nn(lua_State* L) {
-  new_metatable<ModuleBox>(L, kModuleType, {
-      {"forward", wrap<module_forward>},
-      {"_named_tensors", wrap<module_named_tensors>},
-      {"_set_training", wrap<module_set_training>},
-      {"_is_training", wrap<module_is_training>},
-      {"_to", wrap<module_to>},
-      {"type_name", wrap<module_type_name>},
-      {"set_checkpointing", wrap<module_set_checkpointing>},
-      {"info", wrap<module_info>},
-      {"encode", wrap<module_encode>},
-      {"decode", wrap<module_decode>},
-  });
+  new_metatable<ModuleBox>(L, kModuleType,
+                           {
+                               {"forward", wrap<module_forward>},
+                               {"_named_tensors", wrap<module_named_tensors>},
+                               {"_set_training", wrap<module_set_training>},
+                               {"_is_training", wrap<module_is_training>},
+                               {"_to", wrap<module_to>},
+                               {"type_name", wrap<module_type_name>},
+                               {"set_checkpointing", wrap<module_set_checkpointing>},
+                               {"info", wrap<module_info>},
+                               {"encode", wrap<module_encode>},
+                               {"decode", wrap<module_decode>},
+                           });
   lua_pop(L, 1);
   luaL_getmetatable(L, kModuleType);
   lua_pushcfunction(L, wrap<module_has_method>);
@@ -665,28 +689,28 @@ void open_nn(lua_State* L) {
 
   lua_newtable(L);  // nn
   set_functions(L, {
-      {"Linear", wrap<nn_linear>},
-      {"Conv2d", wrap<nn_conv2d>},
-      {"GroupNorm", wrap<nn_group_norm>},
-      {"LayerNorm", wrap<nn_layer_norm>},
-      {"Embedding", wrap<nn_embedding>},
-      {"Dropout", wrap<nn_dropout>},
-      {"GELU", wrap<nn_gelu>},
-      {"LeakyReLU", wrap<nn_leaky_relu>},
-      {"ReLU", wrap<simple_module<torch::nn::ReLU>>},
-      {"SiLU", wrap<simple_module<torch::nn::SiLU>>},
-      {"Tanh", wrap<simple_module<torch::nn::Tanh>>},
-      {"Sigmoid", wrap<simple_module<torch::nn::Sigmoid>>},
-      {"Mish", wrap<simple_module<torch::nn::Mish>>},
-      {"Identity", wrap<simple_module<torch::nn::Identity>>},
-      {"UNet", wrap<nn_unet>},
-      {"DiT", wrap<nn_dit>},
-      {"dit_size", wrap<nn_dit_size>},
-      {"_is_native", wrap<nn_is_native>},
-      {"_ema_update", wrap<nn_ema_update>},
-      {"_load_state", wrap<nn_load_state>},
-      {"_load_options", wrap<nn_load_options>},
-  });
+                       {"Linear", wrap<nn_linear>},
+                       {"Conv2d", wrap<nn_conv2d>},
+                       {"GroupNorm", wrap<nn_group_norm>},
+                       {"LayerNorm", wrap<nn_layer_norm>},
+                       {"Embedding", wrap<nn_embedding>},
+                       {"Dropout", wrap<nn_dropout>},
+                       {"GELU", wrap<nn_gelu>},
+                       {"LeakyReLU", wrap<nn_leaky_relu>},
+                       {"ReLU", wrap<simple_module<torch::nn::ReLU>>},
+                       {"SiLU", wrap<simple_module<torch::nn::SiLU>>},
+                       {"Tanh", wrap<simple_module<torch::nn::Tanh>>},
+                       {"Sigmoid", wrap<simple_module<torch::nn::Sigmoid>>},
+                       {"Mish", wrap<simple_module<torch::nn::Mish>>},
+                       {"Identity", wrap<simple_module<torch::nn::Identity>>},
+                       {"UNet", wrap<nn_unet>},
+                       {"DiT", wrap<nn_dit>},
+                       {"dit_size", wrap<nn_dit_size>},
+                       {"_is_native", wrap<nn_is_native>},
+                       {"_ema_update", wrap<nn_ema_update>},
+                       {"_load_state", wrap<nn_load_state>},
+                       {"_load_options", wrap<nn_load_options>},
+                   });
   lua_newtable(L);  // nn.AutoencoderKL: callable, with .load
   set_functions(L, {{"load", wrap<nn_autoencoder_kl_load>}});
   lua_newtable(L);

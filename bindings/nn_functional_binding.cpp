@@ -38,9 +38,10 @@ const OptionTable<CrossEntropyOptions> kCrossEntropyOptions(
         option("reduction", &CrossEntropyOptions::reduction),
         option("label_smoothing", &CrossEntropyOptions::label_smoothing),
         option("ignore_index", &CrossEntropyOptions::ignore_index),
-        option_with<CrossEntropyOptions>("weight", [](lua_State* L, const char*, CrossEntropyOptions& o) {
-          o.weight = check_tensor(L, lua_gettop(L));
-        }),
+        option_with<CrossEntropyOptions>("weight",
+                                         [](lua_State* L, const char*, CrossEntropyOptions& o) {
+                                           o.weight = check_tensor(L, lua_gettop(L));
+                                         }),
     });
 
 // F.mse_loss(input, target [, LossOptions])
@@ -105,14 +106,14 @@ int f_layer_norm(lua_State* L) {
 void push_nn_functional(lua_State* L) {
   lua_newtable(L);
   set_functions(L, {
-      {"mse_loss", wrap<f_mse_loss>},
-      {"l1_loss", wrap<f_l1_loss>},
-      {"cross_entropy", wrap<f_cross_entropy>},
-      {"linear", wrap<f_linear>},
-      {"dropout", wrap<f_dropout>},
-      {"group_norm", wrap<f_group_norm>},
-      {"layer_norm", wrap<f_layer_norm>},
-  });
+                       {"mse_loss", wrap<f_mse_loss>},
+                       {"l1_loss", wrap<f_l1_loss>},
+                       {"cross_entropy", wrap<f_cross_entropy>},
+                       {"linear", wrap<f_linear>},
+                       {"dropout", wrap<f_dropout>},
+                       {"group_norm", wrap<f_group_norm>},
+                       {"layer_norm", wrap<f_layer_norm>},
+                   });
 }
 
 }  // namespace runner::bindings

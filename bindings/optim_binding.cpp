@@ -57,9 +57,12 @@ const OptionTable<train::ParamGroup> kAdamWOptions("AdamW", "AdamWOptions", adam
 
 const OptionTable<train::ParamGroup>& options_of(train::OptimizerKind kind) {
   switch (kind) {
-    case train::OptimizerKind::sgd: return kSgdOptions;
-    case train::OptimizerKind::adam: return kAdamOptions;
-    case train::OptimizerKind::adamw: return kAdamWOptions;
+    case train::OptimizerKind::sgd:
+      return kSgdOptions;
+    case train::OptimizerKind::adam:
+      return kAdamOptions;
+    case train::OptimizerKind::adamw:
+      return kAdamWOptions;
   }
   return kAdamWOptions;
 }
@@ -84,11 +87,13 @@ int optim_new(lua_State* L) {
     if (group.params.empty()) throw std::invalid_argument(fmt::format("parameter group {} has no parameters", i));
     for (const auto& p : group.params)
       if (!p.is_leaf() || !p.requires_grad())
-        throw std::invalid_argument(fmt::format("parameter group {} holds a tensor that is not a leaf requiring grad", i));
+        throw std::invalid_argument(
+            fmt::format("parameter group {} holds a tensor that is not a leaf requiring grad", i));
     groups.push_back(std::move(group));
   }
   if (groups.empty()) throw std::invalid_argument("optimizer got no parameters");
-  new_userdata<OptimizerBox>(L, kOptimizerType, OptimizerBox{std::make_shared<train::Optimizer>(kind, std::move(groups))});
+  new_userdata<OptimizerBox>(L, kOptimizerType,
+                             OptimizerBox{std::make_shared<train::Optimizer>(kind, std::move(groups))});
   return 1;
 }
 
@@ -175,14 +180,15 @@ std::shared_ptr<train::Optimizer> test_optimizer(lua_State* L, int index) {
 }
 
 void open_optim(lua_State* L) {
-  new_metatable<OptimizerBox>(L, kOptimizerType, {
-      {"step", wrap<optimizer_step>},
-      {"zero_grad", wrap<optimizer_zero_grad>},
-      {"lr", wrap<optimizer_lr>},
-      {"set_lr", wrap<optimizer_set_lr>},
-      {"group_count", wrap<optimizer_group_count>},
-      {"kind", wrap<optimizer_kind>},
-  });
+  new_metatable<OptimizerBox>(L, kOptimizerType,
+                              {
+                                  {"step", wrap<optimizer_step>},
+                                  {"zero_grad", wrap<optimizer_zero_grad>},
+                                  {"lr", wrap<optimizer_lr>},
+                                  {"set_lr", wrap<optimizer_set_lr>},
+                                  {"group_count", wrap<optimizer_group_count>},
+                                  {"kind", wrap<optimizer_kind>},
+                              });
   lua_pop(L, 1);
   luaL_getmetatable(L, kOptimizerType);
   lua_pushcfunction(L, wrap<optimizer_tostring>);

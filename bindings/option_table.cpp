@@ -31,9 +31,13 @@ std::map<std::string, std::vector<std::string>>& declared_option_tables() {
 }
 
 template <>
-void read_option_value(lua_State* L, const char* key, double& target) { target = number_value(L, key); }
+void read_option_value(lua_State* L, const char* key, double& target) {
+  target = number_value(L, key);
+}
 template <>
-void read_option_value(lua_State* L, const char* key, std::int64_t& target) { target = integer_value(L, key); }
+void read_option_value(lua_State* L, const char* key, std::int64_t& target) {
+  target = integer_value(L, key);
+}
 template <>
 void read_option_value(lua_State* L, const char* key, int& target) {
   const std::int64_t value = integer_value(L, key);

@@ -29,18 +29,30 @@ std::map<std::string, std::vector<std::string>>& declared_option_tables();
 // naming the option for a wrong type).
 template <class T>
 void read_option_value(lua_State* L, const char* key, T& target);
-template <> void read_option_value(lua_State* L, const char* key, double& target);
-template <> void read_option_value(lua_State* L, const char* key, std::int64_t& target);
-template <> void read_option_value(lua_State* L, const char* key, int& target);
-template <> void read_option_value(lua_State* L, const char* key, std::uint64_t& target);
-template <> void read_option_value(lua_State* L, const char* key, bool& target);
-template <> void read_option_value(lua_State* L, const char* key, std::string& target);
-template <> void read_option_value(lua_State* L, const char* key, std::optional<double>& target);
-template <> void read_option_value(lua_State* L, const char* key, std::optional<std::int64_t>& target);
-template <> void read_option_value(lua_State* L, const char* key, std::optional<bool>& target);
-template <> void read_option_value(lua_State* L, const char* key, std::optional<std::string>& target);
-template <> void read_option_value(lua_State* L, const char* key, std::vector<double>& target);
-template <> void read_option_value(lua_State* L, const char* key, std::vector<std::int64_t>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, double& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::int64_t& target);
+template <>
+void read_option_value(lua_State* L, const char* key, int& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::uint64_t& target);
+template <>
+void read_option_value(lua_State* L, const char* key, bool& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::string& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::optional<double>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::optional<std::int64_t>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::optional<bool>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::optional<std::string>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::vector<double>& target);
+template <>
+void read_option_value(lua_State* L, const char* key, std::vector<std::int64_t>& target);
 
 template <class Struct>
 struct OptionField {
@@ -82,7 +94,9 @@ class OptionTable {
   }
 
   // Fills `value` (the defaults) from the table at `index` (nil: an empty table).
-  Struct read(lua_State* L, int index, Struct value = Struct{}) const { return read_as(function_, L, index, std::move(value)); }
+  Struct read(lua_State* L, int index, Struct value = Struct{}) const {
+    return read_as(function_, L, index, std::move(value));
+  }
 
   // read, with messages naming `function` (one table behind several functions: the tensor factories, the losses).
   Struct read_as(const char* function, lua_State* L, int index, Struct value = Struct{}) const {
@@ -91,7 +105,8 @@ class OptionTable {
         if (field.required) raise_error(L, fmt::format("{}: option '{}' is required", function, field.key));
       return value;
     }
-    if (!lua_istable(L, index)) raise_error(L, fmt::format("{}: expected an options table, got {}", function, luaL_typename(L, index)));
+    if (!lua_istable(L, index))
+      raise_error(L, fmt::format("{}: expected an options table, got {}", function, luaL_typename(L, index)));
     index = index > 0 ? index : lua_gettop(L) + index + 1;
     check_keys(L, index, function);
     for (const auto& field : fields_) {

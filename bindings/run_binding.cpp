@@ -46,9 +46,10 @@ run::RunContext& check_run(lua_State* L, int index) {
 run::TrainingRun& check_training(lua_State* L, int index, const char* function) {
   RunBox& box = check_box(L, index);
   if (!box.training)
-    throw std::logic_error(fmt::format("{}: call run:restore{{trainer = ..., loader = ...}} first: it tells the run what a "
-                                       "checkpoint holds",
-                                       function));
+    throw std::logic_error(
+        fmt::format("{}: call run:restore{{trainer = ..., loader = ...}} first: it tells the run what a "
+                    "checkpoint holds",
+                    function));
   return *box.training;
 }
 
@@ -99,9 +100,13 @@ void push_record(lua_State* L, const run::RunContext& context) {
 }
 
 void read_resume(lua_State* L, const char* key, run::StartRequest& request) {
-  if (lua_type(L, -1) == LUA_TBOOLEAN) request.resume = lua_toboolean(L, -1) != 0;
-  else if (lua_type(L, -1) == LUA_TSTRING) request.resume = std::string(lua_tostring(L, -1));
-  else raise_error(L, fmt::format("runner.start: {} must be true, false or a run reference, got {}", key, luaL_typename(L, -1)));
+  if (lua_type(L, -1) == LUA_TBOOLEAN)
+    request.resume = lua_toboolean(L, -1) != 0;
+  else if (lua_type(L, -1) == LUA_TSTRING)
+    request.resume = std::string(lua_tostring(L, -1));
+  else
+    raise_error(
+        L, fmt::format("runner.start: {} must be true, false or a run reference, got {}", key, luaL_typename(L, -1)));
 }
 
 void read_seed(lua_State* L, const char* key, run::StartRequest& request) {
@@ -109,8 +114,9 @@ void read_seed(lua_State* L, const char* key, run::StartRequest& request) {
   const double value = number ? lua_tonumber(L, -1) : -1;
   if (value < 0 || value != std::floor(value) || value > 9007199254740992.0)
     raise_error(L, fmt::format("runner.start: {} must be a non-negative integer, got {}", key,
-                               number ? fmt::format("{}", value)
-                                      : lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1)));
+                               number                           ? fmt::format("{}", value)
+                               : lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                                : luaL_typename(L, -1)));
   request.seed = static_cast<int64_t>(value);
 }
 
@@ -125,12 +131,14 @@ const OptionTable<run::StartRequest> kStartOptions(
         option("parent", &run::StartRequest::parent),
         option("fork", &run::StartRequest::fork),
         option_with<run::StartRequest>("resume", read_resume),
-        option_with<run::StartRequest>("flush_interval", [](lua_State* L, const char* key, run::StartRequest& r) {
-          read_option_value(L, key, r.writer.flush_interval_seconds);
-        }),
-        option_with<run::StartRequest>("heartbeat", [](lua_State* L, const char* key, run::StartRequest& r) {
-          read_option_value(L, key, r.writer.heartbeat_seconds);
-        }),
+        option_with<run::StartRequest>("flush_interval",
+                                       [](lua_State* L, const char* key, run::StartRequest& r) {
+                                         read_option_value(L, key, r.writer.flush_interval_seconds);
+                                       }),
+        option_with<run::StartRequest>("heartbeat",
+                                       [](lua_State* L, const char* key, run::StartRequest& r) {
+                                         read_option_value(L, key, r.writer.heartbeat_seconds);
+                                       }),
     });
 
 // runner._run.start(options, {script, script_text, config, versions}) -> Run
@@ -138,8 +146,9 @@ const OptionTable<run::StartRequest> kStartOptions(
 int start(lua_State* L) {
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   if (auto* active = test_userdata<RunBox>(L, -1, kRunType); active && active->context && !active->context->finished())
-    throw std::logic_error(fmt::format("run '{}' is still active in this process: call run:finish() before starting another",
-                                       active->context->record().name));
+    throw std::logic_error(
+        fmt::format("run '{}' is still active in this process: call run:finish() before starting another",
+                    active->context->record().name));
   lua_pop(L, 1);
   run::StartRequest request = kStartOptions.read(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -219,7 +228,8 @@ int run_merge_summary(lua_State* L) {
 int run_save_images(lua_State* L) {
   run::RunContext& context = check_run(L, 1);
   const std::string name = check_string(L, 2);
-  const std::string path = context.save_images(name, context.step(), check_tensor(L, 3), grid_options(L, 4, "run:images"));
+  const std::string path =
+      context.save_images(name, context.step(), check_tensor(L, 3), grid_options(L, 4, "run:images"));
   lua_pushstring(L, path.c_str());
   return 1;
 }
@@ -284,23 +294,26 @@ const OptionTable<run::CheckpointPolicy> kRestoreOptions(
         lua_option<run::CheckpointPolicy>("trainer", true),
         lua_option<run::CheckpointPolicy>("loader"),
         lua_option<run::CheckpointPolicy>("state"),
-        option_with<run::CheckpointPolicy>("keep_last", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
-          read_option_value(L, key, p.rotation.keep_last);
-        }),
-        option_with<run::CheckpointPolicy>("keep_best", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
-          read_option_value(L, key, p.rotation.keep_best);
-        }),
+        option_with<run::CheckpointPolicy>("keep_last",
+                                           [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+                                             read_option_value(L, key, p.rotation.keep_last);
+                                           }),
+        option_with<run::CheckpointPolicy>("keep_best",
+                                           [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+                                             read_option_value(L, key, p.rotation.keep_best);
+                                           }),
         option("metric", &run::CheckpointPolicy::metric),
         option_with<run::CheckpointPolicy>("mode", read_mode),
-        option_with<run::CheckpointPolicy>("on_error", [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
-          std::string name;
-          read_option_value(L, key, name);
-          try {
-            p.on_error = run::parse_checkpoint_failure_policy(name);
-          } catch (const std::invalid_argument& error) {
-            raise_error(L, std::string("run:restore: ") + error.what());
-          }
-        }),
+        option_with<run::CheckpointPolicy>("on_error",
+                                           [](lua_State* L, const char* key, run::CheckpointPolicy& p) {
+                                             std::string name;
+                                             read_option_value(L, key, name);
+                                             try {
+                                               p.on_error = run::parse_checkpoint_failure_policy(name);
+                                             } catch (const std::invalid_argument& error) {
+                                               raise_error(L, std::string("run:restore: ") + error.what());
+                                             }
+                                           }),
     });
 
 // run:restore(options, trainer_native, loader_or_nil, named_state_function_or_nil) -> step, named_state
@@ -323,11 +336,14 @@ int run_restore(lua_State* L) {
     box.named_state_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     named_state = named_state_function(box.named_state_ref);
   }
-  box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader), std::move(named_state), policy);
+  box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader),
+                                                    std::move(named_state), policy);
   const auto restored = box.training->restore();
   lua_pushnumber(L, static_cast<lua_Number>(restored ? restored->step : 0));
-  if (restored) push_json(L, restored->named_state);
-  else lua_pushnil(L);
+  if (restored)
+    push_json(L, restored->named_state);
+  else
+    lua_pushnil(L);
   return 2;
 }
 
@@ -354,16 +370,24 @@ int query(lua_State* L) {
     switch (lua_type(L, i)) {
       case LUA_TNUMBER: {
         const double value = lua_tonumber(L, i);
-        if (value == std::floor(value) && std::fabs(value) < 9.007199254740992e15) parameters.emplace_back(static_cast<int64_t>(value));
-        else parameters.emplace_back(value);
+        if (value == std::floor(value) && std::fabs(value) < 9.007199254740992e15)
+          parameters.emplace_back(static_cast<int64_t>(value));
+        else
+          parameters.emplace_back(value);
         break;
       }
-      case LUA_TSTRING: parameters.emplace_back(std::string(lua_tostring(L, i))); break;
-      case LUA_TBOOLEAN: parameters.emplace_back(static_cast<int64_t>(lua_toboolean(L, i))); break;
-      case LUA_TNIL: parameters.emplace_back(std::monostate{}); break;
+      case LUA_TSTRING:
+        parameters.emplace_back(std::string(lua_tostring(L, i)));
+        break;
+      case LUA_TBOOLEAN:
+        parameters.emplace_back(static_cast<int64_t>(lua_toboolean(L, i)));
+        break;
+      case LUA_TNIL:
+        parameters.emplace_back(std::monostate{});
+        break;
       default:
-        throw std::invalid_argument(fmt::format("runner.query: parameter {} is a {} (numbers, strings, booleans or nil)",
-                                                i - 1, luaL_typename(L, i)));
+        throw std::invalid_argument(fmt::format(
+            "runner.query: parameter {} is a {} (numbers, strings, booleans or nil)", i - 1, luaL_typename(L, i)));
     }
   }
   index::Database db = index::open_index_for_reading(index::home_directory());
@@ -374,8 +398,10 @@ int query(lua_State* L) {
     for (size_t c = 0; c < result.columns.size(); ++c) {
       const auto& value = result.rows[r][c];
       if (std::holds_alternative<std::monostate>(value)) continue;
-      if (auto* integer = std::get_if<int64_t>(&value)) lua_pushnumber(L, static_cast<double>(*integer));
-      else if (auto* real = std::get_if<double>(&value)) lua_pushnumber(L, *real);
+      if (auto* integer = std::get_if<int64_t>(&value))
+        lua_pushnumber(L, static_cast<double>(*integer));
+      else if (auto* real = std::get_if<double>(&value))
+        lua_pushnumber(L, *real);
       else {
         const auto& text = std::get<std::string>(value);
         lua_pushlstring(L, text.data(), text.size());
@@ -424,10 +450,8 @@ void open_run(lua_State* L) {
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
-  set_functions(L, {{"start", wrap<start>},
-                    {"query", wrap<query>},
-                    {"log_text", wrap<log_text>},
-                    {"home", wrap<home>}});
+  set_functions(L,
+                {{"start", wrap<start>}, {"query", wrap<query>}, {"log_text", wrap<log_text>}, {"home", wrap<home>}});
   lua_setfield(L, -2, "_run");
   lua_pop(L, 1);
 }
@@ -440,7 +464,8 @@ void record_run_input(lua_State* L, const std::string& kind, const std::string& 
   if (active && active->context && !active->context->finished()) active->context->record_input(kind, path, detail());
 }
 
-std::optional<std::string> end_active_run(lua_State* L, const std::string& status, const std::optional<std::string>& error) {
+std::optional<std::string> end_active_run(lua_State* L, const std::string& status,
+                                          const std::optional<std::string>& error) {
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   auto* box = test_userdata<RunBox>(L, -1, kRunType);
   lua_pop(L, 1);

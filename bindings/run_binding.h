@@ -21,8 +21,9 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
 // Records in the run runner.start made (when one is active) an input the script read: kind "data" or "vae",
 // the path as the script gave it, and what identifies it (run::RunContext::record_input), which `detail`
 // computes only when there is a run to record it in.
-void record_run_input(lua_State* L, const std::string& kind, const std::string& path,
-                      const std::function<nlohmann::json()>& detail = [] { return nlohmann::json::object(); });
+void record_run_input(
+    lua_State* L, const std::string& kind, const std::string& path,
+    const std::function<nlohmann::json()>& detail = [] { return nlohmann::json::object(); });
 
 // After a script stopped on a usage error: takes back the active run when its attempt ran no step and
 // recorded nothing (run::RunContext::withdraw). Returns what became of the run, for the user; nothing when

@@ -148,16 +148,16 @@ void open_runner(lua_State* L) {
 
   lua_newtable(L);
   set_functions(L, {
-      {"usage_error", runner_usage_error},
-      {"log", wrap<runner_log>},
-      {"clock", wrap<runner_clock>},
-      {"versions", wrap<runner_versions>},
-      {"option_tables", wrap<push_declared_option_tables>},
-      {"_did_you_mean", wrap<runner_did_you_mean>},
-      {"_end_open_line", wrap<runner_end_open_line>},
-      {"_report_config", wrap<runner_report_config>},
-      {"_stub_paths", wrap<runner_stub_paths>},
-  });
+                       {"usage_error", runner_usage_error},
+                       {"log", wrap<runner_log>},
+                       {"clock", wrap<runner_clock>},
+                       {"versions", wrap<runner_versions>},
+                       {"option_tables", wrap<push_declared_option_tables>},
+                       {"_did_you_mean", wrap<runner_did_you_mean>},
+                       {"_end_open_line", wrap<runner_end_open_line>},
+                       {"_report_config", wrap<runner_report_config>},
+                       {"_stub_paths", wrap<runner_stub_paths>},
+                   });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");
   lua_setglobal(L, "runner");
@@ -188,8 +188,8 @@ bool check_overrides_used(lua_State* L) {
   }
   lua_pop(L, 3);
   if (count == 0 || declared) return true;
-  push_usage_error(L, fmt::format("overrides given ({}) but the script declares no config {{ ... }} to apply them to",
-                                  given));
+  push_usage_error(
+      L, fmt::format("overrides given ({}) but the script declares no config {{ ... }} to apply them to", given));
   return false;
 }
 

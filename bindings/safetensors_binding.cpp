@@ -31,8 +31,7 @@ int torch_save(lua_State* L) {
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     at::Tensor* tensor = test_tensor(L, -1);
-    if (lua_type(L, -2) != LUA_TSTRING || !tensor)
-      luaL_argerror(L, 1, "table mapping names to Tensors expected");
+    if (lua_type(L, -2) != LUA_TSTRING || !tensor) luaL_argerror(L, 1, "table mapping names to Tensors expected");
     tensors.push_back({lua_tostring(L, -2), tensor->detach()});
     lua_pop(L, 1);
   }
@@ -50,15 +49,20 @@ void push_ivalue(lua_State* L, const c10::IValue& value) {
     const auto dict = value.toGenericDict();
     lua_createtable(L, 0, static_cast<int>(dict.size()));
     for (const auto& entry : dict) {
-      if (entry.key().isString()) lua_pushstring(L, entry.key().toStringRef().c_str());
-      else if (entry.key().isInt()) lua_pushnumber(L, static_cast<lua_Number>(entry.key().toInt()));
-      else continue;
+      if (entry.key().isString())
+        lua_pushstring(L, entry.key().toStringRef().c_str());
+      else if (entry.key().isInt())
+        lua_pushnumber(L, static_cast<lua_Number>(entry.key().toInt()));
+      else
+        continue;
       push_ivalue(L, entry.value());
       lua_rawset(L, -3);
     }
   } else if (value.isList() || value.isTuple()) {
     const std::vector<c10::IValue> items =
-        value.isList() ? value.toListRef().vec() : std::vector<c10::IValue>(value.toTupleRef().elements().begin(), value.toTupleRef().elements().end());
+        value.isList()
+            ? value.toListRef().vec()
+            : std::vector<c10::IValue>(value.toTupleRef().elements().begin(), value.toTupleRef().elements().end());
     lua_createtable(L, static_cast<int>(items.size()), 0);
     for (size_t i = 0; i < items.size(); ++i) {
       push_ivalue(L, items[i]);

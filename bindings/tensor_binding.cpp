@@ -105,8 +105,8 @@ std::vector<std::int64_t> check_sizes(lua_State* L, int first, int* next) {
         lua_rawgeti(L, first, i);
         const double value = lua_tonumber(L, -1);
         if (lua_type(L, -1) != LUA_TNUMBER || std::floor(value) != value)
-          luaL_argerror(L, first, fmt::format("sizes must be integers (element {} is {})", i,
-                                              luaL_typename(L, -1)).c_str());
+          luaL_argerror(L, first,
+                        fmt::format("sizes must be integers (element {} is {})", i, luaL_typename(L, -1)).c_str());
         sizes.push_back(static_cast<std::int64_t>(value));
         lua_pop(L, 1);
       }
@@ -124,8 +124,11 @@ std::int64_t check_dim(lua_State* L, int index, std::int64_t ndim) {
   const std::int64_t dim = check_integer(L, index);
   const std::int64_t rank = std::max<std::int64_t>(ndim, 1);
   if (dim == 0 || dim > rank || dim < -rank)
-    luaL_argerror(L, index, fmt::format("dim {} out of range for a tensor with {} dims (dims are 1-based; "
-                                        "negative dims count from the end)", dim, ndim).c_str());
+    luaL_argerror(L, index,
+                  fmt::format("dim {} out of range for a tensor with {} dims (dims are 1-based; "
+                              "negative dims count from the end)",
+                              dim, ndim)
+                      .c_str());
   return dim > 0 ? dim - 1 : rank + dim;
 }
 
@@ -151,13 +154,13 @@ std::optional<std::vector<std::int64_t>> opt_dims(lua_State* L, int index, std::
 
 namespace {
 
-const OptionTable<TensorFactoryOptions> kTensorOptions(
-    "constructor", "TensorOptions",
-    {
-        dtype_option("dtype", &TensorFactoryOptions::dtype),
-        device_option("device", &TensorFactoryOptions::device),
-        option("requires_grad", &TensorFactoryOptions::requires_grad),
-    });
+const OptionTable<TensorFactoryOptions> kTensorOptions("constructor", "TensorOptions",
+                                                       {
+                                                           dtype_option("dtype", &TensorFactoryOptions::dtype),
+                                                           device_option("device", &TensorFactoryOptions::device),
+                                                           option("requires_grad",
+                                                                  &TensorFactoryOptions::requires_grad),
+                                                       });
 
 }  // namespace
 
@@ -168,7 +171,8 @@ at::TensorOptions TensorFactoryOptions::tensor_options() const {
 }
 
 TensorFactoryOptions check_tensor_options(lua_State* L, int index, const char* function) {
-  if (!lua_isnoneornil(L, index)) luaL_checktype(L, index, LUA_TTABLE);  // "bad argument #2 to 'zeros' (table expected, ...)"
+  if (!lua_isnoneornil(L, index))
+    luaL_checktype(L, index, LUA_TTABLE);  // "bad argument #2 to 'zeros' (table expected, ...)"
   return kTensorOptions.read_as(function, L, index);
 }
 
@@ -180,7 +184,8 @@ std::vector<at::Tensor> check_tensor_list(lua_State* L, int index) {
     lua_rawgeti(L, index, i);
     at::Tensor* tensor = test_tensor(L, -1);
     if (!tensor)
-      luaL_argerror(L, index, fmt::format("list of Tensors expected, element {} is {}", i, luaL_typename(L, -1)).c_str());
+      luaL_argerror(L, index,
+                    fmt::format("list of Tensors expected, element {} is {}", i, luaL_typename(L, -1)).c_str());
     tensors.push_back(*tensor);
     lua_pop(L, 1);
   }
@@ -223,7 +228,6 @@ void push_sizes(lua_State* L, at::IntArrayRef sizes) {
   lua_setmetatable(L, -2);
 }
 
-
 void open_tensor(lua_State* L) {
   luaL_newmetatable(L, kSizesType);
   lua_pushcfunction(L, &sizes_tostring);
@@ -251,7 +255,8 @@ void open_tensor(lua_State* L) {
   add_tensor_constructors(L);
   add_autograd_functions(L);
   add_process_state_functions(L);
-  for (const char* name : {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}) {
+  for (const char* name :
+       {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}) {
     lua_pushstring(L, name);
     lua_setfield(L, -2, name);
   }

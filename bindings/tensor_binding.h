@@ -57,7 +57,7 @@ void push_tensor_list(lua_State* L, const std::vector<at::Tensor>& tensors);
 std::int64_t lua_held_tensor_bytes();
 
 void open_tensor(lua_State* L);
-void open_tensor_ops(lua_State* L);  // tensor_ops_binding.cpp: math, reductions, shapes
+void open_tensor_ops(lua_State* L);   // tensor_ops_binding.cpp: math, reductions, shapes
 void open_safetensors(lua_State* L);  // safetensors_binding.cpp: torch.save / torch.load
 
 }  // namespace runner::bindings

@@ -1,4 +1,5 @@
-// The tensor constructors: torch.zeros, ones, empty, rand(n), full, randint, arange, linspace, eye, tensor and the *_like ones.
+// The tensor constructors: torch.zeros, ones, empty, rand(n), full, randint, arange, linspace, eye, tensor and the
+// *_like ones.
 #include "bindings/tensor_parts.h"
 
 #include <ATen/ATen.h>
@@ -18,7 +19,6 @@
 
 namespace runner::bindings {
 namespace {
-
 
 // Pushes a new tensor, marked as requiring grad when its options ask for it.
 void push_created(lua_State* L, at::Tensor tensor, const TensorFactoryOptions& options) {
@@ -152,8 +152,8 @@ void flatten_nested(lua_State* L, int index, size_t depth, NestedData& data, std
       data.all_boolean = false;
       data.values.push_back(lua_tonumber(L, index));
     } else {
-      throw std::invalid_argument(fmt::format("tensor: element {} is a {}, expected a number or boolean", path,
-                                              lua_typename(L, type)));
+      throw std::invalid_argument(
+          fmt::format("tensor: element {} is a {}, expected a number or boolean", path, lua_typename(L, type)));
     }
     return;
   }
@@ -177,7 +177,8 @@ int torch_tensor(lua_State* L) {
     return 1;
   }
   NestedData data;
-  if (lua_istable(L, 1)) infer_shape(L, 1, data);
+  if (lua_istable(L, 1))
+    infer_shape(L, 1, data);
   else if (lua_type(L, 1) != LUA_TNUMBER && lua_type(L, 1) != LUA_TBOOLEAN)
     luaL_argerror(L, 1, fmt::format("table, number or boolean expected, got {}", luaL_typename(L, 1)).c_str());
   std::string path;
@@ -193,24 +194,24 @@ int torch_tensor(lua_State* L) {
 
 void add_tensor_constructors(lua_State* L) {
   set_functions(L, {
-      {"zeros", wrap<sized_constructor<make_zeros>>},
-      {"ones", wrap<sized_constructor<make_ones>>},
-      {"empty", wrap<sized_constructor<make_empty>>},
-      {"rand", wrap<sized_constructor<make_rand>>},
-      {"randn", wrap<sized_constructor<make_randn>>},
-      {"full", wrap<torch_full>},
-      {"randint", wrap<torch_randint>},
-      {"arange", wrap<torch_arange>},
-      {"linspace", wrap<torch_linspace>},
-      {"eye", wrap<torch_eye>},
-      {"tensor", wrap<torch_tensor>},
-      {"zeros_like", wrap<like_constructor<make_zeros_like>>},
-      {"ones_like", wrap<like_constructor<make_ones_like>>},
-      {"empty_like", wrap<like_constructor<make_empty_like>>},
-      {"rand_like", wrap<like_constructor<make_rand_like>>},
-      {"randn_like", wrap<like_constructor<make_randn_like>>},
-      {"full_like", wrap<torch_full_like>},
-  });
+                       {"zeros", wrap<sized_constructor<make_zeros>>},
+                       {"ones", wrap<sized_constructor<make_ones>>},
+                       {"empty", wrap<sized_constructor<make_empty>>},
+                       {"rand", wrap<sized_constructor<make_rand>>},
+                       {"randn", wrap<sized_constructor<make_randn>>},
+                       {"full", wrap<torch_full>},
+                       {"randint", wrap<torch_randint>},
+                       {"arange", wrap<torch_arange>},
+                       {"linspace", wrap<torch_linspace>},
+                       {"eye", wrap<torch_eye>},
+                       {"tensor", wrap<torch_tensor>},
+                       {"zeros_like", wrap<like_constructor<make_zeros_like>>},
+                       {"ones_like", wrap<like_constructor<make_ones_like>>},
+                       {"empty_like", wrap<like_constructor<make_empty_like>>},
+                       {"rand_like", wrap<like_constructor<make_rand_like>>},
+                       {"randn_like", wrap<like_constructor<make_randn_like>>},
+                       {"full_like", wrap<torch_full_like>},
+                   });
 }
 
 }  // namespace runner::bindings

@@ -19,10 +19,11 @@
 namespace runner::bindings {
 namespace {
 
-
 void push_scalar_value(lua_State* L, const at::Tensor& element) {
-  if (element.scalar_type() == at::kBool) lua_pushboolean(L, element.item<bool>());
-  else lua_pushnumber(L, element.item<double>());
+  if (element.scalar_type() == at::kBool)
+    lua_pushboolean(L, element.item<bool>());
+  else
+    lua_pushnumber(L, element.item<double>());
 }
 
 int tensor_item(lua_State* L) {
@@ -36,8 +37,10 @@ int tensor_item(lua_State* L) {
 void push_nested(lua_State* L, const at::Tensor& cpu, std::int64_t dim, std::int64_t offset) {
   if (dim == cpu.dim()) {
     const at::Tensor flat = cpu.reshape(-1);
-    if (cpu.scalar_type() == at::kBool) lua_pushboolean(L, flat.data_ptr<bool>()[offset]);
-    else lua_pushnumber(L, flat.data_ptr<double>()[offset]);
+    if (cpu.scalar_type() == at::kBool)
+      lua_pushboolean(L, flat.data_ptr<bool>()[offset]);
+    else
+      lua_pushnumber(L, flat.data_ptr<double>()[offset]);
     return;
   }
   const std::int64_t size = cpu.size(dim);
@@ -65,14 +68,13 @@ struct ToOptions {
   bool non_blocking = false;
   bool copy = false;
 };
-const OptionTable<ToOptions> kToOptions(
-    "to", "ToOptions",
-    {
-        dtype_option("dtype", &ToOptions::dtype),
-        device_option("device", &ToOptions::device),
-        option("non_blocking", &ToOptions::non_blocking),
-        option("copy", &ToOptions::copy),
-    });
+const OptionTable<ToOptions> kToOptions("to", "ToOptions",
+                                        {
+                                            dtype_option("dtype", &ToOptions::dtype),
+                                            device_option("device", &ToOptions::device),
+                                            option("non_blocking", &ToOptions::non_blocking),
+                                            option("copy", &ToOptions::copy),
+                                        });
 
 // t:to("cuda") / t:to("float16") / t:to(other) / t:to{device=, dtype=, non_blocking=, copy=}
 int tensor_to(lua_State* L) {
@@ -91,8 +93,10 @@ int tensor_to(lua_State* L) {
         dtype = core::parse_dtype(name);
       } catch (const std::invalid_argument&) {
         if (name != "cpu" && name != "auto" && name.rfind("cuda", 0) != 0)
-          throw std::invalid_argument(fmt::format("to: '{}' is neither a device (cpu, cuda, cuda:N, auto) nor a "
-                                                  "dtype (float32, float64, float16, bfloat16, int64, ...)", name));
+          throw std::invalid_argument(
+              fmt::format("to: '{}' is neither a device (cpu, cuda, cuda:N, auto) nor a "
+                          "dtype (float32, float64, float16, bfloat16, int64, ...)",
+                          name));
         device = core::parse_device(name);
       }
     } else if (lua_istable(L, i)) {
@@ -130,20 +134,20 @@ int tensor_cuda(lua_State* L) {
 
 void add_tensor_conversions(lua_State* L) {
   set_functions(L, {
-      {"item", wrap<tensor_item>},
-      {"tolist", wrap<tensor_tolist>},
-      {"to", wrap<tensor_to>},
-      {"float", wrap<tensor_cast<at::kFloat>>},
-      {"double", wrap<tensor_cast<at::kDouble>>},
-      {"half", wrap<tensor_cast<at::kHalf>>},
-      {"bfloat16", wrap<tensor_cast<at::kBFloat16>>},
-      {"long", wrap<tensor_cast<at::kLong>>},
-      {"int", wrap<tensor_cast<at::kInt>>},
-      {"byte", wrap<tensor_cast<at::kByte>>},
-      {"bool", wrap<tensor_cast<at::kBool>>},
-      {"cpu", wrap<tensor_cpu>},
-      {"cuda", wrap<tensor_cuda>},
-  });
+                       {"item", wrap<tensor_item>},
+                       {"tolist", wrap<tensor_tolist>},
+                       {"to", wrap<tensor_to>},
+                       {"float", wrap<tensor_cast<at::kFloat>>},
+                       {"double", wrap<tensor_cast<at::kDouble>>},
+                       {"half", wrap<tensor_cast<at::kHalf>>},
+                       {"bfloat16", wrap<tensor_cast<at::kBFloat16>>},
+                       {"long", wrap<tensor_cast<at::kLong>>},
+                       {"int", wrap<tensor_cast<at::kInt>>},
+                       {"byte", wrap<tensor_cast<at::kByte>>},
+                       {"bool", wrap<tensor_cast<at::kBool>>},
+                       {"cpu", wrap<tensor_cpu>},
+                       {"cuda", wrap<tensor_cuda>},
+                   });
 }
 
 }  // namespace runner::bindings

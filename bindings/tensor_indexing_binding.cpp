@@ -1,4 +1,5 @@
-// Tensor indexing from Lua: t[i], t[{1, {2, 4}}], masks and index tensors, assignment, and the properties (t.shape, ...).
+// Tensor indexing from Lua: t[i], t[{1, {2, 4}}], masks and index tensors, assignment, and the properties (t.shape,
+// ...).
 #include "bindings/tensor_parts.h"
 
 #include <ATen/ATen.h>
@@ -18,7 +19,6 @@
 
 namespace runner::bindings {
 namespace {
-
 
 using at::indexing::Slice;
 using at::indexing::TensorIndex;
@@ -40,7 +40,8 @@ TensorIndex slice_index(lua_State* L, int table, std::int64_t size, std::int64_t
     const double value = lua_tonumber(L, -1);
     const bool ok = lua_type(L, -1) == LUA_TNUMBER && std::floor(value) == value;
     lua_pop(L, 1);
-    if (!ok) throw std::invalid_argument(fmt::format("slice for dim {} must hold integers {{first, last [, step]}}", dim + 1));
+    if (!ok)
+      throw std::invalid_argument(fmt::format("slice for dim {} must hold integers {{first, last [, step]}}", dim + 1));
     return static_cast<std::int64_t>(value);
   };
   const std::int64_t first = bound(1);
@@ -48,7 +49,8 @@ TensorIndex slice_index(lua_State* L, int table, std::int64_t size, std::int64_t
   const std::int64_t step = count >= 3 ? bound(3) : 1;
   if (step <= 0) throw std::invalid_argument(fmt::format("slice step for dim {} must be positive", dim + 1));
   auto position = [&](std::int64_t i) {
-    if (i == 0) throw std::out_of_range(fmt::format("slice bound 0 is invalid for dim {}: indices are 1-based", dim + 1));
+    if (i == 0)
+      throw std::out_of_range(fmt::format("slice bound 0 is invalid for dim {}: indices are 1-based", dim + 1));
     return i > 0 ? i - 1 : size + i;
   };
   const std::int64_t start = std::clamp<std::int64_t>(position(first), 0, size);
@@ -117,7 +119,6 @@ std::vector<TensorIndex> build_indices(lua_State* L, const at::Tensor& self, int
   return indices;
 }
 
-
 // Properties read through __index: t.shape, t.dtype, t.device, t.grad, t.requires_grad, t.is_leaf, t.ndim.
 bool push_property(lua_State* L, const at::Tensor& self, const std::string& key) {
   if (key == "shape") {
@@ -127,8 +128,10 @@ bool push_property(lua_State* L, const at::Tensor& self, const std::string& key)
   } else if (key == "device") {
     lua_pushstring(L, core::device_name(self.device()).c_str());
   } else if (key == "grad") {
-    if (self.grad().defined()) push_tensor(L, self.grad());
-    else lua_pushnil(L);
+    if (self.grad().defined())
+      push_tensor(L, self.grad());
+    else
+      lua_pushnil(L);
   } else if (key == "requires_grad") {
     lua_pushboolean(L, self.requires_grad());
   } else if (key == "is_leaf") {
@@ -173,8 +176,10 @@ int tensor_newindex(lua_State* L) {
     throw std::invalid_argument(fmt::format("cannot set field '{}' of a Tensor", key));
   }
   const auto indices = build_indices(L, self, 2);
-  if (at::Tensor* value = test_tensor(L, 3)) self.index_put_(indices, *value);
-  else self.index_put_(indices, check_scalar(L, 3));
+  if (at::Tensor* value = test_tensor(L, 3))
+    self.index_put_(indices, *value);
+  else
+    self.index_put_(indices, check_scalar(L, 3));
   return 0;
 }
 

@@ -19,7 +19,6 @@
 namespace runner::bindings {
 namespace {
 
-
 c10::Device operand_device(lua_State* L) {
   if (at::Tensor* tensor = test_tensor(L, 1)) return tensor->device();
   return check_tensor(L, 2).device();
@@ -52,8 +51,9 @@ int tensor_len(lua_State* L) {
 }
 
 int tensor_compare_error(lua_State* L) {
-  throw std::invalid_argument("Tensors cannot be compared with < or <=: use t:lt(u), t:le(u), t:gt(u), t:ge(u) "
-                              "for elementwise comparison, or t:equal(u)");
+  throw std::invalid_argument(
+      "Tensors cannot be compared with < or <=: use t:lt(u), t:le(u), t:gt(u), t:ge(u) "
+      "for elementwise comparison, or t:equal(u)");
   return 0;
 }
 
@@ -67,18 +67,18 @@ int tensor_tostring(lua_State* L) {
 
 void add_tensor_metamethods(lua_State* L) {
   set_functions(L, {
-      {"__add", wrap<arithmetic_metamethod<op_add>>},
-      {"__sub", wrap<arithmetic_metamethod<op_sub>>},
-      {"__mul", wrap<arithmetic_metamethod<op_mul>>},
-      {"__div", wrap<arithmetic_metamethod<op_div>>},
-      {"__pow", wrap<arithmetic_metamethod<op_pow>>},
-      {"__mod", wrap<arithmetic_metamethod<op_mod>>},
-      {"__unm", wrap<tensor_unm>},
-      {"__len", wrap<tensor_len>},
-      {"__lt", wrap<tensor_compare_error>},
-      {"__le", wrap<tensor_compare_error>},
-      {"__tostring", wrap<tensor_tostring>},
-  });
+                       {"__add", wrap<arithmetic_metamethod<op_add>>},
+                       {"__sub", wrap<arithmetic_metamethod<op_sub>>},
+                       {"__mul", wrap<arithmetic_metamethod<op_mul>>},
+                       {"__div", wrap<arithmetic_metamethod<op_div>>},
+                       {"__pow", wrap<arithmetic_metamethod<op_pow>>},
+                       {"__mod", wrap<arithmetic_metamethod<op_mod>>},
+                       {"__unm", wrap<tensor_unm>},
+                       {"__len", wrap<tensor_len>},
+                       {"__lt", wrap<tensor_compare_error>},
+                       {"__le", wrap<tensor_compare_error>},
+                       {"__tostring", wrap<tensor_tostring>},
+                   });
 }
 
 }  // namespace runner::bindings

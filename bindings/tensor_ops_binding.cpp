@@ -128,8 +128,10 @@ int add_or_sub(lua_State* L) {
 
 int tensor_fill_(lua_State* L) {
   Tensor& self = check_tensor(L, 1);
-  if (Tensor* value = test_tensor(L, 2)) self.fill_(*value);
-  else self.fill_(check_scalar(L, 2));
+  if (Tensor* value = test_tensor(L, 2))
+    self.fill_(*value);
+  else
+    self.fill_(check_scalar(L, 2));
   lua_settop(L, 1);
   return 1;
 }
@@ -140,11 +142,14 @@ int tensor_lerp(lua_State* L) {
   Tensor& self = check_tensor(L, 1);
   const Tensor& end = check_tensor(L, 2);
   if constexpr (InPlace) {
-    if (Tensor* weight = test_tensor(L, 3)) self.lerp_(end, *weight);
-    else self.lerp_(end, check_scalar(L, 3));
+    if (Tensor* weight = test_tensor(L, 3))
+      self.lerp_(end, *weight);
+    else
+      self.lerp_(end, check_scalar(L, 3));
     lua_settop(L, 1);
   } else {
-    push_tensor(L, test_tensor(L, 3) ? at::lerp(self, end, *test_tensor(L, 3)) : at::lerp(self, end, check_scalar(L, 3)));
+    push_tensor(L,
+                test_tensor(L, 3) ? at::lerp(self, end, *test_tensor(L, 3)) : at::lerp(self, end, check_scalar(L, 3)));
   }
   return 1;
 }
@@ -210,7 +215,8 @@ int tensor_equal(lua_State* L) {
 
 // t:allclose(u [, rtol [, atol]]) with PyTorch's defaults 1e-5 and 1e-8.
 int tensor_allclose(lua_State* L) {
-  lua_pushboolean(L, check_tensor(L, 1).allclose(check_tensor(L, 2), luaL_optnumber(L, 3, 1e-5), luaL_optnumber(L, 4, 1e-8)));
+  lua_pushboolean(
+      L, check_tensor(L, 1).allclose(check_tensor(L, 2), luaL_optnumber(L, 3, 1e-5), luaL_optnumber(L, 4, 1e-8)));
   return 1;
 }
 
@@ -235,20 +241,23 @@ int call_reduction(lua_State* L) {
 
 const std::pair<const char*, Reduction> kReductions[] = {
     {"sum", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::sum(t, d, k); }},
-    {"nansum", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::nansum(t, d.value_or(at::IntArrayRef{}), k); }},
+    {"nansum", [](const Tensor& t, at::OptionalIntArrayRef d,
+                  bool k) { return at::nansum(t, d.value_or(at::IntArrayRef{}), k); }},
     {"mean", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::mean(t, d, k); }},
-    {"amax", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::amax(t, d.value_or(at::IntArrayRef{}), k); }},
-    {"amin", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::amin(t, d.value_or(at::IntArrayRef{}), k); }},
+    {"amax",
+     [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::amax(t, d.value_or(at::IntArrayRef{}), k); }},
+    {"amin",
+     [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::amin(t, d.value_or(at::IntArrayRef{}), k); }},
     {"var", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::var(t, d, /*unbiased=*/true, k); }},
     {"std", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) { return at::std(t, d, /*unbiased=*/true, k); }},
-    {"logsumexp", [](const Tensor& t, at::OptionalIntArrayRef d, bool k) {
+    {"logsumexp",
+     [](const Tensor& t, at::OptionalIntArrayRef d, bool k) {
        std::vector<std::int64_t> all(static_cast<size_t>(t.dim()));
        std::iota(all.begin(), all.end(), 0);
        return at::logsumexp(t, d.has_value() ? *d : at::IntArrayRef(all), k);
      }},
-    {"count_nonzero", [](const Tensor& t, at::OptionalIntArrayRef d, bool) {
-       return d.has_value() ? at::count_nonzero(t, *d) : at::count_nonzero(t);
-     }},
+    {"count_nonzero", [](const Tensor& t, at::OptionalIntArrayRef d,
+                         bool) { return d.has_value() ? at::count_nonzero(t, *d) : at::count_nonzero(t); }},
 };
 
 // t:prod([dim [, keepdim]]), t:all(...), t:any(...): one dim at most.
@@ -279,7 +288,8 @@ int tensor_max_min(lua_State* L) {
     return 1;
   }
   const std::int64_t dim = check_dim(L, 2, self.dim());
-  const auto [values, indices] = Max ? self.max(dim, opt_boolean(L, 3, false)) : self.min(dim, opt_boolean(L, 3, false));
+  const auto [values, indices] =
+      Max ? self.max(dim, opt_boolean(L, 3, false)) : self.min(dim, opt_boolean(L, 3, false));
   push_tensor(L, values);
   push_tensor(L, indices);
   return 2;
@@ -351,10 +361,18 @@ int tensor_resize_like(lua_State* L) {
   int next = 2;
   const auto sizes = check_sizes(L, 2, &next);
   switch (Kind) {
-    case 0: push_tensor(L, self.view(sizes)); break;
-    case 1: push_tensor(L, self.reshape(sizes)); break;
-    case 2: push_tensor(L, self.expand(sizes)); break;
-    default: push_tensor(L, self.tile(sizes)); break;
+    case 0:
+      push_tensor(L, self.view(sizes));
+      break;
+    case 1:
+      push_tensor(L, self.reshape(sizes));
+      break;
+    case 2:
+      push_tensor(L, self.expand(sizes));
+      break;
+    default:
+      push_tensor(L, self.tile(sizes));
+      break;
   }
   return 1;
 }
@@ -428,8 +446,11 @@ int tensor_narrow(lua_State* L) {
   const std::int64_t first = start > 0 ? start - 1 : size + start;
   const std::int64_t length = check_integer(L, 4);
   if (length < 0 || first + length > size)
-    luaL_argerror(L, 4, fmt::format("length {} from start {} runs past the end of dim {} (size {}): it would end at "
-                                    "element {}", length, start, dim + 1, size, first + length).c_str());
+    luaL_argerror(L, 4,
+                  fmt::format("length {} from start {} runs past the end of dim {} (size {}): it would end at "
+                              "element {}",
+                              length, start, dim + 1, size, first + length)
+                      .c_str());
   push_tensor(L, self.narrow(dim, first, length));
   return 1;
 }
@@ -488,11 +509,11 @@ int torch_cat_stack(lua_State* L) {
     bool fits = t.dim() == reference->dim();
     for (std::int64_t d = 0; fits && d < t.dim(); ++d) fits = t.size(d) == reference->size(d) || (!Stack && d == dim);
     if (!fits)
-      throw std::invalid_argument(fmt::format(
-          "torch.{}: tensor {} has shape {} and tensor {} has {}: {}", Stack ? "stack" : "cat", i + 1,
-          core::shape_text(t.sizes()), reference_number, core::shape_text(reference->sizes()),
-          Stack ? std::string("stacked tensors must have the same shape")
-                : fmt::format("sizes must match in every dim except dim {}, the one joined", dim + 1)));
+      throw std::invalid_argument(
+          fmt::format("torch.{}: tensor {} has shape {} and tensor {} has {}: {}", Stack ? "stack" : "cat", i + 1,
+                      core::shape_text(t.sizes()), reference_number, core::shape_text(reference->sizes()),
+                      Stack ? std::string("stacked tensors must have the same shape")
+                            : fmt::format("sizes must match in every dim except dim {}, the one joined", dim + 1)));
   }
   push_tensor(L, Stack ? at::stack(tensors, dim) : at::cat(tensors, dim));
   return 1;
@@ -524,8 +545,8 @@ int tensor_triangle(lua_State* L) {
 // t:sort([dim [, descending]]) -> values, indices; t:topk(k [, dim [, largest]]) -> values, indices
 int tensor_sort(lua_State* L) {
   const Tensor& self = check_tensor(L, 1);
-  const auto [values, indices] = self.sort(opt_dim(L, 2, self.dim(), std::max<std::int64_t>(self.dim() - 1, 0)),
-                                          opt_boolean(L, 3, false));
+  const auto [values, indices] =
+      self.sort(opt_dim(L, 2, self.dim(), std::max<std::int64_t>(self.dim() - 1, 0)), opt_boolean(L, 3, false));
   push_tensor(L, values);
   push_tensor(L, indices);
   return 2;
@@ -533,8 +554,9 @@ int tensor_sort(lua_State* L) {
 
 int tensor_topk(lua_State* L) {
   const Tensor& self = check_tensor(L, 1);
-  const auto [values, indices] = self.topk(check_integer(L, 2), opt_dim(L, 3, self.dim(), std::max<std::int64_t>(self.dim() - 1, 0)),
-                                          opt_boolean(L, 4, true));
+  const auto [values, indices] =
+      self.topk(check_integer(L, 2), opt_dim(L, 3, self.dim(), std::max<std::int64_t>(self.dim() - 1, 0)),
+                opt_boolean(L, 4, true));
   push_tensor(L, values);
   push_tensor(L, indices);
   return 2;
@@ -552,64 +574,66 @@ void open_tensor_ops(lua_State* L) {
   luaL_getmetatable(L, kTensorType);
   lua_getfield(L, -1, "methods");
   for (const auto& [name, op] : kUnaryOps) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_unary>);
-  for (const auto& [name, op] : kBinaryOps) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_binary, kCountsFromZero>);
-  for (const auto& [name, op] : kReductions) register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_reduction, kCountsFromZero>);
+  for (const auto& [name, op] : kBinaryOps)
+    register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_binary, kCountsFromZero>);
+  for (const auto& [name, op] : kReductions)
+    register_closure(L, name, reinterpret_cast<void*>(op), wrap<call_reduction, kCountsFromZero>);
   set_functions(L, {
-      {"add", wrap<add_or_sub<false, false>, kCountsFromZero>},
-      {"sub", wrap<add_or_sub<true, false>, kCountsFromZero>},
-      {"add_", wrap<add_or_sub<false, true>, kCountsFromZero>},
-      {"sub_", wrap<add_or_sub<true, true>, kCountsFromZero>},
-      {"fill_", wrap<tensor_fill_>},
-      {"lerp", wrap<tensor_lerp<false>, kCountsFromZero>},
-      {"lerp_", wrap<tensor_lerp<true>, kCountsFromZero>},
-      {"clamp", wrap<tensor_clamp<false>>},
-      {"clamp_", wrap<tensor_clamp<true>>},
-      {"normal_", wrap<tensor_normal_>},
-      {"uniform_", wrap<tensor_uniform_>},
-      {"gelu", wrap<tensor_gelu>},
-      {"leaky_relu", wrap<tensor_leaky_relu>},
-      {"softmax", wrap<tensor_softmax<false>, kCountsFromZero>},
-      {"log_softmax", wrap<tensor_softmax<true>, kCountsFromZero>},
-      {"equal", wrap<tensor_equal>},
-      {"allclose", wrap<tensor_allclose>},
-      {"prod", wrap<single_dim_reduction<0>, kCountsFromZero>},
-      {"all", wrap<single_dim_reduction<1>, kCountsFromZero>},
-      {"any", wrap<single_dim_reduction<2>, kCountsFromZero>},
-      {"max", wrap<tensor_max_min<true>, kCountsFromZero>},
-      {"min", wrap<tensor_max_min<false>, kCountsFromZero>},
-      {"argmax", wrap<tensor_argmax_argmin<true>, kCountsFromZero>},
-      {"argmin", wrap<tensor_argmax_argmin<false>, kCountsFromZero>},
-      {"norm", wrap<tensor_norm, kCountsFromZero>},
-      {"cumsum", wrap<tensor_cumulative<false>, kCountsFromZero>},
-      {"cumprod", wrap<tensor_cumulative<true>, kCountsFromZero>},
-      {"size", wrap<tensor_size>},
-      {"dim", wrap<tensor_dim>},
-      {"numel", wrap<tensor_numel>},
-      {"element_size", wrap<tensor_element_size>},
-      {"is_contiguous", wrap<tensor_is_contiguous>},
-      {"view", wrap<tensor_resize_like<0>, kCountsFromZero>},
-      {"reshape", wrap<tensor_resize_like<1>, kCountsFromZero>},
-      {"expand", wrap<tensor_resize_like<2>, kCountsFromZero>},
-      {"tile", wrap<tensor_resize_like<3>, kCountsFromZero>},
-      {"permute", wrap<tensor_permute, kCountsFromZero>},
-      {"flip", wrap<tensor_flip, kCountsFromZero>},
-      {"transpose", wrap<tensor_transpose, kCountsFromZero>},
-      {"flatten", wrap<tensor_flatten, kCountsFromZero>},
-      {"unflatten", wrap<tensor_unflatten, kCountsFromZero>},
-      {"unsqueeze", wrap<tensor_unsqueeze>},
-      {"squeeze", wrap<tensor_squeeze>},
-      {"narrow", wrap<tensor_narrow>},
-      {"select", wrap<tensor_select>},
-      {"chunk", wrap<tensor_chunk, kCountsFromZero>},
-      {"split", wrap<tensor_split, kCountsFromZero>},
-      {"index_select", wrap<tensor_index_select<false>, kCountsFromZero>},
-      {"gather", wrap<tensor_index_select<true>, kCountsFromZero>},
-      {"masked_fill", wrap<tensor_masked_fill, kCountsFromZero>},
-      {"tril", wrap<tensor_triangle<true>>},
-      {"triu", wrap<tensor_triangle<false>>},
-      {"sort", wrap<tensor_sort, kCountsFromZero>},
-      {"topk", wrap<tensor_topk, kCountsFromZero>},
-  });
+                       {"add", wrap<add_or_sub<false, false>, kCountsFromZero>},
+                       {"sub", wrap<add_or_sub<true, false>, kCountsFromZero>},
+                       {"add_", wrap<add_or_sub<false, true>, kCountsFromZero>},
+                       {"sub_", wrap<add_or_sub<true, true>, kCountsFromZero>},
+                       {"fill_", wrap<tensor_fill_>},
+                       {"lerp", wrap<tensor_lerp<false>, kCountsFromZero>},
+                       {"lerp_", wrap<tensor_lerp<true>, kCountsFromZero>},
+                       {"clamp", wrap<tensor_clamp<false>>},
+                       {"clamp_", wrap<tensor_clamp<true>>},
+                       {"normal_", wrap<tensor_normal_>},
+                       {"uniform_", wrap<tensor_uniform_>},
+                       {"gelu", wrap<tensor_gelu>},
+                       {"leaky_relu", wrap<tensor_leaky_relu>},
+                       {"softmax", wrap<tensor_softmax<false>, kCountsFromZero>},
+                       {"log_softmax", wrap<tensor_softmax<true>, kCountsFromZero>},
+                       {"equal", wrap<tensor_equal>},
+                       {"allclose", wrap<tensor_allclose>},
+                       {"prod", wrap<single_dim_reduction<0>, kCountsFromZero>},
+                       {"all", wrap<single_dim_reduction<1>, kCountsFromZero>},
+                       {"any", wrap<single_dim_reduction<2>, kCountsFromZero>},
+                       {"max", wrap<tensor_max_min<true>, kCountsFromZero>},
+                       {"min", wrap<tensor_max_min<false>, kCountsFromZero>},
+                       {"argmax", wrap<tensor_argmax_argmin<true>, kCountsFromZero>},
+                       {"argmin", wrap<tensor_argmax_argmin<false>, kCountsFromZero>},
+                       {"norm", wrap<tensor_norm, kCountsFromZero>},
+                       {"cumsum", wrap<tensor_cumulative<false>, kCountsFromZero>},
+                       {"cumprod", wrap<tensor_cumulative<true>, kCountsFromZero>},
+                       {"size", wrap<tensor_size>},
+                       {"dim", wrap<tensor_dim>},
+                       {"numel", wrap<tensor_numel>},
+                       {"element_size", wrap<tensor_element_size>},
+                       {"is_contiguous", wrap<tensor_is_contiguous>},
+                       {"view", wrap<tensor_resize_like<0>, kCountsFromZero>},
+                       {"reshape", wrap<tensor_resize_like<1>, kCountsFromZero>},
+                       {"expand", wrap<tensor_resize_like<2>, kCountsFromZero>},
+                       {"tile", wrap<tensor_resize_like<3>, kCountsFromZero>},
+                       {"permute", wrap<tensor_permute, kCountsFromZero>},
+                       {"flip", wrap<tensor_flip, kCountsFromZero>},
+                       {"transpose", wrap<tensor_transpose, kCountsFromZero>},
+                       {"flatten", wrap<tensor_flatten, kCountsFromZero>},
+                       {"unflatten", wrap<tensor_unflatten, kCountsFromZero>},
+                       {"unsqueeze", wrap<tensor_unsqueeze>},
+                       {"squeeze", wrap<tensor_squeeze>},
+                       {"narrow", wrap<tensor_narrow>},
+                       {"select", wrap<tensor_select>},
+                       {"chunk", wrap<tensor_chunk, kCountsFromZero>},
+                       {"split", wrap<tensor_split, kCountsFromZero>},
+                       {"index_select", wrap<tensor_index_select<false>, kCountsFromZero>},
+                       {"gather", wrap<tensor_index_select<true>, kCountsFromZero>},
+                       {"masked_fill", wrap<tensor_masked_fill, kCountsFromZero>},
+                       {"tril", wrap<tensor_triangle<true>>},
+                       {"triu", wrap<tensor_triangle<false>>},
+                       {"sort", wrap<tensor_sort, kCountsFromZero>},
+                       {"topk", wrap<tensor_topk, kCountsFromZero>},
+                   });
 
   // Every method is also a torch function taking the tensor first: torch.exp(t) == t:exp().
   lua_getglobal(L, "torch");
@@ -628,10 +652,10 @@ void open_tensor_ops(lua_State* L) {
     }
   }
   set_functions(L, {
-      {"cat", wrap<torch_cat_stack<false>, kCountsFromZero>},
-      {"stack", wrap<torch_cat_stack<true>, kCountsFromZero>},
-      {"where", wrap<torch_where, kCountsFromZero>},
-  });
+                       {"cat", wrap<torch_cat_stack<false>, kCountsFromZero>},
+                       {"stack", wrap<torch_cat_stack<true>, kCountsFromZero>},
+                       {"where", wrap<torch_where, kCountsFromZero>},
+                   });
   lua_pop(L, 3);
 }
 

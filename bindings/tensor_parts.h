@@ -12,13 +12,14 @@
 
 namespace runner::bindings {
 
-void add_tensor_constructors(lua_State* L);      // torch: zeros ... full_like, tensor (tensor_construction_binding.cpp)
-int tensor_index(lua_State* L);                  // Tensor __index, upvalue 1 the methods (tensor_indexing_binding.cpp)
-int tensor_newindex(lua_State* L);               // Tensor __newindex (tensor_indexing_binding.cpp)
-void add_tensor_metamethods(lua_State* L);       // the metatable: arithmetic ... __tostring (tensor_metamethods_binding.cpp)
-void add_tensor_conversions(lua_State* L);       // methods: item, tolist, to, casts, cpu, cuda (tensor_conversion_binding.cpp)
-void add_autograd_methods(lua_State* L);         // methods: backward ... set_data (autograd_binding.cpp)
-void add_autograd_functions(lua_State* L);       // torch: no_grad, enable_grad, is_grad_enabled (autograd_binding.cpp)
+void add_tensor_constructors(lua_State* L);  // torch: zeros ... full_like, tensor (tensor_construction_binding.cpp)
+int tensor_index(lua_State* L);              // Tensor __index, upvalue 1 the methods (tensor_indexing_binding.cpp)
+int tensor_newindex(lua_State* L);           // Tensor __newindex (tensor_indexing_binding.cpp)
+void add_tensor_metamethods(lua_State* L);  // the metatable: arithmetic ... __tostring (tensor_metamethods_binding.cpp)
+void add_tensor_conversions(
+    lua_State* L);                        // methods: item, tolist, to, casts, cpu, cuda (tensor_conversion_binding.cpp)
+void add_autograd_methods(lua_State* L);  // methods: backward ... set_data (autograd_binding.cpp)
+void add_autograd_functions(lua_State* L);  // torch: no_grad, enable_grad, is_grad_enabled (autograd_binding.cpp)
 void add_process_state_functions(lua_State* L);
 // A dtype name ("float32", "int64", ...) and a device name ("cpu", "cuda:1", "auto") as options.
 template <class Struct>

@@ -19,7 +19,6 @@
 namespace runner::bindings {
 namespace {
 
-
 int torch_manual_seed(lua_State* L) {
   const std::int64_t seed = check_integer(L, 1);
   if (seed < 0) luaL_argerror(L, 1, "seed must be non-negative");
@@ -104,8 +103,8 @@ int cuda_reset_peak_memory_stats(lua_State* L) {
 }
 
 int cuda_synchronize(lua_State* L) {
-  if (core::cuda_available()) at::detail::getCUDAHooks().deviceSynchronize(
-      static_cast<c10::DeviceIndex>(opt_integer(L, 1, 0)));
+  if (core::cuda_available())
+    at::detail::getCUDAHooks().deviceSynchronize(static_cast<c10::DeviceIndex>(opt_integer(L, 1, 0)));
   return 0;
 }
 
@@ -113,24 +112,24 @@ int cuda_synchronize(lua_State* L) {
 
 void add_process_state_functions(lua_State* L) {
   set_functions(L, {
-      {"manual_seed", wrap<torch_manual_seed>},
-      {"initial_seed", wrap<torch_initial_seed>},
-      {"is_tensor", wrap<torch_is_tensor>},
-      {"device", wrap<torch_device>},
-      {"set_num_threads", wrap<torch_set_num_threads>},
-      {"get_num_threads", wrap<torch_get_num_threads>},
-      {"held_bytes", wrap<torch_held_bytes>},
-  });
+                       {"manual_seed", wrap<torch_manual_seed>},
+                       {"initial_seed", wrap<torch_initial_seed>},
+                       {"is_tensor", wrap<torch_is_tensor>},
+                       {"device", wrap<torch_device>},
+                       {"set_num_threads", wrap<torch_set_num_threads>},
+                       {"get_num_threads", wrap<torch_get_num_threads>},
+                       {"held_bytes", wrap<torch_held_bytes>},
+                   });
   lua_newtable(L);
   set_functions(L, {
-      {"is_available", wrap<cuda_is_available>},
-      {"device_count", wrap<cuda_device_count>},
-      {"synchronize", wrap<cuda_synchronize>},
-      {"tf32", wrap<cuda_tf32>},
-      {"memory_allocated", wrap<cuda_memory_allocated>},
-      {"max_memory_allocated", wrap<cuda_max_memory_allocated>},
-      {"reset_peak_memory_stats", wrap<cuda_reset_peak_memory_stats>},
-  });
+                       {"is_available", wrap<cuda_is_available>},
+                       {"device_count", wrap<cuda_device_count>},
+                       {"synchronize", wrap<cuda_synchronize>},
+                       {"tf32", wrap<cuda_tf32>},
+                       {"memory_allocated", wrap<cuda_memory_allocated>},
+                       {"max_memory_allocated", wrap<cuda_max_memory_allocated>},
+                       {"reset_peak_memory_stats", wrap<cuda_reset_peak_memory_stats>},
+                   });
   lua_setfield(L, -2, "cuda");
 }
 

@@ -134,7 +134,9 @@ void read_emas(lua_State* L, const char* key, TrainerOptions& options) {
       return ema;
     }
     if (!lua_istable(L, index))
-      raise_error(L, fmt::format("runner.trainer: '{}' must be a decay, a table {{decay = ..., warmup = ...}} or a list of them", key));
+      raise_error(
+          L, fmt::format(
+                 "runner.trainer: '{}' must be a decay, a table {{decay = ..., warmup = ...}} or a list of them", key));
     return kEmaOptions.read(L, index);
   };
   if (lua_type(L, value) == LUA_TBOOLEAN && !lua_toboolean(L, value)) return;
@@ -151,8 +153,10 @@ void read_emas(lua_State* L, const char* key, TrainerOptions& options) {
 }
 
 void read_schedule(lua_State* L, const char*, TrainerOptions& options) {
-  if (lua_type(L, -1) == LUA_TSTRING) options.schedule.kind = lua_tostring(L, -1);
-  else options.schedule = kScheduleOptions.read(L, lua_gettop(L));
+  if (lua_type(L, -1) == LUA_TSTRING)
+    options.schedule.kind = lua_tostring(L, -1);
+  else
+    options.schedule = kScheduleOptions.read(L, lua_gettop(L));
 }
 
 const OptionTable<TrainerOptions> kTrainerOptions(
@@ -164,27 +168,33 @@ const OptionTable<TrainerOptions> kTrainerOptions(
         option("warmup", &TrainerOptions::warmup),
         option_with<TrainerOptions>("ema", read_emas),
         lua_option<TrainerOptions>("ema_model"),
-        option_with<TrainerOptions>("amp", [](lua_State* L, const char* key, TrainerOptions& o) { read_option_value(L, key, o.step.amp); }),
-        option_with<TrainerOptions>("accumulate", [](lua_State* L, const char* key, TrainerOptions& o) {
-          read_option_value(L, key, o.step.accumulate);
-        }),
-        option_with<TrainerOptions>("clip", [](lua_State* L, const char* key, TrainerOptions& o) { read_option_value(L, key, o.step.clip); }),
-        option_with<TrainerOptions>("on_nonfinite", [](lua_State* L, const char* key, TrainerOptions& o) {
-          std::string name;
-          read_option_value(L, key, name);
-          o.step.on_nonfinite = train::parse_nonfinite_policy(name);
-        }),
+        option_with<TrainerOptions>("amp", [](lua_State* L, const char* key,
+                                              TrainerOptions& o) { read_option_value(L, key, o.step.amp); }),
+        option_with<TrainerOptions>("accumulate",
+                                    [](lua_State* L, const char* key, TrainerOptions& o) {
+                                      read_option_value(L, key, o.step.accumulate);
+                                    }),
+        option_with<TrainerOptions>("clip", [](lua_State* L, const char* key,
+                                               TrainerOptions& o) { read_option_value(L, key, o.step.clip); }),
+        option_with<TrainerOptions>("on_nonfinite",
+                                    [](lua_State* L, const char* key, TrainerOptions& o) {
+                                      std::string name;
+                                      read_option_value(L, key, name);
+                                      o.step.on_nonfinite = train::parse_nonfinite_policy(name);
+                                    }),
         option("steps", &TrainerOptions::steps),
         lua_option<TrainerOptions>("batch"),
         lua_option<TrainerOptions>("progress"),
         option("tf32", &TrainerOptions::tf32),
         option("deterministic", &TrainerOptions::deterministic),
-        option_with<TrainerOptions>("scaler", [](lua_State* L, const char*, TrainerOptions& o) {
-          o.step.scaler = kScalerOptions.read(L, lua_gettop(L));
-        }),
-        option_with<TrainerOptions>("data_parallel", [](lua_State* L, const char*, TrainerOptions& o) {
-          o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
-        }),
+        option_with<TrainerOptions>("scaler",
+                                    [](lua_State* L, const char*, TrainerOptions& o) {
+                                      o.step.scaler = kScalerOptions.read(L, lua_gettop(L));
+                                    }),
+        option_with<TrainerOptions>("data_parallel",
+                                    [](lua_State* L, const char*, TrainerOptions& o) {
+                                      o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
+                                    }),
         lua_option<TrainerOptions>("profile"),
         lua_option<TrainerOptions>("objective"),
     });
@@ -199,19 +209,21 @@ int trainer_new(lua_State* L) {
   model.buffers = named_tensors(L, 3, "buffers");
   if (model.parameters.empty()) throw std::invalid_argument("runner.trainer: the model has no parameters");
   std::shared_ptr<train::Optimizer> optimizer = test_optimizer(L, 4);
-  if (!optimizer) throw std::invalid_argument("runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
+  if (!optimizer)
+    throw std::invalid_argument(
+        "runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
   if (options.warmup) options.schedule.warmup_steps = *options.warmup;
   if ((options.schedule.kind == "cosine" || options.schedule.kind == "linear") && !options.schedule.total_steps) {
     if (!options.steps)
-      throw std::invalid_argument(fmt::format("runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'",
-                                              options.schedule.kind));
+      throw std::invalid_argument(fmt::format(
+          "runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'", options.schedule.kind));
     options.schedule.total_steps = std::max<std::int64_t>(1, *options.steps - options.schedule.warmup_steps);
   }
   const c10::Device device = model.parameters.front().second.device();
   if (options.deterministic) train::set_deterministic(true);
   core::set_tf32(options.tf32.value_or(device.is_cuda() && !options.deterministic));
-  auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule, std::move(options.emas),
-                                                  options.step, device);
+  auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule,
+                                                  std::move(options.emas), options.step, device);
   new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});
   return 1;
 }
@@ -258,8 +270,9 @@ int trainer_step(lua_State* L) {
         lua_pop(L, 1);
         throw core::Interrupted();
       }
-      std::string message = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                           : fmt::format("(error object is a {} value)", luaL_typename(L, -1));
+      std::string message = lua_type(L, -1) == LUA_TSTRING
+                                ? lua_tostring(L, -1)
+                                : fmt::format("(error object is a {} value)", luaL_typename(L, -1));
       lua_pop(L, 1);
       throw LuaCallbackError(message);
     }
@@ -349,7 +362,8 @@ int trainer_step_batch(lua_State* L) {
 }
 
 int objective_tostring(lua_State* L) {
-  const std::string text = "Objective(" + check_userdata<ObjectiveBox>(L, 1, kObjectiveType, "Objective")->objective->describe() + ")";
+  const std::string text =
+      "Objective(" + check_userdata<ObjectiveBox>(L, 1, kObjectiveType, "Objective")->objective->describe() + ")";
   lua_pushlstring(L, text.data(), text.size());
   return 1;
 }
@@ -371,7 +385,8 @@ int trainer_state_version(lua_State* L) {
   return 1;
 }
 
-// trainer:raise_pending_stop(): on_nonfinite = "stop" raises a stopped step not yet raised (Trainer::raise_pending_stop).
+// trainer:raise_pending_stop(): on_nonfinite = "stop" raises a stopped step not yet raised
+// (Trainer::raise_pending_stop).
 int trainer_raise_pending_stop(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
   try {
@@ -402,7 +417,8 @@ int trainer_accumulate(lua_State* L) {
 int trainer_lr(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
   const std::int64_t group = opt_integer(L, 2, 1);
-  lua_pushnumber(L, trainer.base_lr(static_cast<std::size_t>(group - 1)) * trainer.schedule().factor(trainer.step_count()));
+  lua_pushnumber(
+      L, trainer.base_lr(static_cast<std::size_t>(group - 1)) * trainer.schedule().factor(trainer.step_count()));
   return 1;
 }
 
@@ -476,7 +492,8 @@ const OptionTable<train::ProgressOptions> kProgressOptions("progress", "Progress
                                                                option("total", &train::ProgressOptions::total_steps),
                                                                option("batch", &train::ProgressOptions::batch),
                                                                option("terminal", &train::ProgressOptions::terminal),
-                                                               option("line_seconds", &train::ProgressOptions::line_seconds),
+                                                               option("line_seconds",
+                                                                      &train::ProgressOptions::line_seconds),
                                                            });
 
 // runner._train.progress(ProgressOptions) -> Progress; terminal defaults to whether stdout is a terminal.
@@ -485,7 +502,8 @@ int progress_new(lua_State* L) {
   train::ProgressOptions defaults;
   defaults.terminal = ::isatty(::fileno(stdout)) != 0;
   const train::ProgressOptions options = kProgressOptions.read(L, 1, defaults);
-  new_userdata<ProgressBox>(L, kProgressType, ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});
+  new_userdata<ProgressBox>(L, kProgressType,
+                            ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});
   return 1;
 }
 
@@ -499,15 +517,21 @@ struct EarlyStoppingOptions {
 const OptionTable<EarlyStoppingOptions> kEarlyStoppingOptions(
     "runner.early_stopping", "EarlyStoppingOptions",
     {
-        option_with<EarlyStoppingOptions>("patience", [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
-          if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0 || std::floor(lua_tonumber(L, -1)) != lua_tonumber(L, -1))
-            raise_error(L, "runner.early_stopping: patience must be a whole number, 0 or more");
-          read_option_value(L, key, o.patience);
-        }),
-        option_with<EarlyStoppingOptions>("mode", [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
-          read_option_value(L, key, o.mode);
-          if (o.mode != "min" && o.mode != "max") raise_error(L, "runner.early_stopping: mode must be 'min' or 'max'");
-        }),
+        option_with<EarlyStoppingOptions>("patience",
+                                          [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
+                                            if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0 ||
+                                                std::floor(lua_tonumber(L, -1)) != lua_tonumber(L, -1))
+                                              raise_error(
+                                                  L,
+                                                  "runner.early_stopping: patience must be a whole number, 0 or more");
+                                            read_option_value(L, key, o.patience);
+                                          }),
+        option_with<EarlyStoppingOptions>("mode",
+                                          [](lua_State* L, const char* key, EarlyStoppingOptions& o) {
+                                            read_option_value(L, key, o.mode);
+                                            if (o.mode != "min" && o.mode != "max")
+                                              raise_error(L, "runner.early_stopping: mode must be 'min' or 'max'");
+                                          }),
         option("min_delta", &EarlyStoppingOptions::min_delta),
     });
 
@@ -525,14 +549,15 @@ int early_stopping_options(lua_State* L) {
 }
 
 struct FindBatchSizeOptions {
-  std::int64_t start = 1;     // the first batch size tried; then doubled until one does not fit
+  std::int64_t start = 1;  // the first batch size tried; then doubled until one does not fit
   std::int64_t max = 65536;
 };
 const OptionTable<FindBatchSizeOptions> kFindBatchSizeOptions(
     "runner.find_batch_size", "FindBatchSizeOptions",
     {
-        lua_option<FindBatchSizeOptions>("try", /*required=*/true),  // function(batch_size): a forward and backward pass
-        lua_option<FindBatchSizeOptions>("device"),                  // default: the run's, else "auto"
+        lua_option<FindBatchSizeOptions>("try",
+                                         /*required=*/true),  // function(batch_size): a forward and backward pass
+        lua_option<FindBatchSizeOptions>("device"),           // default: the run's, else "auto"
         option("start", &FindBatchSizeOptions::start),
         option("max", &FindBatchSizeOptions::max),
     });
@@ -565,16 +590,20 @@ int progress_update(lua_State* L) {
       lua_rawgeti(L, -1, 1);
       lua_rawgeti(L, -2, 2);
       double value = NAN;
-      if (lua_type(L, -1) == LUA_TNUMBER) value = lua_tonumber(L, -1);
-      else if (at::Tensor* tensor = test_tensor(L, -1)) value = tensor->item<double>();
+      if (lua_type(L, -1) == LUA_TNUMBER)
+        value = lua_tonumber(L, -1);
+      else if (at::Tensor* tensor = test_tensor(L, -1))
+        value = tensor->item<double>();
       snapshot.values.emplace_back(lua_tostring(L, -2) ? lua_tostring(L, -2) : "?", value);
       lua_pop(L, 3);
     }
   }
   if (lua_type(L, 4) == LUA_TNUMBER) snapshot.lr = lua_tonumber(L, 4);
   if (lua_type(L, 5) == LUA_TNUMBER) snapshot.memory_bytes = lua_tonumber(L, 5);
-  if (final) box->display->finish(snapshot, now);
-  else box->display->show(snapshot, now);
+  if (final)
+    box->display->finish(snapshot, now);
+  else
+    box->display->show(snapshot, now);
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -60,9 +60,10 @@ void check_file_name(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 100 && name[0] != '.' && name != "manifest.json";
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.');
   if (!ok)
-    throw std::invalid_argument(fmt::format("checkpoint file name '{}' is not allowed: use letters, digits, '_', '-' "
-                                            "and '.' (not manifest.json)",
-                                            name));
+    throw std::invalid_argument(
+        fmt::format("checkpoint file name '{}' is not allowed: use letters, digits, '_', '-' "
+                    "and '.' (not manifest.json)",
+                    name));
 }
 
 // ".partial-0000012-345" -> step 12 and pid 345 for the prefix ".partial-"; false for other names.
@@ -107,7 +108,8 @@ StaleWrites clean_stale_writes(const std::string& run_dir, bool dry_run) {
       } else {
         stale.recovered.push_back(relative);
         if (!dry_run && ::rename(path.c_str(), final_dir.c_str()) != 0)
-          throw CheckpointWriteError(fmt::format("{}: cannot move back to {}: {}", path, final_dir, std::strerror(errno)));
+          throw CheckpointWriteError(
+              fmt::format("{}: cannot move back to {}: {}", path, final_dir, std::strerror(errno)));
       }
     }
   }
@@ -168,13 +170,13 @@ WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
     const std::string replaced = fmt::format("{}/.replaced-{:07d}-{}", folder, step, ::getpid());
     const bool had_previous = exists(final_dir);
     if (had_previous && ::rename(final_dir.c_str(), replaced.c_str()) != 0)
-      throw CheckpointWriteError(fmt::format("{}: cannot move the previous checkpoint aside: {}", final_dir,
-                                             std::strerror(errno)));
+      throw CheckpointWriteError(
+          fmt::format("{}: cannot move the previous checkpoint aside: {}", final_dir, std::strerror(errno)));
     if (::rename(partial.c_str(), final_dir.c_str()) != 0) {
       const int error = errno;
       if (had_previous) ::rename(replaced.c_str(), final_dir.c_str());
-      throw CheckpointWriteError(fmt::format("{}: cannot move the checkpoint into place: {}", final_dir,
-                                             std::strerror(error)));
+      throw CheckpointWriteError(
+          fmt::format("{}: cannot move the checkpoint into place: {}", final_dir, std::strerror(error)));
     }
     sync_directory(folder);
     if (had_previous) remove_flat_directory(replaced);
@@ -202,7 +204,8 @@ std::vector<std::string> verify_checkpoint(const std::string& run_dir, const std
       problems.push_back(fmt::format("{}: {} bytes, expected {} (truncated or replaced)", file.name, size, file.bytes));
     } else {
       try {
-        if (core::sha256_file(file_path) != file.sha256) problems.push_back(fmt::format("{}: sha256 differs (damaged)", file.name));
+        if (core::sha256_file(file_path) != file.sha256)
+          problems.push_back(fmt::format("{}: sha256 differs (damaged)", file.name));
       } catch (const std::exception& error) {
         problems.push_back(fmt::format("{}: {}", file.name, error.what()));
       }

@@ -28,9 +28,9 @@ struct CheckpointFileRecord {
 };
 
 struct WrittenCheckpoint {
-  std::string path;  // relative to the run directory: "checkpoints/step-0000100"
-  int64_t bytes = 0;  // all files, manifest included
-  std::string sha256;  // of manifest.json, which lists every file's size and sha256
+  std::string path;                         // relative to the run directory: "checkpoints/step-0000100"
+  int64_t bytes = 0;                        // all files, manifest included
+  std::string sha256;                       // of manifest.json, which lists every file's size and sha256
   std::vector<CheckpointFileRecord> files;  // manifest.json last
 };
 

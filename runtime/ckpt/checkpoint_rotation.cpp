@@ -8,7 +8,8 @@
 
 namespace runner::ckpt {
 
-std::vector<int64_t> checkpoints_to_drop(const std::vector<RotationCandidate>& candidates, const RotationPolicy& policy) {
+std::vector<int64_t> checkpoints_to_drop(const std::vector<RotationCandidate>& candidates,
+                                         const RotationPolicy& policy) {
   if (policy.keep_last < 0 || policy.keep_best < 0)
     throw std::invalid_argument("checkpoint rotation: keep_last and keep_best must be >= 0");
   std::vector<const RotationCandidate*> good;

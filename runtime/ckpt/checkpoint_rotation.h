@@ -10,9 +10,9 @@
 namespace runner::ckpt {
 
 struct RotationPolicy {
-  int64_t keep_last = 3;             // the newest K good checkpoints (0: none kept for being recent)
-  int64_t keep_best = 0;             // the best N good checkpoints by metric_value
-  bool lower_is_better = true;       // "min" or "max" metric
+  int64_t keep_last = 3;        // the newest K good checkpoints (0: none kept for being recent)
+  int64_t keep_best = 0;        // the best N good checkpoints by metric_value
+  bool lower_is_better = true;  // "min" or "max" metric
 };
 
 struct RotationCandidate {
@@ -24,6 +24,7 @@ struct RotationCandidate {
 
 // The ids to drop, in ascending step order. Damaged (not good) checkpoints are dropped too, except that
 // nothing at all is dropped unless at least one good checkpoint remains.
-std::vector<int64_t> checkpoints_to_drop(const std::vector<RotationCandidate>& candidates, const RotationPolicy& policy);
+std::vector<int64_t> checkpoints_to_drop(const std::vector<RotationCandidate>& candidates,
+                                         const RotationPolicy& policy);
 
 }  // namespace runner::ckpt

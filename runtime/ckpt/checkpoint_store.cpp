@@ -69,8 +69,8 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
     report.bytes = written.bytes;
     const auto problems = verify_checkpoint(run_dir_, written.path, written.files);
     if (!problems.empty())
-      throw CheckpointWriteError(fmt::format("{}/{} does not read back as written: {}", run_dir_, written.path,
-                                             fmt::join(problems, "; ")));
+      throw CheckpointWriteError(
+          fmt::format("{}/{} does not read back as written: {}", run_dir_, written.path, fmt::join(problems, "; ")));
 
     if (request.before_record) request.before_record();
     index::Database db = index::open_index_for_writing(home_);

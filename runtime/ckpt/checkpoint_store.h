@@ -27,13 +27,13 @@ struct SaveRequest {
   // restore point (the run's metrics up to the checkpoint are committed first). A throw fails the save.
   std::function<void()> before_record;
   nlohmann::json manifest_extra = nlohmann::json::object();
-  std::optional<std::string> metric;         // the metric rotation's keep_best ranks by, and its value
+  std::optional<std::string> metric;  // the metric rotation's keep_best ranks by, and its value
   std::optional<double> metric_value;
 };
 
 struct SaveReport {
   int64_t step = 0;
-  std::string path;                  // relative to the run directory
+  std::string path;  // relative to the run directory
   int64_t bytes = 0;
   double write_seconds = 0;          // on the saving thread: write, fsync, verify, index row, rotation
   std::optional<std::string> error;  // set when the save failed; nothing of it is left behind

@@ -32,12 +32,19 @@ struct Item {
 };
 
 std::optional<at::ScalarType> storage_dtype(const std::string& name) {
-  static const std::map<std::string, at::ScalarType> kStorages = {
-      {"FloatStorage", at::kFloat},     {"DoubleStorage", at::kDouble}, {"HalfStorage", at::kHalf},
-      {"BFloat16Storage", at::kBFloat16}, {"LongStorage", at::kLong},   {"IntStorage", at::kInt},
-      {"ShortStorage", at::kShort},     {"CharStorage", at::kChar},     {"ByteStorage", at::kByte},
-      {"BoolStorage", at::kBool},       {"UntypedStorage", at::kByte},  {"ComplexFloatStorage", at::kComplexFloat},
-      {"ComplexDoubleStorage", at::kComplexDouble}};
+  static const std::map<std::string, at::ScalarType> kStorages = {{"FloatStorage", at::kFloat},
+                                                                  {"DoubleStorage", at::kDouble},
+                                                                  {"HalfStorage", at::kHalf},
+                                                                  {"BFloat16Storage", at::kBFloat16},
+                                                                  {"LongStorage", at::kLong},
+                                                                  {"IntStorage", at::kInt},
+                                                                  {"ShortStorage", at::kShort},
+                                                                  {"CharStorage", at::kChar},
+                                                                  {"ByteStorage", at::kByte},
+                                                                  {"BoolStorage", at::kBool},
+                                                                  {"UntypedStorage", at::kByte},
+                                                                  {"ComplexFloatStorage", at::kComplexFloat},
+                                                                  {"ComplexDoubleStorage", at::kComplexDouble}};
   const auto found = kStorages.find(name);
   if (found == kStorages.end()) return std::nullopt;
   return found->second;
@@ -54,11 +61,13 @@ class Unpickler {
   void fill_legacy_storages(const c10::IValue& keys) {
     if (!keys.isList()) fail("the legacy storage key list is missing");
     for (const auto& key : keys.toListRef()) {
-      if (!key.isString() || !storages_.count(key.toStringRef())) fail("the legacy storage key list names an unknown storage");
+      if (!key.isString() || !storages_.count(key.toStringRef()))
+        fail("the legacy storage key list names an unknown storage");
       at::Tensor& storage = storages_.at(key.toStringRef());
       std::int64_t numel;
       std::memcpy(&numel, bytes(8), 8);
-      if (numel != storage.numel()) fail(fmt::format("legacy storage {} holds {} elements, not {}", key.toStringRef(), numel, storage.numel()));
+      if (numel != storage.numel())
+        fail(fmt::format("legacy storage {} holds {} elements, not {}", key.toStringRef(), numel, storage.numel()));
       const size_t count = static_cast<size_t>(numel) * storage.element_size();
       std::memcpy(storage.data_ptr(), bytes(count), count);
     }
@@ -68,66 +77,147 @@ class Unpickler {
     while (true) {
       const std::uint8_t op = byte();
       switch (op) {
-        case 0x80: byte(); break;                // PROTO
-        case 0x95: bytes(8); break;              // FRAME
-        case '.': return pop().value;            // STOP
-        case '(': marks_.push_back(stack_.size()); break;
-        case '}': push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())); break;
-        case ']': push(c10::impl::GenericList(c10::AnyType::get())); break;
-        case ')': push(c10::ivalue::Tuple::create({})); break;
-        case 't': push(tuple_of(pop_mark())); break;
-        case 0x85: case 0x86: case 0x87: {        // TUPLE1..3
+        case 0x80:
+          byte();
+          break;  // PROTO
+        case 0x95:
+          bytes(8);
+          break;  // FRAME
+        case '.':
+          return pop().value;  // STOP
+        case '(':
+          marks_.push_back(stack_.size());
+          break;
+        case '}':
+          push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
+          break;
+        case ']':
+          push(c10::impl::GenericList(c10::AnyType::get()));
+          break;
+        case ')':
+          push(c10::ivalue::Tuple::create({}));
+          break;
+        case 't':
+          push(tuple_of(pop_mark()));
+          break;
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1..3
           std::vector<Item> items(static_cast<size_t>(op - 0x84));
           for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
           push(tuple_of(items));
         } break;
-        case 'd': {                               // DICT
+        case 'd': {  // DICT
           auto items = pop_mark();
           auto dict = c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
           for (size_t i = 0; i + 1 < items.size(); i += 2) dict.insert_or_assign(key(items[i]), items[i + 1].value);
           push(dict);
         } break;
-        case 'a': { Item value = pop(); list(top()).push_back(value.value); } break;
-        case 'e': { auto items = pop_mark(); auto target = list(top()); for (auto& item : items) target.push_back(item.value); } break;
-        case 's': { Item value = pop(); Item k = pop(); dict(top()).insert_or_assign(key(k), value.value); } break;
+        case 'a': {
+          Item value = pop();
+          list(top()).push_back(value.value);
+        } break;
+        case 'e': {
+          auto items = pop_mark();
+          auto target = list(top());
+          for (auto& item : items) target.push_back(item.value);
+        } break;
+        case 's': {
+          Item value = pop();
+          Item k = pop();
+          dict(top()).insert_or_assign(key(k), value.value);
+        } break;
         case 'u': {
           auto items = pop_mark();
           auto target = dict(top());
           for (size_t i = 0; i + 1 < items.size(); i += 2) target.insert_or_assign(key(items[i]), items[i + 1].value);
         } break;
-        case 'q': memo_[byte()] = top(); break;
-        case 'r': memo_[uint32()] = top(); break;
-        case 0x94: memo_[static_cast<std::uint32_t>(memo_.size())] = top(); break;  // MEMOIZE
-        case 'h': push_item(memo(byte())); break;
-        case 'j': push_item(memo(uint32())); break;
-        case 'J': push(static_cast<std::int64_t>(static_cast<std::int32_t>(uint32()))); break;
-        case 'K': push(static_cast<std::int64_t>(byte())); break;
-        case 'M': push(static_cast<std::int64_t>(byte() | (byte() << 8))); break;
-        case 0x8a: push(long1()); break;
-        case 'G': push(binfloat()); break;
-        case 'X': push(string(uint32())); break;
-        case 0x8c: push(string(byte())); break;
-        case 0x8d: push(string(static_cast<size_t>(uint64()))); break;
-        case 'C': push(string(byte())); break;
-        case 'B': push(string(uint32())); break;
-        case 'N': push(c10::IValue()); break;
-        case 0x88: push(true); break;
-        case 0x89: push(false); break;
-        case '0': pop(); break;
-        case '1': pop_mark(); break;
-        case '2': push_item(top()); break;
+        case 'q':
+          memo_[byte()] = top();
+          break;
+        case 'r':
+          memo_[uint32()] = top();
+          break;
+        case 0x94:
+          memo_[static_cast<std::uint32_t>(memo_.size())] = top();
+          break;  // MEMOIZE
+        case 'h':
+          push_item(memo(byte()));
+          break;
+        case 'j':
+          push_item(memo(uint32()));
+          break;
+        case 'J':
+          push(static_cast<std::int64_t>(static_cast<std::int32_t>(uint32())));
+          break;
+        case 'K':
+          push(static_cast<std::int64_t>(byte()));
+          break;
+        case 'M':
+          push(static_cast<std::int64_t>(byte() | (byte() << 8)));
+          break;
+        case 0x8a:
+          push(long1());
+          break;
+        case 'G':
+          push(binfloat());
+          break;
+        case 'X':
+          push(string(uint32()));
+          break;
+        case 0x8c:
+          push(string(byte()));
+          break;
+        case 0x8d:
+          push(string(static_cast<size_t>(uint64())));
+          break;
+        case 'C':
+          push(string(byte()));
+          break;
+        case 'B':
+          push(string(uint32()));
+          break;
+        case 'N':
+          push(c10::IValue());
+          break;
+        case 0x88:
+          push(true);
+          break;
+        case 0x89:
+          push(false);
+          break;
+        case '0':
+          pop();
+          break;
+        case '1':
+          pop_mark();
+          break;
+        case '2':
+          push_item(top());
+          break;
         case 'c': {
           const std::string module = line();
           push_item(global(module, line()));
         } break;
-        case 0x93: {                              // STACK_GLOBAL
+        case 0x93: {  // STACK_GLOBAL
           const std::string name = pop().value.toStringRef();
           push_item(global(pop().value.toStringRef(), name));
         } break;
-        case 'R': { Item args = pop(); Item callable = pop(); push(call(callable, args)); } break;
-        case 0x81: { pop(); push_item(new_object(pop())); } break;  // NEWOBJ: cls.__new__(cls, *args)
-        case 'b': build(pop()); break;
-        case 'Q': push(persistent(pop())); break;
+        case 'R': {
+          Item args = pop();
+          Item callable = pop();
+          push(call(callable, args));
+        } break;
+        case 0x81: {
+          pop();
+          push_item(new_object(pop()));
+        } break;  // NEWOBJ: cls.__new__(cls, *args)
+        case 'b':
+          build(pop());
+          break;
+        case 'Q':
+          push(persistent(pop()));
+          break;
         default:
           fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, position_ - 1));
       }
@@ -233,9 +323,12 @@ class Unpickler {
 
   Item global(const std::string& module, const std::string& name) {
     Item item;
-    if (module == "collections" && name == "OrderedDict") item.callable = Callable::ordered_dict;
-    else if (module == "argparse" && name == "Namespace") item.callable = Callable::namespace_class;
-    else if (module == "torch._utils" && name == "_rebuild_tensor_v2") item.callable = Callable::rebuild_tensor;
+    if (module == "collections" && name == "OrderedDict")
+      item.callable = Callable::ordered_dict;
+    else if (module == "argparse" && name == "Namespace")
+      item.callable = Callable::namespace_class;
+    else if (module == "torch._utils" && name == "_rebuild_tensor_v2")
+      item.callable = Callable::rebuild_tensor;
     else if (module == "torch._utils" && (name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state"))
       item.callable = Callable::rebuild_parameter;
     else if (module == "torch" && storage_dtype(name)) {
@@ -244,7 +337,8 @@ class Unpickler {
     } else {
       throw std::invalid_argument(fmt::format(
           "{}: holds a Python object of class {}.{}; runner reads files of tensors, dicts, lists, tuples, numbers, "
-          "strings and argparse.Namespace only (no code runs on load); save a state dict: torch.save(model.state_dict(), path)",
+          "strings and argparse.Namespace only (no code runs on load); save a state dict: "
+          "torch.save(model.state_dict(), path)",
           path_, module, name));
     }
     return item;
@@ -275,7 +369,8 @@ class Unpickler {
     if (!top().takes_attributes) return;
     if (!state.value.isGenericDict()) fail("an argparse.Namespace whose state is not a dict");
     auto attributes = dict(top());
-    for (const auto& entry : state.value.toGenericDict()) attributes.insert_or_assign(key({entry.key()}), entry.value());
+    for (const auto& entry : state.value.toGenericDict())
+      attributes.insert_or_assign(key({entry.key()}), entry.value());
   }
 
   c10::IValue call(const Item& callable, const Item& args) {
@@ -289,7 +384,8 @@ class Unpickler {
         return elements[0];
       case Callable::rebuild_tensor: {
         // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
-        if (elements.size() < 4 || !elements[0].isTensor() || !elements[1].isInt()) fail("a tensor with unexpected arguments");
+        if (elements.size() < 4 || !elements[0].isTensor() || !elements[1].isInt())
+          fail("a tensor with unexpected arguments");
         const at::Tensor& storage = elements[0].toTensor();
         const auto sizes = integers(elements[2], "size");
         const auto strides = integers(elements[3], "stride");
@@ -298,8 +394,10 @@ class Unpickler {
         std::int64_t last = offset;
         for (size_t i = 0; i < sizes.size(); ++i) {
           if (sizes[i] < 0 || strides[i] < 0) fail("a tensor with a negative size or stride");
-          if (sizes[i] == 0) last = -1;
-          else if (last >= 0) last += (sizes[i] - 1) * strides[i];
+          if (sizes[i] == 0)
+            last = -1;
+          else if (last >= 0)
+            last += (sizes[i] - 1) * strides[i];
         }
         if (offset < 0 || last >= storage.numel()) fail("a tensor reaches past its storage");
         return at::empty({0}, storage.options()).set_(storage.storage(), offset, sizes, strides);
@@ -314,8 +412,10 @@ class Unpickler {
   c10::IValue persistent(const Item& id) {
     if (!id.value.isTuple() || id.value.toTupleRef().elements().size() < 5) fail("an unknown persistent id");
     const auto& elements = id.value.toTupleRef().elements();
-    if (elements.size() > 5 && !elements[5].isNone()) fail("a storage view (legacy format); re-save the file with a current PyTorch");
-    if (!elements[0].isString() || elements[0].toStringRef() != "storage" || !elements[2].isString() || !elements[4].isInt())
+    if (elements.size() > 5 && !elements[5].isNone())
+      fail("a storage view (legacy format); re-save the file with a current PyTorch");
+    if (!elements[0].isString() || elements[0].toStringRef() != "storage" || !elements[2].isString() ||
+        !elements[4].isInt())
       fail("an unknown persistent id");
     const std::string& record = elements[2].toStringRef();
     const auto cached = storages_.find(record);
@@ -332,7 +432,8 @@ class Unpickler {
     } else {
       auto [data, bytes] = zip_->getRecord("data/" + record);
       if (bytes != static_cast<size_t>(numel) * item_size)
-        fail(fmt::format("storage {} holds {} bytes, not {} elements of {}", record, bytes, numel, c10::toString(dtype)));
+        fail(fmt::format("storage {} holds {} bytes, not {} elements of {}", record, bytes, numel,
+                         c10::toString(dtype)));
       c10::Storage raw(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false);
       storage = at::empty({0}, at::TensorOptions().dtype(dtype)).set_(raw, 0, {numel}, {1});
     }
@@ -354,7 +455,8 @@ class Unpickler {
 std::string read_whole_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (!file.good() && !file.eof()) throw std::invalid_argument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  if (!file.good() && !file.eof())
+    throw std::invalid_argument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   return bytes;
 }
 
@@ -380,8 +482,10 @@ c10::IValue read_pytorch_file(const std::string& path) {
     const std::string bytes = read_whole_file(path);
     const size_t magic_size = sizeof(kMagicPickle) - 1;
     if (bytes.size() < magic_size || bytes.compare(0, magic_size, kMagicPickle, magic_size) != 0)
-      throw std::invalid_argument(fmt::format("{}: not a torch.save file (a pickle without PyTorch's magic number)", path));
-    Unpickler unpickler(path, reinterpret_cast<const std::uint8_t*>(bytes.data()) + magic_size, bytes.size() - magic_size, nullptr);
+      throw std::invalid_argument(
+          fmt::format("{}: not a torch.save file (a pickle without PyTorch's magic number)", path));
+    Unpickler unpickler(path, reinterpret_cast<const std::uint8_t*>(bytes.data()) + magic_size,
+                        bytes.size() - magic_size, nullptr);
     const c10::IValue version = unpickler.run();
     if (!version.isInt() || version.toInt() != 1001)
       throw std::invalid_argument(fmt::format("{}: an unknown legacy torch.save protocol version", path));
@@ -398,7 +502,8 @@ c10::IValue read_pytorch_file(const std::string& path) {
     Unpickler unpickler(path, static_cast<const std::uint8_t*>(pickle.get()), size, &zip);
     return unpickler.run();
   } catch (const c10::Error& error) {
-    throw std::invalid_argument(fmt::format("{}: cannot read this torch.save file: {}", path, first_line(error.what_without_backtrace())));
+    throw std::invalid_argument(
+        fmt::format("{}: cannot read this torch.save file: {}", path, first_line(error.what_without_backtrace())));
   }
 }
 

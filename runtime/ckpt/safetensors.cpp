@@ -114,8 +114,7 @@ void check_file_size(std::uint64_t file_size, const std::string& origin) {
 }
 
 // Decodes and bounds-checks the header length field; returns the header length in bytes.
-std::uint64_t read_header_length(const std::uint8_t* length_field, std::uint64_t file_size,
-                                 const std::string& origin) {
+std::uint64_t read_header_length(const std::uint8_t* length_field, std::uint64_t file_size, const std::string& origin) {
   std::uint64_t header_length = 0;
   std::memcpy(&header_length, length_field, sizeof header_length);
   const bool zip = std::memcmp(length_field, "PK\x03\x04", 4) == 0;
@@ -133,8 +132,7 @@ std::uint64_t read_header_length(const std::uint8_t* length_field, std::uint64_t
                      std::to_string(kMaxHeaderBytes) + " bytes");
   }
   if (header_length > file_size - kLengthFieldBytes) {
-    fail(origin, "header length " + std::to_string(header_length) + " exceeds file size " +
-                     std::to_string(file_size));
+    fail(origin, "header length " + std::to_string(header_length) + " exceeds file size " + std::to_string(file_size));
   }
   return header_length;
 }
@@ -174,7 +172,8 @@ nlohmann::json parse_json_rejecting_duplicates(std::string_view text, const std:
     return nlohmann::json::parse(text.begin(), text.end(), on_event);
   } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number like 1e400
     std::string_view reason = error.what();
-    if (const auto bracket_end = reason.find("] "); reason.starts_with("[json.exception") && bracket_end != reason.npos) {
+    if (const auto bracket_end = reason.find("] ");
+        reason.starts_with("[json.exception") && bracket_end != reason.npos) {
       reason.remove_prefix(bracket_end + 2);
     }
     fail(origin, "header is not valid JSON: " + std::string(reason));
@@ -232,8 +231,8 @@ TensorEntry parse_entry(const std::string& name, const nlohmann::json& value, st
   const std::string offsets = offsets_text(begin, end);
   if (begin > end) fail(origin, label + ": data_offsets " + offsets + " end before they begin");
   if (end > data_size) {
-    fail(origin, label + ": data_offsets " + offsets + " exceed the data section of " + std::to_string(data_size) +
-                     " bytes");
+    fail(origin,
+         label + ": data_offsets " + offsets + " exceed the data section of " + std::to_string(data_size) + " bytes");
   }
 
   const std::string shape_and_dtype = "shape " + bracketed(shape) + " of " + std::string(dtype->name);
@@ -290,12 +289,12 @@ Header parse_header(std::string_view text, std::uint64_t data_size, const std::s
   for (const TensorEntry& entry : header.entries) {
     const std::string label = tensor_label(entry.name) + ": data_offsets " + offsets_text(entry.begin, entry.end);
     if (entry.begin > covered_until) {
-      fail(origin, label + " leave bytes " + "[" + std::to_string(covered_until) + ", " +
-                       std::to_string(entry.begin) + ") of the data section uncovered");
+      fail(origin, label + " leave bytes " + "[" + std::to_string(covered_until) + ", " + std::to_string(entry.begin) +
+                       ") of the data section uncovered");
     }
     if (entry.begin < covered_until) {
-      fail(origin, label + " overlap " + tensor_label(previous->name) + " at " +
-                       offsets_text(previous->begin, previous->end));
+      fail(origin,
+           label + " overlap " + tensor_label(previous->name) + " at " + offsets_text(previous->begin, previous->end));
     }
     covered_until = entry.end;
     previous = &entry;
@@ -379,8 +378,7 @@ at::Tensor to_cpu_contiguous(const at::Tensor& tensor) {
 }
 
 std::string build_header(const std::string& path, const std::vector<NamedTensor>& tensors,
-                         const std::map<std::string, std::string>& metadata,
-                         std::vector<std::uint64_t>& byte_counts) {
+                         const std::map<std::string, std::string>& metadata, std::vector<std::uint64_t>& byte_counts) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     for (const auto& [key, value] : metadata) {
@@ -477,7 +475,8 @@ SafetensorsContents parse_safetensors(const std::uint8_t* data, std::size_t size
   contents.tensors.reserve(header.entries.size());
   for (const TensorEntry& entry : header.entries) {
     at::Tensor tensor = allocate_tensor(entry);
-    if (entry.end > entry.begin) std::memcpy(tensor.data_ptr(), data + data_start + entry.begin, entry.end - entry.begin);
+    if (entry.end > entry.begin)
+      std::memcpy(tensor.data_ptr(), data + data_start + entry.begin, entry.end - entry.begin);
     check_bool_values(tensor, entry, origin);
     contents.tensors.push_back({entry.name, std::move(tensor)});
   }

@@ -22,8 +22,8 @@ struct NamedTensor {
 };
 
 struct SafetensorsContents {
-  std::vector<NamedTensor> tensors;             // in order of data offset
-  std::map<std::string, std::string> metadata;  // the __metadata__ map
+  std::vector<NamedTensor> tensors;                       // in order of data offset
+  std::map<std::string, std::string> metadata;            // the __metadata__ map
   const at::Tensor* find(const std::string& name) const;  // nullptr if absent
 };
 

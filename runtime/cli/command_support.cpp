@@ -53,7 +53,8 @@ Cell json_cell(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_array()) {
     std::string text;
-    for (const auto& item : value) text += (text.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
+    for (const auto& item : value)
+      text += (text.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
     return text;
   }
   return value.dump();

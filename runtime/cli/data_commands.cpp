@@ -65,7 +65,8 @@ options:
   --workers N      decoding threads (default: the loader's)
 )"};
 
-constexpr DataCommandHelp kFidStatsHelp{"fid-stats", "runner data fid-stats IMAGES OUT.npz --weights PATH [--batch N] [--device D]", R"(
+constexpr DataCommandHelp kFidStatsHelp{
+    "fid-stats", "runner data fid-stats IMAGES OUT.npz --weights PATH [--batch N] [--device D]", R"(
 fid-stats writes the FID statistics (float64 mu [2048] and sigma [2048, 2048], as pytorch-fid's --save-stats)
 of every image in the folder IMAGES, through the FID Inception network whose weights PATH holds, for
 runner.eval.fid(samples, "OUT.npz", ...). PATH is pytorch-fid's pt_inception-2015-12-05-6726825d.pth
@@ -165,8 +166,10 @@ class ProgressPrinter {
     const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
     const std::string eta = rate > 0 && done < total ? fmt::format(", {:.0f}s left", (total - done) / rate) : "";
     const std::string line = fmt::format("{} [{}] {}/{} images, {:.0f}/s{}", verb_, bar, done, total, rate, eta);
-    if (terminal_) std::fprintf(stderr, "\r%s\033[K", line.c_str());
-    else std::fprintf(stderr, "%s\n", line.c_str());
+    if (terminal_)
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
   }
 
   const char* verb_;
@@ -181,12 +184,11 @@ int run_pack(int argc, char** argv) {
   data::PackOptions options;
   options.size = 0;
   int label_flags = 0;
-  const DataOptions command{
-      {{"--labels", [&] { options.labels = data::PackLabels::yes, ++label_flags; }},
-       {"--no-labels", [&] { options.labels = data::PackLabels::no, ++label_flags; }},
-       {"--skip-bad", [&] { options.skip_bad = true; }},
-       {"--fast-decode", [&] { options.fast_decode = true; }}},
-      {{"--size", positive_into(options.size)}, {"--workers", positive_into(options.workers)}}};
+  const DataOptions command{{{"--labels", [&] { options.labels = data::PackLabels::yes, ++label_flags; }},
+                             {"--no-labels", [&] { options.labels = data::PackLabels::no, ++label_flags; }},
+                             {"--skip-bad", [&] { options.skip_bad = true; }},
+                             {"--fast-decode", [&] { options.fast_decode = true; }}},
+                            {{"--size", positive_into(options.size)}, {"--workers", positive_into(options.workers)}}};
   if (!parse_command(argc, argv, command, directory, output)) return core::kExitOk;
   if (directory.empty() || output.empty()) throw UsageError("pack needs DIR and OUT.npy");
   if (options.size == 0) throw UsageError("pack needs --size N");
@@ -197,12 +199,14 @@ int run_pack(int argc, char** argv) {
   std::signal(SIGINT, on_interrupt);
   const data::PackResult result = data::pack_image_folder(directory, output, options);
   progress.finish();
-  for (const data::SkippedSample& bad : result.skipped) std::fprintf(stderr, "skipped %s\n", core::terminal_text(bad.message).c_str());
+  for (const data::SkippedSample& bad : result.skipped)
+    std::fprintf(stderr, "skipped %s\n", core::terminal_text(bad.message).c_str());
   std::printf("wrote %s: %lld images, uint8 [%lld, 3, %d, %d]\n", output.c_str(), static_cast<long long>(result.images),
               static_cast<long long>(result.images), options.size, options.size);
   if (!result.skipped.empty()) std::printf("skipped %zu unreadable images\n", result.skipped.size());
   if (!result.labels_path.empty()) {
-    std::printf("wrote %s and %s (%zu classes)\n", result.labels_path.c_str(), result.classes_path.c_str(), result.classes.size());
+    std::printf("wrote %s and %s (%zu classes)\n", result.labels_path.c_str(), result.classes_path.c_str(),
+                result.classes.size());
     std::printf("use: runner.data.npy { path = \"%s\", labels = \"%s\", classes = \"%s\" }\n", output.c_str(),
                 result.labels_path.c_str(), result.classes_path.c_str());
   } else {
@@ -215,10 +219,12 @@ int run_encode(int argc, char** argv) {
   std::string source;
   std::string output;
   latents::EncodeOptions options;
-  const DataOptions command{
-      {{"--flip", [&] { options.flip = true; }}},
-      {{"--vae", text_into(options.vae)}, {"--size", positive_into(options.size)}, {"--batch", positive_into(options.batch)},
-       {"--workers", positive_into(options.workers)}, {"--device", text_into(options.device)}}};
+  const DataOptions command{{{"--flip", [&] { options.flip = true; }}},
+                            {{"--vae", text_into(options.vae)},
+                             {"--size", positive_into(options.size)},
+                             {"--batch", positive_into(options.batch)},
+                             {"--workers", positive_into(options.workers)},
+                             {"--device", text_into(options.device)}}};
   if (!parse_command(argc, argv, command, source, output)) return core::kExitOk;
   if (source.empty() || output.empty()) throw UsageError("encode needs IMAGES and OUT.npy");
   if (options.vae.empty()) throw UsageError("encode needs --vae PATH");
@@ -242,9 +248,11 @@ int run_encode(int argc, char** argv) {
     return core::kExitInterrupted;
   }
   progress.finish();
-  std::printf("wrote %s: %lld images; %s\n", output.c_str(), static_cast<long long>(result.images), result.manifest_path.c_str());
-  if (!result.labels_path.empty()) std::printf("wrote %s%s%s\n", result.labels_path.c_str(), result.classes_path.empty() ? "" : " and ",
-                                               result.classes_path.c_str());
+  std::printf("wrote %s: %lld images; %s\n", output.c_str(), static_cast<long long>(result.images),
+              result.manifest_path.c_str());
+  if (!result.labels_path.empty())
+    std::printf("wrote %s%s%s\n", result.labels_path.c_str(), result.classes_path.empty() ? "" : " and ",
+                result.classes_path.c_str());
   std::printf("use: runner.data.latents { path = \"%s\" }\n", output.c_str());
   return core::kExitOk;
 }
@@ -253,10 +261,10 @@ int run_fid_stats(int argc, char** argv) {
   std::string source;
   std::string output;
   eval::FidOptions options;
-  const DataOptions command{
-      {},
-      {{"--weights", text_into(options.weights)}, {"--batch", positive_into(options.batch)},
-       {"--device", text_into(options.device)}}};
+  const DataOptions command{{},
+                            {{"--weights", text_into(options.weights)},
+                             {"--batch", positive_into(options.batch)},
+                             {"--device", text_into(options.device)}}};
   if (!parse_command(argc, argv, command, source, output)) return core::kExitOk;
   if (source.empty() || output.empty()) throw UsageError("fid-stats needs IMAGES and OUT.npz");
   if (options.weights.empty()) throw UsageError("fid-stats needs --weights PATH: " + eval::fid_weights_help());

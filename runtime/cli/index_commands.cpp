@@ -79,7 +79,8 @@ int query_command(int argc, char** argv) {
   index::QueryLimits limits;
   limits.timeout_seconds = 30;
   limits.max_rows = format == TableFormat::aligned ? 1000 : 0;  // a table is for reading; CSV and JSON for tools
-  if (auto timeout = arguments.value("--timeout")) limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
+  if (auto timeout = arguments.value("--timeout"))
+    limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
   if (auto limit = arguments.value("--limit")) limits.max_rows = parse_count("--limit", *limit);
   index::Database db = index::open_index_for_reading(index::home_directory());
   const index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
@@ -91,13 +92,15 @@ int query_command(int argc, char** argv) {
 }
 
 int report_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
+  const ParsedArguments arguments =
+      parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
   const std::string home = index::home_directory();
   index::Database db = index::open_index_for_reading(home);
   if (arguments.positional.size() == 1 && is_sweep_reference(db, arguments.positional[0])) {
-    write_sweep_report(db, arguments.positional[0], arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
+    write_sweep_report(db, arguments.positional[0],
+                       arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
     return 0;
   }
   const double now = index::now_seconds();
@@ -116,7 +119,8 @@ int report_command(int argc, char** argv) {
     run.config = record.config;
     run.summary = record.summary;
     std::vector<std::string> keys;
-    if (chosen) keys = *chosen;
+    if (chosen)
+      keys = *chosen;
     else
       for (const auto& latest : index::latest_metrics(db, record.run)) keys.push_back(latest.key);
     for (const auto& key : keys) {
@@ -161,9 +165,9 @@ int rm_command(int argc, char** argv) {
   }
   for (const auto& run : runs) {
     const index::RemovedRun removed = index::remove_run(db, home, run);
-    print(fmt::format("removed {} ({}): {}, {}, {}, {}\n", removed.name, removed.id, count_text(removed.metrics, "metric value"),
-                      count_text(removed.checkpoints, "checkpoint"), count_text(removed.artifacts, "artifact"),
-                      core::byte_size_text(removed.bytes)));
+    print(fmt::format("removed {} ({}): {}, {}, {}, {}\n", removed.name, removed.id,
+                      count_text(removed.metrics, "metric value"), count_text(removed.checkpoints, "checkpoint"),
+                      count_text(removed.artifacts, "artifact"), core::byte_size_text(removed.bytes)));
   }
   return 0;
 }
@@ -176,12 +180,18 @@ int gc_command(int argc, char** argv) {
   index::Database db = index::open_index_for_writing(home);
   const index::GarbageReport report = index::collect_garbage(db, home, dry_run, arguments.has("--orphans"));
   const std::string verb = dry_run ? "would " : "";
-  for (const auto& entry : report.finished_removals) print(fmt::format("{}finish deleting {}/.trash/{}\n", verb, home, entry));
-  for (const auto& name : report.interrupted_runs) print(fmt::format("{}mark {} interrupted (its process is gone)\n", verb, name));
-  for (const auto& path : report.dropped_checkpoints) print(fmt::format("{}delete checkpoint {}/{} (no longer kept)\n", verb, home, path));
+  for (const auto& entry : report.finished_removals)
+    print(fmt::format("{}finish deleting {}/.trash/{}\n", verb, home, entry));
+  for (const auto& name : report.interrupted_runs)
+    print(fmt::format("{}mark {} interrupted (its process is gone)\n", verb, name));
+  for (const auto& path : report.dropped_checkpoints)
+    print(fmt::format("{}delete checkpoint {}/{} (no longer kept)\n", verb, home, path));
   for (const auto& entry : report.orphan_directories) {
-    if (arguments.has("--orphans")) print(fmt::format("{}delete {}/{} (a run directory not in the index)\n", verb, home, entry));
-    else print(fmt::format("note: {}/{} looks like a run directory but is not in the index (--orphans deletes it)\n", home, entry));
+    if (arguments.has("--orphans"))
+      print(fmt::format("{}delete {}/{} (a run directory not in the index)\n", verb, home, entry));
+    else
+      print(fmt::format("note: {}/{} looks like a run directory but is not in the index (--orphans deletes it)\n", home,
+                        entry));
   }
   // Checkpoint writes of processes that are gone; a running run's writer may still be at work.
   uint64_t stale_bytes = 0;
@@ -192,11 +202,14 @@ int gc_command(int argc, char** argv) {
     for (const auto& path : stale.removed)
       print(fmt::format("{}delete {}/{}/{} (a checkpoint write that never finished)\n", verb, home, run.dir, path));
     for (const auto& path : stale.recovered)
-      print(fmt::format("{}move {}/{}/{} back into place (its replacement never finished)\n", verb, home, run.dir, path));
+      print(
+          fmt::format("{}move {}/{}/{} back into place (its replacement never finished)\n", verb, home, run.dir, path));
   }
   for (const auto& name : report.missing_directories)
-    print(fmt::format("note: run {} has no directory under {} (its rows are kept; `runner rm {}` deletes them)\n", name, home, name));
-  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "", core::byte_size_text(report.bytes_freed + stale_bytes)));
+    print(fmt::format("note: run {} has no directory under {} (its rows are kept; `runner rm {}` deletes them)\n", name,
+                      home, name));
+  print(fmt::format("{}{} freed\n", dry_run ? "would have " : "",
+                    core::byte_size_text(report.bytes_freed + stale_bytes)));
   return 0;
 }
 
@@ -211,7 +224,8 @@ int run_index_command(int argc, char** argv) {
     if (name == "rm") return rm_command(argc, argv);
     if (name == "gc") return gc_command(argc, argv);
     if (name == "sweeps") return sweeps_command(argc, argv);
-    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0) return sweep_show_command(argc - 1, argv + 1);
+    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0)
+      return sweep_show_command(argc - 1, argv + 1);
     if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0) return sweep_rm_command(argc - 1, argv + 1);
     throw UsageError("unknown command '" + name + "'");
   } catch (const HelpRequested&) {

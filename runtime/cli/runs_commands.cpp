@@ -43,8 +43,9 @@ void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), s
 }  // namespace
 
 int runs_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep"},
-                                                    {"--csv", "--json", "--desc"});
+  const ParsedArguments arguments =
+      parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep"},
+                      {"--csv", "--json", "--desc"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const TableFormat format = table_format(arguments);
   index::RunFilter filter;
@@ -127,9 +128,9 @@ int runs_command(int argc, char** argv) {
   // have "sweep" (the name) and "trial".
   std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
   const bool aligned = format == TableFormat::aligned;
-  const bool sweep_column = !filter.sweep && (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) {
-                                                return l.run->sweep.has_value();
-                                              }));
+  const bool sweep_column =
+      !filter.sweep &&
+      (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->sweep.has_value(); }));
   Table table;
   table.columns = {"id", "name", "status", "started", "duration", "step", "ranks"};
   if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
@@ -151,16 +152,19 @@ int runs_command(int argc, char** argv) {
     row.push_back(static_cast<int64_t>(run.world_size));
     if (sweep_column) {
       const std::string name = run.sweep ? sweep_names[*run.sweep] : "";
-      if (aligned) row.push_back(run.sweep ? Cell(fmt::format("{} #{}", name, run.trial.value_or(0))) : Cell(std::monostate{}));
-      else row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
+      if (aligned)
+        row.push_back(run.sweep ? Cell(fmt::format("{} #{}", name, run.trial.value_or(0))) : Cell(std::monostate{}));
+      else
+        row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
       if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
     }
     for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
     table.rows.push_back(std::move(row));
   }
   if (format == TableFormat::aligned && table.rows.empty()) {
-    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep ? "no runs yet\n"
-                                                                                        : "no runs match\n");
+    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep
+              ? "no runs yet\n"
+              : "no runs match\n");
     return 0;
   }
   print(format_table(table, format));
@@ -182,15 +186,28 @@ std::string attempt_status(const index::RunRecord& run, const index::AttemptReco
                                                                         : attempt.status;
 }
 
-nlohmann::json attempts_json(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts, double now) {
+nlohmann::json attempts_json(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts,
+                             double now) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& a : attempts) {
-    out.push_back({{"attempt", a.attempt}, {"status", attempt_status(run, a, now)}, {"config", a.config},
-                   {"world_size", a.world_size}, {"hosts", a.hosts}, {"host", a.host}, {"pid", a.pid},
-                   {"device", a.device}, {"seed", or_null(a.seed)}, {"script_hash", a.script_hash},
-                   {"git_revision", or_null(a.git_revision)}, {"git_dirty", or_null(a.git_dirty)},
-                   {"versions", a.versions}, {"start_step", or_null(a.start_step)}, {"end_step", or_null(a.end_step)},
-                   {"started_at", or_null(a.started_at)}, {"ended_at", or_null(a.ended_at)}, {"error", or_null(a.error)}});
+    out.push_back({{"attempt", a.attempt},
+                   {"status", attempt_status(run, a, now)},
+                   {"config", a.config},
+                   {"world_size", a.world_size},
+                   {"hosts", a.hosts},
+                   {"host", a.host},
+                   {"pid", a.pid},
+                   {"device", a.device},
+                   {"seed", or_null(a.seed)},
+                   {"script_hash", a.script_hash},
+                   {"git_revision", or_null(a.git_revision)},
+                   {"git_dirty", or_null(a.git_dirty)},
+                   {"versions", a.versions},
+                   {"start_step", or_null(a.start_step)},
+                   {"end_step", or_null(a.end_step)},
+                   {"started_at", or_null(a.started_at)},
+                   {"ended_at", or_null(a.ended_at)},
+                   {"error", or_null(a.error)}});
   }
   return out;
 }
@@ -204,15 +221,20 @@ std::string config_changes(const nlohmann::json& before, const nlohmann::json& n
   std::string text;
   for (const std::string& key : keys) {
     if (before.contains(key) && now.contains(key) && before[key] == now[key]) continue;
-    const std::string value = !now.contains(key) ? "-" : now[key].is_string() ? now[key].get<std::string>() : now[key].dump();
+    const std::string value = !now.contains(key)     ? "-"
+                              : now[key].is_string() ? now[key].get<std::string>()
+                                                     : now[key].dump();
     text += fmt::format("{}{}={}", text.empty() ? "" : " ", key, value);
   }
   return text;
 }
 
 Table attempts_table(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts, double now) {
-  Table table{{"attempt", "status", "started", "duration", "steps", "world size", "hosts", "config changes", "error"}, {}};
-  const auto step = [](const std::optional<int64_t>& value) { return value ? fmt::format("{}", *value) : std::string("?"); };
+  Table table{{"attempt", "status", "started", "duration", "steps", "world size", "hosts", "config changes", "error"},
+              {}};
+  const auto step = [](const std::optional<int64_t>& value) {
+    return value ? fmt::format("{}", *value) : std::string("?");
+  };
   for (size_t i = 0; i < attempts.size(); ++i) {
     const index::AttemptRecord& a = attempts[i];
     const std::string status = attempt_status(run, a, now);
@@ -266,21 +288,31 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   out["attempt_history"] = attempts_json(run, index::run_attempts(db, run.run), now);
   nlohmann::json inputs = nlohmann::json::array();
   for (const index::InputRecord& input : index::run_inputs(db, run.run))
-    inputs.push_back({{"attempt", input.attempt}, {"kind", input.kind}, {"path", input.path}, {"bytes", or_null(input.bytes)},
-                      {"modified_at", or_null(input.modified_at)}, {"detail", input.detail}});
+    inputs.push_back({{"attempt", input.attempt},
+                      {"kind", input.kind},
+                      {"path", input.path},
+                      {"bytes", or_null(input.bytes)},
+                      {"modified_at", or_null(input.modified_at)},
+                      {"detail", input.detail}});
   out["inputs"] = inputs;
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& latest : index::latest_metrics(db, run.run)) {
-    metrics[latest.key] = {{"step", latest.point.step},
-                           {"value", std::isfinite(latest.point.value) ? nlohmann::json(latest.point.value)
-                                                                       : nlohmann::json(format_number(latest.point.value))}};
+    metrics[latest.key] = {
+        {"step", latest.point.step},
+        {"value", std::isfinite(latest.point.value) ? nlohmann::json(latest.point.value)
+                                                    : nlohmann::json(format_number(latest.point.value))}};
   }
   out["metrics"] = metrics;
   nlohmann::json checkpoints = nlohmann::json::array();
   for (const auto& c : index::checkpoints(db, run.run)) {
-    checkpoints.push_back({{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}, {"hash", c.hash}, {"kept", c.kept},
-                           {"metric", c.metric ? nlohmann::json(*c.metric) : nlohmann::json(nullptr)},
-                           {"metric_value", c.metric_value ? nlohmann::json(*c.metric_value) : nlohmann::json(nullptr)}});
+    checkpoints.push_back(
+        {{"step", c.step},
+         {"path", c.path},
+         {"bytes", c.bytes},
+         {"hash", c.hash},
+         {"kept", c.kept},
+         {"metric", c.metric ? nlohmann::json(*c.metric) : nlohmann::json(nullptr)},
+         {"metric_value", c.metric_value ? nlohmann::json(*c.metric_value) : nlohmann::json(nullptr)}});
   }
   out["checkpoints"] = checkpoints;
   nlohmann::json artifacts = nlohmann::json::array();
@@ -327,9 +359,10 @@ Table inputs_table(const std::vector<index::InputRecord>& inputs) {
       identity = "sha256 " + d["sha256"].get<std::string>().substr(0, 12);
     else if (input.modified_at)
       identity = "modified " + format_time(*input.modified_at);
-    table.rows.push_back({input.attempt, input.kind, input.path,
-                          input.bytes ? Cell(core::byte_size_text(static_cast<uint64_t>(*input.bytes))) : Cell(std::monostate{}),
-                          identity.empty() ? Cell(std::monostate{}) : Cell(identity)});
+    table.rows.push_back(
+        {input.attempt, input.kind, input.path,
+         input.bytes ? Cell(core::byte_size_text(static_cast<uint64_t>(*input.bytes))) : Cell(std::monostate{}),
+         identity.empty() ? Cell(std::monostate{}) : Cell(identity)});
   }
   return table;
 }
@@ -358,8 +391,8 @@ int show_command(int argc, char** argv) {
   const double wall = index::wall_seconds(run, now);
   text += fmt::format("started   {}   duration {}{}   step {}\n", format_time(run.started_at),
                       format_duration(index::duration_seconds(run, now)),
-                      run.attempts > 1 ? fmt::format(" in {} attempts ({} from the first start to the end)", run.attempts,
-                                                     format_duration(wall))
+                      run.attempts > 1 ? fmt::format(" in {} attempts ({} from the first start to the end)",
+                                                     run.attempts, format_duration(wall))
                                        : "",
                       run.step);
   text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : shown(run.script),
@@ -385,9 +418,10 @@ int show_command(int argc, char** argv) {
   print_section("metrics (latest)", metrics);
   Table checkpoints{{"step", "path", "size", "kept", "metric"}, {}};
   for (const auto& c : index::checkpoints(db, run.run)) {
-    checkpoints.rows.push_back({c.step, c.path, core::byte_size_text(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
-                                c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? format_number(*c.metric_value) : "-"))
-                                         : Cell(std::monostate{})});
+    checkpoints.rows.push_back(
+        {c.step, c.path, core::byte_size_text(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
+         c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? format_number(*c.metric_value) : "-"))
+                  : Cell(std::monostate{})});
   }
   print_section("checkpoints", checkpoints);
   Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
@@ -437,7 +471,8 @@ int compare_command(int argc, char** argv) {
   }
   for (const auto& key : summary_keys) {
     std::vector<Cell> row = {"summary", key};
-    for (const auto& run : runs) row.push_back(run.summary.contains(key) ? json_cell(run.summary[key]) : Cell(std::monostate{}));
+    for (const auto& run : runs)
+      row.push_back(run.summary.contains(key) ? json_cell(run.summary[key]) : Cell(std::monostate{}));
     table.rows.push_back(std::move(row));
   }
   for (const auto& key : metric_keys) {

@@ -102,7 +102,8 @@ int sweeps_command(int argc, char** argv) {
     if (!shown.note.empty()) notes += fmt::format("sweep {}: {}\n", record.name, shown.note);
     table.rows.push_back({record.sweep, record.name, shown.status, sweep::method_name(record.spec.method),
                           record.spec.trials, static_cast<int64_t>(counts.finished + counts.pruned + counts.failed),
-                          record.spec.metric + (record.spec.minimize ? " (min)" : " (max)"), optional_cell(counts.best_value),
+                          record.spec.metric + (record.spec.minimize ? " (min)" : " (max)"),
+                          optional_cell(counts.best_value),
                           counts.best_trial ? Cell(*counts.best_trial) : Cell(std::monostate{}),
                           format == TableFormat::aligned ? Cell(format_time(record.created_at).substr(0, 16))
                                                          : Cell(record.created_at)});
@@ -175,11 +176,14 @@ int sweep_show_command(int argc, char** argv) {
   print(fmt::format("script {}\n", spec.script));
   if (record.error) print(fmt::format("error: {}\n", *record.error));
   print("\n");
-  if (table.rows.empty()) print("no trials yet\n");
-  else print(format_table(table, format));
+  if (table.rows.empty())
+    print("no trials yet\n");
+  else
+    print(format_table(table, format));
   const std::string best = sweep::best_trial_command(record, sweep::list_trials(db, record.sweep));
-  if (!best.empty()) print(fmt::format("\nbest (trial {}, {} {}): {}\n", *counts.best_trial, spec.metric,
-                                       format_number(*counts.best_value), best));
+  if (!best.empty())
+    print(fmt::format("\nbest (trial {}, {} {}): {}\n", *counts.best_trial, spec.metric,
+                      format_number(*counts.best_value), best));
   return 0;
 }
 
@@ -219,7 +223,8 @@ void write_sweep_report(index::Database& db, const std::string& reference, const
     column.name = parameter.name;
     column.log_scale = parameter.kind == sweep::ParameterKind::log_uniform || parameter.log;
     if (parameter.kind == sweep::ParameterKind::choice &&
-        !std::all_of(parameter.values.begin(), parameter.values.end(), [](const nlohmann::json& v) { return v.is_number(); }))
+        !std::all_of(parameter.values.begin(), parameter.values.end(),
+                     [](const nlohmann::json& v) { return v.is_number(); }))
       for (const nlohmann::json& value : parameter.values)
         column.categories.push_back(value.is_string() ? value.get<std::string>() : value.dump());
     page.parameters.push_back(std::move(column));

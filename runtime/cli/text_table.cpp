@@ -31,7 +31,8 @@ std::string table_text(std::string text) {
 std::string csv_field(const Cell& cell) {
   if (std::holds_alternative<std::monostate>(cell)) return "";
   if (auto* integer = std::get_if<int64_t>(&cell)) return std::to_string(*integer);
-  if (auto* real = std::get_if<double>(&cell)) return std::isfinite(*real) ? fmt::format("{}", *real) : format_number(*real);
+  if (auto* real = std::get_if<double>(&cell))
+    return std::isfinite(*real) ? fmt::format("{}", *real) : format_number(*real);
   const auto& text = std::get<std::string>(cell);
   if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
   std::string quoted = "\"";
@@ -42,7 +43,8 @@ std::string csv_field(const Cell& cell) {
 nlohmann::json json_value(const Cell& cell) {
   if (std::holds_alternative<std::monostate>(cell)) return nullptr;
   if (auto* integer = std::get_if<int64_t>(&cell)) return *integer;
-  if (auto* real = std::get_if<double>(&cell)) return std::isfinite(*real) ? nlohmann::json(*real) : nlohmann::json(format_number(*real));
+  if (auto* real = std::get_if<double>(&cell))
+    return std::isfinite(*real) ? nlohmann::json(*real) : nlohmann::json(format_number(*real));
   return nlohmann::json(std::get<std::string>(cell));
 }
 
@@ -104,8 +106,10 @@ std::string format_table(const Table& table, TableFormat format) {
     for (size_t c = 0; c < cells.size(); ++c) {
       const size_t pad = widths[c] - display_width(cells[c]);
       const bool last = c + 1 == cells.size();
-      if (numeric[c]) line += std::string(pad, ' ') + cells[c];
-      else line += cells[c] + (last ? "" : std::string(pad, ' '));
+      if (numeric[c])
+        line += std::string(pad, ' ') + cells[c];
+      else
+        line += cells[c] + (last ? "" : std::string(pad, ' '));
       if (!last) line += "  ";
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();

@@ -55,8 +55,7 @@ c10::Device parse_device(const std::string& name) {
     auto [end, error] = std::from_chars(first, last, index);
     is_cuda = error == std::errc() && end == last && index >= 0;
   }
-  if (!is_cuda)
-    throw std::invalid_argument("unknown device '" + name + "' (expected cpu, cuda, cuda:N or auto)");
+  if (!is_cuda) throw std::invalid_argument("unknown device '" + name + "' (expected cpu, cuda, cuda:N or auto)");
   const int count = cuda_device_count();
   if (count == 0) throw std::invalid_argument("device '" + name + "' requested but CUDA is not available");
   if (index >= count)
@@ -79,7 +78,8 @@ void set_tf32(bool enabled) {
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
 
 CudaMemory cuda_memory(int index) {
-  const auto stats = c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto stats =
+      c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));
   const auto& all = stats.allocated_bytes[0];  // the aggregate over the small and large pools
   return {static_cast<double>(all.current), static_cast<double>(all.peak)};
 }

@@ -15,12 +15,23 @@ struct DtypeName {
 
 // Canonical names first: dtype_name returns the first match.
 constexpr std::array<DtypeName, 17> kDtypeNames{{
-    {"float32", c10::kFloat},    {"float64", c10::kDouble}, {"float16", c10::kHalf},
-    {"bfloat16", c10::kBFloat16}, {"int64", c10::kLong},     {"int32", c10::kInt},
-    {"int16", c10::kShort},      {"int8", c10::kChar},      {"uint8", c10::kByte},
-    {"bool", c10::kBool},        {"float", c10::kFloat},    {"double", c10::kDouble},
-    {"half", c10::kHalf},        {"long", c10::kLong},      {"int", c10::kInt},
-    {"byte", c10::kByte},        {"short", c10::kShort},
+    {"float32", c10::kFloat},
+    {"float64", c10::kDouble},
+    {"float16", c10::kHalf},
+    {"bfloat16", c10::kBFloat16},
+    {"int64", c10::kLong},
+    {"int32", c10::kInt},
+    {"int16", c10::kShort},
+    {"int8", c10::kChar},
+    {"uint8", c10::kByte},
+    {"bool", c10::kBool},
+    {"float", c10::kFloat},
+    {"double", c10::kDouble},
+    {"half", c10::kHalf},
+    {"long", c10::kLong},
+    {"int", c10::kInt},
+    {"byte", c10::kByte},
+    {"short", c10::kShort},
 }};
 
 }  // namespace

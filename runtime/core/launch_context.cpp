@@ -12,8 +12,8 @@ extern char** environ;
 namespace runner::core {
 namespace {
 
-std::optional<std::string> lookup(const std::map<std::string, std::string>& env, std::initializer_list<const char*> names,
-                                  std::string* which) {
+std::optional<std::string> lookup(const std::map<std::string, std::string>& env,
+                                  std::initializer_list<const char*> names, std::string* which) {
   for (const char* name : names) {
     auto it = env.find(name);
     if (it != env.end() && !it->second.empty()) {
@@ -66,10 +66,13 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   read_integer(env, {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"}, context.local_world_size, 1, kMaxRanks);
   read_integer(env, {"LOCAL_RANK", "SLURM_LOCALID"}, context.local_rank, 0, kMaxRanks);
   if (context.rank >= context.world_size)
-    throw LaunchError(fmt::format("rank {} is not below the world size {} (RANK / WORLD_SIZE)", context.rank, context.world_size));
+    throw LaunchError(
+        fmt::format("rank {} is not below the world size {} (RANK / WORLD_SIZE)", context.rank, context.world_size));
   std::string which;
-  if (auto addr = lookup(env, {"MASTER_ADDR"}, &which)) context.master_addr = *addr;
-  else if (auto nodes = lookup(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &which)) context.master_addr = first_slurm_host(*nodes);
+  if (auto addr = lookup(env, {"MASTER_ADDR"}, &which))
+    context.master_addr = *addr;
+  else if (auto nodes = lookup(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &which))
+    context.master_addr = first_slurm_host(*nodes);
   read_integer(env, {"MASTER_PORT"}, context.master_port, 1, 65535);
   std::int64_t job = 0;
   if (context.master_port == 0 && lookup(env, {"SLURM_JOB_ID"}, &which)) {
@@ -98,8 +101,10 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   read_integer(env, {"RUNNER_CORES"}, context.cores, 1, 1 << 20);
   if (auto file = lookup(env, {"RUNNER_FAILURE_FILE"}, &which)) context.failure_file = *file;
   context.rank_variables = env.count("RANK") > 0 || env.count("WORLD_SIZE") > 0;
-  if (env.count("RUNNER_HISTORY")) context.repl_history = env.at("RUNNER_HISTORY");  // "" keeps none
-  else if (env.count("HOME")) context.repl_history = env.at("HOME") + "/.runner_history";
+  if (env.count("RUNNER_HISTORY"))
+    context.repl_history = env.at("RUNNER_HISTORY");  // "" keeps none
+  else if (env.count("HOME"))
+    context.repl_history = env.at("HOME") + "/.runner_history";
   if (auto agent = lookup(env, {"TORCHELASTIC_USE_AGENT_STORE"}, &which)) context.agent_store = *agent == "True";
   return context;
 }

@@ -17,12 +17,18 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::trace: return spdlog::level::trace;
-    case LogLevel::debug: return spdlog::level::debug;
-    case LogLevel::info: return spdlog::level::info;
-    case LogLevel::warn: return spdlog::level::warn;
-    case LogLevel::error: return spdlog::level::err;
-    case LogLevel::off: return spdlog::level::off;
+    case LogLevel::trace:
+      return spdlog::level::trace;
+    case LogLevel::debug:
+      return spdlog::level::debug;
+    case LogLevel::info:
+      return spdlog::level::info;
+    case LogLevel::warn:
+      return spdlog::level::warn;
+    case LogLevel::error:
+      return spdlog::level::err;
+    case LogLevel::off:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -53,9 +59,9 @@ LogFile& log_file() {
 }  // namespace
 
 LogLevel parse_log_level(const std::string& level) {
-  static const std::pair<const char*, LogLevel> levels[] = {
-      {"trace", LogLevel::trace}, {"debug", LogLevel::debug}, {"info", LogLevel::info},
-      {"warn", LogLevel::warn},   {"error", LogLevel::error}, {"off", LogLevel::off}};
+  static const std::pair<const char*, LogLevel> levels[] = {{"trace", LogLevel::trace}, {"debug", LogLevel::debug},
+                                                            {"info", LogLevel::info},   {"warn", LogLevel::warn},
+                                                            {"error", LogLevel::error}, {"off", LogLevel::off}};
   for (const auto& [name, value] : levels)
     if (level == name) return value;
   throw std::invalid_argument("unknown log level '" + level + "' (expected trace, debug, info, warn, error or off)");

@@ -21,48 +21,85 @@ namespace {
 std::string dtype_text(c10::ScalarType type) {
   using c10::ScalarType;
   switch (type) {
-    case ScalarType::Byte: return "uint8";
-    case ScalarType::Char: return "int8";
-    case ScalarType::Short: return "int16";
-    case ScalarType::Int: return "int32";
-    case ScalarType::Long: return "int64";
-    case ScalarType::UInt16: return "uint16";
-    case ScalarType::UInt32: return "uint32";
-    case ScalarType::UInt64: return "uint64";
-    case ScalarType::Half: return "float16";
-    case ScalarType::Float: return "float32";
-    case ScalarType::Double: return "float64";
-    case ScalarType::BFloat16: return "bfloat16";
-    case ScalarType::Bool: return "bool";
-    case ScalarType::ComplexHalf: return "complex32";
-    case ScalarType::ComplexFloat: return "complex64";
-    case ScalarType::ComplexDouble: return "complex128";
-    case ScalarType::QInt8: return "qint8";
-    case ScalarType::QUInt8: return "quint8";
-    case ScalarType::QInt32: return "qint32";
-    case ScalarType::QUInt4x2: return "quint4x2";
-    case ScalarType::QUInt2x4: return "quint2x4";
-    case ScalarType::Float8_e5m2: return "float8_e5m2";
-    case ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
-    case ScalarType::Float8_e5m2fnuz: return "float8_e5m2fnuz";
-    case ScalarType::Float8_e4m3fnuz: return "float8_e4m3fnuz";
-    case ScalarType::Float8_e8m0fnu: return "float8_e8m0fnu";
-    case ScalarType::Float4_e2m1fn_x2: return "float4_e2m1fn_x2";
-    default: return c10::toString(type);
+    case ScalarType::Byte:
+      return "uint8";
+    case ScalarType::Char:
+      return "int8";
+    case ScalarType::Short:
+      return "int16";
+    case ScalarType::Int:
+      return "int32";
+    case ScalarType::Long:
+      return "int64";
+    case ScalarType::UInt16:
+      return "uint16";
+    case ScalarType::UInt32:
+      return "uint32";
+    case ScalarType::UInt64:
+      return "uint64";
+    case ScalarType::Half:
+      return "float16";
+    case ScalarType::Float:
+      return "float32";
+    case ScalarType::Double:
+      return "float64";
+    case ScalarType::BFloat16:
+      return "bfloat16";
+    case ScalarType::Bool:
+      return "bool";
+    case ScalarType::ComplexHalf:
+      return "complex32";
+    case ScalarType::ComplexFloat:
+      return "complex64";
+    case ScalarType::ComplexDouble:
+      return "complex128";
+    case ScalarType::QInt8:
+      return "qint8";
+    case ScalarType::QUInt8:
+      return "quint8";
+    case ScalarType::QInt32:
+      return "qint32";
+    case ScalarType::QUInt4x2:
+      return "quint4x2";
+    case ScalarType::QUInt2x4:
+      return "quint2x4";
+    case ScalarType::Float8_e5m2:
+      return "float8_e5m2";
+    case ScalarType::Float8_e4m3fn:
+      return "float8_e4m3fn";
+    case ScalarType::Float8_e5m2fnuz:
+      return "float8_e5m2fnuz";
+    case ScalarType::Float8_e4m3fnuz:
+      return "float8_e4m3fnuz";
+    case ScalarType::Float8_e8m0fnu:
+      return "float8_e8m0fnu";
+    case ScalarType::Float4_e2m1fn_x2:
+      return "float4_e2m1fn_x2";
+    default:
+      return c10::toString(type);
   }
 }
 
 std::string layout_text(c10::Layout layout) {
   switch (layout) {
-    case c10::kStrided: return "torch.strided";
-    case c10::kSparse: return "torch.sparse_coo";
-    case c10::kSparseCsr: return "torch.sparse_csr";
-    case c10::kSparseCsc: return "torch.sparse_csc";
-    case c10::kSparseBsr: return "torch.sparse_bsr";
-    case c10::kSparseBsc: return "torch.sparse_bsc";
-    case c10::kMkldnn: return "torch._mkldnn";
-    case c10::kJagged: return "torch.jagged";
-    default: return "torch." + c10::str(layout);
+    case c10::kStrided:
+      return "torch.strided";
+    case c10::kSparse:
+      return "torch.sparse_coo";
+    case c10::kSparseCsr:
+      return "torch.sparse_csr";
+    case c10::kSparseCsc:
+      return "torch.sparse_csc";
+    case c10::kSparseBsr:
+      return "torch.sparse_bsr";
+    case c10::kSparseBsc:
+      return "torch.sparse_bsc";
+    case c10::kMkldnn:
+      return "torch._mkldnn";
+    case c10::kJagged:
+      return "torch.jagged";
+    default:
+      return "torch." + c10::str(layout);
   }
 }
 
@@ -153,9 +190,12 @@ class ElementTable {
   // Python's str() of a non-floating element, with Lua's true/false.
   std::string text(std::int64_t offset) const {
     switch (values_.scalar_type()) {
-      case c10::kBool: return values_.const_data_ptr<bool>()[offset] ? "true" : "false";
-      case c10::ScalarType::UInt64: return std::to_string(values_.const_data_ptr<std::uint64_t>()[offset]);
-      default: return std::to_string(values_.const_data_ptr<std::int64_t>()[offset]);
+      case c10::kBool:
+        return values_.const_data_ptr<bool>()[offset] ? "true" : "false";
+      case c10::ScalarType::UInt64:
+        return std::to_string(values_.const_data_ptr<std::uint64_t>()[offset]);
+      default:
+        return std::to_string(values_.const_data_ptr<std::int64_t>()[offset]);
     }
   }
 
@@ -250,12 +290,11 @@ class ElementLayout {
 
     if (remaining == 1) {
       const auto element_length = static_cast<double>(formatter_.width() + 2);
-      const auto per_line = std::max<std::int64_t>(
-          1, static_cast<std::int64_t>(std::floor((linewidth_ - indent) / element_length)));
+      const auto per_line =
+          std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor((linewidth_ - indent) / element_length)));
       std::string text = "[";
       for (std::size_t i = 0; i < indices.size(); ++i) {
-        if (i > 0)
-          text += static_cast<std::int64_t>(i) % per_line == 0 ? ",\n" + std::string(indent + 1, ' ') : ", ";
+        if (i > 0) text += static_cast<std::int64_t>(i) % per_line == 0 ? ",\n" + std::string(indent + 1, ' ') : ", ";
         text += indices[i] < 0 ? " ..." : formatter_.format(offset + indices[i] * strides_[dim]);
       }
       return text + "]";
@@ -315,8 +354,7 @@ class TensorPrinter {
     std::vector<ReprText> suffixes;
     ReprText body;
 
-    if (self.device().type() != c10::DeviceType::CPU)
-      suffixes.push_back({"device='" + self.device().str() + "'"});
+    if (self.device().type() != c10::DeviceType::CPU) suffixes.push_back({"device='" + self.device().str() + "'"});
 
     const c10::ScalarType default_dtype = c10::get_default_dtype_as_scalartype();
     const bool has_default_dtype = type == default_dtype || type == c10::kLong || type == c10::kBool;
@@ -440,8 +478,7 @@ class TensorPrinter {
   }
 
   // torch._tensor_str._add_suffixes, measuring lengths as Python spells them.
-  ReprText add_suffixes(ReprText repr, const std::vector<ReprText>& suffixes, int indent,
-                        bool force_newline) const {
+  ReprText add_suffixes(ReprText repr, const std::vector<ReprText>& suffixes, int indent, bool force_newline) const {
     // Python's len(s) - s.rfind("\n") + 1, where rfind gives -1 when there is no newline.
     const std::size_t newline = repr.text.rfind('\n');
     const std::int64_t newline_index = newline == std::string::npos ? -1 : static_cast<std::int64_t>(newline);

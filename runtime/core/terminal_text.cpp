@@ -19,10 +19,14 @@ size_t utf8_sequence(std::string_view text, size_t i, char32_t& code_point) {
   const unsigned char lead = byte(0);
   size_t length = 0;
   char32_t minimum = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) length = 2, minimum = 0x80, code_point = lead & 0x1F;
-  else if (lead >= 0xE0 && lead <= 0xEF) length = 3, minimum = 0x800, code_point = lead & 0x0F;
-  else if (lead >= 0xF0 && lead <= 0xF4) length = 4, minimum = 0x10000, code_point = lead & 0x07;
-  else return 0;
+  if (lead >= 0xC2 && lead <= 0xDF)
+    length = 2, minimum = 0x80, code_point = lead & 0x1F;
+  else if (lead >= 0xE0 && lead <= 0xEF)
+    length = 3, minimum = 0x800, code_point = lead & 0x0F;
+  else if (lead >= 0xF0 && lead <= 0xF4)
+    length = 4, minimum = 0x10000, code_point = lead & 0x07;
+  else
+    return 0;
   if (i + length > text.size()) return 0;
   for (size_t k = 1; k < length; ++k) {
     if ((byte(k) & 0xC0) != 0x80) return 0;
@@ -33,8 +37,8 @@ size_t utf8_sequence(std::string_view text, size_t i, char32_t& code_point) {
 }
 
 bool is_hidden_format_character(char32_t c) {
-  return (c >= 0x80 && c <= 0x9F) || (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069) ||
-         c == 0x200E || c == 0x200F || c == 0x061C;
+  return (c >= 0x80 && c <= 0x9F) || (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069) || c == 0x200E ||
+         c == 0x200F || c == 0x061C;
 }
 
 }  // namespace
@@ -50,11 +54,16 @@ std::string terminal_text(std::string_view text, TextLines lines) {
       continue;
     }
     if (c < 0x80) {
-      if ((c == '\n' || c == '\t') && lines == TextLines::kept) out += static_cast<char>(c);
-      else if (c == '\n') out += "\\n";
-      else if (c == '\t') out += "\\t";
-      else if (c == '\r') out += "\\r";
-      else append_escape(out, "\\x%02x", c);
+      if ((c == '\n' || c == '\t') && lines == TextLines::kept)
+        out += static_cast<char>(c);
+      else if (c == '\n')
+        out += "\\n";
+      else if (c == '\t')
+        out += "\\t";
+      else if (c == '\r')
+        out += "\\r";
+      else
+        append_escape(out, "\\x%02x", c);
       ++i;
       continue;
     }
@@ -64,8 +73,10 @@ std::string terminal_text(std::string_view text, TextLines lines) {
       append_escape(out, "\\x%02x", c);
       ++i;
     } else {
-      if (is_hidden_format_character(code_point)) append_escape(out, "\\u%04x", static_cast<unsigned>(code_point));
-      else out.append(text.substr(i, length));
+      if (is_hidden_format_character(code_point))
+        append_escape(out, "\\u%04x", static_cast<unsigned>(code_point));
+      else
+        out.append(text.substr(i, length));
       i += length;
     }
   }

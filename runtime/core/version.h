@@ -10,7 +10,7 @@ struct VersionInfo {
   std::string libtorch;
   std::string sqlite;
   bool cuda_available = false;
-  std::string cuda_runtime;              // empty when LibTorch was built without CUDA
+  std::string cuda_runtime;               // empty when LibTorch was built without CUDA
   std::vector<std::string> cuda_devices;  // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"
 };
 

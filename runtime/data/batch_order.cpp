@@ -17,8 +17,10 @@ constexpr std::uint64_t kPermutationStream = 0x7065726d75746531ull;
 BatchOrder::BatchOrder(const BatchOrderOptions& options) : options_(options) {
   const std::int64_t batch = options_.global_batch;
   if (batch < 1 || options_.world_size < 1 || batch % options_.world_size != 0)
-    throw std::invalid_argument("loader: batch " + std::to_string(batch) + " (the global batch of all ranks) does "
-                                "not split evenly over " + std::to_string(options_.world_size) + " ranks");
+    throw std::invalid_argument("loader: batch " + std::to_string(batch) +
+                                " (the global batch of all ranks) does "
+                                "not split evenly over " +
+                                std::to_string(options_.world_size) + " ranks");
   if (options_.size < 1) throw std::invalid_argument("loader: the dataset is empty");
   per_epoch_ = options_.drop_last ? options_.size / batch : (options_.size + batch - 1) / batch;
   if (per_epoch_ == 0)
@@ -34,7 +36,8 @@ std::vector<std::int64_t> BatchOrder::permutation(std::uint64_t seed, std::int64
   return order;
 }
 
-std::shared_ptr<const std::vector<std::int64_t>> BatchOrder::cached_permutation(std::uint64_t seed, std::int64_t epoch) const {
+std::shared_ptr<const std::vector<std::int64_t>> BatchOrder::cached_permutation(std::uint64_t seed,
+                                                                                std::int64_t epoch) const {
   std::lock_guard lock(mutex_);
   const auto key = std::make_pair(seed, epoch);
   if (auto it = recent_.find(key); it != recent_.end()) return it->second;

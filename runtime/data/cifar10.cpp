@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 constexpr std::size_t kPixels = 32 * 32;
 constexpr std::size_t kRecordBytes = 1 + 3 * kPixels;
 
-const std::vector<std::string> kDefaultClasses = {"airplane", "automobile", "bird", "cat", "deer",
+const std::vector<std::string> kDefaultClasses = {"airplane", "automobile", "bird",  "cat",  "deer",
                                                   "dog",      "frog",       "horse", "ship", "truck"};
 
 class Cifar10Dataset final : public Dataset {

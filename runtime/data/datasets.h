@@ -52,7 +52,7 @@ nlohmann::json latents_manifest(const std::string& path);
 // `colours` false draws white shapes on black, `rotate` false upright ones (axis-aligned squares,
 // triangles pointing up); either way an index keeps its class, place and size.
 struct ShapesOptions {
-  int size = 32;              // images are size x size (4..4096)
+  int size = 32;  // images are size x size (4..4096)
   std::int64_t count = 10000;
   std::uint64_t seed = 0;
   bool colours = true;

@@ -24,7 +24,8 @@ void decode_image(const std::uint8_t* data, std::size_t size, const std::string&
     case ImageFormat::unknown:
       break;
   }
-  throw DataError(origin, size == 0 ? "empty file, not an image" : "not a JPEG or PNG image (unrecognised first bytes)");
+  throw DataError(origin,
+                  size == 0 ? "empty file, not an image" : "not a JPEG or PNG image (unrecognised first bytes)");
 }
 
 }  // namespace runner::data

@@ -39,7 +39,8 @@ std::vector<std::string> find_images(const fs::path& directory) {
       if (it->is_directory(error)) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file(error) && is_image_file(path)) found.emplace_back(path.parent_path().string(), path.filename().string());
+    if (it->is_regular_file(error) && is_image_file(path))
+      found.emplace_back(path.parent_path().string(), path.filename().string());
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> paths;
@@ -64,7 +65,8 @@ class ImageFolderDataset final : public Dataset {
         throw DataError(root_, "has no class subfolders (labels = true takes classes from subfolder names)");
       for (std::size_t id = 0; id < class_dirs.size(); ++id) {
         const std::vector<std::string> images = find_images(fs::path(root_) / class_dirs[id]);
-        if (images.empty()) throw DataError((fs::path(root_) / class_dirs[id]).string(), "class folder has no .jpg, .jpeg or .png files");
+        if (images.empty())
+          throw DataError((fs::path(root_) / class_dirs[id]).string(), "class folder has no .jpg, .jpeg or .png files");
         paths_.insert(paths_.end(), images.begin(), images.end());
         labels_.insert(labels_.end(), images.size(), static_cast<std::int32_t>(id));
       }

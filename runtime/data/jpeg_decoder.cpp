@@ -83,7 +83,8 @@ void read_rows(Decompressor& d, DecodedImage& out, int count, int width) {
 
 // Returns false with errors.message set when libjpeg reported an error. No C++ objects with destructors
 // are created between setjmp and the end of this function; the window callback runs before any row is read.
-bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, DecodedImage& out, const DecodeHint& hint) {
+bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, DecodedImage& out,
+                const DecodeHint& hint) {
   if (setjmp(d.errors.jump)) return false;
   jpeg_mem_src(&d.info, data, static_cast<unsigned long>(size));
   jpeg_read_header(&d.info, TRUE);
@@ -106,7 +107,8 @@ bool run_decode(Decompressor& d, const std::uint8_t* data, std::size_t size, Dec
   const int full_width = static_cast<int>(d.info.output_width);
   const int full_height = static_cast<int>(d.info.output_height);
   if (static_cast<std::uint64_t>(full_width) * full_height > kMaxPixels) {
-    std::snprintf(d.errors.message, sizeof d.errors.message, "%dx%d pixels is more than the limit of 2^28", full_width, full_height);
+    std::snprintf(d.errors.message, sizeof d.errors.message, "%dx%d pixels is more than the limit of 2^28", full_width,
+                  full_height);
     return false;
   }
   d.window = PixelWindow{0, 0, full_height, full_width};

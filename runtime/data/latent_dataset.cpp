@@ -36,7 +36,8 @@ class LatentDataset final : public Dataset {
     const nlohmann::json manifest = latents_manifest(path);
     const auto& shape = data_.header().shape;
     if (shape.size() != 6 || (shape[1] != 1 && shape[1] != 2) || shape[2] != 2 || data_.header().dtype != at::kFloat)
-      throw DataError(path, "expected float32 [N, flips (1 or 2), 2 (mean, logvar), C, h, w] as `runner data encode` writes");
+      throw DataError(path,
+                      "expected float32 [N, flips (1 or 2), 2 (mean, logvar), C, h, w] as `runner data encode` writes");
     try {
       const auto& vae = manifest.at("vae");
       scale_ = scale > 0 ? scale : vae.at("scaling_factor").get<double>();
@@ -49,7 +50,8 @@ class LatentDataset final : public Dataset {
       const at::Tensor labels = NpyArray(labels_path).copy_rows(0, data_.rows()).to(at::kLong);
       labels_.assign(labels.data_ptr<std::int64_t>(), labels.data_ptr<std::int64_t>() + labels.numel());
       if (static_cast<std::int64_t>(labels_.size()) != data_.rows())
-        throw DataError(labels_path, "has " + std::to_string(labels_.size()) + " labels for " + std::to_string(data_.rows()) + " latents");
+        throw DataError(labels_path, "has " + std::to_string(labels_.size()) + " labels for " +
+                                         std::to_string(data_.rows()) + " latents");
     }
     const std::string classes_path = sibling_path(path, ".classes.json");
     if (std::filesystem::exists(classes_path)) classes_ = read_class_names(classes_path);
@@ -59,8 +61,9 @@ class LatentDataset final : public Dataset {
   SampleKind kind() const override { return SampleKind::tensor; }
   std::string describe() const override {
     const auto& s = data_.header().shape;
-    return "latents " + data_.path() + ": " + std::to_string(s[0]) + " x [" + std::to_string(s[3]) + ", " + std::to_string(s[4]) +
-           ", " + std::to_string(s[5]) + "]" + (s[1] == 2 ? " with flips" : "") + (labels_.empty() ? "" : ", labelled");
+    return "latents " + data_.path() + ": " + std::to_string(s[0]) + " x [" + std::to_string(s[3]) + ", " +
+           std::to_string(s[4]) + ", " + std::to_string(s[5]) + "]" + (s[1] == 2 ? " with flips" : "") +
+           (labels_.empty() ? "" : ", labelled");
   }
   bool has_labels() const override { return !labels_.empty(); }
   std::vector<std::string> classes() const override { return classes_; }
@@ -69,7 +72,8 @@ class LatentDataset final : public Dataset {
     SampleRng own(0, kPosteriorStream, static_cast<std::uint64_t>(index));
     SampleRng& rng = hint.rng ? *hint.rng : own;
     const at::Tensor row = data_.copy_rows(index, 1)[0];  // [F, 2, C, h, w]
-    const std::int64_t flip = row.size(0) > 1 ? static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(row.size(0)))) : 0;
+    const std::int64_t flip =
+        row.size(0) > 1 ? static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(row.size(0)))) : 0;
     const at::Tensor mean = row[flip][0].contiguous();
     const at::Tensor logvar = row[flip][1].contiguous();
     out.tensor = at::empty_like(mean);
@@ -105,7 +109,8 @@ class LatentDataset final : public Dataset {
 nlohmann::json latents_manifest(const std::string& path) {
   const std::string manifest_path = sibling_path(path, ".json");
   if (!std::filesystem::exists(manifest_path))
-    throw DataError(manifest_path, "missing: data.latents reads the manifest `runner data encode` writes beside the array");
+    throw DataError(manifest_path,
+                    "missing: data.latents reads the manifest `runner data encode` writes beside the array");
   return read_manifest(manifest_path);
 }
 

@@ -32,9 +32,7 @@ constexpr std::uint64_t kAugmentStream = 0x6175676d656e7431ull;
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // A batch assembled on the host.
 struct HostBatch {
@@ -114,8 +112,9 @@ class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
 int default_worker_count() {
   // Ranks of a data-parallel job on this node share its cores; each drives one GPU.
   const int ranks = std::max(1, core::launch_context().local_world_size);
-  const int host_cores = core::launch_context().cores > 0 ? core::launch_context().cores
-                                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int host_cores = core::launch_context().cores > 0
+                             ? core::launch_context().cores
+                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int cores = host_cores / ranks;
   const int gpus = ranks > 1 ? 1 : std::max(1, core::cuda_device_count());
   return std::max(cores >= 2 ? 1 : 0, std::min(4 * gpus, cores - 1));
@@ -195,7 +194,8 @@ struct Loader::Impl {
       const std::int64_t index = indices[static_cast<std::size_t>(j)];
       try {
         sample.label = -1;
-        SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch), static_cast<std::uint64_t>(index));
+        SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch),
+                      static_cast<std::uint64_t>(index));
         if (dataset->kind() == SampleKind::image) {
           const Placement placement = read_and_place(*dataset, index, spec, rng, sample);
           const std::vector<std::int64_t> shape{sample.image.channels, placement.height, placement.width};
@@ -208,8 +208,9 @@ struct Loader::Impl {
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
             batch.data = allocate_batch(batch_shape, sample_dtype, pinned);
           } else if (shape != sample_shape) {
-            throw DataError(dataset->source(index), "is " + core::shape_text(shape) + " after the transform but the batch's first sample is " +
-                                                        core::shape_text(sample_shape) + " (resize and crop to one size)");
+            throw DataError(dataset->source(index),
+                            "is " + core::shape_text(shape) + " after the transform but the batch's first sample is " +
+                                core::shape_text(sample_shape) + " (resize and crop to one size)");
           }
           if (sample_dtype == at::kFloat) {
             rendered.resize(static_cast<std::size_t>(sample_elements));
@@ -239,11 +240,13 @@ struct Loader::Impl {
             for (std::int64_t d : shape) sample_elements *= d;
             std::vector<std::int64_t> batch_shape{n};
             batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
-            batch.data = allocate_batch(batch_shape, normalize && !normalize_on_device() ? at::kFloat : sample_dtype, pinned);
+            batch.data =
+                allocate_batch(batch_shape, normalize && !normalize_on_device() ? at::kFloat : sample_dtype, pinned);
           } else if (shape != sample_shape || tensor.scalar_type() != sample_dtype) {
-            throw DataError(dataset->source(index), "is " + core::shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
-                                                        " but the batch's first sample is " + core::shape_text(sample_shape) + " " +
-                                                        c10::toString(sample_dtype));
+            throw DataError(dataset->source(index),
+                            "is " + core::shape_text(shape) + " " + c10::toString(tensor.scalar_type()) +
+                                " but the batch's first sample is " + core::shape_text(sample_shape) + " " +
+                                c10::toString(sample_dtype));
           }
           if (in_shape.size() < 2) placement.height = 1, placement.width = w;
           if (normalize && !normalize_on_device()) {
@@ -273,8 +276,8 @@ struct Loader::Impl {
       ++kept;
     }
     if (kept == 0) {
-      throw DataError(dataset->source(indices.front()), "every sample of batch " + std::to_string(batch_position) +
-                                                            " was bad and skipped");
+      throw DataError(dataset->source(indices.front()),
+                      "every sample of batch " + std::to_string(batch_position) + " was bad and skipped");
     }
     if (kept < n) batch.data = batch.data.narrow(0, 0, kept);
     batch.index = at::empty({kept}, host(at::kLong));
@@ -443,10 +446,12 @@ struct Loader::Impl {
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (!dataset) throw std::invalid_argument("loader: no dataset");
-  if (options.batch < 1) throw std::invalid_argument("loader: batch must be at least 1, got " + std::to_string(options.batch));
+  if (options.batch < 1)
+    throw std::invalid_argument("loader: batch must be at least 1, got " + std::to_string(options.batch));
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw std::invalid_argument("loader: rank " + std::to_string(options.rank) + " is not in 0.." +
-                                std::to_string(options.world_size - 1) + " for world_size " + std::to_string(options.world_size));
+                                std::to_string(options.world_size - 1) + " for world_size " +
+                                std::to_string(options.world_size));
   }
   if (options.workers < 0) options.workers = default_worker_count();
   if (dataset->reads_on_caller_thread()) options.workers = 0;
@@ -490,7 +495,8 @@ void Loader::set_before_next(std::function<void()> before) { impl_->before_next 
 std::int64_t Loader::position() const { return impl_->position; }
 
 void Loader::seek(std::int64_t position) {
-  if (position < 0) throw std::invalid_argument("loader: position must be non-negative, got " + std::to_string(position));
+  if (position < 0)
+    throw std::invalid_argument("loader: position must be non-negative, got " + std::to_string(position));
   if (position == impl_->position) return;
   impl_->position = position;
   impl_->drop_in_flight();
@@ -515,7 +521,8 @@ void Loader::restore(const LoaderState& state) {
     mismatch("a dataset of", std::to_string(state.dataset_size) + " samples", std::to_string(mine.dataset_size));
   if (state.batch != mine.batch) mismatch("batch", std::to_string(state.batch), std::to_string(mine.batch));
   // The position counts global batches: any rank of any world size continues the same global batch stream.
-  if (state.shuffle != mine.shuffle) mismatch("shuffle", state.shuffle ? "true" : "false", mine.shuffle ? "true" : "false");
+  if (state.shuffle != mine.shuffle)
+    mismatch("shuffle", state.shuffle ? "true" : "false", mine.shuffle ? "true" : "false");
   if (state.drop_last != mine.drop_last)
     mismatch("drop_last", state.drop_last ? "true" : "false", mine.drop_last ? "true" : "false");
   impl_->position = state.position;

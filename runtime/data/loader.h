@@ -31,7 +31,7 @@ struct LoaderOptions {
   int workers = -1;   // -1: default_worker_count(); 0: batches are made on the calling thread
   int prefetch = -1;  // batches in flight; -1: 2 per worker (at least 2)
   std::uint64_t seed = 0;
-  int rank = core::launch_context().rank;              // this process's shard
+  int rank = core::launch_context().rank;  // this process's shard
   int world_size = core::launch_context().world_size;
   c10::Device device = c10::Device(c10::kCPU);
   bool pin_memory = true;  // for CUDA devices
@@ -39,14 +39,14 @@ struct LoaderOptions {
   BadSamplePolicy on_error = BadSamplePolicy::raise;
 };
 
-// min(4 per GPU (or 4 without one), CPU cores (RUNNER_CORES, else the host's) - 1), at least 1 when there are 2 or more cores. For one of R
-// ranks on the node (LOCAL_WORLD_SIZE): its share of the cores, cores / R, and 4 for its one GPU.
+// min(4 per GPU (or 4 without one), CPU cores (RUNNER_CORES, else the host's) - 1), at least 1 when there are 2 or more
+// cores. For one of R ranks on the node (LOCAL_WORLD_SIZE): its share of the cores, cores / R, and 4 for its one GPU.
 int default_worker_count();
 
 struct Batch {
-  at::Tensor data;     // [B, ...]
-  at::Tensor label;    // int64 [B], undefined when the dataset has no labels
-  at::Tensor index;    // int64 [B], the dataset index of each sample
+  at::Tensor data;            // [B, ...]
+  at::Tensor label;           // int64 [B], undefined when the dataset has no labels
+  at::Tensor index;           // int64 [B], the dataset index of each sample
   std::int64_t position = 0;  // global batch number (0-based, across epochs)
   std::int64_t epoch = 0;     // completed epochs before this batch
 };

@@ -9,9 +9,9 @@
 namespace runner::data {
 
 nlohmann::json loader_state_json(const LoaderState& state) {
-  return {{"seed", state.seed},         {"position", state.position}, {"dataset_size", state.dataset_size},
-          {"batch", state.batch},  {"rank", state.rank},         {"world_size", state.world_size},
-          {"shuffle", state.shuffle},   {"drop_last", state.drop_last}};
+  return {{"seed", state.seed},       {"position", state.position},  {"dataset_size", state.dataset_size},
+          {"batch", state.batch},     {"rank", state.rank},          {"world_size", state.world_size},
+          {"shuffle", state.shuffle}, {"drop_last", state.drop_last}};
 }
 
 LoaderState loader_state_from_json(const nlohmann::json& json, const std::string& where) {

@@ -102,7 +102,8 @@ std::string read_file_bytes(const std::string& path) {
     if (n <= 0) {
       const int read_errno = errno;
       ::close(fd);
-      throw DataError(path, n == 0 ? "file shrank while reading" : std::string("read failed: ") + std::strerror(read_errno));
+      throw DataError(path,
+                      n == 0 ? "file shrank while reading" : std::string("read failed: ") + std::strerror(read_errno));
     }
     done += static_cast<std::size_t>(n);
   }

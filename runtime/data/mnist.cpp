@@ -16,11 +16,18 @@ namespace fs = std::filesystem;
 
 std::size_t idx_element_bytes(int type_code) {
   switch (type_code) {
-    case 0x08: case 0x09: return 1;
-    case 0x0B: return 2;
-    case 0x0C: case 0x0D: return 4;
-    case 0x0E: return 8;
-    default: return 0;
+    case 0x08:
+    case 0x09:
+      return 1;
+    case 0x0B:
+      return 2;
+    case 0x0C:
+    case 0x0D:
+      return 4;
+    case 0x0E:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -68,13 +75,16 @@ class MnistDataset final : public Dataset {
     labels_->copy(labels.data_offset, label_bytes_.size(), label_bytes_.data());
     for (std::int64_t i = 0; i < count_; ++i) {
       if (label_bytes_[i] > 9)
-        throw DataError(labels_->path(), "label " + std::to_string(label_bytes_[i]) + " at index " + std::to_string(i) + " is not a digit");
+        throw DataError(labels_->path(), "label " + std::to_string(label_bytes_[i]) + " at index " + std::to_string(i) +
+                                             " is not a digit");
     }
   }
 
   std::int64_t size() const override { return count_; }
   SampleKind kind() const override { return SampleKind::image; }
-  std::string describe() const override { return "mnist " + directory_ + ": " + std::to_string(count_) + " images, 10 classes"; }
+  std::string describe() const override {
+    return "mnist " + directory_ + ": " + std::to_string(count_) + " images, 10 classes";
+  }
   std::vector<std::string> classes() const override { return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}; }
   void read(std::int64_t index, const ReadHint&, Sample& out) const override {
     out.image.resize(height_, width_, 1);
@@ -110,7 +120,8 @@ IdxHeader parse_idx_header(const std::uint8_t* data, std::size_t size, const std
   std::uint64_t count = 1;
   for (int d = 0; d < dims; ++d) {
     const std::uint8_t* p = data + 4 + 4 * d;
-    const std::uint64_t dim = (std::uint64_t{p[0]} << 24) | (std::uint64_t{p[1]} << 16) | (std::uint64_t{p[2]} << 8) | p[3];
+    const std::uint64_t dim =
+        (std::uint64_t{p[0]} << 24) | (std::uint64_t{p[1]} << 16) | (std::uint64_t{p[2]} << 8) | p[3];
     if (dim > 0x7fffffff) throw DataError(origin, "IDX dimension " + std::to_string(dim) + " is too large");
     header.shape.push_back(static_cast<std::int64_t>(dim));
     // Checked before multiplying: three dimensions below 2^31 can wrap the count around to 0.

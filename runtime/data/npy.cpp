@@ -31,10 +31,20 @@ struct DescrEntry {
 };
 
 constexpr std::array<DescrEntry, 14> kDescrs{{
-    {"b1", at::kBool},     {"u1", at::kByte},     {"i1", at::kChar},       {"i2", at::kShort},
-    {"i4", at::kInt},      {"i8", at::kLong},     {"u2", at::kUInt16},     {"u4", at::kUInt32},
-    {"u8", at::kUInt64},   {"f2", at::kHalf},     {"f4", at::kFloat},      {"f8", at::kDouble},
-    {"c8", at::kComplexFloat}, {"c16", at::kComplexDouble},
+    {"b1", at::kBool},
+    {"u1", at::kByte},
+    {"i1", at::kChar},
+    {"i2", at::kShort},
+    {"i4", at::kInt},
+    {"i8", at::kLong},
+    {"u2", at::kUInt16},
+    {"u4", at::kUInt32},
+    {"u8", at::kUInt64},
+    {"f2", at::kHalf},
+    {"f4", at::kFloat},
+    {"f8", at::kDouble},
+    {"c8", at::kComplexFloat},
+    {"c16", at::kComplexDouble},
 }};
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) { throw DataError(origin, what); }
@@ -47,7 +57,8 @@ at::ScalarType dtype_of_descr(const std::string& descr, const std::string& origi
     if (code != entry.code) continue;
     const bool single_byte = code == "b1" || code == "u1" || code == "i1";
     if (order == '>' && !single_byte)
-      fail(origin, "big-endian dtype '" + descr + "' is not supported (convert with arr.astype(arr.dtype.newbyteorder('<')))");
+      fail(origin,
+           "big-endian dtype '" + descr + "' is not supported (convert with arr.astype(arr.dtype.newbyteorder('<')))");
     if (order != '<' && order != '|' && order != '=' && !(order == '>' && single_byte))
       fail(origin, "unsupported dtype '" + descr + "'");
     return entry.dtype;
@@ -110,13 +121,15 @@ class HeaderDictParser {
   }
   void expect(char c) {
     skip_space();
-    if (peek() != c) fail(origin_, std::string("malformed header: expected '") + c + "' at byte " + std::to_string(at_));
+    if (peek() != c)
+      fail(origin_, std::string("malformed header: expected '") + c + "' at byte " + std::to_string(at_));
     ++at_;
   }
   std::string parse_string() {
     skip_space();
     const char quote = peek();
-    if (quote != '\'' && quote != '"') fail(origin_, "malformed header: expected a string at byte " + std::to_string(at_));
+    if (quote != '\'' && quote != '"')
+      fail(origin_, "malformed header: expected a string at byte " + std::to_string(at_));
     const std::size_t end = text_.find(quote, at_ + 1);
     if (end == std::string_view::npos) fail(origin_, "malformed header: unterminated string");
     std::string value(text_.substr(at_ + 1, end - at_ - 1));
@@ -148,15 +161,18 @@ class HeaderDictParser {
         fail(origin_, "malformed header: 'shape' must be a tuple of non-negative integers");
       std::int64_t value = 0;
       while (std::isdigit(static_cast<unsigned char>(peek()))) {
-        if (value > (std::numeric_limits<std::int64_t>::max() - 9) / 10) fail(origin_, "a dimension in 'shape' is too large");
+        if (value > (std::numeric_limits<std::int64_t>::max() - 9) / 10)
+          fail(origin_, "a dimension in 'shape' is too large");
         value = value * 10 + (text_[at_++] - '0');
       }
       while (peek() == 'L') ++at_;  // Python 2 long suffix
       dims.push_back(value);
       if (dims.size() > 32) fail(origin_, "'shape' has more than 32 dimensions");
       skip_space();
-      if (peek() == ',') ++at_;
-      else if (peek() != ')') fail(origin_, "malformed header: expected ',' or ')' in 'shape'");
+      if (peek() == ',')
+        ++at_;
+      else if (peek() != ')')
+        fail(origin_, "malformed header: expected ',' or ')' in 'shape'");
     }
   }
 
@@ -188,12 +204,14 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
     prefix = 10;
   } else if (major == 2 || major == 3) {
     if (size < 12) fail(origin, "file ends inside the header length");
-    header_length = data[8] | (std::size_t{data[9]} << 8) | (std::size_t{data[10]} << 16) | (std::size_t{data[11]} << 24);
+    header_length =
+        data[8] | (std::size_t{data[9]} << 8) | (std::size_t{data[10]} << 16) | (std::size_t{data[11]} << 24);
     prefix = 12;
   } else {
     fail(origin, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(data[7]));
   }
-  if (header_length > kMaxHeaderText) fail(origin, "header of " + std::to_string(header_length) + " bytes is too large");
+  if (header_length > kMaxHeaderText)
+    fail(origin, "header of " + std::to_string(header_length) + " bytes is too large");
   if (prefix + header_length > size) fail(origin, "file ends inside the header (truncated?)");
   const std::string_view text(reinterpret_cast<const char*>(data + prefix), header_length);
   NpyHeader header = HeaderDictParser(text, origin).parse();
@@ -213,9 +231,9 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
   const std::uint64_t expected = count * item;
   const std::uint64_t available = size - header.data_offset;
   if (available != expected) {
-    fail(origin, "holds " + std::to_string(available) + " bytes of data but its header (shape " + shape_tuple_text(header.shape) +
-                     ", " + std::string(c10::toString(header.dtype)) + ") needs " + std::to_string(expected) +
-                     (available < expected ? " (truncated?)" : ""));
+    fail(origin, "holds " + std::to_string(available) + " bytes of data but its header (shape " +
+                     shape_tuple_text(header.shape) + ", " + std::string(c10::toString(header.dtype)) + ") needs " +
+                     std::to_string(expected) + (available < expected ? " (truncated?)" : ""));
   }
   header.data_bytes = static_cast<std::size_t>(expected);
   return header;
@@ -231,7 +249,8 @@ std::string npy_descr(at::ScalarType dtype) {
 }
 
 std::string npy_header_bytes(at::ScalarType dtype, const std::vector<std::int64_t>& shape, std::size_t min_length) {
-  std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': " + shape_tuple_text(shape) + ", }";
+  std::string dict =
+      "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': " + shape_tuple_text(shape) + ", }";
   // Version 1 when the length fits 16 bits; the whole header is padded with spaces to a multiple of 64.
   const bool version1 = std::max(dict.size() + 1 + 10, min_length) < 65536;
   const std::size_t prefix = version1 ? 10 : 12;
@@ -288,9 +307,10 @@ at::Tensor NpyArray::copy_rows(std::int64_t first, std::int64_t count) const {
     const auto* values = static_cast<const std::uint8_t*>(rows.data_ptr());
     for (std::size_t i = 0; i < bytes; ++i) {
       if (values[i] > 1) {
-        throw DataError(path(), "bool value " + std::to_string(values[i]) + " in row " +
-                                    std::to_string(first + static_cast<std::int64_t>(i / std::max<std::size_t>(row_bytes_, 1))) +
-                                    " (a bool byte must be 0 or 1)");
+        throw DataError(
+            path(), "bool value " + std::to_string(values[i]) + " in row " +
+                        std::to_string(first + static_cast<std::int64_t>(i / std::max<std::size_t>(row_bytes_, 1))) +
+                        " (a bool byte must be 0 or 1)");
       }
     }
   }

@@ -13,15 +13,19 @@ std::vector<std::int64_t> read_labels(const NpyArray& labels, std::int64_t rows)
   if (!at::isIntegralType(dtype, /*includeBool=*/false))
     throw DataError(labels.path(), std::string("labels must be integers, not ") + c10::toString(dtype));
   if (labels.header().shape.size() != 1)
-    throw DataError(labels.path(), "labels must have shape [N], not " + std::to_string(labels.header().shape.size()) + " dimensions");
+    throw DataError(labels.path(),
+                    "labels must have shape [N], not " + std::to_string(labels.header().shape.size()) + " dimensions");
   if (labels.rows() != rows) {
-    throw DataError(labels.path(), "has " + std::to_string(labels.rows()) + " labels for " + std::to_string(rows) + " samples");
+    throw DataError(labels.path(),
+                    "has " + std::to_string(labels.rows()) + " labels for " + std::to_string(rows) + " samples");
   }
   if (rows == 0) return {};
   const at::Tensor all = labels.copy_rows(0, rows).to(at::kLong);
   const std::int64_t* values = all.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < rows; ++i) {
-    if (values[i] < 0) throw DataError(labels.path(), "label " + std::to_string(values[i]) + " at index " + std::to_string(i) + " is negative");
+    if (values[i] < 0)
+      throw DataError(labels.path(),
+                      "label " + std::to_string(values[i]) + " at index " + std::to_string(i) + " is negative");
   }
   return std::vector<std::int64_t>(values, values + rows);
 }
@@ -37,8 +41,8 @@ class NpyDataset final : public Dataset {
     if (!classes_.empty()) {
       for (std::size_t i = 0; i < labels_.size(); ++i) {
         if (labels_[i] >= static_cast<std::int64_t>(classes_.size())) {
-          throw DataError(labels_path, "label " + std::to_string(labels_[i]) + " at index " + std::to_string(i) + " but only " +
-                                           std::to_string(classes_.size()) + " class names were given");
+          throw DataError(labels_path, "label " + std::to_string(labels_[i]) + " at index " + std::to_string(i) +
+                                           " but only " + std::to_string(classes_.size()) + " class names were given");
         }
       }
     }

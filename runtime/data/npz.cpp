@@ -84,18 +84,23 @@ std::vector<Member> central_directory(const std::uint8_t* data, std::size_t size
   return members;
 }
 
-std::vector<std::uint8_t> member_bytes(const std::uint8_t* data, std::size_t size, const Member& member, const std::string& path) {
+std::vector<std::uint8_t> member_bytes(const std::uint8_t* data, std::size_t size, const Member& member,
+                                       const std::string& path) {
   const std::uint64_t local = member.local_offset;
-  if (local + 30 > size || little(data + local, 4) != 0x04034b50) throw DataError(path, member.name + ": damaged zip entry");
+  if (local + 30 > size || little(data + local, 4) != 0x04034b50)
+    throw DataError(path, member.name + ": damaged zip entry");
   const std::uint64_t start = local + 30 + little(data + local + 26, 2) + little(data + local + 28, 2);
-  if (start + member.compressed > size) throw DataError(path, member.name + ": the zip entry runs past the end of the file");
+  if (start + member.compressed > size)
+    throw DataError(path, member.name + ": the zip entry runs past the end of the file");
   std::vector<std::uint8_t> bytes(member.size);
   if (member.method == 0) {
     if (member.compressed != member.size) throw DataError(path, member.name + ": damaged stored zip entry");
     std::memcpy(bytes.data(), data + start, member.size);
     return bytes;
   }
-  if (member.method != 8) throw DataError(path, member.name + ": zip compression method " + std::to_string(member.method) + " is not supported");
+  if (member.method != 8)
+    throw DataError(path,
+                    member.name + ": zip compression method " + std::to_string(member.method) + " is not supported");
   z_stream stream{};
   if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) throw DataError(path, "zlib cannot start");
   stream.next_in = const_cast<Bytef*>(data + start);
@@ -104,7 +109,8 @@ std::vector<std::uint8_t> member_bytes(const std::uint8_t* data, std::size_t siz
   stream.avail_out = static_cast<uInt>(member.size);
   const int status = inflate(&stream, Z_FINISH);
   inflateEnd(&stream);
-  if (status != Z_STREAM_END || stream.total_out != member.size) throw DataError(path, member.name + ": damaged deflated zip entry");
+  if (status != Z_STREAM_END || stream.total_out != member.size)
+    throw DataError(path, member.name + ": damaged deflated zip entry");
   return bytes;
 }
 
@@ -138,13 +144,16 @@ void save_npz(const std::string& path, const std::map<std::string, at::Tensor>& 
     member.append(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
     const std::string file_name = name + ".npy";
     const auto crc = crc32(0, reinterpret_cast<const Bytef*>(member.data()), static_cast<uInt>(member.size()));
-    if (member.size() >= 0xFFFFFFFFull || out.size() >= 0xFFFFFFFFull) throw DataError(path, "an array of 4 GB or more is not supported");
+    if (member.size() >= 0xFFFFFFFFull || out.size() >= 0xFFFFFFFFull)
+      throw DataError(path, "an array of 4 GB or more is not supported");
     const std::uint64_t offset = out.size();
     put(out, 0x04034b50, 4), put(out, 20, 2), put(out, 0, 2), put(out, 0, 2), put(out, 0, 2), put(out, 0x21, 2);
-    put(out, crc, 4), put(out, member.size(), 4), put(out, member.size(), 4), put(out, file_name.size(), 2), put(out, 0, 2);
+    put(out, crc, 4), put(out, member.size(), 4), put(out, member.size(), 4), put(out, file_name.size(), 2),
+        put(out, 0, 2);
     out += file_name;
     out += member;
-    put(directory, 0x02014b50, 4), put(directory, 20, 2), put(directory, 20, 2), put(directory, 0, 2), put(directory, 0, 2);
+    put(directory, 0x02014b50, 4), put(directory, 20, 2), put(directory, 20, 2), put(directory, 0, 2),
+        put(directory, 0, 2);
     put(directory, 0, 2), put(directory, 0x21, 2), put(directory, crc, 4), put(directory, member.size(), 4);
     put(directory, member.size(), 4), put(directory, file_name.size(), 2), put(directory, 0, 2), put(directory, 0, 2);
     put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 4), put(directory, offset, 4);

@@ -61,8 +61,8 @@ PackResult pack_image_folder(const std::string& root, const std::string& out_pat
   if (options.size < 1) throw DataError("", "pack: --size must be positive");
   std::error_code error;
   if (!fs::is_directory(root, error)) throw DataError(root, "no such directory");
-  const bool labelled = options.labels == PackLabels::yes ||
-                        (options.labels == PackLabels::automatic && labelled_by_subfolders(root));
+  const bool labelled =
+      options.labels == PackLabels::yes || (options.labels == PackLabels::automatic && labelled_by_subfolders(root));
   const std::shared_ptr<const Dataset> dataset = open_image_folder(root, labelled);
   const std::int64_t total = dataset->size();
 
@@ -118,7 +118,8 @@ PackResult pack_image_folder(const std::string& root, const std::string& out_pat
     }
   };
 
-  const int workers = options.workers > 0 ? options.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers =
+      options.workers > 0 ? options.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> threads;
   for (int i = 0; i < workers; ++i) threads.emplace_back(work);
   while (done < total && !failed) {
@@ -140,7 +141,8 @@ PackResult pack_image_folder(const std::string& root, const std::string& out_pat
     for (std::int64_t index = 0; index < total; ++index) {
       if (!ok[static_cast<std::size_t>(index)]) continue;
       if (kept != index) {
-        std::copy_n(written.data() + header.size() + row_bytes * static_cast<std::uint64_t>(index), row_bytes, row.data());
+        std::copy_n(written.data() + header.size() + row_bytes * static_cast<std::uint64_t>(index), row_bytes,
+                    row.data());
         file.write_at(header.size() + row_bytes * static_cast<std::uint64_t>(kept), row.data(), row_bytes, "a row");
       }
       kept_labels.push_back(labels[static_cast<std::size_t>(index)]);

@@ -15,7 +15,7 @@ enum class PackLabels { automatic, yes, no };
 
 struct PackOptions {
   int size = 64;
-  int workers = 0;  // 0: all cores
+  int workers = 0;                            // 0: all cores
   PackLabels labels = PackLabels::automatic;  // automatic: when the folder has class subfolders and no loose images
   bool skip_bad = false;
   bool fast_decode = false;

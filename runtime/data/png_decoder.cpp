@@ -57,7 +57,8 @@ bool run_decode(Decompressor& d, DecodedImage& out) {
   const png_uint_32 width = png_get_image_width(d.png, d.info);
   const png_uint_32 height = png_get_image_height(d.png, d.info);
   if (static_cast<std::uint64_t>(width) * height > kMaxPixels) {
-    std::snprintf(d.errors.message, sizeof d.errors.message, "%ux%u pixels is more than the limit of 2^28", width, height);
+    std::snprintf(d.errors.message, sizeof d.errors.message, "%ux%u pixels is more than the limit of 2^28", width,
+                  height);
     return false;
   }
   const int color_type = png_get_color_type(d.png, d.info);

@@ -52,8 +52,8 @@ class ShapesDataset final : public Dataset {
   std::int64_t size() const override { return count_; }
   SampleKind kind() const override { return SampleKind::image; }
   std::string describe() const override {
-    return "shapes " + std::to_string(size_) + "x" + std::to_string(size_) + ": " + std::to_string(count_) + " images, 3 classes" +
-           (options_.colours ? "" : ", white on black") + (options_.rotate ? "" : ", upright");
+    return "shapes " + std::to_string(size_) + "x" + std::to_string(size_) + ": " + std::to_string(count_) +
+           " images, 3 classes" + (options_.colours ? "" : ", white on black") + (options_.rotate ? "" : ", upright");
   }
   std::vector<std::string> classes() const override { return {"circle", "square", "triangle"}; }
 
@@ -109,7 +109,8 @@ class ShapesDataset final : public Dataset {
         std::uint8_t* pixel = pixels + (static_cast<std::size_t>(y) * size_ + x) * 3;
         for (int c = 0; c < 3; ++c) {
           constexpr int total = kSubsamples * kSubsamples;
-          pixel[c] = static_cast<std::uint8_t>((background[c] * (total - covered) + foreground[c] * covered + total / 2) / total);
+          pixel[c] = static_cast<std::uint8_t>(
+              (background[c] * (total - covered) + foreground[c] * covered + total / 2) / total);
         }
       }
     }
@@ -131,6 +132,8 @@ class ShapesDataset final : public Dataset {
 
 }  // namespace
 
-std::shared_ptr<const Dataset> make_shapes(const ShapesOptions& options) { return std::make_shared<ShapesDataset>(options); }
+std::shared_ptr<const Dataset> make_shapes(const ShapesOptions& options) {
+  return std::make_shared<ShapesDataset>(options);
+}
 
 }  // namespace runner::data

@@ -51,14 +51,13 @@ AxisTaps axis_taps(int in_size, int out_size, int begin, int count) {
     const int first = std::min(lo[k], in_size - taps);
     result.first[k] = first;
     float* out = result.weights.data() + static_cast<std::size_t>(k) * taps;
-    for (int j = 0; j < hi[k] - lo[k]; ++j) out[lo[k] - first + j] = static_cast<float>(total > 0 ? weights[j] / total : 0.0);
+    for (int j = 0; j < hi[k] - lo[k]; ++j)
+      out[lo[k] - first + j] = static_cast<float>(total > 0 ? weights[j] / total : 0.0);
   }
   return result;
 }
 
-inline std::uint8_t to_byte(float v) {
-  return static_cast<std::uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
-}
+inline std::uint8_t to_byte(float v) { return static_cast<std::uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f)); }
 
 // The range of source positions [first, last) that the taps of `taps` read (first is non-decreasing).
 std::pair<int, int> tap_range(const AxisTaps& taps) { return {taps.first.front(), taps.first.back() + taps.taps}; }
@@ -72,7 +71,11 @@ struct ResamplePlan {
 
 ResamplePlan plan_resample(const DecodedImage& image, const Placement& p) {
   ResamplePlan plan{axis_taps(image.full_height, p.resized_height, p.top, p.height),
-                    axis_taps(image.full_width, p.resized_width, p.left, p.width), 0, 0, 0, 0};
+                    axis_taps(image.full_width, p.resized_width, p.left, p.width),
+                    0,
+                    0,
+                    0,
+                    0};
   std::tie(plan.row_lo, plan.row_hi) = tap_range(plan.rows);
   std::tie(plan.col_lo, plan.col_hi) = tap_range(plan.cols);
   if (plan.row_lo < image.top || plan.row_hi > image.top + image.height || plan.col_lo < image.left ||
@@ -96,8 +99,8 @@ void resample(const DecodedImage& image, const Placement& p, std::uint8_t* outpu
   source_row.resize(static_cast<std::size_t>(col_hi - col_lo) * C);
   const int taps = cols.taps;
   for (int r = row_lo; r < row_hi; ++r) {
-    const std::uint8_t* src = image.pixels.data() +
-                              (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * C;
+    const std::uint8_t* src =
+        image.pixels.data() + (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * C;
     for (std::size_t i = 0; i < source_row.size(); ++i) source_row[i] = src[i];
     float* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * out_row;
     for (int x = 0; x < p.width; ++x) {
@@ -138,7 +141,6 @@ void resample(const DecodedImage& image, const Placement& p, std::uint8_t* outpu
 typedef float Pixel4 __attribute__((vector_size(16)));
 typedef int Int4 __attribute__((vector_size(16)));
 
-
 void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
   const ResamplePlan plan = plan_resample(image, p);
   const AxisTaps& rows = plan.rows;
@@ -156,8 +158,8 @@ void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* o
   accumulated.resize(static_cast<std::size_t>(p.width));
   const int taps = cols.taps;
   for (int r = row_lo; r < row_hi; ++r) {
-    const std::uint8_t* src = image.pixels.data() +
-                              (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * 3;
+    const std::uint8_t* src =
+        image.pixels.data() + (static_cast<std::size_t>(r - image.top) * image.width + (col_lo - image.left)) * 3;
     // Bytes to floats (a loop the compiler vectorizes), then each RGB triple widened to a vector by an
     // unaligned 4-float load with the fourth lane cleared (row_floats has one float of slack).
     const std::size_t count = source_row.size();
@@ -168,7 +170,9 @@ void resample_rgb(const DecodedImage& image, const Placement& p, std::uint8_t* o
       source_row[i] = __builtin_shufflevector(v, zero4, 0, 1, 2, 4);
     }
     Pixel4* dst = horizontal.data() + static_cast<std::size_t>(r - row_lo) * p.width;
-    auto weights_of = [&](int x) { return cols.weights.data() + static_cast<std::size_t>(p.flip ? p.width - 1 - x : x) * taps; };
+    auto weights_of = [&](int x) {
+      return cols.weights.data() + static_cast<std::size_t>(p.flip ? p.width - 1 - x : x) * taps;
+    };
     auto source_of = [&](int x) { return source_row.data() + (cols.first[p.flip ? p.width - 1 - x : x] - col_lo); };
     int x = 0;
     // Four output pixels at a time: four independent add chains instead of one long one.
@@ -226,7 +230,8 @@ void copy_window(const DecodedImage& image, const Placement& p, std::uint8_t* ou
   const std::size_t plane = static_cast<std::size_t>(p.height) * p.width;
   for (int y = 0; y < p.height; ++y) {
     const std::uint8_t* src =
-        image.pixels.data() + (static_cast<std::size_t>(p.top + y - image.top) * image.width + (p.left - image.left)) * C;
+        image.pixels.data() +
+        (static_cast<std::size_t>(p.top + y - image.top) * image.width + (p.left - image.left)) * C;
     for (int x = 0; x < p.width; ++x) {
       const int sx = p.flip ? p.width - 1 - x : x;
       for (int c = 0; c < C; ++c) output[c * plane + static_cast<std::size_t>(y) * p.width + x] = src[sx * C + c];
@@ -260,9 +265,10 @@ Placement place_sample(const TransformSpec& spec, int height, int width, SampleR
   p.width = p.resized_width;
   if (spec.crop_height > 0) {
     if (spec.crop_height > p.resized_height || spec.crop_width > p.resized_width) {
-      throw DataError(origin(), "is " + size_text(p.resized_height, p.resized_width) + (spec.resize > 0 ? " after resizing" : "") +
-                                  ", smaller than the crop " + size_text(spec.crop_height, spec.crop_width) +
-                                  (spec.resize > 0 ? "" : " (add resize to the transform)"));
+      throw DataError(origin(), "is " + size_text(p.resized_height, p.resized_width) +
+                                    (spec.resize > 0 ? " after resizing" : "") + ", smaller than the crop " +
+                                    size_text(spec.crop_height, spec.crop_width) +
+                                    (spec.resize > 0 ? "" : " (add resize to the transform)"));
     }
     p.height = spec.crop_height;
     p.width = spec.crop_width;
@@ -302,11 +308,15 @@ Placement read_and_place(const Dataset& dataset, std::int64_t index, const Trans
 }
 
 void render_image(const DecodedImage& image, const Placement& p, std::uint8_t* output) {
-  if (p.resized_height == image.full_height && p.resized_width == image.full_width) return copy_window(image, p, output);
+  if (p.resized_height == image.full_height && p.resized_width == image.full_width)
+    return copy_window(image, p, output);
   switch (image.channels) {
-    case 1: return resample<1>(image, p, output);
-    case 3: return resample_rgb(image, p, output);
-    default: throw DataError("", "images with " + std::to_string(image.channels) + " channels cannot be resized");
+    case 1:
+      return resample<1>(image, p, output);
+    case 3:
+      return resample_rgb(image, p, output);
+    default:
+      throw DataError("", "images with " + std::to_string(image.channels) + " channels cannot be resized");
   }
 }
 
@@ -321,8 +331,8 @@ std::vector<std::int64_t> tensor_output_shape(const TransformSpec& spec, const s
     const std::int64_t h = shape[shape.size() - 2];
     const std::int64_t w = shape.back();
     if (spec.crop_height > h || spec.crop_width > w) {
-      throw DataError(origin(), "samples are " + size_text(static_cast<int>(h), static_cast<int>(w)) + ", smaller than the crop " +
-                                  size_text(spec.crop_height, spec.crop_width));
+      throw DataError(origin(), "samples are " + size_text(static_cast<int>(h), static_cast<int>(w)) +
+                                    ", smaller than the crop " + size_text(spec.crop_height, spec.crop_width));
     }
     out[out.size() - 2] = spec.crop_height;
     out.back() = spec.crop_width;

@@ -15,8 +15,8 @@
 namespace runner::data {
 
 struct TransformSpec {
-  int resize = 0;        // shorter side after an antialiased (bilinear, PIL-style) resize; 0 keeps the size
-  int crop_height = 0;   // 0: no crop
+  int resize = 0;       // shorter side after an antialiased (bilinear, PIL-style) resize; 0 keeps the size
+  int crop_height = 0;  // 0: no crop
   int crop_width = 0;
   bool random_crop = false;  // else a center crop
   bool flip = false;         // horizontal flip with probability 1/2

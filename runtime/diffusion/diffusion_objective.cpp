@@ -41,8 +41,10 @@ TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::opt
 }
 
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
-                              const TrainingLabels& labels, const at::Tensor* indices, std::optional<std::int64_t> epoch) {
-  if (x0.dim() < 2) throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0.dim()));
+                              const TrainingLabels& labels, const at::Tensor* indices,
+                              std::optional<std::int64_t> epoch) {
+  if (x0.dim() < 2)
+    throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0.dim()));
   SampleStreams& streams = *training.streams;
   at::Tensor keys;
   if (indices != nullptr) {
@@ -79,18 +81,19 @@ at::Tensor DiffusionObjective::loss(const train::Batch& micro) {
   if (x0 == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
   if (training_.schedule.betas.device() != x0->device()) training_.schedule = training_.schedule.on(x0->device());
   const at::Tensor* label = micro.find("label");
-  const TrainingLabels labels =
-      training_labels(labels_, label ? std::optional<at::Tensor>(*label) : std::nullopt, std::nullopt, label_dropout_,
-                      x0->device());
+  const TrainingLabels labels = training_labels(labels_, label ? std::optional<at::Tensor>(*label) : std::nullopt,
+                                                std::nullopt, label_dropout_, x0->device());
   return keyed_training_loss(training_, model_, *x0, labels, micro.find("index"), micro.epoch).terms.loss;
 }
 
 std::string DiffusionObjective::describe() const {
-  std::string text = fmt::format("diffusion loss ({} prediction, {} timesteps", prediction_name(training_.loss.prediction),
-                                 timestep_sampling_name(training_.timestep_sampling.kind));
+  std::string text =
+      fmt::format("diffusion loss ({} prediction, {} timesteps", prediction_name(training_.loss.prediction),
+                  timestep_sampling_name(training_.timestep_sampling.kind));
   if (training_.loss.min_snr_gamma) text += fmt::format(", min-SNR {}", *training_.loss.min_snr_gamma);
-  if (labels_.classes > 0) text += fmt::format(", {} classes, label dropout {}", labels_.classes,
-                                               label_dropout_.value_or(labels_.class_dropout));
+  if (labels_.classes > 0)
+    text +=
+        fmt::format(", {} classes, label dropout {}", labels_.classes, label_dropout_.value_or(labels_.class_dropout));
   return text + ")";
 }
 

@@ -55,13 +55,15 @@ struct KeyedLoss {
 // Timestep, noise and label dropout of each sample keyed by (epoch, dataset index) when `indices` is given
 // (epoch 0-based as data::Batch counts; unset: 0), else by the next running keys of the streams; then training_loss.
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
-                              const TrainingLabels& labels, const at::Tensor* indices, std::optional<std::int64_t> epoch);
+                              const TrainingLabels& labels, const at::Tensor* indices,
+                              std::optional<std::int64_t> epoch);
 
 // The loss of a denoiser on loader batches ({data, label, index} and the epoch) as a trainer objective: the same
 // numbers as d:loss(model, batch) with the same streams.
 class DiffusionObjective : public train::Objective {
  public:
-  DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels, std::optional<double> label_dropout);
+  DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
+                     std::optional<double> label_dropout);
 
   at::Tensor loss(const train::Batch& micro) override;
   std::string describe() const override;

@@ -28,21 +28,19 @@ at::Tensor approx_standard_normal_cdf(const at::Tensor& x) {
 
 void check_batch(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
   if (!x0.defined() || x0.dim() < 2) {
-    throw std::invalid_argument(
-        fmt::format("x0 must have a batch and a channel dimension, got shape {}",
-                    x0.defined() ? core::shape_text(x0.sizes()) : std::string("(undefined)")));
+    throw std::invalid_argument(fmt::format("x0 must have a batch and a channel dimension, got shape {}",
+                                            x0.defined() ? core::shape_text(x0.sizes()) : std::string("(undefined)")));
   }
   if (!noise.defined() || noise.sizes() != x0.sizes()) {
-    throw std::invalid_argument(
-        fmt::format("noise of shape {} does not match x0 of shape {}",
-                    noise.defined() ? core::shape_text(noise.sizes()) : std::string("(undefined)"),
-                    core::shape_text(x0.sizes())));
+    throw std::invalid_argument(fmt::format(
+        "noise of shape {} does not match x0 of shape {}",
+        noise.defined() ? core::shape_text(noise.sizes()) : std::string("(undefined)"), core::shape_text(x0.sizes())));
   }
   if (!t.defined() || t.dim() != 1 || t.scalar_type() != at::kLong || t.size(0) != x0.size(0)) {
-    throw std::invalid_argument(
-        fmt::format("timesteps must be an int64 tensor of shape [{}], got {}", x0.size(0),
-                    t.defined() ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
-                                : std::string("an undefined tensor")));
+    throw std::invalid_argument(fmt::format("timesteps must be an int64 tensor of shape [{}], got {}", x0.size(0),
+                                            t.defined()
+                                                ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
+                                                : std::string("an undefined tensor")));
   }
 }
 
@@ -57,9 +55,12 @@ Prediction parse_prediction(const std::string& name) {
 
 std::string prediction_name(Prediction prediction) {
   switch (prediction) {
-    case Prediction::eps: return "eps";
-    case Prediction::x0: return "x0";
-    case Prediction::v: return "v";
+    case Prediction::eps:
+      return "eps";
+    case Prediction::x0:
+      return "x0";
+    case Prediction::v:
+      return "v";
   }
   return "?";
 }
@@ -82,8 +83,7 @@ bool learns_sigma(const at::Tensor& output, const at::Tensor& x) {
   return false;
 }
 
-at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const at::Tensor& t,
-                    const at::Tensor& noise) {
+at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
   check_batch(x0, t, noise);
   return extract(schedule.sqrt_alphas_cumprod, t, x0) * x0 +
          extract(schedule.sqrt_one_minus_alphas_cumprod, t, x0) * noise;
@@ -92,8 +92,10 @@ at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const a
 at::Tensor prediction_target(const NoiseSchedule& schedule, Prediction prediction, const at::Tensor& x0,
                              const at::Tensor& t, const at::Tensor& noise) {
   switch (prediction) {
-    case Prediction::eps: return noise;
-    case Prediction::x0: return x0;
+    case Prediction::eps:
+      return noise;
+    case Prediction::x0:
+      return x0;
     case Prediction::v:
       return extract(schedule.sqrt_alphas_cumprod, t, x0) * noise -
              extract(schedule.sqrt_one_minus_alphas_cumprod, t, x0) * x0;
@@ -101,13 +103,14 @@ at::Tensor prediction_target(const NoiseSchedule& schedule, Prediction predictio
   throw std::invalid_argument("unknown prediction");
 }
 
-at::Tensor predict_x0(const NoiseSchedule& schedule, Prediction prediction, const at::Tensor& x_t,
-                      const at::Tensor& t, const at::Tensor& model_output) {
+at::Tensor predict_x0(const NoiseSchedule& schedule, Prediction prediction, const at::Tensor& x_t, const at::Tensor& t,
+                      const at::Tensor& model_output) {
   switch (prediction) {
     case Prediction::eps:
       return extract(schedule.sqrt_recip_alphas_cumprod, t, x_t) * x_t -
              extract(schedule.sqrt_recipm1_alphas_cumprod, t, x_t) * model_output;
-    case Prediction::x0: return model_output;
+    case Prediction::x0:
+      return model_output;
     case Prediction::v:
       return extract(schedule.sqrt_alphas_cumprod, t, x_t) * x_t -
              extract(schedule.sqrt_one_minus_alphas_cumprod, t, x_t) * model_output;
@@ -122,9 +125,12 @@ at::Tensor min_snr_weights(const NoiseSchedule& schedule, Prediction prediction,
   const at::Tensor snr = schedule.alphas_cumprod / (1 - schedule.alphas_cumprod);
   const at::Tensor clipped = at::clamp_max(snr, gamma);
   switch (prediction) {
-    case Prediction::eps: return clipped / snr;
-    case Prediction::x0: return clipped;
-    case Prediction::v: return clipped / (snr + 1);
+    case Prediction::eps:
+      return clipped / snr;
+    case Prediction::x0:
+      return clipped;
+    case Prediction::v:
+      return clipped / (snr + 1);
   }
   throw std::invalid_argument("unknown prediction");
 }
@@ -147,9 +153,8 @@ at::Tensor discretized_gaussian_log_likelihood(const at::Tensor& x, const at::Te
                    at::where(x > 0.999, log_one_minus_cdf_min, at::log(cdf_delta.clamp_min(1e-12))));
 }
 
-LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0,
-                        const at::Tensor& t, const at::Tensor& noise, const std::optional<at::Tensor>& labels,
-                        const LossOptions& options) {
+LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0, const at::Tensor& t,
+                        const at::Tensor& noise, const std::optional<at::Tensor>& labels, const LossOptions& options) {
   check_batch(x0, t, noise);
   at::Tensor weights;
   if (options.min_snr_gamma) weights = min_snr_weights(schedule, options.prediction, *options.min_snr_gamma);

@@ -35,8 +35,8 @@ at::Tensor prediction_target(const NoiseSchedule& schedule, Prediction predictio
                              const at::Tensor& t, const at::Tensor& noise);
 
 // x0 recovered from x_t and the model's prediction (unclipped).
-at::Tensor predict_x0(const NoiseSchedule& schedule, Prediction prediction, const at::Tensor& x_t,
-                      const at::Tensor& t, const at::Tensor& model_output);
+at::Tensor predict_x0(const NoiseSchedule& schedule, Prediction prediction, const at::Tensor& x_t, const at::Tensor& t,
+                      const at::Tensor& model_output);
 
 // Per-timestep min-SNR-gamma weights (float64 [T]); with snr = abar / (1 - abar): eps min(snr, g) / snr,
 // x0 min(snr, g), v min(snr, g) / (snr + 1).
@@ -57,9 +57,8 @@ struct LossTerms {
 // is computed in the model output's dtype (at least float32); schedule values are gathered in float64 and
 // converted to float32. With learned sigma the VB term sees the mean channels detached, so it trains
 // only the variance.
-LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0,
-                        const at::Tensor& t, const at::Tensor& noise, const std::optional<at::Tensor>& labels,
-                        const LossOptions& options);
+LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0, const at::Tensor& t,
+                        const at::Tensor& noise, const std::optional<at::Tensor>& labels, const LossOptions& options);
 
 // KL(N(mean1, exp(logvar1)) || N(mean2, exp(logvar2))), elementwise, in nats.
 at::Tensor normal_kl(const at::Tensor& mean1, const at::Tensor& logvar1, const at::Tensor& mean2,

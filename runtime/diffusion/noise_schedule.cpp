@@ -60,7 +60,8 @@ NoiseSchedule make_schedule(const ScheduleOptions& options) {
     betas = at::linspace(std::sqrt(start), std::sqrt(end), T, float64()).pow(2);
   } else if (options.kind == "cosine") {
     if (options.beta_start || options.beta_end) {
-      throw std::invalid_argument("beta_start and beta_end apply to the linear and scaled_linear schedules, not cosine");
+      throw std::invalid_argument(
+          "beta_start and beta_end apply to the linear and scaled_linear schedules, not cosine");
     }
     betas = cosine_betas(T);
   } else {
@@ -69,9 +70,9 @@ NoiseSchedule make_schedule(const ScheduleOptions& options) {
   }
   const double largest = betas.max().item<double>();
   if (!(largest < 1)) {
-    throw std::invalid_argument(fmt::format(
-        "{} schedule over {} timesteps gives betas outside (0, 1): the largest is {}{}", options.kind, T, largest,
-        options.kind == "linear" ? " (linear betas are scaled by 1000 / timesteps)" : ""));
+    throw std::invalid_argument(
+        fmt::format("{} schedule over {} timesteps gives betas outside (0, 1): the largest is {}{}", options.kind, T,
+                    largest, options.kind == "linear" ? " (linear betas are scaled by 1000 / timesteps)" : ""));
   }
 
   NoiseSchedule schedule;
@@ -97,19 +98,27 @@ NoiseSchedule make_schedule(const ScheduleOptions& options) {
 NoiseSchedule NoiseSchedule::on(c10::Device device) const {
   if (betas.device() == device) return *this;
   const auto move = [device](const at::Tensor& table) { return table.to(device); };
-  return {move(betas), move(alphas_cumprod), move(alphas_cumprod_prev), move(posterior_variance),
-          move(posterior_log_variance_clipped), move(posterior_mean_coef1), move(posterior_mean_coef2),
-          move(sqrt_alphas_cumprod), move(sqrt_one_minus_alphas_cumprod), move(sqrt_recip_alphas_cumprod),
-          move(sqrt_recipm1_alphas_cumprod), move(log_betas)};
+  return {move(betas),
+          move(alphas_cumprod),
+          move(alphas_cumprod_prev),
+          move(posterior_variance),
+          move(posterior_log_variance_clipped),
+          move(posterior_mean_coef1),
+          move(posterior_mean_coef2),
+          move(sqrt_alphas_cumprod),
+          move(sqrt_one_minus_alphas_cumprod),
+          move(sqrt_recip_alphas_cumprod),
+          move(sqrt_recipm1_alphas_cumprod),
+          move(log_betas)};
 }
 
 at::Tensor extract(const at::Tensor& values, const at::Tensor& t, const at::Tensor& like) {
   if (!values.defined() || values.dim() != 1) throw std::invalid_argument("schedule values must be a 1-D tensor");
   if (!t.defined() || t.dim() != 1 || t.scalar_type() != at::kLong) {
-    throw std::invalid_argument(
-        fmt::format("timesteps must be an int64 tensor of shape [B], got {}",
-                    t.defined() ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
-                                : std::string("an undefined tensor")));
+    throw std::invalid_argument(fmt::format("timesteps must be an int64 tensor of shape [B], got {}",
+                                            t.defined()
+                                                ? core::dtype_name(t.scalar_type()) + " " + core::shape_text(t.sizes())
+                                                : std::string("an undefined tensor")));
   }
   if (!like.defined() || like.dim() < 1 || like.size(0) != t.size(0)) {
     throw std::invalid_argument(
@@ -120,8 +129,8 @@ at::Tensor extract(const at::Tensor& values, const at::Tensor& t, const at::Tens
     const std::int64_t lowest = t.min().item<std::int64_t>();
     const std::int64_t highest = t.max().item<std::int64_t>();
     if (lowest < 0 || highest >= values.size(0)) {
-      throw std::invalid_argument(fmt::format("timesteps must lie in 0..{}, got {}", values.size(0) - 1,
-                                              lowest < 0 ? lowest : highest));
+      throw std::invalid_argument(
+          fmt::format("timesteps must lie in 0..{}, got {}", values.size(0) - 1, lowest < 0 ? lowest : highest));
     }
   }
   at::Tensor table = values;

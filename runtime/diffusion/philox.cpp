@@ -37,7 +37,8 @@ std::array<at::Tensor, 4> philox4x32_10(const std::array<at::Tensor, 4>& counter
 }
 
 at::Tensor uniform53(const at::Tensor& high, const at::Tensor& low) {
-  const at::Tensor bits = at::bitwise_right_shift(high, 5).mul_(std::int64_t{1} << 26).add_(at::bitwise_right_shift(low, 6));
+  const at::Tensor bits =
+      at::bitwise_right_shift(high, 5).mul_(std::int64_t{1} << 26).add_(at::bitwise_right_shift(low, 6));
   return bits.to(at::kDouble).mul_(0x1.0p-53);
 }
 

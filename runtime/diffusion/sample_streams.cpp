@@ -33,8 +33,10 @@ constexpr std::int64_t kLow32 = 0xFFFFFFFFll;
 at::Tensor checked_keys(const at::Tensor& keys, at::Device device) {
   if (!keys.defined() || keys.dim() != 1 || keys.scalar_type() != at::kLong) {
     std::ostringstream got;
-    if (keys.defined()) got << core::dtype_name(keys.scalar_type()) << " " << keys.sizes() << " on " << keys.device();
-    else got << "an undefined tensor";
+    if (keys.defined())
+      got << core::dtype_name(keys.scalar_type()) << " " << keys.sizes() << " on " << keys.device();
+    else
+      got << "an undefined tensor";
     throw std::invalid_argument("sample keys must be an int64 tensor of shape [B], got " + got.str());
   }
   if (keys.device() == device) return keys;
@@ -69,7 +71,8 @@ std::array<at::Tensor, 2> box_muller(const at::Tensor& a, const at::Tensor& b) {
 TimestepSampling::Kind parse_timestep_sampling(const std::string& name) {
   if (name == "uniform") return TimestepSampling::Kind::uniform;
   if (name == "logit_normal") return TimestepSampling::Kind::logit_normal;
-  throw std::invalid_argument(fmt::format("timestep sampling must be \"uniform\" or \"logit_normal\", got \"{}\"", name));
+  throw std::invalid_argument(
+      fmt::format("timestep sampling must be \"uniform\" or \"logit_normal\", got \"{}\"", name));
 }
 
 std::string timestep_sampling_name(TimestepSampling::Kind kind) {

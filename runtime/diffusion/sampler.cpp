@@ -106,9 +106,9 @@ void check_options(const SampleOptions& options, const at::Tensor& x_T, const st
     if (!y.defined() || y.dim() != 1 || y.scalar_type() != at::kLong || y.size(0) != x_T.size(0)) {
       std::ostringstream shape;
       if (y.defined()) shape << y.sizes();
-      throw std::invalid_argument(fmt::format("labels must be an int64 tensor of shape [{}], got {}", x_T.size(0),
-                                              y.defined() ? core::dtype_name(y.scalar_type()) + " " + shape.str()
-                                                          : std::string("an undefined tensor")));
+      throw std::invalid_argument(fmt::format(
+          "labels must be an int64 tensor of shape [{}], got {}", x_T.size(0),
+          y.defined() ? core::dtype_name(y.scalar_type()) + " " + shape.str() : std::string("an undefined tensor")));
     }
   }
   if (options.guidance != 1) {
@@ -156,7 +156,10 @@ at::Tensor draw_noise(const NoiseSource& noise, std::int64_t step, const at::Ten
   if (!z.defined() || z.sizes() != like.sizes()) {
     std::ostringstream message;
     message << "sampling noise for step " << step << " has shape ";
-    if (z.defined()) message << z.sizes(); else message << "(undefined)";
+    if (z.defined())
+      message << z.sizes();
+    else
+      message << "(undefined)";
     message << ", expected " << like.sizes();
     throw std::invalid_argument(message.str());
   }
@@ -168,14 +171,15 @@ at::Tensor draw_noise(const NoiseSource& noise, std::int64_t step, const at::Ten
 std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_t steps) {
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
   if (steps < 1 || steps > timesteps) {
-    throw std::invalid_argument(fmt::format("sampling steps must be between 1 and the schedule's {} timesteps, got {}",
-                                            timesteps, steps));
+    throw std::invalid_argument(
+        fmt::format("sampling steps must be between 1 and the schedule's {} timesteps, got {}", timesteps, steps));
   }
   const at::Tensor grid =
       at::linspace(0.0, static_cast<double>(timesteps - 1), steps, at::TensorOptions().dtype(at::kDouble)).round();
   const double* values = grid.data_ptr<double>();
   std::vector<std::int64_t> visited(static_cast<std::size_t>(steps));
-  for (std::int64_t i = 0; i < steps; ++i) visited[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(values[steps - 1 - i]);
+  for (std::int64_t i = 0; i < steps; ++i)
+    visited[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(values[steps - 1 - i]);
   return visited;
 }
 
@@ -214,17 +218,23 @@ SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Te
     const double sqrt_recipm1_abar = std::sqrt(1 / step.abar - 1);
     at::Tensor x0;
     switch (options.prediction) {
-      case Prediction::eps: x0 = sqrt_recip_abar * x - sqrt_recipm1_abar * prediction; break;
-      case Prediction::x0: x0 = prediction; break;
-      case Prediction::v: x0 = std::sqrt(step.abar) * x - std::sqrt(1 - step.abar) * prediction; break;
+      case Prediction::eps:
+        x0 = sqrt_recip_abar * x - sqrt_recipm1_abar * prediction;
+        break;
+      case Prediction::x0:
+        x0 = prediction;
+        break;
+      case Prediction::v:
+        x0 = std::sqrt(step.abar) * x - std::sqrt(1 - step.abar) * prediction;
+        break;
     }
     if (options.clip) x0 = x0.clamp(-1, 1);
 
     at::Tensor next;
     if (ddim) {
       const at::Tensor eps = (sqrt_recip_abar * x - x0) / sqrt_recipm1_abar;
-      const double sigma = options.eta * std::sqrt((1 - step.abar_prev) / (1 - step.abar)) *
-                           std::sqrt(1 - step.abar / step.abar_prev);
+      const double sigma =
+          options.eta * std::sqrt((1 - step.abar_prev) / (1 - step.abar)) * std::sqrt(1 - step.abar / step.abar_prev);
       const double eps_scale = std::sqrt(std::max(0.0, 1 - step.abar_prev - sigma * sigma));
       next = x0 * std::sqrt(step.abar_prev) + eps_scale * eps;
       if (!last && sigma > 0) next = next + sigma * draw_noise(noise, step_index, x);
@@ -238,8 +248,7 @@ SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Te
         const at::Tensor z = draw_noise(noise, step_index, x);
         if (use_learned) {
           const at::Tensor fraction = (output.narrow(1, channels, channels) + 1) / 2;
-          const at::Tensor log_variance =
-              fraction * std::log(step.beta) + (1 - fraction) * step.log_variance_small;
+          const at::Tensor log_variance = fraction * std::log(step.beta) + (1 - fraction) * step.log_variance_small;
           next = next + at::exp(0.5 * log_variance) * z;
         } else {
           const double log_variance = variance == "small" ? step.log_variance_small : step.log_variance_large;

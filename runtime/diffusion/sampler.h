@@ -21,11 +21,11 @@ std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_
 struct SampleOptions {
   std::string sampler = "ddim";  // ddim or ddpm
   std::int64_t steps = 50;
-  double eta = 0.0;              // ddim only: 0 is deterministic, 1 matches DDPM's posterior variance
-  std::string variance = "auto";  // ddpm only: auto (learned with 2C output channels, else large), small,
-                                  // large or learned
-  bool clip = true;               // clip the predicted x0 to [-1, 1] (the bindings default it from the model)
-  double guidance = 1.0;          // classifier-free guidance scale; 1 runs the conditional model alone
+  double eta = 0.0;                        // ddim only: 0 is deterministic, 1 matches DDPM's posterior variance
+  std::string variance = "auto";           // ddpm only: auto (learned with 2C output channels, else large), small,
+                                           // large or learned
+  bool clip = true;                        // clip the predicted x0 to [-1, 1] (the bindings default it from the model)
+  double guidance = 1.0;                   // classifier-free guidance scale; 1 runs the conditional model alone
   std::optional<std::int64_t> null_label;  // the unconditional label, required when guidance != 1
   Prediction prediction = Prediction::eps;
   bool keep_trajectory = false;
@@ -38,7 +38,7 @@ struct SampleOptions {
 using NoiseSource = std::function<at::Tensor(std::int64_t step, const at::Tensor& like)>;
 
 struct SampleResult {
-  at::Tensor x;                       // float32, the final sample
+  at::Tensor x;                        // float32, the final sample
   std::vector<at::Tensor> trajectory;  // with keep_trajectory: x_T, then x after each step
 };
 

@@ -1,4 +1,5 @@
-// Failure reports of the ranks: JSON, publishing to the job's store and the launcher's file, and the job's first failure.
+// Failure reports of the ranks: JSON, publishing to the job's store and the launcher's file, and the job's first
+// failure.
 #include "runtime/dist/failure_report.h"
 
 #include <fmt/format.h>
@@ -130,7 +131,8 @@ std::vector<int> ranks_absent_at(const FailureReport& timed_out, const std::vect
   std::vector<int> absent;
   for (int r = 0; r < world_size; ++r) {
     if (r == timed_out.rank) continue;
-    const auto report = std::find_if(reports.begin(), reports.end(), [&](const FailureReport& x) { return x.rank == r; });
+    const auto report =
+        std::find_if(reports.begin(), reports.end(), [&](const FailureReport& x) { return x.rank == r; });
     if (report == reports.end() || report->time > timed_out.time) absent.push_back(r);
   }
   return absent;
@@ -139,7 +141,8 @@ std::vector<int> ranks_absent_at(const FailureReport& timed_out, const std::vect
 std::string job_failure(const FailureReport& own, const std::vector<FailureReport>& others, int world_size) {
   std::vector<FailureReport> reports = others;
   reports.push_back(own);
-  std::sort(reports.begin(), reports.end(), [](const FailureReport& a, const FailureReport& b) { return a.rank < b.rank; });
+  std::sort(reports.begin(), reports.end(),
+            [](const FailureReport& a, const FailureReport& b) { return a.rank < b.rank; });
   std::string cause;
   int cause_rank = -1;
   if (const FailureReport* first = first_failure(reports)) {
@@ -159,7 +162,8 @@ std::string job_failure(const FailureReport& own, const std::vector<FailureRepor
       if (std::none_of(reports.begin(), reports.end(), [&](const FailureReport& x) { return x.rank == r; }))
         silent.push_back(r);
     if (silent.empty()) return own.message;
-    cause = fmt::format("{} ended without a failure report (killed by a signal or crashed)", rank_list(silent, world_size));
+    cause =
+        fmt::format("{} ended without a failure report (killed by a signal or crashed)", rank_list(silent, world_size));
   }
   for (const FailureReport& report : reports)
     if (report.rank != cause_rank)

@@ -16,17 +16,20 @@
 
 namespace runner::dist {
 
-GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters, GradientAveragingOptions options)
+GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> parameters,
+                                   GradientAveragingOptions options)
     : group_(group), parameters_(std::move(parameters)), bucket_of_(parameters_.size()), views_(parameters_.size()) {
-  if (!(options.bucket_mb > 0)) throw std::invalid_argument(fmt::format("bucket_mb must be positive, got {}", options.bucket_mb));
+  if (!(options.bucket_mb > 0))
+    throw std::invalid_argument(fmt::format("bucket_mb must be positive, got {}", options.bucket_mb));
   const auto bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1024 * 1024);
   std::vector<std::size_t> bucket;
   std::size_t bytes = 0;
   for (std::size_t i = parameters_.size(); i-- > 0;) {
     const at::Tensor& p = parameters_[i];
     const std::size_t size = static_cast<std::size_t>(p.numel()) * p.element_size();
-    const bool fits = bucket.empty() || (parameters_[bucket.front()].scalar_type() == p.scalar_type() &&
-                                         parameters_[bucket.front()].device() == p.device() && bytes + size <= bucket_bytes);
+    const bool fits =
+        bucket.empty() || (parameters_[bucket.front()].scalar_type() == p.scalar_type() &&
+                           parameters_[bucket.front()].device() == p.device() && bytes + size <= bucket_bytes);
     if (!fits) {
       buckets_.push_back({std::move(bucket), {}});
       bucket.clear();
@@ -57,8 +60,8 @@ GradientAverager::GradientAverager(ProcessGroup& group, std::vector<at::Tensor> 
       // rather than narrow().view(): an autograd view could not be detached in place (Optimizer::zero_grad).
       const c10::DimVector strides =
           p.is_non_overlapping_and_dense() ? c10::DimVector(p.strides()) : c10::contiguous_strides(p.sizes());
-      views_[i] = at::empty({0}, bucket.gradients.options())
-                      .set_(bucket.gradients.storage(), offsets[k], p.sizes(), strides);
+      views_[i] =
+          at::empty({0}, bucket.gradients.options()).set_(bucket.gradients.storage(), offsets[k], p.sizes(), strides);
       parameters_[i].mutable_grad() = views_[i];
     }
   }

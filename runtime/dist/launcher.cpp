@@ -53,8 +53,8 @@ int free_port(const std::string& host) {
 struct Rank {
   int number = 0;
   pid_t pid = -1;
-  int output = -1;           // read end of its stdout+stderr (ranks > 0)
-  std::string partial;       // a line not yet ended
+  int output = -1;      // read end of its stdout+stderr (ranks > 0)
+  std::string partial;  // a line not yet ended
   std::deque<std::string> lines;
   bool running = true;
   int status = 0;
@@ -155,9 +155,10 @@ FirstFailure first_failed_rank(const std::vector<Rank>& ranks, int first_ended) 
   if (const FailureReport* timed_out = first_timeout(reports)) {
     const std::vector<int> absent = ranks_absent_at(*timed_out, reports, static_cast<int>(ranks.size()));
     if (!absent.empty())
-      return {absent.front(), fmt::format("did not take part in {} for {:g} s (hung or stopped): rank {} timed out "
-                                          "waiting for it; then it {}", timed_out->collective,
-                                          timed_out->timeout_seconds, timed_out->rank, ended(absent.front()))};
+      return {absent.front(),
+              fmt::format("did not take part in {} for {:g} s (hung or stopped): rank {} timed out "
+                          "waiting for it; then it {}",
+                          timed_out->collective, timed_out->timeout_seconds, timed_out->rank, ended(absent.front()))};
   }
   const auto bad = [](const Rank& rank) { return !(WIFEXITED(rank.status) && WEXITSTATUS(rank.status) == 0); };
   if (const int silent = first_of([&](const Rank& rank) { return bad(rank) && !rank.report; }); silent >= 0)
@@ -197,14 +198,19 @@ int parse_nproc(const std::string& text, bool oversubscribe) {
   } catch (const std::exception&) {
     value = 0;
   }
-  if (value < 1) throw std::invalid_argument(fmt::format("--nproc must be a whole number >= 1 or auto, got '{}'", text));
+  if (value < 1)
+    throw std::invalid_argument(fmt::format("--nproc must be a whole number >= 1 or auto, got '{}'", text));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!oversubscribe && gpus > 0 && value > gpus)
-    throw std::invalid_argument(fmt::format("--nproc {} is more ranks than the {} visible GPU{} (a rank each); "
-                                            "--oversubscribe starts them anyway", value, gpus, gpus == 1 ? "" : "s"));
+    throw std::invalid_argument(
+        fmt::format("--nproc {} is more ranks than the {} visible GPU{} (a rank each); "
+                    "--oversubscribe starts them anyway",
+                    value, gpus, gpus == 1 ? "" : "s"));
   if (!oversubscribe && gpus <= 0 && value > cores)
-    throw std::invalid_argument(fmt::format("--nproc {} is more ranks than this host's {} CPU cores (ranks on the CPU "
-                                            "share them); --oversubscribe starts them anyway", value, cores));
+    throw std::invalid_argument(
+        fmt::format("--nproc {} is more ranks than this host's {} CPU cores (ranks on the CPU "
+                    "share them); --oversubscribe starts them anyway",
+                    value, cores));
   return value;
 }
 
@@ -212,8 +218,10 @@ std::string describe_auto_nproc() {
   const int gpus = core::cuda_device_count();
   if (gpus > 0) return fmt::format("--nproc auto: {} rank{}, one per visible GPU", gpus, gpus == 1 ? "" : "s");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return fmt::format("--nproc auto: no GPU is visible, so 1 rank on the CPU (auto starts one rank per GPU; --nproc N "
-                     "starts N ranks that share this host's {} CPU core{})", cores, cores == 1 ? "" : "s");
+  return fmt::format(
+      "--nproc auto: no GPU is visible, so 1 rank on the CPU (auto starts one rank per GPU; --nproc N "
+      "starts N ranks that share this host's {} CPU core{})",
+      cores, cores == 1 ? "" : "s");
 }
 
 int launch_local_ranks(const LaunchOptions& options) {
@@ -239,10 +247,10 @@ int launch_local_ranks(const LaunchOptions& options) {
     }
   }
 
-  int failed = -1;          // the first rank seen to end badly
+  int failed = -1;  // the first rank seen to end badly
   int ended = 0;
-  int stop_signal = 0;      // a stop signal forwarded to the ranks
-  double kill_at = 0;       // when the ranks still running get SIGKILL (0: not scheduled)
+  int stop_signal = 0;  // a stop signal forwarded to the ranks
+  double kill_at = 0;   // when the ranks still running get SIGKILL (0: not scheduled)
   double failed_at = 0;
   auto running = [&] {
     int count = 0;
@@ -327,10 +335,12 @@ int launch_local_ranks(const LaunchOptions& options) {
   const FirstFailure first_failed = first_failed_rank(ranks, failed);
   const int first = first_failed.rank;
   const Rank& culprit = ranks[static_cast<size_t>(first)];
-  std::string report = fmt::format("runner: rank {} of {} (pid {}) {}", first, options.nproc, culprit.pid, first_failed.how);
+  std::string report =
+      fmt::format("runner: rank {} of {} (pid {}) {}", first, options.nproc, culprit.pid, first_failed.how);
   if (first > 0 && !culprit.lines.empty()) {
     report += "; its last lines:\n";
-    for (const std::string& line : culprit.lines) report += fmt::format("[rank {}] {}\n", first, core::terminal_text(line));
+    for (const std::string& line : culprit.lines)
+      report += fmt::format("[rank {}] {}\n", first, core::terminal_text(line));
   } else {
     report += "\n";
   }

@@ -11,9 +11,9 @@ struct LaunchOptions {
   int nproc = 1;                       // local ranks
   std::vector<std::string> arguments;  // each rank's command line after the program name (no --nproc)
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                 // 0: a free port of this host
-  double kill_grace_seconds = 10;      // after a rank fails: SIGTERM to the others, SIGKILL this much later
-  int kept_lines = 40;                 // the last lines of each rank > 0 kept to show on failure
+  int master_port = 0;             // 0: a free port of this host
+  double kill_grace_seconds = 10;  // after a rank fails: SIGTERM to the others, SIGKILL this much later
+  int kept_lines = 40;             // the last lines of each rank > 0 kept to show on failure
 };
 
 // "auto": one rank per visible CUDA device, 1 without one; else a whole number >= 1, at most one rank per

@@ -47,12 +47,14 @@ bool says_timed_out(std::string text) {
   {
     std::lock_guard lock(collective_failure_mutex);
     if (!the_first_collective_failure)
-      the_first_collective_failure = CollectiveFailure{
-          what, cause, says_timed_out(cause),
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()};
+      the_first_collective_failure =
+          CollectiveFailure{what, cause, says_timed_out(cause),
+                            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()};
   }
-  throw CollectiveError(fmt::format("{} failed: {} (a rank stopped or the network failed; see the launcher's "
-                                    "report of which rank failed)", what, cause));
+  throw CollectiveError(
+      fmt::format("{} failed: {} (a rank stopped or the network failed; see the launcher's "
+                  "report of which rank failed)",
+                  what, cause));
 }
 
 }  // namespace
@@ -106,7 +108,8 @@ ProcessGroup::ProcessGroup(const core::LaunchContext& context, c10::Device devic
   if (context.master_addr.empty() || context.master_port <= 0)
     throw std::runtime_error(fmt::format(
         "rank {} of {}: MASTER_ADDR and MASTER_PORT must name the rendezvous host and port (torchrun and runner "
-        "--nproc set them; under Slurm set MASTER_ADDR or let runner take the job's first node)", rank_, size_));
+        "--nproc set them; under Slurm set MASTER_ADDR or let runner take the job's first node)",
+        rank_, size_));
   const std::string where = fmt::format("{}:{}", context.master_addr, context.master_port);
   backends_->timeout = timeout;
   try {
@@ -161,15 +164,19 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return backends_->time
 void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return;
   c10d::AllreduceOptions options;
-  options.reduceOp = op == ReduceOp::max ? c10d::ReduceOp::MAX : op == ReduceOp::min ? c10d::ReduceOp::MIN : c10d::ReduceOp::SUM;
+  options.reduceOp = op == ReduceOp::max   ? c10d::ReduceOp::MAX
+                     : op == ReduceOp::min ? c10d::ReduceOp::MIN
+                                           : c10d::ReduceOp::SUM;
   options.timeout = backends_->timeout;
   c10d::Backend& backend = backends_->backend_for(tensors.front());
   for (at::Tensor& tensor : tensors) {  // NCCL takes one tensor per call; Gloo would take several
     std::vector<at::Tensor> one{tensor};
     PendingCollective(backend.allreduce(one, options), "all_reduce").wait();
     if (op == ReduceOp::mean) {
-      if (tensor.is_floating_point()) tensor.div_(size_);
-      else tensor.div_(size_, "floor");
+      if (tensor.is_floating_point())
+        tensor.div_(size_);
+      else
+        tensor.div_(size_, "floor");
     }
   }
 }
@@ -182,7 +189,8 @@ PendingCollective ProcessGroup::all_reduce_async(std::vector<at::Tensor>& tensor
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (tensors.empty()) return;
-  if (root < 0 || root >= size_) throw std::invalid_argument(fmt::format("broadcast: root {} is not a rank of {}", root, size_));
+  if (root < 0 || root >= size_)
+    throw std::invalid_argument(fmt::format("broadcast: root {} is not a rank of {}", root, size_));
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = backends_->timeout;
@@ -249,7 +257,8 @@ void ProcessGroup::set_note(const std::string& key, const std::string& text) {
   try {
     backends_->store->set(key, std::vector<std::uint8_t>(text.begin(), text.end()));
   } catch (const std::exception&) {
-    throw CollectiveError(fmt::format("the job's store: setting {} failed: {}", key, describe(std::current_exception())));
+    throw CollectiveError(
+        fmt::format("the job's store: setting {} failed: {}", key, describe(std::current_exception())));
   }
 }
 
@@ -259,7 +268,8 @@ std::optional<std::string> ProcessGroup::note(const std::string& key) {
     const std::vector<std::uint8_t> bytes = backends_->store->get(key);
     return std::string(bytes.begin(), bytes.end());
   } catch (const std::exception&) {
-    throw CollectiveError(fmt::format("the job's store: reading {} failed: {}", key, describe(std::current_exception())));
+    throw CollectiveError(
+        fmt::format("the job's store: reading {} failed: {}", key, describe(std::current_exception())));
   }
 }
 

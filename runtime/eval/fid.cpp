@@ -16,7 +16,8 @@ namespace runner::eval {
 
 FidStatistics fid_statistics(const at::Tensor& features) {
   if (features.dim() != 2 || features.size(0) < 2)
-    throw std::invalid_argument(fmt::format("FID needs at least 2 images, got features {}", core::shape_text(features.sizes())));
+    throw std::invalid_argument(
+        fmt::format("FID needs at least 2 images, got features {}", core::shape_text(features.sizes())));
   const at::Tensor x = features.to(at::kCPU, at::kDouble);
   const at::Tensor mu = x.mean(0);
   const at::Tensor centred = x - mu;
@@ -25,7 +26,8 @@ FidStatistics fid_statistics(const at::Tensor& features) {
 
 double frechet_distance(const FidStatistics& a, const FidStatistics& b) {
   if (!a.mu.sizes().equals(b.mu.sizes()) || !a.sigma.sizes().equals(b.sigma.sizes()))
-    throw std::invalid_argument(fmt::format("FID: statistics of different sizes ({} and {} features)", a.mu.numel(), b.mu.numel()));
+    throw std::invalid_argument(
+        fmt::format("FID: statistics of different sizes ({} and {} features)", a.mu.numel(), b.mu.numel()));
   const at::Tensor mu_a = a.mu.to(at::kDouble), mu_b = b.mu.to(at::kDouble);
   const at::Tensor sigma_a = a.sigma.to(at::kDouble), sigma_b = b.sigma.to(at::kDouble);
   auto [values, vectors] = at::linalg_eigh(sigma_a);
@@ -34,7 +36,8 @@ double frechet_distance(const FidStatistics& a, const FidStatistics& b) {
   product = (product + product.t()) / 2;  // symmetric up to rounding
   const double trace_root = at::linalg_eigvalsh(product).clamp_min(0).sqrt().sum().item<double>();
   const at::Tensor diff = mu_a - mu_b;
-  return diff.dot(diff).item<double>() + sigma_a.trace().item<double>() + sigma_b.trace().item<double>() - 2 * trace_root;
+  return diff.dot(diff).item<double>() + sigma_a.trace().item<double>() + sigma_b.trace().item<double>() -
+         2 * trace_root;
 }
 
 FidStatistics read_fid_statistics(const std::string& npz_path) {
@@ -42,14 +45,17 @@ FidStatistics read_fid_statistics(const std::string& npz_path) {
   auto get = [&](const char* name) {
     const auto found = arrays.find(name);
     if (found == arrays.end())
-      throw std::invalid_argument(fmt::format("{}: no array '{}' (FID statistics files hold mu and sigma)", npz_path, name));
+      throw std::invalid_argument(
+          fmt::format("{}: no array '{}' (FID statistics files hold mu and sigma)", npz_path, name));
     return found->second.to(at::kDouble);
   };
   FidStatistics statistics{get("mu"), get("sigma")};
   const std::int64_t d = statistics.mu.numel();
-  if (statistics.mu.dim() != 1 || statistics.sigma.dim() != 2 || statistics.sigma.size(0) != d || statistics.sigma.size(1) != d)
+  if (statistics.mu.dim() != 1 || statistics.sigma.dim() != 2 || statistics.sigma.size(0) != d ||
+      statistics.sigma.size(1) != d)
     throw std::invalid_argument(fmt::format("{}: mu {} and sigma {} do not fit together", npz_path,
-                                            core::shape_text(statistics.mu.sizes()), core::shape_text(statistics.sigma.sizes())));
+                                            core::shape_text(statistics.mu.sizes()),
+                                            core::shape_text(statistics.sigma.sizes())));
   return statistics;
 }
 
@@ -60,7 +66,8 @@ void write_fid_statistics(const std::string& npz_path, const FidStatistics& stat
 FidEvaluator::FidEvaluator(const FidOptions& options) : options_(options), device_(core::parse_device(options.device)) {
   if (options_.weights.empty())
     throw std::invalid_argument("FID needs the weights of the FID Inception: " + fid_weights_help());
-  if (options_.batch < 1) throw std::invalid_argument(fmt::format("FID: batch must be positive, got {}", options_.batch));
+  if (options_.batch < 1)
+    throw std::invalid_argument(fmt::format("FID: batch must be positive, got {}", options_.batch));
   network_ = load_fid_inception(options_.weights);
   network_->to(device_);
 }
@@ -77,7 +84,8 @@ at::Tensor FidEvaluator::features_01(const at::Tensor& images01) {
 
 FidStatistics FidEvaluator::of_images(const at::Tensor& images) {
   if (images.dim() != 4 || images.size(1) != 3)
-    throw std::invalid_argument(fmt::format("FID: images must be [N, 3, H, W] in [-1, 1], got {}", core::shape_text(images.sizes())));
+    throw std::invalid_argument(
+        fmt::format("FID: images must be [N, 3, H, W] in [-1, 1], got {}", core::shape_text(images.sizes())));
   return fid_statistics(features_01((images.to(at::kFloat) + 1) / 2));
 }
 

@@ -63,7 +63,9 @@ class InceptionAImpl : public InceptionBlockImpl {
     pool = add("branch_pool", BasicConv(in, pool_features, std::vector<std::int64_t>{1}));
   }
   at::Tensor forward(const at::Tensor& x) {
-    return at::cat({b1(x), b5_2(b5_1(x)), b3_3(b3_2(b3_1(x))), pool(branch_pool_input(x, BranchPool::average_excluding_padding))}, 1);
+    return at::cat(
+        {b1(x), b5_2(b5_1(x)), b3_3(b3_2(b3_1(x))), pool(branch_pool_input(x, BranchPool::average_excluding_padding))},
+        1);
   }
   BasicConv b1{nullptr}, b5_1{nullptr}, b5_2{nullptr}, b3_1{nullptr}, b3_2{nullptr}, b3_3{nullptr}, pool{nullptr};
 };
@@ -77,7 +79,9 @@ class InceptionBImpl : public InceptionBlockImpl {
     d2 = add("branch3x3dbl_2", BasicConv(64, 96, std::vector<std::int64_t>{3}, 1, std::vector<std::int64_t>{1, 1}));
     d3 = add("branch3x3dbl_3", BasicConv(96, 96, std::vector<std::int64_t>{3}, 2));
   }
-  at::Tensor forward(const at::Tensor& x) { return at::cat({b3(x), d3(d2(d1(x))), at::max_pool2d(x, {3, 3}, {2, 2})}, 1); }
+  at::Tensor forward(const at::Tensor& x) {
+    return at::cat({b3(x), d3(d2(d1(x))), at::max_pool2d(x, {3, 3}, {2, 2})}, 1);
+  }
   BasicConv b3{nullptr}, d1{nullptr}, d2{nullptr}, d3{nullptr};
 };
 TORCH_MODULE(InceptionB);
@@ -98,10 +102,12 @@ class InceptionCImpl : public InceptionBlockImpl {
     pool = add("branch_pool", BasicConv(in, 192, k1));
   }
   at::Tensor forward(const at::Tensor& x) {
-    return at::cat({b1(x), s3(s2(s1(x))), d5(d4(d3(d2(d1(x))))), pool(branch_pool_input(x, BranchPool::average_excluding_padding))}, 1);
+    return at::cat({b1(x), s3(s2(s1(x))), d5(d4(d3(d2(d1(x))))),
+                    pool(branch_pool_input(x, BranchPool::average_excluding_padding))},
+                   1);
   }
-  BasicConv b1{nullptr}, s1{nullptr}, s2{nullptr}, s3{nullptr}, d1{nullptr}, d2{nullptr}, d3{nullptr}, d4{nullptr}, d5{nullptr},
-      pool{nullptr};
+  BasicConv b1{nullptr}, s1{nullptr}, s2{nullptr}, s3{nullptr}, d1{nullptr}, d2{nullptr}, d3{nullptr}, d4{nullptr},
+      d5{nullptr}, pool{nullptr};
 };
 TORCH_MODULE(InceptionC);
 
@@ -115,7 +121,9 @@ class InceptionDImpl : public InceptionBlockImpl {
     s3 = add("branch7x7x3_3", BasicConv(192, 192, std::vector<std::int64_t>{7, 1}, 1, std::vector<std::int64_t>{3, 0}));
     s4 = add("branch7x7x3_4", BasicConv(192, 192, std::vector<std::int64_t>{3}, 2));
   }
-  at::Tensor forward(const at::Tensor& x) { return at::cat({t2(t1(x)), s4(s3(s2(s1(x)))), at::max_pool2d(x, {3, 3}, {2, 2})}, 1); }
+  at::Tensor forward(const at::Tensor& x) {
+    return at::cat({t2(t1(x)), s4(s3(s2(s1(x)))), at::max_pool2d(x, {3, 3}, {2, 2})}, 1);
+  }
   BasicConv t1{nullptr}, t2{nullptr}, s1{nullptr}, s2{nullptr}, s3{nullptr}, s4{nullptr};
 };
 TORCH_MODULE(InceptionD);
@@ -137,9 +145,11 @@ class InceptionEImpl : public InceptionBlockImpl {
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor t = t1(x);
     const at::Tensor d = d2(d1(x));
-    return at::cat({b1(x), at::cat({t2a(t), t2b(t)}, 1), at::cat({d3a(d), d3b(d)}, 1), pool(branch_pool_input(x, pool_kind_))}, 1);
+    return at::cat(
+        {b1(x), at::cat({t2a(t), t2b(t)}, 1), at::cat({d3a(d), d3b(d)}, 1), pool(branch_pool_input(x, pool_kind_))}, 1);
   }
-  BasicConv b1{nullptr}, t1{nullptr}, t2a{nullptr}, t2b{nullptr}, d1{nullptr}, d2{nullptr}, d3a{nullptr}, d3b{nullptr}, pool{nullptr};
+  BasicConv b1{nullptr}, t1{nullptr}, t2a{nullptr}, t2b{nullptr}, d1{nullptr}, d2{nullptr}, d3a{nullptr}, d3b{nullptr},
+      pool{nullptr};
 
  private:
   BranchPool pool_kind_;
@@ -194,18 +204,21 @@ FidInception load_fid_inception(const std::string& path) {
   const std::string sha256 = core::sha256_file(path);
   if (sha256 != kFidWeightsSha256) {
     if (std::filesystem::path(path).filename() == kFidWeightsName)
-      throw std::invalid_argument(fmt::format("{}: sha256 {}, not {} as pytorch-fid publishes it: the file is damaged or "
-                                              "another one; download it again from {}",
-                                              path, sha256, kFidWeightsSha256, kFidWeightsUrl));
-    core::log(core::LogLevel::warn,
-              fmt::format("{}: sha256 {} is not that of pytorch-fid's {} ({}): FIDs with other weights are not comparable "
-                          "with published ones",
-                          path, sha256, kFidWeightsName, kFidWeightsSha256));
+      throw std::invalid_argument(
+          fmt::format("{}: sha256 {}, not {} as pytorch-fid publishes it: the file is damaged or "
+                      "another one; download it again from {}",
+                      path, sha256, kFidWeightsSha256, kFidWeightsUrl));
+    core::log(
+        core::LogLevel::warn,
+        fmt::format("{}: sha256 {} is not that of pytorch-fid's {} ({}): FIDs with other weights are not comparable "
+                    "with published ones",
+                    path, sha256, kFidWeightsName, kFidWeightsSha256));
   }
   FidInception model;
   nn::StateLoadOptions options;
   options.optional = [](const std::string& name) { return name.size() > 20 && name.ends_with("num_batches_tracked"); };
-  nn::load_state(*model, ckpt::read_weights_file(path), path, "the FID Inception (pytorch-fid's pt_inception weights)", options);
+  nn::load_state(*model, ckpt::read_weights_file(path), path, "the FID Inception (pytorch-fid's pt_inception weights)",
+                 options);
   model->eval();
   return model;
 }

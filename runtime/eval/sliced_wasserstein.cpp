@@ -32,7 +32,8 @@ std::vector<at::Tensor> laplacian_levels(at::Tensor x) {
   return levels;
 }
 
-double level_distance(const at::Tensor& level_a, const at::Tensor& level_b, std::int64_t projections, at::Generator& generator) {
+double level_distance(const at::Tensor& level_a, const at::Tensor& level_b, std::int64_t projections,
+                      at::Generator& generator) {
   auto rows_a = level_a.reshape({level_a.size(0), -1});
   auto rows_b = level_b.reshape({level_b.size(0), -1});
   // The standard deviation of both sets' values, from sums that do not depend on the order of a and b.
@@ -44,7 +45,8 @@ double level_distance(const at::Tensor& level_a, const at::Tensor& level_b, std:
     rows_a = rows_a / scale;
     rows_b = rows_b / scale;
   }
-  auto directions = at::randn({projections, rows_a.size(1)}, generator, at::TensorOptions().dtype(at::kFloat)).to(at::kDouble);
+  auto directions =
+      at::randn({projections, rows_a.size(1)}, generator, at::TensorOptions().dtype(at::kFloat)).to(at::kDouble);
   directions = directions / directions.norm(2, {1}, true);
   const auto projected_a = std::get<0>(at::sort(at::matmul(rows_a, directions.t()), 0));
   const auto projected_b = std::get<0>(at::sort(at::matmul(rows_b, directions.t()), 0));
@@ -55,8 +57,9 @@ double level_distance(const at::Tensor& level_a, const at::Tensor& level_b, std:
 
 double sliced_wasserstein(const at::Tensor& a, const at::Tensor& b, const SlicedWassersteinOptions& options) {
   if (a.dim() != 4 || a.sizes() != b.sizes()) {
-    throw std::invalid_argument(fmt::format("sliced Wasserstein: both image sets must be [N, C, H, W] of the same shape, got [{}] and [{}]",
-                                            fmt::join(a.sizes(), ", "), fmt::join(b.sizes(), ", ")));
+    throw std::invalid_argument(
+        fmt::format("sliced Wasserstein: both image sets must be [N, C, H, W] of the same shape, got [{}] and [{}]",
+                    fmt::join(a.sizes(), ", "), fmt::join(b.sizes(), ", ")));
   }
   if (a.size(0) < 2) throw std::invalid_argument("sliced Wasserstein: each set needs at least 2 images");
   if (options.resolution < 1 || options.resolution > a.size(2) || options.resolution > a.size(3)) {
@@ -69,7 +72,8 @@ double sliced_wasserstein(const at::Tensor& a, const at::Tensor& b, const Sliced
   const auto levels_b = laplacian_levels(pooled(b, options.resolution));
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   double total = 0;
-  for (std::size_t i = 0; i < levels_a.size(); ++i) total += level_distance(levels_a[i], levels_b[i], options.projections, generator);
+  for (std::size_t i = 0; i < levels_a.size(); ++i)
+    total += level_distance(levels_a[i], levels_b[i], options.projections, generator);
   return total / static_cast<double>(levels_a.size());
 }
 

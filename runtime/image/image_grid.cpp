@@ -16,10 +16,13 @@ at::Tensor make_grid(const at::Tensor& images, const GridOptions& options) {
     throw std::invalid_argument(fmt::format("image grid: images must be [N, 1 or 3, H, W] with N >= 1, got [{}]",
                                             fmt::join(images.sizes(), ", ")));
   }
-  if (options.columns < 1) throw std::invalid_argument(fmt::format("image grid: columns must be at least 1, got {}", options.columns));
-  if (options.padding < 0) throw std::invalid_argument(fmt::format("image grid: padding must be 0 or more, got {}", options.padding));
+  if (options.columns < 1)
+    throw std::invalid_argument(fmt::format("image grid: columns must be at least 1, got {}", options.columns));
+  if (options.padding < 0)
+    throw std::invalid_argument(fmt::format("image grid: padding must be 0 or more, got {}", options.padding));
   if (!(options.high > options.low)) {
-    throw std::invalid_argument(fmt::format("image grid: value range must have low < high, got [{}, {}]", options.low, options.high));
+    throw std::invalid_argument(
+        fmt::format("image grid: value range must have low < high, got [{}, {}]", options.low, options.high));
   }
   at::NoGradGuard no_grad;
   at::Tensor unit;  // values in [0, 1], float32 on the CPU
@@ -33,7 +36,8 @@ at::Tensor make_grid(const at::Tensor& images, const GridOptions& options) {
   const auto pad = count == 1 ? 0 : options.padding;  // a single image is saved as it is, as torchvision does
   const auto columns = std::min(options.columns, count);
   const auto rows = (count + columns - 1) / columns;
-  auto grid = at::full({channels, rows * (height + pad) + pad, columns * (width + pad) + pad}, options.pad_value, unit.options());
+  auto grid = at::full({channels, rows * (height + pad) + pad, columns * (width + pad) + pad}, options.pad_value,
+                       unit.options());
   for (std::int64_t i = 0; i < count; ++i) {
     const auto row = i / columns, column = i % columns;
     grid.narrow(1, row * (height + pad) + pad, height).narrow(2, column * (width + pad) + pad, width).copy_(unit[i]);

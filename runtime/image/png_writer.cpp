@@ -52,8 +52,8 @@ std::vector<unsigned char> encode(const at::Tensor& pixels, int color_type) {
   // No C++ objects with destructors are created between setjmp and the libpng calls below.
   if (setjmp(png_jmpbuf(encoder.png))) throw std::runtime_error("PNG encoding failed: " + encoder.error);
   png_set_write_fn(encoder.png, &encoder, append, flush);
-  png_set_IHDR(encoder.png, encoder.info, width, height, 8, color_type, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(encoder.png, encoder.info, width, height, 8, color_type, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_set_rows(encoder.png, encoder.info, rows.data());
   png_write_png(encoder.png, encoder.info, PNG_TRANSFORM_IDENTITY, nullptr);
   return std::move(encoder.bytes);
@@ -63,12 +63,14 @@ std::vector<unsigned char> encode(const at::Tensor& pixels, int color_type) {
 
 void write_png(const std::string& path, const at::Tensor& pixels) {
   if (pixels.scalar_type() != at::kByte) {
-    throw std::invalid_argument(fmt::format("write_png: pixels must be uint8, got {}", c10::toString(pixels.scalar_type())));
+    throw std::invalid_argument(
+        fmt::format("write_png: pixels must be uint8, got {}", c10::toString(pixels.scalar_type())));
   }
   const bool gray = pixels.dim() == 2 || (pixels.dim() == 3 && pixels.size(2) == 1);
   const bool rgb = pixels.dim() == 3 && pixels.size(2) == 3;
   if ((!gray && !rgb) || pixels.size(0) < 1 || pixels.size(1) < 1) {
-    throw std::invalid_argument(fmt::format("write_png: pixels must be [H, W, 3] or [H, W], got [{}]", fmt::join(pixels.sizes(), ", ")));
+    throw std::invalid_argument(
+        fmt::format("write_png: pixels must be [H, W, 3] or [H, W], got [{}]", fmt::join(pixels.sizes(), ", ")));
   }
   const auto host = pixels.to(at::kCPU).contiguous();
   const auto bytes = encode(host, gray ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB);

@@ -252,9 +252,10 @@ int table_count(Database& db) {
 
 void check_version(Database& db, int version, int supported) {
   if (version > supported)
-    throw IndexError(fmt::format("{}: the index has schema version {}, newer than this runner supports ({}); "
-                                 "use a newer runner",
-                                 db.path(), version, supported));
+    throw IndexError(
+        fmt::format("{}: the index has schema version {}, newer than this runner supports ({}); "
+                    "use a newer runner",
+                    db.path(), version, supported));
 }
 
 // PRAGMA application_id of a runner index: "rnnr".
@@ -274,10 +275,12 @@ int64_t count_of(Database& db, const char* sql) {
 
 // Indexes made before the application id was set are recognised by their tables and the runs columns.
 bool has_runner_schema(Database& db) {
-  return count_of(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-                      "('runs', 'metrics', 'metric_latest', 'checkpoints', 'artifacts')") == 5 &&
-         count_of(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
-                      "('id', 'name', 'status', 'config', 'script_hash', 'heartbeat_at', 'dir')") == 7;
+  return count_of(db,
+                  "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                  "('runs', 'metrics', 'metric_latest', 'checkpoints', 'artifacts')") == 5 &&
+         count_of(db,
+                  "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
+                  "('id', 'name', 'status', 'config', 'script_hash', 'heartbeat_at', 'dir')") == 7;
 }
 
 void check_is_index(Database& db, int version) {
@@ -320,10 +323,11 @@ int64_t file_size(const std::string& path) {
 OpenMode reading_mode(const std::string& home, const std::string& path) {
   if (::access(home.c_str(), W_OK) == 0 || file_exists(path + "-shm")) return OpenMode::read_only;
   if (file_size(path + "-wal") > 0)
-    throw IndexError(fmt::format("{}: the index is on a read-only medium and its write-ahead log ({}-wal) holds "
-                                 "changes that cannot be read without a {}-shm file; copy the folder to a "
-                                 "writable place to read it",
-                                 path, path, path));
+    throw IndexError(
+        fmt::format("{}: the index is on a read-only medium and its write-ahead log ({}-wal) holds "
+                    "changes that cannot be read without a {}-shm file; copy the folder to a "
+                    "writable place to read it",
+                    path, path, path));
   return OpenMode::read_only_immutable;
 }
 
@@ -401,9 +405,10 @@ void check_integrity(Database& db) {
     if (result.rfind(banner, 0) == 0) result.erase(0, banner.size());
     for (char& c : result)
       if (c == '\n') c = ' ';
-    throw IndexError(fmt::format("{}: the index is damaged ({}); nothing was written. Recover with sqlite3 {} .recover, "
-                                 "or move it aside to start a new index",
-                                 db.path(), result, db.path()));
+    throw IndexError(
+        fmt::format("{}: the index is damaged ({}); nothing was written. Recover with sqlite3 {} .recover, "
+                    "or move it aside to start a new index",
+                    db.path(), result, db.path()));
   }
   std::lock_guard<std::mutex> lock(mutex);
   checked.insert(db.path());
@@ -412,9 +417,10 @@ void check_integrity(Database& db) {
 Database open_index_for_reading(const std::string& home) {
   const std::string path = index_path(home);
   if (!file_exists(path))
-    throw IndexError(fmt::format("{}: no runner index here (RUNNER_HOME is '{}'; a script that calls runner.start "
-                                 "creates it)",
-                                 path, home));
+    throw IndexError(
+        fmt::format("{}: no runner index here (RUNNER_HOME is '{}'; a script that calls runner.start "
+                    "creates it)",
+                    path, home));
   const OpenMode mode = reading_mode(home, path);
   {
     Database db(path, mode);
@@ -428,10 +434,11 @@ Database open_index_for_reading(const std::string& home) {
       return db;
     }
     if (mode == OpenMode::read_only_immutable)
-      throw IndexError(fmt::format("{}: the index has schema version {} (this runner reads {}) and is on a "
-                                   "read-only medium, so it cannot be upgraded; copy the folder to a writable "
-                                   "place to read it",
-                                   path, version, schema_version()));
+      throw IndexError(
+          fmt::format("{}: the index has schema version {} (this runner reads {}) and is on a "
+                      "read-only medium, so it cannot be upgraded; copy the folder to a writable "
+                      "place to read it",
+                      path, version, schema_version()));
   }
   open_index_for_writing(home);  // an older schema: migrate, then read
   Database db(path, mode);

@@ -150,8 +150,8 @@ void MetricWriter::run_thread() {
   std::unique_lock lock(mutex_);
   while (true) {
     const auto retry_pause = seconds(std::min(30.0, options_.flush_interval_seconds * (1 << std::min(failures, 5))));
-    const auto deadline = std::min(last_flush + (failures ? retry_pause : seconds(options_.flush_interval_seconds)),
-                                   next_heartbeat);
+    const auto deadline =
+        std::min(last_flush + (failures ? retry_pause : seconds(options_.flush_interval_seconds)), next_heartbeat);
     wake_writer_.wait_until(lock, deadline, [&] {
       return stopping_ || (!failures && (queued_.size() >= options_.flush_rows || flush_target_ > committed_total_));
     });
@@ -174,8 +174,9 @@ void MetricWriter::run_thread() {
                        "ON CONFLICT (run, key) DO UPDATE SET step = excluded.step, value = excluded.value, "
                        "time = excluded.time WHERE excluded.step >= metric_latest.step");
         heartbeat.emplace(*db, "UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
-        attempt_step.emplace(*db, "UPDATE attempts SET end_step = ?1 WHERE run = ?2 AND attempt = "
-                                  "(SELECT attempts FROM runs WHERE run = ?2)");
+        attempt_step.emplace(*db,
+                             "UPDATE attempts SET end_step = ?1 WHERE run = ?2 AND attempt = "
+                             "(SELECT attempts FROM runs WHERE run = ?2)");
       }
       Transaction transaction(*db);
       std::map<uint32_t, size_t> newest;  // key -> index of the entry with the highest step
@@ -186,8 +187,10 @@ void MetricWriter::run_thread() {
           entry.tensor = at::Tensor();
         }
         insert->bind(1, run_).bind(2, keys[entry.key]).bind(3, entry.step);
-        if (std::isnan(entry.value)) insert->bind_null(4);
-        else insert->bind(4, entry.value);
+        if (std::isnan(entry.value))
+          insert->bind_null(4);
+        else
+          insert->bind(4, entry.value);
         insert->bind(5, entry.time);
         insert->run();
         auto [slot, fresh] = newest.emplace(entry.key, i);
@@ -196,8 +199,10 @@ void MetricWriter::run_thread() {
       for (const auto& [key, i] : newest) {
         const Entry& entry = batch[i];
         latest->bind(1, run_).bind(2, keys[key]).bind(3, entry.step);
-        if (std::isnan(entry.value)) latest->bind_null(4);
-        else latest->bind(4, entry.value);
+        if (std::isnan(entry.value))
+          latest->bind_null(4);
+        else
+          latest->bind(4, entry.value);
         latest->bind(5, entry.time);
         latest->run();
       }

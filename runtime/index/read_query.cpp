@@ -45,17 +45,20 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
   // ATTACH, DETACH, BEGIN and pragmas that set a value count as read-only for SQLite (they change the
   // connection, not the file); none of them returns columns, as every read does.
   if (!sqlite3_stmt_readonly(raw) || sqlite3_column_count(raw) == 0)
-    throw IndexError(fmt::format("the index is read-only here: this statement would modify it ({}); queries can "
-                                 "only read",
-                                 first_word(sql)));
+    throw IndexError(
+        fmt::format("the index is read-only here: this statement would modify it ({}); queries can "
+                    "only read",
+                    first_word(sql)));
   if (static_cast<int>(parameters.size()) != sqlite3_bind_parameter_count(raw))
     throw IndexError(fmt::format("SQL error: the query has {} parameters but {} values were given",
                                  sqlite3_bind_parameter_count(raw), parameters.size()));
   for (size_t i = 0; i < parameters.size(); ++i) {
     const int position = static_cast<int>(i + 1);
     const SqlValue& value = parameters[i];
-    if (std::holds_alternative<int64_t>(value)) sqlite3_bind_int64(raw, position, std::get<int64_t>(value));
-    else if (std::holds_alternative<double>(value)) sqlite3_bind_double(raw, position, std::get<double>(value));
+    if (std::holds_alternative<int64_t>(value))
+      sqlite3_bind_int64(raw, position, std::get<int64_t>(value));
+    else if (std::holds_alternative<double>(value))
+      sqlite3_bind_double(raw, position, std::get<double>(value));
     else if (std::holds_alternative<std::string>(value)) {
       const auto& text = std::get<std::string>(value);
       sqlite3_bind_text(raw, position, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
@@ -69,11 +72,14 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
     ~Deadline() { sqlite3_progress_handler(handle, 0, nullptr, nullptr); }
   } deadline{db.handle(), core::steady_seconds() + limits.timeout_seconds};
   if (limits.timeout_seconds > 0) {
-    sqlite3_progress_handler(db.handle(), 10000, [](void* data) {
-      auto* d = static_cast<Deadline*>(data);
-      d->passed = core::steady_seconds() > d->at;
-      return d->passed ? 1 : 0;
-    }, &deadline);
+    sqlite3_progress_handler(
+        db.handle(), 10000,
+        [](void* data) {
+          auto* d = static_cast<Deadline*>(data);
+          d->passed = core::steady_seconds() > d->at;
+          return d->passed ? 1 : 0;
+        },
+        &deadline);
   }
   QueryResult result;
   for (int c = 0; c < sqlite3_column_count(raw); ++c) result.columns.emplace_back(sqlite3_column_name(raw, c));
@@ -91,9 +97,15 @@ QueryResult run_read_query(Database& db, const std::string& sql, const std::vect
     std::vector<SqlValue> row;
     for (int c = 0; c < static_cast<int>(result.columns.size()); ++c) {
       switch (sqlite3_column_type(raw, c)) {
-        case SQLITE_INTEGER: row.emplace_back(static_cast<int64_t>(sqlite3_column_int64(raw, c))); break;
-        case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(raw, c)); break;
-        case SQLITE_NULL: row.emplace_back(std::monostate{}); break;
+        case SQLITE_INTEGER:
+          row.emplace_back(static_cast<int64_t>(sqlite3_column_int64(raw, c)));
+          break;
+        case SQLITE_FLOAT:
+          row.emplace_back(sqlite3_column_double(raw, c));
+          break;
+        case SQLITE_NULL:
+          row.emplace_back(std::monostate{});
+          break;
         default: {
           const auto* data = static_cast<const char*>(sqlite3_column_blob(raw, c));
           row.emplace_back(std::string(data ? data : "", static_cast<size_t>(sqlite3_column_bytes(raw, c))));

@@ -90,8 +90,12 @@ void remove_tree(const std::string& path) {
 }
 
 RemovedRun remove_run(Database& db, const std::string& home, const RunRecord& run) {
-  RemovedRun removed{run.id, run.name, count_rows(db, "metrics", run.run), count_rows(db, "checkpoints", run.run),
-                     count_rows(db, "artifacts", run.run), 0};
+  RemovedRun removed{run.id,
+                     run.name,
+                     count_rows(db, "metrics", run.run),
+                     count_rows(db, "checkpoints", run.run),
+                     count_rows(db, "artifacts", run.run),
+                     0};
   const std::string directory = home + "/" + run.dir;
   const std::string trash = trash_directory(home);
   const std::string trashed = trash + "/" + run.id + "-" + run.dir;
@@ -110,14 +114,16 @@ RemovedRun remove_run(Database& db, const std::string& home, const RunRecord& ru
 std::set<int64_t> unneeded_checkpoints(Database& db, const RunRecord& run) {
   std::set<int64_t> unneeded;
   if (run.status != "paused" && run.status != "pruned") return unneeded;
-  Statement select = db.prepare("SELECT checkpoint FROM checkpoints WHERE run = ? AND kept ORDER BY step DESC, checkpoint DESC");
+  Statement select =
+      db.prepare("SELECT checkpoint FROM checkpoints WHERE run = ? AND kept ORDER BY step DESC, checkpoint DESC");
   select.bind(1, run.run);
   for (bool latest = true; select.step(); latest = false)
     if (!latest || run.status == "pruned") unneeded.insert(select.integer(0));
   return unneeded;
 }
 
-void drop_checkpoints(Database& db, const std::string& home, const RunRecord& run, bool dry_run, GarbageReport& report) {
+void drop_checkpoints(Database& db, const std::string& home, const RunRecord& run, bool dry_run,
+                      GarbageReport& report) {
   const std::set<int64_t> unneeded = unneeded_checkpoints(db, run);
   for (const CheckpointRecord& checkpoint : checkpoints(db, run.run)) {
     if (checkpoint.kept && !unneeded.count(checkpoint.checkpoint)) continue;
@@ -126,7 +132,8 @@ void drop_checkpoints(Database& db, const std::string& home, const RunRecord& ru
     report.bytes_freed += disk_usage(path);
     if (dry_run) continue;
     if (checkpoint.kept) set_checkpoint_kept(db, checkpoint.checkpoint, false);  // never restored from once half gone
-    if (is_directory(path)) remove_tree(path);
+    if (is_directory(path))
+      remove_tree(path);
     else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       throw IndexError(fmt::format("{}: cannot delete: {}", path, std::strerror(errno)));
     with_transaction(db, [&] {
@@ -163,7 +170,8 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
   std::set<std::string> known_directories;
   for (const RunRecord& run : runs) {
     known_directories.insert(run.dir);
-    if (run.status == "running" && effective_status(run, now) == "interrupted") report.interrupted_runs.push_back(run.name);
+    if (run.status == "running" && effective_status(run, now) == "interrupted")
+      report.interrupted_runs.push_back(run.name);
     if (!is_directory(home + "/" + run.dir)) report.missing_directories.push_back(run.name);
     drop_checkpoints(db, home, run, dry_run, report);
   }

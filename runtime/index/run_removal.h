@@ -27,12 +27,12 @@ struct RemovedRun {
 RemovedRun remove_run(Database& db, const std::string& home, const RunRecord& run);
 
 struct GarbageReport {
-  std::vector<std::string> finished_removals;  // trash entries deleted
-  std::vector<std::string> interrupted_runs;   // names of runs marked interrupted
+  std::vector<std::string> finished_removals;    // trash entries deleted
+  std::vector<std::string> interrupted_runs;     // names of runs marked interrupted
   std::vector<std::string> dropped_checkpoints;  // checkpoint paths no longer kept, deleted with their rows
   std::vector<std::string> orphan_directories;   // run-like directories under home with no run in the index
   std::vector<std::string> missing_directories;  // runs whose directory is gone
-  uint64_t bytes_freed = 0;  // disk space (allocated blocks)
+  uint64_t bytes_freed = 0;                      // disk space (allocated blocks)
 };
 
 // dry_run: report only. remove_orphans: also delete orphan directories.

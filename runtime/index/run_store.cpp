@@ -28,9 +28,10 @@ constexpr const char* kRunColumns =
 
 // SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
 std::string fold_attempt(const std::string& end) {
-  return fmt::format("active_seconds = active_seconds + CASE WHEN attempt_started_at IS NULL THEN 0 ELSE "
-                     "max(0, {} - attempt_started_at) END, attempt_started_at = NULL",
-                     end);
+  return fmt::format(
+      "active_seconds = active_seconds + CASE WHEN attempt_started_at IS NULL THEN 0 ELSE "
+      "max(0, {} - attempt_started_at) END, attempt_started_at = NULL",
+      end);
 }
 
 // A column that should hold JSON; text that is not JSON (a row edited by hand) comes back as a string.
@@ -53,8 +54,10 @@ void insert_attempt(Database& db, int64_t run, int64_t attempt, const NewRun& sp
   insert.bind(1, run).bind(2, attempt).bind(3, spec.config.dump()).bind(4, spec.world_size).bind(5, hosts_json(spec));
   insert.bind(6, host_name()).bind(7, static_cast<int64_t>(::getpid())).bind(8, spec.device).bind(9, spec.seed);
   insert.bind(10, spec.script_hash).bind(11, spec.git_revision);
-  if (spec.git_dirty) insert.bind(12, static_cast<int64_t>(*spec.git_dirty));
-  else insert.bind_null(12);
+  if (spec.git_dirty)
+    insert.bind(12, static_cast<int64_t>(*spec.git_dirty));
+  else
+    insert.bind_null(12);
   insert.bind(13, spec.versions.dump()).bind(14, now);
   insert.run();
 }
@@ -102,8 +105,8 @@ RunRecord read_run(const Statement& s) {
 }
 
 std::vector<RunRecord> query_runs(Database& db, const std::string& where, const std::vector<std::string>& texts) {
-  Statement statement = db.prepare(fmt::format("SELECT {} FROM runs r {} ORDER BY r.started_at DESC, r.run DESC",
-                                               kRunColumns, where));
+  Statement statement =
+      db.prepare(fmt::format("SELECT {} FROM runs r {} ORDER BY r.started_at DESC, r.run DESC", kRunColumns, where));
   for (size_t i = 0; i < texts.size(); ++i) statement.bind(static_cast<int>(i + 1), texts[i]);
   std::vector<RunRecord> runs;
   while (statement.step()) runs.push_back(read_run(statement));
@@ -140,7 +143,8 @@ std::string script_stem(const std::string& script) {
   std::string stem = script.substr(script.rfind('/') == std::string::npos ? 0 : script.rfind('/') + 1);
   if (stem.size() > 4 && stem.ends_with(".lua")) stem.resize(stem.size() - 4);
   std::string clean;
-  for (char c : stem) clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
+  for (char c : stem)
+    clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
   if (clean.empty() || clean[0] == '.') clean = "run" + clean;
   return clean;
 }
@@ -160,7 +164,8 @@ namespace {
 
 std::string describe_matches(const std::vector<RunRecord>& runs) {
   std::string text;
-  for (size_t i = 0; i < runs.size() && i < 5; ++i) text += fmt::format("{}{} ({})", i ? ", " : "", runs[i].id, runs[i].name);
+  for (size_t i = 0; i < runs.size() && i < 5; ++i)
+    text += fmt::format("{}{} ({})", i ? ", " : "", runs[i].id, runs[i].name);
   if (runs.size() > 5) text += fmt::format(" and {} more", runs.size() - 5);
   return text;
 }
@@ -217,7 +222,8 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
         const std::string stem = script_stem(spec.script.empty() ? "run" : spec.script);
         Statement last = db.prepare(
             "SELECT max(coalesce((SELECT last FROM run_name_numbers WHERE stem = ?1), 0), "
-            "coalesce((SELECT max(CAST(substr(name, length(?1) + 2) AS INTEGER)) FROM runs WHERE name GLOB ?1 || '-[0-9]*'), 0))");
+            "coalesce((SELECT max(CAST(substr(name, length(?1) + 2) AS INTEGER)) FROM runs WHERE name GLOB ?1 || "
+            "'-[0-9]*'), 0))");
         last.bind(1, stem);
         last.step();
         int64_t n = last.integer(0) + 1;
@@ -226,17 +232,20 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
           if (!name_taken(db, name) && !exists_on_disk(home + "/" + name)) break;
         }
         Statement given = db.prepare(
-            "INSERT INTO run_name_numbers (stem, last) VALUES (?, ?) ON CONFLICT (stem) DO UPDATE SET last = excluded.last");
+            "INSERT INTO run_name_numbers (stem, last) VALUES (?, ?) ON CONFLICT (stem) DO UPDATE SET last = "
+            "excluded.last");
         given.bind(1, stem).bind(2, n);
         given.run();
       } else if (name_taken(db, name)) {
-        throw IndexError(fmt::format("{}: a run named '{}' already exists; choose another name, continue it with "
-                                     "`runner --resume {} ...` or remove it with `runner rm {}`",
-                                     db.path(), name, name, name));
+        throw IndexError(
+            fmt::format("{}: a run named '{}' already exists; choose another name, continue it with "
+                        "`runner --resume {} ...` or remove it with `runner rm {}`",
+                        db.path(), name, name, name));
       } else if (exists_on_disk(home + "/" + name)) {
-        throw IndexError(fmt::format("{}/{}: the run directory already exists but is not in the index; choose "
-                                     "another name or move the directory away",
-                                     home, name));
+        throw IndexError(
+            fmt::format("{}/{}: the run directory already exists but is not in the index; choose "
+                        "another name or move the directory away",
+                        home, name));
       }
       const std::string id = random_id();
       Statement clash = db.prepare("SELECT 1 FROM runs WHERE id = ?");
@@ -244,12 +253,15 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       if (clash.step()) return;  // retried with another id
       Statement insert = db.prepare(
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
-          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, sweep, trial) "
+          "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, "
+          "sweep, trial) "
           "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
-      if (spec.git_dirty) insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
-      else insert.bind_null(7);
+      if (spec.git_dirty)
+        insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
+      else
+        insert.bind_null(7);
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
       insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
@@ -281,8 +293,8 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
     current.host = read.text(2);
     current.heartbeat_at = read.real(3);
     if (effective_status(current, now_seconds()) == "running")
-      throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice",
-                                   db.path(), current.pid, current.host));
+      throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice", db.path(),
+                                   current.pid, current.host));
     // An attempt whose process died without ending it counts up to its last heartbeat.
     Statement fold = db.prepare("UPDATE runs SET " + fold_attempt("heartbeat_at") + " WHERE run = ?");
     fold.bind(1, run);
@@ -294,8 +306,10 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
         "attempts = attempts + 1, attempt_started_at = ?, world_size = ?, hosts = ? WHERE run = ?");
     update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
     update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
-    if (spec.git_dirty) update.bind(7, static_cast<int64_t>(*spec.git_dirty));
-    else update.bind_null(7);
+    if (spec.git_dirty)
+      update.bind(7, static_cast<int64_t>(*spec.git_dirty));
+    else
+      update.bind_null(7);
     update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
     update.bind(12, hosts_json(spec)).bind(13, run);
     update.run();
@@ -323,7 +337,8 @@ std::optional<RunRecord> latest_run_with_checkpoint(Database& db, const std::str
 
 std::vector<AttemptRecord> run_attempts(Database& db, int64_t run) {
   Statement statement = db.prepare(
-      "SELECT attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash, git_revision, git_dirty, "
+      "SELECT attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash, git_revision, "
+      "git_dirty, "
       "versions, start_step, end_step, started_at, ended_at, error FROM attempts WHERE run = ? ORDER BY attempt");
   statement.bind(1, run);
   std::vector<AttemptRecord> attempts;
@@ -390,9 +405,8 @@ RunRecord drop_latest_attempt(Database& db, int64_t run) {
 
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
   with_transaction(db, [&] {
-    Statement statement =
-        db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " + fold_attempt("?3") +
-                   " WHERE run = ?4");
+    Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " +
+                                     fold_attempt("?3") + " WHERE run = ?4");
     const double now = now_seconds();
     statement.bind(1, status).bind(2, error).bind(3, now).bind(4, run);
     statement.run();
@@ -432,9 +446,10 @@ RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last
     auto runs = query_runs(db, last == LastAmong::all_runs ? "" : "WHERE r.sweep IS NULL", {});
     if (!runs.empty()) return runs.front();
     if (last == LastAmong::runs_outside_sweeps && !query_runs(db, "WHERE r.sweep IS NOT NULL", {}).empty())
-      throw IndexError(fmt::format("{}: every run was started by a sweep, so 'last' matches nothing ('last --sweep' "
-                                   "is the newest sweep trial)",
-                                   db.path()));
+      throw IndexError(
+          fmt::format("{}: every run was started by a sweep, so 'last' matches nothing ('last --sweep' "
+                      "is the newest sweep trial)",
+                      db.path()));
     throw IndexError(fmt::format("{}: there are no runs yet, so 'last' matches nothing", db.path()));
   }
   auto exact = query_runs(db, "WHERE r.id = ?1 OR r.name = ?1", {reference});
@@ -447,15 +462,18 @@ RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last
   if (prefixed.size() > 1)
     throw IndexError(fmt::format("run prefix '{}' is ambiguous: it matches {} runs: {}", reference, prefixed.size(),
                                  describe_matches(prefixed)));
-  throw IndexError(fmt::format("no run matches '{}' (give an id, a unique id prefix, a name or 'last'; `runner runs` "
-                               "lists them)",
-                               reference));
+  throw IndexError(
+      fmt::format("no run matches '{}' (give an id, a unique id prefix, a name or 'last'; `runner runs` "
+                  "lists them)",
+                  reference));
 }
 
 RunRecord resolve_fork_source(Database& db, const std::string& reference) {
   if (reference != "last") return resolve_run(db, reference);
-  auto runs = query_runs(db, "WHERE r.sweep IS NULL AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
-  if (runs.empty()) throw IndexError(fmt::format("{}: no run has a checkpoint yet, so fork 'last' matches nothing", db.path()));
+  auto runs = query_runs(
+      db, "WHERE r.sweep IS NULL AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
+  if (runs.empty())
+    throw IndexError(fmt::format("{}: no run has a checkpoint yet, so fork 'last' matches nothing", db.path()));
   return runs.front();
 }
 
@@ -488,9 +506,13 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
     if (const std::optional<FinalStatus> recorded = read_final_status(home + "/" + run.dir)) {
       // The process wrote its final status beside the index, which could not take it then.
       with_transaction(db, [&] {
-        Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt("?3") +
-                                         " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
-        statement.bind(1, recorded->status).bind(2, recorded->error).bind(3, recorded->ended_at).bind(4, run.run)
+        Statement statement =
+            db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt("?3") +
+                       " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
+        statement.bind(1, recorded->status)
+            .bind(2, recorded->error)
+            .bind(3, recorded->ended_at)
+            .bind(4, run.run)
             .bind(5, run.heartbeat_at);
         statement.run();
         reaped += db.changes();
@@ -499,7 +521,8 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
     }
     with_transaction(db, [&] {
       Statement statement = db.prepare(
-          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") + ", "
+          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") +
+          ", "
           "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
           "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
       statement.bind(1, run.run).bind(2, run.heartbeat_at);
@@ -543,7 +566,8 @@ int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint) {
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, checkpoint.run).bind(2, checkpoint.step).bind(3, checkpoint.path).bind(4, checkpoint.bytes);
     insert.bind(5, checkpoint.hash).bind(6, checkpoint.metric).bind(7, checkpoint.metric_value);
-    insert.bind(8, static_cast<int64_t>(checkpoint.kept)).bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
+    insert.bind(8, static_cast<int64_t>(checkpoint.kept))
+        .bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
     insert.run();
     const int64_t id = db.last_insert_rowid();
     Statement file = db.prepare("INSERT INTO checkpoint_files (checkpoint, name, bytes, hash) VALUES (?, ?, ?, ?)");
@@ -632,10 +656,14 @@ void add_input(Database& db, int64_t run, const InputRecord& input) {
         "INSERT OR REPLACE INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     insert.bind(1, run).bind(2, input.attempt).bind(3, input.kind).bind(4, input.path);
-    if (input.bytes) insert.bind(5, *input.bytes);
-    else insert.bind_null(5);
-    if (input.modified_at) insert.bind(6, *input.modified_at);
-    else insert.bind_null(6);
+    if (input.bytes)
+      insert.bind(5, *input.bytes);
+    else
+      insert.bind_null(5);
+    if (input.modified_at)
+      insert.bind(6, *input.modified_at);
+    else
+      insert.bind_null(6);
     insert.bind(7, input.detail.dump()).bind(8, now_seconds());
     insert.run();
   });

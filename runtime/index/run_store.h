@@ -41,8 +41,8 @@ struct NewRun {
 };
 
 struct RunRecord {
-  int64_t run = 0;     // the integer key other tables refer to
-  std::string id;      // what users type: 8 characters of [0-9a-z]
+  int64_t run = 0;  // the integer key other tables refer to
+  std::string id;   // what users type: 8 characters of [0-9a-z]
   std::string name;
   std::string status;  // as stored: running, finished, failed, interrupted
   std::string script;
@@ -55,8 +55,8 @@ struct RunRecord {
   int64_t pid = 0;
   std::string device;
   std::optional<int64_t> seed;
-  int world_size = 1;               // of the latest attempt
-  std::vector<std::string> hosts;   // of the latest attempt: the ranks' hosts, each once, in rank order
+  int world_size = 1;              // of the latest attempt
+  std::vector<std::string> hosts;  // of the latest attempt: the ranks' hosts, each once, in rank order
   nlohmann::json versions;
   std::string dir;  // relative to the index's home directory
   double started_at = 0;
@@ -65,10 +65,10 @@ struct RunRecord {
   int64_t step = 0;
   std::optional<std::string> error;
   std::optional<std::string> parent_id;
-  int64_t attempts = 1;                       // the start and each resume
-  std::optional<double> attempt_started_at;   // the running attempt's start
-  double active_seconds = 0;                  // the ended attempts' time
-  std::optional<int64_t> sweep;               // the sweep trial it is
+  int64_t attempts = 1;                      // the start and each resume
+  std::optional<double> attempt_started_at;  // the running attempt's start
+  double active_seconds = 0;                 // the ended attempts' time
+  std::optional<int64_t> sweep;              // the sweep trial it is
   std::optional<int64_t> trial;
 };
 
@@ -111,8 +111,8 @@ std::optional<RunRecord> latest_run_with_checkpoint(Database& db, const std::str
 
 // One attempt of a run: its start or a resume (the table `attempts`).
 struct AttemptRecord {
-  int64_t attempt = 1;               // 1: the start, then each resume
-  std::string status;                // running, finished, failed, interrupted
+  int64_t attempt = 1;  // 1: the start, then each resume
+  std::string status;   // running, finished, failed, interrupted
   nlohmann::json config;
   int world_size = 1;
   std::vector<std::string> hosts;
@@ -154,10 +154,10 @@ RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last
 RunRecord resolve_fork_source(Database& db, const std::string& reference);
 
 struct RunFilter {
-  std::optional<std::string> status;       // effective status
-  std::optional<std::string> name_glob;    // SQLite GLOB on the name
-  std::optional<double> started_after;     // unix seconds
-  std::optional<int64_t> sweep;            // the trials' runs of this sweep
+  std::optional<std::string> status;     // effective status
+  std::optional<std::string> name_glob;  // SQLite GLOB on the name
+  std::optional<double> started_after;   // unix seconds
+  std::optional<int64_t> sweep;          // the trials' runs of this sweep
   std::optional<int64_t> limit;
 };
 // Newest first.
@@ -204,10 +204,10 @@ std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run);
 // What an attempt of a run read (the inputs table): its data and VAE as resolved, and what identifies them.
 struct InputRecord {
   int64_t attempt = 0;
-  std::string kind;                   // data, vae
-  std::string path;                   // absolute
-  std::optional<int64_t> bytes;       // a file's size; none for a folder
-  std::optional<double> modified_at;  // the file's or folder's
+  std::string kind;                                  // data, vae
+  std::string path;                                  // absolute
+  std::optional<int64_t> bytes;                      // a file's size; none for a folder
+  std::optional<double> modified_at;                 // the file's or folder's
   nlohmann::json detail = nlohmann::json::object();  // e.g. the encode manifest's source and VAE hash
 };
 // Replaces the attempt's record of the same kind and path.

@@ -30,13 +30,19 @@ Database::Database(const std::string& path, OpenMode mode, int busy_timeout_ms) 
   int flags = SQLITE_OPEN_NOMUTEX;
   std::string name = path;
   switch (mode) {
-    case OpenMode::read_only: flags |= SQLITE_OPEN_READONLY; break;
+    case OpenMode::read_only:
+      flags |= SQLITE_OPEN_READONLY;
+      break;
     case OpenMode::read_only_immutable:
       flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
       name = file_uri(path, "mode=ro&immutable=1");
       break;
-    case OpenMode::read_write: flags |= SQLITE_OPEN_READWRITE; break;
-    case OpenMode::read_write_create: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
+    case OpenMode::read_write:
+      flags |= SQLITE_OPEN_READWRITE;
+      break;
+    case OpenMode::read_write_create:
+      flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+      break;
   }
   const int code = sqlite3_open_v2(name.c_str(), &db_, flags, nullptr);
   if (code != SQLITE_OK) {
@@ -112,7 +118,8 @@ Statement& Statement::bind(int position, double value) {
 }
 
 Statement& Statement::bind(int position, std::string_view value) {
-  const int code = sqlite3_bind_text(statement_, position, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
+  const int code =
+      sqlite3_bind_text(statement_, position, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
   if (code != SQLITE_OK) db_->fail(code, "bind");
   return *this;
 }

@@ -67,7 +67,8 @@ class PartialFile {
     ::close(fd_);
     fd_ = -1;
     if (::rename(path_.c_str(), target.c_str()) != 0) fail("cannot rename to " + target);
-    const std::string directory = fs::path(target).parent_path().empty() ? "." : fs::path(target).parent_path().string();
+    const std::string directory =
+        fs::path(target).parent_path().empty() ? "." : fs::path(target).parent_path().string();
     const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir >= 0) {
       ::fsync(dir);
@@ -100,15 +101,18 @@ Source open_source(const std::string& source, int size) {
   Source result;
   std::error_code error;
   if (fs::is_directory(source, error)) {
-    if (size < 1) throw std::invalid_argument("encode: an image folder needs --size N (shorter side resized to N, center crop N x N)");
+    if (size < 1)
+      throw std::invalid_argument(
+          "encode: an image folder needs --size N (shorter side resized to N, center crop N x N)");
     result.dataset = data::open_image_folder(source, data::labelled_by_subfolders(source));
     result.transform.resize = size;
     result.transform.crop_height = result.transform.crop_width = size;
     result.transform.fast_decode = false;
     result.side = size;
-    result.description = fmt::format("shorter side resized to {} (antialiased bilinear, as `runner data pack`), center crop "
-                                     "{}x{}, values v/127.5 - 1",
-                                     size, size, size);
+    result.description = fmt::format(
+        "shorter side resized to {} (antialiased bilinear, as `runner data pack`), center crop "
+        "{}x{}, values v/127.5 - 1",
+        size, size, size);
     return result;
   }
   if (!fs::exists(source, error)) throw data::DataError(source, "no such folder or file");
@@ -123,7 +127,8 @@ Source open_source(const std::string& source, int size) {
                                       std::string(c10::toString(array.header().dtype)) + " with " +
                                       std::to_string(shape.size()) + " dimensions");
   if (size > 0 && shape[2] != size)
-    throw std::invalid_argument(fmt::format("encode: {} holds {}x{} images, not --size {}", source, shape[2], shape[3], size));
+    throw std::invalid_argument(
+        fmt::format("encode: {} holds {}x{} images, not --size {}", source, shape[2], shape[3], size));
   result.side = static_cast<int>(shape[2]);
   result.description = fmt::format("{} as packed ({}x{}), values v/127.5 - 1", source, shape[2], shape[3]);
   return result;
@@ -140,7 +145,8 @@ EncodeResult encode_latents(const std::string& source_path, const std::string& o
   const nn::AutoencoderKLOptions& vae_options = vae->options();
   const std::int64_t f = vae->downsample();
   if (source.side % f != 0)
-    throw std::invalid_argument(fmt::format("encode: the image side {} is not a multiple of the VAE's downsampling {}", source.side, f));
+    throw std::invalid_argument(
+        fmt::format("encode: the image side {} is not a multiple of the VAE's downsampling {}", source.side, f));
   vae->to(device);
 
   const std::int64_t total = source.dataset->size();
@@ -155,7 +161,8 @@ EncodeResult encode_latents(const std::string& source_path, const std::string& o
                               {"scaling_factor", vae_options.scaling_factor},
                               {"latent_channels", c},
                               {"downsample", f}};
-  vae_entry["shift_factor"] = vae_options.shift_factor ? nlohmann::json(*vae_options.shift_factor) : nlohmann::json(nullptr);
+  vae_entry["shift_factor"] =
+      vae_options.shift_factor ? nlohmann::json(*vae_options.shift_factor) : nlohmann::json(nullptr);
   nlohmann::json manifest = {{"format", "runner latents"},
                              {"version", 1},
                              {"source", fs::absolute(source_path).string()},

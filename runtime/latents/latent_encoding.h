@@ -9,12 +9,12 @@
 namespace runner::latents {
 
 struct EncodeOptions {
-  std::string vae;            // a diffusers VAE folder or a safetensors file (nn::load_autoencoder_kl)
-  int size = 0;               // image folders: shorter side resized to this, center crop size x size (required);
-                              // a packed .npy: its side, checked when given
-  bool flip = false;          // also encode the horizontal flip of every image
+  std::string vae;    // a diffusers VAE folder or a safetensors file (nn::load_autoencoder_kl)
+  int size = 0;       // image folders: shorter side resized to this, center crop size x size (required);
+                      // a packed .npy: its side, checked when given
+  bool flip = false;  // also encode the horizontal flip of every image
   std::int64_t batch = 32;
-  int workers = -1;           // decoding threads (-1: the loader's default)
+  int workers = -1;  // decoding threads (-1: the loader's default)
   std::string device = "auto";
   // Called after every batch with the images encoded so far (resumed ones included).
   std::function<void(std::int64_t done, std::int64_t total)> progress;
@@ -24,7 +24,7 @@ struct EncodeResult {
   std::int64_t images = 0;
   std::int64_t resumed_from = 0;  // images already encoded by an interrupted earlier run (0: a fresh start)
   std::string manifest_path;
-  std::string labels_path;        // empty when unlabelled
+  std::string labels_path;  // empty when unlabelled
   std::string classes_path;
 };
 

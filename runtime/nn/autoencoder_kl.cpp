@@ -90,7 +90,7 @@ at::Tensor VaeAttentionImpl::forward(const at::Tensor& x) {
 
 VaeMidBlockImpl::VaeMidBlockImpl(std::int64_t channels, std::int64_t groups, bool attention) {
   resnets = register_module("resnets", torch::nn::ModuleList(VaeResnetBlock(channels, channels, groups),
-                                                                VaeResnetBlock(channels, channels, groups)));
+                                                             VaeResnetBlock(channels, channels, groups)));
   attentions = register_module("attentions", torch::nn::ModuleList());
   if (attention) attentions->push_back(VaeAttention(channels, groups));
 }
@@ -152,7 +152,8 @@ VaeDecoderImpl::VaeDecoderImpl(const AutoencoderKLOptions& o) {
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   for (size_t i = 0; i < widths.size(); ++i) {
     const std::int64_t in = i == 0 ? widths.front() : widths[i - 1];
-    up_blocks->push_back(VaeLevel(in, widths[i], o.layers_per_block + 1, o.norm_num_groups, false, i + 1 < widths.size()));
+    up_blocks->push_back(
+        VaeLevel(in, widths[i], o.layers_per_block + 1, o.norm_num_groups, false, i + 1 < widths.size()));
   }
   conv_norm_out = register_module("conv_norm_out", group_norm(o.norm_num_groups, widths.back()));
   conv_out = register_module("conv_out", conv(widths.back(), o.out_channels, 3));
@@ -196,9 +197,9 @@ std::int64_t AutoencoderKLImpl::downsample() const {
 std::pair<at::Tensor, at::Tensor> AutoencoderKLImpl::encode(const at::Tensor& images) {
   const std::int64_t f = downsample();
   if (images.dim() != 4 || images.size(1) != options_.in_channels || images.size(2) % f != 0 || images.size(3) % f != 0)
-    throw std::invalid_argument(fmt::format(
-        "AutoencoderKL:encode: images must be [N, {}, H, W] with H and W multiples of {}, got {}", options_.in_channels, f,
-        core::shape_text(images.sizes())));
+    throw std::invalid_argument(
+        fmt::format("AutoencoderKL:encode: images must be [N, {}, H, W] with H and W multiples of {}, got {}",
+                    options_.in_channels, f, core::shape_text(images.sizes())));
   at::Tensor moments = encoder(images);
   if (quant_conv) moments = quant_conv(moments);
   auto halves = moments.chunk(2, 1);
@@ -222,10 +223,10 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latents) {
 
 void AutoencoderKLImpl::pretty_print(std::ostream& stream) const {
   const auto& o = options_;
-  stream << fmt::format("AutoencoderKL(block_out_channels={{{}}}, layers_per_block={}, latent_channels={}, "
-                        "norm_num_groups={}, scaling_factor={}",
-                        fmt::join(o.block_out_channels, ","), o.layers_per_block, o.latent_channels, o.norm_num_groups,
-                        o.scaling_factor);
+  stream << fmt::format(
+      "AutoencoderKL(block_out_channels={{{}}}, layers_per_block={}, latent_channels={}, "
+      "norm_num_groups={}, scaling_factor={}",
+      fmt::join(o.block_out_channels, ","), o.layers_per_block, o.latent_channels, o.norm_num_groups, o.scaling_factor);
   if (o.shift_factor) stream << fmt::format(", shift_factor={}", *o.shift_factor);
   stream << ")";
 }
@@ -239,7 +240,9 @@ AutoencoderKLOptions read_autoencoder_kl_config(const std::string& config_path, 
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", config_path, error.what()));
   }
-  auto fail = [&](const std::string& message) { throw std::invalid_argument(fmt::format("{}: {}", config_path, message)); };
+  auto fail = [&](const std::string& message) {
+    throw std::invalid_argument(fmt::format("{}: {}", config_path, message));
+  };
   if (!config.is_object()) fail("the config must be a JSON object");
   try {
     if (config.contains("_class_name") && config["_class_name"] != "AutoencoderKL")
@@ -252,12 +255,15 @@ AutoencoderKLOptions read_autoencoder_kl_config(const std::string& config_path, 
     read_int("latent_channels", o.latent_channels);
     read_int("layers_per_block", o.layers_per_block);
     read_int("norm_num_groups", o.norm_num_groups);
-    if (config.contains("block_out_channels")) o.block_out_channels = config["block_out_channels"].get<std::vector<std::int64_t>>();
+    if (config.contains("block_out_channels"))
+      o.block_out_channels = config["block_out_channels"].get<std::vector<std::int64_t>>();
     if (config.contains("scaling_factor")) o.scaling_factor = config["scaling_factor"].get<double>();
-    if (config.contains("shift_factor") && !config["shift_factor"].is_null()) o.shift_factor = config["shift_factor"].get<double>();
+    if (config.contains("shift_factor") && !config["shift_factor"].is_null())
+      o.shift_factor = config["shift_factor"].get<double>();
     if (config.contains("use_quant_conv")) o.use_quant_conv = config["use_quant_conv"].get<bool>();
     if (config.contains("use_post_quant_conv")) o.use_post_quant_conv = config["use_post_quant_conv"].get<bool>();
-    if (config.contains("mid_block_add_attention")) o.mid_block_add_attention = config["mid_block_add_attention"].get<bool>();
+    if (config.contains("mid_block_add_attention"))
+      o.mid_block_add_attention = config["mid_block_add_attention"].get<bool>();
     if (config.contains("act_fn") && config["act_fn"] != "silu")
       fail(fmt::format("act_fn {} is not supported (runner's AutoencoderKL uses silu)", config["act_fn"].dump()));
     const std::pair<const char*, const char*> kBlockTypes[] = {{"down_block_types", "DownEncoderBlock2D"},
@@ -266,9 +272,11 @@ AutoencoderKLOptions read_autoencoder_kl_config(const std::string& config_path, 
       if (!config.contains(key)) continue;
       const auto types = config[key].get<std::vector<std::string>>();
       for (const auto& type : types)
-        if (type != supported) fail(fmt::format("{} lists \"{}\"; runner's AutoencoderKL has {} only", key, type, supported));
+        if (type != supported)
+          fail(fmt::format("{} lists \"{}\"; runner's AutoencoderKL has {} only", key, type, supported));
       if (types.size() != o.block_out_channels.size())
-        fail(fmt::format("{} has {} entries for {} block_out_channels", key, types.size(), o.block_out_channels.size()));
+        fail(
+            fmt::format("{} has {} entries for {} block_out_channels", key, types.size(), o.block_out_channels.size()));
     }
     if (config.contains("latents_mean") && !config["latents_mean"].is_null())
       fail("latents_mean / latents_std (per-channel latent normalisation) are not supported");
@@ -292,8 +300,10 @@ LoadedAutoencoder load_autoencoder_kl(const std::string& path, const Autoencoder
     resolved = read_autoencoder_kl_config(config, options);
     weights = path + "/diffusion_pytorch_model.safetensors";
     if (!exists(weights))
-      throw std::invalid_argument(fmt::format("{}: no diffusion_pytorch_model.safetensors beside config.json (runner reads "
-                                              "safetensors weights, not .bin)", path));
+      throw std::invalid_argument(
+          fmt::format("{}: no diffusion_pytorch_model.safetensors beside config.json (runner reads "
+                      "safetensors weights, not .bin)",
+                      path));
   } else if (!exists(path)) {
     throw std::invalid_argument(fmt::format("{}: no such file or folder", path));
   }
@@ -301,10 +311,11 @@ LoadedAutoencoder load_autoencoder_kl(const std::string& path, const Autoencoder
   StateLoadOptions load_options;
   load_options.rename = current_name;
   load_options.squeeze_1x1 = true;  // the oldest checkpoints store the attention projections as 1x1 convolutions
-  load_state(*model, ckpt::read_weights_file(weights), weights,
-             fmt::format("AutoencoderKL(block_out_channels={{{}}}, layers_per_block={}, latent_channels={})",
-                         fmt::join(resolved.block_out_channels, ","), resolved.layers_per_block, resolved.latent_channels),
-             load_options);
+  load_state(
+      *model, ckpt::read_weights_file(weights), weights,
+      fmt::format("AutoencoderKL(block_out_channels={{{}}}, layers_per_block={}, latent_channels={})",
+                  fmt::join(resolved.block_out_channels, ","), resolved.layers_per_block, resolved.latent_channels),
+      load_options);
   model->eval();
   return {model, weights};
 }

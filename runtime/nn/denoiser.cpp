@@ -14,10 +14,12 @@ void Denoiser::check_inputs(const at::Tensor& x, const at::Tensor& t, const std:
   const auto model = name();
   auto fail = [&](const std::string& message) { throw std::invalid_argument(fmt::format("{}: {}", model, message)); };
   if (x.dim() != 4 || x.size(1) != in_channels() || x.size(2) != image_size() || x.size(3) != image_size()) {
-    fail(fmt::format("input must be [batch, {}, {}, {}], got {}", in_channels(), image_size(), image_size(), core::shape_text(x.sizes())));
+    fail(fmt::format("input must be [batch, {}, {}, {}], got {}", in_channels(), image_size(), image_size(),
+                     core::shape_text(x.sizes())));
   }
   if (t.dim() != 1 || t.size(0) != x.size(0)) {
-    fail(fmt::format("timesteps must be a 1-D tensor of {} values (one per sample), got {}", x.size(0), core::shape_text(t.sizes())));
+    fail(fmt::format("timesteps must be a 1-D tensor of {} values (one per sample), got {}", x.size(0),
+                     core::shape_text(t.sizes())));
   }
   if (classes() == 0) {
     if (labels) fail("labels given to an unconditional model (classes = 0)");

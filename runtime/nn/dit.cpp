@@ -39,13 +39,15 @@ void check_options(const DiTOptions& o) {
   if (o.heads < 1 || o.hidden < 1 || o.hidden % o.heads != 0) {
     fail(fmt::format("hidden ({}) must be a positive multiple of heads ({})", o.hidden, o.heads));
   }
-  if (o.hidden % 4 != 0) fail(fmt::format("hidden must be a multiple of 4 for the 2-D position embedding, got {}", o.hidden));
+  if (o.hidden % 4 != 0)
+    fail(fmt::format("hidden must be a multiple of 4 for the 2-D position embedding, got {}", o.hidden));
   if (o.patch < 1 || o.image < 1 || o.image % o.patch != 0) {
     fail(fmt::format("image size {} must be a positive multiple of the patch size {}", o.image, o.patch));
   }
   if (o.in_channels < 1) fail(fmt::format("in_channels must be at least 1, got {}", o.in_channels));
   if (o.classes < 0) fail(fmt::format("classes must be 0 (unconditional) or more, got {}", o.classes));
-  if (o.class_dropout < 0 || o.class_dropout >= 1) fail(fmt::format("class_dropout must be in [0, 1), got {}", o.class_dropout));
+  if (o.class_dropout < 0 || o.class_dropout >= 1)
+    fail(fmt::format("class_dropout must be in [0, 1), got {}", o.class_dropout));
   if (o.mlp_ratio <= 0) fail(fmt::format("mlp_ratio must be positive, got {}", o.mlp_ratio));
 }
 
@@ -84,7 +86,8 @@ DiTOptions dit_preset(const std::string& name) {
       }
     }
   }
-  throw std::invalid_argument(fmt::format("unknown DiT size '{}' (known: {})", name, fmt::join(dit_preset_names(), ", ")));
+  throw std::invalid_argument(
+      fmt::format("unknown DiT size '{}' (known: {})", name, fmt::join(dit_preset_names(), ", ")));
 }
 
 DiTBlockImpl::DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_ratio, bool fused)
@@ -105,7 +108,9 @@ at::Tensor DiTBlockImpl::forward(const at::Tensor& x, const at::Tensor& conditio
   const auto batch = x.size(0), tokens = x.size(1);
   const auto head_width = hidden_ / heads_;
   // [B, N, 3 hidden] -> 3 x [B, heads, N, head_width]
-  const auto qkv_heads = qkv(modulate(layer_norm(x), m[0], m[1], fused_)).reshape({batch, tokens, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
+  const auto qkv_heads = qkv(modulate(layer_norm(x), m[0], m[1], fused_))
+                             .reshape({batch, tokens, 3, heads_, head_width})
+                             .permute({2, 0, 3, 1, 4});
   const auto attended = at::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
   auto out = x + m[2].unsqueeze(1) * proj(attended.transpose(1, 2).reshape({batch, tokens, hidden_}));
   const auto mlp = fc2(at::gelu(fc1(modulate(layer_norm(out), m[3], m[4], fused_)), "tanh"));
@@ -161,7 +166,9 @@ DiTImpl::DiTImpl(DiTOptions options) : Denoiser("DiT"), options_(std::move(optio
 at::Tensor DiTImpl::unpatchify(const at::Tensor& tokens) const {
   const auto batch = tokens.size(0);
   const auto p = options_.patch, c = out_channels_;
-  return tokens.reshape({batch, grid_, grid_, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({batch, c, grid_ * p, grid_ * p});
+  return tokens.reshape({batch, grid_, grid_, p, p, c})
+      .permute({0, 5, 1, 3, 2, 4})
+      .reshape({batch, c, grid_ * p, grid_ * p});
 }
 
 at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {

@@ -11,12 +11,15 @@ namespace runner::nn {
 namespace {
 
 at::Tensor timesteps_as_float(const at::Tensor& t) {
-  if (t.dim() != 1) throw std::invalid_argument("timesteps must be a 1-D tensor [batch], got " + std::to_string(t.dim()) + " dimensions");
+  if (t.dim() != 1)
+    throw std::invalid_argument("timesteps must be a 1-D tensor [batch], got " + std::to_string(t.dim()) +
+                                " dimensions");
   return t.to(at::kFloat);
 }
 
 void check_even(std::int64_t dim, const char* what) {
-  if (dim < 2 || dim % 2 != 0) throw std::invalid_argument(std::string(what) + " must be even and at least 2, got " + std::to_string(dim));
+  if (dim < 2 || dim % 2 != 0)
+    throw std::invalid_argument(std::string(what) + " must be even and at least 2, got " + std::to_string(dim));
 }
 
 }  // namespace
@@ -42,7 +45,8 @@ at::Tensor dit_timestep_embedding(const at::Tensor& t, std::int64_t dim, double 
 }
 
 at::Tensor sincos_position_embedding_2d(std::int64_t dim, std::int64_t grid) {
-  if (dim % 4 != 0) throw std::invalid_argument("2-D position embedding width must be a multiple of 4, got " + std::to_string(dim));
+  if (dim % 4 != 0)
+    throw std::invalid_argument("2-D position embedding width must be a multiple of 4, got " + std::to_string(dim));
   const auto options = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t quarter = dim / 4;
   const auto omega = 1.0 / at::pow(10000.0, at::arange(quarter, options) / static_cast<double>(quarter));

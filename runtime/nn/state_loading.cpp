@@ -14,8 +14,9 @@ namespace runner::nn {
 namespace {
 
 std::string name_list(const std::vector<std::string>& names) {
-  return names.size() <= 6 ? fmt::format("{}", fmt::join(names, ", "))
-                           : fmt::format("{}, ... ({} in all)", fmt::join(names.begin(), names.begin() + 6, ", "), names.size());
+  return names.size() <= 6
+             ? fmt::format("{}", fmt::join(names, ", "))
+             : fmt::format("{}, ... ({} in all)", fmt::join(names.begin(), names.begin() + 6, ", "), names.size());
 }
 
 // The first six problems of a kind, then how many there are.
@@ -33,12 +34,13 @@ std::vector<ckpt::NamedTensor> named_state(const torch::nn::Module& module) {
   return tensors;
 }
 
-std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets, const std::vector<ckpt::NamedTensor>& stored,
-                                   const std::string& origin, const std::string& model, const StateLoadOptions& options) {
+std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets,
+                                   const std::vector<ckpt::NamedTensor>& stored, const std::string& origin,
+                                   const std::string& model, const StateLoadOptions& options) {
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& target : targets) by_name.emplace(target.name, &target.tensor);
   std::map<std::string, at::Tensor> sources;  // by the module's name, those that fit
-  std::set<std::string> present;               // every module name the state has, fitting or not
+  std::set<std::string> present;              // every module name the state has, fitting or not
   std::vector<std::string> unexpected, mismatched;
   for (const auto& [stored_name, tensor] : stored) {
     const std::string name = options.rename ? options.rename(stored_name) : stored_name;
@@ -66,7 +68,8 @@ std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets
   std::vector<StateCopy> copies;
   for (const auto& target : targets) {
     const auto source = sources.find(target.name);
-    if (source != sources.end()) copies.push_back({target.tensor, source->second});
+    if (source != sources.end())
+      copies.push_back({target.tensor, source->second});
     else if (!present.count(target.name) && !(options.optional && options.optional(target.name)))
       missing.push_back(target.name);
   }
@@ -75,8 +78,8 @@ std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets
   add_problems(problems, mismatched);
   if (options.strict && !unexpected.empty()) problems.push_back("unexpected keys: " + name_list(unexpected));
   if (problems.empty()) return copies;
-  throw std::invalid_argument(fmt::format("{}: {}{}", origin, model.empty() ? "" : "the weights do not fit " + model + ": ",
-                                          fmt::join(problems, "; ")));
+  throw std::invalid_argument(fmt::format(
+      "{}: {}{}", origin, model.empty() ? "" : "the weights do not fit " + model + ": ", fmt::join(problems, "; ")));
 }
 
 void load_state(const std::vector<ckpt::NamedTensor>& targets, const std::vector<ckpt::NamedTensor>& stored,

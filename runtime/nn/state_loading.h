@@ -39,8 +39,9 @@ std::vector<ckpt::NamedTensor> named_state(const torch::nn::Module& module);
 // std::invalid_argument, listing up to six names of each kind:
 // "<origin>: [the weights do not fit <model>: ]missing keys: a, b; shape mismatch for c: state has [7], module has
 // [3]; dtype mismatch for d: state has Half, module has Float; unexpected keys: e" (`model` empty: no fit clause).
-std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets, const std::vector<ckpt::NamedTensor>& stored,
-                                   const std::string& origin, const std::string& model, const StateLoadOptions& options = {});
+std::vector<StateCopy> match_state(const std::vector<ckpt::NamedTensor>& targets,
+                                   const std::vector<ckpt::NamedTensor>& stored, const std::string& origin,
+                                   const std::string& model, const StateLoadOptions& options = {});
 
 // match_state, then the copies (without autograd).
 void load_state(const std::vector<ckpt::NamedTensor>& targets, const std::vector<ckpt::NamedTensor>& stored,

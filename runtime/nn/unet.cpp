@@ -23,7 +23,8 @@ torch::nn::GroupNorm group_norm(std::int64_t groups, std::int64_t channels) {
 }
 
 torch::nn::Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1) {
-  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(stride == 1 ? kernel / 2 : 0));
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(stride == 1 ? kernel / 2 : 0));
 }
 
 void check_options(const UNetOptions& o) {
@@ -31,28 +32,34 @@ void check_options(const UNetOptions& o) {
   if (o.in_channels < 1) fail(fmt::format("in_channels must be at least 1, got {}", o.in_channels));
   if (o.channels < 1) fail(fmt::format("channels must be at least 1, got {}", o.channels));
   if (o.mults.empty()) fail("mults must list at least one channel multiplier");
-  for (auto m : o.mults) if (m < 1) fail(fmt::format("channel multipliers must be at least 1, got {}", m));
+  for (auto m : o.mults)
+    if (m < 1) fail(fmt::format("channel multipliers must be at least 1, got {}", m));
   if (o.blocks < 1) fail(fmt::format("blocks must be at least 1, got {}", o.blocks));
   if (o.dropout < 0 || o.dropout >= 1) fail(fmt::format("dropout must be in [0, 1), got {}", o.dropout));
-  if (o.class_dropout < 0 || o.class_dropout >= 1) fail(fmt::format("class_dropout must be in [0, 1), got {}", o.class_dropout));
+  if (o.class_dropout < 0 || o.class_dropout >= 1)
+    fail(fmt::format("class_dropout must be in [0, 1), got {}", o.class_dropout));
   if (o.classes < 0) fail(fmt::format("classes must be 0 (unconditional) or more, got {}", o.classes));
-  if (o.out_channels && *o.out_channels < 1) fail(fmt::format("out_channels must be at least 1, got {}", *o.out_channels));
+  if (o.out_channels && *o.out_channels < 1)
+    fail(fmt::format("out_channels must be at least 1, got {}", *o.out_channels));
   if (o.groups < 1) fail(fmt::format("groups must be at least 1, got {}", o.groups));
   const auto levels = static_cast<std::int64_t>(o.mults.size());
   const std::int64_t factor = std::int64_t{1} << (levels - 1);
   if (o.image < 1 || o.image % factor != 0) {
-    fail(fmt::format("image size {} must be divisible by {} ({} levels halve it {} times)", o.image, factor, levels, levels - 1));
+    fail(fmt::format("image size {} must be divisible by {} ({} levels halve it {} times)", o.image, factor, levels,
+                     levels - 1));
   }
   std::vector<std::int64_t> resolutions;
   for (std::int64_t i = 0; i < levels; ++i) resolutions.push_back(o.image >> i);
   for (auto r : o.attention) {
     if (std::find(resolutions.begin(), resolutions.end(), r) == resolutions.end()) {
-      fail(fmt::format("attention resolution {} is not one of the UNet's resolutions {}", r, fmt::join(resolutions, ", ")));
+      fail(fmt::format("attention resolution {} is not one of the UNet's resolutions {}", r,
+                       fmt::join(resolutions, ", ")));
     }
   }
   for (auto m : o.mults) {
     if ((o.channels * m) % o.groups != 0) {
-      fail(fmt::format("width {} (channels {} x mult {}) is not divisible by groups {}", o.channels * m, o.channels, m, o.groups));
+      fail(fmt::format("width {} (channels {} x mult {}) is not divisible by groups {}", o.channels * m, o.channels, m,
+                       o.groups));
     }
   }
   if (o.channels % o.groups != 0) fail(fmt::format("channels {} is not divisible by groups {}", o.channels, o.groups));
@@ -98,7 +105,9 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x) {
   const auto batch = x.size(0), channels = x.size(1), height = x.size(2), width = x.size(3);
   const auto h = norm(x);
   // [B, C, H, W] -> [B, 1 head, H*W, C]
-  auto tokens = [&](const at::Tensor& t) { return t.reshape({batch, channels, height * width}).transpose(1, 2).unsqueeze(1); };
+  auto tokens = [&](const at::Tensor& t) {
+    return t.reshape({batch, channels, height * width}).transpose(1, 2).unsqueeze(1);
+  };
   const auto attended = at::scaled_dot_product_attention(tokens(q(h)), tokens(k(h)), tokens(v(h)));
   const auto image = attended.squeeze(1).transpose(1, 2).reshape({batch, channels, height, width});
   return x + proj_out(image);
@@ -214,8 +223,8 @@ at::Tensor UNetImpl::run_attention(AttnBlock& block, const at::Tensor& x) {
 
 at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
   check_inputs(x, t, labels);
-  auto temb = temb_dense[1]->as<torch::nn::Linear>()->forward(
-      at::silu(temb_dense[0]->as<torch::nn::Linear>()->forward(ddpm_timestep_embedding(t, options_.channels).to(x.dtype()))));
+  auto temb = temb_dense[1]->as<torch::nn::Linear>()->forward(at::silu(
+      temb_dense[0]->as<torch::nn::Linear>()->forward(ddpm_timestep_embedding(t, options_.channels).to(x.dtype()))));
   if (label_emb) temb = temb + label_emb(*labels);
   const auto temb_activated = at::silu(temb);
 
@@ -247,9 +256,9 @@ at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t, const std
 
 void UNetImpl::pretty_print(std::ostream& stream) const {
   const auto& o = options_;
-  stream << fmt::format("UNet(channels={}, mults={{{}}}, blocks={}, attention={{{}}}, dropout={}, image={}, in={}, out={}",
-                        o.channels, fmt::join(o.mults, ","), o.blocks, fmt::join(o.attention, ","), o.dropout, o.image,
-                        o.in_channels, out_channels_);
+  stream << fmt::format(
+      "UNet(channels={}, mults={{{}}}, blocks={}, attention={{{}}}, dropout={}, image={}, in={}, out={}", o.channels,
+      fmt::join(o.mults, ","), o.blocks, fmt::join(o.attention, ","), o.dropout, o.image, o.in_channels, out_channels_);
   if (o.classes > 0) stream << fmt::format(", classes={}, class_dropout={}", o.classes, o.class_dropout);
   if (checkpointing()) stream << ", checkpoint=true";
   stream << ")";

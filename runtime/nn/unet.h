@@ -22,7 +22,7 @@ struct UNetOptions {
   bool learn_sigma = false;
   std::int64_t channels = 128;
   std::vector<std::int64_t> mults{1, 2, 2, 2};
-  std::int64_t blocks = 2;  // residual blocks per level on the way down (one more on the way up)
+  std::int64_t blocks = 2;                  // residual blocks per level on the way down (one more on the way up)
   std::vector<std::int64_t> attention{16};  // resolutions with self-attention
   double dropout = 0.1;
   std::int64_t image = 32;
@@ -74,7 +74,7 @@ class UNetImpl : public Denoiser {
  private:
   struct Level {
     std::vector<ResnetBlock> blocks;
-    std::vector<AttnBlock> attention;  // empty, or one per block
+    std::vector<AttnBlock> attention;     // empty, or one per block
     torch::nn::Conv2d resample{nullptr};  // downsample (down path) or upsample (up path) convolution
   };
   at::Tensor run_block(ResnetBlock& block, const at::Tensor& x, const at::Tensor& temb_activated);

@@ -197,8 +197,9 @@ PngSize png_size(const std::string& bytes, const std::string& path) {
 void append_run_table(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels) {
   const std::set<std::string> summary_keys = object_keys(runs, &ReportRun::summary);
   auto out = std::back_inserter(html);
-  html += "<section class=\"runs\">\n<div class=\"table-wrap\"><table>\n<thead><tr><th>id</th><th>name</th>"
-          "<th>status</th><th>started</th><th>duration</th><th>steps</th>";
+  html +=
+      "<section class=\"runs\">\n<div class=\"table-wrap\"><table>\n<thead><tr><th>id</th><th>name</th>"
+      "<th>status</th><th>started</th><th>duration</th><th>steps</th>";
   for (const auto& key : summary_keys) fmt::format_to(out, "<th>{}</th>", escape_html(key));
   html += "</tr></thead>\n<tbody>\n";
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -222,7 +223,8 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
   html += "</tbody></table></div>\n";
   for (std::size_t r = 0; r < runs.size(); ++r) {
     if (!runs[r].error) continue;
-    fmt::format_to(out, "<div class=\"run-error\"><h3>{}{} <span class=\"meta mono\">{}</span> {}</h3><pre>{}</pre></div>\n",
+    fmt::format_to(out,
+                   "<div class=\"run-error\"><h3>{}{} <span class=\"meta mono\">{}</span> {}</h3><pre>{}</pre></div>\n",
                    swatch(r), escape_html(labels[r]), escape_html(runs[r].id), status_badge(runs[r].status),
                    escape_html(*runs[r].error));
   }
@@ -325,7 +327,8 @@ void append_samples(std::string& html, const std::vector<ReportRun>& runs, const
     fmt::format_to(out, "<h3>{}{} <span class=\"meta mono\">{}</span></h3>\n<div class=\"samples\">\n", swatch(r),
                    escape_html(labels[r]), escape_html(runs[r].id));
     for (auto& [name, images] : by_name) {
-      std::stable_sort(images.begin(), images.end(), [](const ReportImage* a, const ReportImage* b) { return a->step > b->step; });
+      std::stable_sort(images.begin(), images.end(),
+                       [](const ReportImage* a, const ReportImage* b) { return a->step > b->step; });
       html += "<div class=\"grid-history\">\n";
       append_grid(html, *images.front(), 512);
       if (images.size() > 1) {

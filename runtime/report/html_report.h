@@ -29,11 +29,11 @@ struct ReportRun {
   std::string started;  // already formatted, e.g. "2026-11-22 14:03"
   double duration_seconds = 0;
   int64_t step = 0;
-  nlohmann::json config;   // object: key -> number/bool/string/array
-  nlohmann::json summary;  // object: key -> number/string
+  nlohmann::json config;                        // object: key -> number/bool/string/array
+  nlohmann::json summary;                       // object: key -> number/string
   std::map<std::string, SeriesPoints> metrics;  // key -> (step, value) sorted by step; NaN values possible
-  std::optional<std::string> error;              // why a failed or interrupted run ended
-  std::vector<ReportImage> images;               // every image grid, in any order
+  std::optional<std::string> error;             // why a failed or interrupted run ended
+  std::vector<ReportImage> images;              // every image grid, in any order
 };
 
 struct ReportOptions {

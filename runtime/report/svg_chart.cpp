@@ -16,12 +16,23 @@ std::string escape_html(std::string_view text) {
   escaped.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      case '"': escaped += "&quot;"; break;
-      case '\'': escaped += "&#39;"; break;
-      default: escaped += c;
+      case '&':
+        escaped += "&amp;";
+        break;
+      case '<':
+        escaped += "&lt;";
+        break;
+      case '>':
+        escaped += "&gt;";
+        break;
+      case '"':
+        escaped += "&quot;";
+        break;
+      case '\'':
+        escaped += "&#39;";
+        break;
+      default:
+        escaped += c;
     }
   }
   return escaped;
@@ -29,8 +40,8 @@ std::string escape_html(std::string_view text) {
 
 AxisTicks nice_ticks(double low, double high, int target_intervals) {
   if (!(high > low) || !std::isfinite(high - low) || target_intervals < 1) {
-    throw std::invalid_argument(fmt::format("nice_ticks: bad range [{}, {}] or interval count {}", low, high,
-                                            target_intervals));
+    throw std::invalid_argument(
+        fmt::format("nice_ticks: bad range [{}, {}] or interval count {}", low, high, target_intervals));
   }
   const double raw_step = (high - low) / target_intervals;
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw_step)));
@@ -140,8 +151,8 @@ std::string format_linear_tick(double value, double step, double largest_magnitu
     return fmt::format("{:.{}f}", value, decimals);
   }
   // Enough significant digits that neighbouring ticks differ.
-  const int digits = std::max(
-      1, static_cast<int>(std::floor(std::log10(largest_magnitude)) - std::floor(std::log10(step))) + 1);
+  const int digits =
+      std::max(1, static_cast<int>(std::floor(std::log10(largest_magnitude)) - std::floor(std::log10(step))) + 1);
   return fmt::format("{:.{}g}", value, digits);
 }
 
@@ -179,7 +190,8 @@ void append_polyline(std::string& svg, const ChartSeries& series, const std::vec
   const std::string colour = escape_html(series.colour);
   const std::string label = escape_html(series.label);
   if (run.size() == 1) {
-    fmt::format_to(std::back_inserter(svg), "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
+    fmt::format_to(std::back_inserter(svg),
+                   "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
                    run[0].first, run[0].second, colour, label);
     return;
   }
@@ -344,8 +356,9 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
   for (std::size_t i = 0; i < series.size(); ++i) {
     const double x = frame.left + static_cast<double>(i % legend_columns) * kLegendItemWidth;
     const double y = legend_top + static_cast<double>(i / legend_columns) * kLegendRowHeight;
-    fmt::format_to(out, "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"",
-                   x, x + 22, y, y, escape_html(series[i].colour));
+    fmt::format_to(out,
+                   "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\"", x,
+                   x + 22, y, y, escape_html(series[i].colour));
     if (!series[i].dash_pattern.empty()) {
       fmt::format_to(out, " stroke-dasharray=\"{}\"", escape_html(series[i].dash_pattern));
     }
@@ -405,7 +418,8 @@ std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const 
     const AxisTicks ticks = ticks_within(nice_ticks(low, high, 5), frame.x_low, frame.x_high);
     const double largest = std::max(std::abs(ticks.values.front()), std::abs(ticks.values.back()));
     for (double v : ticks.values)
-      x_ticks.emplace_back(v, options.log_x ? fmt::format("{:.3g}", std::pow(10.0, v)) : format_linear_tick(v, ticks.step, largest));
+      x_ticks.emplace_back(
+          v, options.log_x ? fmt::format("{:.3g}", std::pow(10.0, v)) : format_linear_tick(v, ticks.step, largest));
   }
   double y_low = ys.low, y_high = ys.high;
   if (!(y_high - y_low > 1e-12 * std::max(1.0, std::abs(y_high)))) y_low -= 0.5, y_high += 0.5;

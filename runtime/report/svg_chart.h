@@ -17,16 +17,16 @@ using SeriesPoints = std::vector<std::pair<int64_t, double>>;  // (step, value),
 std::string escape_html(std::string_view text);
 
 struct ChartSeries {
-  std::string label;          // legend and hover text
-  std::string colour;         // CSS colour, e.g. "#1f77b4"
-  std::string dash_pattern;   // SVG stroke-dasharray; empty draws a solid line
-  SeriesPoints points;        // non-finite values break the line
+  std::string label;         // legend and hover text
+  std::string colour;        // CSS colour, e.g. "#1f77b4"
+  std::string dash_pattern;  // SVG stroke-dasharray; empty draws a solid line
+  SeriesPoints points;       // non-finite values break the line
 };
 
 struct ChartOptions {
   std::string title;
   int width = 580;
-  int plot_height = 260;      // the plot area; the legend below it adds rows as needed
+  int plot_height = 260;  // the plot area; the legend below it adds rows as needed
   std::size_t max_points_per_series = 2000;
 };
 
@@ -55,9 +55,9 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
 struct ScatterPoint {
   double x = 0;
   double y = 0;
-  std::string colour;  // CSS colour
-  bool hollow = false; // drawn as a ring (e.g. a trial stopped early)
-  std::string label;   // hover text
+  std::string colour;   // CSS colour
+  bool hollow = false;  // drawn as a ring (e.g. a trial stopped early)
+  std::string label;    // hover text
 };
 
 struct ScatterOptions {

@@ -26,8 +26,9 @@ std::string colour_of(const SweepReport& report, const SweepReportTrial& trial) 
 }
 
 void append_scatter_charts(std::string& html, const SweepReport& report) {
-  html += "<h2>The objective against each parameter</h2>\n<p class=\"note\">Filled: finished trials (the best in "
-          "red); rings: trials ASHA stopped at a rung, at their last rung value.</p>\n<div class=\"charts\">\n";
+  html +=
+      "<h2>The objective against each parameter</h2>\n<p class=\"note\">Filled: finished trials (the best in "
+      "red); rings: trials ASHA stopped at a rung, at their last rung value.</p>\n<div class=\"charts\">\n";
   for (const SweepReportParameter& parameter : report.parameters) {
     std::vector<ScatterPoint> points;
     for (const SweepReportTrial& trial : report.trials) {
@@ -79,20 +80,23 @@ void append_curves(std::string& html, const SweepReport& report) {
 void append_table(std::string& html, const SweepReport& report) {
   html += "<h2>Trials</h2>\n<div class=\"table-wrap\"><table>\n<thead><tr><th>trial</th><th>status</th><th>" +
           escape_html(report.metric) + "</th><th>step</th><th>rung</th><th>run</th>";
-  for (const SweepReportParameter& parameter : report.parameters) html += "<th>" + escape_html(parameter.name) + "</th>";
+  for (const SweepReportParameter& parameter : report.parameters)
+    html += "<th>" + escape_html(parameter.name) + "</th>";
   html += "<th>error</th></tr></thead>\n<tbody>\n";
   for (const SweepReportTrial& trial : report.trials) {
     const bool best = report.best_trial && *report.best_trial == trial.trial;
     const std::string status_class =
         trial.status == "finished" || trial.status == "failed" || trial.status == "running" ? trial.status : "other";
-    fmt::format_to(std::back_inserter(html),
-                   "<tr><td class=\"num\">{}{}</td><td><span class=\"status status-{}\">{}</span></td><td class=\"num\">{}</td>"
-                   "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"id\">{}</td>",
-                   trial.trial, best ? " \u2605" : "", status_class, escape_html(trial.status),
-                   trial.value ? fmt::format("{:.6g}", *trial.value) : "-", trial.step, trial.rung, escape_html(trial.run_id));
+    fmt::format_to(
+        std::back_inserter(html),
+        "<tr><td class=\"num\">{}{}</td><td><span class=\"status status-{}\">{}</span></td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"id\">{}</td>",
+        trial.trial, best ? " \u2605" : "", status_class, escape_html(trial.status),
+        trial.value ? fmt::format("{:.6g}", *trial.value) : "-", trial.step, trial.rung, escape_html(trial.run_id));
     for (const SweepReportParameter& parameter : report.parameters)
       html += "<td class=\"mono\">" +
-              (trial.params.contains(parameter.name) ? escape_html(value_text(trial.params[parameter.name])) : "-") + "</td>";
+              (trial.params.contains(parameter.name) ? escape_html(value_text(trial.params[parameter.name])) : "-") +
+              "</td>";
     html += "<td>" + escape_html(trial.error) + "</td></tr>\n";
   }
   html += "</tbody></table></div>\n";
@@ -103,8 +107,9 @@ void append_table(std::string& html, const SweepReport& report) {
 std::string render_sweep_report(const SweepReport& report) {
   std::string html;
   auto out = std::back_inserter(html);
-  fmt::format_to(out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                      "<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n",
+  fmt::format_to(out,
+                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                 "<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n",
                  escape_html(report.title), report_style());
   fmt::format_to(out, "<header>\n<h1>{}</h1>\n<p class=\"meta\">{}{}</p>\n</header>\n", escape_html(report.title),
                  escape_html(report.summary),
@@ -116,7 +121,9 @@ std::string render_sweep_report(const SweepReport& report) {
       fmt::format_to(out, "<p>trial {} (run <span class=\"mono\">{}</span>): {} {:.6g}</p>\n", trial.trial,
                      escape_html(trial.run_id), escape_html(report.metric), trial.value.value_or(NAN));
     }
-    fmt::format_to(out, "<p class=\"note\">Its command line:</p>\n<pre class=\"mono\" style=\"white-space: pre-wrap\">{}</pre>\n", escape_html(report.best_command));
+    fmt::format_to(
+        out, "<p class=\"note\">Its command line:</p>\n<pre class=\"mono\" style=\"white-space: pre-wrap\">{}</pre>\n",
+        escape_html(report.best_command));
   } else {
     html += "<p class=\"note\">No trial has finished yet.</p>\n";
   }

@@ -15,8 +15,8 @@ namespace runner::report {
 
 struct SweepReportParameter {
   std::string name;
-  bool log_scale = false;                // drawn on a log axis (log-uniform, log int)
-  std::vector<std::string> categories;   // a list of values that are not all numbers: drawn by position
+  bool log_scale = false;               // drawn on a log axis (log-uniform, log int)
+  std::vector<std::string> categories;  // a list of values that are not all numbers: drawn by position
 };
 
 struct SweepReportTrial {
@@ -34,7 +34,7 @@ struct SweepReportTrial {
 struct SweepReport {
   std::string title;
   std::string generated_at;
-  std::string summary;   // one line: status, method, trials, metric and mode, pruner
+  std::string summary;  // one line: status, method, trials, metric and mode, pruner
   std::string metric;
   bool minimize = true;
   std::vector<SweepReportParameter> parameters;

@@ -55,7 +55,8 @@ NamedTensorList state_dict_of(const train::TrainerModel& model) {
 
 nlohmann::json parse_metadata(const ckpt::SafetensorsContents& file, const std::string& key, const std::string& path) {
   auto found = file.metadata.find(key);
-  if (found == file.metadata.end()) throw std::invalid_argument(fmt::format("{}: the '{}' metadata is missing", path, key));
+  if (found == file.metadata.end())
+    throw std::invalid_argument(fmt::format("{}: the '{}' metadata is missing", path, key));
   try {
     return nlohmann::json::parse(found->second);
   } catch (const nlohmann::json::exception& error) {
@@ -78,17 +79,22 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
     const auto& shadow = emas[e].shadow();
     const auto& shadow_buffers = emas[e].shadow_buffers();
     for (std::size_t i = 0; i < shadow.size(); ++i) averaged.emplace_back(model.parameters[i].first, shadow[i]);
-    for (std::size_t i = 0; i < shadow_buffers.size(); ++i) averaged.emplace_back(model.buffers[i].first, shadow_buffers[i]);
-    files.push_back({ema_file_name(e, emas.size()), host_copies(averaged),
+    for (std::size_t i = 0; i < shadow_buffers.size(); ++i)
+      averaged.emplace_back(model.buffers[i].first, shadow_buffers[i]);
+    files.push_back({ema_file_name(e, emas.size()),
+                     host_copies(averaged),
                      {{"format", "runner.ema"}, {"decay", fmt::format("{}", emas[e].options().decay)}}});
   }
 
-  files.push_back({"optimizer.safetensors", host_copies(trainer.optimizer().state_tensors()),
-                   {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}});
+  files.push_back(
+      {"optimizer.safetensors",
+       host_copies(trainer.optimizer().state_tensors()),
+       {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}});
 
   NamedTensorList trainer_tensors = rank_rng_states.empty() ? train::capture_rng_states() : rank_rng_states.front();
   for (std::size_t r = 1; r < rank_rng_states.size(); ++r)
-    for (const auto& [name, state] : rank_rng_states[r]) trainer_tensors.emplace_back(fmt::format("rank{}.{}", r, name), state);
+    for (const auto& [name, state] : rank_rng_states[r])
+      trainer_tensors.emplace_back(fmt::format("rank{}.{}", r, name), state);
   if (const train::LossScaler* scaler = trainer.loss_scaler())
     for (const auto& [name, tensor] : scaler->state_tensors()) trainer_tensors.emplace_back("scaler." + name, tensor);
   trainer_tensors.emplace_back("skipped", trainer.skipped());
@@ -103,7 +109,8 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
                           {"emas", nlohmann::json::array()},
                           {"extra", extra}};
   for (const train::Ema& ema : emas) state["emas"].push_back(ema.hyperparameters());
-  files.push_back({"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});
+  files.push_back(
+      {"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});
 
   TrainingSnapshot snapshot{std::move(files), [] {}};
   if (trainer.device().is_cuda()) {
@@ -115,7 +122,8 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   return snapshot;
 }
 
-RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer, int rank, int world_size) {
+RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trainer& trainer, int rank,
+                                  int world_size) {
   auto load = [&](const std::string& name) {
     try {
       return ckpt::load_safetensors(checkpoint_dir + "/" + name);
@@ -153,9 +161,12 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   const std::string rng_prefix = rank == 0 ? "rng." : fmt::format("rank{}.rng.", rank);
   const std::string rank_prefix = rank == 0 ? "" : fmt::format("rank{}.", rank);
   for (const auto& t : trainer_file.tensors) {
-    if (t.name.rfind(rng_prefix, 0) == 0) rng.emplace_back(t.name.substr(rank_prefix.size()), t.tensor);
-    else if (t.name.rfind("scaler.", 0) == 0) scaler.emplace_back(t.name.substr(7), t.tensor);
-    else if (t.name == "skipped") skipped = t.tensor;
+    if (t.name.rfind(rng_prefix, 0) == 0)
+      rng.emplace_back(t.name.substr(rank_prefix.size()), t.tensor);
+    else if (t.name.rfind("scaler.", 0) == 0)
+      scaler.emplace_back(t.name.substr(7), t.tensor);
+    else if (t.name == "skipped")
+      skipped = t.tensor;
   }
   const nlohmann::json extra = state.value("extra", nlohmann::json::object());
   RestoredTraining restored;
@@ -170,12 +181,14 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   for (std::size_t e = 0; e < emas.size(); ++e) {
     NamedTensorList named;
     std::map<std::string, std::string> slot;
-    for (std::size_t i = 0; i < model.parameters.size(); ++i) slot[model.parameters[i].first] = fmt::format("param{}", i);
+    for (std::size_t i = 0; i < model.parameters.size(); ++i)
+      slot[model.parameters[i].first] = fmt::format("param{}", i);
     for (std::size_t i = 0; i < model.buffers.size(); ++i) slot[model.buffers[i].first] = fmt::format("buffer{}", i);
     for (const auto& t : ema_files[e].tensors) {
       auto it = slot.find(t.name);
       if (it == slot.end())
-        throw std::invalid_argument(fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas.size()), t.name));
+        throw std::invalid_argument(
+            fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas.size()), t.name));
       named.emplace_back(it->second, t.tensor);
     }
     emas[e].load_state_tensors(named);
@@ -204,11 +217,12 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   const std::string precision = train::precision_name(trainer.precision());
   if (state.value("accumulate", trainer.step_options().accumulate) != trainer.step_options().accumulate ||
       state.value("precision", precision) != precision)
-    core::log(core::LogLevel::warn,
-              fmt::format("{}: saved with accumulate={} and {}, continuing with accumulate={} and {}: the run no longer "
-                          "repeats an uninterrupted one exactly",
-                          checkpoint_dir, state.value("accumulate", 0), state.value("precision", std::string("?")),
-                          trainer.step_options().accumulate, precision));
+    core::log(
+        core::LogLevel::warn,
+        fmt::format("{}: saved with accumulate={} and {}, continuing with accumulate={} and {}: the run no longer "
+                    "repeats an uninterrupted one exactly",
+                    checkpoint_dir, state.value("accumulate", 0), state.value("precision", std::string("?")),
+                    trainer.step_options().accumulate, precision));
   return restored;
 }
 

@@ -37,7 +37,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
 
 struct RestoredTraining {
   std::int64_t step = 0;
-  std::optional<data::LoaderState> loader;            // the saved loader state, when one was saved
+  std::optional<data::LoaderState> loader;  // the saved loader state, when one was saved
   nlohmann::json named_state = nlohmann::json::object();
 };
 

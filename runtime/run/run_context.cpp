@@ -45,9 +45,10 @@ void check_artifact_name(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 100 && name[0] != '.';
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.');
   if (!ok)
-    throw std::invalid_argument(fmt::format("image name '{}' is not allowed: use 1 to 100 letters, digits, '_', '-' "
-                                            "and '.', not starting with '.'",
-                                            name));
+    throw std::invalid_argument(
+        fmt::format("image name '{}' is not allowed: use 1 to 100 letters, digits, '_', '-' "
+                    "and '.', not starting with '.'",
+                    name));
 }
 
 // What an attempt runs differently from the one before it, e.g. "the config: steps 6 -> 8; the world size: 1 -> 2";
@@ -96,10 +97,10 @@ RunContext::RunContext(const RunStart& start, Database db)
     write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
     reserve_final_status(directory_);
     core::attach_log_file(directory_ + "/log.txt");
-    core::log_to_file(core::LogLevel::info,
-                      fmt::format("attempt {} of run {} ({}): config {}, world size {}, hosts {}", record_.attempts,
-                                  record_.name, record_.id, record_.config.dump(), record_.world_size,
-                                  fmt::join(record_.hosts, ", ")));
+    core::log_to_file(
+        core::LogLevel::info,
+        fmt::format("attempt {} of run {} ({}): config {}, world size {}, hosts {}", record_.attempts, record_.name,
+                    record_.id, record_.config.dump(), record_.world_size, fmt::join(record_.hosts, ", ")));
     if (before) {
       const std::string changes = attempt_changes(*before, record_);
       if (!changes.empty())
@@ -280,8 +281,8 @@ std::optional<std::string> RunContext::withdraw() {
   } catch (const std::exception& error) {
     if (finished_)
       return fmt::format("run {} is left as it was in the index, but its files are not: {}", name, error.what());
-    core::log(core::LogLevel::warn, fmt::format("run {}: the attempt that {} could not be taken back: {}", name, why,
-                                                error.what()));
+    core::log(core::LogLevel::warn,
+              fmt::format("run {}: the attempt that {} could not be taken back: {}", name, why, error.what()));
     return std::nullopt;
   }
 }

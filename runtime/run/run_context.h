@@ -18,12 +18,12 @@ namespace runner::run {
 
 // A run to create or reopen, with everything resolved (start_run does the resolving).
 struct RunStart {
-  std::string home;                // RUNNER_HOME (index_database.h: home_directory())
-  index::NewRun run;               // script, config, name, device, seed, versions, parent
-  std::string script_text;         // copied into the run directory as script.lua
+  std::string home;         // RUNNER_HOME (index_database.h: home_directory())
+  index::NewRun run;        // script, config, name, device, seed, versions, parent
+  std::string script_text;  // copied into the run directory as script.lua
   index::MetricWriterOptions writer;
-  std::optional<int64_t> resume;   // an ended run to continue (reopen_run) instead of a new one
-  std::optional<index::RunRecord> fork;  // the run whose checkpoint a new run starts from
+  std::optional<int64_t> resume;          // an ended run to continue (reopen_run) instead of a new one
+  std::optional<index::RunRecord> fork;   // the run whose checkpoint a new run starts from
   std::optional<core::SweepPause> pause;  // a sweep trial's next ASHA rung (the launch context's sweep_pause)
 };
 

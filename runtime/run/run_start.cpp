@@ -92,8 +92,10 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
   }
 
   ResumeRequest resume = request.fork.empty() ? request.resume : ResumeRequest(false);
-  if (launch.resume == core::ResumePolicy::fresh) resume = false;
-  else if (launch.resume == core::ResumePolicy::run) resume = launch.resume_run;
+  if (launch.resume == core::ResumePolicy::fresh)
+    resume = false;
+  else if (launch.resume == core::ResumePolicy::run)
+    resume = launch.resume_run;
   std::optional<index::RunRecord> resumed;
   if (const auto* reference = std::get_if<std::string>(&resume)) {
     resumed = index::resolve_run(db, *reference);
@@ -110,7 +112,9 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
     }
   }
   if (resumed) start.resume = resumed->run;
-  run.seed = request.seed ? request.seed : resumed && resumed->seed ? resumed->seed : std::optional<int64_t>(fresh_seed());
+  run.seed = request.seed               ? request.seed
+             : resumed && resumed->seed ? resumed->seed
+                                        : std::optional<int64_t>(fresh_seed());
   return std::make_unique<RunContext>(start, std::move(db));
 }
 

@@ -22,15 +22,15 @@ namespace runner::run {
 using ResumeRequest = std::variant<bool, std::string>;
 
 struct StartRequest {
-  std::string script;                 // the script's path as given; empty for code strings
-  std::string script_text;            // its text (hashed, copied into the run directory)
-  std::string name;                   // empty: "<script stem>-<n>"
+  std::string script;       // the script's path as given; empty for code strings
+  std::string script_text;  // its text (hashed, copied into the run directory)
+  std::string name;         // empty: "<script stem>-<n>"
   nlohmann::json config = nlohmann::json::object();
   nlohmann::json versions = nlohmann::json::object();
   std::string device = "cpu";
-  std::optional<int64_t> seed;        // given: used (also on resume); else a resumed run's own, else fresh
-  std::string parent;                 // a run reference, or empty
-  std::string fork;                   // a run reference: a new run that starts from that run's checkpoint
+  std::optional<int64_t> seed;  // given: used (also on resume); else a resumed run's own, else fresh
+  std::string parent;           // a run reference, or empty
+  std::string fork;             // a run reference: a new run that starts from that run's checkpoint
   ResumeRequest resume = true;
   index::MetricWriterOptions writer;
 };

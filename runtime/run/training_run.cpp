@@ -22,11 +22,16 @@ namespace {
 
 std::string signal_name(int signal_number) {
   switch (signal_number) {
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    default: return fmt::format("signal {}", signal_number);
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return fmt::format("signal {}", signal_number);
   }
 }
 
@@ -45,11 +50,16 @@ CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name)
 
 TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> trainer, std::shared_ptr<data::Loader> loader,
                          NamedStateFunction named_state, CheckpointPolicy policy)
-    : run_(run), trainer_(std::move(trainer)), loader_(std::move(loader)), named_state_(std::move(named_state)),
+    : run_(run),
+      trainer_(std::move(trainer)),
+      loader_(std::move(loader)),
+      named_state_(std::move(named_state)),
       policy_(std::move(policy)) {
   const ckpt::RotationPolicy& rotation = policy_.rotation;
-  if (rotation.keep_last < 0 || rotation.keep_best < 0) throw std::invalid_argument("keep_last and keep_best must be 0 or more");
-  if (rotation.keep_last == 0 && rotation.keep_best == 0) throw std::invalid_argument("keep_last and keep_best cannot both be 0");
+  if (rotation.keep_last < 0 || rotation.keep_best < 0)
+    throw std::invalid_argument("keep_last and keep_best must be 0 or more");
+  if (rotation.keep_last == 0 && rotation.keep_best == 0)
+    throw std::invalid_argument("keep_last and keep_best cannot both be 0");
   saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
   trainer_->set_step_observer([this](std::int64_t step) { after_step(step); });
   trainer_->set_before_step([this] { before_next_step(); });
@@ -81,11 +91,13 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
     const index::RunRecord& source = *run_.fork();
     choice = ckpt::choose_checkpoint(run_.database(), source.run, run_.home() + "/" + source.dir);
     log_rejected(choice.rejected, " of " + source.name);
-    if (!choice.checkpoint) throw std::invalid_argument(fmt::format("run {} has no good checkpoint to fork from", source.name));
+    if (!choice.checkpoint)
+      throw std::invalid_argument(fmt::format("run {} has no good checkpoint to fork from", source.name));
   }
   if (!choice.checkpoint) return std::nullopt;
   const dist::ProcessGroup* group = dist::process_group();
-  RestoredTraining restored = restore_training(choice.directory, *trainer_, group ? group->rank() : 0, group ? group->size() : 1);
+  RestoredTraining restored =
+      restore_training(choice.directory, *trainer_, group ? group->rank() : 0, group ? group->size() : 1);
   if (loader_ && restored.loader) loader_->restore(*restored.loader);
   run_.continue_from(restored.step);
   core::log(core::LogLevel::info, fmt::format("restored {}: continuing at step {}", choice.directory, restored.step));
@@ -94,11 +106,12 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
 
 double TrainingRun::checkpoint(const CheckpointRequest& request) {
   trainer_->raise_pending_stop();  // on_nonfinite = "stop": a checkpoint after a stopped step would hide it
-  trainer_->check_ranks_agree();  // a checkpoint of ranks that diverged would hide it
+  trainer_->check_ranks_agree();   // a checkpoint of ranks that diverged would hide it
   // Rank 0 saves the state, which is the same on every rank, and every rank's random generators.
   std::vector<train::NamedTensorList> rank_rng_states;
   if (distributed())
-    for (const std::string& bytes : dist::process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
+    for (const std::string& bytes :
+         dist::process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
       rank_rng_states.push_back(train::decode_rng_states(bytes));
   if (run_.follower()) return 0.0;
   report_saves(false);
@@ -142,14 +155,19 @@ void TrainingRun::report_saves(bool wait) {
       throw std::runtime_error(message + " (the previous checkpoint is intact)");
     }
     const auto stall = stalls_.find(report.step);
-    core::log(core::LogLevel::info, fmt::format("checkpoint {} saved: {:.1f} MB in {:.2f} s (stall {:.1f} ms)", report.path,
-                                                static_cast<double>(report.bytes) / 1e6, report.write_seconds,
-                                                stall == stalls_.end() ? 0.0 : stall->second * 1000));
+    core::log(core::LogLevel::info,
+              fmt::format("checkpoint {} saved: {:.1f} MB in {:.2f} s (stall {:.1f} ms)", report.path,
+                          static_cast<double>(report.bytes) / 1e6, report.write_seconds,
+                          stall == stalls_.end() ? 0.0 : stall->second * 1000));
     if (stall != stalls_.end()) stalls_.erase(stall);
-    for (const auto& dropped : report.dropped) core::log(core::LogLevel::info, fmt::format("checkpoint {} deleted (rotation)", dropped));
+    for (const auto& dropped : report.dropped)
+      core::log(core::LogLevel::info, fmt::format("checkpoint {} deleted (rotation)", dropped));
     for (const auto& problem : report.undeleted)
-      core::log(core::LogLevel::warn,
-                fmt::format("a checkpoint rotation dropped is no longer listed but its files stay ({}); `runner gc` deletes them", problem));
+      core::log(
+          core::LogLevel::warn,
+          fmt::format(
+              "a checkpoint rotation dropped is no longer listed but its files stay ({}); `runner gc` deletes them",
+              problem));
   }
 }
 
@@ -168,7 +186,8 @@ void TrainingRun::before_next_step() {
     signal_number = static_cast<int>(combined / 2);
     pause = combined == 1;
   }
-  if (signal_number != 0) stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
+  if (signal_number != 0)
+    stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
   if (pause) stop("the sweep's ASHA rung", core::kExitOk, "paused");
 }
 

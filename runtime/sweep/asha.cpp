@@ -41,11 +41,11 @@ std::string rung_warning(const SweepSpec& spec) {
   std::int64_t reaching = spec.trials;
   for (size_t rung = 0; rung < steps.size(); ++rung) {
     if (reaching < spec.asha->reduction)
-      return fmt::format("{}: warning: ASHA's rung {} (step {}) is reached by at most {} trial{}, fewer than reduction = "
-                         "{}, so it never promotes: its best trial runs to the end once nothing else is left (more "
-                         "trials, a smaller reduction or a larger min_steps let every rung choose)",
-                         where_of(spec, "prune"), rung + 1, steps[rung], reaching,
-                         reaching == 1 ? "" : "s", spec.asha->reduction);
+      return fmt::format(
+          "{}: warning: ASHA's rung {} (step {}) is reached by at most {} trial{}, fewer than reduction = "
+          "{}, so it never promotes: its best trial runs to the end once nothing else is left (more "
+          "trials, a smaller reduction or a larger min_steps let every rung choose)",
+          where_of(spec, "prune"), rung + 1, steps[rung], reaching, reaching == 1 ? "" : "s", spec.asha->reduction);
     reaching /= spec.asha->reduction;
   }
   return "";

@@ -52,7 +52,8 @@ json value_at(const Parameter& parameter, const Space& space, double x) {
   if (parameter.kind != ParameterKind::integer)
     return std::clamp(std::strtod(fmt::format("{:.4g}", value).c_str(), nullptr), parameter.low, parameter.high);
   const double index = std::round((value - parameter.low) / parameter.step);
-  return integer_value(parameter, std::clamp<std::int64_t>(static_cast<std::int64_t>(index), 0, integer_count(parameter) - 1));
+  return integer_value(parameter,
+                       std::clamp<std::int64_t>(static_cast<std::int64_t>(index), 0, integer_count(parameter) - 1));
 }
 
 double position_of(const Parameter& parameter, const Space& space, const json& value) {
@@ -64,7 +65,8 @@ json random_value(const Parameter& parameter, Rng& rng) {
   if (parameter.kind == ParameterKind::choice)
     return parameter.values[static_cast<size_t>(rng.below(parameter.values.size()))];
   if (parameter.kind == ParameterKind::integer && !parameter.log)
-    return integer_value(parameter, static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(integer_count(parameter)))));
+    return integer_value(parameter,
+                         static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(integer_count(parameter)))));
   const Space space = space_of(parameter);
   return value_at(parameter, space, space.low + rng.uniform() * (space.high - space.low));
 }
@@ -150,7 +152,8 @@ json tpe_value(const Parameter& parameter, const std::vector<const Observation*>
   const Space space = space_of(parameter);
   auto points = [&](const std::vector<const Observation*>& group) {
     std::vector<double> xs;
-    for (const Observation* observation : group) xs.push_back(position_of(parameter, space, observation->params.at(parameter.name)));
+    for (const Observation* observation : group)
+      xs.push_back(position_of(parameter, space, observation->params.at(parameter.name)));
     return xs;
   };
   const Parzen l(points(good), space.low, space.high), g(points(bad), space.low, space.high);
@@ -167,9 +170,11 @@ json tpe_value(const Parameter& parameter, const std::vector<const Observation*>
 json grid_point(const SweepSpec& spec, std::int64_t trial) {
   json params = json::object();
   std::int64_t rest = trial;
-  for (auto parameter = spec.parameters.rbegin(); parameter != spec.parameters.rend(); ++parameter) {  // the last varies fastest
-    const std::int64_t count = parameter->kind == ParameterKind::choice ? static_cast<std::int64_t>(parameter->values.size())
-                                                                         : integer_count(*parameter);
+  for (auto parameter = spec.parameters.rbegin(); parameter != spec.parameters.rend();
+       ++parameter) {  // the last varies fastest
+    const std::int64_t count = parameter->kind == ParameterKind::choice
+                                   ? static_cast<std::int64_t>(parameter->values.size())
+                                   : integer_count(*parameter);
     const std::int64_t index = rest % count;
     rest /= count;
     params[parameter->name] = parameter->kind == ParameterKind::choice ? parameter->values[static_cast<size_t>(index)]

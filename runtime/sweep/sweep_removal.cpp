@@ -19,14 +19,16 @@ RemovedSweep remove_sweep(index::Database& db, const std::string& home, const Sw
   const std::vector<index::RunRecord> runs = index::list_runs(db, filter);
   if (!force) {
     if (worker_presence(db, sweep).alive)
-      throw index::IndexError(fmt::format("sweep {} has a live worker; stop it first (Ctrl-C in its terminal, or SIGTERM) "
-                                          "or use --force",
-                                          sweep.name));
+      throw index::IndexError(
+          fmt::format("sweep {} has a live worker; stop it first (Ctrl-C in its terminal, or SIGTERM) "
+                      "or use --force",
+                      sweep.name));
     for (const index::RunRecord& run : runs)
       if (index::effective_status(run, now) == "running")
-        throw index::IndexError(fmt::format("run {} ({}) of sweep {} is still running (pid {} on {}); stop it first or use "
-                                            "--force",
-                                            run.name, run.id, sweep.name, run.pid, run.host));
+        throw index::IndexError(
+            fmt::format("run {} ({}) of sweep {} is still running (pid {} on {}); stop it first or use "
+                        "--force",
+                        run.name, run.id, sweep.name, run.pid, run.host));
   }
   RemovedSweep removed;
   removed.trials = static_cast<std::int64_t>(list_trials(db, sweep.sweep).size());
@@ -50,7 +52,8 @@ RemovedSweep remove_sweep(index::Database& db, const std::string& home, const Sw
     if (::mkdir(trash.c_str(), 0777) != 0 && errno != EEXIST)
       throw index::IndexError(fmt::format("{}: cannot create the directory: {}", trash, std::strerror(errno)));
     if (::rename(output.c_str(), trashed.c_str()) != 0)
-      throw index::IndexError(fmt::format("{}: cannot move the sweep's folder aside: {}", output, std::strerror(errno)));
+      throw index::IndexError(
+          fmt::format("{}: cannot move the sweep's folder aside: {}", output, std::strerror(errno)));
     removed.bytes += index::disk_usage(trashed);
     index::remove_tree(trashed);
   }

@@ -18,8 +18,9 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kFields = {"name", "script", "parameters", "fixed", "method", "trials", "metric",
-                                          "mode", "seed", "prune", "slots", "gpus_per_trial", "max_failures", "retries"};
+const std::vector<std::string> kFields = {"name",   "script",         "parameters",   "fixed",  "method",
+                                          "trials", "metric",         "mode",         "seed",   "prune",
+                                          "slots",  "gpus_per_trial", "max_failures", "retries"};
 
 // The ranges of whole numbers: counts (trials, slots, ...) fit an int; steps, seeds and int ranges are exact in
 // the doubles Lua numbers are.
@@ -90,20 +91,22 @@ struct Reader {
         number = static_cast<std::int64_t>(x);
     }
     if (!number || *number < minimum || *number > maximum)
-      fail(field, maximum >= kMaxExact
-                      ? fmt::format("{} must be a whole number >= {}, got {}", label, minimum, shown(value))
-                      : fmt::format("{} must be a whole number from {} to {}, got {}", label, minimum, maximum,
-                                    shown(value)));
+      fail(field,
+           maximum >= kMaxExact
+               ? fmt::format("{} must be a whole number >= {}, got {}", label, minimum, shown(value))
+               : fmt::format("{} must be a whole number from {} to {}, got {}", label, minimum, maximum, shown(value)));
     return *number;
   }
-  std::int64_t whole(const std::string& field, std::int64_t minimum, std::int64_t maximum, std::int64_t fallback) const {
+  std::int64_t whole(const std::string& field, std::int64_t minimum, std::int64_t maximum,
+                     std::int64_t fallback) const {
     return has(field) ? whole(fields[field], field, "'" + field + "'", minimum, maximum) : fallback;
   }
 };
 
 bool is_scalar(const json& value) { return value.is_number() || value.is_string() || value.is_boolean(); }
 
-double number(const Reader& reader, const json& object, const char* key, const std::string& name, const std::string& what) {
+double number(const Reader& reader, const json& object, const char* key, const std::string& name,
+              const std::string& what) {
   if (!object.contains(key) || !object[key].is_number() || !std::isfinite(object[key].get<double>()))
     reader.fail(name, fmt::format("parameter '{}': {} needs a finite number for {}, got {}", name, what, key,
                                   object.contains(key) ? shown(object[key]) : "nothing"));
@@ -164,7 +167,8 @@ Parameter parse_parameter(const Reader& reader, const std::string& name, const j
       const bool list = item.is_array() && !item.empty() && std::all_of(item.begin(), item.end(), is_scalar);
       if (!is_scalar(item) && !list)
         reader.fail(name, fmt::format("parameter '{}': value {} is {}; values are numbers, strings, booleans or "
-                                      "lists of them", name, i + 1, shown(item)));
+                                      "lists of them",
+                                      name, i + 1, shown(item)));
       for (size_t j = 0; j < i; ++j)
         if (parameter.values[j] == item)
           reader.fail(name, fmt::format("parameter '{}' lists the value {} twice", name, shown(item)));
@@ -238,19 +242,26 @@ std::string where_of(const SweepSpec& spec, const std::string& field) {
 
 const char* method_name(Method method) {
   switch (method) {
-    case Method::grid: return "grid";
-    case Method::random: return "random";
-    case Method::tpe: return "tpe";
+    case Method::grid:
+      return "grid";
+    case Method::random:
+      return "random";
+    case Method::tpe:
+      return "tpe";
   }
   return "?";
 }
 
 const char* kind_name(ParameterKind kind) {
   switch (kind) {
-    case ParameterKind::choice: return "choice";
-    case ParameterKind::uniform: return "uniform";
-    case ParameterKind::log_uniform: return "log_uniform";
-    case ParameterKind::integer: return "int";
+    case ParameterKind::choice:
+      return "choice";
+    case ParameterKind::uniform:
+      return "uniform";
+    case ParameterKind::log_uniform:
+      return "log_uniform";
+    case ParameterKind::integer:
+      return "int";
   }
   return "?";
 }
@@ -286,8 +297,9 @@ SweepSpec parse_sweep(const json& definition) {
   const std::string script = reader.text("script", "");
   spec.script = definition.value("resolved", false) ? script : absolute_script(reader, script, spec.sweep_file);
   if (!is_utf8(spec.script))
-    reader.fail("script", fmt::format("the script's path {} is not UTF-8 text: rename it (the index keeps text as UTF-8)",
-                                      core::terminal_text(spec.script)));
+    reader.fail("script",
+                fmt::format("the script's path {} is not UTF-8 text: rename it (the index keeps text as UTF-8)",
+                            core::terminal_text(spec.script)));
   std::string stem = spec.sweep_file.substr(spec.sweep_file.rfind('/') + 1);
   if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".lua") == 0) stem.resize(stem.size() - 4);
   spec.name = reader.text("name", stem.empty() ? "sweep" : stem);
@@ -297,23 +309,28 @@ SweepSpec parse_sweep(const json& definition) {
     try {
       index::check_name(spec.name, "sweep");
     } catch (const index::IndexError& error) {
-      reader.fail("name", reader.has("name") ? error.what()
-                                             : fmt::format("{} (the sweep file's name): give the sweep a name = \"...\"",
-                                                           error.what()));
+      reader.fail("name",
+                  reader.has("name")
+                      ? error.what()
+                      : fmt::format("{} (the sweep file's name): give the sweep a name = \"...\"", error.what()));
     }
   }
 
   if (!reader.has("parameters") || !fields["parameters"].is_object() || fields["parameters"].empty())
-    reader.fail("parameters", "the sweep has an empty search space: parameters = { lr = runner.sweep.log_uniform(1e-4, "
-                              "1e-2), ... } names at least one config key");
-  for (const auto& [name, value] : fields["parameters"].items()) spec.parameters.push_back(parse_parameter(reader, name, value));
-  std::sort(spec.parameters.begin(), spec.parameters.end(), [](const Parameter& a, const Parameter& b) { return a.name < b.name; });
+    reader.fail("parameters",
+                "the sweep has an empty search space: parameters = { lr = runner.sweep.log_uniform(1e-4, "
+                "1e-2), ... } names at least one config key");
+  for (const auto& [name, value] : fields["parameters"].items())
+    spec.parameters.push_back(parse_parameter(reader, name, value));
+  std::sort(spec.parameters.begin(), spec.parameters.end(),
+            [](const Parameter& a, const Parameter& b) { return a.name < b.name; });
 
   if (reader.has("fixed") && !(fields["fixed"].is_array() && fields["fixed"].empty())) {
     if (!fields["fixed"].is_object()) reader.fail("fixed", "'fixed' must be a table of key = value");
     for (const auto& [key, value] : fields["fixed"].items()) {
       if (!is_scalar(value) && !(value.is_array() && std::all_of(value.begin(), value.end(), is_scalar)))
-        reader.fail("fixed", fmt::format("fixed value of '{}' must be a number, string, boolean or list, got {}", key, shown(value)));
+        reader.fail("fixed", fmt::format("fixed value of '{}' must be a number, string, boolean or list, got {}", key,
+                                         shown(value)));
       for (const Parameter& parameter : spec.parameters)
         if (parameter.name == key) reader.fail(key, fmt::format("'{}' is both a parameter and fixed", key));
       spec.fixed[key] = value;
@@ -321,10 +338,14 @@ SweepSpec parse_sweep(const json& definition) {
   }
 
   const std::string method = reader.text("method", "random");
-  if (method == "grid") spec.method = Method::grid;
-  else if (method == "random") spec.method = Method::random;
-  else if (method == "tpe") spec.method = Method::tpe;
-  else reader.fail("method", fmt::format("unknown method '{}' (known: grid, random, tpe)", method));
+  if (method == "grid")
+    spec.method = Method::grid;
+  else if (method == "random")
+    spec.method = Method::random;
+  else if (method == "tpe")
+    spec.method = Method::tpe;
+  else
+    reader.fail("method", fmt::format("unknown method '{}' (known: grid, random, tpe)", method));
 
   if (spec.method == Method::grid) {
     std::int64_t size = 0;
@@ -337,27 +358,32 @@ SweepSpec parse_sweep(const json& definition) {
     if (spec.trials > size)
       reader.fail("trials", fmt::format("trials = {} is more than the grid's {} points", spec.trials, size));
   } else {
-    if (!reader.has("trials")) reader.fail("trials", fmt::format("method '{}' needs trials = N (how many to run)", method));
+    if (!reader.has("trials"))
+      reader.fail("trials", fmt::format("method '{}' needs trials = N (how many to run)", method));
     spec.trials = reader.whole("trials", 1, kMaxCount, 0);
   }
 
-  if (!reader.has("metric")) reader.fail("metric", "the sweep names no metric (metric = \"loss\": a key the script logs)");
+  if (!reader.has("metric"))
+    reader.fail("metric", "the sweep names no metric (metric = \"loss\": a key the script logs)");
   spec.metric = reader.text("metric", "");
   const std::string mode = reader.text("mode", "min");
-  if (mode != "min" && mode != "max") reader.fail("mode", fmt::format("mode must be \"min\" or \"max\", got '{}'", mode));
+  if (mode != "min" && mode != "max")
+    reader.fail("mode", fmt::format("mode must be \"min\" or \"max\", got '{}'", mode));
   spec.minimize = mode == "min";
   spec.seed = reader.whole("seed", 0, kMaxExact, 0);
 
   if (reader.has("prune") && !(fields["prune"].is_boolean() && !fields["prune"].get<bool>())) {
     const json& prune = fields["prune"];
     if (!prune.is_object() || prune.value("method", std::string()) != "asha")
-      reader.fail("prune", fmt::format("prune must be {{ \"asha\", min_steps = N, reduction = 3 }}, got {}", shown(prune)));
+      reader.fail("prune",
+                  fmt::format("prune must be {{ \"asha\", min_steps = N, reduction = 3 }}, got {}", shown(prune)));
     for (const auto& [key, value] : prune.items())
       if (key != "method" && key != "min_steps" && key != "reduction" && key != "max_steps")
         reader.fail("prune", fmt::format("unknown prune option '{}' (known: min_steps, reduction, max_steps){}", key,
                                          core::did_you_mean(key, {"min_steps", "reduction", "max_steps"})));
     AshaOptions asha;
-    if (!prune.contains("min_steps")) reader.fail("prune", "prune = { \"asha\" } needs min_steps (the first rung's step)");
+    if (!prune.contains("min_steps"))
+      reader.fail("prune", "prune = { \"asha\" } needs min_steps (the first rung's step)");
     auto option = [&](const char* key, const json& value, std::int64_t minimum, std::int64_t maximum) {
       return reader.whole(value, "prune", fmt::format("prune's '{}'", key), minimum, maximum);
     };
@@ -405,19 +431,23 @@ json sweep_json(const SweepSpec& spec) {
                        {"min_steps", spec.asha->min_steps},
                        {"reduction", spec.asha->reduction},
                        {"max_steps", spec.asha->max_steps}};
-  return {{"fields", fields}, {"sweep_file", spec.sweep_file}, {"where", spec.where}, {"lines", lines}, {"resolved", true}};
+  return {
+      {"fields", fields}, {"sweep_file", spec.sweep_file}, {"where", spec.where}, {"lines", lines}, {"resolved", true}};
 }
 
 std::int64_t grid_size(const SweepSpec& spec) {
   std::int64_t size = 1;
   for (const Parameter& parameter : spec.parameters) {
     std::int64_t count = 0;
-    if (parameter.kind == ParameterKind::choice) count = static_cast<std::int64_t>(parameter.values.size());
+    if (parameter.kind == ParameterKind::choice)
+      count = static_cast<std::int64_t>(parameter.values.size());
     else if (parameter.kind == ParameterKind::integer && !parameter.log)
       count = static_cast<std::int64_t>((parameter.high - parameter.low) / parameter.step) + 1;
     else
-      throw SweepError(fmt::format("method 'grid' needs lists of values (or runner.sweep.int ranges); parameter '{}' "
-                                   "is {}", parameter.name, kind_name(parameter.kind)));
+      throw SweepError(
+          fmt::format("method 'grid' needs lists of values (or runner.sweep.int ranges); parameter '{}' "
+                      "is {}",
+                      parameter.name, kind_name(parameter.kind)));
     if (size > (std::int64_t{1} << 40) / count) throw SweepError("the grid has more than 2^40 points");
     size *= count;
   }
@@ -480,9 +510,10 @@ void check_against_config(SweepSpec& spec, const ScriptConfig& config) {
     if (parameter.kind == ParameterKind::choice) {
       for (const json& value : parameter.values) check_value(parameter.where, parameter.name, entry, value);
     } else if (!entry.default_value.is_number()) {
-      throw SweepError(fmt::format("{}: '{}' takes {} (its default is {}): a numeric range does not fit it; give a list "
-                                   "of values", parameter.where, parameter.name, json_type(entry.default_value),
-                                   shown(entry.default_value)));
+      throw SweepError(
+          fmt::format("{}: '{}' takes {} (its default is {}): a numeric range does not fit it; give a list "
+                      "of values",
+                      parameter.where, parameter.name, json_type(entry.default_value), shown(entry.default_value)));
     } else if (entry.integer && parameter.kind != ParameterKind::integer) {
       throw SweepError(fmt::format("{}: '{}' takes whole numbers: use runner.sweep.int({}, {}) instead of {}",
                                    parameter.where, parameter.name, shortest(std::ceil(parameter.low)),
@@ -492,14 +523,18 @@ void check_against_config(SweepSpec& spec, const ScriptConfig& config) {
   if (spec.asha) {
     AshaOptions& asha = *spec.asha;
     if (asha.max_steps == 0) {
-      if (std::any_of(spec.parameters.begin(), spec.parameters.end(), [](const Parameter& p) { return p.name == "steps"; }))
+      if (std::any_of(spec.parameters.begin(), spec.parameters.end(),
+                      [](const Parameter& p) { return p.name == "steps"; }))
         throw SweepError(fmt::format("{}: prune needs max_steps when 'steps' is a parameter", spec.where));
-      if (spec.fixed.contains("steps") && whole(spec.fixed["steps"])) asha.max_steps = spec.fixed["steps"].get<std::int64_t>();
+      if (spec.fixed.contains("steps") && whole(spec.fixed["steps"]))
+        asha.max_steps = spec.fixed["steps"].get<std::int64_t>();
       else if (config.count("steps") && whole(config.at("steps").default_value))
         asha.max_steps = config.at("steps").default_value.get<std::int64_t>();
       else
-        throw SweepError(fmt::format("{}: prune needs max_steps (the trials' length in steps): {} has no 'steps' config "
-                                     "key", spec.where, script));
+        throw SweepError(
+            fmt::format("{}: prune needs max_steps (the trials' length in steps): {} has no 'steps' config "
+                        "key",
+                        spec.where, script));
     }
     if (asha.min_steps >= asha.max_steps)
       throw SweepError(fmt::format("{}: prune's min_steps ({}) must be below the trials' length ({} steps)", spec.where,

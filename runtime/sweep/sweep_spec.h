@@ -25,10 +25,10 @@ struct Parameter {
   std::string name;
   ParameterKind kind = ParameterKind::choice;
   nlohmann::json values = nlohmann::json::array();  // choice: the values, in order
-  double low = 0;   // uniform, log_uniform, integer: the closed range
+  double low = 0;                                   // uniform, log_uniform, integer: the closed range
   double high = 0;
-  double step = 1;  // integer: values low, low + step, ... up to high
-  bool log = false; // integer: sampled on a log scale
+  double step = 1;    // integer: values low, low + step, ... up to high
+  bool log = false;   // integer: sampled on a log scale
   std::string where;  // "sweep.lua:7": where the sweep file gives it
 };
 
@@ -45,11 +45,11 @@ struct AshaOptions {
 
 struct SweepSpec {
   std::string name;
-  std::string script;      // absolute path of the experiment script
-  std::string sweep_file;  // the sweep file as given
-  std::string where;       // "sweep.lua:3": the runner.sweep { ... } call
-  std::map<std::string, std::string> lines;  // field -> "sweep.lua:9": where the sweep file gives it
-  std::vector<Parameter> parameters;  // sorted by name
+  std::string script;                               // absolute path of the experiment script
+  std::string sweep_file;                           // the sweep file as given
+  std::string where;                                // "sweep.lua:3": the runner.sweep { ... } call
+  std::map<std::string, std::string> lines;         // field -> "sweep.lua:9": where the sweep file gives it
+  std::vector<Parameter> parameters;                // sorted by name
   nlohmann::json fixed = nlohmann::json::object();  // key -> value given to every trial
   Method method = Method::random;
   std::int64_t trials = 0;
@@ -57,10 +57,10 @@ struct SweepSpec {
   bool minimize = true;
   std::int64_t seed = 0;
   std::optional<AshaOptions> asha;
-  int slots = 0;           // 0: auto (one per visible GPU, else 1)
+  int slots = 0;  // 0: auto (one per visible GPU, else 1)
   int gpus_per_trial = 1;
   std::int64_t max_failures = 0;  // failed trials that stop the sweep (0: trials / 2 + 1)
-  int retries = 1;         // times a trial killed by a signal (the OOM killer's SIGKILL) is continued
+  int retries = 1;                // times a trial killed by a signal (the OOM killer's SIGKILL) is continued
 };
 
 // Reads runner.sweep's JSON: {name, script, sweep_file, where, lines = {field -> "file:line"}, parameters =

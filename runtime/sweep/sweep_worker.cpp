@@ -79,7 +79,8 @@ std::string counts_text(const SweepRecord& sweep, const std::vector<TrialRecord>
   if (c.paused) text += fmt::format(", paused {}", c.paused);
   if (c.stopped) text += fmt::format(", stopped {}", c.stopped);
   text += fmt::format(", done {}, pruned {}, failed {}", c.finished, c.pruned, c.failed);
-  if (c.best_trial) text += fmt::format(" | best {} {} (trial {})", sweep.spec.metric, value_text(c.best_value), *c.best_trial);
+  if (c.best_trial)
+    text += fmt::format(" | best {} {} (trial {})", sweep.spec.metric, value_text(c.best_value), *c.best_trial);
   return text;
 }
 
@@ -98,7 +99,7 @@ std::string last_lines(const std::string& path, size_t count) {
 }
 
 void make_directories(const std::string& path) {
-  for (size_t slash = path.find('/', 1); ; slash = path.find('/', slash + 1)) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
     const std::string prefix = path.substr(0, slash);
     if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
       throw std::runtime_error(fmt::format("{}: cannot create the directory: {}", prefix, std::strerror(errno)));
@@ -153,9 +154,11 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   running.pause_step = claim.pause_step;
   running.log_path = fmt::format("{}/trial-{:04d}.log", log_directory, claim.trial.trial);
   const int fd = ::open(running.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot open the trial's log: {}", running.log_path, std::strerror(errno)));
-  const std::string banner = fmt::format("==== trial {} ({}): runner {}\n", claim.trial.trial, claim.reason,
-                                         fmt::join(child.arguments, " "));
+  if (fd < 0)
+    throw std::runtime_error(
+        fmt::format("{}: cannot open the trial's log: {}", running.log_path, std::strerror(errno)));
+  const std::string banner =
+      fmt::format("==== trial {} ({}): runner {}\n", claim.trial.trial, claim.reason, fmt::join(child.arguments, " "));
   [[maybe_unused]] const ssize_t written = ::write(fd, banner.data(), banner.size());
   child.output_fd = fd;
   try {
@@ -169,19 +172,24 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   return running;
 }
 
-std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Running& running, const std::string& how) {
+std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Running& running,
+                       const std::string& how) {
   const std::string took = core::duration_text(index::now_seconds() - running.started);
   if (trial.status == "finished")
-    return fmt::format("trial {} finished: {} {} at step {} in {}", trial.trial, spec.metric, value_text(trial.metric), trial.step, took);
+    return fmt::format("trial {} finished: {} {} at step {} in {}", trial.trial, spec.metric, value_text(trial.metric),
+                       trial.step, took);
   if (trial.status == "paused")
-    return fmt::format("trial {} reached rung {} at step {}: {} {} (paused with a checkpoint; goes on if it ranks in the "
-                       "best 1/{})", trial.trial, trial.rung, trial.step, spec.metric, value_text(trial.metric),
-                       spec.asha ? spec.asha->reduction : 1);
+    return fmt::format(
+        "trial {} reached rung {} at step {}: {} {} (paused with a checkpoint; goes on if it ranks in the "
+        "best 1/{})",
+        trial.trial, trial.rung, trial.step, spec.metric, value_text(trial.metric),
+        spec.asha ? spec.asha->reduction : 1);
   if (trial.status == "stopped" && trial.error)
-    return fmt::format("trial {} was {}: it goes on from its last checkpoint (retry {} of {})", trial.trial, *trial.error,
-                       trial.retries, spec.retries);
+    return fmt::format("trial {} was {}: it goes on from its last checkpoint (retry {} of {})", trial.trial,
+                       *trial.error, trial.retries, spec.retries);
   if (trial.status == "stopped")
-    return fmt::format("trial {} stopped at step {} (continues from its checkpoint when the sweep runs again)", trial.trial, trial.step);
+    return fmt::format("trial {} stopped at step {} (continues from its checkpoint when the sweep runs again)",
+                       trial.trial, trial.step);
   return fmt::format("trial {} failed ({}): {}{}", trial.trial, how, trial.error.value_or("no error recorded"),
                      last_lines(running.log_path, 12));
 }
@@ -213,11 +221,13 @@ std::vector<Slot> sweep_slots(const SweepSpec& spec) {
   const int count = spec.slots == 0 ? 1 : spec.slots;
   const std::int64_t processes = std::int64_t{count} * spec.gpus_per_trial;
   if (processes > static_cast<std::int64_t>(cores))  // as `runner --nproc` refuses more ranks than cores
-    throw SweepError(fmt::format("{}: slots = {}{} runs {} processes at once on the CPU, more than this host's {} cores",
-                                 where_of(spec, spec.slots == 0 ? "gpus_per_trial" : "slots"), count,
-                                 spec.gpus_per_trial > 1 ? fmt::format(" of gpus_per_trial = {} ranks", spec.gpus_per_trial) : "",
-                                 processes, cores));
-  for (int s = 0; s < count; ++s) slots.push_back(Slot{"", static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)))});
+    throw SweepError(
+        fmt::format("{}: slots = {}{} runs {} processes at once on the CPU, more than this host's {} cores",
+                    where_of(spec, spec.slots == 0 ? "gpus_per_trial" : "slots"), count,
+                    spec.gpus_per_trial > 1 ? fmt::format(" of gpus_per_trial = {} ranks", spec.gpus_per_trial) : "",
+                    processes, cores));
+  for (int s = 0; s < count; ++s)
+    slots.push_back(Slot{"", static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)))});
   return slots;
 }
 
@@ -267,8 +277,9 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     for (int failures = 0;; ++failures) {
       try {
         auto recovered = [&] {
-          if (failures > 0) say(fmt::format("the index takes writes again ({}, after {} failed tr{})", what, failures,
-                                            failures == 1 ? "y" : "ies"));
+          if (failures > 0)
+            say(fmt::format("the index takes writes again ({}, after {} failed tr{})", what, failures,
+                            failures == 1 ? "y" : "ies"));
         };
         if constexpr (std::is_void_v<decltype(use())>) {
           use();
@@ -281,14 +292,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         }
       } catch (const index::IndexError& error) {
         if (failures == 0)
-          say(fmt::format("cannot write to the index ({}): {}; trying again while the trials go on", what, error.what()));
+          say(fmt::format("cannot write to the index ({}): {}; trying again while the trials go on", what,
+                          error.what()));
         const double until = index::now_seconds() + std::min(30, 1 << std::min(failures, 5));
         while (index::now_seconds() < until) {
           pollfd fd{stop_signals->fd(), POLLIN, 0};
           ::poll(&fd, 1, 200);
           if (take_stop_signals())
-            throw index::IndexError(fmt::format("{} (stopped while the index could not be written; the trials were "
-                                                "sent the stop signal)", error.what()));
+            throw index::IndexError(
+                fmt::format("{} (stopped while the index could not be written; the trials were "
+                            "sent the stop signal)",
+                            error.what()));
         }
       }
     }
@@ -298,9 +312,11 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     set_sweep_status(db, sweep.sweep, "running");
     add_worker(db, sweep.sweep, worker);
   });
-  auto counts = [&] { return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); })); };
-  // A paused trial keeps only the checkpoint a promotion continues from, a pruned one none (index::unneeded_checkpoints).
-  // A deletion that fails is said and left to `runner gc`.
+  auto counts = [&] {
+    return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); }));
+  };
+  // A paused trial keeps only the checkpoint a promotion continues from, a pruned one none
+  // (index::unneeded_checkpoints). A deletion that fails is said and left to `runner gc`.
   auto release_checkpoints = [&](const std::vector<TrialRecord>& trials, const char* whose) {
     index::GarbageReport released;
     try {
@@ -318,10 +334,10 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
 
   const std::string slot_text =
       slots.front().cuda_devices.empty()
-          ? fmt::format("{} CPU slot{} of {} thread{}", slots.size(), slots.size() == 1 ? "" : "s", slots.front().threads,
-                        slots.front().threads == 1 ? "" : "s")
-          : fmt::format("{} GPU slot{} ({} GPU{} each)", slots.size(), slots.size() == 1 ? "" : "s", spec.gpus_per_trial,
-                        spec.gpus_per_trial == 1 ? "" : "s");
+          ? fmt::format("{} CPU slot{} of {} thread{}", slots.size(), slots.size() == 1 ? "" : "s",
+                        slots.front().threads, slots.front().threads == 1 ? "" : "s")
+          : fmt::format("{} GPU slot{} ({} GPU{} each)", slots.size(), slots.size() == 1 ? "" : "s",
+                        spec.gpus_per_trial, spec.gpus_per_trial == 1 ? "" : "s");
   say(fmt::format("sweep {}: {} trials ({}) of {}, {} ({}){}; {}; trial output in {}/", sweep.name, spec.trials,
                   method_name(spec.method), spec.script, spec.metric, spec.minimize ? "min" : "max",
                   spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
@@ -382,15 +398,20 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         end.stopped_by_sweep = slot->stop_sent;
         end.pause_step = slot->pause_step;
         end.failure = core::how_it_ended(status);
-        if (WIFSIGNALED(status)) end.killed_by = WTERMSIG(status);
-        else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128) end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
-        const TrialRecord trial = retried("recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end); });
+        if (WIFSIGNALED(status))
+          end.killed_by = WTERMSIG(status);
+        else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128)
+          end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
+        const TrialRecord trial =
+            retried("recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end); });
         say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
         if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
         slot.reset();
         if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
-          const std::vector<TrialRecord> trials = retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
-          const auto failed = std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
+          const std::vector<TrialRecord> trials =
+              retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
+          const auto failed =
+              std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
           if (failed >= spec.max_failures) {
             failure_limit = true;
             say(fmt::format("{} trials failed (max_failures = {}): stopping the sweep", failed, spec.max_failures));
@@ -428,10 +449,12 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
                  core::terminal_text(now.error.value_or("too many trials failed")).c_str());
     return core::kExitError;
   }
-  say(fmt::format("sweep {} {}: {}", sweep.name, now.status == "finished" ? "finished" : "has no trial left for this worker",
+  say(fmt::format("sweep {} {}: {}", sweep.name,
+                  now.status == "finished" ? "finished" : "has no trial left for this worker",
                   counts_text(sweep, trials)));
   if (!best.empty())
-    say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec.metric, value_text(totals.best_value), best));
+    say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec.metric, value_text(totals.best_value),
+                    best));
   else if (now.status == "finished")
     say("no trial finished, so there is no best trial (every one failed or was pruned)");
   return core::kExitOk;

@@ -120,7 +120,8 @@ struct LastPromotion {
   std::string reason;
 };
 
-std::optional<LastPromotion> last_promotion(Database& db, const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
+std::optional<LastPromotion> last_promotion(Database& db, const SweepRecord& sweep,
+                                            const std::vector<TrialRecord>& trials) {
   if (!sweep.spec.asha || static_cast<std::int64_t>(trials.size()) < sweep.spec.trials) return std::nullopt;
   std::map<std::int64_t, const TrialRecord*> by_number;
   bool any_finished = false;
@@ -138,8 +139,9 @@ std::optional<LastPromotion> last_promotion(Database& db, const SweepRecord& swe
   for (auto rung = by_rung.rbegin(); rung != by_rung.rend(); ++rung) {
     const std::vector<RungResult> best_first = ranked(rung->second, sweep.spec.minimize);
     if (rung == by_rung.rbegin() && waiting_at(best_first.front(), rung->first))
-      return LastPromotion{best_first.front().trial,
-                           fmt::format("the best at rung {}, the last rung with results: runs to the end", rung->first)};
+      return LastPromotion{
+          best_first.front().trial,
+          fmt::format("the best at rung {}, the last rung with results: runs to the end", rung->first)};
     if (any_finished) return std::nullopt;
     for (const RungResult& result : best_first)
       if (waiting_at(result, rung->first))
@@ -172,9 +174,10 @@ std::optional<SweepRecord> same_definition(Database& db, const SweepSpec& spec) 
   const json wanted = sweep_json(spec);
   const json stored_json = sweep_json(stored.spec);
   if (stored_json.at("fields") != wanted.at("fields"))
-    throw SweepError(fmt::format("{}: a sweep named '{}' exists with another definition ({} differ): give this one "
-                                 "another name = \"...\", or continue that one with runner sweep --join {}",
-                                 spec.where, spec.name, describe_difference(stored_json, wanted), spec.name));
+    throw SweepError(
+        fmt::format("{}: a sweep named '{}' exists with another definition ({} differ): give this one "
+                    "another name = \"...\", or continue that one with runner sweep --join {}",
+                    spec.where, spec.name, describe_difference(stored_json, wanted), spec.name));
   return stored;
 }
 
@@ -182,7 +185,8 @@ SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
   const json wanted = sweep_json(spec);
   return index::with_transaction(db, [&] {
     if (std::optional<SweepRecord> stored = same_definition(db, spec)) return *stored;
-    Statement insert = db.prepare("INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?)");
+    Statement insert =
+        db.prepare("INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?)");
     insert.bind(1, spec.name).bind(2, spec.script).bind(3, wanted.dump()).bind(4, index::now_seconds());
     insert.run();
     Statement again = db.prepare(std::string(kSweepSelect) + " WHERE sweep = ?");
@@ -193,13 +197,15 @@ SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
 }
 
 SweepRecord load_sweep(Database& db, const std::string& reference) {
-  Statement select = db.prepare(std::string(kSweepSelect) + " WHERE name = ? OR CAST(sweep AS TEXT) = ? ORDER BY name = ? DESC");
+  Statement select =
+      db.prepare(std::string(kSweepSelect) + " WHERE name = ? OR CAST(sweep AS TEXT) = ? ORDER BY name = ? DESC");
   select.bind(1, reference).bind(2, reference).bind(3, reference);
   if (select.step()) return read_sweep(select);
   std::vector<std::string> names;
   for (const SweepRecord& sweep : list_sweeps(db)) names.push_back(sweep.name);
-  throw index::IndexError(names.empty() ? fmt::format("no sweep matches '{}': the index has no sweeps", reference)
-                                        : fmt::format("no sweep matches '{}' (sweeps: {})", reference, fmt::join(names, ", ")));
+  throw index::IndexError(names.empty()
+                              ? fmt::format("no sweep matches '{}': the index has no sweeps", reference)
+                              : fmt::format("no sweep matches '{}' (sweeps: {})", reference, fmt::join(names, ", ")));
 }
 
 std::vector<SweepRecord> list_sweeps(Database& db) {
@@ -224,11 +230,14 @@ std::vector<TrialRecord> list_trials(Database& db, std::int64_t sweep) {
   return trials;
 }
 
-void set_sweep_status(Database& db, std::int64_t sweep, const std::string& status, const std::optional<std::string>& error) {
+void set_sweep_status(Database& db, std::int64_t sweep, const std::string& status,
+                      const std::optional<std::string>& error) {
   Statement update = db.prepare("UPDATE sweeps SET status = ?, error = ?, ended_at = ? WHERE sweep = ?");
   update.bind(1, status).bind(2, error);
-  if (status == "running") update.bind_null(3);
-  else update.bind(3, index::now_seconds());
+  if (status == "running")
+    update.bind_null(3);
+  else
+    update.bind(3, index::now_seconds());
   update.bind(4, sweep);
   update.run();
 }
@@ -238,14 +247,16 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
   return index::with_transaction(db, [&]() -> std::optional<Claim> {
     const double now = index::now_seconds();
     {
-      Statement running = db.prepare("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'");
+      Statement running =
+          db.prepare("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'");
       running.bind(1, sweep.sweep);
       std::vector<std::int64_t> orphans;
       while (running.step())
         if (running.optional_text(1) != worker && worker_gone(running.optional_text(1), running.optional_real(2), now))
           orphans.push_back(running.integer(0));
       for (std::int64_t trial : orphans) {
-        Statement stop = db.prepare("UPDATE trials SET status = 'stopped', worker = NULL WHERE sweep = ? AND trial = ?");
+        Statement stop =
+            db.prepare("UPDATE trials SET status = 'stopped', worker = NULL WHERE sweep = ? AND trial = ?");
         stop.bind(1, sweep.sweep).bind(2, trial);
         stop.run();
       }
@@ -266,7 +277,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       if (trial.status != "stopped") continue;
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
       if (run && run_still_running(db, *run)) continue;  // its process is still saving; later
-      if (trial.error)  // end_trial notes why a trial killed by a signal is retried
+      if (trial.error)                                   // end_trial notes why a trial killed by a signal is retried
         return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
       return claim(trial, run, "continued");
     }
@@ -301,8 +312,8 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
     trial.trial = static_cast<std::int64_t>(trials.size()) + 1;
     trial.params = suggest(spec, trial.trial - 1, history);
     trial.created_at = now;
-    Statement insert = db.prepare(
-        "INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
+    Statement insert =
+        db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
     insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.params.dump()).bind(4, now);
     insert.run();
     return claim(trial, std::nullopt, "new");
@@ -310,7 +321,8 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
 }
 
 std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int64_t trial) {
-  Statement select = db.prepare("SELECT run FROM runs WHERE sweep = ? AND trial = ? ORDER BY started_at DESC, run DESC LIMIT 1");
+  Statement select =
+      db.prepare("SELECT run FROM runs WHERE sweep = ? AND trial = ? ORDER BY started_at DESC, run DESC LIMIT 1");
   select.bind(1, sweep).bind(2, trial);
   if (select.step()) return select.integer(0);
   return std::nullopt;
@@ -355,12 +367,14 @@ WorkerPresence worker_presence(Database& db, const SweepRecord& sweep) {
   while (trials.step()) {
     if (const std::optional<std::string> worker = trials.optional_text(0)) seen(*worker, trials.optional_real(1));
     for (const int column : {1, 2})  // its heartbeat, its end
-      if (const std::optional<double> time = trials.optional_real(column)) presence.last_seen = std::max(presence.last_seen, *time);
+      if (const std::optional<double> time = trials.optional_real(column))
+        presence.last_seen = std::max(presence.last_seen, *time);
   }
   return presence;
 }
 
-void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker, const std::vector<std::int64_t>& trials) {
+void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker,
+                      const std::vector<std::int64_t>& trials) {
   index::with_transaction(db, [&] {
     const double now = index::now_seconds();
     Statement beat = db.prepare(
@@ -377,9 +391,15 @@ void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string&
         metric = index::latest_metric(db, *run, sweep.spec.metric);
       }
       Statement update = db.prepare(
-          "UPDATE trials SET heartbeat_at = ?, run = coalesce(?, run), step = max(step, ?), metric = coalesce(?, metric) "
+          "UPDATE trials SET heartbeat_at = ?, run = coalesce(?, run), step = max(step, ?), metric = coalesce(?, "
+          "metric) "
           "WHERE sweep = ? AND trial = ? AND status = 'running'");
-      update.bind(1, index::now_seconds()).bind(2, run).bind(3, step).bind(4, metric).bind(5, sweep.sweep).bind(6, trial);
+      update.bind(1, index::now_seconds())
+          .bind(2, run)
+          .bind(3, step)
+          .bind(4, metric)
+          .bind(5, sweep.sweep)
+          .bind(6, trial);
       update.run();
     }
   });
@@ -415,9 +435,13 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
         rung_row = RungRow{trial, updated.rung + 1, point.step, point.value};
         break;
       }
-      if (rung_row) status = "paused", metric = rung_row->value;
-      else if (end.stopped_by_sweep) status = "stopped";
-      else status = "failed", error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
+      if (rung_row)
+        status = "paused", metric = rung_row->value;
+      else if (end.stopped_by_sweep)
+        status = "stopped";
+      else
+        status = "failed",
+        error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
     } else if (end.stopped_by_sweep && (end.exited_ok || !record || record->status != "failed")) {
       status = "stopped";
     } else if (end.killed_by != 0 && !end.stopped_by_sweep && updated.retries < spec.retries) {
@@ -431,20 +455,26 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
         *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
     }
     if (rung_row) {
-      Statement insert = db.prepare("INSERT OR REPLACE INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?)");
+      Statement insert =
+          db.prepare("INSERT OR REPLACE INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?)");
       insert.bind(1, sweep.sweep).bind(2, trial).bind(3, rung_row->rung).bind(4, rung_row->step);
-      if (std::isnan(rung_row->value)) insert.bind_null(5);
-      else insert.bind(5, rung_row->value);
+      if (std::isnan(rung_row->value))
+        insert.bind_null(5);
+      else
+        insert.bind(5, rung_row->value);
       insert.run();
       updated.rung = rung_row->rung;
     }
     const bool ended = status == "finished" || status == "failed";
     Statement update = db.prepare(
-        "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung = ?, "
+        "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung "
+        "= ?, "
         "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
     update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
-    if (ended) update.bind(7, index::now_seconds());
-    else update.bind_null(7);
+    if (ended)
+      update.bind(7, index::now_seconds());
+    else
+      update.bind_null(7);
     update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
     update.run();
     updated.status = status;
@@ -479,7 +509,8 @@ bool finish_if_done(Database& db, const SweepRecord& sweep) {
         "(SELECT run FROM trials WHERE sweep = ? AND status = 'paused')");
     prune_runs.bind(1, sweep.sweep);
     prune_runs.run();
-    Statement prune = db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
+    Statement prune =
+        db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
     prune.bind(1, index::now_seconds()).bind(2, sweep.sweep);
     prune.run();
     Statement update = db.prepare("UPDATE sweeps SET status = 'finished', ended_at = ?, error = NULL WHERE sweep = ?");
@@ -493,14 +524,21 @@ SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord
   SweepCounts counts;
   counts.queued = std::max<std::int64_t>(0, sweep.spec.trials - static_cast<std::int64_t>(trials.size()));
   for (const TrialRecord& trial : trials) {
-    if (trial.status == "running") ++counts.running;
-    else if (trial.status == "paused") ++counts.paused;
-    else if (trial.status == "stopped") ++counts.stopped;
-    else if (trial.status == "finished") ++counts.finished;
-    else if (trial.status == "pruned") ++counts.pruned;
-    else if (trial.status == "failed") ++counts.failed;
+    if (trial.status == "running")
+      ++counts.running;
+    else if (trial.status == "paused")
+      ++counts.paused;
+    else if (trial.status == "stopped")
+      ++counts.stopped;
+    else if (trial.status == "finished")
+      ++counts.finished;
+    else if (trial.status == "pruned")
+      ++counts.pruned;
+    else if (trial.status == "failed")
+      ++counts.failed;
     if (trial.status != "finished" || !trial.metric || std::isnan(*trial.metric)) continue;
-    if (!counts.best_value || (sweep.spec.minimize ? *trial.metric < *counts.best_value : *trial.metric > *counts.best_value)) {
+    if (!counts.best_value ||
+        (sweep.spec.minimize ? *trial.metric < *counts.best_value : *trial.metric > *counts.best_value)) {
       counts.best_value = trial.metric;
       counts.best_trial = trial.trial;
     }
@@ -509,11 +547,13 @@ SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord
 }
 
 std::vector<RungRow> rung_results(Database& db, std::int64_t sweep) {
-  Statement select = db.prepare("SELECT trial, rung, step, value FROM trial_rungs WHERE sweep = ? ORDER BY rung, trial");
+  Statement select =
+      db.prepare("SELECT trial, rung, step, value FROM trial_rungs WHERE sweep = ? ORDER BY rung, trial");
   select.bind(1, sweep);
   std::vector<RungRow> rows;
   while (select.step())
-    rows.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.integer(2), select.optional_real(3).value_or(NAN)});
+    rows.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.integer(2),
+                    select.optional_real(3).value_or(NAN)});
   return rows;
 }
 

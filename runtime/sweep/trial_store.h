@@ -24,13 +24,13 @@ struct TrialRecord {
   nlohmann::json params = nlohmann::json::object();
   std::optional<std::int64_t> run;
   std::string status;
-  int rung = 0;              // the last rung reached (rungs count from 1; 0: none yet)
+  int rung = 0;                  // the last rung reached (rungs count from 1; 0: none yet)
   std::optional<double> metric;  // the latest objective value: the final one once finished
   std::int64_t step = 0;
   std::optional<std::string> worker;  // "host:pid" of the worker running it
   std::optional<std::string> error;
-  int segments = 0;          // times a worker started or continued it
-  int retries = 0;           // times it was continued after a signal killed it
+  int segments = 0;  // times a worker started or continued it
+  int retries = 0;   // times it was continued after a signal killed it
   double created_at = 0;
   std::optional<double> ended_at;
 };
@@ -101,11 +101,11 @@ WorkerPresence worker_presence(index::Database& db, const SweepRecord& sweep);
 
 // How a trial's process ended, as the worker saw it.
 struct TrialEnd {
-  bool exited_ok = false;       // exit status 0
-  bool stopped_by_sweep = false; // the worker sent it a stop signal
-  int killed_by = 0;            // the signal that killed it (or, under --nproc, one of its ranks); 0: none
+  bool exited_ok = false;         // exit status 0
+  bool stopped_by_sweep = false;  // the worker sent it a stop signal
+  int killed_by = 0;              // the signal that killed it (or, under --nproc, one of its ranks); 0: none
   std::optional<std::int64_t> pause_step;
-  std::string failure;          // how it ended and its last lines, for a failed trial
+  std::string failure;  // how it ended and its last lines, for a failed trial
 };
 // Records the end from the trial's run in the index: finished (its objective's final value), paused at a
 // rung (the value at the first step >= pause_step), stopped, or failed. A trial killed by a signal the

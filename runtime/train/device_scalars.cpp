@@ -25,7 +25,8 @@ DeviceScalars::DeviceScalars(std::size_t count, c10::Device device) {
 
 void DeviceScalars::write(const std::vector<double>& values) {
   if (values.size() != elements_.size()) {
-    throw std::invalid_argument(fmt::format("device scalars: {} values for {} places", values.size(), elements_.size()));
+    throw std::invalid_argument(
+        fmt::format("device scalars: {} values for {} places", values.size(), elements_.size()));
   }
   if (values.empty()) return;
   const bool captured = core::stream_capturing(values_.device());

@@ -34,7 +34,7 @@ class DeviceScalars {
   std::size_t size() const { return elements_.size(); }
   // Writes `values` (size() of them, else std::invalid_argument), rounded to float32, and starts the copy.
   void write(const std::vector<double>& values);
-  const at::Tensor& values() const { return values_; }  // float32 [size()] on the device
+  const at::Tensor& values() const { return values_; }                                // float32 [size()] on the device
   const at::Tensor& element(std::size_t index) const { return elements_.at(index); }  // 0-dim view of values()
 
  private:

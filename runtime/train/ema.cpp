@@ -21,14 +21,14 @@ namespace {
 constexpr const char* kStateError = "ema state: ";
 constexpr const char* kHyperError = "ema hyperparameters: ";
 
-
 void validate(const EmaOptions& options) {
   const auto fail = [](const std::string& what) { throw std::invalid_argument("ema: " + what); };
   if (!(options.decay >= 0 && options.decay <= 1)) fail(fmt::format("decay must be in [0, 1], got {}", options.decay));
   if (!(options.min_decay >= 0 && options.min_decay <= options.decay)) {
     fail(fmt::format("min_decay must be in [0, decay], got {}", options.min_decay));
   }
-  if (options.update_after_step < 0) fail(fmt::format("update_after_step must be >= 0, got {}", options.update_after_step));
+  if (options.update_after_step < 0)
+    fail(fmt::format("update_after_step must be >= 0, got {}", options.update_after_step));
   if (!(options.inv_gamma > 0)) fail(fmt::format("inv_gamma must be > 0, got {}", options.inv_gamma));
   if (!(options.power > 0)) fail(fmt::format("power must be > 0, got {}", options.power));
   if (options.update_every < 1) fail(fmt::format("update_every must be >= 1, got {}", options.update_every));
@@ -37,7 +37,8 @@ void validate(const EmaOptions& options) {
 at::ScalarType shadow_dtype(at::ScalarType dtype) { return dtype == at::kDouble ? at::kDouble : at::kFloat; }
 
 // Empty tensors like `like` (shape, device) with the given dtypes, then one _foreach_copy_ from `sources`.
-std::vector<at::Tensor> converted_copies(const std::vector<at::Tensor>& sources, const std::vector<at::ScalarType>& dtypes) {
+std::vector<at::Tensor> converted_copies(const std::vector<at::Tensor>& sources,
+                                         const std::vector<at::ScalarType>& dtypes) {
   std::vector<at::Tensor> copies;
   copies.reserve(sources.size());
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -50,7 +51,8 @@ std::vector<at::Tensor> converted_copies(const std::vector<at::Tensor>& sources,
 // Equal counts and shapes of shadow and source tensors, both defined.
 void check_pairs(const char* what, const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources) {
   if (shadow.size() != sources.size()) {
-    throw std::invalid_argument(fmt::format("ema: the EMA has {} {}s, the model {}", shadow.size(), what, sources.size()));
+    throw std::invalid_argument(
+        fmt::format("ema: the EMA has {} {}s, the model {}", shadow.size(), what, sources.size()));
   }
   for (std::size_t i = 0; i < shadow.size(); ++i) {
     if (!shadow[i].defined() || !sources[i].defined()) {
@@ -58,7 +60,8 @@ void check_pairs(const char* what, const std::vector<at::Tensor>& shadow, const 
     }
     if (shadow[i].sizes() != sources[i].sizes()) {
       throw std::invalid_argument(fmt::format("ema: {} {} has shape {} in the EMA and {} in the model", what, i + 1,
-                                              core::shape_text(shadow[i].sizes()), core::shape_text(sources[i].sizes())));
+                                              core::shape_text(shadow[i].sizes()),
+                                              core::shape_text(sources[i].sizes())));
     }
   }
 }
@@ -93,7 +96,8 @@ UpdatePairs update_pairs(const std::vector<at::Tensor>& shadow, const std::vecto
   }
   if (!converted_sources.empty()) {
     const std::vector<at::Tensor> converted = converted_copies(converted_sources, converted_dtypes);
-    for (std::size_t k = 0; k < converted_positions.size(); ++k) pairs.averaged_sources[converted_positions[k]] = converted[k];
+    for (std::size_t k = 0; k < converted_positions.size(); ++k)
+      pairs.averaged_sources[converted_positions[k]] = converted[k];
   }
   return pairs;
 }
@@ -110,7 +114,8 @@ void copy_unaveraged(const UpdatePairs& pairs, const std::vector<at::Tensor>& sh
 }
 
 void check_update_weight(const at::Tensor& one_minus_decay) {
-  if (!one_minus_decay.defined() || one_minus_decay.numel() != 1 || !at::isFloatingType(one_minus_decay.scalar_type())) {
+  if (!one_minus_decay.defined() || one_minus_decay.numel() != 1 ||
+      !at::isFloatingType(one_minus_decay.scalar_type())) {
     throw std::invalid_argument("ema: the update weight 1 - decay must be a one-element floating tensor");
   }
 }
@@ -119,7 +124,8 @@ void check_update_weight(const at::Tensor& one_minus_decay) {
 
 void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Tensor>& sources,
                 const std::vector<at::Tensor>& shadow_buffers, const std::vector<at::Tensor>& buffers, double decay) {
-  if (!(decay >= 0 && decay <= 1)) throw std::invalid_argument(fmt::format("ema: decay must be in [0, 1], got {}", decay));
+  if (!(decay >= 0 && decay <= 1))
+    throw std::invalid_argument(fmt::format("ema: decay must be in [0, 1], got {}", decay));
   at::NoGradGuard no_grad;
   const UpdatePairs pairs = update_pairs(shadow, sources, shadow_buffers, buffers);
   if (!pairs.averaged_shadow.empty()) at::_foreach_lerp_(pairs.averaged_shadow, pairs.averaged_sources, 1 - decay);
@@ -141,7 +147,8 @@ void ema_update(const std::vector<at::Tensor>& shadow, const std::vector<at::Ten
   std::vector<std::pair<at::Device, at::ScalarType>> kinds;
   std::vector<std::vector<std::size_t>> members;
   for (std::size_t i = 0; i < pairs.averaged_shadow.size(); ++i) {
-    const std::pair<at::Device, at::ScalarType> kind{pairs.averaged_shadow[i].device(), pairs.averaged_shadow[i].scalar_type()};
+    const std::pair<at::Device, at::ScalarType> kind{pairs.averaged_shadow[i].device(),
+                                                     pairs.averaged_shadow[i].scalar_type()};
     const auto position = static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
     if (position == kinds.size()) {
       kinds.push_back(kind);
@@ -194,9 +201,8 @@ Ema::Ema(std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, Em
 double Ema::current_decay(std::int64_t step) const {
   const std::int64_t s = std::max<std::int64_t>(0, step - options_.update_after_step - 1);
   if (s <= 0) return 0.0;
-  double value = options_.warmup
-                     ? 1 - std::pow(1 + static_cast<double>(s) / options_.inv_gamma, -options_.power)
-                     : options_.decay;
+  double value =
+      options_.warmup ? 1 - std::pow(1 + static_cast<double>(s) / options_.inv_gamma, -options_.power) : options_.decay;
   value = std::min(value, options_.decay);
   return std::max(value, options_.min_decay);
 }
@@ -228,7 +234,8 @@ void Ema::update(std::int64_t step, const at::Tensor& one_minus_decay) {
 
 void Ema::copy_to(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers) const {
   if (params.size() != shadow_.size()) {
-    throw std::invalid_argument(fmt::format("ema: copy_to got {} parameters, the EMA has {}", params.size(), shadow_.size()));
+    throw std::invalid_argument(
+        fmt::format("ema: copy_to got {} parameters, the EMA has {}", params.size(), shadow_.size()));
   }
   if (!buffers.empty() && buffers.size() != shadow_buffers_.size()) {
     throw std::invalid_argument(
@@ -243,9 +250,10 @@ void Ema::copy_to(std::vector<at::Tensor> params, std::vector<at::Tensor> buffer
   }
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     if (!buffers[i].defined() || buffers[i].sizes() != shadow_buffers_[i].sizes()) {
-      throw std::invalid_argument(fmt::format("ema: copy_to buffer {} has shape {}, the shadow has {}", i,
-                                              buffers[i].defined() ? core::shape_text(buffers[i].sizes()) : "(undefined)",
-                                              core::shape_text(shadow_buffers_[i].sizes())));
+      throw std::invalid_argument(
+          fmt::format("ema: copy_to buffer {} has shape {}, the shadow has {}", i,
+                      buffers[i].defined() ? core::shape_text(buffers[i].sizes()) : "(undefined)",
+                      core::shape_text(shadow_buffers_[i].sizes())));
     }
   }
   at::NoGradGuard no_grad;
@@ -270,9 +278,9 @@ void Ema::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor
   for (const auto& [name, tensor] : tensors) {
     const auto found = expected.find(name);
     if (found == expected.end()) {
-      throw std::invalid_argument(fmt::format(
-          "{}unexpected tensor name '{}' (expected param<I> for I < {} and buffer<I> for I < {})", kStateError, name,
-          shadow_.size(), shadow_buffers_.size()));
+      throw std::invalid_argument(
+          fmt::format("{}unexpected tensor name '{}' (expected param<I> for I < {} and buffer<I> for I < {})",
+                      kStateError, name, shadow_.size(), shadow_buffers_.size()));
     }
     if (loaded.count(name)) throw std::invalid_argument(fmt::format("{}duplicate tensor '{}'", kStateError, name));
     if (!tensor.defined()) throw std::invalid_argument(fmt::format("{}'{}' is an undefined tensor", kStateError, name));
@@ -283,7 +291,8 @@ void Ema::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor
     }
     if (tensor.scalar_type() != target.scalar_type()) {
       throw std::invalid_argument(fmt::format("{}'{}' has dtype {}, expected {}", kStateError, name,
-                                              core::dtype_name(tensor.scalar_type()), core::dtype_name(target.scalar_type())));
+                                              core::dtype_name(tensor.scalar_type()),
+                                              core::dtype_name(target.scalar_type())));
     }
     loaded.emplace(name, tensor);
   }

@@ -78,7 +78,7 @@ class Ema {
   const std::vector<at::Tensor>& shadow() const { return shadow_; }
   const std::vector<at::Tensor>& shadow_buffers() const { return shadow_buffers_; }
   const EmaOptions& options() const { return options_; }
-  std::int64_t update_count() const { return update_count_; }       // updates applied
+  std::int64_t update_count() const { return update_count_; }          // updates applied
   std::int64_t last_update_step() const { return last_update_step_; }  // 0 before the first
 
   // Writes the shadow into `params` (and the shadow buffers into `buffers`, when given), cast to each target's

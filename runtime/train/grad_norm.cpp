@@ -14,7 +14,8 @@ namespace runner::train {
 at::Tensor total_norm(const std::vector<at::Tensor>& grads, double norm_type, std::vector<at::Tensor>* per_tensor) {
   if (grads.empty()) throw std::invalid_argument("the gradient norm of no tensors");
   std::map<std::pair<std::string, at::ScalarType>, std::vector<std::size_t>> buckets;
-  for (std::size_t i = 0; i < grads.size(); ++i) buckets[{grads[i].device().str(), grads[i].scalar_type()}].push_back(i);
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    buckets[{grads[i].device().str(), grads[i].scalar_type()}].push_back(i);
   if (per_tensor) per_tensor->assign(grads.size(), at::Tensor());
   std::vector<at::Tensor> norms;
   for (auto& [key, members] : buckets) {

@@ -10,8 +10,8 @@
 namespace runner::train {
 
 LossScaler::LossScaler(const LossScalerOptions& options, const at::Device& device) : options_(options) {
-  if (!(options.init_scale > 0) || !(options.growth_factor > 1) || !(options.backoff_factor > 0 && options.backoff_factor < 1) ||
-      options.growth_interval < 1)
+  if (!(options.init_scale > 0) || !(options.growth_factor > 1) ||
+      !(options.backoff_factor > 0 && options.backoff_factor < 1) || options.growth_interval < 1)
     throw std::invalid_argument(fmt::format(
         "loss scaler: init_scale must be > 0, growth_factor > 1, backoff_factor in (0, 1) and growth_interval >= 1 "
         "(got {}, {}, {}, {})",
@@ -34,8 +34,10 @@ at::Tensor LossScaler::unscale(const std::vector<at::Tensor>& gradients) {
     const at::Device device = group.front().device();
     at::Tensor device_found = found_inf.to(device);
     at::_amp_foreach_non_finite_check_and_unscale_(group, device_found, inv_scale.to(device));
-    if (device != found_inf.device()) found_inf.add_(device_found.to(found_inf.device()));
-    else found_inf = device_found;
+    if (device != found_inf.device())
+      found_inf.add_(device_found.to(found_inf.device()));
+    else
+      found_inf = device_found;
   }
   return found_inf.clamp_max(1.0);
 }
@@ -56,9 +58,12 @@ std::vector<std::pair<std::string, at::Tensor>> LossScaler::state_tensors() cons
 void LossScaler::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   at::Tensor scale, tracker;
   for (const auto& [name, tensor] : tensors) {
-    if (name == "scale") scale = tensor;
-    else if (name == "growth_tracker") tracker = tensor;
-    else throw std::invalid_argument("loss scaler state: unknown tensor '" + name + "'");
+    if (name == "scale")
+      scale = tensor;
+    else if (name == "growth_tracker")
+      tracker = tensor;
+    else
+      throw std::invalid_argument("loss scaler state: unknown tensor '" + name + "'");
   }
   if (!scale.defined() || !tracker.defined())
     throw std::invalid_argument("loss scaler state: needs 'scale' and 'growth_tracker'");

@@ -80,14 +80,22 @@ std::int64_t state_count(const nlohmann::json& state, const char* key) {
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   const LrScheduleOptions& o = options_;
   const std::string& kind = o.kind;
-  if (kind == "constant") kind_ = Kind::constant;
-  else if (kind == "linear") kind_ = Kind::linear;
-  else if (kind == "cosine") kind_ = Kind::cosine;
-  else if (kind == "step") kind_ = Kind::step;
-  else if (kind == "multistep") kind_ = Kind::multistep;
-  else if (kind == "exponential") kind_ = Kind::exponential;
-  else if (kind == "plateau") kind_ = Kind::plateau;
-  else fail(fmt::format("kind must be one of {}, got '{}'", kKinds, kind));
+  if (kind == "constant")
+    kind_ = Kind::constant;
+  else if (kind == "linear")
+    kind_ = Kind::linear;
+  else if (kind == "cosine")
+    kind_ = Kind::cosine;
+  else if (kind == "step")
+    kind_ = Kind::step;
+  else if (kind == "multistep")
+    kind_ = Kind::multistep;
+  else if (kind == "exponential")
+    kind_ = Kind::exponential;
+  else if (kind == "plateau")
+    kind_ = Kind::plateau;
+  else
+    fail(fmt::format("kind must be one of {}, got '{}'", kKinds, kind));
 
   if (o.warmup_steps < 0) fail(fmt::format("warmup_steps must be an integer >= 0, got {}", o.warmup_steps));
   if (o.warmup_start_factor) in_unit_interval(*o.warmup_start_factor, "warmup_start_factor");
@@ -102,18 +110,21 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
   require_unset(kind_ != Kind::step && kind_ != Kind::multistep && kind_ != Kind::exponential && o.gamma.has_value(),
                 "gamma", kind, "step, multistep, exponential");
   require_unset(kind_ != Kind::multistep && !o.milestones.empty(), "milestones", kind, "multistep");
-  const std::pair<bool, const char*> plateau_options[] = {
-      {o.mode.has_value(), "mode"},           {o.factor.has_value(), "factor"},
-      {o.patience.has_value(), "patience"},   {o.threshold.has_value(), "threshold"},
-      {o.threshold_mode.has_value(), "threshold_mode"}, {o.cooldown.has_value(), "cooldown"},
-      {o.eps.has_value(), "eps"}};
+  const std::pair<bool, const char*> plateau_options[] = {{o.mode.has_value(), "mode"},
+                                                          {o.factor.has_value(), "factor"},
+                                                          {o.patience.has_value(), "patience"},
+                                                          {o.threshold.has_value(), "threshold"},
+                                                          {o.threshold_mode.has_value(), "threshold_mode"},
+                                                          {o.cooldown.has_value(), "cooldown"},
+                                                          {o.eps.has_value(), "eps"}};
   for (const auto& [set, name] : plateau_options) require_unset(!plateau && set, name, kind, "plateau");
 
   // The options it uses, with PyTorch's defaults.
   if (linear_or_cosine) total_steps_ = required_at_least(o.total_steps, 1, "total_steps", kind);
   if (linear_or_cosine || plateau) min_lr_factor_ = in_unit_interval(o.min_lr_factor.value_or(0.0), "min_lr_factor");
   if (kind_ == Kind::step) step_size_ = required_at_least(o.step_size, 1, "step_size", kind);
-  if (kind_ == Kind::exponential && !o.gamma) fail("gamma is required by the exponential schedule (a number in (0, 1])");
+  if (kind_ == Kind::exponential && !o.gamma)
+    fail("gamma is required by the exponential schedule (a number in (0, 1])");
   if (kind_ == Kind::step || kind_ == Kind::multistep || kind_ == Kind::exponential) {
     gamma_ = checked_gamma(o.gamma.value_or(0.1));
   }
@@ -150,22 +161,26 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
 
 double LrSchedule::main_factor(std::int64_t t) const {
   switch (kind_) {
-    case Kind::constant: return 1.0;
+    case Kind::constant:
+      return 1.0;
     case Kind::linear:
       return 1.0 + (min_lr_factor_ - 1.0) * static_cast<double>(std::min(t, total_steps_)) /
                        static_cast<double>(total_steps_);
     case Kind::cosine:
       if (t >= total_steps_) return min_lr_factor_;
-      return min_lr_factor_ + (1.0 - min_lr_factor_) *
-                                  (1.0 + std::cos(std::numbers::pi * static_cast<double>(t) /
-                                                  static_cast<double>(total_steps_))) / 2.0;
-    case Kind::step: return std::pow(gamma_, static_cast<double>(t / step_size_));
+      return min_lr_factor_ +
+             (1.0 - min_lr_factor_) *
+                 (1.0 + std::cos(std::numbers::pi * static_cast<double>(t) / static_cast<double>(total_steps_))) / 2.0;
+    case Kind::step:
+      return std::pow(gamma_, static_cast<double>(t / step_size_));
     case Kind::multistep: {
       const auto& m = options_.milestones;
       return std::pow(gamma_, static_cast<double>(std::upper_bound(m.begin(), m.end(), t) - m.begin()));
     }
-    case Kind::exponential: return std::pow(gamma_, static_cast<double>(t));
-    case Kind::plateau: return plateau_.factor;
+    case Kind::exponential:
+      return std::pow(gamma_, static_cast<double>(t));
+    case Kind::plateau:
+      return plateau_.factor;
   }
   return 1.0;
 }
@@ -233,12 +248,12 @@ void LrSchedule::load_state(const nlohmann::json& state) {
   if (kind != options_.kind) {
     fail_state(fmt::format("the state is for the {} schedule, not {}", kind, options_.kind));
   }
-  static const char* const plateau_keys[] = {"kind", "factor", "best", "num_bad_epochs", "cooldown_counter",
-                                             "observations"};
+  static const char* const plateau_keys[] = {"kind",           "factor",           "best",
+                                             "num_bad_epochs", "cooldown_counter", "observations"};
   const bool plateau = kind_ == Kind::plateau;
   for (const auto& [key, value] : state.items()) {
-    const bool known = key == "kind" || (plateau && std::find(std::begin(plateau_keys), std::end(plateau_keys),
-                                                              key) != std::end(plateau_keys));
+    const bool known = key == "kind" || (plateau && std::find(std::begin(plateau_keys), std::end(plateau_keys), key) !=
+                                                        std::end(plateau_keys));
     if (!known) fail_state(fmt::format("unknown key '{}' for the {} schedule", key, options_.kind));
   }
   if (!plateau) return;
@@ -269,7 +284,9 @@ void LrSchedule::load_state(const nlohmann::json& state) {
 std::string LrSchedule::describe() const {
   std::string text;
   switch (kind_) {
-    case Kind::constant: text = "constant"; break;
+    case Kind::constant:
+      text = "constant";
+      break;
     case Kind::linear:
     case Kind::cosine:
       text = fmt::format("{} over {} to {}x", options_.kind, plural(total_steps_, "step"), number(min_lr_factor_));
@@ -282,7 +299,9 @@ std::string LrSchedule::describe() const {
       text = fmt::format("multistep x{} at step{} {}", number(gamma_), options_.milestones.size() == 1 ? "" : "s",
                          join(options_.milestones));
       break;
-    case Kind::exponential: text = fmt::format("exponential x{} per step", number(gamma_)); break;
+    case Kind::exponential:
+      text = fmt::format("exponential x{} per step", number(gamma_));
+      break;
     case Kind::plateau:
       text = fmt::format("reduce on plateau x{} ({} metric, patience {}, threshold {} {}, cooldown {}, floor {}x)",
                          number(plateau_multiplier_), mode_max_ ? "max" : "min", patience_, number(threshold_),

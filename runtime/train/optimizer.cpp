@@ -58,9 +58,10 @@ std::vector<Bucket> buckets_with_grad(const std::vector<at::Tensor>& params) {
     if (!grad.defined()) continue;
     if (grad.is_sparse()) throw std::invalid_argument("optimizer: sparse gradients are not supported");
     if (grad.scalar_type() != param.scalar_type() || grad.device() != param.device()) {
-      throw std::invalid_argument(fmt::format("optimizer: a gradient of dtype {} on {} for a parameter of dtype {} on {}",
-                                              core::dtype_name(grad.scalar_type()), grad.device().str(),
-                                              core::dtype_name(param.scalar_type()), param.device().str()));
+      throw std::invalid_argument(
+          fmt::format("optimizer: a gradient of dtype {} on {} for a parameter of dtype {} on {}",
+                      core::dtype_name(grad.scalar_type()), grad.device().str(), core::dtype_name(param.scalar_type()),
+                      param.device().str()));
     }
     auto found = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& bucket) {
       return bucket.device == param.device() && bucket.dtype == param.scalar_type();
@@ -89,7 +90,8 @@ std::vector<std::string> entries_of(OptimizerKind kind, const ParamGroup& group)
 // Parses "group<G>.param<P>.<entry>" with canonical decimal indices; false if the text has another form.
 bool parse_state_name(const std::string& name, std::size_t& group, std::size_t& param, std::string& entry) {
   const auto number = [](const std::string& text, std::size_t& value) {
-    if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (text.empty() || text.size() > 9 ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       return false;
     }
     if (text.size() > 1 && text[0] == '0') return false;
@@ -118,9 +120,12 @@ double json_number(const nlohmann::json& object, const char* key, const std::str
 
 std::string optimizer_kind_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::adam: return "adam";
-    case OptimizerKind::adamw: return "adamw";
+    case OptimizerKind::sgd:
+      return "sgd";
+    case OptimizerKind::adam:
+      return "adam";
+    case OptimizerKind::adamw:
+      return "adamw";
   }
   return "?";
 }
@@ -145,13 +150,16 @@ Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, Optimiz
     validate_group(kind_, groups_[g], g);
     for (std::size_t p = 0; p < groups_[g].params.size(); ++p) {
       const at::Tensor& param = groups_[g].params[p];
-      if (!param.defined()) throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} is undefined", g + 1, p + 1));
+      if (!param.defined())
+        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} is undefined", g + 1, p + 1));
       if (!at::isFloatingType(param.scalar_type())) {
-        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} has dtype {}; parameters must be floating point",
-                                                g + 1, p + 1, core::dtype_name(param.scalar_type())));
+        throw std::invalid_argument(
+            fmt::format("optimizer group {}: parameter {} has dtype {}; parameters must be floating point", g + 1,
+                        p + 1, core::dtype_name(param.scalar_type())));
       }
       if (!seen.insert(param.unsafeGetTensorImpl()).second) {
-        throw std::invalid_argument(fmt::format("optimizer group {}: parameter {} appears more than once", g + 1, p + 1));
+        throw std::invalid_argument(
+            fmt::format("optimizer group {}: parameter {} appears more than once", g + 1, p + 1));
       }
     }
     state_.emplace_back(groups_[g].params.size());
@@ -161,9 +169,12 @@ Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, Optimiz
 
 bool Optimizer::use_fused(const at::Tensor& param) const {
   switch (implementation_) {
-    case OptimizerImplementation::foreach: return false;
-    case OptimizerImplementation::fused: return true;
-    case OptimizerImplementation::automatic: return param.is_cuda();
+    case OptimizerImplementation::foreach:
+      return false;
+    case OptimizerImplementation::fused:
+      return true;
+    case OptimizerImplementation::automatic:
+      return param.is_cuda();
   }
   return false;
 }
@@ -178,7 +189,8 @@ bool Optimizer::capturable() const {
 void Optimizer::init_state(const at::Tensor& param, bool amsgrad, ParamState& state) const {
   if (kind_ == OptimizerKind::sgd) return;  // momentum buffers are created from the first grad
   // adam.py _init_group: a float32 step on the CPU for foreach, on the parameter's device for fused.
-  state.step = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU));
+  state.step =
+      at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU));
   state.step_value = 0;
   state.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
   state.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
@@ -241,12 +253,12 @@ void Optimizer::step_adam_group(std::size_t g, bool capturable) {
         const at::Tensor lr = lr_tensor_on(g, params.front().device());
         if (decoupled) {
           at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, group.beta1, group.beta2,
-                            group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false, /*grad_scale=*/std::nullopt,
-                            found_inf);
+                            group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false,
+                            /*grad_scale=*/std::nullopt, found_inf);
         } else {
           at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, group.beta1, group.beta2,
-                           group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false, /*grad_scale=*/std::nullopt,
-                           found_inf);
+                           group.weight_decay, group.eps, group.amsgrad, /*maximize=*/false,
+                           /*grad_scale=*/std::nullopt, found_inf);
         }
       } else if (decoupled) {
         at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group.lr, group.beta1,
@@ -340,8 +352,8 @@ void Optimizer::step_sgd_group(std::size_t g, bool capturable) {
           at::_fused_sgd_(step_params, step_grads, buffers, group.weight_decay, group.momentum, lr, group.dampening,
                           group.nesterov, /*maximize=*/false, is_first_step, /*grad_scale=*/std::nullopt, found_inf);
         } else {
-          at::_fused_sgd_(step_params, step_grads, buffers, group.weight_decay, group.momentum, group.lr, group.dampening,
-                          group.nesterov, /*maximize=*/false, is_first_step);
+          at::_fused_sgd_(step_params, step_grads, buffers, group.weight_decay, group.momentum, group.lr,
+                          group.dampening, group.nesterov, /*maximize=*/false, is_first_step);
         }
       };
       if (!momentum) {
@@ -352,7 +364,8 @@ void Optimizer::step_sgd_group(std::size_t g, bool capturable) {
       // empty_like(grad); parameters whose first grad comes later get their own call with is_first_step. The
       // buffers start as zeros here: what a step skipped by found_inf leaves (see the header).
       if (!with_buffer.empty()) {
-        fused_sgd(pick(params, with_buffer), pick(grads, with_buffer), buffers_at(with_buffer), /*is_first_step=*/false);
+        fused_sgd(pick(params, with_buffer), pick(grads, with_buffer), buffers_at(with_buffer),
+                  /*is_first_step=*/false);
       }
       if (!without_buffer.empty()) {
         for (std::size_t k : without_buffer) state_[g][bucket.indices[k]].momentum_buffer = at::zeros_like(grads[k]);
@@ -396,21 +409,25 @@ void Optimizer::step_sgd_group(std::size_t g, bool capturable) {
 void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& group : groups_) {
     for (at::Tensor& param : group.params) {
-      if (set_to_none) param.mutable_grad().reset();
-      else if (param.grad().defined()) param.mutable_grad().detach_().zero_();
+      if (set_to_none)
+        param.mutable_grad().reset();
+      else if (param.grad().defined())
+        param.mutable_grad().detach_().zero_();
     }
   }
 }
 
 void Optimizer::check_group(std::size_t group) const {
   if (group >= groups_.size()) {
-    throw std::out_of_range(fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group + 1, groups_.size()));
+    throw std::out_of_range(
+        fmt::format("optimizer: group {} does not exist (the optimizer has {} groups)", group + 1, groups_.size()));
   }
 }
 
 void Optimizer::set_lr(std::size_t group, double lr) {
   check_group(group);
-  if (!(lr >= 0)) throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group + 1, lr));
+  if (!(lr >= 0))
+    throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group + 1, lr));
   groups_[group].lr = lr;
   LrTensor& lr_tensor = lr_tensors_[group];
   if (lr_tensor.given) lr_tensor = LrTensor{};
@@ -420,7 +437,8 @@ void Optimizer::set_lr(std::size_t group, double lr) {
 void Optimizer::set_lr(std::size_t group, double lr, const at::Tensor& device_lr) {
   check_group(group);
   if (!device_lr.defined() || device_lr.numel() != 1 || !at::isFloatingType(device_lr.scalar_type())) {
-    throw std::invalid_argument(fmt::format("optimizer group {}: the lr tensor must be a one-element floating tensor", group + 1));
+    throw std::invalid_argument(
+        fmt::format("optimizer group {}: the lr tensor must be a one-element floating tensor", group + 1));
   }
   set_lr(group, lr);
   lr_tensors_[group] = LrTensor{device_lr, /*given=*/true, /*current=*/true};
@@ -435,7 +453,8 @@ const at::Tensor& Optimizer::lr_tensor(std::size_t group) {
   check_group(group);
   LrTensor& lr = lr_tensors_[group];
   if (lr.given) return lr.tensor;
-  const at::Device device = groups_[group].params.empty() ? at::Device(at::kCPU) : groups_[group].params.front().device();
+  const at::Device device =
+      groups_[group].params.empty() ? at::Device(at::kCPU) : groups_[group].params.front().device();
   if (!lr.tensor.defined() || lr.tensor.device() != device) {
     lr.tensor = at::empty({}, at::TensorOptions().dtype(device.is_cuda() ? at::kFloat : at::kDouble).device(device));
     lr.current = false;
@@ -471,19 +490,21 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
   std::map<std::pair<std::size_t, std::size_t>, std::map<std::string, at::Tensor>> loaded;
   std::set<std::string> names;
   for (const auto& [name, tensor] : tensors) {
-    if (!names.insert(name).second) throw std::invalid_argument(fmt::format("{}duplicate tensor '{}'", kStateError, name));
+    if (!names.insert(name).second)
+      throw std::invalid_argument(fmt::format("{}duplicate tensor '{}'", kStateError, name));
     std::size_t g = 0, p = 0;
     std::string entry;
     const bool parsed = parse_state_name(name, g, p, entry);
     if (parsed && g >= groups_.size()) {
       throw std::invalid_argument(
-          fmt::format("{}'{}' names group {} (group<G> counts from 0), but the optimizer has {} groups", kStateError, name, g + 1, groups_.size()));
+          fmt::format("{}'{}' names group {} (group<G> counts from 0), but the optimizer has {} groups", kStateError,
+                      name, g + 1, groups_.size()));
     }
     const std::vector<std::string> expected = parsed ? entries_of(kind_, groups_[g]) : std::vector<std::string>{};
     if (!parsed || std::find(expected.begin(), expected.end(), entry) == expected.end()) {
       if (parsed && kind_ == OptimizerKind::sgd && expected.empty() && entry == "momentum_buffer") {
-        throw std::invalid_argument(
-            fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state", kStateError, name, g + 1));
+        throw std::invalid_argument(fmt::format("{}'{}' is not expected: group {} has no momentum and keeps no state",
+                                                kStateError, name, g + 1));
       }
       if (parsed && kind_ != OptimizerKind::sgd && entry == "max_exp_avg_sq") {
         throw std::invalid_argument(
@@ -496,12 +517,13 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
         entries = any_amsgrad ? "step, exp_avg, exp_avg_sq or max_exp_avg_sq (amsgrad groups)"
                               : "step, exp_avg or exp_avg_sq";
       }
-      throw std::invalid_argument(fmt::format("{}unexpected tensor name '{}' (expected group<G>.param<P>.<entry> with entry {})",
-                                              kStateError, name, entries));
+      throw std::invalid_argument(
+          fmt::format("{}unexpected tensor name '{}' (expected group<G>.param<P>.<entry> with entry {})", kStateError,
+                      name, entries));
     }
     if (p >= groups_[g].params.size()) {
-      throw std::invalid_argument(fmt::format("{}'{}' names parameter {} of group {}, which has {} parameters", kStateError,
-                                              name, p + 1, g + 1, groups_[g].params.size()));
+      throw std::invalid_argument(fmt::format("{}'{}' names parameter {} of group {}, which has {} parameters",
+                                              kStateError, name, p + 1, g + 1, groups_[g].params.size()));
     }
     if (!tensor.defined()) throw std::invalid_argument(fmt::format("{}'{}' is an undefined tensor", kStateError, name));
     const at::Tensor& param = groups_[g].params[p];
@@ -524,8 +546,8 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
       if (!entries.count(entry)) missing.push_back(entry);
     }
     if (!missing.empty()) {
-      throw std::invalid_argument(fmt::format("{}incomplete state for group{}.param{}: missing {}", kStateError, key.first,
-                                              key.second, fmt::join(missing, ", ")));
+      throw std::invalid_argument(fmt::format("{}incomplete state for group{}.param{}: missing {}", kStateError,
+                                              key.first, key.second, fmt::join(missing, ", ")));
     }
   }
 
@@ -542,8 +564,9 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
       continue;
     }
     const at::Tensor& step = entries.at("step");
-    target.step = at::empty({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU))
-                      .copy_(step);
+    target.step =
+        at::empty({}, at::TensorOptions().dtype(at::kFloat).device(use_fused(param) ? param.device() : at::kCPU))
+            .copy_(step);
     target.step_value = step.item<float>();
     target.exp_avg = like_param(entries.at("exp_avg"));
     target.exp_avg_sq = like_param(entries.at("exp_avg_sq"));
@@ -603,8 +626,9 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
       throw std::invalid_argument(fmt::format("{}missing or invalid 'params' in {}", kHyperError, where));
     }
     if (params->get<std::int64_t>() != static_cast<std::int64_t>(updated[g].params.size())) {
-      throw std::invalid_argument(fmt::format("{}group {} has {} parameters, this optimizer's group {} has {}", kHyperError,
-                                              g + 1, params->get<std::int64_t>(), g + 1, updated[g].params.size()));
+      throw std::invalid_argument(fmt::format("{}group {} has {} parameters, this optimizer's group {} has {}",
+                                              kHyperError, g + 1, params->get<std::int64_t>(), g + 1,
+                                              updated[g].params.size()));
     }
     ParamGroup& group = updated[g];
     group.lr = json_number(entry, "lr", where);
@@ -627,8 +651,8 @@ void Optimizer::load_hyperparameters(const nlohmann::json& hyperparameters) {
         throw std::invalid_argument(fmt::format("{}non-boolean 'amsgrad' in {}", kHyperError, where));
       }
       group.amsgrad = amsgrad != entry.end() && amsgrad->get<bool>();
-      const bool has_state = std::any_of(state_[g].begin(), state_[g].end(),
-                                         [](const ParamState& state) { return state.step.defined(); });
+      const bool has_state =
+          std::any_of(state_[g].begin(), state_[g].end(), [](const ParamState& state) { return state.step.defined(); });
       if (group.amsgrad != groups_[g].amsgrad && has_state) {
         throw std::invalid_argument(fmt::format(
             "{}group {} has amsgrad {}, this optimizer's group {} has amsgrad {} and keeps state for its parameters",

@@ -72,7 +72,8 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
   } else {
     line = fmt::format("step {}", snapshot.step);
   }
-  for (const auto& [name, value] : snapshot.values) line += fmt::format("  {} {}", core::terminal_text(name, core::TextLines::escaped), format_value(value));
+  for (const auto& [name, value] : snapshot.values)
+    line += fmt::format("  {} {}", core::terminal_text(name, core::TextLines::escaped), format_value(value));
   if (snapshot.lr) line += fmt::format("  lr {:.2e}", *snapshot.lr);
   if (rate_ > 0) {
     line += rate_ >= 1 ? fmt::format("  {:.2f} it/s", rate_) : fmt::format("  {:.2f} s/it", 1.0 / rate_);
@@ -91,7 +92,8 @@ void ProgressDisplay::emit(const std::string& text, bool final) {
   } else {
     if (!core::has_open_line(out_)) drawn_width_ = 0;  // other output ended the line: start a new one
     std::string line = text;
-    if (options_.width > 0 && line.size() > static_cast<size_t>(options_.width)) line.resize(static_cast<size_t>(options_.width));
+    if (options_.width > 0 && line.size() > static_cast<size_t>(options_.width))
+      line.resize(static_cast<size_t>(options_.width));
     // Pad over what the previous, longer line left on screen.
     const size_t pad = drawn_width_ > line.size() ? drawn_width_ - line.size() : 0;
     std::fprintf(out_, "\r%s%s%s", line.c_str(), std::string(pad, ' ').c_str(), final ? "\n" : "");

@@ -13,19 +13,19 @@
 namespace runner::train {
 
 struct ProgressOptions {
-  int64_t total_steps = 0;          // 0: unknown (no percentage, no ETA)
-  int64_t batch = 0;                // images per step, for images/s (0: not shown)
-  bool terminal = false;            // redraw one line in place (true) or print plain lines (false)
-  double redraw_seconds = 0.2;      // terminal: at most this often
-  double line_seconds = 30.0;       // plain lines: at most this often (and at the first and last step)
-  int width = 0;                    // terminal: truncate to this many columns (0: no limit)
+  int64_t total_steps = 0;      // 0: unknown (no percentage, no ETA)
+  int64_t batch = 0;            // images per step, for images/s (0: not shown)
+  bool terminal = false;        // redraw one line in place (true) or print plain lines (false)
+  double redraw_seconds = 0.2;  // terminal: at most this often
+  double line_seconds = 30.0;   // plain lines: at most this often (and at the first and last step)
+  int width = 0;                // terminal: truncate to this many columns (0: no limit)
 };
 
 struct ProgressSnapshot {
-  int64_t step = 0;                                     // optimizer steps done
+  int64_t step = 0;                                    // optimizer steps done
   std::vector<std::pair<std::string, double>> values;  // e.g. {"loss", 0.12}, shown in order
   std::optional<double> lr;
-  std::optional<double> memory_bytes;                   // device memory in use
+  std::optional<double> memory_bytes;  // device memory in use
 };
 
 class ProgressDisplay {

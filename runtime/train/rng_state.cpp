@@ -17,9 +17,7 @@
 namespace runner::train {
 namespace {
 
-at::Generator default_generator(const c10::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
+at::Generator default_generator(const c10::Device& device) { return at::globalContext().defaultGenerator(device); }
 
 std::optional<c10::Device> device_of_entry(const std::string& name) {
   if (name == "rng.cpu") return c10::Device(c10::kCPU);
@@ -44,7 +42,8 @@ std::vector<std::pair<std::string, at::Tensor>> capture_rng_states() {
   };
   capture("rng.cpu", c10::Device(c10::kCPU));
   const int cuda_devices = core::cuda_available() ? core::cuda_device_count() : 0;
-  for (int i = 0; i < cuda_devices; ++i) capture(fmt::format("rng.cuda.{}", i), c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+  for (int i = 0; i < cuda_devices; ++i)
+    capture(fmt::format("rng.cuda.{}", i), c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
   return states;
 }
 
@@ -55,8 +54,10 @@ void restore_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& s
     const auto device = device_of_entry(name);
     if (!device) throw std::invalid_argument(fmt::format("rng state: unknown entry '{}'", name));
     if (device->is_cuda() && device->index() >= cuda_devices)
-      throw std::invalid_argument(fmt::format("rng state: '{}' was saved on a CUDA device this process does not have "
-                                              "({} visible)", name, cuda_devices));
+      throw std::invalid_argument(
+          fmt::format("rng state: '{}' was saved on a CUDA device this process does not have "
+                      "({} visible)",
+                      name, cuda_devices));
     if (!state.defined() || state.scalar_type() != at::kByte || state.dim() != 1 || !state.device().is_cpu())
       throw std::invalid_argument(fmt::format("rng state: '{}' must be a one-dimensional uint8 CPU tensor", name));
     has_cpu = has_cpu || device->is_cpu();
@@ -91,7 +92,8 @@ std::vector<std::pair<std::string, at::Tensor>> decode_rng_states(const std::str
     if (count_text.empty() || count_text.find_first_not_of("0123456789") != std::string::npos || count_text.size() > 12)
       throw std::invalid_argument(fmt::format("rng state: entry '{}' has no byte count", name));
     const std::size_t count = std::stoull(count_text);
-    if (count > bytes.size() - count_end - 1) throw std::invalid_argument(fmt::format("rng state: entry '{}' is truncated", name));
+    if (count > bytes.size() - count_end - 1)
+      throw std::invalid_argument(fmt::format("rng state: entry '{}' is truncated", name));
     at::Tensor state = at::empty({static_cast<std::int64_t>(count)}, at::kByte);
     std::memcpy(state.data_ptr(), bytes.data() + count_end + 1, count);
     states.emplace_back(name, state);

@@ -22,7 +22,8 @@ std::int64_t parse_step(const std::string& text, std::string_view part) {
   std::int64_t value = 0;
   const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
   if (part.empty() || error != std::errc() || end != part.data() + part.size() || value < 1)
-    throw std::invalid_argument(fmt::format("profile: '{}' is not a step range: expected A:B or A, steps from 1", text));
+    throw std::invalid_argument(
+        fmt::format("profile: '{}' is not a step range: expected A:B or A, steps from 1", text));
   return value;
 }
 

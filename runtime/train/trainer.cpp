@@ -59,23 +59,28 @@ class AutocastScope {
 
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
-    case Precision::bf16: return at::kBFloat16;
-    case Precision::fp16: return at::kHalf;
-    case Precision::fp32: return std::nullopt;
+    case Precision::bf16:
+      return at::kBFloat16;
+    case Precision::fp16:
+      return at::kHalf;
+    case Precision::fp32:
+      return std::nullopt;
   }
   return std::nullopt;
 }
 
 std::string describe_range(const std::string& name, const at::Tensor& tensor) {
   if (!tensor.defined()) return name + " (none)";
-  std::string text = fmt::format("{} {} {}", name, core::shape_text(tensor.sizes()), c10::toString(tensor.scalar_type()));
+  std::string text =
+      fmt::format("{} {} {}", name, core::shape_text(tensor.sizes()), c10::toString(tensor.scalar_type()));
   if (tensor.numel() == 0) return text + " (empty)";
   const at::Tensor values = tensor.detach().to(at::kCPU).to(at::kDouble);
   const at::Tensor finite = at::isfinite(values);
   const int64_t bad = values.numel() - finite.sum().item<int64_t>();
   if (bad < values.numel()) {
     const at::Tensor finite_values = values.masked_select(finite);
-    text += fmt::format(" range [{:.6g}, {:.6g}]", finite_values.min().item<double>(), finite_values.max().item<double>());
+    text +=
+        fmt::format(" range [{:.6g}, {:.6g}]", finite_values.min().item<double>(), finite_values.max().item<double>());
   }
   if (bad > 0) text += fmt::format(", {} non-finite", bad);
   return text;
@@ -99,8 +104,10 @@ std::string list_nonfinite(const NamedTensorList& tensors) {
   for (const auto& [name, tensor] : tensors) {
     const std::string counts = nonfinite_counts(tensor.detach());
     if (counts.empty()) continue;
-    if (found.size() < 8) found.push_back(fmt::format("{} ({})", name, counts));
-    else ++more;
+    if (found.size() < 8)
+      found.push_back(fmt::format("{} ({})", name, counts));
+    else
+      ++more;
   }
   if (found.empty()) return "none";
   return fmt::format("{}", fmt::join(found, ", ")) + (more ? fmt::format(" and {} more", more) : "");
@@ -113,7 +120,8 @@ Precision resolve_precision(const std::string& amp, const c10::Device& device) {
   if (amp == "bf16" || amp == "bfloat16") return Precision::bf16;
   if (amp == "fp32" || amp == "none" || amp == "float32") return Precision::fp32;
   if (amp == "fp16" || amp == "float16") {
-    if (!device.is_cuda()) throw std::invalid_argument("amp 'fp16' needs a CUDA device (use 'bf16' or 'fp32' on the CPU)");
+    if (!device.is_cuda())
+      throw std::invalid_argument("amp 'fp16' needs a CUDA device (use 'bf16' or 'fp32' on the CPU)");
     return Precision::fp16;
   }
   throw std::invalid_argument(fmt::format("amp must be auto, bf16, fp16 or fp32, got '{}'", amp));
@@ -121,9 +129,12 @@ Precision resolve_precision(const std::string& amp, const c10::Device& device) {
 
 std::string precision_name(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "fp32";
 }
@@ -143,17 +154,21 @@ struct Trainer::Events {
 // A step's stop latch on its way to the host, and what the report of its non-finite values says.
 struct Trainer::PendingStop {
   std::int64_t step = 0;
-  at::Tensor flag;                    // float [1] on the host (pinned on CUDA)
-  std::optional<c10::Event> copied;   // CUDA: the copy into `flag` is done
+  at::Tensor flag;                   // float [1] on the host (pinned on CUDA)
+  std::optional<c10::Event> copied;  // CUDA: the copy into `flag` is done
   std::vector<at::Tensor> micro_losses;
-  NamedTensorList grad_norms;         // the trainable parameters' gradient norms, by name
+  NamedTensorList grad_norms;  // the trainable parameters' gradient norms, by name
   NamedTensorList inputs;
 };
 
 Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
                  std::vector<EmaOptions> emas, StepOptions options, c10::Device device)
-    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)), device_(device),
-      precision_(resolve_precision(options_.amp, device)), events_(std::make_unique<Events>()) {
+    : model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      options_(std::move(options)),
+      device_(device),
+      precision_(resolve_precision(options_.amp, device)),
+      events_(std::make_unique<Events>()) {
   if (options_.accumulate < 1)
     throw std::invalid_argument(fmt::format("accumulate must be 1 or more, got {}", options_.accumulate));
   if (options_.clip && !(*options_.clip > 0))
@@ -167,7 +182,8 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     for (const auto& p : groups[g].params) {
       auto it = names.find(p.unsafeGetTensorImpl());
       if (it == names.end())
-        throw std::invalid_argument(fmt::format("parameter group {} holds a tensor that is not a parameter of the model", g + 1));
+        throw std::invalid_argument(
+            fmt::format("parameter group {} holds a tensor that is not a parameter of the model", g + 1));
       trainable_.emplace_back(it->second, p);
     }
   }
@@ -247,8 +263,10 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
 
   mark(0);
   // Data parallel: the gradients are views of the averager's buckets, zeroed in place (set_to_none would drop them).
-  if (gradients_) gradients_->start_step();
-  else optimizer_->zero_grad();
+  if (gradients_)
+    gradients_->start_step();
+  else
+    optimizer_->zero_grad();
   const int64_t count = options_.accumulate;
   std::vector<at::Tensor> micro_losses;
   for (int64_t micro = 0; micro < count; ++micro) {
@@ -258,11 +276,13 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
       loss = loss_of(micro, count);
     }
     if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())
-      throw std::invalid_argument(fmt::format("the loss function must return a floating-point scalar tensor, got {}",
-                                              loss.defined() ? core::shape_text(loss.sizes()) + " " + c10::toString(loss.scalar_type())
-                                                             : std::string("nothing")));
+      throw std::invalid_argument(
+          fmt::format("the loss function must return a floating-point scalar tensor, got {}",
+                      loss.defined() ? core::shape_text(loss.sizes()) + " " + c10::toString(loss.scalar_type())
+                                     : std::string("nothing")));
     if (!loss.requires_grad())
-      throw std::invalid_argument("the loss does not require grad: it was computed without the model's parameters or under no_grad");
+      throw std::invalid_argument(
+          "the loss does not require grad: it was computed without the model's parameters or under no_grad");
     at::Tensor objective = loss.reshape({}).to(at::kFloat);
     if (count > 1) objective = objective / static_cast<double>(count);
     if (scaler_) objective = scaler_->scale_loss(objective);
@@ -397,8 +417,10 @@ std::string Trainer::nonfinite_report(const PendingStop& pending) const {
   for (const auto& [name, norm] : pending.grad_norms) {
     const double value = norm.item<double>();
     if (std::isfinite(value)) continue;
-    if (gradients.size() < 8) gradients.push_back(fmt::format("{} (norm {})", name, std::isnan(value) ? "NaN" : "inf"));
-    else ++more;
+    if (gradients.size() < 8)
+      gradients.push_back(fmt::format("{} (norm {})", name, std::isnan(value) ? "NaN" : "inf"));
+    else
+      ++more;
   }
   std::vector<std::string> input_ranges;
   for (const auto& [name, tensor] : pending.inputs) input_ranges.push_back(describe_range(name, tensor));
@@ -406,7 +428,9 @@ std::string Trainer::nonfinite_report(const PendingStop& pending) const {
       "non-finite values at step {}: loss per micro-batch [{}]; gradients: {}; parameters: {}; inputs: {} (its "
       "update and those of later steps were skipped; stopped after step {})",
       pending.step, fmt::join(losses, ", "),
-      gradients.empty() ? std::string("none") : fmt::format("{}", fmt::join(gradients, ", ")) + (more ? fmt::format(" and {} more", more) : ""),
+      gradients.empty()
+          ? std::string("none")
+          : fmt::format("{}", fmt::join(gradients, ", ")) + (more ? fmt::format(" and {} more", more) : ""),
       list_nonfinite(model_.parameters),
       input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")), step_);
 }

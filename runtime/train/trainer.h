@@ -48,10 +48,10 @@ struct NonFiniteError : std::runtime_error {
 // (the binding reads the whole TrainerOptions table into bindings::TrainerOptions, whose `step` this is).
 struct StepOptions {
   std::string amp = "auto";
-  std::int64_t accumulate = 1;         // micro-batches per optimizer step
-  std::optional<double> clip;          // max global L2 norm of the gradients
+  std::int64_t accumulate = 1;  // micro-batches per optimizer step
+  std::optional<double> clip;   // max global L2 norm of the gradients
   NonFinitePolicy on_nonfinite = NonFinitePolicy::skip;
-  LossScalerOptions scaler;            // fp16 only
+  LossScalerOptions scaler;                      // fp16 only
   dist::GradientAveragingOptions data_parallel;  // with more than one rank
 };
 
@@ -179,7 +179,7 @@ class Trainer {
   std::int64_t state_version_ = 0;
   at::Tensor skipped_;
   std::unique_ptr<Events> events_;
-  at::Tensor stop_latch_;                    // float [1] on the device: a step under on_nonfinite = "stop" failed
+  at::Tensor stop_latch_;  // float [1] on the device: a step under on_nonfinite = "stop" failed
   std::unique_ptr<PendingStop> pending_stop_;
   StepTiming timing_;
   std::function<void(std::int64_t)> observer_;

@@ -85,7 +85,8 @@ TEST_CASE("a partial last batch is split as evenly as it goes; a rank left witho
 }
 
 TEST_CASE("a batch that does not split over the ranks, or no full batch, is refused with the numbers", "[data]") {
-  CHECK_THROWS_WITH(order_of(10, 5, 0, 2), "loader: batch 5 (the global batch of all ranks) does not split evenly over 2 ranks");
+  CHECK_THROWS_WITH(order_of(10, 5, 0, 2),
+                    "loader: batch 5 (the global batch of all ranks) does not split evenly over 2 ranks");
   CHECK_THROWS_WITH(order_of(3, 4, 0, 1, true, true), "loader: 3 samples make no full batch of 4 with drop_last");
   CHECK(order_of(3, 4).batches_per_epoch() == 1);
 }

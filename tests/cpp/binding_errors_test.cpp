@@ -80,9 +80,10 @@ TEST_CASE("a Lua error raised inside a binding unwinds its C++ frames", "[bindin
 TEST_CASE("errors from bindings can be caught by pcall in the script and the state stays usable", "[bindings]") {
   LuaState lua;
   destructor_runs = 0;
-  CHECK(run_chunk(lua.L, "for i = 1, 100 do\n"
-                         "  local ok, err = pcall(throws_std_exception)\n"
-                         "  assert(not ok and err == 'exp.lua:2: converted boom', err)\n"
-                         "end") == "ok");
+  CHECK(run_chunk(lua.L,
+                  "for i = 1, 100 do\n"
+                  "  local ok, err = pcall(throws_std_exception)\n"
+                  "  assert(not ok and err == 'exp.lua:2: converted boom', err)\n"
+                  "end") == "ok");
   CHECK(destructor_runs == 100);
 }

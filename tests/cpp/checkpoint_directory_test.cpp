@@ -19,8 +19,9 @@ using runner::testing::TempDir;
 namespace {
 
 std::vector<CheckpointFileContent> sample_files(float fill, int64_t elements = 1000) {
-  return {{"model.safetensors", {{"w", at::full({elements}, fill)}, {"b", at::arange(5, at::kFloat)}}, {{"kind", "model"}}},
-          {"state.safetensors", {{"step", at::tensor({static_cast<int64_t>(fill)})}}, {}}};
+  return {
+      {"model.safetensors", {{"w", at::full({elements}, fill)}, {"b", at::arange(5, at::kFloat)}}, {{"kind", "model"}}},
+      {"state.safetensors", {{"step", at::tensor({static_cast<int64_t>(fill)})}}, {}}};
 }
 
 std::string read_text(const std::string& path) {
@@ -80,7 +81,8 @@ TEST_CASE("verification names each missing, truncated or damaged file", "[checkp
   std::filesystem::remove(dir + "/manifest.json");
   const auto problems = verify_checkpoint(run.path, written.path, written.files);
   REQUIRE(problems.size() == 3);
-  CHECK(problems[0] == "model.safetensors: 1200 bytes, expected " + std::to_string(model_bytes) + " (truncated or replaced)");
+  CHECK(problems[0] ==
+        "model.safetensors: 1200 bytes, expected " + std::to_string(model_bytes) + " (truncated or replaced)");
   CHECK(problems[1] == "state.safetensors: sha256 differs (damaged)");
   CHECK(problems[2] == "manifest.json: missing");
   CHECK(verify_checkpoint(run.path, "checkpoints/step-0000008", written.files) ==
@@ -130,8 +132,9 @@ TEST_CASE("a write that fails (disk full) leaves the previous checkpoint intact 
 TEST_CASE("checkpoint arguments are checked", "[checkpoint]") {
   TempDir run("checkpoint-test");
   CHECK_THROWS_WITH(write_checkpoint(run.path, -1, sample_files(1)), "checkpoint step must be >= 0, got -1");
-  CHECK_THROWS_WITH(write_checkpoint(run.path, 1, {{"../x", {}, {}}}),
-                    "checkpoint file name '../x' is not allowed: use letters, digits, '_', '-' and '.' (not manifest.json)");
+  CHECK_THROWS_WITH(
+      write_checkpoint(run.path, 1, {{"../x", {}, {}}}),
+      "checkpoint file name '../x' is not allowed: use letters, digits, '_', '-' and '.' (not manifest.json)");
   auto twice = sample_files(1);
   twice.push_back(twice[0]);
   CHECK_THROWS_WITH(write_checkpoint(run.path, 1, twice), "checkpoint file 'model.safetensors' is given twice");
@@ -141,8 +144,8 @@ TEST_CASE("checkpoint arguments are checked", "[checkpoint]") {
 TEST_CASE("rotation keeps the last K and the best N, and never the last good one", "[checkpoint]") {
   using runner::ckpt::RotationCandidate;
   using runner::ckpt::RotationPolicy;
-  std::vector<RotationCandidate> candidates = {
-      {1, 100, 0.50}, {2, 200, 0.20}, {3, 300, 0.40}, {4, 400, 0.30}, {5, 500, 0.60}, {6, 600, std::nullopt}};
+  std::vector<RotationCandidate> candidates = {{1, 100, 0.50}, {2, 200, 0.20}, {3, 300, 0.40},
+                                               {4, 400, 0.30}, {5, 500, 0.60}, {6, 600, std::nullopt}};
   CHECK(checkpoints_to_drop(candidates, {2, 0, true}) == std::vector<int64_t>{1, 2, 3, 4});
   CHECK(checkpoints_to_drop(candidates, {2, 1, true}) == std::vector<int64_t>{1, 3, 4});
   CHECK(checkpoints_to_drop(candidates, {1, 2, false}) == std::vector<int64_t>{2, 3, 4});

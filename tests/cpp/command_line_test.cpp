@@ -28,7 +28,8 @@ cli::CommandOptions index_like() {
 }  // namespace
 
 TEST_CASE("the command line parser reads values, flags and positionals in any order", "[cli]") {
-  const cli::CommandLine line = parse({"a", "--limit", "3", "--json", "b", "-o", "x.html", "--join=", "--", "--c"}, index_like());
+  const cli::CommandLine line =
+      parse({"a", "--limit", "3", "--json", "b", "-o", "x.html", "--join=", "--", "--c"}, index_like());
   CHECK(line.positional == std::vector<std::string>{"a", "b", "--c"});
   CHECK(line.value("--limit") == "3");
   CHECK(line.value("-o") == "x.html");
@@ -56,7 +57,8 @@ TEST_CASE("the top-level command line ends its options at the script and passes 
   options.flags = {"--fresh"};
   options.options_end_at_first_positional = true;
   options.double_dash_ends_options = false;
-  const cli::CommandLine line = parse({"--fresh", "--profile=3:5", "train.lua", "lr=0.1", "--fresh", "--", "x", "--y"}, options);
+  const cli::CommandLine line =
+      parse({"--fresh", "--profile=3:5", "train.lua", "lr=0.1", "--fresh", "--", "x", "--y"}, options);
   CHECK(line.positional == std::vector<std::string>{"train.lua"});
   CHECK(line.after_positional == std::vector<std::string>{"lr=0.1", "--fresh"});
   CHECK(line.passthrough == std::vector<std::string>{"x", "--y"});

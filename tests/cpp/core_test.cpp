@@ -64,9 +64,11 @@ TEST_CASE("text printed from data cannot drive the terminal", "[core]") {
   CHECK(terminal_text("line one\r\nline\ttwo") == "line one\\r\nline\ttwo");
   CHECK(terminal_text("line one\r\nline\ttwo", TextLines::escaped) == "line one\\r\\nline\\ttwo");
   // C1 controls (U+009B is CSI), bidirectional overrides, and bytes that are not UTF-8.
-  CHECK(terminal_text("\xc2\x9b" "31m") == "\\u009b31m");
+  CHECK(terminal_text("\xc2\x9b"
+                      "31m") == "\\u009b31m");
   CHECK(terminal_text("abc\u202edcba") == "abc\\u202edcba");
-  CHECK(terminal_text("\x9b" "31m \xff \xc3") == "\\x9b31m \\xff \\xc3");
+  CHECK(terminal_text("\x9b"
+                      "31m \xff \xc3") == "\\x9b31m \\xff \\xc3");
   CHECK(terminal_text("\xe0\x80\x80") == "\\xe0\\x80\\x80");  // an overlong encoding
   CHECK(terminal_text(std::string_view("nul\0byte", 8)) == "nul\\x00byte");
 }

@@ -7,10 +7,10 @@
 #include "runtime/core/device.h"
 
 // Catch2 v2 has no SKIP: the warning carries the marker ctest looks for.
-#define SKIP_WITHOUT_CUDA(what)                                                \
-  do {                                                                         \
-    if (!runner::core::cuda_available()) {                                     \
-      WARN("SKIP: no CUDA device: " << (what));                                \
-      return;                                                                  \
-    }                                                                          \
+#define SKIP_WITHOUT_CUDA(what)                 \
+  do {                                          \
+    if (!runner::core::cuda_available()) {      \
+      WARN("SKIP: no CUDA device: " << (what)); \
+      return;                                   \
+    }                                           \
   } while (false)

@@ -45,21 +45,25 @@ struct DiffusionSetup {
     train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
     group.lr = 1e-2;
     for (const auto& [name, p] : model.parameters) group.params.push_back(p);
-    auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
+    auto optimizer =
+        std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
     train::StepOptions trainer_options;
     trainer_options.accumulate = accumulate;
-    trainer = std::make_shared<train::Trainer>(model, optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{},
-                                               trainer_options, c10::Device(c10::kCPU));
+    trainer =
+        std::make_shared<train::Trainer>(model, optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{},
+                                         trainer_options, c10::Device(c10::kCPU));
     diff::ScheduleOptions schedule;
     schedule.timesteps = 100;
     diff::LossOptions loss;
     loss.min_snr_gamma = 5.0;
-    training = {diff::make_schedule(schedule), loss, diff::TimestepSampling{}, std::make_shared<diff::SampleStreams>(11)};
+    training = {diff::make_schedule(schedule), loss, diff::TimestepSampling{},
+                std::make_shared<diff::SampleStreams>(11)};
     const diff::Denoiser denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
                                                  const std::optional<at::Tensor>& labels) mutable {
       return net->forward(x, t, labels);
     };
-    objective = std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.5, 3}, std::nullopt);
+    objective =
+        std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.5, 3}, std::nullopt);
     trainer->set_objective(objective);
   }
 };
@@ -91,7 +95,9 @@ TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed los
   const at::Tensor dropped = at::where(streams.label_drop(keys, 0.5, at::kCPU), at::full_like(labels, 3), labels);
   CHECK(!at::equal(dropped, labels));  // the dropout is exercised
   const diff::Denoiser denoiser = [net = setup.unet](const at::Tensor& x, const at::Tensor& tt,
-                                                     const std::optional<at::Tensor>& l) mutable { return net->forward(x, tt, l); };
+                                                     const std::optional<at::Tensor>& l) mutable {
+    return net->forward(x, tt, l);
+  };
   at::Tensor expected;
   {
     at::NoGradGuard no_grad;
@@ -109,7 +115,8 @@ TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed los
   for (const auto& p : setup.unet->parameters()) moved += at::equal(p, before[index++]) ? 0 : 1;
   CHECK(moved == before.size());
   CHECK(streams.counter() == 0);  // loader keys: the running keys are untouched
-  CHECK(setup.objective->describe() == "diffusion loss (eps prediction, uniform timesteps, min-SNR 5, 3 classes, label dropout 0.5)");
+  CHECK(setup.objective->describe() ==
+        "diffusion loss (eps prediction, uniform timesteps, min-SNR 5, 3 classes, label dropout 0.5)");
 }
 
 TEST_CASE("a diffusion step over micro-batches averages their losses, each keyed by its own samples",

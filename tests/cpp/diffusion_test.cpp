@@ -46,9 +46,12 @@ Denoiser oracle(const NoiseSchedule& schedule, const at::Tensor& x_star, Predict
     const at::Tensor star = x_star.to(at::kDouble);
     const at::Tensor eps = (x64 - abar.sqrt() * star) / (1 - abar).sqrt();
     switch (prediction) {
-      case Prediction::eps: return eps.to(at::kFloat);
-      case Prediction::x0: return star.to(at::kFloat);
-      case Prediction::v: return (abar.sqrt() * eps - (1 - abar).sqrt() * star).to(at::kFloat);
+      case Prediction::eps:
+        return eps.to(at::kFloat);
+      case Prediction::x0:
+        return star.to(at::kFloat);
+      case Prediction::v:
+        return (abar.sqrt() * eps - (1 - abar).sqrt() * star).to(at::kFloat);
     }
     return at::Tensor();
   };
@@ -83,7 +86,8 @@ TEST_CASE("linear schedule: DDPM endpoints at T = 1000, guided-diffusion scaling
   CHECK(at_index(half.betas, 0) == Approx(2e-4).epsilon(1e-12));
   CHECK(at_index(half.betas, 499) == Approx(0.04).epsilon(1e-12));
 
-  const NoiseSchedule custom = make_schedule({.kind = "linear", .timesteps = 1000, .beta_start = 1e-3, .beta_end = 0.01});
+  const NoiseSchedule custom =
+      make_schedule({.kind = "linear", .timesteps = 1000, .beta_start = 1e-3, .beta_end = 0.01});
   CHECK(at_index(custom.betas, 0) == Approx(1e-3).epsilon(1e-12));
   CHECK(at_index(custom.betas, 999) == Approx(0.01).epsilon(1e-12));
 
@@ -219,7 +223,8 @@ TEST_CASE("training loss: a model that returns the target has zero loss for ever
       CHECK(labels->item<std::int64_t>() == 4);
       return prediction_target(s, prediction, x0, t, noise).clone();
     };
-    const LossTerms terms = training_loss(s, model, x0, t, noise, at::tensor({4}, at::kLong), {.prediction = prediction});
+    const LossTerms terms =
+        training_loss(s, model, x0, t, noise, at::tensor({4}, at::kLong), {.prediction = prediction});
     CHECK(calls == 1);
     CHECK(terms.mse.sizes() == at::IntArrayRef({3}));
     CHECK(terms.loss.dim() == 0);
@@ -351,10 +356,12 @@ TEST_CASE("sampling timesteps: round(linspace(0, T - 1, S)) with ties to even, d
   CHECK(sampling_timesteps(8, 3) == std::vector<std::int64_t>{7, 4, 0});  // 3.5 rounds to 4
   CHECK(sampling_timesteps(1000, 1) == std::vector<std::int64_t>{0});
   CHECK(sampling_timesteps(1000, 50).size() == 50);
-  REQUIRE_THROWS_WITH(sampling_timesteps(1000, 0), "sampling steps must be between 1 and the schedule's 1000 "
-                                                   "timesteps, got 0");
-  REQUIRE_THROWS_WITH(sampling_timesteps(1000, 1001), "sampling steps must be between 1 and the schedule's 1000 "
-                                                      "timesteps, got 1001");
+  REQUIRE_THROWS_WITH(sampling_timesteps(1000, 0),
+                      "sampling steps must be between 1 and the schedule's 1000 "
+                      "timesteps, got 0");
+  REQUIRE_THROWS_WITH(sampling_timesteps(1000, 1001),
+                      "sampling steps must be between 1 and the schedule's 1000 "
+                      "timesteps, got 1001");
 }
 
 TEST_CASE("DDIM (any eta) and DDPM reach a single data point under its exact denoiser", "[diffusion]") {
@@ -373,9 +380,9 @@ TEST_CASE("DDIM (any eta) and DDPM reach a single data point under its exact den
             return at::randn_like(like);
           };
           const at::Tensor x_T = at::randn({2, 3, 4, 4}) * 3;
-          const SampleResult result = sample(s, oracle(s, x_star, prediction), x_T, std::nullopt,
-                                             {.sampler = sampler, .steps = steps, .eta = eta, .prediction = prediction},
-                                             noise);
+          const SampleResult result =
+              sample(s, oracle(s, x_star, prediction), x_T, std::nullopt,
+                     {.sampler = sampler, .steps = steps, .eta = eta, .prediction = prediction}, noise);
           CHECK(max_abs_difference(result.x, x_star) < 1e-4);
           CHECK(result.x.scalar_type() == at::kFloat);
           const std::size_t noisy_steps = (std::string(sampler) == "ddim" && eta == 0) ? 0 : steps - 1;
@@ -398,8 +405,7 @@ TEST_CASE("DDIM with eta 0 follows the chain of x0 predictions", "[diffusion]") 
   CHECK(at::equal(result.trajectory.front(), x_T));
   CHECK(at::equal(result.trajectory.back(), result.x));
   const at::Tensor expected = x_T.to(at::kDouble) / std::sqrt(at_index(s.alphas_cumprod, 999));
-  CHECK((result.x.to(at::kDouble) - expected).abs().max().item<double>() <
-        1e-5 * expected.abs().max().item<double>());
+  CHECK((result.x.to(at::kDouble) - expected).abs().max().item<double>() < 1e-5 * expected.abs().max().item<double>());
   // After the first step (999 -> 946, the second visited timestep of 20):
   const std::int64_t second = sampling_timesteps(1000, 20)[1];
   const double ratio = std::sqrt(at_index(s.alphas_cumprod, second) / at_index(s.alphas_cumprod, 999));
@@ -407,8 +413,8 @@ TEST_CASE("DDIM with eta 0 follows the chain of x0 predictions", "[diffusion]") 
 
   // eta > 0 adds sigma z with sigma = eta sqrt((1 - abar') / (1 - abar)) sqrt(1 - abar / abar'); z = 1 here.
   const NoiseSource ones = [](std::int64_t, const at::Tensor& like) { return at::ones_like(like); };
-  const SampleResult noisy = sample(s, zero_eps(), x_T, std::nullopt,
-                                    {.steps = 2, .eta = 0.6, .clip = false, .keep_trajectory = true}, ones);
+  const SampleResult noisy =
+      sample(s, zero_eps(), x_T, std::nullopt, {.steps = 2, .eta = 0.6, .clip = false, .keep_trajectory = true}, ones);
   const double abar = at_index(s.alphas_cumprod, 999), abar_prev = at_index(s.alphas_cumprod, 0);
   const double sigma = 0.6 * std::sqrt((1 - abar_prev) / (1 - abar)) * std::sqrt(1 - abar / abar_prev);
   const at::Tensor expected_first = std::sqrt(abar_prev / abar) * x_T + sigma;
@@ -429,10 +435,9 @@ TEST_CASE("DDPM steps: respaced posterior mean and small, large and learned vari
   const NoiseSource ones = [](std::int64_t, const at::Tensor& like) { return at::ones_like(like); };
 
   const auto first_step = [&](const Denoiser& model, const std::string& variance_kind) {
-    const SampleResult result = sample(s, model, x_T, std::nullopt,
-                                       {.sampler = "ddpm", .steps = 2, .variance = variance_kind, .clip = false,
-                                        .keep_trajectory = true},
-                                       ones);
+    const SampleResult result = sample(
+        s, model, x_T, std::nullopt,
+        {.sampler = "ddpm", .steps = 2, .variance = variance_kind, .clip = false, .keep_trajectory = true}, ones);
     REQUIRE(result.trajectory.size() == 3);
     return result.trajectory[1];
   };
@@ -452,8 +457,7 @@ TEST_CASE("DDPM steps: respaced posterior mean and small, large and learned vari
                       "variance 'learned' needs a model output with 6 channels, got shape [2, 3, 4, 4]");
 }
 
-TEST_CASE("classifier-free guidance: scale 1 is the conditional model, others mix cond and uncond",
-          "[diffusion]") {
+TEST_CASE("classifier-free guidance: scale 1 is the conditional model, others mix cond and uncond", "[diffusion]") {
   const NoiseSchedule s = make_schedule({});
   at::manual_seed(8);
   const at::Tensor x_T = at::randn({3, 2, 4, 4});
@@ -559,4 +563,3 @@ TEST_CASE("sampling runs without gradients, with autocast off unless asked, and 
   CHECK(calls == 3);
   CHECK(runner::core::take_interrupt());
 }
-

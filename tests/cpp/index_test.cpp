@@ -37,10 +37,10 @@
 #include "runtime/index/sqlite_database.h"
 
 using namespace runner::index;
-using runner::run::RunContext;
-using runner::run::RunStart;
 using Catch::Contains;
 using Catch::StartsWith;
+using runner::run::RunContext;
+using runner::run::RunStart;
 
 namespace {
 
@@ -266,8 +266,7 @@ TEST_CASE("an SQLite file without the runner schema is not an index", "[index]")
   CHECK(scalar(db, "SELECT count(*) FROM photos") == 1);
 }
 
-TEST_CASE("an SQLite file without the runner schema is not changed by an attempt to open it for writing",
-          "[index]") {
+TEST_CASE("an SQLite file without the runner schema is not changed by an attempt to open it for writing", "[index]") {
   // A user's own database that happens to be called index.db: runner refuses it, and must not convert it
   // (e.g. to WAL mode) on the way.
   TempHome tmp;
@@ -635,8 +634,7 @@ TEST_CASE("the metric writer stores every logged value", "[index]") {
   CHECK(writer.rows_written() == 10000);
 }
 
-TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and the highest step as latest",
-          "[index]") {
+TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and the highest step as latest", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -843,7 +841,8 @@ TEST_CASE("the metric writer waits when too much is queued and loses nothing", "
   CHECK(writer.rows_written() == kRows + 1);
   const std::string rows = "SELECT count(*) FROM metrics WHERE run = " + std::to_string(run.run);
   CHECK(scalar(db, rows) == kRows + 1);
-  CHECK(scalar(db, rows + " AND key = 'loss' AND value = step AND step BETWEEN 0 AND " + std::to_string(kRows - 1)) == kRows);
+  CHECK(scalar(db, rows + " AND key = 'loss' AND value = step AND step BETWEEN 0 AND " + std::to_string(kRows - 1)) ==
+        kRows);
 }
 
 TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[index]") {
@@ -1032,10 +1031,13 @@ struct RowCounts {
 
 RowCounts row_counts(Database& db, int64_t run) {
   const std::string r = std::to_string(run);
-  return {scalar(db, "SELECT count(*) FROM runs WHERE run = " + r), count_for_run(db, "metrics", run),
-          count_for_run(db, "metric_latest", run), count_for_run(db, "artifacts", run),
-          count_for_run(db, "checkpoints", run),
-          scalar(db, "SELECT count(*) FROM checkpoint_files f JOIN checkpoints c USING (checkpoint) WHERE c.run = " + r)};
+  return {
+      scalar(db, "SELECT count(*) FROM runs WHERE run = " + r),
+      count_for_run(db, "metrics", run),
+      count_for_run(db, "metric_latest", run),
+      count_for_run(db, "artifacts", run),
+      count_for_run(db, "checkpoints", run),
+      scalar(db, "SELECT count(*) FROM checkpoint_files f JOIN checkpoints c USING (checkpoint) WHERE c.run = " + r)};
 }
 
 // The disk space a tree holds: its files' and folders' allocated blocks, as `stat` reports them.
@@ -1198,7 +1200,8 @@ TEST_CASE("the space freed is the blocks released: a file also linked from elsew
   write_file(tmp.path + "/outside.bin", std::string(20000, 'b'));
   REQUIRE(::link((tmp.path + "/outside.bin").c_str(), (tree + "/linked.bin").c_str()) == 0);
   REQUIRE(::link((tree + "/a.bin").c_str(), (tree + "/a-again.bin").c_str()) == 0);  // both links inside: once
-  struct stat folder {}, file {};
+  struct stat folder {
+  }, file{};
   REQUIRE(::lstat(tree.c_str(), &folder) == 0);
   REQUIRE(::lstat((tree + "/a.bin").c_str(), &file) == 0);
   CHECK(file.st_blocks * 512 >= 10000);

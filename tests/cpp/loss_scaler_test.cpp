@@ -26,7 +26,7 @@ TEST_CASE("the scale backs off on overflow and grows after growth_interval good 
   LossScaler scaler({1024.0, 2.0, 0.5, 3}, at::kCPU);
   const at::Tensor good = at::zeros({1}), overflow = at::ones({1});
   // good, good, overflow, good x3 (grow), good x3 (grow), overflow
-  const std::vector<std::pair<bool, double>> steps = {{false, 1024}, {false, 1024}, {true, 512},  {false, 512},
+  const std::vector<std::pair<bool, double>> steps = {{false, 1024}, {false, 1024}, {true, 512},   {false, 512},
                                                       {false, 512},  {false, 1024}, {false, 1024}, {false, 1024},
                                                       {false, 2048}, {true, 1024}};
   std::vector<int64_t> trackers;
@@ -50,7 +50,8 @@ TEST_CASE("the loss scaler's state round-trips and bad options are refused", "[l
   CHECK(restored.scale() == 256.0);
   CHECK_THROWS_WITH(restored.load_state_tensors({{"scale", at::ones({1})}}),
                     "loss scaler state: needs 'scale' and 'growth_tracker'");
-  CHECK_THROWS_WITH(restored.load_state_tensors({{"bogus", at::ones({1})}}), "loss scaler state: unknown tensor 'bogus'");
+  CHECK_THROWS_WITH(restored.load_state_tensors({{"bogus", at::ones({1})}}),
+                    "loss scaler state: unknown tensor 'bogus'");
   CHECK_THROWS_WITH(LossScaler({0.0, 2.0, 0.5, 10}, at::kCPU),
                     "loss scaler: init_scale must be > 0, growth_factor > 1, backoff_factor in (0, 1) and "
                     "growth_interval >= 1 (got 0, 2, 0.5, 10)");

@@ -36,22 +36,38 @@ const nlohmann::json& golden() {
 LrScheduleOptions options_from(const nlohmann::json& j) {
   LrScheduleOptions o;
   for (const auto& [key, value] : j.items()) {
-    if (key == "kind") o.kind = value.get<std::string>();
-    else if (key == "warmup_steps") o.warmup_steps = value.get<std::int64_t>();
-    else if (key == "warmup_start_factor") o.warmup_start_factor = value.get<double>();
-    else if (key == "total_steps") o.total_steps = value.get<std::int64_t>();
-    else if (key == "min_lr_factor") o.min_lr_factor = value.get<double>();
-    else if (key == "step_size") o.step_size = value.get<std::int64_t>();
-    else if (key == "gamma") o.gamma = value.get<double>();
-    else if (key == "milestones") o.milestones = value.get<std::vector<std::int64_t>>();
-    else if (key == "mode") o.mode = value.get<std::string>();
-    else if (key == "factor") o.factor = value.get<double>();
-    else if (key == "patience") o.patience = value.get<std::int64_t>();
-    else if (key == "threshold") o.threshold = value.get<double>();
-    else if (key == "threshold_mode") o.threshold_mode = value.get<std::string>();
-    else if (key == "cooldown") o.cooldown = value.get<std::int64_t>();
-    else if (key == "eps") o.eps = value.get<double>();
-    else throw std::runtime_error("unknown option in the golden file: " + key);
+    if (key == "kind")
+      o.kind = value.get<std::string>();
+    else if (key == "warmup_steps")
+      o.warmup_steps = value.get<std::int64_t>();
+    else if (key == "warmup_start_factor")
+      o.warmup_start_factor = value.get<double>();
+    else if (key == "total_steps")
+      o.total_steps = value.get<std::int64_t>();
+    else if (key == "min_lr_factor")
+      o.min_lr_factor = value.get<double>();
+    else if (key == "step_size")
+      o.step_size = value.get<std::int64_t>();
+    else if (key == "gamma")
+      o.gamma = value.get<double>();
+    else if (key == "milestones")
+      o.milestones = value.get<std::vector<std::int64_t>>();
+    else if (key == "mode")
+      o.mode = value.get<std::string>();
+    else if (key == "factor")
+      o.factor = value.get<double>();
+    else if (key == "patience")
+      o.patience = value.get<std::int64_t>();
+    else if (key == "threshold")
+      o.threshold = value.get<double>();
+    else if (key == "threshold_mode")
+      o.threshold_mode = value.get<std::string>();
+    else if (key == "cooldown")
+      o.cooldown = value.get<std::int64_t>();
+    else if (key == "eps")
+      o.eps = value.get<double>();
+    else
+      throw std::runtime_error("unknown option in the golden file: " + key);
   }
   return o;
 }
@@ -213,10 +229,12 @@ TEST_CASE("option errors name the option, the value and what is accepted", "[lr_
         "lr schedule: total_steps must be an integer >= 1, got 0");
   CHECK(option_error([](O& o) { o.total_steps = 10; }, "step") ==
         "lr schedule: total_steps does not apply to the step schedule (only to linear, cosine)");
-  CHECK(option_error([](O& o) {
-          o.total_steps = 10;
-          o.min_lr_factor = 1.25;
-        }, "cosine") == "lr schedule: min_lr_factor must be in [0, 1], got 1.25");
+  CHECK(option_error(
+            [](O& o) {
+              o.total_steps = 10;
+              o.min_lr_factor = 1.25;
+            },
+            "cosine") == "lr schedule: min_lr_factor must be in [0, 1], got 1.25");
   CHECK(option_error([](O& o) { o.min_lr_factor = 0.1; }, "exponential") ==
         "lr schedule: min_lr_factor does not apply to the exponential schedule (only to linear, cosine, plateau)");
 
@@ -224,26 +242,40 @@ TEST_CASE("option errors name the option, the value and what is accepted", "[lr_
   CHECK(option_error([](O& o) { o.step_size = 0; }, "step") == "lr schedule: step_size must be an integer >= 1, got 0");
   CHECK(option_error([](O& o) { o.step_size = 5; }, "multistep") ==
         "lr schedule: step_size does not apply to the multistep schedule (only to step)");
-  CHECK(option_error([](O& o) {
-          o.step_size = 5;
-          o.gamma = 1.5;
-        }, "step") == "lr schedule: gamma must be in (0, 1], got 1.5");
+  CHECK(option_error(
+            [](O& o) {
+              o.step_size = 5;
+              o.gamma = 1.5;
+            },
+            "step") == "lr schedule: gamma must be in (0, 1], got 1.5");
   CHECK(option_error([](O& o) { o.gamma = 0; }, "exponential") == "lr schedule: gamma must be in (0, 1], got 0");
   CHECK(option_error([](O&) {}, "exponential") ==
         "lr schedule: gamma is required by the exponential schedule (a number in (0, 1])");
-  CHECK(option_error([](O& o) {
-          o.total_steps = 5;
-          o.gamma = 0.5;
-        }, "cosine") == "lr schedule: gamma does not apply to the cosine schedule (only to step, multistep, exponential)");
+  CHECK(option_error(
+            [](O& o) {
+              o.total_steps = 5;
+              o.gamma = 0.5;
+            },
+            "cosine") ==
+        "lr schedule: gamma does not apply to the cosine schedule (only to step, multistep, exponential)");
 
   CHECK(option_error([](O&) {}, "multistep") ==
         "lr schedule: milestones is required by the multistep schedule (strictly increasing integers >= 1)");
-  CHECK(option_error([](O& o) { o.milestones = {5, 3}; }, "multistep") ==
-        "lr schedule: milestones must be strictly increasing integers >= 1, got [5, 3]");
-  CHECK(option_error([](O& o) { o.milestones = {4, 4}; }, "multistep") ==
-        "lr schedule: milestones must be strictly increasing integers >= 1, got [4, 4]");
-  CHECK(option_error([](O& o) { o.milestones = {0, 4}; }, "multistep") ==
-        "lr schedule: milestones must be strictly increasing integers >= 1, got [0, 4]");
+  CHECK(option_error(
+            [](O& o) {
+              o.milestones = {5, 3};
+            },
+            "multistep") == "lr schedule: milestones must be strictly increasing integers >= 1, got [5, 3]");
+  CHECK(option_error(
+            [](O& o) {
+              o.milestones = {4, 4};
+            },
+            "multistep") == "lr schedule: milestones must be strictly increasing integers >= 1, got [4, 4]");
+  CHECK(option_error(
+            [](O& o) {
+              o.milestones = {0, 4};
+            },
+            "multistep") == "lr schedule: milestones must be strictly increasing integers >= 1, got [0, 4]");
   CHECK(option_error([](O& o) { o.milestones = {3}; }, "constant") ==
         "lr schedule: milestones does not apply to the constant schedule (only to multistep)");
 
@@ -329,14 +361,22 @@ TEST_CASE("plateau state: the fields and their round trip", "[lr_schedule]") {
     o.cooldown = 3;
     o.factor = 0.5;
   }));
-  CHECK(s.state() == nlohmann::json{{"kind", "plateau"}, {"factor", 1.0}, {"best", "-inf"}, {"num_bad_epochs", 0},
-                                    {"cooldown_counter", 0}, {"observations", 0}});
+  CHECK(s.state() == nlohmann::json{{"kind", "plateau"},
+                                    {"factor", 1.0},
+                                    {"best", "-inf"},
+                                    {"num_bad_epochs", 0},
+                                    {"cooldown_counter", 0},
+                                    {"observations", 0}});
   s.observe(0.3);
   s.observe(0.1);  // bad, patience 0: reduce, cooldown 3
   s.observe(0.1);  // in cooldown
   const nlohmann::json state = s.state();
-  CHECK(state == nlohmann::json{{"kind", "plateau"}, {"factor", 0.5}, {"best", 0.3}, {"num_bad_epochs", 0},
-                                {"cooldown_counter", 2}, {"observations", 3}});
+  CHECK(state == nlohmann::json{{"kind", "plateau"},
+                                {"factor", 0.5},
+                                {"best", 0.3},
+                                {"num_bad_epochs", 0},
+                                {"cooldown_counter", 2},
+                                {"observations", 3}});
   LrSchedule t(s.options());
   t.load_state(state);
   CHECK(t.state() == state);
@@ -377,8 +417,7 @@ TEST_CASE("load_state refuses foreign, incomplete and out-of-range states and ch
   CHECK(error(with("best", "nan")) == "lr schedule state: best must be a number, \"inf\" or \"-inf\", got \"nan\"");
   CHECK(error(with("best", nullptr)) == "lr schedule state: best must be a number, \"inf\" or \"-inf\", got null");
   CHECK(error(with("num_bad_epochs", -1)) == "lr schedule state: num_bad_epochs must be an integer >= 0, got -1");
-  CHECK(error(with("cooldown_counter", 1.5)) ==
-        "lr schedule state: cooldown_counter must be an integer >= 0, got 1.5");
+  CHECK(error(with("cooldown_counter", 1.5)) == "lr schedule state: cooldown_counter must be an integer >= 0, got 1.5");
   CHECK(error(with("observations", std::uint64_t(1) << 63)) ==
         "lr schedule state: observations must be an integer >= 0, got 9223372036854775808");
 
@@ -386,8 +425,9 @@ TEST_CASE("load_state refuses foreign, incomplete and out-of-range states and ch
   CHECK_NOTHROW(step.load_state({{"kind", "step"}}));
   CHECK(invalid_argument_text([&] { step.load_state(before); }) ==
         "lr schedule state: the state is for the plateau schedule, not step");
-  CHECK(invalid_argument_text([&] { step.load_state({{"kind", "step"}, {"factor", 1.0}}); }) ==
-        "lr schedule state: unknown key 'factor' for the step schedule");
+  CHECK(invalid_argument_text([&] {
+          step.load_state({{"kind", "step"}, {"factor", 1.0}});
+        }) == "lr schedule state: unknown key 'factor' for the step schedule");
 }
 
 TEST_CASE("describe() states the schedule in one line", "[lr_schedule]") {
@@ -410,8 +450,9 @@ TEST_CASE("describe() states the schedule in one line", "[lr_schedule]") {
           o.step_size = 1;
           o.gamma = 0.5;
         }) == "step x0.5 every step");
-  CHECK(describe("multistep", [](auto& o) { o.milestones = {30000, 40000}; }) ==
-        "multistep x0.1 at steps 30000, 40000");
+  CHECK(describe("multistep", [](auto& o) {
+          o.milestones = {30000, 40000};
+        }) == "multistep x0.1 at steps 30000, 40000");
   CHECK(describe("multistep", [](auto& o) {
           o.milestones = {7};
           o.gamma = 0.25;
@@ -419,16 +460,18 @@ TEST_CASE("describe() states the schedule in one line", "[lr_schedule]") {
   CHECK(describe("exponential", [](auto& o) { o.gamma = 0.999; }) == "exponential x0.999 per step");
   CHECK(describe("plateau") ==
         "reduce on plateau x0.1 (min metric, patience 10, threshold 0.0001 rel, cooldown 0, floor 0x)");
-  CHECK(describe("plateau", [](auto& o) {
-          o.mode = "max";
-          o.factor = 0.5;
-          o.patience = 2;
-          o.threshold = 0.01;
-          o.threshold_mode = "abs";
-          o.cooldown = 4;
-          o.min_lr_factor = 0.001;
-          o.warmup_steps = 100;
-          o.warmup_start_factor = 0.1;
-        }) == "reduce on plateau x0.5 (max metric, patience 2, threshold 0.01 abs, cooldown 4, floor 0.001x) after 100 "
-              "warmup steps from 0.1x");
+  CHECK(describe("plateau",
+                 [](auto& o) {
+                   o.mode = "max";
+                   o.factor = 0.5;
+                   o.patience = 2;
+                   o.threshold = 0.01;
+                   o.threshold_mode = "abs";
+                   o.cooldown = 4;
+                   o.min_lr_factor = 0.001;
+                   o.warmup_steps = 100;
+                   o.warmup_start_factor = 0.1;
+                 }) ==
+        "reduce on plateau x0.5 (max metric, patience 2, threshold 0.01 abs, cooldown 4, floor 0.001x) after 100 "
+        "warmup steps from 0.1x");
 }

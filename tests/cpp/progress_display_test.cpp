@@ -21,9 +21,7 @@ std::string written(std::FILE* file) {
   return text;
 }
 
-ProgressSnapshot at_step(int64_t step) {
-  return {step, {{"loss", 0.5}}, 1e-3, 1.5 * 1024 * 1024 * 1024};
-}
+ProgressSnapshot at_step(int64_t step) { return {step, {{"loss", 0.5}}, 1e-3, 1.5 * 1024 * 1024 * 1024}; }
 
 }  // namespace
 
@@ -52,14 +50,16 @@ TEST_CASE("the rate follows the recent past and a resumed run counts from its fi
   ProgressOptions options;
   options.total_steps = 1000;
   ProgressDisplay display(options, 100.0, std::tmpfile());
-  display.update(at_step(501), 130.5);   // resumed at step 500: the first step carries 30 s of start-up
+  display.update(at_step(501), 130.5);  // resumed at step 500: the first step carries 30 s of start-up
   CHECK(display.steps_per_second() == 0.0);
   display.update(at_step(502), 131.0);
   CHECK(display.steps_per_second() == Approx(2.0));
-  for (int64_t step = 503; step <= 530; ++step) display.update(at_step(step), 130.5 + 0.5 * static_cast<double>(step - 501));
+  for (int64_t step = 503; step <= 530; ++step)
+    display.update(at_step(step), 130.5 + 0.5 * static_cast<double>(step - 501));
   CHECK(display.steps_per_second() == Approx(2.0));
   // Once the window holds mostly slower steps, they show.
-  for (int64_t step = 531; step <= 540; ++step) display.update(at_step(step), 145.0 + 2.0 * static_cast<double>(step - 530));
+  for (int64_t step = 531; step <= 540; ++step)
+    display.update(at_step(step), 145.0 + 2.0 * static_cast<double>(step - 530));
   CHECK(display.steps_per_second() == Approx(10.0 / 20.0).epsilon(0.2));
   CHECK_THAT(display.render(at_step(540), 165.0), Catch::Matchers::Contains("s/it"));
 }
@@ -74,8 +74,8 @@ TEST_CASE("a step that also sampled or evaluated does not slow the rate", "[prog
     display.update(at_step(step), now);
     if (step >= 3) CHECK(display.steps_per_second() == Approx(4.0));
   }
-  CHECK_THAT(display.render(at_step(40), now), Catch::Matchers::Contains("4.00 it/s") &&
-                                                  Catch::Matchers::Contains("ETA 15s"));
+  CHECK_THAT(display.render(at_step(40), now),
+             Catch::Matchers::Contains("4.00 it/s") && Catch::Matchers::Contains("ETA 15s"));
 }
 
 TEST_CASE("a terminal line is redrawn in place, padded over a longer one, and ended at the finish", "[progress]") {
@@ -89,9 +89,11 @@ TEST_CASE("a terminal line is redrawn in place, padded over a longer one, and en
   display.finish({2, {}, std::nullopt, std::nullopt}, 2.0);
   const std::string text = written(file);
   std::fclose(file);
-  CHECK(text == "\rstep 1  loss 123.2500  elapsed 1s"
-                "\rstep 2  loss 1.5000  1.00 it/s  elapsed 2s"
-                "\rstep 2  1.00 it/s  elapsed 2s" + std::string(13, ' ') + "\n");
+  CHECK(text ==
+        "\rstep 1  loss 123.2500  elapsed 1s"
+        "\rstep 2  loss 1.5000  1.00 it/s  elapsed 2s"
+        "\rstep 2  1.00 it/s  elapsed 2s" +
+            std::string(13, ' ') + "\n");
 }
 
 TEST_CASE("other output ends an open progress line first, and the next line starts afresh", "[progress]") {
@@ -110,9 +112,11 @@ TEST_CASE("other output ends an open progress line first, and the next line star
   CHECK_FALSE(runner::core::has_open_line(file));
   const std::string text = written(file);
   std::fclose(file);
-  CHECK(text == "\rstep 1  loss 2.0000  elapsed 1s\n[info] checkpoint saved\n"
-                "\rstep 2  loss 1.0000  1.00 it/s  elapsed 2s"
-                "\rstep 2  1.00 it/s  elapsed 2s" + std::string(13, ' ') + "\n");
+  CHECK(text ==
+        "\rstep 1  loss 2.0000  elapsed 1s\n[info] checkpoint saved\n"
+        "\rstep 2  loss 1.0000  1.00 it/s  elapsed 2s"
+        "\rstep 2  1.00 it/s  elapsed 2s" +
+            std::string(13, ' ') + "\n");
 }
 
 TEST_CASE("values, durations and memory are formatted for reading", "[progress]") {

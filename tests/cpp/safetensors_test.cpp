@@ -19,14 +19,14 @@
 #include <vector>
 
 namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using runner::ckpt::load_safetensors;
 using runner::ckpt::NamedTensor;
 using runner::ckpt::parse_safetensors;
 using runner::ckpt::SafetensorsContents;
 using runner::ckpt::SafetensorsError;
 using runner::ckpt::save_safetensors;
-using Catch::Matchers::Contains;
-using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -72,10 +72,11 @@ std::vector<NamedTensor> one_tensor_of_every_dtype() {
       {"f32", at::tensor({1.5f, -2.25f, 3.4e38f, std::numeric_limits<float>::quiet_NaN()}, at::kFloat)},
       {"f16", floats.to(at::kHalf)},
       {"bf16", floats.to(at::kBFloat16)},
-      {"i64", at::tensor({std::numeric_limits<std::int64_t>::min(), std::int64_t{0},
-                          std::numeric_limits<std::int64_t>::max()}, at::kLong)},
-      {"i32", at::tensor({std::numeric_limits<std::int32_t>::min(), -1, std::numeric_limits<std::int32_t>::max()},
-                         at::kInt)},
+      {"i64",
+       at::tensor({std::numeric_limits<std::int64_t>::min(), std::int64_t{0}, std::numeric_limits<std::int64_t>::max()},
+                  at::kLong)},
+      {"i32",
+       at::tensor({std::numeric_limits<std::int32_t>::min(), -1, std::numeric_limits<std::int32_t>::max()}, at::kInt)},
       {"i16", at::tensor({-32768, 7, 32767}, at::kShort)},
       {"i8", at::tensor({-128, 5, 127}, at::kChar)},
       {"u8", at::tensor({0, 128, 255}, at::kByte)},
@@ -129,9 +130,8 @@ TEST_CASE("the written file has the exact safetensors layout", "[safetensors]") 
   const std::string path = dir.file("layout.safetensors");
   save_safetensors(path, {{"w", at::tensor({1.0f, 2.0f})}, {"b", at::tensor({7}, at::kByte)}}, {{"format", "pt"}});
 
-  std::string header =
-      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"U8","shape":[1],"data_offsets":[8,9]}})";
+  std::string header = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"U8","shape":[1],"data_offsets":[8,9]}})";
   header.resize((header.size() + 7) / 8 * 8, ' ');
   std::vector<std::uint8_t> data(9);
   const float values[2] = {1.0f, 2.0f};
@@ -182,10 +182,8 @@ TEST_CASE("scalar and zero-element tensors round-trip", "[safetensors]") {
   TempDir dir("runner-safetensors-test");
   const std::string path = dir.file("edge.safetensors");
   const std::vector<NamedTensor> tensors{
-      {"empty_first", at::empty({0}, at::kFloat)},
-      {"scalar", at::scalar_tensor(-3.5, at::kFloat)},
-      {"empty_middle", at::empty({2, 0, 3}, at::kLong)},
-      {"scalar_bool", at::scalar_tensor(true, at::kBool)},
+      {"empty_first", at::empty({0}, at::kFloat)},       {"scalar", at::scalar_tensor(-3.5, at::kFloat)},
+      {"empty_middle", at::empty({2, 0, 3}, at::kLong)}, {"scalar_bool", at::scalar_tensor(true, at::kBool)},
       {"empty_last", at::empty({0, 5}, at::kBFloat16)},
   };
   save_safetensors(path, tensors);
@@ -267,15 +265,15 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
     REQUIRE_THROWS_WITH(parse(file_image(deep)), "mem: header nests deeper than 128 levels");
   }
   SECTION("duplicate keys") {
-    REQUIRE_THROWS_WITH(
-        parse(file_image(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-                         R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
-                         {1})),
-        "mem: header has duplicate key 'a'");
-    REQUIRE_THROWS_WITH(parse(file_image(single_entry(R"({"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]})"),
+    REQUIRE_THROWS_WITH(parse(file_image(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                                         R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
                                          {1})),
-                        "mem: header has duplicate key 'dtype'");
-    REQUIRE_THROWS_WITH(parse(file_image(R"({"__metadata__":{"k":"1","k":"2"}})")), "mem: header has duplicate key 'k'");
+                        "mem: header has duplicate key 'a'");
+    REQUIRE_THROWS_WITH(
+        parse(file_image(single_entry(R"({"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]})"), {1})),
+        "mem: header has duplicate key 'dtype'");
+    REQUIRE_THROWS_WITH(parse(file_image(R"({"__metadata__":{"k":"1","k":"2"}})")),
+                        "mem: header has duplicate key 'k'");
   }
   SECTION("bad __metadata__") {
     REQUIRE_THROWS_WITH(parse(file_image(R"({"__metadata__":["k"]})")), "mem: __metadata__ is not an object");
@@ -309,8 +307,8 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
                         "mem: tensor 'w': unsupported dtype 'f32'");
   }
   SECTION("shape") {
-    for (const std::string shape : {R"([-1])", R"([1.0])", R"([1e2])", R"(["2"])", R"([[1]])", R"(2)", R"(null)",
-                                    R"([18446744073709551616])"}) {
+    for (const std::string shape :
+         {R"([-1])", R"([1.0])", R"([1e2])", R"(["2"])", R"([[1]])", R"(2)", R"(null)", R"([18446744073709551616])"}) {
       INFO("shape " << shape);
       REQUIRE_THROWS_WITH(
           parse(file_image(single_entry(R"({"dtype":"U8","shape":)" + shape + R"(,"data_offsets":[0,1]})"), {1})),
@@ -353,8 +351,8 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
     REQUIRE_THROWS_WITH(
         parse(file_image(single_entry(R"({"dtype":"U8","shape":[18446744073709551615,0],"data_offsets":[0,0]})"))),
         "mem: tensor 'w': shape [18446744073709551615, 0] is too large for a tensor");
-    const SafetensorsContents largest = parse(
-        file_image(single_entry(R"({"dtype":"U8","shape":[0,9223372036854775807],"data_offsets":[0,0]})")));
+    const SafetensorsContents largest =
+        parse(file_image(single_entry(R"({"dtype":"U8","shape":[0,9223372036854775807],"data_offsets":[0,0]})")));
     CHECK(largest.tensors.at(0).tensor.size(1) == std::numeric_limits<std::int64_t>::max());
   }
   SECTION("tensors must tile the data section") {
@@ -385,9 +383,9 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
                         "mem: bytes [0, 3) of the data section are not covered by any tensor");
   }
   SECTION("bool values other than 0 and 1") {
-    REQUIRE_THROWS_WITH(parse(file_image(single_entry(R"({"dtype":"BOOL","shape":[3],"data_offsets":[0,3]})"),
-                                         {1, 2, 0})),
-                        "mem: tensor 'w': BOOL element 1 has byte value 2 (not 0 or 1)");
+    REQUIRE_THROWS_WITH(
+        parse(file_image(single_entry(R"({"dtype":"BOOL","shape":[3],"data_offsets":[0,3]})"), {1, 2, 0})),
+        "mem: tensor 'w': BOOL element 1 has byte value 2 (not 0 or 1)");
   }
 }
 
@@ -435,8 +433,7 @@ TEST_CASE("failed saves leave no file behind and keep an existing file", "[safet
     save_safetensors(path, {{"old", at::zeros({3})}});
     const std::vector<std::uint8_t> original = read_bytes(path);
 
-    REQUIRE_THROWS_WITH(save_safetensors(path, {{"w", weight}, {"w", weight}}),
-                        path + ": duplicate tensor name 'w'");
+    REQUIRE_THROWS_WITH(save_safetensors(path, {{"w", weight}, {"w", weight}}), path + ": duplicate tensor name 'w'");
     REQUIRE_THROWS_WITH(save_safetensors(path, {{"w", weight}, {"", weight}}), path + ": tensor #1 has an empty name");
     REQUIRE_THROWS_WITH(save_safetensors(path, {{"__metadata__", weight}}),
                         path + ": tensor name '__metadata__' is reserved for the metadata");
@@ -503,8 +500,9 @@ TEST_CASE("mutated files either parse or throw SafetensorsError", "[safetensors]
           bytes[below(bytes.size())] ^= static_cast<std::uint8_t>(1 + below(255));
           break;
         case 1:  // overwrite a header byte with a JSON-significant one
-          if (bytes.size() > 8) bytes[8 + below(std::min<std::uint64_t>(seed_header_length, bytes.size() - 8))] =
-              static_cast<std::uint8_t>(json_bytes[below(json_bytes.size())]);
+          if (bytes.size() > 8)
+            bytes[8 + below(std::min<std::uint64_t>(seed_header_length, bytes.size() - 8))] =
+                static_cast<std::uint8_t>(json_bytes[below(json_bytes.size())]);
           break;
         case 2:  // truncate
           bytes.resize(below(bytes.size() + 1));
@@ -513,8 +511,9 @@ TEST_CASE("mutated files either parse or throw SafetensorsError", "[safetensors]
           std::uint64_t length = 0;
           if (bytes.size() >= 8) {
             std::memcpy(&length, bytes.data(), 8);
-            const std::uint64_t choices[] = {length + 1, length - 1, length + 8, below(bytes.size()),
-                                             std::uint64_t{1} << below(64), ~std::uint64_t{0}};
+            const std::uint64_t choices[] = {
+                length + 1,       length - 1, length + 8, below(bytes.size()), std::uint64_t{1} << below(64),
+                ~std::uint64_t{0}};
             length = choices[below(std::size(choices))];
             std::memcpy(bytes.data(), &length, 8);
           }

@@ -44,9 +44,11 @@ std::array<std::uint32_t, 4> tensor_philox(const std::array<std::uint32_t, 4>& c
 
 // The draws written out for one sample: its stream's key, the Philox words of an element block, the
 // transforms the header describes.
-constexpr std::uint64_t kTimestep = 0x74696d6573746570ull, kNoise = 0x6e6f697365657073ull, kLabelDrop = 0x6c6162656c647270ull;
+constexpr std::uint64_t kTimestep = 0x74696d6573746570ull, kNoise = 0x6e6f697365657073ull,
+                        kLabelDrop = 0x6c6162656c647270ull;
 
-std::array<std::uint32_t, 4> reference_words(std::uint64_t seed, std::uint64_t stream, std::int64_t key, std::uint32_t block) {
+std::array<std::uint32_t, 4> reference_words(std::uint64_t seed, std::uint64_t stream, std::int64_t key,
+                                             std::uint32_t block) {
   const auto k = static_cast<std::uint64_t>(key);
   using runner::data::splitmix64;
   return reference_philox({block, 0, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)},
@@ -57,7 +59,8 @@ double reference_uniform53(std::uint32_t high, std::uint32_t low) {
   return static_cast<double>((std::uint64_t{high >> 5} << 26) + (low >> 6)) * 0x1.0p-53;
 }
 
-std::int64_t reference_timestep(std::uint64_t seed, std::int64_t key, std::int64_t T, const TimestepSampling& sampling) {
+std::int64_t reference_timestep(std::uint64_t seed, std::int64_t key, std::int64_t T,
+                                const TimestepSampling& sampling) {
   const auto w = reference_words(seed, kTimestep, key, 0);
   double u = reference_uniform53(w[0], w[1]);
   if (sampling.kind == TimestepSampling::Kind::logit_normal) {
@@ -86,8 +89,10 @@ TEST_CASE("Philox4x32-10 in tensor ops gives Random123's known answers and the r
         std::array<std::uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
 
   // A batch of counters, broadcast from a row and a column, equals the scalar rounds word for word.
-  const at::Tensor rows = at::tensor(std::vector<std::int64_t>{0, 1, 0x7fffffff, 0xfffffffe}, at::kLong).reshape({4, 1});
-  const at::Tensor columns = at::tensor(std::vector<std::int64_t>{5, 0x80000000, 0xffffffff}, at::kLong).reshape({1, 3});
+  const at::Tensor rows =
+      at::tensor(std::vector<std::int64_t>{0, 1, 0x7fffffff, 0xfffffffe}, at::kLong).reshape({4, 1});
+  const at::Tensor columns =
+      at::tensor(std::vector<std::int64_t>{5, 0x80000000, 0xffffffff}, at::kLong).reshape({1, 3});
   const std::uint64_t key = 0xfedcba9876543210ull;
   const auto words = philox4x32_10({rows, columns, columns, rows}, key);
   for (std::int64_t i = 0; i < 4; ++i) {
@@ -129,7 +134,8 @@ TEST_CASE("sample streams draw the written-out Philox transforms", "[diffusion]"
   CHECK(worst < 1e-12);  // log, cos and sin of float64 may differ from the C library in the last bit
   CHECK(at::equal(streams.noise(keys, {7}, at::TensorOptions().dtype(at::kFloat)), noise.to(at::kFloat)));
   // Element j of a sample does not depend on the sample's shape.
-  CHECK(at::equal(streams.noise(keys, {2, 3, 2}, at::TensorOptions().dtype(at::kDouble)).flatten(1).narrow(1, 0, 7), noise));
+  CHECK(at::equal(streams.noise(keys, {2, 3, 2}, at::TensorOptions().dtype(at::kDouble)).flatten(1).narrow(1, 0, 7),
+                  noise));
 }
 
 TEST_CASE("sample stream noise is standard normal", "[diffusion]") {
@@ -193,8 +199,10 @@ TEST_CASE("sample streams on CUDA draw what the CPU draws, from keys on either d
   CHECK(at::equal(on_gpu.cpu(), on_cpu.to(at::kFloat)));
   CHECK(at::equal(streams.timesteps(keys, 1000, at::kCUDA).cpu(), streams.timesteps(keys, 1000, at::kCPU)));
   const TimestepSampling logit{.kind = TimestepSampling::Kind::logit_normal, .logit_mean = 0.5, .logit_std = 1.5};
-  CHECK(at::equal(streams.timesteps(keys, 1000, at::kCUDA, logit).cpu(), streams.timesteps(keys, 1000, at::kCPU, logit)));
-  CHECK(at::equal(streams.label_drop(keys.to(at::kCUDA), 0.3, at::kCUDA).cpu(), streams.label_drop(keys, 0.3, at::kCPU)));
+  CHECK(
+      at::equal(streams.timesteps(keys, 1000, at::kCUDA, logit).cpu(), streams.timesteps(keys, 1000, at::kCPU, logit)));
+  CHECK(
+      at::equal(streams.label_drop(keys.to(at::kCUDA), 0.3, at::kCUDA).cpu(), streams.label_drop(keys, 0.3, at::kCPU)));
 }
 
 TEST_CASE("sample streams differ across seeds, streams and keys", "[diffusion]") {
@@ -209,7 +217,9 @@ TEST_CASE("sample streams differ across seeds, streams and keys", "[diffusion]")
   CHECK_FALSE(at::equal(one.label_drop(keys, 0.5, at::kCPU), two.label_drop(keys, 0.5, at::kCPU)));
   // Were the timestep and label-drop streams the same, timestep 0 of 2 would coincide with keeping the label.
   const double agreement = (one.timesteps(keys, 2, at::kCPU).eq(0) == one.label_drop(keys, 0.5, at::kCPU).logical_not())
-                               .to(at::kDouble).mean().item<double>();
+                               .to(at::kDouble)
+                               .mean()
+                               .item<double>();
   CHECK(agreement > 0.4);
   CHECK(agreement < 0.6);
   // The same dataset index in another epoch draws afresh.

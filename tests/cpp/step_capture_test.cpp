@@ -48,11 +48,13 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
   train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
   group.lr = 1e-3;
   for (const auto& [name, p] : model.parameters) group.params.push_back(p);
-  auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
+  auto optimizer =
+      std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
   train::StepOptions trainer_options;
   trainer_options.clip = 1.0;
   trainer_options.accumulate = 2;
-  train::Trainer trainer(model, optimizer, train::LrScheduleOptions{}, {train::EmaOptions{.decay = 0.999}}, trainer_options, cuda);
+  train::Trainer trainer(model, optimizer, train::LrScheduleOptions{}, {train::EmaOptions{.decay = 0.999}},
+                         trainer_options, cuda);
   diff::ScheduleOptions schedule;
   schedule.timesteps = 1000;
   diff::DiffusionTraining training{diff::make_schedule(schedule), diff::LossOptions{}, diff::TimestepSampling{},
@@ -61,8 +63,8 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
                                                const std::optional<at::Tensor>& labels) mutable {
     return net->forward(x, t, labels);
   };
-  trainer.set_objective(std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.25, 3},
-                                                                   std::nullopt));
+  trainer.set_objective(
+      std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.25, 3}, std::nullopt));
   train::Batch batch;
   batch.tensors = {{"data", at::randn({8, 3, 8, 8}, at::TensorOptions().device(cuda))},
                    {"index", at::arange(8, at::kLong)},

@@ -24,15 +24,18 @@
 #include "tests/cpp/temp_directory.h"
 
 using namespace runner::sweep;
-using nlohmann::json;
 using Catch::Contains;
+using nlohmann::json;
 
 namespace {
 
 json definition(json fields) {
   fields["script"] = "/experiments/sh.lua";
-  return {{"sweep_file", "sweeps/s.lua"}, {"where", "sweeps/s.lua:2"}, {"lines", {{"lr", "sweeps/s.lua:3"}}},
-          {"fields", fields}, {"resolved", true}};
+  return {{"sweep_file", "sweeps/s.lua"},
+          {"where", "sweeps/s.lua:2"},
+          {"lines", {{"lr", "sweeps/s.lua:3"}}},
+          {"fields", fields},
+          {"resolved", true}};
 }
 
 SweepSpec spec_of(json fields) { return parse_sweep(definition(std::move(fields))); }
@@ -45,10 +48,14 @@ double objective(const json& params) {
 }
 
 double best_after(Method method, std::int64_t seed, int trials) {
-  SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-6}, {"high", 1.0}}},
-                                            {"x", {{"kind", "uniform"}, {"low", -2.0}, {"high", 2.0}}},
-                                            {"kind", json::array({"a", "b", "c", "d"})}}},
-                            {"method", method_name(method)}, {"trials", trials}, {"metric", "f"}, {"seed", seed}});
+  SweepSpec spec = spec_of({{"parameters",
+                             {{"lr", {{"kind", "log_uniform"}, {"low", 1e-6}, {"high", 1.0}}},
+                              {"x", {{"kind", "uniform"}, {"low", -2.0}, {"high", 2.0}}},
+                              {"kind", json::array({"a", "b", "c", "d"})}}},
+                            {"method", method_name(method)},
+                            {"trials", trials},
+                            {"metric", "f"},
+                            {"seed", seed}});
   std::vector<Observation> history;
   double best = INFINITY;
   for (int t = 0; t < trials; ++t) {
@@ -63,9 +70,11 @@ double best_after(Method method, std::int64_t seed, int trials) {
 }  // namespace
 
 TEST_CASE("sweep definitions are read with their defaults and refused with the field's line") {
-  const SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-4}, {"high", 1e-2}}},
-                                                  {"batch", json::array({32, 64})}}},
-                                  {"trials", 5}, {"metric", "loss"}});
+  const SweepSpec spec =
+      spec_of({{"parameters",
+                {{"lr", {{"kind", "log_uniform"}, {"low", 1e-4}, {"high", 1e-2}}}, {"batch", json::array({32, 64})}}},
+               {"trials", 5},
+               {"metric", "loss"}});
   CHECK(spec.name == "s");
   CHECK(spec.method == Method::random);
   CHECK(spec.minimize);
@@ -75,26 +84,35 @@ TEST_CASE("sweep definitions are read with their defaults and refused with the f
   CHECK(spec.parameters[1].where == "sweeps/s.lua:3");
   CHECK(parse_sweep(sweep_json(spec)).parameters[1].low == 1e-4);  // the stored form reads back
 
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 2}, {"high", 1}}}}}, {"trials", 2},
-                             {"metric", "m"}}),
-                    "sweeps/s.lua:3: parameter 'lr': uniform needs low < high, got 2 and 1");
+  CHECK_THROWS_WITH(
+      spec_of(
+          {{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 2}, {"high", 1}}}}}, {"trials", 2}, {"metric", "m"}}),
+      "sweeps/s.lua:3: parameter 'lr': uniform needs low < high, got 2 and 1");
   CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"metric", "m"}}),
                     "sweeps/s.lua:2: method 'random' needs trials = N (how many to run)");
   CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 1})}}}, {"trials", 2}, {"metric", "m"}}),
                     "sweeps/s.lua:3: parameter 'lr' lists the value 1 twice");
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 0}, {"high", 1}}}}}, {"method", "grid"},
-                             {"metric", "m"}}),
-                    Contains("method 'grid' needs lists of values (or runner.sweep.int ranges); parameter 'lr' is uniform"));
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"trials", 3}, {"metric", "m"}}),
-                    "sweeps/s.lua:2: trials = 3 is more than the grid's 2 points");
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"trials", 2}, {"metric", "m"},
-                             {"prune", {{"method", "asha"}, {"min_step", 3}}}}),
-                    Contains("unknown prune option 'min_step' (known: min_steps, reduction, max_steps); did you mean 'min_steps'?"));
+  CHECK_THROWS_WITH(
+      spec_of({{"parameters", {{"lr", {{"kind", "uniform"}, {"low", 0}, {"high", 1}}}}},
+               {"method", "grid"},
+               {"metric", "m"}}),
+      Contains("method 'grid' needs lists of values (or runner.sweep.int ranges); parameter 'lr' is uniform"));
+  CHECK_THROWS_WITH(
+      spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"trials", 3}, {"metric", "m"}}),
+      "sweeps/s.lua:2: trials = 3 is more than the grid's 2 points");
+  CHECK_THROWS_WITH(
+      spec_of({{"parameters", {{"lr", json::array({1, 2})}}},
+               {"trials", 2},
+               {"metric", "m"},
+               {"prune", {{"method", "asha"}, {"min_step", 3}}}}),
+      Contains("unknown prune option 'min_step' (known: min_steps, reduction, max_steps); did you mean 'min_steps'?"));
 }
 
 TEST_CASE("a sweep is checked against the script's config keys") {
   SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-4}, {"high", 1e-2}}}}},
-                            {"fixed", {{"steps", 60}}}, {"trials", 2}, {"metric", "loss"},
+                            {"fixed", {{"steps", 60}}},
+                            {"trials", 2},
+                            {"metric", "loss"},
                             {"prune", {{"method", "asha"}, {"min_steps", 10}}}});
   ScriptConfig config = parse_script_config(json::parse(
       R"({"keys": {"lr": {"default": 0.001, "integer": false}, "steps": {"default": 600, "integer": true}}})"));
@@ -111,9 +129,10 @@ TEST_CASE("a sweep is checked against the script's config keys") {
 }
 
 TEST_CASE("the grid visits every point once, the last parameter fastest") {
-  const SweepSpec spec = spec_of({{"parameters", {{"a", json::array({"x", "y"})},
-                                                  {"b", {{"kind", "int"}, {"low", 1}, {"high", 5}, {"step", 2}}}}},
-                                  {"method", "grid"}, {"metric", "m"}});
+  const SweepSpec spec = spec_of(
+      {{"parameters", {{"a", json::array({"x", "y"})}, {"b", {{"kind", "int"}, {"low", 1}, {"high", 5}, {"step", 2}}}}},
+       {"method", "grid"},
+       {"metric", "m"}});
   REQUIRE(grid_size(spec) == 6);
   std::vector<json> points;
   for (int t = 0; t < 6; ++t) points.push_back(suggest(spec, t, {}));
@@ -121,13 +140,17 @@ TEST_CASE("the grid visits every point once, the last parameter fastest") {
   CHECK(points[1] == json{{"a", "x"}, {"b", 3}});
   CHECK(points[5] == json{{"a", "y"}, {"b", 5}});
   CHECK(std::set<std::string>{points[0].dump(), points[1].dump(), points[2].dump(), points[3].dump(), points[4].dump(),
-                              points[5].dump()}.size() == 6);
+                              points[5].dump()}
+            .size() == 6);
 }
 
 TEST_CASE("random draws stay in their ranges and repeat for the same seed and trial") {
-  const SweepSpec spec = spec_of({{"parameters", {{"lr", {{"kind", "log_uniform"}, {"low", 1e-5}, {"high", 1e-1}}},
-                                                  {"n", {{"kind", "int"}, {"low", 16}, {"high", 64}, {"step", 16}}}}},
-                                  {"trials", 200}, {"metric", "m"}, {"seed", 3}});
+  const SweepSpec spec = spec_of({{"parameters",
+                                   {{"lr", {{"kind", "log_uniform"}, {"low", 1e-5}, {"high", 1e-1}}},
+                                    {"n", {{"kind", "int"}, {"low", 16}, {"high", 64}, {"step", 16}}}}},
+                                  {"trials", 200},
+                                  {"metric", "m"},
+                                  {"seed", 3}});
   int below_1e3 = 0;
   std::set<std::int64_t> ns;
   for (int t = 0; t < 200; ++t) {
@@ -170,7 +193,8 @@ TEST_CASE("ASHA promotes the best floor(n / reduction) of a rung, NaN last") {
 TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken over") {
   runner::testing::TempDir home("sweep-claims");
   runner::index::Database db = runner::index::open_index_for_writing(home.path);
-  const SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"}});
+  const SweepSpec spec =
+      spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"}});
   const SweepRecord sweep = open_sweep(db, spec);
   CHECK(open_sweep(db, spec).sweep == sweep.sweep);  // the same definition: the same sweep
   const auto a = claim_trial(db, sweep, "host-a:1");
@@ -192,7 +216,8 @@ TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken
   CHECK_FALSE(claim_trial(db, sweep, "host-c:1"));
   SweepSpec other = spec;
   other.trials = 2;
-  CHECK_THROWS_WITH(open_sweep(db, other), Contains("a sweep named 's' exists with another definition (trials differ)"));
+  CHECK_THROWS_WITH(open_sweep(db, other),
+                    Contains("a sweep named 's' exists with another definition (trials differ)"));
 }
 
 TEST_CASE("two workers claiming at once through their own connections never get the same trial") {
@@ -263,8 +288,9 @@ TEST_CASE("whole numbers are range-checked as 64-bit values, names like run name
   const json lr = json::array({1, 2});
   CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 5000000000LL}}),
                     "sweeps/s.lua:2: 'trials' must be a whole number from 1 to 2147483647, got 5000000000");
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"slots", 3e9}}),
-                    "sweeps/s.lua:2: 'slots' (a number or \"auto\") must be a whole number from 1 to 2147483647, got 3000000000.0");
+  CHECK_THROWS_WITH(
+      spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"slots", 3e9}}),
+      "sweeps/s.lua:2: 'slots' (a number or \"auto\") must be a whole number from 1 to 2147483647, got 3000000000.0");
   CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2}, {"retries", -1}}),
                     "sweeps/s.lua:2: 'retries' must be a whole number from 0 to 2147483647, got -1");
   const SweepSpec many = spec_of({{"parameters", {{"lr", lr}}}, {"metric", "m"}, {"trials", 2147483647}});
@@ -277,18 +303,22 @@ TEST_CASE("whole numbers are range-checked as 64-bit values, names like run name
   fresh["resolved"] = false;
   fresh["fields"]["script"] = "/";
   CHECK_THROWS_WITH(parse_sweep(fresh), Contains("sweep name '../../x' is not allowed"));
-  CHECK_THROWS_WITH(spec_of({{"parameters", {{"lr", json::array({"a", "\xff"})}}}, {"metric", "m"}, {"trials", 2}}),
-                    "sweeps/s.lua:3: parameter \"lr\" holds text that is not UTF-8: \"\\xff\" (the index keeps text as UTF-8)");
+  CHECK_THROWS_WITH(
+      spec_of({{"parameters", {{"lr", json::array({"a", "\xff"})}}}, {"metric", "m"}, {"trials", 2}}),
+      "sweeps/s.lua:3: parameter \"lr\" holds text that is not UTF-8: \"\\xff\" (the index keeps text as UTF-8)");
 }
 
 TEST_CASE("a rung that fewer than `reduction` trials reach is reported by the definition check") {
-  SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"},
+  SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}},
+                            {"method", "grid"},
+                            {"metric", "m"},
                             {"prune", {{"method", "asha"}, {"min_steps", 6}, {"max_steps", 54}}}});
   spec.lines["prune"] = "sweeps/s.lua:7";
-  CHECK(rung_warning(spec) ==
-        "sweeps/s.lua:7: warning: ASHA's rung 2 (step 18) is reached by at most 1 trial, fewer than reduction = 3, so it "
-        "never promotes: its best trial runs to the end once nothing else is left (more trials, a smaller reduction or a "
-        "larger min_steps let every rung choose)");
+  CHECK(
+      rung_warning(spec) ==
+      "sweeps/s.lua:7: warning: ASHA's rung 2 (step 18) is reached by at most 1 trial, fewer than reduction = 3, so it "
+      "never promotes: its best trial runs to the end once nothing else is left (more trials, a smaller reduction or a "
+      "larger min_steps let every rung choose)");
   spec.trials = 9;
   CHECK(rung_warning(spec) == "");
 }
@@ -299,13 +329,16 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
   json points = json::array();
   for (int i = 1; i <= 9; ++i) points.push_back(i);
   // The issue's case: 9 points, rungs at 6 and 18 of 54 steps.
-  const SweepSpec spec = spec_of({{"parameters", {{"lr", points}}}, {"method", "grid"}, {"metric", "m"},
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", points}}},
+                                  {"method", "grid"},
+                                  {"metric", "m"},
                                   {"prune", {{"method", "asha"}, {"min_steps", 6}, {"max_steps", 54}}}});
   const SweepRecord sweep = open_sweep(db, spec);
   for (int t = 1; t <= 9; ++t) REQUIRE(claim_trial(db, sweep, "host:1"));
   // Every trial paused at rung 1; the best three there, 3, 5 and 7, went on to rung 2, where 7 is the best.
   for (int t = 1; t <= 9; ++t) {
-    db.execute(fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 1, 6, {})", sweep.sweep, t, t % 2 && t > 1 ? t : 10 + t));
+    db.execute(
+        fmt::format("INSERT INTO trial_rungs VALUES ({}, {}, 1, 6, {})", sweep.sweep, t, t % 2 && t > 1 ? t : 10 + t));
     db.execute(fmt::format("UPDATE trials SET status = 'paused', rung = 1, worker = NULL WHERE trial = {}", t));
   }
   for (int t : {3, 5, 7}) {
@@ -351,8 +384,8 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
 TEST_CASE("a running sweep shows whether a worker holds it") {
   runner::testing::TempDir home("sweep-workers");
   runner::index::Database db = runner::index::open_index_for_writing(home.path);
-  const SweepRecord sweep = open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"},
-                                                    {"metric", "m"}}));
+  const SweepRecord sweep =
+      open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
   CHECK_FALSE(worker_presence(db, sweep).alive);
   add_worker(db, sweep.sweep, worker_name());  // this process: alive
   CHECK(worker_presence(db, sweep).alive);

@@ -34,11 +34,9 @@ at::Tensor with_names(const at::Tensor& t, std::initializer_list<const char*> na
 
 TEST_CASE("format_tensor: integers", "[tensor_format]") {
   // torch.arange(10)
-  CHECK(format_tensor(at::arange(10)) ==
-        "tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])");
+  CHECK(format_tensor(at::arange(10)) == "tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])");
   // torch.tensor([-5, 10, -100, 7])
-  CHECK(format_tensor(at::tensor({-5, 10, -100, 7}, at::kLong)) ==
-        "tensor([  -5,   10, -100,    7])");
+  CHECK(format_tensor(at::tensor({-5, 10, -100, 7}, at::kLong)) == "tensor([  -5,   10, -100,    7])");
   // torch.tensor([[1, -20], [300, 4]])
   CHECK(format_tensor(at::tensor({1, -20, 300, 4}, at::kLong).reshape({2, 2})) ==
         "tensor([[  1, -20],\n"
@@ -50,38 +48,28 @@ TEST_CASE("format_tensor: fixed point", "[tensor_format]") {
   CHECK(format_tensor(at::tensor({1.5, -2.25, 3.14159, 100.0}, at::kFloat)) ==
         "tensor([  1.5000,  -2.2500,   3.1416, 100.0000])");
   // torch.tensor([-1.5, 0.25, -0.125])
-  CHECK(format_tensor(at::tensor({-1.5, 0.25, -0.125}, at::kFloat)) ==
-        "tensor([-1.5000,  0.2500, -0.1250])");
+  CHECK(format_tensor(at::tensor({-1.5, 0.25, -0.125}, at::kFloat)) == "tensor([-1.5000,  0.2500, -0.1250])");
   // torch.arange(6.)
-  CHECK(format_tensor(at::arange(6.0)) ==
-        "tensor([0., 1., 2., 3., 4., 5.])");
+  CHECK(format_tensor(at::arange(6.0)) == "tensor([0., 1., 2., 3., 4., 5.])");
   // torch.tensor([-0., 1.])
-  CHECK(format_tensor(at::tensor({-0.0, 1.0}, at::kFloat)) ==
-        "tensor([-0., 1.])");
+  CHECK(format_tensor(at::tensor({-0.0, 1.0}, at::kFloat)) == "tensor([-0., 1.])");
   // torch.tensor([0., 0.])
-  CHECK(format_tensor(at::zeros({2})) ==
-        "tensor([0., 0.])");
+  CHECK(format_tensor(at::zeros({2})) == "tensor([0., 0.])");
   // torch.tensor([0.1, 0.2, 0.3]) * 3
-  CHECK(format_tensor(at::tensor({0.1, 0.2, 0.3}, at::kFloat) * 3) ==
-        "tensor([0.3000, 0.6000, 0.9000])");
+  CHECK(format_tensor(at::tensor({0.1, 0.2, 0.3}, at::kFloat) * 3) == "tensor([0.3000, 0.6000, 0.9000])");
 }
 
 TEST_CASE("format_tensor: scientific", "[tensor_format]") {
   // torch.tensor([1e-5, 1.0, 123456.0])
-  CHECK(format_tensor(at::tensor({1e-5, 1.0, 123456.0}, at::kFloat)) ==
-        "tensor([1.0000e-05, 1.0000e+00, 1.2346e+05])");
+  CHECK(format_tensor(at::tensor({1e-5, 1.0, 123456.0}, at::kFloat)) == "tensor([1.0000e-05, 1.0000e+00, 1.2346e+05])");
   // torch.tensor([1e10, -2.0])
-  CHECK(format_tensor(at::tensor({1e10, -2.0}, at::kFloat)) ==
-        "tensor([ 1.0000e+10, -2.0000e+00])");
+  CHECK(format_tensor(at::tensor({1e10, -2.0}, at::kFloat)) == "tensor([ 1.0000e+10, -2.0000e+00])");
   // torch.tensor([0.00001])
-  CHECK(format_tensor(at::tensor({0.00001}, at::kFloat)) ==
-        "tensor([1.0000e-05])");
+  CHECK(format_tensor(at::tensor({0.00001}, at::kFloat)) == "tensor([1.0000e-05])");
   // torch.tensor([1e9, 3e9])
-  CHECK(format_tensor(at::tensor({1e9, 3e9}, at::kFloat)) ==
-        "tensor([1.0000e+09, 3.0000e+09])");
+  CHECK(format_tensor(at::tensor({1e9, 3e9}, at::kFloat)) == "tensor([1.0000e+09, 3.0000e+09])");
   // torch.tensor([123456789., 1.])
-  CHECK(format_tensor(at::tensor({123456789.0, 1.0}, at::kFloat)) ==
-        "tensor([1.2346e+08, 1.0000e+00])");
+  CHECK(format_tensor(at::tensor({123456789.0, 1.0}, at::kFloat)) == "tensor([1.2346e+08, 1.0000e+00])");
   // torch.tensor([[0., 1e-7], [2.5, -1e3]])
   CHECK(format_tensor(at::tensor({0.0, 1e-7, 2.5, -1e3}, at::kFloat).reshape({2, 2})) ==
         "tensor([[ 0.0000e+00,  1.0000e-07],\n"
@@ -90,29 +78,22 @@ TEST_CASE("format_tensor: scientific", "[tensor_format]") {
 
 TEST_CASE("format_tensor: nan and inf", "[tensor_format]") {
   // torch.tensor([nan, inf, -inf, 1.5])
-  CHECK(format_tensor(at::tensor({kNaN, kInf, -kInf, 1.5}, at::kFloat)) ==
-        "tensor([   nan,    inf,   -inf, 1.5000])");
+  CHECK(format_tensor(at::tensor({kNaN, kInf, -kInf, 1.5}, at::kFloat)) == "tensor([   nan,    inf,   -inf, 1.5000])");
   // torch.tensor([1., nan, -inf, 100.])
-  CHECK(format_tensor(at::tensor({1.0, kNaN, -kInf, 100.0}, at::kFloat)) ==
-        "tensor([  1.,  nan, -inf, 100.])");
+  CHECK(format_tensor(at::tensor({1.0, kNaN, -kInf, 100.0}, at::kFloat)) == "tensor([  1.,  nan, -inf, 100.])");
   // torch.tensor([nan, nan])
-  CHECK(format_tensor(at::tensor({kNaN, kNaN}, at::kFloat)) ==
-        "tensor([nan, nan])");
+  CHECK(format_tensor(at::tensor({kNaN, kNaN}, at::kFloat)) == "tensor([nan, nan])");
   // torch.tensor([-inf, inf])
-  CHECK(format_tensor(at::tensor({-kInf, kInf}, at::kFloat)) ==
-        "tensor([-inf, inf])");
+  CHECK(format_tensor(at::tensor({-kInf, kInf}, at::kFloat)) == "tensor([-inf, inf])");
   // torch.tensor([1e-6, nan, inf])
-  CHECK(format_tensor(at::tensor({1e-6, kNaN, kInf}, at::kFloat)) ==
-        "tensor([1.0000e-06,        nan,        inf])");
+  CHECK(format_tensor(at::tensor({1e-6, kNaN, kInf}, at::kFloat)) == "tensor([1.0000e-06,        nan,        inf])");
   // torch.tensor([-nan, 2.])
-  CHECK(format_tensor(at::tensor({-kNaN, 2.0}, at::kFloat)) ==
-        "tensor([nan, 2.])");
+  CHECK(format_tensor(at::tensor({-kNaN, 2.0}, at::kFloat)) == "tensor([nan, 2.])");
 }
 
 TEST_CASE("format_tensor: booleans", "[tensor_format]") {
   // torch.tensor([True, False, True])
-  CHECK(format_tensor(at::tensor({1, 0, 1}).to(at::kBool)) ==
-        "tensor([ true, false,  true])");
+  CHECK(format_tensor(at::tensor({1, 0, 1}).to(at::kBool)) == "tensor([ true, false,  true])");
   // torch.tensor([[True, True], [True, True]])
   CHECK(format_tensor(at::ones({2, 2}, at::kBool)) ==
         "tensor([[true, true],\n"
@@ -121,44 +102,32 @@ TEST_CASE("format_tensor: booleans", "[tensor_format]") {
 
 TEST_CASE("format_tensor: zero-dim", "[tensor_format]") {
   // torch.tensor(3.)
-  CHECK(format_tensor(at::scalar_tensor(3.0, at::kFloat)) ==
-        "tensor(3.)");
+  CHECK(format_tensor(at::scalar_tensor(3.0, at::kFloat)) == "tensor(3.)");
   // torch.tensor(7)
-  CHECK(format_tensor(at::scalar_tensor(7, at::kLong)) ==
-        "tensor(7)");
+  CHECK(format_tensor(at::scalar_tensor(7, at::kLong)) == "tensor(7)");
   // torch.tensor(-2.5)
-  CHECK(format_tensor(at::scalar_tensor(-2.5, at::kFloat)) ==
-        "tensor(-2.5000)");
+  CHECK(format_tensor(at::scalar_tensor(-2.5, at::kFloat)) == "tensor(-2.5000)");
   // torch.tensor(True)
-  CHECK(format_tensor(at::scalar_tensor(true, at::kBool)) ==
-        "tensor(true)");
+  CHECK(format_tensor(at::scalar_tensor(true, at::kBool)) == "tensor(true)");
   // torch.tensor(nan)
-  CHECK(format_tensor(at::scalar_tensor(kNaN, at::kFloat)) ==
-        "tensor(nan)");
+  CHECK(format_tensor(at::scalar_tensor(kNaN, at::kFloat)) == "tensor(nan)");
   // torch.tensor(1e-8)
-  CHECK(format_tensor(at::scalar_tensor(1e-8, at::kFloat)) ==
-        "tensor(1.0000e-08)");
+  CHECK(format_tensor(at::scalar_tensor(1e-8, at::kFloat)) == "tensor(1.0000e-08)");
   // torch.tensor(0.1, dtype=torch.float64)
-  CHECK(format_tensor(at::scalar_tensor(0.1, at::kDouble)) ==
-        "tensor(0.1000, dtype=float64)");
+  CHECK(format_tensor(at::scalar_tensor(0.1, at::kDouble)) == "tensor(0.1000, dtype=float64)");
 }
 
 TEST_CASE("format_tensor: empty", "[tensor_format]") {
   // torch.empty(0)
-  CHECK(format_tensor(at::empty({0})) ==
-        "tensor([])");
+  CHECK(format_tensor(at::empty({0})) == "tensor([])");
   // torch.zeros(0, 3)
-  CHECK(format_tensor(at::zeros({0, 3})) ==
-        "tensor([], size=(0, 3))");
+  CHECK(format_tensor(at::zeros({0, 3})) == "tensor([], size=(0, 3))");
   // torch.zeros(0, dtype=torch.int64)
-  CHECK(format_tensor(at::zeros({0}, at::kLong)) ==
-        "tensor([], dtype=int64)");
+  CHECK(format_tensor(at::zeros({0}, at::kLong)) == "tensor([], dtype=int64)");
   // torch.zeros(2, 0, dtype=torch.bool)
-  CHECK(format_tensor(at::zeros({2, 0}, at::kBool)) ==
-        "tensor([], size=(2, 0), dtype=bool)");
+  CHECK(format_tensor(at::zeros({2, 0}, at::kBool)) == "tensor([], size=(2, 0), dtype=bool)");
   // torch.zeros(0, dtype=torch.float64)
-  CHECK(format_tensor(at::zeros({0}, at::kDouble)) ==
-        "tensor([], dtype=float64)");
+  CHECK(format_tensor(at::zeros({0}, at::kDouble)) == "tensor([], dtype=float64)");
 }
 
 TEST_CASE("format_tensor: two-dim", "[tensor_format]") {
@@ -173,8 +142,7 @@ TEST_CASE("format_tensor: two-dim", "[tensor_format]") {
         "        [1., 4.],\n"
         "        [2., 5.]])");
   // torch.ones(1, 1)
-  CHECK(format_tensor(at::ones({1, 1})) ==
-        "tensor([[1.]])");
+  CHECK(format_tensor(at::ones({1, 1})) == "tensor([[1.]])");
 }
 
 TEST_CASE("format_tensor: higher-dim", "[tensor_format]") {
@@ -225,8 +193,7 @@ TEST_CASE("format_tensor: summarized", "[tensor_format]") {
         "        [1.9500e+03, 1.9510e+03, 1.9520e+03,  ..., 1.9970e+03, 1.9980e+03,\n"
         "         1.9990e+03]])");
   // torch.arange(2000)
-  CHECK(format_tensor(at::arange(2000)) ==
-        "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
+  CHECK(format_tensor(at::arange(2000)) == "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
   // torch.arange(1400.).reshape(7, 2, 100) / 7
   CHECK(format_tensor(at::arange(1400.0).reshape({7, 2, 100}) / 7) ==
         "tensor([[[0.0000e+00, 1.4286e-01, 2.8571e-01,  ..., 1.3857e+01,\n"
@@ -261,8 +228,7 @@ TEST_CASE("format_tensor: summarized", "[tensor_format]") {
         "         [1.8571e+02, 1.8586e+02, 1.8600e+02,  ..., 1.9957e+02,\n"
         "          1.9971e+02, 1.9986e+02]]])");
   // torch.arange(1001.) * 0.001
-  CHECK(format_tensor(at::arange(1001.0) * 0.001) ==
-        "tensor([0.0000, 0.0010, 0.0020,  ..., 0.9980, 0.9990, 1.0000])");
+  CHECK(format_tensor(at::arange(1001.0) * 0.001) == "tensor([0.0000, 0.0010, 0.0020,  ..., 0.9980, 0.9990, 1.0000])");
   // torch.arange(2000.).reshape(2, 1000)
   CHECK(format_tensor(at::arange(2000.0).reshape({2, 1000})) ==
         "tensor([[0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 9.9700e+02, 9.9800e+02,\n"
@@ -298,11 +264,9 @@ TEST_CASE("format_tensor: wrapped rows", "[tensor_format]") {
 
 TEST_CASE("format_tensor: dtype suffixes", "[tensor_format]") {
   // torch.tensor([1.5, 2.], dtype=torch.float64)
-  CHECK(format_tensor(at::tensor({1.5, 2.0}, at::kDouble)) ==
-        "tensor([1.5000, 2.0000], dtype=float64)");
+  CHECK(format_tensor(at::tensor({1.5, 2.0}, at::kDouble)) == "tensor([1.5000, 2.0000], dtype=float64)");
   // torch.arange(3, dtype=torch.float64)
-  CHECK(format_tensor(at::arange(3, at::kDouble)) ==
-        "tensor([0., 1., 2.], dtype=float64)");
+  CHECK(format_tensor(at::arange(3, at::kDouble)) == "tensor([0., 1., 2.], dtype=float64)");
   // torch.tensor([0.1, 1000.5, -3.]).half()
   CHECK(format_tensor(at::tensor({0.1, 1000.5, -3.0}, at::kFloat).to(at::kHalf)) ==
         "tensor([ 9.9976e-02,  1.0005e+03, -3.0000e+00], dtype=float16)");
@@ -310,14 +274,11 @@ TEST_CASE("format_tensor: dtype suffixes", "[tensor_format]") {
   CHECK(format_tensor(at::tensor({0.1, 1000.5, -3.0}, at::kFloat).to(at::kBFloat16)) ==
         "tensor([ 1.0010e-01,  1.0000e+03, -3.0000e+00], dtype=bfloat16)");
   // torch.arange(5, dtype=torch.int32)
-  CHECK(format_tensor(at::arange(5, at::kInt)) ==
-        "tensor([0, 1, 2, 3, 4], dtype=int32)");
+  CHECK(format_tensor(at::arange(5, at::kInt)) == "tensor([0, 1, 2, 3, 4], dtype=int32)");
   // torch.tensor([1, 2, 250], dtype=torch.uint8)
-  CHECK(format_tensor(at::tensor({1, 2, 250}, at::kByte)) ==
-        "tensor([  1,   2, 250], dtype=uint8)");
+  CHECK(format_tensor(at::tensor({1, 2, 250}, at::kByte)) == "tensor([  1,   2, 250], dtype=uint8)");
   // torch.tensor([-128, 5], dtype=torch.int8)
-  CHECK(format_tensor(at::tensor({-128, 5}, at::kChar)) ==
-        "tensor([-128,    5], dtype=int8)");
+  CHECK(format_tensor(at::tensor({-128, 5}, at::kChar)) == "tensor([-128,    5], dtype=int8)");
   // torch.tensor([0.5, 2, -448], dtype=torch.float8_e4m3fn)
   CHECK(format_tensor(at::tensor({0.5, 2.0, -448.0}, at::kDouble).to(at::kFloat8_e4m3fn)) ==
         "tensor([   0.5000,    2.0000, -448.0000], dtype=float8_e4m3fn)");
@@ -341,26 +302,20 @@ TEST_CASE("format_tensor: autograd suffixes", "[tensor_format]") {
   // in C++ leaf * 2 would call mul.Scalar and record MulBackward1.
   const at::Tensor leaf = at::tensor({1.0, 2.0}, at::kFloat).set_requires_grad(true);
   // leaf
-  CHECK(format_tensor(leaf) ==
-        "tensor([1., 2.], requires_grad=true)");
+  CHECK(format_tensor(leaf) == "tensor([1., 2.], requires_grad=true)");
   // leaf * 2
-  CHECK(format_tensor(leaf * at::scalar_tensor(2)) ==
-        "tensor([2., 4.], grad_fn=<MulBackward0>)");
+  CHECK(format_tensor(leaf * at::scalar_tensor(2)) == "tensor([2., 4.], grad_fn=<MulBackward0>)");
   // (leaf * 2).sum()
-  CHECK(format_tensor((leaf * at::scalar_tensor(2)).sum()) ==
-        "tensor(6., grad_fn=<SumBackward0>)");
+  CHECK(format_tensor((leaf * at::scalar_tensor(2)).sum()) == "tensor(6., grad_fn=<SumBackward0>)");
   // leaf + 1
-  CHECK(format_tensor(leaf + at::scalar_tensor(1)) ==
-        "tensor([2., 3.], grad_fn=<AddBackward0>)");
+  CHECK(format_tensor(leaf + at::scalar_tensor(1)) == "tensor([2., 3.], grad_fn=<AddBackward0>)");
   // leaf[0]
-  CHECK(format_tensor(leaf[0]) ==
-        "tensor(1., grad_fn=<SelectBackward0>)");
+  CHECK(format_tensor(leaf[0]) == "tensor(1., grad_fn=<SelectBackward0>)");
   // leaf.double() * 3
   CHECK(format_tensor(leaf.to(at::kDouble) * at::scalar_tensor(3)) ==
         "tensor([3., 6.], dtype=float64, grad_fn=<MulBackward0>)");
   // torch.zeros(0, requires_grad=True)
-  CHECK(format_tensor(at::zeros({0}).set_requires_grad(true)) ==
-        "tensor([], requires_grad=true)");
+  CHECK(format_tensor(at::zeros({0}).set_requires_grad(true)) == "tensor([], requires_grad=true)");
   // (torch.arange(8, dtype=torch.float64, requires_grad=True) / 3)
   CHECK(format_tensor(at::arange(8, at::kDouble).set_requires_grad(true) / at::scalar_tensor(3)) ==
         "tensor([0.0000, 0.3333, 0.6667, 1.0000, 1.3333, 1.6667, 2.0000, 2.3333],\n"
@@ -384,8 +339,7 @@ TEST_CASE("format_tensor: print options", "[tensor_format]") {
         "        12., 13., 14., 15., 16., 17.,\n"
         "        18., 19.])");
   // torch.arange(2000)  with set_printoptions(edgeitems=0)
-  CHECK(format_tensor(at::arange(2000), TensorFormatOptions{.edgeitems = 0}) ==
-        "tensor([...], size=(2000,))");
+  CHECK(format_tensor(at::arange(2000), TensorFormatOptions{.edgeitems = 0}) == "tensor([...], size=(2000,))");
   // torch.arange(24.).reshape(2, 3, 4)  with set_printoptions(edgeitems=0, threshold=10)
   CHECK(format_tensor(at::arange(24.0).reshape({2, 3, 4}), TensorFormatOptions{.threshold = 10, .edgeitems = 0}) ==
         "tensor([...], size=(2, 3, 4))");
@@ -401,14 +355,12 @@ TEST_CASE("format_tensor: print options", "[tensor_format]") {
         "         ...,\n"
         "         [60.,  ..., 63.]]])");
   // torch.tensor(5.)  with set_printoptions(threshold=0)
-  CHECK(format_tensor(at::scalar_tensor(5.0, at::kFloat), TensorFormatOptions{.threshold = 0}) ==
-        "tensor(5.)");
+  CHECK(format_tensor(at::scalar_tensor(5.0, at::kFloat), TensorFormatOptions{.threshold = 0}) == "tensor(5.)");
 }
 
 TEST_CASE("format_tensor: special layouts", "[tensor_format]") {
   // torch.empty(2, 3, device='meta')
-  CHECK(format_tensor(at::empty({2, 3}, at::device(at::kMeta))) ==
-        "tensor(..., device='meta', size=(2, 3))");
+  CHECK(format_tensor(at::empty({2, 3}, at::device(at::kMeta))) == "tensor(..., device='meta', size=(2, 3))");
   // torch.empty(2, 3, device='meta', dtype=torch.int64)
   CHECK(format_tensor(at::empty({2, 3}, at::device(at::kMeta).dtype(at::kLong))) ==
         "tensor(..., device='meta', size=(2, 3), dtype=int64)");
@@ -437,11 +389,9 @@ TEST_CASE("format_tensor: special layouts", "[tensor_format]") {
         "       values=tensor([2.0000, 1.5000]), size=(2, 2), nnz=2,\n"
         "       layout=torch.sparse_csc)");
   // torch.tensor([1., 2.]).to_mkldnn()
-  CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).to_mkldnn()) ==
-        "tensor([1., 2.], layout=torch._mkldnn)");
+  CHECK(format_tensor(at::tensor({1.0, 2.0}, at::kFloat).to_mkldnn()) == "tensor([1., 2.], layout=torch._mkldnn)");
   // torch.quantize_per_tensor(torch.tensor([-1.0, 0.0, 1.0, 2.0]), 0.1, 10, torch.quint8)
-  CHECK(format_tensor(
-            at::quantize_per_tensor(at::tensor({-1.0, 0.0, 1.0, 2.0}, at::kFloat), 0.1, 10, at::kQUInt8)) ==
+  CHECK(format_tensor(at::quantize_per_tensor(at::tensor({-1.0, 0.0, 1.0, 2.0}, at::kFloat), 0.1, 10, at::kQUInt8)) ==
         "tensor([-1.,  0.,  1.,  2.], size=(4,), dtype=quint8,\n"
         "       quantization_scheme=torch.per_tensor_affine, scale=0.1, zero_point=10)");
   // torch.quantize_per_tensor(torch.tensor([300.0]), 2e-5, 0, torch.qint32)
@@ -452,8 +402,8 @@ TEST_CASE("format_tensor: special layouts", "[tensor_format]") {
   //                            torch.tensor([0, 1]), 0, torch.qint8)
   // Python breaks the line before zero_point= because it measures dtype=torch.float64.
   CHECK(format_tensor(at::quantize_per_channel(at::tensor({-1.0, 0.0, 1.0, 2.0}, at::kFloat).reshape({2, 2}),
-                                               at::tensor({0.1, 0.01}, at::kFloat), at::tensor({0, 1}, at::kLong),
-                                               0, at::kQInt8)) ==
+                                               at::tensor({0.1, 0.01}, at::kFloat), at::tensor({0, 1}, at::kLong), 0,
+                                               at::kQInt8)) ==
         "tensor([[-1.0000,  0.0000],\n"
         "        [ 1.0000,  1.2600]], size=(2, 2), dtype=qint8,\n"
         "       quantization_scheme=torch.per_channel_affine,\n"
@@ -483,13 +433,11 @@ TEST_CASE("format_tensor: special layouts", "[tensor_format]") {
         "  tensor([[0, 1, 2]], dtype=int32)\n"
         "])");
   // torch._neg_view(torch.tensor([1., -2.]))
-  CHECK(format_tensor(at::_neg_view(at::tensor({1.0, -2.0}, at::kFloat))) ==
-        "tensor([-1.,  2.])");
+  CHECK(format_tensor(at::_neg_view(at::tensor({1.0, -2.0}, at::kFloat))) == "tensor([-1.,  2.])");
 }
 TEST_CASE("format_tensor: undefined tensors and rejected input", "[tensor_format]") {
   CHECK(format_tensor(at::Tensor()) == "tensor(undefined)");
-  CHECK_THROWS_WITH(format_tensor(at::zeros({2}, at::kComplexFloat)),
-                    "format_tensor: complex dtype not supported");
+  CHECK_THROWS_WITH(format_tensor(at::zeros({2}, at::kComplexFloat)), "format_tensor: complex dtype not supported");
   CHECK_THROWS_AS(format_tensor(at::zeros({2}), TensorFormatOptions{.precision = -1}), std::invalid_argument);
   CHECK_THROWS_AS(format_tensor(at::zeros({2}), TensorFormatOptions{.edgeitems = -1}), std::invalid_argument);
 }

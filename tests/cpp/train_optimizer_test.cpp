@@ -67,7 +67,9 @@ bool golden_written_on_this_machine() { return golden_from_this_machine() != nul
 // are compared with the thread count they were written with.
 class GoldenThreadCount {
  public:
-  GoldenThreadCount() : previous_(at::get_num_threads()) { at::set_num_threads(std::stoi(golden().metadata.at("threads"))); }
+  GoldenThreadCount() : previous_(at::get_num_threads()) {
+    at::set_num_threads(std::stoi(golden().metadata.at("threads")));
+  }
   ~GoldenThreadCount() { at::set_num_threads(previous_); }
   GoldenThreadCount(const GoldenThreadCount&) = delete;
   GoldenThreadCount& operator=(const GoldenThreadCount&) = delete;
@@ -109,13 +111,15 @@ std::vector<std::vector<at::Tensor>> golden_initial_params() {
   std::vector<std::vector<at::Tensor>> params(shapes.size());
   for (std::size_t g = 0; g < shapes.size(); ++g) {
     for (std::size_t p = 0; p < shapes[g].size(); ++p) {
-      params[g].push_back(golden_tensor("init.group" + std::to_string(g) + ".param" + std::to_string(p)).clone().requires_grad_());
+      params[g].push_back(
+          golden_tensor("init.group" + std::to_string(g) + ".param" + std::to_string(p)).clone().requires_grad_());
     }
   }
   return params;
 }
 
-std::vector<ParamGroup> groups_from(const nlohmann::json& settings, const std::vector<std::vector<at::Tensor>>& params) {
+std::vector<ParamGroup> groups_from(const nlohmann::json& settings,
+                                    const std::vector<std::vector<at::Tensor>>& params) {
   std::vector<ParamGroup> groups;
   for (std::size_t g = 0; g < settings.size(); ++g) {
     const nlohmann::json& s = settings[g];
@@ -136,7 +140,8 @@ std::vector<ParamGroup> groups_from(const nlohmann::json& settings, const std::v
 }
 
 // Sets the grads of step `step` as the golden case does: group 0 parameter 2 has none on the case's none_steps.
-void set_golden_grads(const std::vector<std::vector<at::Tensor>>& params, int step, const std::vector<int>& none_steps) {
+void set_golden_grads(const std::vector<std::vector<at::Tensor>>& params, int step,
+                      const std::vector<int>& none_steps) {
   for (std::size_t g = 0; g < params.size(); ++g) {
     for (std::size_t p = 0; p < params[g].size(); ++p) {
       at::Tensor param = params[g][p];
@@ -144,8 +149,9 @@ void set_golden_grads(const std::vector<std::vector<at::Tensor>>& params, int st
       if (none) {
         param.mutable_grad().reset();
       } else {
-        param.mutable_grad() =
-            golden_tensor("grad.step" + std::to_string(step) + ".group" + std::to_string(g) + ".param" + std::to_string(p)).clone();
+        param.mutable_grad() = golden_tensor("grad.step" + std::to_string(step) + ".group" + std::to_string(g) +
+                                             ".param" + std::to_string(p))
+                                   .clone();
       }
     }
   }
@@ -165,7 +171,8 @@ NamedTensors save_and_load(const NamedTensors& tensors, const runner::testing::T
   for (const auto& [name, tensor] : tensors) named.push_back({name, tensor});
   runner::ckpt::save_safetensors(dir.file(file), named);
   NamedTensors loaded;
-  for (auto& entry : runner::ckpt::load_safetensors(dir.file(file)).tensors) loaded.emplace_back(entry.name, entry.tensor);
+  for (auto& entry : runner::ckpt::load_safetensors(dir.file(file)).tensors)
+    loaded.emplace_back(entry.name, entry.tensor);
   return loaded;
 }
 
@@ -227,7 +234,8 @@ TEST_CASE("optimizers follow PyTorch's foreach and fused trajectories", "[optimi
     // Foreach on the CPU runs the same ops in the same order as PyTorch, and the fused path calls PyTorch's own
     // CPU kernels with the same arguments, so both match bit for bit (and so within 1e-6 relative).
     for (const OptimizerImplementation implementation :
-         {fused ? OptimizerImplementation::fused : OptimizerImplementation::foreach, OptimizerImplementation::automatic}) {
+         {fused ? OptimizerImplementation::fused : OptimizerImplementation::foreach,
+          OptimizerImplementation::automatic}) {
       if (fused && implementation == OptimizerImplementation::automatic) continue;  // automatic is foreach on the CPU
       DYNAMIC_SECTION(name << (implementation == OptimizerImplementation::automatic ? " (automatic)" : "")) {
         const auto params = golden_initial_params();
@@ -271,7 +279,8 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
       const std::vector<ParamGroup> groups = groups_from(c.at("groups"), params);
       Optimizer optimizer(kind_of(c.at("kind")), groups);
       REQUIRE(optimizer.capturable());
-      at::Tensor lrs = at::zeros({static_cast<std::int64_t>(groups.size())}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+      at::Tensor lrs = at::zeros({static_cast<std::int64_t>(groups.size())},
+                                 at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
       const auto none_steps = c.at("none_steps").get<std::vector<int>>();
       for (int step = 1; step <= 7; ++step) {
         at::Tensor found_inf;
@@ -279,18 +288,20 @@ TEST_CASE("on CUDA the fused kernels follow PyTorch's trajectories", "[optimizer
           std::vector<double> values;
           for (const ParamGroup& group : groups) values.push_back(group.lr * factors[step - 1]);
           lrs.copy_(at::tensor(values, at::kDouble));
-          for (std::size_t g = 0; g < groups.size(); ++g) optimizer.set_lr(g, values[g], lrs[static_cast<std::int64_t>(g)]);
+          for (std::size_t g = 0; g < groups.size(); ++g)
+            optimizer.set_lr(g, values[g], lrs[static_cast<std::int64_t>(g)]);
           found_inf = at::full({1}, step == skipped_step ? 1.0 : 0.0, at::TensorOptions().device(at::kCUDA));
         }
         for (std::size_t g = 0; g < params.size(); ++g) {
           for (std::size_t p = 0; p < params[g].size(); ++p) {
-            const bool none = g == 0 && p == 2 && std::find(none_steps.begin(), none_steps.end(), step) != none_steps.end();
+            const bool none =
+                g == 0 && p == 2 && std::find(none_steps.begin(), none_steps.end(), step) != none_steps.end();
             if (none) {
               params[g][p].mutable_grad().reset();
             } else {
-              params[g][p].mutable_grad() =
-                  golden_tensor("grad.step" + std::to_string(step) + ".group" + std::to_string(g) + ".param" + std::to_string(p))
-                      .to(at::kCUDA);
+              params[g][p].mutable_grad() = golden_tensor("grad.step" + std::to_string(step) + ".group" +
+                                                          std::to_string(g) + ".param" + std::to_string(p))
+                                                .to(at::kCUDA);
             }
           }
         }
@@ -319,15 +330,16 @@ TEST_CASE("fused SGD gives a late parameter its own first step", "[optimizer]") 
   for (const bool nesterov : {false, true}) {
     const auto params_fused = golden_initial_params();
     const auto params_foreach = clone_params(params_fused);
-    const nlohmann::json settings = nesterov ? golden_metadata("cases")["sgd_nesterov"]["groups"]
-                                             : golden_metadata("cases")["sgd"]["groups"];
+    const nlohmann::json settings =
+        nesterov ? golden_metadata("cases")["sgd_nesterov"]["groups"] : golden_metadata("cases")["sgd"]["groups"];
     Optimizer fused(OptimizerKind::sgd, groups_from(settings, params_fused), OptimizerImplementation::fused);
-    Optimizer foreach(OptimizerKind::sgd, groups_from(settings, params_foreach), OptimizerImplementation::foreach);
+    Optimizer foreach (OptimizerKind::sgd, groups_from(settings, params_foreach), OptimizerImplementation::foreach);
     for (int step = 1; step <= 7; ++step) {
       set_golden_grads(params_fused, step, {1, 4});
       set_golden_grads(params_foreach, step, {1, 4});
       fused.step();
-      foreach.step();
+      foreach
+        .step();
     }
     for (std::size_t g = 0; g < params_fused.size(); ++g) {
       for (std::size_t p = 0; p < params_fused[g].size(); ++p) {
@@ -387,20 +399,24 @@ TEST_CASE("optimizer basics: skipped parameters, zero_grad, learning rates, stat
   CHECK(h["groups"][0]["beta2"] == 0.999);
 
   // Constructor validation.
-  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adam, {ParamGroup{{w}, 0.1, 0.0, 1.0}}); }) ==
-        "optimizer group 1: beta1 must be in [0, 1), got 1");
-  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{w}, 0.1}, ParamGroup{{w}, 0.1}}); }) ==
-        "optimizer group 2: parameter 1 appears more than once");
+  CHECK(invalid_argument_message([&] {
+          Optimizer(OptimizerKind::adam, {ParamGroup{{w}, 0.1, 0.0, 1.0}});
+        }) == "optimizer group 1: beta1 must be in [0, 1), got 1");
+  CHECK(invalid_argument_message([&] {
+          Optimizer(OptimizerKind::sgd, {ParamGroup{{w}, 0.1}, ParamGroup{{w}, 0.1}});
+        }) == "optimizer group 2: parameter 1 appears more than once");
   ParamGroup nesterov{{w}, 0.1};
   nesterov.nesterov = true;
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {nesterov}); }) ==
         "optimizer group 1: nesterov momentum requires a momentum and zero dampening");
-  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{at::ones({2}, at::kLong)}, 0.1}}); }) ==
-        "optimizer group 1: parameter 1 has dtype int64; parameters must be floating point");
+  CHECK(invalid_argument_message([&] {
+          Optimizer(OptimizerKind::sgd, {ParamGroup{{at::ones({2}, at::kLong)}, 0.1}});
+        }) == "optimizer group 1: parameter 1 has dtype int64; parameters must be floating point");
   ParamGroup amsgrad_group{{w}, 0.1};
   amsgrad_group.amsgrad = true;
-  CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::sgd, {ParamGroup{{b}, 0.1}, amsgrad_group}); }) ==
-        "optimizer group 2: amsgrad requires Adam or AdamW, not SGD");
+  CHECK(invalid_argument_message([&] {
+          Optimizer(OptimizerKind::sgd, {ParamGroup{{b}, 0.1}, amsgrad_group});
+        }) == "optimizer group 2: amsgrad requires Adam or AdamW, not SGD");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adam, {amsgrad_group}); }) == "no exception");
   CHECK(invalid_argument_message([&] { Optimizer(OptimizerKind::adamw, {amsgrad_group}); }) == "no exception");
 }
@@ -441,7 +457,8 @@ TEST_CASE("optimizer state round trip through safetensors reproduces later steps
           resumed.step();
         }
         for (std::size_t g = 0; g < params.size(); ++g) {
-          for (std::size_t p = 0; p < params[g].size(); ++p) CHECK(bit_equal(copies[g][p].detach(), params[g][p].detach()));
+          for (std::size_t p = 0; p < params[g].size(); ++p)
+            CHECK(bit_equal(copies[g][p].detach(), params[g][p].detach()));
         }
         require_same_state(resumed.state_tensors(), original.state_tensors());
         CHECK(resumed.hyperparameters() == original.hyperparameters());
@@ -459,7 +476,9 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
     adamw.step();
   }
   const NamedTensors good = adamw.state_tensors();
-  const auto load = [&](NamedTensors tensors) { return invalid_argument_message([&] { adamw.load_state_tensors(tensors); }); };
+  const auto load = [&](NamedTensors tensors) {
+    return invalid_argument_message([&] { adamw.load_state_tensors(tensors); });
+  };
   const auto with = [&](const std::string& name, const at::Tensor& tensor) {
     NamedTensors tensors = good;
     tensors.emplace_back(name, tensor);
@@ -473,16 +492,19 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
     return tensors;
   };
   const at::Tensor step = at::ones({}, at::kFloat);
-  CHECK(load(with("group0.param0.momentum", at::zeros({4, 3}))) ==
-        "optimizer state: unexpected tensor name 'group0.param0.momentum' (expected group<G>.param<P>.<entry> with entry "
-        "step, exp_avg or exp_avg_sq)");
+  CHECK(
+      load(with("group0.param0.momentum", at::zeros({4, 3}))) ==
+      "optimizer state: unexpected tensor name 'group0.param0.momentum' (expected group<G>.param<P>.<entry> with entry "
+      "step, exp_avg or exp_avg_sq)");
   CHECK(load(with("group00.param2.step", step)) ==
         "optimizer state: unexpected tensor name 'group00.param2.step' (expected group<G>.param<P>.<entry> with entry "
         "step, exp_avg or exp_avg_sq)");
-  CHECK(load(with("exp_avg", step)) ==
-        "optimizer state: unexpected tensor name 'exp_avg' (expected group<G>.param<P>.<entry> with entry step, exp_avg "
-        "or exp_avg_sq)");
-  CHECK(load(with("group2.param0.step", step)) == "optimizer state: 'group2.param0.step' names group 3 (group<G> counts from 0), but the optimizer has 2 groups");
+  CHECK(
+      load(with("exp_avg", step)) ==
+      "optimizer state: unexpected tensor name 'exp_avg' (expected group<G>.param<P>.<entry> with entry step, exp_avg "
+      "or exp_avg_sq)");
+  CHECK(load(with("group2.param0.step", step)) ==
+        "optimizer state: 'group2.param0.step' names group 3 (group<G> counts from 0), but the optimizer has 2 groups");
   CHECK(load(with("group1.param2.exp_avg", step)) ==
         "optimizer state: 'group1.param2.exp_avg' names parameter 3 of group 2, which has 2 parameters");
   CHECK(load(with("group0.param0.step", step)) == "optimizer state: duplicate tensor 'group0.param0.step'");
@@ -494,7 +516,8 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
         "optimizer state: 'group0.param1.exp_avg_sq' has dtype float64, expected float32");
   CHECK(load(replacing("group0.param1.step", at::ones({}, at::kLong))) ==
         "optimizer state: 'group0.param1.step' has dtype int64, expected float32");
-  CHECK(load(replacing("group0.param1.step", at::Tensor())) == "optimizer state: 'group0.param1.step' is an undefined tensor");
+  CHECK(load(replacing("group0.param1.step", at::Tensor())) ==
+        "optimizer state: 'group0.param1.step' is an undefined tensor");
   NamedTensors incomplete = good;
   incomplete.erase(std::remove_if(incomplete.begin(), incomplete.end(),
                                   [](const auto& entry) { return entry.first.rfind("group1.param0.exp_avg", 0) == 0; }),
@@ -508,16 +531,24 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
   adamw.load_state_tensors(good);
   require_same_state(adamw.state_tensors(), good);
 
-  Optimizer sgd(OptimizerKind::sgd, {ParamGroup{params[0], 0.1, 0.0, 0.9, 0.999, 1e-8, 0.9}, ParamGroup{params[1], 0.1}});
-  CHECK(invalid_argument_message([&] { sgd.load_state_tensors({{"group1.param0.momentum_buffer", at::zeros({3, 4})}}); }) ==
+  Optimizer sgd(OptimizerKind::sgd,
+                {ParamGroup{params[0], 0.1, 0.0, 0.9, 0.999, 1e-8, 0.9}, ParamGroup{params[1], 0.1}});
+  CHECK(invalid_argument_message([&] {
+          sgd.load_state_tensors({{"group1.param0.momentum_buffer", at::zeros({3, 4})}});
+        }) ==
         "optimizer state: 'group1.param0.momentum_buffer' is not expected: group 2 has no momentum and keeps no state");
-  CHECK(invalid_argument_message([&] { sgd.load_state_tensors({{"group0.param0.exp_avg", at::zeros({4, 3})}}); }) ==
-        "optimizer state: unexpected tensor name 'group0.param0.exp_avg' (expected group<G>.param<P>.<entry> with entry "
-        "momentum_buffer)");
+  CHECK(
+      invalid_argument_message([&] {
+        sgd.load_state_tensors({{"group0.param0.exp_avg", at::zeros({4, 3})}});
+      }) ==
+      "optimizer state: unexpected tensor name 'group0.param0.exp_avg' (expected group<G>.param<P>.<entry> with entry "
+      "momentum_buffer)");
 
   // Hyperparameters.
   const nlohmann::json h = adamw.hyperparameters();
-  const auto load_h = [&](const nlohmann::json& j) { return invalid_argument_message([&] { adamw.load_hyperparameters(j); }); };
+  const auto load_h = [&](const nlohmann::json& j) {
+    return invalid_argument_message([&] { adamw.load_hyperparameters(j); });
+  };
   CHECK(load_h(sgd.hyperparameters()) == "optimizer hyperparameters: kind is 'sgd', this optimizer is 'adamw'");
   nlohmann::json changed = h;
   changed["groups"].erase(1);
@@ -566,14 +597,17 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
     if (name.size() > 15 && name.compare(name.size() - 15, 15, ".max_exp_avg_sq") == 0) {
       INFO(name);
       const std::string base = name.substr(0, name.size() - 15);
-      const auto exp_avg_sq = std::find_if(good.begin(), good.end(), [&](const auto& e) { return e.first == base + ".exp_avg_sq"; });
+      const auto exp_avg_sq =
+          std::find_if(good.begin(), good.end(), [&](const auto& e) { return e.first == base + ".exp_avg_sq"; });
       REQUIRE(exp_avg_sq != good.end());
       CHECK(at::all(tensor >= exp_avg_sq->second).item<bool>());
     }
   }
 
   // Loading: max_exp_avg_sq is required in amsgrad groups and refused elsewhere.
-  const auto load = [&](NamedTensors tensors) { return invalid_argument_message([&] { adamw.load_state_tensors(tensors); }); };
+  const auto load = [&](NamedTensors tensors) {
+    return invalid_argument_message([&] { adamw.load_state_tensors(tensors); });
+  };
   NamedTensors without_max = good;
   without_max.erase(std::remove_if(without_max.begin(), without_max.end(),
                                    [](const auto& entry) { return entry.first == "group0.param1.max_exp_avg_sq"; }),
@@ -585,7 +619,8 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   extra = good;
   extra.emplace_back("group0.param0.max_exp_avg", at::zeros({4, 3}));
   CHECK(load(extra) ==
-        "optimizer state: unexpected tensor name 'group0.param0.max_exp_avg' (expected group<G>.param<P>.<entry> with entry "
+        "optimizer state: unexpected tensor name 'group0.param0.max_exp_avg' (expected group<G>.param<P>.<entry> with "
+        "entry "
         "step, exp_avg, exp_avg_sq or max_exp_avg_sq (amsgrad groups))");
   NamedTensors wrong = good;
   wrong[3].second = at::zeros({3, 4});
@@ -606,20 +641,24 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   const nlohmann::json h = adamw.hyperparameters();
   CHECK(h["groups"][0]["amsgrad"] == true);
   CHECK(h["groups"][1]["amsgrad"] == false);
-  const auto load_h = [&](const nlohmann::json& j) { return invalid_argument_message([&] { adamw.load_hyperparameters(j); }); };
+  const auto load_h = [&](const nlohmann::json& j) {
+    return invalid_argument_message([&] { adamw.load_hyperparameters(j); });
+  };
   nlohmann::json changed = h;
   changed["groups"][0]["amsgrad"] = 1;
   CHECK(load_h(changed) == "optimizer hyperparameters: non-boolean 'amsgrad' in group 1");
   changed = h;
   changed["groups"][0]["amsgrad"] = false;
-  CHECK(load_h(changed) ==
-        "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
-        "for its parameters");
+  CHECK(
+      load_h(changed) ==
+      "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
+      "for its parameters");
   changed = h;
   changed["groups"][1]["amsgrad"] = true;
-  CHECK(load_h(changed) ==
-        "optimizer hyperparameters: group 2 has amsgrad true, this optimizer's group 2 has amsgrad false and keeps state "
-        "for its parameters");
+  CHECK(
+      load_h(changed) ==
+      "optimizer hyperparameters: group 2 has amsgrad true, this optimizer's group 2 has amsgrad false and keeps state "
+      "for its parameters");
   CHECK(adamw.hyperparameters() == h);
   adamw.load_hyperparameters(h);
   CHECK(adamw.hyperparameters() == h);
@@ -628,9 +667,10 @@ TEST_CASE("AMSGrad keeps max_exp_avg_sq in its groups only; loads and hyperparam
   // state (which then runs without amsgrad) and by groups without amsgrad.
   nlohmann::json old = h;
   for (auto& group : old["groups"]) group.erase("amsgrad");
-  CHECK(load_h(old) ==
-        "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
-        "for its parameters");
+  CHECK(
+      load_h(old) ==
+      "optimizer hyperparameters: group 1 has amsgrad false, this optimizer's group 1 has amsgrad true and keeps state "
+      "for its parameters");
   Optimizer fresh(OptimizerKind::adamw, groups_from(settings, clone_params(params)));
   fresh.load_hyperparameters(old);
   CHECK_FALSE(fresh.groups()[0].amsgrad);
@@ -652,7 +692,8 @@ TEST_CASE("fused AMSGrad leaves every tensor unchanged on a step with found_inf"
   for (const OptimizerKind kind : {OptimizerKind::adam, OptimizerKind::adamw}) {
     const auto params = golden_initial_params();
     const std::string name = kind == OptimizerKind::adam ? "adam_amsgrad_fused" : "adamw_amsgrad_fused";
-    Optimizer fused(kind, groups_from(golden_metadata("cases")[name]["groups"], params), OptimizerImplementation::fused);
+    Optimizer fused(kind, groups_from(golden_metadata("cases")[name]["groups"], params),
+                    OptimizerImplementation::fused);
     for (int step = 1; step <= 2; ++step) {
       set_golden_grads(params, step, {});
       fused.step();
@@ -714,10 +755,12 @@ TEST_CASE("the capturable step follows PyTorch's fused optimizers with tensor le
 TEST_CASE("optimizer lr tensors: the optimizer's own, a given one, and which steps are capturable", "[optimizer]") {
   const auto params = golden_initial_params();
   const nlohmann::json settings = golden_metadata("cases")["adamw"]["groups"];
-  Optimizer foreach(OptimizerKind::adamw, groups_from(settings, clone_params(params)), OptimizerImplementation::foreach);
+  Optimizer foreach (OptimizerKind::adamw, groups_from(settings, clone_params(params)),
+                     OptimizerImplementation::foreach);
   CHECK_FALSE(foreach.capturable());
-  CHECK_FALSE(Optimizer(OptimizerKind::sgd, groups_from(golden_metadata("cases")["sgd"]["groups"], clone_params(params)))
-                  .capturable());  // automatic on the CPU is foreach
+  CHECK_FALSE(
+      Optimizer(OptimizerKind::sgd, groups_from(golden_metadata("cases")["sgd"]["groups"], clone_params(params)))
+          .capturable());  // automatic on the CPU is foreach
   Optimizer fused(OptimizerKind::adamw, groups_from(settings, params), OptimizerImplementation::fused);
   CHECK(fused.capturable());
 
@@ -753,7 +796,8 @@ TEST_CASE("optimizer lr tensors: the optimizer's own, a given one, and which ste
   CHECK_THROWS_AS(fused.lr_tensor(2), std::out_of_range);
 }
 
-TEST_CASE("capturable SGD skips a step with found_inf in the kernel; a skipped first step leaves zero buffers", "[optimizer]") {
+TEST_CASE("capturable SGD skips a step with found_inf in the kernel; a skipped first step leaves zero buffers",
+          "[optimizer]") {
   const auto params = golden_initial_params();
   const nlohmann::json settings = golden_metadata("cases")["sgd"]["groups"];
   Optimizer fused(OptimizerKind::sgd, groups_from(settings, params), OptimizerImplementation::fused);
@@ -853,7 +897,8 @@ TEST_CASE("device scalars: one tensor of float32 values, element views that keep
   CHECK_FALSE(DeviceScalars().defined());
 }
 
-TEST_CASE("device scalars on CUDA: pinned staging, one copy per write, the values of every write", "[optimizer][cuda]") {
+TEST_CASE("device scalars on CUDA: pinned staging, one copy per write, the values of every write",
+          "[optimizer][cuda]") {
   SKIP_WITHOUT_CUDA("device scalars on a CUDA device");
   DeviceScalars scalars(2, c10::Device(c10::kCUDA));
   REQUIRE(scalars.values().is_cuda());
@@ -990,15 +1035,17 @@ TEST_CASE("EMA shadow stays float32 for a bfloat16 model", "[ema]") {
   CHECK(bit_equal(b_out.detach(), ema.shadow()[1].to(at::kBFloat16)));
   CHECK(count_out.item<std::int64_t>() == 5);
   CHECK(invalid_argument_message([&] { ema.copy_to({w_out}); }) == "ema: copy_to got 1 parameters, the EMA has 2");
-  CHECK(invalid_argument_message([&] { ema.copy_to({b_out, w_out}); }) ==
-        "ema: copy_to parameter 0 has shape [4], the shadow has [3, 4]");
+  CHECK(invalid_argument_message([&] {
+          ema.copy_to({b_out, w_out});
+        }) == "ema: copy_to parameter 0 has shape [4], the shadow has [3, 4]");
 }
 
 TEST_CASE("EMA state round trip reproduces later updates bit for bit; bad loads are refused", "[ema]") {
   runner::testing::TempDir dir("ema-state");
   const auto make_params = [] {
     std::vector<at::Tensor> params;
-    for (int i = 0; i < 3; ++i) params.push_back(golden_tensor("ema.init." + std::to_string(i)).clone().requires_grad_());
+    for (int i = 0; i < 3; ++i)
+      params.push_back(golden_tensor("ema.init." + std::to_string(i)).clone().requires_grad_());
     return params;
   };
   std::vector<at::Tensor> params = make_params();
@@ -1052,10 +1099,13 @@ TEST_CASE("EMA state round trip reproduces later updates bit for bit; bad loads 
 
   NamedTensors before;
   for (const auto& [name, tensor] : resumed.state_tensors()) before.emplace_back(name, tensor.clone());
-  const auto load = [&](NamedTensors tensors) { return invalid_argument_message([&] { resumed.load_state_tensors(tensors); }); };
+  const auto load = [&](NamedTensors tensors) {
+    return invalid_argument_message([&] { resumed.load_state_tensors(tensors); });
+  };
   NamedTensors extra = saved;
   extra.emplace_back("param3", at::zeros({1}));
-  CHECK(load(extra) == "ema state: unexpected tensor name 'param3' (expected param<I> for I < 3 and buffer<I> for I < 1)");
+  CHECK(load(extra) ==
+        "ema state: unexpected tensor name 'param3' (expected param<I> for I < 3 and buffer<I> for I < 1)");
   NamedTensors duplicate = saved;
   duplicate.push_back(saved[0]);
   CHECK(load(duplicate) == "ema state: duplicate tensor 'param0'");

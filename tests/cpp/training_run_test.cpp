@@ -35,8 +35,9 @@ using Catch::Contains;
 struct TwoLayers {
   torch::nn::Linear first{4, 8}, second{8, 1};
   train::TrainerModel model() const {
-    return {{{"0.weight", first->weight}, {"0.bias", first->bias}, {"1.weight", second->weight}, {"1.bias", second->bias}},
-            {}};
+    return {
+        {{"0.weight", first->weight}, {"0.bias", first->bias}, {"1.weight", second->weight}, {"1.bias", second->bias}},
+        {}};
   }
   at::Tensor forward(const at::Tensor& x) { return second->forward(at::tanh(first->forward(x))); }
 };
@@ -51,11 +52,13 @@ struct Setup {
     train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
     group.lr = 1e-2;
     for (const auto& [name, p] : net.model().parameters) group.params.push_back(p);
-    auto optimizer = std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
+    auto optimizer =
+        std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
     train::EmaOptions ema;
     ema.decay = 0.9;
-    trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{}, std::vector<train::EmaOptions>{ema},
-                                               train::StepOptions{}, c10::Device(c10::kCPU));
+    trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{},
+                                               std::vector<train::EmaOptions>{ema}, train::StepOptions{},
+                                               c10::Device(c10::kCPU));
     data::LoaderOptions options;
     options.batch = 4;
     options.workers = 0;
@@ -110,8 +113,12 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
   {
     Setup first(1);
     auto context = run::start_run(request("two-layers"), launch, home);
-    run::TrainingRun training(*context, first.trainer, first.loader, [] { return nlohmann::json{{"counter", {{"n", 3}}}}; },
-                              keep_two());
+    run::TrainingRun training(
+        *context, first.trainer, first.loader,
+        [] {
+          return nlohmann::json{{"counter", {{"n", 3}}}};
+        },
+        keep_two());
     CHECK_FALSE(training.restore());
     for (int i = 0; i < 8; ++i) {
       first.step();
@@ -151,7 +158,8 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
   context->finish("finished");
 }
 
-TEST_CASE("a stop request is taken before the next step: a checkpoint, the run interrupted, a request to exit", "[run]") {
+TEST_CASE("a stop request is taken before the next step: a checkpoint, the run interrupted, a request to exit",
+          "[run]") {
   testing::TempDir tmp("training-run");
   const std::string home = tmp.path + "/home";
   Setup setup(2);
@@ -226,7 +234,8 @@ TEST_CASE("a snapshot holds the checkpoint's four files, and the loader state re
   CHECK(snapshot.files[2].name == "optimizer.safetensors");
   CHECK(snapshot.files[3].name == "trainer.safetensors");
   CHECK(data::loader_state_from_json(data::loader_state_json(setup.loader->state()), "here").seed == 7);
-  CHECK(data::loader_state_from_json({{"seed", "18446744073709551615"}, {"position", 2}, {"dataset_size", 64}, {"batch", 4}}, "old")
+  CHECK(data::loader_state_from_json(
+            {{"seed", "18446744073709551615"}, {"position", 2}, {"dataset_size", 64}, {"batch", 4}}, "old")
             .seed == 18446744073709551615ULL);
   CHECK_THROWS_WITH(data::loader_state_from_json({{"seed", 1}}, "x.safetensors"),
                     Contains("x.safetensors: the loader state lacks 'position'"));
@@ -242,7 +251,8 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
 
   // The source's checkpoint with its model file edited into another model's; the other files fit the target,
   // so only the model check stands between them and the target's state.
-  auto write_checkpoint = [&](const std::string& name, const std::function<void(std::vector<ckpt::NamedTensor>&)>& edit) {
+  auto write_checkpoint = [&](const std::string& name,
+                              const std::function<void(std::vector<ckpt::NamedTensor>&)>& edit) {
     const std::string dir = tmp.path + "/" + name;
     std::filesystem::create_directories(dir);
     for (auto& file : run::snapshot_training(*source.trainer, source.loader.get(), nullptr).files) {
@@ -277,10 +287,15 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
     at::Tensor skipped;
   };
   auto state_of = [](const Setup& setup) {
-    State state{weights(setup), {}, {}, setup.trainer->optimizer().hyperparameters(), setup.trainer->step_count(),
+    State state{weights(setup),
+                {},
+                {},
+                setup.trainer->optimizer().hyperparameters(),
+                setup.trainer->step_count(),
                 setup.trainer->skipped().clone()};
     for (const auto& t : setup.trainer->emas()[0].shadow()) state.ema.push_back(t.clone());
-    for (const auto& [name, t] : setup.trainer->optimizer().state_tensors()) state.optimizer.emplace_back(name, t.clone());
+    for (const auto& [name, t] : setup.trainer->optimizer().state_tensors())
+      state.optimizer.emplace_back(name, t.clone());
     return state;
   };
   // What differs between two states: "" when everything is bit for bit the same.
@@ -293,7 +308,8 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
     };
     bool same_optimizer = a.optimizer.size() == b.optimizer.size();
     for (std::size_t i = 0; same_optimizer && i < a.optimizer.size(); ++i)
-      same_optimizer = a.optimizer[i].first == b.optimizer[i].first && at::equal(a.optimizer[i].second, b.optimizer[i].second);
+      same_optimizer =
+          a.optimizer[i].first == b.optimizer[i].first && at::equal(a.optimizer[i].second, b.optimizer[i].second);
     std::string text;
     if (!same(a.weights, b.weights)) text += " weights";
     if (!same(a.ema, b.ema)) text += " ema";
@@ -309,15 +325,18 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
   CHECK(differences(before, saved) == " weights ema optimizer-state optimizer-hyperparameters step");
 
   using Catch::Matchers::Message;
-  CHECK_THROWS_MATCHES(run::restore_training(missing, *target.trainer), std::invalid_argument,
-                       Message(missing + "/model.safetensors: the weights do not fit the trainer's model: missing keys: 1.bias"));
+  CHECK_THROWS_MATCHES(
+      run::restore_training(missing, *target.trainer), std::invalid_argument,
+      Message(missing + "/model.safetensors: the weights do not fit the trainer's model: missing keys: 1.bias"));
   CHECK(differences(state_of(target), before) == "");
-  CHECK_THROWS_MATCHES(run::restore_training(extra, *target.trainer), std::invalid_argument,
-                       Message(extra + "/model.safetensors: the weights do not fit the trainer's model: unexpected keys: 2.weight"));
+  CHECK_THROWS_MATCHES(
+      run::restore_training(extra, *target.trainer), std::invalid_argument,
+      Message(extra + "/model.safetensors: the weights do not fit the trainer's model: unexpected keys: 2.weight"));
   CHECK(differences(state_of(target), before) == "");
-  CHECK_THROWS_MATCHES(run::restore_training(reshaped, *target.trainer), std::invalid_argument,
-                       Message(reshaped + "/model.safetensors: the weights do not fit the trainer's model: shape mismatch for 1.weight: "
-                               "state has [1, 6], module has [1, 8]"));
+  CHECK_THROWS_MATCHES(
+      run::restore_training(reshaped, *target.trainer), std::invalid_argument,
+      Message(reshaped + "/model.safetensors: the weights do not fit the trainer's model: shape mismatch for 1.weight: "
+                         "state has [1, 6], module has [1, 8]"));
   CHECK(differences(state_of(target), before) == "");
 
   // The same checkpoint with its own model file restores, and the comparison sees everything it brings.
@@ -327,9 +346,15 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
 }
 
 TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses bad ones", "[run]") {
-  const core::LaunchContext torchrun = core::launch_context_from_environment(
-      {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
-       {"MASTER_PORT", "29500"}, {"SLURM_PROCID", "5"}, {"RUNNER_SWEEP", "2"}, {"RUNNER_TRIAL", "11"}});
+  const core::LaunchContext torchrun = core::launch_context_from_environment({{"RANK", "3"},
+                                                                              {"WORLD_SIZE", "8"},
+                                                                              {"LOCAL_RANK", "1"},
+                                                                              {"LOCAL_WORLD_SIZE", "4"},
+                                                                              {"MASTER_ADDR", "node0"},
+                                                                              {"MASTER_PORT", "29500"},
+                                                                              {"SLURM_PROCID", "5"},
+                                                                              {"RUNNER_SWEEP", "2"},
+                                                                              {"RUNNER_TRIAL", "11"}});
   CHECK(torchrun.rank == 3);
   CHECK(torchrun.world_size == 8);
   CHECK(torchrun.local_rank == 1);
@@ -342,8 +367,11 @@ TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses
       core::launch_context_from_environment({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
   CHECK(slurm.rank == 2);
   CHECK(slurm.world_size == 4);
-  const core::LaunchContext slurm_job = core::launch_context_from_environment(
-      {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_NODELIST", "gpu[003-006,9],cpu1"}, {"SLURM_JOB_ID", "123456"}});
+  const core::LaunchContext slurm_job =
+      core::launch_context_from_environment({{"SLURM_PROCID", "1"},
+                                             {"SLURM_NTASKS", "8"},
+                                             {"SLURM_JOB_NODELIST", "gpu[003-006,9],cpu1"},
+                                             {"SLURM_JOB_ID", "123456"}});
   CHECK(slurm_job.master_addr == "gpu003");
   CHECK(slurm_job.master_port == 20000 + 123456 % 20000);
   CHECK(core::first_slurm_host("node7,node8") == "node7");
@@ -362,7 +390,8 @@ TEST_CASE("the launch context names the REPL's history file and whether a launch
   CHECK(plain.repl_history == "/home/ada/.runner_history");
   CHECK_FALSE(plain.rank_variables);
   CHECK(plain.profile.empty());  // a command line fact (--profile), never the environment's
-  CHECK(core::launch_context_from_environment({{"HOME", "/home/ada"}, {"RUNNER_HISTORY", "/tmp/h"}}).repl_history == "/tmp/h");
+  CHECK(core::launch_context_from_environment({{"HOME", "/home/ada"}, {"RUNNER_HISTORY", "/tmp/h"}}).repl_history ==
+        "/tmp/h");
   CHECK(core::launch_context_from_environment({{"HOME", "/home/ada"}, {"RUNNER_HISTORY", ""}}).repl_history.empty());
   CHECK(core::launch_context_from_environment(std::map<std::string, std::string>{}).repl_history.empty());
   CHECK(core::launch_context_from_environment({{"RANK", "0"}}).rank_variables);

@@ -51,7 +51,7 @@ void report_input(const char* what) {
 void on_sanitizer_death() { report_input("sanitizer report above"); }
 
 void on_fatal_signal(int signal_number) {
-  report_input(signal_number == SIGALRM ? "still running at the timeout (a hang)"
+  report_input(signal_number == SIGALRM   ? "still running at the timeout (a hang)"
                : signal_number == SIGABRT ? "aborted (the target's check or an assertion failed)"
                                           : strsignal(signal_number));
   if (signal_number == SIGALRM) ::_exit(1);

@@ -57,7 +57,9 @@ Leaves plain_leaves(const Shape& s, const Dtypes& d) {
           (0.5 * at::randn({s.batch, s.channels}, at::kDouble)).to(d.parameters)};
 }
 
-at::Tensor plain_forward(ModulateFn modulate, const Leaves& leaves) { return modulate(leaves[0], leaves[1], leaves[2]); }
+at::Tensor plain_forward(ModulateFn modulate, const Leaves& leaves) {
+  return modulate(leaves[0], leaves[1], leaves[2]);
+}
 
 // As in the DiT: shift and scale are chunks of one [batch, 6 channels] modulation (rows strided), and here x is
 // a transposed view of a [batch, channels, tokens] tensor.
@@ -117,10 +119,8 @@ void check_close(const at::Tensor& actual, const at::Tensor& expected, double to
 
 TEST_CASE("modulate on the CPU equals the ATen ops bit for bit, forward and backward", "[kernels]") {
   at::manual_seed(1);
-  const std::vector<Dtypes> dtypes = {{at::kFloat, at::kFloat},
-                                      {at::kBFloat16, at::kBFloat16},
-                                      {at::kHalf, at::kHalf},
-                                      {at::kDouble, at::kDouble},
+  const std::vector<Dtypes> dtypes = {{at::kFloat, at::kFloat},    {at::kBFloat16, at::kBFloat16},
+                                      {at::kHalf, at::kHalf},      {at::kDouble, at::kDouble},
                                       {at::kFloat, at::kBFloat16},  // autocast: layer_norm in float32, linear in bf16
                                       {at::kBFloat16, at::kFloat}};
   const c10::Device cpu(c10::kCPU);
@@ -214,10 +214,12 @@ TEST_CASE("modulate's backward is differentiable: second derivatives equal the A
 
 TEST_CASE("modulate names the input that does not fit", "[kernels]") {
   const auto x = at::zeros({2, 5, 8});
-  CHECK_THROWS_WITH(runner::ops::modulate(x, at::zeros({2, 9}), at::zeros({2, 8})),
-                    Catch::Contains("modulate: shift must be [batch, channels] = [2, 8] for x of [2, 5, 8], got [2, 9]"));
-  CHECK_THROWS_WITH(runner::ops::modulate(x, at::zeros({2, 8}), at::zeros({1, 8})),
-                    Catch::Contains("modulate: scale must be [batch, channels] = [2, 8] for x of [2, 5, 8], got [1, 8]"));
+  CHECK_THROWS_WITH(
+      runner::ops::modulate(x, at::zeros({2, 9}), at::zeros({2, 8})),
+      Catch::Contains("modulate: shift must be [batch, channels] = [2, 8] for x of [2, 5, 8], got [2, 9]"));
+  CHECK_THROWS_WITH(
+      runner::ops::modulate(x, at::zeros({2, 8}), at::zeros({1, 8})),
+      Catch::Contains("modulate: scale must be [batch, channels] = [2, 8] for x of [2, 5, 8], got [1, 8]"));
   CHECK_THROWS_WITH(runner::ops::modulate(at::zeros({2, 40}), at::zeros({2, 40}), at::zeros({2, 40})),
                     Catch::Contains("modulate: x must be [batch, tokens, channels], got [2, 40]"));
   CHECK_THROWS_WITH(runner::ops::modulate(x.to(at::kInt), at::zeros({2, 8}), at::zeros({2, 8})),
@@ -229,10 +231,14 @@ TEST_CASE("modulate names the input that does not fit", "[kernels]") {
 // it should be equal; the gradients' sums over tokens run in another order on the GPU.
 double tolerance_of(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kDouble: return 1e-12;
-    case at::kBFloat16: return 1.0 / 128;
-    case at::kHalf: return 1.0 / 1024;
-    default: return 1e-5;
+    case at::kDouble:
+      return 1e-12;
+    case at::kBFloat16:
+      return 1.0 / 128;
+    case at::kHalf:
+      return 1.0 / 1024;
+    default:
+      return 1e-5;
   }
 }
 
@@ -284,7 +290,8 @@ TEST_CASE("modulate's CUDA kernel reads misaligned x and parameters strided alon
   }
 }
 
-TEST_CASE("modulate's CUDA kernel runs on the current stream: it captures in a CUDA graph and replays", "[kernels][cuda]") {
+TEST_CASE("modulate's CUDA kernel runs on the current stream: it captures in a CUDA graph and replays",
+          "[kernels][cuda]") {
   SKIP_WITHOUT_CUDA("capturing modulate in a CUDA graph");
 #if RUNNER_WITH_CUDA
   at::manual_seed(6);
@@ -308,6 +315,7 @@ TEST_CASE("modulate's CUDA kernel runs on the current stream: it captures in a C
   shift.copy_(at::randn_like(shift));
   scale.copy_(at::randn_like(scale));
   graph.replay();
-  check_close(out, runner::ops::modulate(x.cpu(), shift.cpu(), scale.cpu()), tolerance_of(at::kFloat), "replayed output");
+  check_close(out, runner::ops::modulate(x.cpu(), shift.cpu(), scale.cpu()), tolerance_of(at::kFloat),
+              "replayed output");
 #endif
 }
