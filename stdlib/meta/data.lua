@@ -192,10 +192,12 @@ function Loader:skip_reports() end
 function Loader:dataset() end
 
 ---@class LoaderOptions
----@field batch integer                    samples per step across all ranks, the global batch (required); each of W ranks gets batch / W
+---@field batch integer                    samples per step across all ranks, the global batch (required); each of W
+---                                        ranks gets batch / W
 ---@field shuffle? boolean                 default true
 ---@field drop_last? boolean               default false
----@field workers? integer                 decoding threads (default min(4 per GPU, cores - 1)); 0: on the caller's thread
+---@field workers? integer                 decoding threads (default min(4 per GPU, cores - 1)); 0: on the caller's
+---                                        thread
 ---@field prefetch? integer                batches in flight (default 2 per worker)
 ---@field seed? integer                    the order's and the random transforms' seed (default 0)
 ---@field rank? integer                    this process's shard (default: the launch's RANK, else 0)

@@ -24,7 +24,10 @@ function runner.diffusion.gaussian(options) end
 ---@field beta_end? number          last beta of linear / scaled_linear (default 0.02 x 1000/T, 0.012)
 ---@field prediction? string        what the model predicts: "eps" (default), "x0" or "v"
 ---@field min_snr? number           gamma of min-SNR loss weighting (off when nil)
----@field timestep_sampling? string "uniform" (default) or "logit_normal": training timesteps floor(T sigmoid(logit_mean + logit_std n)), n standard normal (SD3's density, diffusers' weighting_scheme "logit_normal"): more training where noise and image are of about equal strength, which short runs learn most from
+---@field timestep_sampling? string "uniform" (default) or "logit_normal": training timesteps floor(T sigmoid(logit_mean
+---                                 + logit_std n)), n standard normal (SD3's density, diffusers' weighting_scheme
+---                                 "logit_normal"): more training where noise and image are of about equal strength,
+---                                 which short runs learn most from
 ---@field logit_mean? number        logit_normal's mean (default 0; negative: less noise)
 ---@field logit_std? number         logit_normal's spread (default 1)
 ---@field seed? integer             keys the training streams (default torch.initial_seed())
@@ -92,7 +95,8 @@ function Diffusion:sample(model, options) end
 ---@field eta? number               DDIM noise: 0 deterministic (default), 1 the DDPM posterior variance
 ---@field guidance? number          classifier-free guidance scale (default 1: conditional model alone)
 ---@field variance? string          DDPM variance: "auto" (default), "small", "large" or "learned"
----@field clip? boolean             clip the predicted x0 to [-1, 1] (default: true for pixel-space models, nn.UNet and Lua callables; false for nn.DiT, a latent model, as the official DiT samples)
+---@field clip? boolean             clip the predicted x0 to [-1, 1] (default: true for pixel-space models, nn.UNet and
+---                                 Lua callables; false for nn.DiT, a latent model, as the official DiT samples)
 ---@field seed? integer             seeds the start and step noise (default: the diffusion's seed)
 ---@field x_T? Tensor               the start noise [n, C, H, W]
 ---@field noise? Tensor             every step's noise [steps, n, C, H, W]

@@ -206,7 +206,9 @@ function nn.dit_size(name) end
 ---@field mlp_ratio? number         MLP width / hidden (default 4)
 ---@field learn_sigma? boolean      2 x in_channels outputs (default true)
 ---@field checkpoint? boolean       activation checkpointing (default false)
----@field fused? boolean            the adaLN modulation as one fused CUDA kernel (runtime/kernels) instead of three ops; the same numbers on the CPU (default false until checked on a GPU)
+---@field fused? boolean            the adaLN modulation as one fused CUDA kernel (runtime/kernels) instead of three
+---                                 ops; the same numbers on the CPU (default false: its tests pass on an H100, and it
+---                                 stays off until a benchmark shows the step faster with it)
 
 ---@class Denoiser: Module
 local Denoiser = {}
@@ -239,10 +241,12 @@ function nn.AutoencoderKL.load(path, options) end
 ---@field in_channels? integer              image channels (default 3)
 ---@field out_channels? integer             decoded channels (default 3)
 ---@field latent_channels? integer          latent channels (default 4)
----@field block_out_channels? integer[]     width per level; each level but the last halves the side (default {128, 256, 512, 512})
+---@field block_out_channels? integer[]     width per level; each level but the last halves the side (default {128, 256,
+---                                         512, 512})
 ---@field layers_per_block? integer         residual blocks per encoder level, one more per decoder level (default 2)
 ---@field norm_num_groups? integer          GroupNorm groups (default 32)
----@field scaling_factor? number            latents for diffusion = scaling_factor * (z - shift_factor) (default 0.18215)
+---@field scaling_factor? number            latents for diffusion = scaling_factor * (z - shift_factor) (default
+---                                         0.18215)
 ---@field shift_factor? number              (default none)
 ---@field use_quant_conv? boolean           1x1 convolution after the encoder (default true)
 ---@field use_post_quant_conv? boolean      1x1 convolution before the decoder (default true)

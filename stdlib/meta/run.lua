@@ -36,7 +36,8 @@ function runner.start(cfg, options) end
 ---@field seed? integer                default: the config's seed, else the resumed run's, else a fresh one
 ---@field device? string               default: the config's device, else "auto"
 ---@field parent? string               a run reference
----@field fork? string                 a run reference ('last': the newest run with a checkpoint): start from its newest good checkpoint
+---@field fork? string                 a run reference ('last': the newest run with a checkpoint): start from its newest
+---                                    good checkpoint
 ---@field resume? boolean|string       default true (see above)
 ---@field flush_interval? number       seconds between metric commits (default 1)
 ---@field heartbeat? number            seconds between heartbeats (default 5)
@@ -115,7 +116,8 @@ function Run:checkpoint(options) end
 ---@class RestoreOptions
 ---@field trainer Trainer              required
 ---@field loader? Loader               its position is saved and restored
----@field state? table<string, {state: fun(self): table, load_state: fun(self, s: table)}>  named objects saved with each checkpoint
+---@field state? table<string, {state: fun(self): table, load_state: fun(self, s: table)}> named objects saved with each
+---                            checkpoint
 ---@field keep_last? integer           keep the newest K checkpoints (default 3)
 ---@field keep_best? integer           and the best N by `metric` (default 0)
 ---@field metric? string               what keep_best ranks by (run:checkpoint's value)

@@ -20,24 +20,34 @@
 ---@class SweepPrune
 ---@field [1] "asha"             asynchronous successive halving
 ---@field min_steps integer      the first rung: the first value of `metric` logged at or after this step
----@field reduction? integer     rungs at min_steps * reduction^k; a trial goes past a rung only while it is in the best 1/reduction of the trials that reached it (default 3). Once nothing else is left, the best trial of the highest rung with results runs to the end, so a rung too small to promote (warned of when the file is checked) still gives a finished best trial
+---@field reduction? integer     rungs at min_steps * reduction^k; a trial goes past a rung only while it is in the best
+---                              1/reduction of the trials that reached it (default 3). Once nothing else is left, the
+---                              best trial of the highest rung with results runs to the end, so a rung too small to
+---                              promote (warned of when the file is checked) still gives a finished best trial
 ---@field max_steps? integer     the trials' full length (default: fixed.steps, else the script's `steps` default)
 
 ---@class SweepDefinition
 ---@field script string          the experiment script: relative to the working directory, else to the sweep file
 ---@field parameters table<string, any[]|SweepSpace>  config keys of the script -> a list of values or a space
 ---@field fixed? table<string, any>  config keys given the same value in every trial
----@field method? "grid"|"random"|"tpe"  grid: every combination of the lists and int ranges (the last parameter by name varies fastest); random: seeded uniform draws; tpe: Optuna's tree-structured Parzen estimator after 10 random trials (default "random")
----@field trials? integer        how many trials (required for random and tpe; grid: default and maximum the grid's size)
+---@field method? "grid"|"random"|"tpe"  grid: every combination of the lists and int ranges (the last parameter by name
+---                                      varies fastest); random: seeded uniform draws; tpe: Optuna's tree-structured
+---                                      Parzen estimator after 10 random trials (default "random")
+---@field trials? integer        how many trials (required for random and tpe; grid: default and maximum the grid's
+---                              size)
 ---@field metric string          a key the script logs with run:log; a trial's result is its last logged value
 ---@field mode? "min"|"max"      default "min"
 ---@field seed? integer          the samplers' seed (default 0): the same seed gives the same trials
 ---@field prune? SweepPrune|false
----@field slots? "auto"|integer  trials at once: auto is one per visible GPU (gpus_per_trial each), else 1 on the CPU; CPU slots share the cores (threads = cores / slots), and more processes than cores are refused
+---@field slots? "auto"|integer  trials at once: auto is one per visible GPU (gpus_per_trial each), else 1 on the CPU;
+---                              CPU slots share the cores (threads = cores / slots), and more processes than cores are
+---                              refused
 ---@field gpus_per_trial? integer  GPUs per trial; more than 1 runs each trial data parallel (runner --nproc N)
 ---@field max_failures? integer  failed trials that stop the sweep (default trials / 2 + 1)
----@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) is continued from its last checkpoint before it counts as failed (default 1)
----@field name? string           the sweep's name in the index and the folder of its trials' output: letters, digits, '_', '-' and '.', as run names (default: the sweep file's name without .lua)
+---@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) is continued from its last
+---                              checkpoint before it counts as failed (default 1)
+---@field name? string           the sweep's name in the index and the folder of its trials' output: letters, digits,
+---                              '_', '-' and '.', as run names (default: the sweep file's name without .lua)
 
 --- Declares a sweep; a sweep file returns it. The fields are checked when `runner sweep` reads the file,
 --- parameters and fixed keys against the script's config { ... } (names and value types), whole numbers

@@ -4,31 +4,61 @@
 
 ---@class TrainerOptions
 ---@field model Module                 the module to train (its parameters that require grad)
----@field optimizer Optimizer|table|string  an optim object (optim.AdamW(model, {...})), or the same as a table: {"adamw"|"adam"|"sgd", <the optimizer's options: AdamWOptions, AdamOptions, SGDOptions>, groups = {{params = module_or_tensors, <overrides>}, ...}} (the model's trainable parameters when there are no groups); PyTorch's defaults (AdamW weight_decay 1e-2)
----@field objective? Objective|fun(micro: table): Tensor what train:step(batch) minimises: an objective such as ddpm:objective(model) (the whole step runs in C++, no Lua call per micro-batch), or a loss function of a micro-batch (called as with train:step(batch, loss_fn))
----@field schedule? ScheduleOptions|string LR schedule, as "cosine", { "cosine", warmup_steps = 100 } or { kind = "cosine", ... }: constant (default), linear, cosine, step, multistep, exponential, plateau, with kind-specific options (total_steps, min_lr_factor, step_size, gamma, milestones, mode, factor, patience, threshold, threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear and cosine default total_steps to steps - warmup
+---@field optimizer Optimizer|table|string  an optim object (optim.AdamW(model, {...})), or the same as a table:
+---                                         {"adamw"|"adam"|"sgd", <the optimizer's options: AdamWOptions, AdamOptions,
+---                                         SGDOptions>, groups = {{params = module_or_tensors, <overrides>}, ...}} (the
+---                                         model's trainable parameters when there are no groups); PyTorch's defaults
+---                                         (AdamW weight_decay 1e-2)
+---@field objective? Objective|fun(micro: table): Tensor what train:step(batch) minimises: an objective such as
+---                                       ddpm:objective(model) (the whole step runs in C++, no Lua call per
+---                                       micro-batch), or a loss function of a micro-batch (called as with
+---                                       train:step(batch, loss_fn))
+---@field schedule? ScheduleOptions|string LR schedule, as "cosine", { "cosine", warmup_steps = 100 } or { kind =
+---                                        "cosine", ... }: constant (default), linear, cosine, step, multistep,
+---                                        exponential, plateau, with kind-specific options (total_steps, min_lr_factor,
+---                                        step_size, gamma, milestones, mode, factor, patience, threshold,
+---                                        threshold_mode, cooldown, eps) and warmup_steps / warmup_start_factor; linear
+---                                        and cosine default total_steps to steps - warmup
 ---@field warmup? integer              linear warmup steps (schedule.warmup_steps)
----@field ema? number|EmaOptions|EmaOptions[]|false one decay, the options of one average, or a list of them (several averages); float32 averages updated with foreach ops after every optimizer step
----@field ema_model? Module|Module[]   other instances of the model that train.ema / train:ema_model(i) fill with the averages
----@field amp? string                  "auto" (bf16 on CUDA, fp32 on the CPU), "bf16", "fp16" (with dynamic loss scaling), "fp32"
----@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into this many
+---@field ema? number|EmaOptions|EmaOptions[]|false one decay, the options of one average, or a list of them (several
+---                                                 averages); float32 averages updated with foreach ops after every
+---                                                 optimizer step
+---@field ema_model? Module|Module[]   other instances of the model that train.ema / train:ema_model(i) fill with the
+---                                    averages
+---@field amp? string                  "auto" (bf16 on CUDA, fp32 on the CPU), "bf16", "fp16" (with dynamic loss
+---                                    scaling), "fp32"
+---@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into
+---                                    this many
 ---@field clip? number                 clip the gradients to this global L2 norm
----@field on_nonfinite? string         "skip" (default: skip the optimizer step and count it) or "stop" (raise a report naming the non-finite loss, gradients, parameters and the inputs' ranges; decided on the device and raised one step late, so nothing waits: the bad step's update and the next one's are skipped, and the error comes at the end of the next step, at the trainer's last step (`steps`), at the next run:checkpoint or at the end of the run, whichever is first)
----@field steps? integer               total optimizer steps: shows the progress display and sizes linear/cosine schedules
+---@field on_nonfinite? string         "skip" (default: skip the optimizer step and count it) or "stop" (raise a report
+---                                    naming the non-finite loss, gradients, parameters and the inputs' ranges; decided
+---                                    on the device and raised one step late, so nothing waits: the bad step's update
+---                                    and the next one's are skipped, and the error comes at the end of the next step,
+---                                    at the trainer's last step (`steps`), at the next run:checkpoint or at the end of
+---                                    the run, whichever is first)
+---@field steps? integer               total optimizer steps: shows the progress display and sizes linear/cosine
+---                                    schedules
 ---@field batch? integer               images per step, for images/s in the progress display
 ---@field progress? boolean            false: no progress display (only rank 0 of a data-parallel job shows it)
 ---@field tf32? boolean                TF32 matmuls and convolutions on CUDA (default: on for CUDA unless deterministic)
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
 ---@field scaler? ScalerOptions        fp16 loss scaling
 ---@field data_parallel? DataParallelOptions  gradient averaging when more than one rank trains (stdlib/meta/dist.lua)
----@field profile? string|integer[]    steps to record with LibTorch's Kineto profiler, "A:B", "A" or {A, B} (default: `runner --profile A:B`): CPU operators with shapes and memory, and CUDA kernels; after step B the trace is written as profile-steps-A-B.json in the run directory (the working directory without a run; "-rank<r>" added on each rank of a data-parallel job), recorded as an artifact, and rank 0 prints the operators with the most self time
+---@field profile? string|integer[]    steps to record with LibTorch's Kineto profiler, "A:B", "A" or {A, B} (default:
+---                                    `runner --profile A:B`): CPU operators with shapes and memory, and CUDA kernels;
+---                                    after step B the trace is written as profile-steps-A-B.json in the run directory
+---                                    (the working directory without a run; "-rank<r>" added on each rank of a
+---                                    data-parallel job), recorded as an artifact, and rank 0 prints the operators with
+---                                    the most self time
 
 ---@class ScheduleOptions
 ---@field kind? string                 constant (default), linear, cosine, step, multistep, exponential, plateau
 ---@field warmup_steps? integer        linear warmup before the schedule (default 0)
----@field warmup_start_factor? number  the warmup's first factor (default 1/(warmup_steps+1): an even ramp whose first step learns)
+---@field warmup_start_factor? number  the warmup's first factor (default 1/(warmup_steps+1): an even ramp whose first
+---                                    step learns)
 ---@field total_steps? integer         linear, cosine: length after warmup (default: the trainer's steps - warmup)
----@field min_lr_factor? number        linear's end, cosine's eta_min, plateau's min_lr, as fractions of the LR (default 0)
+---@field min_lr_factor? number        linear's end, cosine's eta_min, plateau's min_lr, as fractions of the LR (default
+---                                    0)
 ---@field step_size? integer           step: steps between decays
 ---@field gamma? number                step, multistep (default 0.1), exponential: the decay multiplier
 ---@field milestones? integer[]        multistep: steps (after warmup) where the LR is multiplied by gamma
@@ -50,8 +80,10 @@
 ---@field update_every? integer        update on steps that are multiples of this (default 1)
 
 ---@class DataParallelOptions
----@field bucket_mb? number            gradients averaged per all-reduce, in MiB (default 25, as PyTorch DDP's bucket_cap_mb)
----@field overlap? boolean             start a bucket's all-reduce during the last micro-batch's backward, as soon as all its gradients are in (default true); false: all after backward
+---@field bucket_mb? number            gradients averaged per all-reduce, in MiB (default 25, as PyTorch DDP's
+---                                    bucket_cap_mb)
+---@field overlap? boolean             start a bucket's all-reduce during the last micro-batch's backward, as soon as
+---                                    all its gradients are in (default true); false: all after backward
 
 ---@class ScalerOptions
 ---@field init_scale? number           default 65536
@@ -66,7 +98,11 @@
 ---@field loss_scale? Tensor   fp16 only
 ---@field skipped Tensor       optimizer steps skipped so far (non-finite values, fp16 overflow)
 ---@field step integer         optimizer steps done
----@field timing table         seconds: data (outside the trainer since the previous step: loading the batch, the loop's own work), forward_backward, optimizer, ema (on CUDA: of the latest step whose device events completed). With a run started, their means over every 25 steps (and the last step) are logged as the metrics time/data_ms, time/forward_backward_ms, time/optimizer_ms and time/ema_ms
+---@field timing table         seconds: data (outside the trainer since the previous step: loading the batch, the loop's
+---                            own work), forward_backward, optimizer, ema (on CUDA: of the latest step whose device
+---                            events completed). With a run started, their means over every 25 steps (and the last
+---                            step) are logged as the metrics time/data_ms, time/forward_backward_ms, time/optimizer_ms
+---                            and time/ema_ms
 
 ---@class Trainer
 ---@field step_count integer   optimizer steps done

@@ -4,6 +4,8 @@ local M = {}
 local stub_paths = runner._stub_paths
 runner._stub_paths = nil
 
+-- A tag's description may continue on the lines right after it, as `---   more text` (two or more spaces after
+-- `---`): the continuation joins the tag's text.
 -- An entry: { kind = "function"|"class"|"alias"|"value", name, doc = {lines}, tags = {"@param ...", ...},
 --             file, line, signature (functions), parent (classes) }.
 local function new_pending()
@@ -33,16 +35,22 @@ local function read_stub(path, index, order)
     order[#order + 1] = entry
   end
   local number = 0
+  local last_tags  -- the list the previous line's tag went into, while a continuation may follow it
   for line in io.lines(path) do
     number = number + 1
-    local text = doc_text(line)
+    local continuation = last_tags and line:match("^%-%-%-%s%s+(%S.*)$")
+    local text = not continuation and doc_text(line)
     local tag = line:match("^%-%-%-(@.*)$")
     local class_name, parent = line:match("^%-%-%-@class%s+([%w_%.]+)%s*:?%s*([%w_%.]*)")
     local alias = line:match("^%-%-%-@alias%s+([%w_%.]+)")
     local function_name, arguments = line:match("^function%s+([%w_%.:]+)%s*(%b())")
     local local_table = line:match("^local%s+([%w_]+)%s*=%s*{}")
     local assigned, value = line:match("^([%w_%.]+)%s*=%s*(.-)%s*$")
-    if class_name then
+    local tags_of_line
+    if continuation then
+      last_tags[#last_tags] = last_tags[#last_tags] .. " " .. continuation
+      tags_of_line = last_tags
+    elseif class_name then
       class = { kind = "class", name = class_name, parent = parent ~= "" and parent or nil, doc = pending.doc,
                 tags = {}, line = pending.line or number }
       add(class)
@@ -60,9 +68,11 @@ local function read_stub(path, index, order)
     elseif tag and tag ~= "@meta" then
       if class and tag:match("^@field") and #pending.doc == 0 then
         class.tags[#class.tags + 1] = tag
+        tags_of_line = class.tags
       else
         pending.line = pending.line or number
         pending.tags[#pending.tags + 1] = tag
+        tags_of_line = pending.tags
       end
     elseif function_name then
       local name = qualified(function_name)
@@ -83,6 +93,7 @@ local function read_stub(path, index, order)
     else
       pending, class = new_pending(), nil
     end
+    last_tags = tags_of_line
   end
 end
 

@@ -41,6 +41,23 @@ describe("declared options tables", function()
     expect_true(count >= 45, "the runtime declares its options tables (" .. count .. ")")
   end)
 
+  it("each ---@field line fits in 120 columns, a longer description continuing on `---   ` lines", function()
+    local pipe = io.popen("ls " .. test.source("stdlib/meta") .. "/*.lua")
+    local fields = 0
+    for path in pipe:lines() do
+      local number = 0
+      for line in io.lines(path) do
+        number = number + 1
+        if line:match("^%-%-%-@field") then
+          fields = fields + 1
+          expect_true(#line <= 120, path:match("stdlib/meta/.*") .. ":" .. number .. " is " .. #line .. " characters")
+        end
+      end
+    end
+    pipe:close()
+    expect_true(fields > 300, "the stubs document their fields (" .. fields .. ")")
+  end)
+
   it("an unknown key names the known ones, sorted", function()
     expect_error(function() runner.trainer { model = nn.Linear(2, 2), optimizer = { "adamw", lr = 1 }, speed = 3 } end,
       "unknown option 'speed' to 'runner.trainer' (known: accumulate, amp, batch, clip, data_parallel, deterministic, ema, ema_model, "
