@@ -2,7 +2,7 @@
 // line-by-line input otherwise (so tests can pipe into it). `=expr` and bare expressions print their
 // values through runner.pretty; an incomplete chunk continues on the next line; Ctrl-C stops the
 // running chunk (a compiled loop of pure Lua too) and keeps the REPL; SIGTERM, SIGHUP and SIGUSR1 stop it and
-// end the REPL.
+// end the REPL. The same loop reads the lines of runner attach (app/attach_command.cpp).
 #include <editline/readline.h>
 #include <unistd.h>
 
@@ -25,11 +25,11 @@ namespace {
 using bindings::LuaHost;
 using core::kExitOk;
 
-LuaHost* completion_host = nullptr;
+ReplTarget* completion_target = nullptr;
 std::vector<std::string> completion_matches;
 
 char* completion_generator(const char* text, int state) {
-  if (state == 0) completion_matches = bindings::repl_completions(*completion_host, text);
+  if (state == 0) completion_matches = completion_target->completions(text);
   if (static_cast<size_t>(state) >= completion_matches.size()) return nullptr;
   return strdup(completion_matches[static_cast<size_t>(state)].c_str());
 }
@@ -41,10 +41,10 @@ char** complete(const char* text, int, int) {
 
 class LineReader {
  public:
-  LineReader(LuaHost& host, const std::string& history)
+  LineReader(ReplTarget& target, const std::string& history)
       : interactive_(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)), history_(history) {
     if (!interactive_) return;
-    completion_host = &host;
+    completion_target = &target;
     rl_readline_name = "runner";
     rl_basic_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#{}()[],";
     rl_attempted_completion_function = complete;
@@ -54,6 +54,7 @@ class LineReader {
   }
   ~LineReader() {
     if (interactive_ && !history_.empty()) write_history(history_.c_str());
+    completion_target = nullptr;
   }
 
   std::optional<std::string> read(const char* prompt) {
@@ -86,31 +87,47 @@ class LineReader {
   std::string history_;
 };
 
+// The REPL of this process: chunks run in its host.
+class HostTarget : public ReplTarget {
+ public:
+  explicit HostTarget(LuaHost& host) : host_(host) {}
+  bindings::ReplOutcome run_chunk(const std::string& chunk) override { return bindings::run_repl_chunk(host_, chunk); }
+  std::vector<std::string> completions(const std::string& text) override {
+    return bindings::repl_completions(host_, text);
+  }
+  bool ended() const override { return host_.exit_requested(); }
+
+ private:
+  LuaHost& host_;
+};
+
 }  // namespace
 
-int run_repl(LuaHost& host) {
-  LineReader reader(host, core::launch_context().repl_history);
-  host.interrupt_compiled_loops(true);
+int run_repl(ReplTarget& target, const std::string& banner, const std::string& history) {
+  LineReader reader(target, history);
   int status = kExitOk;
-  if (reader.interactive())
-    std::printf("runner REPL (%s): =expr prints, Tab completes, Ctrl-D exits\n", bindings::luajit_version());
-  while (!host.exit_requested()) {
+  if (reader.interactive() && !banner.empty()) std::printf("%s\n", banner.c_str());
+  while (!target.ended()) {
     auto line = reader.read("> ");
     if (!line) break;
+    if (target.command(*line)) {
+      reader.remember(*line);
+      continue;
+    }
     std::string typed = *line;  // what history keeps, `=` included
     std::string chunk = *line;
     if (!chunk.empty() && chunk[0] == '=') chunk = chunk.substr(1);
     // An expression is printed; an incomplete chunk continues on the next line.
-    bindings::ReplOutcome outcome = bindings::run_repl_chunk(host, chunk);
+    bindings::ReplOutcome outcome = target.run_chunk(chunk);
     while (outcome.kind == bindings::ReplOutcome::Kind::incomplete) {
       auto more = reader.read(">> ");
       if (!more) {
-        outcome = {bindings::ReplOutcome::Kind::syntax_error, kExitOk, "stdin: unexpected end of input"};
+        outcome = {bindings::ReplOutcome::Kind::syntax_error, kExitOk, "stdin: unexpected end of input", ""};
         break;
       }
       chunk += "\n" + *more;
       typed += "\n" + *more;
-      outcome = bindings::run_repl_chunk(host, chunk);
+      outcome = target.run_chunk(chunk);
     }
     reader.remember(typed);
     if (outcome.kind == bindings::ReplOutcome::Kind::syntax_error) {
@@ -124,6 +141,15 @@ int run_repl(LuaHost& host) {
       break;
     }
   }
+  return status;
+}
+
+int run_repl(LuaHost& host) {
+  HostTarget target(host);
+  host.interrupt_compiled_loops(true);
+  const std::string banner =
+      std::string("runner REPL (") + bindings::luajit_version() + "): =expr prints, Tab completes, Ctrl-D exits";
+  const int status = run_repl(target, banner, core::launch_context().repl_history);
   host.interrupt_compiled_loops(false);
   return host.exit_requested() ? host.exit_status() : status;
 }

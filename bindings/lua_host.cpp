@@ -91,6 +91,8 @@ std::string user_traceback(lua_State* L, int first_level) {
     else
       where += fmt::format("function <{}:{}>", source_name(frame), frame.linedefined);
     text += where;
+    // A REPL chunk is the bottom of what its user sees (an attached one runs inside the script's frames).
+    if (*frame.what == 'm' && std::strcmp(frame.source, "=stdin") == 0) break;
   }
   return text.empty() ? text : "\nstack traceback:" + text;
 }
@@ -255,7 +257,7 @@ int LuaHost::load_text(const std::string& text, const std::string& chunk_name) {
 }
 
 int LuaHost::report_failure(int status) {
-  core::end_open_line();
+  if (!error_sink_) core::end_open_line();
   if (lua_islightuserdata(L_, -1) && lua_touserdata(L_, -1) == exit_key) {
     lua_pop(L_, 1);
     return exit_status_;
@@ -263,6 +265,10 @@ int LuaHost::report_failure(int status) {
   if (is_interrupt_error(L_, -1)) {
     lua_pop(L_, 1);
     const int signal_number = interrupt_signal;
+    if (error_sink_) {
+      *error_sink_ = signal_number == SIGINT ? "interrupted" : fmt::format("interrupted by signal {}", signal_number);
+      return 128 + signal_number;
+    }
     last_error_ = signal_number == SIGINT
                       ? "interrupted (Ctrl-C)"
                       : fmt::format("interrupted by signal {} ({})", signal_number, strsignal(signal_number));
@@ -275,6 +281,11 @@ int LuaHost::report_failure(int status) {
     lua_remove(L_, -2);
   }
   const char* message = lua_tostring(L_, -1);
+  if (error_sink_) {
+    *error_sink_ = message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error");
+    lua_pop(L_, 1);
+    return usage ? kExitUsage : kExitError;
+  }
   last_error_ = message ? message : (status == LUA_ERRMEM ? "out of memory" : "unknown error");
   std::fprintf(stderr, "%s\n", core::terminal_text(last_error_).c_str());
   std::fflush(stderr);
@@ -284,6 +295,22 @@ int LuaHost::report_failure(int status) {
 }
 
 int LuaHost::call(int nargs, int nresults) { return call(nargs, nresults, AfterCall::restore_signals); }
+
+int LuaHost::call_capturing_error(int nargs, int nresults, std::string& error) {
+  std::string* outer = error_sink_;
+  error_sink_ = &error;
+  const int status = call(nargs, nresults, AfterCall::restore_signals);
+  error_sink_ = outer;
+  return status;
+}
+
+LuaHost& LuaHost::of(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, host_key);
+  auto* host = static_cast<LuaHost*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (!host) throw std::logic_error("this Lua state has no host");
+  return *host;
+}
 
 int LuaHost::call(int nargs, int nresults, AfterCall after) {
   const int function_index = lua_gettop(L_) - nargs;

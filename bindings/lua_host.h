@@ -48,6 +48,12 @@ class LuaHost {
   // allowed). Returns an exit status; on failure the error has been printed and the stack is restored.
   int call(int nargs, int nresults);
 
+  // For `runner attach` (bindings/repl_session.cpp): the same call, but a failure is neither printed nor kept as
+  // the script's error: its message (with the traceback of the frames above the called chunk) goes into `error`.
+  int call_capturing_error(int nargs, int nresults, std::string& error);
+  // For bindings/: the host whose state `L` is.
+  static LuaHost& of(lua_State* L);
+
   // Compiles source text as a chunk (text only, never bytecode). Returns 0 or a Lua status with the
   // message on the stack.
   int load_text(const std::string& text, const std::string& chunk_name);
@@ -74,6 +80,7 @@ class LuaHost {
   bool exit_requested_ = false;
   bool keep_locals_ = false;
   std::string last_error_;
+  std::string* error_sink_ = nullptr;  // call_capturing_error's
   int exit_status_ = kExitOk;
   bool holding_signals_ = false;
   void (*held_previous_[4])(int) = {};  // the handlers before the script, restored by release_held_signals

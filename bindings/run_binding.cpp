@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <memory>
 
+#include "bindings/attach_session.h"
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/lua_json.h"
@@ -32,7 +33,9 @@ constexpr const char* kActiveRunKey = "runner.active_run";
 struct RunBox {
   std::unique_ptr<run::RunContext> context;
   std::unique_ptr<run::TrainingRun> training;
-  int named_state_ref = LUA_NOREF;  // the Lua function that collects the script's named state
+  int named_state_ref = LUA_NOREF;                // the Lua function that collects the script's named state
+  std::unique_ptr<attach::AttachServer> attach;   // runner attach's socket (rank 0), until the run ends
+  std::optional<attach::Message> attach_request;  // arrived, to be answered by serve_attach
 };
 
 RunBox& check_box(lua_State* L, int index) { return *check_userdata<RunBox>(L, index, kRunType, "Run"); }
@@ -53,9 +56,38 @@ run::TrainingRun& check_training(lua_State* L, int index, const char* function) 
   return *box.training;
 }
 
+// The run ended: an attached client is told so, and the socket is removed.
+void close_attach(RunBox& box, const std::string& status) {
+  if (!box.attach) return;
+  box.attach->close(fmt::format("the run ended ({})", status));
+  box.attach.reset();
+  box.attach_request.reset();
+}
+
+// The banner of runner attach.
+std::string attach_greeting(const run::RunContext& context) {
+  const core::LaunchContext& launch = core::launch_context();
+  return fmt::format("attached to run {} ({}) at step {}{}", context.record().name, context.record().id, context.step(),
+                     launch.world_size > 1 ? fmt::format(", rank 0 of {}", launch.world_size) : "");
+}
+
+// Listens for runner attach in the run's folder (rank 0 only); a run goes on without it when the socket cannot
+// be made (a warning says why).
+void start_attach(RunBox& box) {
+  if (box.context->follower()) return;
+  const run::RunContext* context = box.context.get();
+  try {
+    box.attach =
+        std::make_unique<attach::AttachServer>(context->directory(), [context] { return attach_greeting(*context); });
+  } catch (const attach::AttachError& error) {
+    core::log(core::LogLevel::warn, fmt::format("runner attach will not reach this run: {}", error.what()));
+  }
+}
+
 // Ends the training part (waits for saves, reports) and then the run.
 // A save that failed at the end fails a finished run; the failure is rethrown once the run is recorded.
 void finish_box(lua_State* L, RunBox& box, const std::string& status, const std::optional<std::string>& error) {
+  close_attach(box, status);
   std::optional<std::string> save_failure;
   if (box.training) {
     save_failure = box.training->finish();
@@ -169,6 +201,7 @@ int start(lua_State* L) {
   if (request.name.empty()) request.name = field_string(L, 2, "name", "");
   auto* box = new_userdata<RunBox>(L, kRunType);
   box->context = run::start_run(request, core::launch_context(), index::home_directory());
+  start_attach(*box);
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   return 1;
@@ -362,6 +395,31 @@ int run_checkpoint(lua_State* L) {
   return 1;
 }
 
+// run:request_stop(): run:stop()
+int run_request_stop(lua_State* L) {
+  check_training(L, 1, "run:stop").request_stop();
+  return 0;
+}
+
+// run:attach_waiting() -> whether a client of runner attach sent a request (never waits)
+int run_attach_waiting(lua_State* L) {
+  RunBox& box = check_box(L, 1);
+  if (box.attach && !box.attach_request) box.attach_request = box.attach->poll();
+  lua_pushboolean(L, box.attach_request.has_value());
+  return 1;
+}
+
+// run:serve_attach(values): answers the waiting requests in the scope of `values` and the script's locals
+int run_serve_attach(lua_State* L) {
+  RunBox& box = check_box(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!box.attach || !box.attach_request) return 0;
+  attach::Message request = std::move(*box.attach_request);
+  box.attach_request.reset();
+  serve_attached_client(L, *box.attach, std::move(request), 2);
+  return 0;
+}
+
 // runner._run.query(sql, ...) -> rows, columns
 int query(lua_State* L) {
   const std::string sql = check_string(L, 1);
@@ -446,7 +504,10 @@ void open_run(lua_State* L) {
                          {"info", wrap<run_info>},
                          {"rows_written", wrap<run_rows_written>},
                          {"restore", wrap<run_restore>},
-                         {"checkpoint", wrap<run_checkpoint>}});
+                         {"checkpoint", wrap<run_checkpoint>},
+                         {"request_stop", wrap<run_request_stop>},
+                         {"attach_waiting", wrap<run_attach_waiting>},
+                         {"serve_attach", wrap<run_serve_attach>}});
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
@@ -470,7 +531,10 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
   auto* box = test_userdata<RunBox>(L, -1, kRunType);
   lua_pop(L, 1);
   if (!box || !box->context || box->context->finished()) {
-    if (box) box->training.reset();
+    if (box) {
+      box->training.reset();
+      close_attach(*box, box->context ? box->context->record().status : status);
+    }
     return std::nullopt;
   }
   const std::string name = fmt::format("{} ({})", box->context->record().name, box->context->record().id);

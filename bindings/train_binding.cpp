@@ -11,6 +11,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "bindings/attach_session.h"
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/data_binding.h"
@@ -422,6 +423,22 @@ int trainer_lr(lua_State* L) {
   return 1;
 }
 
+// trainer:set_lr(lr [, group]): the LR the schedule scales from the next step on (every group when none is named)
+int trainer_set_lr(lua_State* L) {
+  refuse_on_one_rank("train:set_lr");
+  train::Trainer& trainer = check_trainer(L, 1);
+  const double lr = luaL_checknumber(L, 2);
+  if (lua_isnoneornil(L, 3)) {
+    for (std::size_t g = 0; g < trainer.optimizer().groups().size(); ++g) trainer.set_base_lr(g, lr);
+  } else {
+    const std::int64_t group = luaL_checkinteger(L, 3);
+    if (group < 1)
+      throw std::out_of_range(fmt::format("parameter group {} does not exist (groups count from 1)", group));
+    trainer.set_base_lr(static_cast<std::size_t>(group - 1), lr);
+  }
+  return 0;
+}
+
 int trainer_observe(lua_State* L) {
   check_trainer(L, 1).schedule().observe(luaL_checknumber(L, 2));
   return 0;
@@ -635,6 +652,7 @@ void open_train(lua_State* L) {
                              {"precision", wrap<trainer_precision>},
                              {"accumulate", wrap<trainer_accumulate>},
                              {"lr", wrap<trainer_lr>},
+                             {"set_lr", wrap<trainer_set_lr>},
                              {"observe", wrap<trainer_observe>},
                              {"describe_schedule", wrap<trainer_describe_schedule>},
                              {"copy_ema", wrap<trainer_copy_ema>},

@@ -20,8 +20,13 @@
 namespace runner::run {
 namespace {
 
+// run:stop() where before_next_step counts stop signals: above every signal number.
+constexpr int kStopRequested = 1000;
+
 std::string signal_name(int signal_number) {
   switch (signal_number) {
+    case kStopRequested:
+      return "run:stop()";
     case SIGINT:
       return "SIGINT";
     case SIGHUP:
@@ -179,8 +184,9 @@ void TrainingRun::after_step(std::int64_t step) {
 
 void TrainingRun::before_next_step() {
   int signal_number = core::stop_signal();
+  if (signal_number == 0 && stop_requested_) signal_number = kStopRequested;
   bool pause = run_.pause_due();
-  // A stop signal on any rank stops every rank after the same step (signals outrank a sweep's pause).
+  // A stop signal or run:stop() on any rank stops every rank after the same step (they outrank a sweep's pause).
   if (distributed()) {
     const std::int64_t combined = dist::process_group()->max(signal_number != 0 ? 2 * signal_number : pause ? 1 : 0);
     signal_number = static_cast<int>(combined / 2);

@@ -75,6 +75,10 @@ class TrainingRun {
   // ends the run here, with a checkpoint when a step was taken since the start.
   void before_next_step();
 
+  // run:stop(): the run stops before the next step as on a stop signal (a checkpoint, status interrupted, exit
+  // status 0). On every rank of a data-parallel job, at the same step: the ranks agree on stops there.
+  void request_stop() { stop_requested_ = true; }
+
   // Waits for the save in flight and reports it; graceful stops off. Returns the failure of a save when the
   // policy stops on failed saves (the run must then fail with it); under continue_ it is logged.
   std::optional<std::string> finish();
@@ -100,6 +104,7 @@ class TrainingRun {
   std::map<std::int64_t, double> stalls_;  // by step, for the saved messages
   std::int64_t steps_taken_ = 0;           // trainer steps in this process
   std::optional<std::int64_t> last_checkpoint_step_;
+  bool stop_requested_ = false;
 };
 
 }  // namespace runner::run

@@ -442,6 +442,15 @@ void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
   ++state_version_;
 }
 
+void Trainer::set_base_lr(std::size_t group, double lr) {
+  if (group >= base_lrs_.size())
+    throw std::out_of_range(
+        fmt::format("parameter group {} does not exist (the optimizer has {})", group + 1, base_lrs_.size()));
+  if (!std::isfinite(lr) || lr < 0)
+    throw std::invalid_argument(fmt::format("the learning rate must be a finite number >= 0, got {}", lr));
+  base_lrs_[group] = lr;
+}
+
 void set_deterministic(bool enabled) {
   if (enabled) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);

@@ -121,6 +121,10 @@ class Trainer {
   const TrainerModel& model() const { return model_; }
   StepTiming timing();  // see StepTiming
   double base_lr(std::size_t group) const { return base_lrs_.at(group); }
+  // The learning rate the schedule scales (warmup, decay) from the next step on: train:set_lr. A checkpoint does
+  // not keep it: a resumed run starts from the optimizer's groups as the script made them. Throws
+  // std::out_of_range for a group that does not exist, std::invalid_argument for a negative or non-finite lr.
+  void set_base_lr(std::size_t group, double lr);
 
   // Called at the end of every completed step with the new step count (a training run attached to the
   // trainer: its step, checkpoint reports, stop requests). May throw; the step itself is complete by then.

@@ -113,6 +113,11 @@ function Run:restore(options) end
 ---@return number stall_seconds
 function Run:checkpoint(options) end
 
+---Stops the run before its next step as a stop signal does (SIGTERM): a checkpoint, status interrupted (a later
+---start of the script continues it), exit status 0. Every rank of a data-parallel job stops at the same step.
+---Needs run:restore. From `runner attach`, "stop after this step".
+function Run:stop() end
+
 ---@class RestoreOptions
 ---@field trainer Trainer              required
 ---@field loader? Loader               its position is saved and restored

@@ -128,6 +128,13 @@ function Trainer:ema_model(i) end
 ---@return number lr the learning rate of the next step
 function Trainer:lr(group) end
 
+---Sets the learning rate that the schedule scales (warmup, decay) from the next step on: train:lr() afterwards
+---is lr times the schedule's factor. A checkpoint does not keep it: a resumed run starts from the script's.
+---Refused in `runner attach` on a data-parallel job (it would change rank 0 alone).
+---@param lr number
+---@param group? integer a parameter group (default: every group)
+function Trainer:set_lr(lr, group) end
+
 ---Feeds a validation metric to a plateau schedule.
 function Trainer:observe(metric) end
 

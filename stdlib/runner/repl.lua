@@ -52,8 +52,10 @@ function M.methods(value)
   return members(value, true)
 end
 
--- Tab completion of `text` (a name, or a chain a.b.c ending in `.partial` or `:partial`): the whole words.
-function M.complete(text)
+-- Tab completion of `text` (a name, or a chain a.b.c ending in `.partial` or `:partial`): the whole words. Names
+-- are looked up in `scope` (default the globals; runner attach's scope holds a script's locals and then the globals).
+function M.complete(text, scope)
+  scope = scope or _G
   local base, separator, partial = text:match("^(.-)([%.:]?)([%w_]*)$")
   local matches = {}
   if base == nil then return matches end
@@ -63,13 +65,13 @@ function M.complete(text)
     end
   end
   if separator == "" then
-    offer(members(_G, false), "")
+    offer(members(scope, false), "")
     offer(keywords, "")
     return matches
   end
   -- Only a chain of names is resolved: `("x"):` or `f().` complete nothing rather than globals.
   if not base:match("^[%a_][%w_]*$") and not base:match("^[%a_][%w_]*%.[%w_%.]*[%w_]$") then return matches end
-  local value = _G
+  local value = scope
   for field in base:gmatch("[^%.]+") do
     local kind = type(value)
     if (kind ~= "table" and kind ~= "userdata") or not field:match("^[%a_][%w_]*$") then return matches end

@@ -183,6 +183,22 @@ function Run:restore(options)
   return step
 end
 
+--- run:stop(): the run stops before its next step as on a stop signal: a checkpoint, status interrupted (a later
+--- start continues it), exit status 0. Every rank of a data-parallel job stops at the same step.
+function Run:stop()
+  self.native:request_stop()
+end
+
+-- Called by train:step when it returns: answers a client of `runner attach` in the script's scope when one sent
+-- something (a few system calls when none did; bindings/attach_session.h).
+function Run:_serve_attached(trainer, batch, out)
+  local native = rawget(self, "native")
+  if not native:attach_waiting() then return end
+  local attached = rawget(self, "_attached")
+  native:serve_attach { train = trainer, model = trainer.model, loader = attached and attached.loader, batch = batch,
+                        out = out, loss = out and out.loss, run = self }
+end
+
 --- run:checkpoint([CheckpointOptions]) -> stall seconds. Saves the trainer, loader and state given
 --- to run:restore at run.step; the files are written by a background thread.
 function Run:checkpoint(options)

@@ -193,6 +193,7 @@ function Trainer:step(batch, loss_fn)
     self.progress:update(out.step, { { "loss", out.loss } }, out.lr, native.device_memory(self.device))
   end
   self.last_return = runner.clock()
+  if runner.run then runner.run:_serve_attached(self, batch, out) end
   return out
 end
 
@@ -241,6 +242,10 @@ end
 
 --- train:lr([group = 1]) -> the learning rate of the next step
 function Trainer:lr(group) return self.native:lr(group) end
+
+--- train:set_lr(lr [, group]): the learning rate the schedule scales (warmup, decay) from the next step on, of one
+--- parameter group or of every group. A checkpoint does not keep it: a resumed run starts from the script's.
+function Trainer:set_lr(lr, group) self.native:set_lr(lr, group) end
 
 --- train:observe(metric): feeds a validation metric to a plateau schedule.
 function Trainer:observe(metric) self.native:observe(metric) end

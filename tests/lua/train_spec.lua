@@ -41,6 +41,20 @@ describe("runner.trainer", function()
       "train:step: a batch of 5 does not split into 2 equal micro-batches (accumulate)", true)
   end)
 
+  it("sets the learning rate the schedule scales from the next step on", function()
+    local model = mlp()
+    local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, warmup = 3, progress = false }
+    local function step() return train:step(batch_of(2), function(b) return regression(model, b) end) end
+    expect_near(step().lr, 0.1 / 4, 1e-12, "the warmup's first step")
+    train:set_lr(0.02)
+    expect_near(train:lr(), 0.02 * 2 / 4, 1e-12, "the warmup's second step of the new LR")
+    expect_near(step().lr, 0.02 * 2 / 4, 1e-12, "the step uses it")
+    train:set_lr(0.5, 1)
+    expect_near(step().lr, 0.5 * 3 / 4, 1e-12, "group 1")
+    expect_error(function() train:set_lr(0.1, 2) end, "parameter group 2 does not exist (the optimizer has 1)", true)
+    expect_error(function() train:set_lr(-1) end, "the learning rate must be a finite number >= 0, got -1", true)
+  end)
+
   it("takes the schedule as a name, {kind, options} or {kind = ..., options}", function()
     local function lr_after_two(schedule)
       local model = mlp()

@@ -1,0 +1,196 @@
+// `runner attach RUN`: the run is resolved through the index to its folder, whose socket (runtime/attach) the
+// training process listens on; the REPL's lines (app/repl.cpp) go to it as eval requests and what the chunks print
+// comes back (the training side: bindings/attach_session.cpp). Ctrl-D or `.detach` detaches; the run goes on.
+#include "app/attach_command.h"
+
+#include <cstdio>
+#include <ctime>
+#include <fmt/format.h>
+#include <string>
+
+#include "app/repl.h"
+#include "runtime/attach/attach_socket.h"
+#include "runtime/cli/command_line.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/launch_context.h"
+#include "runtime/core/terminal_text.h"
+#include "runtime/index/index_database.h"
+#include "runtime/index/run_store.h"
+
+namespace runner::app {
+namespace {
+
+constexpr const char* kUsage = R"(usage: runner attach RUN
+
+A REPL in a running training process (RUN: an id, a unique id prefix, a name or `last`), on the host where its
+rank 0 runs. Each chunk runs in the script between two steps (where train:step returns), with the script's
+locals and train, model, loader, batch, loss, out (the step's result) and run: `=model.net[1].weight:norm()`,
+`train:set_lr(1e-4)`, `run:checkpoint()`, `run:stop()`. The training waits only while a chunk runs.
+`.detach` or Ctrl-D detaches; the run goes on as if never attached. Exit status: 0 detached or the run
+ended, 1 the run cannot be reached, 2 a usage error.
+)";
+
+// A wait longer than this for an answer says why nothing comes yet.
+constexpr double kPatienceSeconds = 2.0;
+
+class AttachedTarget : public ReplTarget {
+ public:
+  explicit AttachedTarget(attach::AttachClient& client) : client_(client) {}
+
+  bindings::ReplOutcome run_chunk(const std::string& chunk) override {
+    bindings::ReplOutcome outcome;
+    if (!send({"eval", chunk})) return outcome;
+    while (std::optional<attach::Message> reply = receive()) {
+      if (reply->kind == "output") {
+        std::fwrite(reply->text.data(), 1, reply->text.size(), stdout);
+      } else if (reply->kind == "done") {
+        return outcome;
+      } else if (reply->kind == "error") {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s\n", core::terminal_text(reply->text).c_str());
+        outcome.status = core::kExitError;
+        return outcome;
+      } else if (reply->kind == "incomplete") {
+        outcome.kind = bindings::ReplOutcome::Kind::incomplete;
+        return outcome;
+      } else if (reply->kind == "syntax_error") {
+        outcome.kind = bindings::ReplOutcome::Kind::syntax_error;
+        outcome.message = core::terminal_text(reply->text);
+        return outcome;
+      }
+    }
+    return outcome;
+  }
+
+  std::vector<std::string> completions(const std::string& text) override {
+    std::vector<std::string> matches;
+    if (!send({"complete", text})) return matches;
+    while (std::optional<attach::Message> reply = receive()) {
+      if (reply->kind != "completions") continue;
+      std::size_t start = 0;
+      for (std::size_t end; (end = reply->text.find('\n', start)) != std::string::npos; start = end + 1)
+        matches.push_back(reply->text.substr(start, end - start));
+      break;
+    }
+    return matches;
+  }
+
+  bool command(const std::string& line) override {
+    const std::size_t first = line.find_first_not_of(" \t");
+    const std::size_t last = line.find_last_not_of(" \t");
+    if (first == std::string::npos || line.substr(first, last - first + 1) != ".detach") return false;
+    detached_ = true;
+    return true;
+  }
+
+  bool ended() const override { return detached_ || gone_; }
+  bool gone() const { return gone_; }
+
+ private:
+  bool send(const attach::Message& message) {
+    try {
+      client_.send(message);
+      return true;
+    } catch (const attach::AttachError&) {
+      return !receive_end();
+    }
+  }
+
+  // The next message, with a word after a while that the training is still in its step; nothing once the training
+  // process has ended the connection (said).
+  std::optional<attach::Message> receive() {
+    if (!client_.wait_readable(kPatienceSeconds)) {
+      std::fprintf(stderr, "(waiting: the run answers between two steps)\n");
+      std::fflush(stderr);
+    }
+    std::optional<attach::Message> message = client_.receive();
+    if (message && message->kind != "ended") return message;
+    gone_ = true;
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n",
+                 message ? core::terminal_text(message->text).c_str()
+                         : "the training process closed the connection (the run ended)");
+    return std::nullopt;
+  }
+
+  bool receive_end() {
+    while (receive()) {
+    }
+    return true;
+  }
+
+  attach::AttachClient& client_;
+  bool detached_ = false;
+  bool gone_ = false;
+};
+
+int attach(const std::string& reference) {
+  const std::string home = index::home_directory();
+  index::Database db = index::open_index_for_reading(home);
+  const index::RunRecord run = index::resolve_run(db, reference);
+  const std::string status = index::effective_status(run, static_cast<double>(std::time(nullptr)));
+  if (status != "running")
+    throw std::runtime_error(
+        fmt::format("run {} is {}, not running: runner attach reaches a run while it trains", run.name, status));
+  if (run.host != index::host_name())
+    throw std::runtime_error(
+        fmt::format("run {} runs on host {}: attach there (its socket is on that host)", run.name, run.host));
+  const std::string socket = attach::attach_socket_path(home + "/" + run.dir);
+  std::unique_ptr<attach::AttachClient> client;
+  try {
+    client = std::make_unique<attach::AttachClient>(socket);
+  } catch (const attach::AttachError& error) {
+    throw std::runtime_error(fmt::format("run {} does not listen for runner attach: {}", run.name, error.what()));
+  }
+  if (!client->wait_readable(kPatienceSeconds)) {
+    std::fprintf(stderr, "connected; waiting for run %s to finish its current step\n", run.name.c_str());
+    std::fflush(stderr);
+  }
+  const std::optional<attach::Message> hello = client->receive();
+  if (!hello || hello->kind != "hello")
+    throw std::runtime_error(fmt::format("run {}: {}", run.name,
+                                         !hello                  ? "the run ended before it answered"
+                                         : hello->kind == "busy" ? hello->text
+                                                                 : "unexpected answer '" + hello->kind + "'"));
+  AttachedTarget target(*client);
+  std::string history;
+  try {
+    history = core::launch_context_from_environment().repl_history;
+  } catch (const core::LaunchError&) {
+    // A malformed launch variable concerns the training's ranks, not the history file: none is kept.
+  }
+  const std::string banner =
+      core::terminal_text(hello->text) + "\n=expr prints, Tab completes, .detach or Ctrl-D detaches";
+  run_repl(target, banner, history);
+  if (!target.gone()) {
+    try {
+      client->send({"detach", ""});
+    } catch (const attach::AttachError&) {
+    }
+    std::fprintf(stderr, "detached from run %s (it goes on)\n", run.name.c_str());
+  }
+  return core::kExitOk;
+}
+
+}  // namespace
+
+int run_attach_command(int argc, char** argv) {
+  try {
+    cli::CommandOptions options;
+    options.max_positionals = 1;
+    const cli::CommandLine line = cli::parse_command_line(argc, argv, options);
+    if (line.help) {
+      std::fputs(kUsage, stdout);
+      return core::kExitOk;
+    }
+    if (line.positional.empty()) throw cli::UsageError("which run? give RUN (an id, a name or `last`)");
+    return attach(line.positional[0]);
+  } catch (const cli::UsageError& error) {
+    return cli::print_usage_error("attach", error.what(), kUsage);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "runner attach: %s\n", core::terminal_text(error.what()).c_str());
+    return core::kExitError;
+  }
+}
+
+}  // namespace runner::app

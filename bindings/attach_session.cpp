@@ -1,0 +1,191 @@
+// runner attach in the training process: the scope of an attached chunk (the script's locals), its run, the
+// answers, and the commands refused on one rank of several.
+#include "bindings/attach_session.h"
+
+#include <lua.hpp>
+
+#include <cstring>
+#include <fmt/format.h>
+#include <map>
+#include <string>
+
+#include "bindings/binding.h"
+#include "bindings/lua_host.h"
+#include "bindings/repl_session.h"
+#include "runtime/core/exit_status.h"
+#include "runtime/core/interrupt.h"
+#include "runtime/core/launch_context.h"
+
+namespace runner::bindings {
+namespace {
+
+bool attached_chunk_running = false;
+
+// A local of a script frame that a chunk may assign: where it lives on the stack, counted from the serving
+// function (whose callers do not change while it serves).
+struct ScriptLocal {
+  int level = 0;
+  int index = 0;
+};
+using ScriptLocals = std::map<std::string, ScriptLocal>;
+
+// The levels of the script's frames: the innermost Lua function outside the stdlib, and the outermost main chunk
+// (the script's); 0 when there is none.
+struct ScriptFrames {
+  int innermost = 0;
+  int main = 0;
+};
+
+ScriptFrames find_script_frames(lua_State* L) {
+  ScriptFrames frames;
+  lua_Debug frame;
+  for (int level = 1; lua_getstack(L, level, &frame); ++level) {
+    lua_getinfo(L, "S", &frame);
+    if (*frame.what == 'C' || is_stdlib_source(frame.source)) continue;
+    if (frames.innermost == 0) frames.innermost = level;
+    if (*frame.what == 'm') frames.main = level;
+  }
+  return frames;
+}
+
+// Copies the active locals of the frame at `level` into the scope (and their values into `originals`).
+void add_locals(lua_State* L, int level, int scope, int originals, ScriptLocals& locals) {
+  lua_Debug frame;
+  if (level == 0 || !lua_getstack(L, level, &frame)) return;
+  for (int i = 1;; ++i) {
+    const char* name = lua_getlocal(L, &frame, i);
+    if (!name) break;
+    if (name[0] == '(') {  // the interpreter's temporaries: (for index), (*temporary)
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, originals, name);
+    lua_setfield(L, scope, name);
+    locals[name] = {level, i};
+  }
+}
+
+int refused_exit(lua_State* L) {
+  return luaL_error(L,
+                    "os.exit would end the training process from runner attach; run:stop() stops the run after "
+                    "this step, with a checkpoint");
+}
+
+// Pushes the scope of attached chunks and the table of the locals' values it started with.
+void push_scope(lua_State* L, int values, ScriptLocals& locals) {
+  lua_newtable(L);
+  const int scope = lua_gettop(L);
+  lua_newtable(L);
+  const int originals = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, values) != 0) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, scope);
+  }
+  const ScriptFrames frames = find_script_frames(L);
+  add_locals(L, frames.main, scope, originals, locals);
+  if (frames.innermost != frames.main) add_locals(L, frames.innermost, scope, originals, locals);
+  // os.exit would end the process under the training loop: refused, with what to use instead.
+  lua_newtable(L);
+  lua_pushcfunction(L, refused_exit);
+  lua_setfield(L, -2, "exit");
+  lua_newtable(L);
+  lua_getglobal(L, "os");
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, scope, "os");
+  // Other names are the globals: read, and assigned (a helper defined in one chunk is there for the next).
+  lua_newtable(L);
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  lua_setfield(L, -2, "__newindex");
+  lua_setmetatable(L, scope);
+}
+
+// Writes the locals a chunk assigned back into the script's frames.
+void write_back_locals(lua_State* L, int scope, int originals, const ScriptLocals& locals) {
+  for (const auto& [name, where] : locals) {
+    lua_getfield(L, scope, name.c_str());
+    lua_getfield(L, originals, name.c_str());
+    const bool same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 1);
+    lua_Debug frame;
+    if (same || !lua_getstack(L, where.level, &frame)) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, originals, name.c_str());
+    if (!lua_setlocal(L, &frame, where.index)) lua_pop(L, 1);
+  }
+}
+
+void answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, const std::string& chunk, int scope,
+                 int originals, const ScriptLocals& locals) {
+  attached_chunk_running = true;
+  const ReplOutcome outcome = run_attached_chunk(host, chunk, scope);
+  attached_chunk_running = false;
+  write_back_locals(L, scope, originals, locals);
+  if (!outcome.output.empty()) server.send({"output", outcome.output});
+  switch (outcome.kind) {
+    case ReplOutcome::Kind::incomplete:
+      server.send({"incomplete", ""});
+      return;
+    case ReplOutcome::Kind::syntax_error:
+      server.send({"syntax_error", outcome.message});
+      return;
+    case ReplOutcome::Kind::ran:
+      break;
+  }
+  if (outcome.status == core::kExitOk) {
+    server.send({"done", ""});
+    return;
+  }
+  if (host.exit_requested()) {
+    server.send({"error", fmt::format("os.exit({}) ends the run", host.exit_status())});
+    throw core::ExitRequest(host.exit_status(), "os.exit in runner attach");
+  }
+  server.send({"error", outcome.message});
+  if (core::is_interrupt_status(outcome.status)) throw core::Interrupted();
+}
+
+std::string joined_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+}  // namespace
+
+void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::Message first, int values) {
+  if (values < 0) values = lua_gettop(L) + values + 1;
+  LuaHost& host = LuaHost::of(L);
+  const int top = lua_gettop(L);
+  ScriptLocals locals;
+  push_scope(L, values, locals);
+  const int scope = top + 1;
+  const int originals = top + 2;
+  for (std::optional<attach::Message> request = std::move(first); request; request = server.poll()) {
+    if (request->kind == "eval")
+      answer_eval(L, host, server, request->text, scope, originals, locals);
+    else if (request->kind == "complete")
+      server.send({"completions", joined_lines(repl_completions(host, request->text, scope))});
+    else
+      server.send({"error", fmt::format("runner attach: unknown request '{}'", request->kind)});
+  }
+  lua_settop(L, top);
+}
+
+void refuse_on_one_rank(const char* what) {
+  const int ranks = core::launch_context().world_size;
+  if (!attached_chunk_running || ranks <= 1) return;
+  throw std::logic_error(fmt::format(
+      "{} is refused in runner attach: this job has {} ranks and attach reaches rank 0 alone, so the ranks would "
+      "disagree (run:stop() is agreed by every rank and works)",
+      what, ranks));
+}
+
+}  // namespace runner::bindings

@@ -1,0 +1,25 @@
+// The training process's side of `runner attach`: an attached client's chunks run in the training script's scope
+// between two steps, and what they print and their errors go back to it (the socket: runtime/attach).
+#pragma once
+
+#include "runtime/attach/attach_socket.h"
+
+struct lua_State;
+
+namespace runner::bindings {
+
+// Answers `first` and every later request that has arrived, without waiting for more, so that the training goes
+// on as soon as they are answered: eval runs the chunk (run_attached_chunk) and sends its output, then done,
+// error (with the traceback), incomplete or syntax_error; complete sends completions, one per line. The scope of
+// a chunk: the fields of the table at stack index `values` (train, model, loader, batch, loss, out, run), then
+// the active locals of the script's main chunk, then those of the innermost script function on the stack (later
+// ones win); assigning one of those locals writes it back into the script's frame, other names are globals.
+// os.exit is refused there. An interrupt (Ctrl-C of the training) or an os.exit reached through a script function
+// is answered, then continued in the script.
+void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::Message first, int values);
+
+// While an attached chunk runs in a data-parallel job: throws std::logic_error saying that `what` (train:set_lr,
+// run:checkpoint) is refused, because it would change rank 0 alone and the ranks would disagree. Else nothing.
+void refuse_on_one_rank(const char* what);
+
+}  // namespace runner::bindings

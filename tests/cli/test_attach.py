@@ -1,0 +1,161 @@
+"""`runner attach`: a REPL on a pseudo-terminal in a training process that runs, between its steps."""
+import os
+import pathlib
+import pty
+import stat
+import subprocess
+import time
+import unittest
+
+from runner_process import RUNNER, RunnerHomeTest
+from test_repl import Terminal
+
+# A small CPU run that takes its time while the file `hold` exists (the test attaches meanwhile), then runs its
+# remaining steps at full speed.
+TRAINING_SCRIPT = """
+local ffi = require("ffi")
+ffi.cdef "int usleep(unsigned int usec);"
+local cfg = config { steps = 300, lr = 0.01 }
+local run = runner.start(cfg, { name = "live" })
+local model = nn.Sequential(nn.Linear(4, 16), nn.SiLU(), nn.Linear(16, 1))
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = cfg.lr }, steps = cfg.steps, progress = false }
+run:restore { trainer = train }
+local x, y = torch.randn(64, 4), torch.randn(64, 1)
+local sample_every = 100
+local function held()
+  local file = io.open("hold")
+  if file then file:close() end
+  return file ~= nil
+end
+for step in run:steps(cfg.steps) do
+  local out = train:step(function() return nn.functional.mse_loss(model(x), y) end)
+  run:log { loss = out.loss, lr = out.lr }
+  if held() then ffi.C.usleep(50000) end
+end
+print(string.format("trained to step %d, sample_every %d", run.step, sample_every))
+"""
+
+
+class AttachTerminal(Terminal):
+    """`runner ARGS...` on a pseudo-terminal with the environment `env`."""
+
+    def __init__(self, args, cwd, env):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            try:
+                os.chdir(cwd)
+                os.execve(RUNNER, [RUNNER, *args], {**env, "RUNNER_HISTORY": os.path.join(cwd, "history")})
+            finally:
+                os._exit(127)
+        self.seen = b""
+
+    def ask(self, line, token, seconds=30):
+        """Types `line` and reads until `token` and then the next prompt; returns whether they came, and the text
+        from the line on."""
+        start = len(self.seen)
+        self.type(line.encode() + b"\n")
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            after = self.seen[start:]
+            at = after.find(token.encode())
+            if at >= 0 and b"\n> " in after[at:]:
+                return True, after.decode(errors="replace")
+            if not self.read_until(b"> ", max(0.0, deadline - time.time())):
+                break
+        return False, self.seen[start:].decode(errors="replace")
+
+
+class Attach(RunnerHomeTest):
+    def start_training(self):
+        self.script("train.lua", TRAINING_SCRIPT)
+        (self.dir / "hold").touch()
+        log = open(self.dir / "training.log", "w")
+        self.addCleanup(log.close)
+        process = subprocess.Popen([RUNNER, "train.lua"], cwd=self.dir, env=self.env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        socket_path = self.home / "live" / "attach" / "socket"
+        deadline = time.time() + 60
+        while not socket_path.exists() and process.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(socket_path.exists(), (self.dir / "training.log").read_text())
+        return process, socket_path
+
+    def attach(self):
+        terminal = AttachTerminal(["attach", "live"], str(self.dir), self.env)
+        self.addCleanup(terminal.close)
+        self.assertTrue(terminal.read_until(b"\n> ", 30), terminal.seen)
+        return terminal
+
+    def metric(self, key, step):
+        result = self.runner("query", f"SELECT value FROM metrics JOIN runs r USING (run) WHERE r.name = 'live' "
+                             f"AND key = '{key}' AND metrics.step = {step}", "--csv", check=0)
+        return float(result.stdout.splitlines()[1])
+
+    def test_read_change_checkpoint_detach_and_the_run_finishes(self):
+        training, socket_path = self.start_training()
+        # Owner only: the socket 0600 in a folder 0700.
+        self.assertEqual(stat.S_IMODE(socket_path.stat().st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(socket_path.parent.stat().st_mode), 0o700)
+        self.assertEqual(socket_path.stat().st_uid, os.getuid())
+
+        terminal = self.attach()
+        self.assertIn("attached to run live", terminal.seen.decode())
+        # A value, a weight norm, a script local and the step's loss.
+        found, text = terminal.ask("=run.step > 0, model[1].weight:norm():item() > 0, sample_every, loss:dim()",
+                                   "true")
+        self.assertTrue(found, text)
+        self.assertIn("true\ttrue\t100\t0", text)
+        # The learning rate: the step after the chunk uses the new one.
+        found, text = terminal.ask("train:set_lr(0.0123); print('set' .. ' at', run.step)", "set at")
+        self.assertTrue(found, text)
+        set_at = int(text.split("set at")[1].split()[0])
+        # An error is shown with its traceback and the training goes on.
+        found, text = terminal.ask("local function f() error('boom') end f()", "boom")
+        self.assertTrue(found, text)
+        self.assertIn("stdin:1: boom", text)
+        self.assertIn("stack traceback", text)
+        self.assertNotIn("train.lua", text)  # the traceback ends at the chunk: no frames of the script below it
+        # A script local assigned from the session changes in the script.
+        found, text = terminal.ask("sample_every = 7; print('assign' .. 'ed')", "assigned")
+        self.assertTrue(found, text)
+        found, text = terminal.ask("=sample_every", "7")
+        self.assertTrue(found, text)
+        # A checkpoint now: its folder is there when the chunk returns.
+        found, text = terminal.ask("run:checkpoint { wait = true }; print('saved' .. ' at', run.step)", "saved at")
+        self.assertTrue(found, text)
+        saved_at = int(text.split("saved at")[1].split()[0])
+        self.assertTrue((self.home / "live" / "checkpoints" / f"step-{saved_at:07d}").is_dir())
+        # os.exit is refused: the run goes on.
+        found, text = terminal.ask("os.exit(3)", "run:stop()")
+        self.assertTrue(found, text)
+        terminal.type(b".detach\n")
+        self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
+        self.assertEqual(terminal.wait(10), 0)
+
+        (self.dir / "hold").unlink()
+        self.assertEqual(training.wait(120), 0, (self.dir / "training.log").read_text())
+        output = (self.dir / "training.log").read_text()
+        self.assertIn("trained to step 300, sample_every 7", output)
+        self.assertNotIn("boom", output)  # what the session did went to the session only
+        self.assertEqual(self.metric("lr", set_at), 0.01)
+        self.assertEqual(self.metric("lr", set_at + 1), 0.0123)
+        shown = self.runner("query", "SELECT status, step FROM runs WHERE name = 'live'", "--csv", check=0).stdout
+        self.assertEqual(shown.splitlines()[1], "finished,300")
+        checkpoints = self.runner("query", "SELECT c.step FROM checkpoints c JOIN runs r USING (run) "
+                                  "WHERE r.name = 'live'", "--csv", check=0).stdout.splitlines()[1:]
+        self.assertIn(str(saved_at), checkpoints)
+        # The socket went with the run; attaching to it now says why not.
+        self.assertFalse(socket_path.parent.exists())
+        late = self.runner("attach", "live", check=1)
+        self.assertEqual(late.stderr,
+                         "runner attach: run live is finished, not running: runner attach reaches a run while it trains\n")
+
+    def test_a_run_that_is_not_there_is_named(self):
+        self.runner("-e", "runner.start({}, { name = 'other' })", check=0)
+        result = self.runner("attach", "nosuch", check=1)
+        self.assertTrue(result.stderr.startswith("runner attach: no run matches 'nosuch' (give an id"), result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

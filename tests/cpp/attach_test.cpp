@@ -1,0 +1,119 @@
+// Tests of runtime/attach: the message framing, and the socket's two ends in one process (the server never waits).
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "runtime/attach/attach_protocol.h"
+#include "runtime/attach/attach_socket.h"
+#include "tests/cpp/temp_directory.h"
+
+using runner::attach::AttachClient;
+using runner::attach::AttachError;
+using runner::attach::AttachServer;
+using runner::attach::encode_message;
+using runner::attach::Message;
+using runner::attach::MessageReader;
+using runner::attach::ProtocolError;
+
+TEST_CASE("attach messages come whole whatever pieces the bytes arrive in", "[attach]") {
+  const std::string bytes = encode_message({"eval", "print(1)\n"}) + encode_message({"done", ""}) +
+                            encode_message({"output", std::string("a\0b", 3)});
+  CHECK(bytes.substr(0, 7) == "eval 9\n");
+  MessageReader reader;
+  std::vector<Message> messages;
+  for (char c : bytes) {
+    reader.feed(&c, 1);
+    while (std::optional<Message> message = reader.next()) messages.push_back(*message);
+  }
+  REQUIRE(messages.size() == 3);
+  CHECK(messages[0].kind == "eval");
+  CHECK(messages[0].text == "print(1)\n");
+  CHECK(messages[1].kind == "done");
+  CHECK(messages[1].text.empty());
+  CHECK(messages[2].text == std::string("a\0b", 3));
+}
+
+TEST_CASE("a malformed attach header is an error that says what it got", "[attach]") {
+  MessageReader reader;
+  const std::string bad = "Eval x\n";
+  reader.feed(bad.data(), bad.size());
+  CHECK_THROWS_WITH(reader.next(), "bad message header 'Eval x' (expected 'KIND LENGTH')");
+  MessageReader huge;
+  const std::string over = "eval 99999999999\n";
+  huge.feed(over.data(), over.size());
+  CHECK_THROWS_AS(huge.next(), ProtocolError);
+  CHECK_THROWS_AS(encode_message({"", "x"}), ProtocolError);
+}
+
+TEST_CASE("the attach socket is the owner's, answers one client and goes with the server", "[attach]") {
+  runner::testing::TempDir run_directory("attach");
+  std::string path;
+  {
+    AttachServer server(run_directory.path, [] { return std::string("attached to run test"); });
+    path = server.socket_path();
+    CHECK(path == run_directory.path + "/attach/socket");
+    struct stat status {};
+    REQUIRE(::stat(path.c_str(), &status) == 0);
+    CHECK((status.st_mode & 0777) == 0600);
+    REQUIRE(::stat((run_directory.path + "/attach").c_str(), &status) == 0);
+    CHECK((status.st_mode & 0777) == 0700);
+    CHECK_FALSE(server.poll());  // nobody: no wait
+
+    AttachClient client(path);
+    CHECK_FALSE(server.poll());  // accepted and greeted; no request yet
+    CHECK(server.has_client());
+    std::optional<Message> hello = client.receive();
+    REQUIRE(hello);
+    CHECK(hello->kind == "hello");
+    CHECK(hello->text == "attached to run test");
+
+    AttachClient second(path);
+    CHECK_FALSE(server.poll());
+    std::optional<Message> busy = second.receive();
+    REQUIRE(busy);
+    CHECK(busy->kind == "busy");
+    CHECK_FALSE(second.receive());  // closed
+
+    client.send({"eval", "=1 + 1"});
+    std::optional<Message> request = server.poll();
+    REQUIRE(request);
+    CHECK(request->kind == "eval");
+    CHECK(request->text == "=1 + 1");
+    server.send({"output", "2\n"});
+    server.send({"done", ""});
+    CHECK(client.receive()->text == "2\n");
+    CHECK(client.receive()->kind == "done");
+
+    client.send({"detach", ""});
+    CHECK_FALSE(server.poll());
+    CHECK_FALSE(server.has_client());
+
+    AttachClient again(path);
+    CHECK_FALSE(server.poll());
+    CHECK(again.receive()->kind == "hello");
+    server.close("the run ended (finished)");
+    std::optional<Message> ended = again.receive();
+    REQUIRE(ended);
+    CHECK(ended->kind == "ended");
+    CHECK(ended->text == "the run ended (finished)");
+    CHECK_FALSE(again.receive());
+  }
+  struct stat status {};
+  CHECK(::stat(path.c_str(), &status) != 0);
+  CHECK(::stat((run_directory.path + "/attach").c_str(), &status) != 0);
+  CHECK_THROWS_AS(AttachClient(path), AttachError);
+}
+
+TEST_CASE("a run folder past the length of a socket address still gets its socket", "[attach]") {
+  runner::testing::TempDir root("attach");
+  const std::string deep = root.path + "/" + std::string(60, 'a') + "/" + std::string(60, 'b');
+  REQUIRE(::mkdir((root.path + "/" + std::string(60, 'a')).c_str(), 0700) == 0);
+  REQUIRE(::mkdir(deep.c_str(), 0700) == 0);
+  AttachServer server(deep, [] { return std::string("deep"); });
+  AttachClient client(server.socket_path());
+  CHECK_FALSE(server.poll());
+  CHECK(client.receive()->text == "deep");
+}
