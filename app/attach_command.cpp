@@ -84,7 +84,13 @@ class AttachedTarget : public ReplTarget {
   }
 
   bool ended() const override { return detached_ || gone_; }
+  int watched_descriptor() const override { return client_.descriptor(); }
   bool gone() const { return gone_; }
+
+  // After the REPL: reads what the training process said meanwhile (the run ended), if anything.
+  void take_notice() {
+    if (!gone_ && client_.wait_readable(0)) receive();
+  }
 
  private:
   bool send(const attach::Message& message) {
@@ -162,6 +168,7 @@ int attach(const std::string& reference) {
   const std::string banner =
       core::terminal_text(hello->text) + "\n=expr prints, Tab completes, .detach or Ctrl-D detaches";
   run_repl(target, banner, history);
+  target.take_notice();
   if (!target.gone()) {
     try {
       client->send({"detach", ""});

@@ -4,8 +4,10 @@
 // running chunk (a compiled loop of pure Lua too) and keeps the REPL; SIGTERM, SIGHUP and SIGUSR1 stop it and
 // end the REPL. The same loop reads the lines of runner attach (app/attach_command.cpp).
 #include <editline/readline.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,28 @@ char* completion_generator(const char* text, int state) {
   return strdup(completion_matches[static_cast<size_t>(state)].c_str());
 }
 
+int watched_descriptor = -1;
+
+// libedit's key reader while the target watches a descriptor: a key from the terminal, or EOF (as Ctrl-D) once
+// the descriptor is readable.
+int read_key_or_watched(FILE*) {
+  pollfd descriptors[2] = {{STDIN_FILENO, POLLIN, 0}, {watched_descriptor, POLLIN, 0}};
+  while (true) {
+    if (::poll(descriptors, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return EOF;
+    }
+    if (descriptors[0].revents != 0) {
+      unsigned char key = 0;
+      const ssize_t count = ::read(STDIN_FILENO, &key, 1);
+      if (count == 1) return key;
+      if (count < 0 && errno == EINTR) continue;
+      return EOF;
+    }
+    if (descriptors[1].revents != 0) return EOF;
+  }
+}
+
 char** complete(const char* text, int, int) {
   rl_completion_append_character = '\0';
   return rl_completion_matches(text, completion_generator);
@@ -49,12 +73,19 @@ class LineReader {
     rl_basic_word_break_characters = " \t\n\"\\'`><=;+-*/%^~#{}()[],";
     rl_attempted_completion_function = complete;
     rl_catch_signals = 0;  // SIGINT at the prompt is ignored (see read); libedit must not re-raise it
+    if (target.watched_descriptor() >= 0) {
+      watched_descriptor = target.watched_descriptor();
+      previous_getc_ = rl_getc_function;
+      rl_getc_function = read_key_or_watched;
+    }
     stifle_history(1000);
     if (!history_.empty()) read_history(history_.c_str());
   }
   ~LineReader() {
     if (interactive_ && !history_.empty()) write_history(history_.c_str());
     completion_target = nullptr;
+    if (previous_getc_) rl_getc_function = previous_getc_;
+    watched_descriptor = -1;
   }
 
   std::optional<std::string> read(const char* prompt) {
@@ -85,6 +116,7 @@ class LineReader {
  private:
   bool interactive_;
   std::string history_;
+  int (*previous_getc_)(FILE*) = nullptr;
 };
 
 // The REPL of this process: chunks run in its host.

@@ -22,6 +22,9 @@ class ReplTarget {
   virtual bool command(const std::string&) { return false; }
   // No more chunks can run: os.exit ran, the training process is gone, the session detached.
   virtual bool ended() const = 0;
+  // A descriptor that, readable while the terminal waits for a line, ends the reading as Ctrl-D does (runner
+  // attach: the training process says the run ended); -1 for none.
+  virtual int watched_descriptor() const { return -1; }
 };
 
 // Reads and runs lines in the host's state until end of input; returns the process exit status.

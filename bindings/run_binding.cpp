@@ -389,6 +389,7 @@ const OptionTable<run::CheckpointRequest> kCheckpointOptions("run:checkpoint", "
 
 // run:checkpoint([options]) -> stall seconds
 int run_checkpoint(lua_State* L) {
+  refuse_on_one_rank("run:checkpoint");
   run::TrainingRun& training = check_training(L, 1, "run:checkpoint");
   const run::CheckpointRequest request = kCheckpointOptions.read(L, 2);
   lua_pushnumber(L, training.checkpoint(request));

@@ -71,6 +71,7 @@ class AttachClient {
   bool wait_readable(double seconds);
   // The next message, waiting for it; nothing once the process closed the connection. Throws ProtocolError.
   std::optional<Message> receive();
+  int descriptor() const { return fd_; }  // for waiting on it beside the terminal
 
  private:
   int fd_ = -1;

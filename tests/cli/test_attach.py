@@ -66,12 +66,12 @@ class AttachTerminal(Terminal):
 
 
 class Attach(RunnerHomeTest):
-    def start_training(self):
+    def start_training(self, *options):
         self.script("train.lua", TRAINING_SCRIPT)
         (self.dir / "hold").touch()
         log = open(self.dir / "training.log", "w")
         self.addCleanup(log.close)
-        process = subprocess.Popen([RUNNER, "train.lua"], cwd=self.dir, env=self.env, stdout=log,
+        process = subprocess.Popen([RUNNER, *options, "train.lua"], cwd=self.dir, env=self.env, stdout=log,
                                    stderr=subprocess.STDOUT)
         self.addCleanup(lambda: process.poll() is None and process.kill())
         socket_path = self.home / "live" / "attach" / "socket"
@@ -150,6 +150,28 @@ class Attach(RunnerHomeTest):
         late = self.runner("attach", "live", check=1)
         self.assertEqual(late.stderr,
                          "runner attach: run live is finished, not running: runner attach reaches a run while it trains\n")
+
+    def test_rank_0_of_a_data_parallel_job_refuses_what_the_ranks_would_disagree_on_and_stops_them_all(self):
+        training, _ = self.start_training("--nproc", "2")
+        terminal = self.attach()
+        self.assertIn("attached to run live", terminal.seen.decode())
+        self.assertIn("rank 0 of 2", terminal.seen.decode())
+        found, text = terminal.ask("train:set_lr(1)", "refused")
+        self.assertTrue(found, text)
+        self.assertIn("train:set_lr is refused in runner attach: this job has 2 ranks and attach reaches rank 0 "
+                      "alone, so the ranks would disagree", text)
+        found, text = terminal.ask("run:checkpoint()", "refused")
+        self.assertTrue(found, text)
+        found, text = terminal.ask("=train:lr()", "0.01")
+        self.assertTrue(found, text)
+        # run:stop() is agreed by both ranks: they stop after the same step, with a checkpoint.
+        terminal.type(b"run:stop()\n")
+        self.assertTrue(terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen)
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(training.wait(60), 0, (self.dir / "training.log").read_text())
+        shown = self.runner("query", "SELECT status, error FROM runs WHERE name = 'live'", "--csv", check=0).stdout
+        self.assertRegex(shown.splitlines()[1], r"^interrupted,stopped by run:stop\(\) at step \d+ after saving a "
+                                                 r"checkpoint$")
 
     def test_a_run_that_is_not_there_is_named(self):
         self.runner("-e", "runner.start({}, { name = 'other' })", check=0)
