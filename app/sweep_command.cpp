@@ -1,12 +1,14 @@
-// `runner sweep FILE.lua | --join SWEEP | show SWEEP`: the sweep file is read in a Lua host (bindings/sweep_file.h),
-// checked against the experiment script's config (read by a second host that stops at its config { ... }),
-// recorded in the index, and run by a worker (runtime/sweep).
+// `runner sweep FILE.lua [--slurm N] | --join SWEEP | show SWEEP`: the sweep file is read in a Lua host
+// (bindings/sweep_file.h), checked against the experiment script's config (read by a second host that stops at its
+// config { ... }), recorded in the index, and run by a worker here or by the tasks of a Slurm job (runtime/sweep).
 #include "app/sweep_command.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <string>
 #include <unistd.h>
@@ -17,10 +19,12 @@
 #include "runtime/cli/command_line.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/exit_status.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
+#include "runtime/sweep/slurm_job.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
 
@@ -32,13 +36,19 @@ constexpr const char* kUsage =
        runner sweep --dry-run SWEEP.lua
                                      check the file against the script's config and show the first
                                      trials' command lines; records and runs nothing
-       runner sweep --join SWEEP     run trials of a sweep of the index as another worker (same host)
+       runner sweep --join SWEEP     run trials of a sweep of the index as another worker
+       runner sweep SWEEP.lua --slurm N [--dry-run] [-- SBATCH-OPTIONS...]
+                                     create the sweep (or continue it) and submit N workers as a Slurm job
+                                     array, each `runner sweep --join` on the GPUs of its allocation; prints
+                                     the job id (--dry-run: the job script, submitting nothing)
        runner sweep show SWEEP [--csv|--json]
                                      its trials sorted by the objective, the best one's command line
        runner sweep rm SWEEP... [--force]
                                      delete sweeps with their trials' runs and files
        runner sweeps [--csv|--json]  table of sweeps
 A sweep file returns runner.sweep { script = ..., parameters = ..., metric = ..., ... } (see the README).
+Workers on several hosts share RUNNER_HOME on a shared filesystem and the index (RUNNER_INDEX), which the job
+script passes on; `runner sweep show SWEEP` lists the workers by host.
 Trials are runs of the script (runner runs --sweep SWEEP); their output is in RUNNER_HOME/sweeps/NAME/.
 )";
 
@@ -64,16 +74,17 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
 }
 
 // The checks of `runner sweep FILE` before it records anything, made by --dry-run too: the definition
-// against the script's config, the slots of this host, and a stored sweep of the same name (when the index
-// exists; a dry run creates nothing). Prints the warnings. Returns the exit status of a script that failed.
-std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file) {
+// against the script's config, the slots of this host (unless the workers run elsewhere), and a stored sweep of the
+// same name (when the index exists; a dry run creates nothing). Prints the warnings. Returns the exit status of a
+// script that failed.
+std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool slots_here) {
   const auto definition = bindings::read_sweep_file(file);
   if (const int* status = std::get_if<int>(&definition)) return *status;
   sweep::SweepSpec spec = sweep::parse_sweep(std::get<nlohmann::json>(definition));
   const auto config = script_config(spec);
   if (const int* status = std::get_if<int>(&config)) return *status;
   sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
-  sweep::sweep_slots(spec);
+  if (slots_here) sweep::sweep_slots(spec);  // a Slurm job's slots are its allocation's
   const std::string home = index::home_directory();
   if (::access(index::index_path(home).c_str(), F_OK) == 0) {
     index::Database db = index::open_index_for_reading(home);
@@ -115,13 +126,42 @@ std::string absolute_home() {
   return home;
 }
 
+// --slurm N: the number of workers, 1 or more.
+std::optional<int> slurm_workers(const cli::CommandLine& line) {
+  const std::optional<std::string> text = line.value("--slurm");
+  if (!text) return std::nullopt;
+  int workers = 0;
+  const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), workers);
+  if (error != std::errc() || end != text->data() + text->size() || workers < 1)
+    throw cli::UsageError(fmt::format("--slurm needs a number of workers, 1 or more; got '{}'", *text));
+  return workers;
+}
+
+// The Slurm job array of `runner sweep FILE --slurm N`, with the absolute paths its tasks need.
+sweep::SlurmJob slurm_job(const sweep::SweepSpec& spec, int workers, const std::string& home,
+                          const std::vector<std::string>& sbatch_options) {
+  namespace fs = std::filesystem;
+  sweep::SlurmJob job;
+  job.sweep = spec.name;
+  job.sweep_file = fs::absolute(spec.sweep_file).lexically_normal().string();
+  job.workers = workers;
+  job.runner = fs::read_symlink("/proc/self/exe").string();
+  job.home = fs::absolute(home).lexically_normal().string();
+  while (job.home.size() > 1 && job.home.back() == '/') job.home.pop_back();
+  job.index_url = core::launch_context().index_url;
+  job.working_directory = fs::current_path().string();
+  job.sbatch_options = sbatch_options;
+  return job;
+}
+
 int run(int argc, char** argv) {
   if (argc >= 2 && (std::strcmp(argv[1], "show") == 0 || std::strcmp(argv[1], "rm") == 0))
     return cli::run_index_command(argc, argv);
   cli::CommandOptions accepted;
-  accepted.values = {{"--join", "a sweep (a name or number)"}};
+  accepted.values = {{"--join", "a sweep (a name or number)"}, {"--slurm", "a number of workers"}};
   accepted.flags = {"--dry-run"};
   accepted.max_positionals = 1;
+  accepted.double_dash_passes_through = true;
   const cli::CommandLine line = cli::parse_command_line(argc, argv, accepted);
   if (line.help) {
     std::fputs(kUsage, stdout);
@@ -130,8 +170,14 @@ int run(int argc, char** argv) {
   const std::string file = line.positional.empty() ? "" : line.positional[0];
   const std::string join = line.value("--join").value_or("");
   const bool dry_run = line.has("--dry-run");
+  const std::optional<int> slurm = slurm_workers(line);
   if (file.empty() == join.empty()) throw cli::UsageError("give a sweep file or --join SWEEP (one of them)");
   if (dry_run && file.empty()) throw cli::UsageError("--dry-run needs a sweep file");
+  if (slurm && file.empty())
+    throw cli::UsageError("--slurm needs a sweep file (its tasks run runner sweep --join themselves)");
+  if (!line.passthrough.empty() && !slurm)
+    throw cli::UsageError("the options after -- are sbatch's: give them with --slurm N");
+  core::set_launch_context(core::launch_context_from_environment());
 
   if (!join.empty()) {
     const std::string home = absolute_home();
@@ -139,15 +185,34 @@ int run(int argc, char** argv) {
     const sweep::SweepRecord record = sweep::load_sweep(db, join);
     return sweep::run_sweep_worker(home, record);
   }
-  const auto checked = checked_sweep(file);
+  const auto checked = checked_sweep(file, !slurm);
   if (const int* status = std::get_if<int>(&checked)) return *status;
   const sweep::SweepSpec& spec = std::get<sweep::SweepSpec>(checked);
   if (dry_run) {
     print_plan(spec);
+    if (slurm) {
+      const sweep::SlurmJob job = slurm_job(spec, *slurm, index::home_directory(), line.passthrough);
+      std::printf(
+          "\nthe job script (runner sweep --slurm writes it to %s and submits it with sbatch --parsable):\n\n%s",
+          sweep::slurm_job_script_path(job).c_str(), sweep::slurm_job_script(job).c_str());
+    }
     return core::kExitOk;
   }
   const std::string home = absolute_home();
   index::Database db = index::open_index_for_writing(home);
+  if (slurm) {
+    const sweep::SlurmJob job = slurm_job(spec, *slurm, home, line.passthrough);
+    const std::string script = sweep::slurm_job_script(job);  // checks the options before the sweep is recorded
+    const sweep::SweepRecord record = sweep::open_sweep(db, spec);
+    std::filesystem::create_directories(home + "/sweeps/" + record.name);
+    const std::string job_id = sweep::submit_slurm_job(sweep::slurm_job_script_path(job), script);
+    std::printf("sweep %s: submitted Slurm job %s, %d worker%s (array tasks 0-%d), each runner sweep --join %s\n",
+                record.name.c_str(), job_id.c_str(), *slurm, *slurm == 1 ? "" : "s", *slurm - 1, record.name.c_str());
+    std::printf("job script %s; output in %s/sweeps/%s/slurm-%s_*.log; runner sweep show %s lists the workers\n",
+                sweep::slurm_job_script_path(job).c_str(), home.c_str(), record.name.c_str(), job_id.c_str(),
+                record.name.c_str());
+    return core::kExitOk;
+  }
   const sweep::SweepRecord record = sweep::open_sweep(db, spec);
   return sweep::run_sweep_worker(home, record);
 }

@@ -157,6 +157,7 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
 // so that the run is marked interrupted and its metrics flushed.
 void on_stop_signal(int signal_number) {
   // A training loop that checkpoints finishes its step first; the next signal interrupts.
+  if (core::graceful_stop_enabled() && core::repeated_stop(signal_number)) return;
   core::end_open_line_from_signal();
   if (core::graceful_stop_enabled() && core::request_stop(signal_number)) {
     static const char notice[] = "stopping after this step and a checkpoint (signal again to stop at once)\n";

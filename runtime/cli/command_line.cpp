@@ -35,6 +35,10 @@ CommandLine parse_command_line(int argc, char** argv, const CommandOptions& opti
       parsed.positional.push_back(arg);
       continue;
     }
+    if (arg == "--" && options.double_dash_passes_through) {
+      parsed.passthrough.assign(argv + i + 1, argv + argc);
+      break;
+    }
     if (arg == "--" && options.double_dash_ends_options) {
       options_done = true;
       continue;

@@ -34,6 +34,9 @@ struct CommandOptions {
   bool options_end_at_first_positional = false;
   // A "--" ends the options: every later argument is a positional (the index commands, `runner rm -- -odd`).
   bool double_dash_ends_options = true;
+  // A "--" ends the command line instead: the arguments after it are CommandLine::passthrough, for another
+  // program (`runner sweep FILE --slurm N -- SBATCH-OPTIONS`).
+  bool double_dash_passes_through = false;
 };
 
 struct CommandLine {
@@ -42,7 +45,8 @@ struct CommandLine {
   std::set<std::string> flags;
   std::vector<std::string> after_positional;  // options_end_at_first_positional: the arguments after the first
                                               // positional, up to "--"
-  std::vector<std::string> passthrough;       // options_end_at_first_positional: the arguments after "--"
+  std::vector<std::string> passthrough;       // options_end_at_first_positional or double_dash_passes_through:
+                                              // the arguments after "--"
   bool help = false;                          // -h / --help was given (parsing stopped there)
 
   bool has(const std::string& flag) const { return flags.count(flag) > 0; }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <set>
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
@@ -83,6 +84,32 @@ std::string summary_line(const sweep::SweepRecord& record, const ShownStatus& sh
                      spec.asha ? fmt::format("; ASHA rungs from step {} by {} up to {}", spec.asha->min_steps,
                                              spec.asha->reduction, spec.asha->max_steps)
                                : "");
+}
+
+// The sweep's workers by host: each one's process, Slurm job, start, last heartbeat and the trials it runs.
+void print_workers(index::Database& db, const sweep::SweepRecord& record,
+                   const std::vector<sweep::TrialRecord>& trials) {
+  const std::vector<sweep::WorkerRecord> workers = sweep::list_workers(db, record.sweep);
+  if (workers.empty()) return;
+  const double now = index::now_seconds();
+  Table table;
+  table.columns = {"host", "pid", "slurm_job", "started", "heartbeat", "trials"};
+  std::set<std::string> hosts;
+  for (const sweep::WorkerRecord& worker : workers) {
+    hosts.insert(worker.host);
+    std::vector<std::string> running;
+    for (const sweep::TrialRecord& trial : trials)
+      if (trial.status == "running" && trial.worker == worker.worker) running.push_back(std::to_string(trial.trial));
+    const std::string heartbeat =
+        worker.alive ? fmt::format("{:.0f} s ago", std::max(0.0, now - worker.heartbeat_at))
+                     : fmt::format("none since {} (gone)", format_time(worker.heartbeat_at).substr(11, 5));
+    table.rows.push_back(
+        {worker.host, worker.pid, worker.slurm_job ? Cell(*worker.slurm_job) : Cell(std::monostate{}),
+         format_time(worker.started_at).substr(0, 16), heartbeat,
+         running.empty() ? Cell(std::monostate{}) : Cell(fmt::format("{}", fmt::join(running, ", ")))});
+  }
+  print(fmt::format("\nworkers ({} on {} host{}):\n", workers.size(), hosts.size(), hosts.size() == 1 ? "" : "s"));
+  print(format_table(table, TableFormat::aligned));
 }
 
 }  // namespace
@@ -184,6 +211,7 @@ int sweep_show_command(int argc, char** argv) {
   if (!best.empty())
     print(fmt::format("\nbest (trial {}, {} {}): {}\n", *counts.best_trial, spec.metric,
                       format_number(*counts.best_value), best));
+  print_workers(db, record, trials);
   return 0;
 }
 

@@ -25,5 +25,9 @@ bool graceful_stop_enabled() noexcept;
 bool request_stop(int signal_number) noexcept;
 // The signal of the pending stop, 0 when none.
 int stop_signal() noexcept;
+// Async-signal-safe. Whether `signal_number` is SIGTERM arriving again within 2 s of the pending stop's SIGTERM:
+// the same stop delivered twice (Slurm signals every process of a job, and a sweep worker or `runner --nproc`
+// forwards the signal to its children as well), not a second one that stops at once.
+bool repeated_stop(int signal_number) noexcept;
 
 }  // namespace runner::core

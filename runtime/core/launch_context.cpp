@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
@@ -39,6 +40,17 @@ void read_integer(const std::map<std::string, std::string>& env, std::initialize
                   std::int64_t min, std::int64_t max) {
   std::string which;
   if (auto text = lookup(env, names, &which)) target = static_cast<T>(parse_integer(which, *text, min, max));
+}
+
+// "0,2,3" -> {"0", "2", "3"}; "" -> {}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start < text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
 }
 
 constexpr std::int64_t kSlurmPortBase = 20000;
@@ -106,6 +118,23 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   else if (env.count("HOME"))
     context.repl_history = env.at("HOME") + "/.runner_history";
   if (auto agent = lookup(env, {"TORCHELASTIC_USE_AGENT_STORE"}, &which)) context.agent_store = *agent == "True";
+  if (const auto visible = env.find("CUDA_VISIBLE_DEVICES"); visible != env.end())
+    context.given_gpus = split_list(visible->second);  // "" hides every GPU
+  else if (auto job_gpus = lookup(env, {"SLURM_JOB_GPUS"}, &which))
+    context.given_gpus = split_list(*job_gpus);
+  else if (lookup(env, {"SLURM_GPUS_ON_NODE"}, &which)) {
+    int count = 0;
+    read_integer(env, {"SLURM_GPUS_ON_NODE"}, count, 0, 1 << 20);
+    context.given_gpus.emplace();
+    for (int gpu = 0; gpu < count; ++gpu) context.given_gpus->push_back(std::to_string(gpu));
+  }
+  const auto array_job = lookup(env, {"SLURM_ARRAY_JOB_ID"}, &which);
+  const auto array_task = lookup(env, {"SLURM_ARRAY_TASK_ID"}, &which);
+  if (array_job && array_task)
+    context.slurm_job = *array_job + "_" + *array_task;
+  else if (auto job = lookup(env, {"SLURM_JOB_ID"}, &which))
+    context.slurm_job = *job;
+  if (auto index = lookup(env, {"RUNNER_INDEX"}, &which)) context.index_url = *index;
   return context;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace runner::core {
 
@@ -46,6 +47,13 @@ struct LaunchContext {
   std::string repl_history;               // RUNNER_HISTORY, else $HOME/.runner_history, else "" (no history kept)
   bool agent_store = false;               // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at
                                           // MASTER_PORT, so every rank joins it as a client (as torch.distributed does)
+  std::optional<std::vector<std::string>> given_gpus;  // the GPUs this process was given: CUDA_VISIBLE_DEVICES
+                                                       // (Slurm sets it for a GPU allocation), else Slurm's
+                                                       // SLURM_JOB_GPUS, else the first SLURM_GPUS_ON_NODE;
+                                                       // none: every GPU of the host
+  std::string slurm_job;  // the Slurm job this process runs in: "JOB_TASK" in a job array (SLURM_ARRAY_JOB_ID,
+                          // SLURM_ARRAY_TASK_ID), else SLURM_JOB_ID; "" outside Slurm
+  std::string index_url;  // RUNNER_INDEX: the index when it is not RUNNER_HOME's SQLite file ("" for that one)
 
   bool distributed() const { return world_size > 1; }
 };

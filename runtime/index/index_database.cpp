@@ -236,6 +236,13 @@ CREATE TABLE inputs (
   FOREIGN KEY (run, attempt) REFERENCES attempts (run, attempt) ON DELETE CASCADE
 ) WITHOUT ROWID;
 )sql"},
+    // Where each sweep worker runs, for `runner sweep show` to list them by host: its host and process, and the
+    // Slurm job (array task) it runs in.
+    {9, R"sql(
+ALTER TABLE sweep_workers ADD COLUMN host TEXT;
+ALTER TABLE sweep_workers ADD COLUMN pid INTEGER;
+ALTER TABLE sweep_workers ADD COLUMN slurm_job TEXT;
+)sql"},
 };
 
 int user_version(Database& db) {

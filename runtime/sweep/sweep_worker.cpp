@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstddef>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/duration_text.h"
 #include "runtime/core/exit_status.h"
+#include "runtime/core/launch_context.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
@@ -107,20 +109,14 @@ void make_directories(const std::string& path) {
   }
 }
 
+// The GPUs of this worker's slots: those it was given (CUDA_VISIBLE_DEVICES, a Slurm allocation's), else all of the
+// host's; at most as many as CUDA sees.
 std::vector<std::string> visible_gpus() {
   const int count = core::cuda_device_count();
   std::vector<std::string> ids;
   if (count <= 0) return ids;
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible && *visible) {
-    std::string list = visible;
-    size_t start = 0;
-    while (start <= list.size() && static_cast<int>(ids.size()) < count) {
-      const size_t comma = list.find(',', start);
-      ids.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  if (const auto& given = core::launch_context().given_gpus) {
+    ids.assign(given->begin(), given->begin() + std::min<std::ptrdiff_t>(std::ssize(*given), count));
   } else {
     for (int i = 0; i < count; ++i) ids.push_back(std::to_string(i));
   }
@@ -147,6 +143,9 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
                        {"RUNNER_CORES", std::to_string(slot.threads)},
                        {"RUNNER_NO_BROWSER", "1"}};
   if (!slot.cuda_devices.empty()) child.environment["CUDA_VISIBLE_DEVICES"] = slot.cuda_devices;
+  // A trial is one process (or the ranks of its --nproc), not a task of the worker's Slurm job.
+  for (const char* task_variable : {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"})
+    child.environment[task_variable] = "";
   if (claim.pause_step) child.environment["RUNNER_SWEEP_PAUSE"] = fmt::format("{}@{}", spec.metric, *claim.pause_step);
 
   Running running;
@@ -310,7 +309,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
 
   retried("starting the worker", [&] {
     set_sweep_status(db, sweep.sweep, "running");
-    add_worker(db, sweep.sweep, worker);
+    add_worker(db, sweep.sweep, worker, core::launch_context().slurm_job);
   });
   auto counts = [&] {
     return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); }));
@@ -430,14 +429,27 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     }
   }
 
+  // A stopped worker stops the sweep unless another live worker holds it (whose trials go on, and which takes
+  // over the ones this worker handed back).
+  std::int64_t other_workers = 0;
   const std::vector<TrialRecord> trials = retried("ending the worker", [&] {
-    if (stop_signal != 0) set_sweep_status(db, sweep.sweep, "stopped");
-    remove_worker(db, sweep.sweep, worker);
+    index::with_transaction(db, [&] {
+      remove_worker(db, sweep.sweep, worker);
+      const std::vector<WorkerRecord> others = list_workers(db, sweep.sweep);
+      other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
+      if (stop_signal != 0 && other_workers == 0) set_sweep_status(db, sweep.sweep, "stopped");
+    });
     return list_trials(db, sweep.sweep);
   });
   stop_signals.reset();
   const SweepCounts totals = count_trials(sweep, trials);
   const std::string best = best_trial_command(sweep, trials);
+  if (stop_signal != 0 && other_workers > 0) {
+    say(fmt::format("worker stopped: {}; {} other worker{} of sweep {} go{} on with it and take over its trials",
+                    counts_text(sweep, trials), other_workers, other_workers == 1 ? "" : "s", sweep.name,
+                    other_workers == 1 ? "es" : ""));
+    return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
+  }
   if (stop_signal != 0) {
     say(fmt::format("sweep {} stopped: {}; the same command (or runner sweep --join {}) continues it", sweep.name,
                     counts_text(sweep, trials), sweep.name));

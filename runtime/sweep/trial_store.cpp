@@ -328,7 +328,7 @@ std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int
   return std::nullopt;
 }
 
-void add_worker(Database& db, std::int64_t sweep, const std::string& worker) {
+void add_worker(Database& db, std::int64_t sweep, const std::string& worker, const std::string& slurm_job) {
   index::with_transaction(db, [&] {
     const double now = index::now_seconds();
     Statement select = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
@@ -338,11 +338,39 @@ void add_worker(Database& db, std::int64_t sweep, const std::string& worker) {
       if (worker_gone(select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
     select.reset();
     for (const std::string& name : gone) remove_worker(db, sweep, name);
+    const auto colon = worker.rfind(':');
     Statement insert = db.prepare(
-        "INSERT OR REPLACE INTO sweep_workers (sweep, worker, started_at, heartbeat_at) VALUES (?, ?, ?, ?)");
-    insert.bind(1, sweep).bind(2, worker).bind(3, now).bind(4, now);
+        "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at, host, pid, slurm_job) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep, worker) DO UPDATE SET started_at = excluded.started_at, "
+        "heartbeat_at = excluded.heartbeat_at, host = excluded.host, pid = excluded.pid, slurm_job = "
+        "excluded.slurm_job");
+    insert.bind(1, sweep).bind(2, worker).bind(3, now).bind(4, now).bind(5, worker.substr(0, colon));
+    insert.bind(6, static_cast<std::int64_t>(std::stoll(worker.substr(colon + 1))));
+    insert.bind(7, slurm_job.empty() ? std::nullopt : std::optional<std::string>(slurm_job));
     insert.run();
   });
+}
+
+std::vector<WorkerRecord> list_workers(Database& db, std::int64_t sweep) {
+  const double now = index::now_seconds();
+  Statement select = db.prepare(
+      "SELECT worker, host, pid, slurm_job, started_at, heartbeat_at FROM sweep_workers WHERE sweep = ? "
+      "ORDER BY host, pid, worker");
+  select.bind(1, sweep);
+  std::vector<WorkerRecord> workers;
+  while (select.step()) {
+    WorkerRecord record;
+    record.worker = select.text(0);
+    const auto colon = record.worker.rfind(':');
+    record.host = select.optional_text(1).value_or(record.worker.substr(0, colon));
+    record.pid = select.optional_integer(2).value_or(std::atoll(record.worker.c_str() + colon + 1));
+    record.slurm_job = select.optional_text(3);
+    record.started_at = select.real(4);
+    record.heartbeat_at = select.real(5);
+    record.alive = worker_alive(record.worker, record.heartbeat_at, now);
+    workers.push_back(std::move(record));
+  }
+  return workers;
 }
 
 void remove_worker(Database& db, std::int64_t sweep, const std::string& worker) {

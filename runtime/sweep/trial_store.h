@@ -82,9 +82,22 @@ std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, 
 std::optional<std::int64_t> trial_run(index::Database& db, std::int64_t sweep, std::int64_t trial);
 
 // The workers of a sweep (the sweep_workers table): a worker adds itself when it starts (dropping the rows
-// of workers that are gone), its heartbeat is refreshed with its trials', and it removes itself at its end.
-void add_worker(index::Database& db, std::int64_t sweep, const std::string& worker);
+// of workers that are gone) with its host, pid and Slurm job ("" outside Slurm), its heartbeat is refreshed with
+// its trials', and it removes itself at its end.
+void add_worker(index::Database& db, std::int64_t sweep, const std::string& worker, const std::string& slurm_job);
 void remove_worker(index::Database& db, std::int64_t sweep, const std::string& worker);
+
+struct WorkerRecord {
+  std::string worker;  // "host:pid"
+  std::string host;
+  std::int64_t pid = 0;
+  std::optional<std::string> slurm_job;  // "JOB_TASK" for a task of a job array
+  double started_at = 0;
+  double heartbeat_at = 0;
+  bool alive = false;  // its process on this host, else a heartbeat in the last 60 s
+};
+// The sweep's workers by host, then pid.
+std::vector<WorkerRecord> list_workers(index::Database& db, std::int64_t sweep);
 
 // Refreshes this worker's heartbeat and its running trials': heartbeat, run, step and latest objective value.
 void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::string& worker,

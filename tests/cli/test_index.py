@@ -654,7 +654,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (8); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (9); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -707,7 +707,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(8,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(9,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
@@ -730,6 +730,8 @@ class BadIndexFiles(IndexTest):
         db.execute("DROP INDEX trials_by_run")
         db.execute("DROP TABLE run_name_numbers")
         db.execute("DROP TABLE inputs")
+        for column in ("host", "pid", "slurm_job"):  # schema 9's
+            db.execute(f"ALTER TABLE sweep_workers DROP COLUMN {column}")
         db.execute("INSERT INTO sweeps (sweep, name, script, spec, status, created_at) VALUES (1, 's', 'x.lua', '{}', "
                    "'running', 0)")
         for trial, name, status, rung in ((1, first["name"], "paused", 1), (2, second["name"], "pruned", 2)):
@@ -743,7 +745,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         self.runner("runs", check=0)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(8,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(9,)])
         self.assertEqual(self.sql("SELECT r.status, t.status FROM runs r JOIN trials t ON t.run = r.run ORDER BY t.trial"),
                          [("paused", "paused"), ("pruned", "pruned")])
         self.assertEqual(self.sql("SELECT trial, rung, step FROM trial_rungs ORDER BY trial, rung"),

@@ -387,13 +387,20 @@ TEST_CASE("a running sweep shows whether a worker holds it") {
   const SweepRecord sweep =
       open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
   CHECK_FALSE(worker_presence(db, sweep).alive);
-  add_worker(db, sweep.sweep, worker_name());  // this process: alive
+  add_worker(db, sweep.sweep, worker_name(), "");  // this process: alive
   CHECK(worker_presence(db, sweep).alive);
   remove_worker(db, sweep.sweep, worker_name());
   // A worker on another host is alive while its heartbeat is fresh.
-  add_worker(db, sweep.sweep, "elsewhere:1");
+  add_worker(db, sweep.sweep, "elsewhere:1", "4242_3");
   CHECK(worker_presence(db, sweep).alive);
+  add_worker(db, sweep.sweep, "another:77", "");
+  const std::vector<WorkerRecord> workers = list_workers(db, sweep.sweep);  // by host
+  REQUIRE(workers.size() == 2);
+  CHECK((workers[0].host == "another" && workers[0].pid == 77 && !workers[0].slurm_job && workers[0].alive));
+  CHECK((workers[1].host == "elsewhere" && workers[1].pid == 1 && workers[1].slurm_job == "4242_3"));
+  remove_worker(db, sweep.sweep, "another:77");
   db.execute("UPDATE sweep_workers SET heartbeat_at = heartbeat_at - 3600");
+  CHECK_FALSE(list_workers(db, sweep.sweep).front().alive);
   SweepRecord older = sweep;
   older.created_at -= 7200;
   const WorkerPresence gone = worker_presence(db, older);
