@@ -1,10 +1,13 @@
 // The runner program: the subcommands' dispatch table, and running a Lua experiment script, a code string or
 // the REPL with the process's launch context (command line and environment, parsed once).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,8 @@ options:
   --oversubscribe     with --nproc: start more ranks than there are GPUs (without one, CPU cores)
   --profile A:B       record training steps A to B (or step A) with the Kineto profiler: a trace in the
                       run directory (Perfetto, chrome://tracing) and the top operators by self time
+  --index URL         the run index on a PostgreSQL server (postgresql://user@host:port/db), as
+                      RUNNER_INDEX=URL; also for the index and sweep commands. Unset: index.db in RUNNER_HOME
   --print-config      print the script's config keys (defaults, whole-number keys) as JSON, after checking
                       the key=value overrides, and stop there: nothing else of the script runs
   -h, --help          this help
@@ -234,12 +239,61 @@ int run(const Command& command) {
 
 }  // namespace
 
+// `--index URL` (or --index=URL) among a command's options, taken out of `arguments`: the index on a PostgreSQL
+// server for this command and the processes it starts, as RUNNER_INDEX=URL says (which it sets, so that the
+// launch context, trials and ranks read the same). A subcommand's options run to `--`; the script command's end
+// at its script.
+void take_index_option(std::vector<char*>& arguments, bool subcommand) {
+  static const std::set<std::string> kValueOptions = {"-e", "--log-level", "--resume", "--profile", "--nproc"};
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    const std::string arg = arguments[i];
+    if (arg == "--") return;
+    std::optional<std::string> url;
+    if (arg == "--index") {
+      if (i + 1 >= arguments.size()) throw runner::cli::UsageError("--index needs a postgresql:// URL");
+      url = arguments[i + 1];
+      arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i),
+                      arguments.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    } else if (arg.rfind("--index=", 0) == 0) {
+      url = arg.substr(8);
+      arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (!subcommand && kValueOptions.count(arg)) {
+      ++i;
+      continue;
+    } else if (!subcommand && (arg.empty() || arg[0] != '-')) {
+      return;
+    } else {
+      continue;
+    }
+    ::setenv("RUNNER_INDEX", url->c_str(), 1);
+    --i;
+  }
+}
+
 int main(int argc, char** argv) {
   // Progress lines reach a log file or a pipe as they are printed, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::vector<char*> arguments(argv, argv + argc);
+  const bool subcommand_given =
+      argc >= 2 && std::any_of(std::begin(kSubcommands), std::end(kSubcommands),
+                               [&](const Subcommand& s) { return std::strcmp(argv[1], s.name) == 0; });
+  try {
+    take_index_option(arguments, subcommand_given);
+  } catch (const std::exception& error) {
+    return runner::cli::print_usage_error("", error.what(), kUsage);
+  }
+  arguments.push_back(nullptr);
+  argc = static_cast<int>(arguments.size()) - 1;
+  argv = arguments.data();
   for (const Subcommand& subcommand : kSubcommands) {
     if (argc < 2 || std::strcmp(argv[1], subcommand.name) != 0) continue;
     if (subcommand.logging) runner::core::init_logging("info");
+    try {
+      runner::core::set_launch_context(runner::core::launch_context_from_environment());
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "runner: %s\n", error.what());
+      return kExitUsage;
+    }
     const int status = subcommand.run(argc - 1, argv + 1);
     runner::core::flush_logs();
     std::fflush(stdout);

@@ -15,7 +15,7 @@
 #include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/ckpt/checkpoint_rotation.h"
 #include "runtime/index/run_store.h"
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::ckpt {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::cli {
 

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "runtime/index/run_store.h"
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::index {
 namespace {

@@ -4,18 +4,28 @@
 #include <span>
 #include <string>
 
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::index {
 
-// RUNNER_HOME, or ./runs when unset: holds index.db and one directory per run.
+// RUNNER_HOME, or ./runs when unset: holds index.db (unless the index is on PostgreSQL) and one directory
+// per run.
 std::string home_directory();
 std::string index_path(const std::string& home);
 
-// One step of the schema: applied in a transaction that also sets PRAGMA user_version = version.
+// The index on a PostgreSQL server: RUNNER_INDEX or --index URL (core::LaunchContext::index_url), a
+// postgresql:// URL; "" for the SQLite file in RUNNER_HOME. Another kind of value is an IndexError.
+std::string index_url();
+// What messages call the index: its file, or its URL without the password.
+std::string index_location(const std::string& home);
+
+// One step of the schema: applied in a transaction that also records the version (PRAGMA user_version in
+// SQLite, the runner_schema table in PostgreSQL). `postgresql` is the same step in PostgreSQL's dialect; an
+// index there starts at schema 8 (whose text creates every table), so the steps before have none.
 struct Migration {
   int version;
   const char* sql;
+  const char* postgresql;
 };
 
 // The schema this runner writes and reads (docs/index-schema.md describes it).
@@ -28,7 +38,8 @@ int schema_version();
 int migrate(Database& db, std::span<const Migration> migrations);
 
 // Opens the index for writing: creates the file (and `home`) when missing, sets WAL mode, synchronous
-// NORMAL, foreign keys, and migrates. Errors are IndexError with the path.
+// NORMAL, foreign keys, and migrates. Errors are IndexError with the path. With index_url(), connects to that
+// server (creating `home`, where run folders live) and migrates its schema.
 Database open_index_for_writing(const std::string& home);
 
 // Opens the index read-only for queries and reports. A missing file, a file that is not a runner index,

@@ -1,5 +1,5 @@
-// The metric writer thread: batched INSERT OR REPLACE of queued values, the per-key latest values and the
-// run's heartbeat, one immediate transaction per batch.
+// The metric writer thread: queued values inserted many rows per statement (a later value for the same key and
+// step replaces the earlier one), the per-key latest values and the run's heartbeat, one transaction per batch.
 #include "runtime/index/metric_writer.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +18,15 @@ namespace runner::index {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Rows per INSERT statement: 5 parameters each, within SQLite's 32766 and PostgreSQL's 65535 parameters.
+constexpr size_t kRowsPerInsert = 1000;
+
+std::string metrics_insert(size_t rows) {
+  std::string sql = "INSERT INTO metrics (run, key, step, value, time) VALUES ";
+  for (size_t i = 0; i < rows; ++i) sql += i ? ", (?, ?, ?, ?, ?)" : "(?, ?, ?, ?, ?)";
+  return sql + " ON CONFLICT (run, key, step) DO UPDATE SET value = excluded.value, time = excluded.time";
+}
 
 Clock::duration seconds(double value) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(value));
@@ -168,33 +177,49 @@ void MetricWriter::run_thread() {
     try {
       if (!db) {
         db.emplace(open_index_for_writing(home_));
-        insert.emplace(*db, "INSERT OR REPLACE INTO metrics (run, key, step, value, time) VALUES (?, ?, ?, ?, ?)");
+        insert.emplace(db->prepare(metrics_insert(kRowsPerInsert)));
         latest.emplace(*db,
                        "INSERT INTO metric_latest (run, key, step, value, time) VALUES (?, ?, ?, ?, ?) "
                        "ON CONFLICT (run, key) DO UPDATE SET step = excluded.step, value = excluded.value, "
                        "time = excluded.time WHERE excluded.step >= metric_latest.step");
-        heartbeat.emplace(*db, "UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
+        heartbeat.emplace(
+            db->prepare("UPDATE runs SET heartbeat_at = ?1, step = " + db->greatest("step", "?2") + " WHERE run = ?3"));
         attempt_step.emplace(*db,
                              "UPDATE attempts SET end_step = ?1 WHERE run = ?2 AND attempt = "
                              "(SELECT attempts FROM runs WHERE run = ?2)");
       }
-      Transaction transaction(*db);
-      std::map<uint32_t, size_t> newest;  // key -> index of the entry with the highest step
+      Transaction transaction(*db, TransactionScope::own_rows);
+      std::map<uint32_t, size_t> newest;                       // key -> index of the entry with the highest step
+      std::map<std::pair<uint32_t, int64_t>, size_t> last_at;  // (key, step) -> index of its latest entry
       for (size_t i = 0; i < batch.size(); ++i) {
         Entry& entry = batch[i];
         if (entry.tensor.defined()) {
           entry.value = entry.tensor.item<double>();
           entry.tensor = at::Tensor();
         }
-        insert->bind(1, run_).bind(2, keys[entry.key]).bind(3, entry.step);
-        if (std::isnan(entry.value))
-          insert->bind_null(4);
-        else
-          insert->bind(4, entry.value);
-        insert->bind(5, entry.time);
-        insert->run();
+        last_at[{entry.key, entry.step}] = i;
         auto [slot, fresh] = newest.emplace(entry.key, i);
         if (!fresh && batch[slot->second].step <= entry.step) slot->second = i;
+      }
+      std::vector<size_t> rows;
+      rows.reserve(last_at.size());
+      for (const auto& [key_step, i] : last_at) rows.push_back(i);
+      for (size_t first = 0; first < rows.size(); first += kRowsPerInsert) {
+        const size_t count = std::min(kRowsPerInsert, rows.size() - first);
+        std::optional<Statement> partial;  // the batch's last, shorter statement
+        if (count < kRowsPerInsert) partial.emplace(db->prepare(metrics_insert(count)));
+        Statement& statement = partial ? *partial : *insert;
+        for (size_t r = 0; r < count; ++r) {
+          const Entry& entry = batch[rows[first + r]];
+          const int p = static_cast<int>(5 * r);
+          statement.bind(p + 1, run_).bind(p + 2, keys[entry.key]).bind(p + 3, entry.step);
+          if (std::isnan(entry.value))
+            statement.bind_null(p + 4);
+          else
+            statement.bind(p + 4, entry.value);
+          statement.bind(p + 5, entry.time);
+        }
+        statement.run();
       }
       for (const auto& [key, i] : newest) {
         const Entry& entry = batch[i];
@@ -213,6 +238,10 @@ void MetricWriter::run_thread() {
       transaction.commit();
     } catch (...) {
       failure = std::current_exception();
+      // Nothing of the transaction was committed; the next try opens the index again (a dropped connection to
+      // a server, a file replaced meanwhile).
+      insert.reset(), latest.reset(), heartbeat.reset(), attempt_step.reset();
+      db.reset();
     }
 
     lock.lock();

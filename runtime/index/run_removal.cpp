@@ -115,7 +115,7 @@ std::set<int64_t> unneeded_checkpoints(Database& db, const RunRecord& run) {
   std::set<int64_t> unneeded;
   if (run.status != "paused" && run.status != "pruned") return unneeded;
   Statement select =
-      db.prepare("SELECT checkpoint FROM checkpoints WHERE run = ? AND kept ORDER BY step DESC, checkpoint DESC");
+      db.prepare("SELECT checkpoint FROM checkpoints WHERE run = ? AND kept = 1 ORDER BY step DESC, checkpoint DESC");
   select.bind(1, run.run);
   for (bool latest = true; select.step(); latest = false)
     if (!latest || run.status == "pruned") unneeded.insert(select.integer(0));
@@ -190,7 +190,7 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
     if (!dry_run) remove_tree(path);
   }
 
-  if (!dry_run) db.execute("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA optimize");
+  if (!dry_run) db.connection().tidy_after_deleting();
   return report;
 }
 

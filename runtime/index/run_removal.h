@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/index/run_store.h"
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::index {
 

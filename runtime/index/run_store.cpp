@@ -1,8 +1,8 @@
 // Run, checkpoint and artifact rows of the index, and the lookup of runs by what users type.
 #include "runtime/index/run_store.h"
 
-#include <sqlite3.h>
 #include <sys/stat.h>
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -27,11 +27,11 @@ constexpr const char* kRunColumns =
     "r.active_seconds, r.hosts, r.sweep, r.trial";
 
 // SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
-std::string fold_attempt(const std::string& end) {
+std::string fold_attempt(const Database& db, const std::string& end) {
   return fmt::format(
       "active_seconds = active_seconds + CASE WHEN attempt_started_at IS NULL THEN 0 ELSE "
-      "max(0, {} - attempt_started_at) END, attempt_started_at = NULL",
-      end);
+      "{} END, attempt_started_at = NULL",
+      db.greatest("0", end + " - attempt_started_at"));
 }
 
 // A column that should hold JSON; text that is not JSON (a row edited by hand) comes back as a string.
@@ -220,13 +220,18 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
         // The next number after the highest ever given (run_name_numbers) or in use: a removed run's name is
         // not given again.
         const std::string stem = script_stem(spec.script.empty() ? "run" : spec.script);
-        Statement last = db.prepare(
-            "SELECT max(coalesce((SELECT last FROM run_name_numbers WHERE stem = ?1), 0), "
-            "coalesce((SELECT max(CAST(substr(name, length(?1) + 2) AS INTEGER)) FROM runs WHERE name GLOB ?1 || "
-            "'-[0-9]*'), 0))");
-        last.bind(1, stem);
-        last.step();
-        int64_t n = last.integer(0) + 1;
+        Statement given_last = db.prepare("SELECT last FROM run_name_numbers WHERE stem = ?");
+        given_last.bind(1, stem);
+        int64_t n = given_last.step() ? given_last.integer(0) : 0;
+        Statement in_use = db.prepare(
+            "SELECT substr(name, length(?1) + 2) FROM runs WHERE substr(name, 1, length(?1) + 1) = ?1 || '-'");
+        in_use.bind(1, stem);
+        while (in_use.step()) {  // names "<stem>-<digits>..." count with their leading number
+          const std::string suffix = in_use.text(0);
+          if (!suffix.empty() && std::isdigit(static_cast<unsigned char>(suffix[0])))
+            n = std::max<int64_t>(n, std::strtoll(suffix.c_str(), nullptr, 10));
+        }
+        ++n;
         for (;; ++n) {
           name = fmt::format("{}-{}", stem, n);
           if (!name_taken(db, name) && !exists_on_disk(home + "/" + name)) break;
@@ -255,7 +260,7 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
           "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, "
           "sweep, trial) "
-          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty)
@@ -265,8 +270,9 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
       insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
-      insert.run();
-      inserted = db.last_insert_rowid();
+      insert.step();
+      inserted = insert.integer(0);
+      insert.reset();
       insert_attempt(db, *inserted, 1, spec, now);
     });
     if (inserted) return load_run(db, *inserted);
@@ -296,7 +302,7 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
       throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice", db.path(),
                                    current.pid, current.host));
     // An attempt whose process died without ending it counts up to its last heartbeat.
-    Statement fold = db.prepare("UPDATE runs SET " + fold_attempt("heartbeat_at") + " WHERE run = ?");
+    Statement fold = db.prepare("UPDATE runs SET " + fold_attempt(db, "heartbeat_at") + " WHERE run = ?");
     fold.bind(1, run);
     fold.run();
     const double now = now_seconds();
@@ -406,7 +412,7 @@ RunRecord drop_latest_attempt(Database& db, int64_t run) {
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
   with_transaction(db, [&] {
     Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " +
-                                     fold_attempt("?3") + " WHERE run = ?4");
+                                     fold_attempt(db, "?3") + " WHERE run = ?4");
     const double now = now_seconds();
     statement.bind(1, status).bind(2, error).bind(3, now).bind(4, run);
     statement.run();
@@ -428,7 +434,8 @@ void merge_summary(Database& db, int64_t run, const nlohmann::json& values) {
 }
 
 void record_heartbeat(Database& db, int64_t run, int64_t step, double now) {
-  Statement statement = db.prepare("UPDATE runs SET heartbeat_at = ?, step = max(step, ?) WHERE run = ?");
+  Statement statement =
+      db.prepare("UPDATE runs SET heartbeat_at = ?1, step = " + db.greatest("step", "?2") + " WHERE run = ?3");
   statement.bind(1, now).bind(2, step).bind(3, run);
   statement.run();
 }
@@ -471,7 +478,7 @@ RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last
 RunRecord resolve_fork_source(Database& db, const std::string& reference) {
   if (reference != "last") return resolve_run(db, reference);
   auto runs = query_runs(
-      db, "WHERE r.sweep IS NULL AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept)", {});
+      db, "WHERE r.sweep IS NULL AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run = r.run AND c.kept = 1)", {});
   if (runs.empty())
     throw IndexError(fmt::format("{}: no run has a checkpoint yet, so fork 'last' matches nothing", db.path()));
   return runs.front();
@@ -481,10 +488,6 @@ std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
   std::string where;
   std::vector<std::string> texts;
   auto add = [&](const std::string& condition) { where += (where.empty() ? "WHERE " : " AND ") + condition; };
-  if (filter.name_glob) {
-    texts.push_back(*filter.name_glob);
-    add(fmt::format("r.name GLOB ?{}", texts.size()));
-  }
   if (filter.started_after) add(fmt::format("r.started_at >= {:.6f}", *filter.started_after));
   if (filter.sweep) add(fmt::format("r.sweep = {}", *filter.sweep));
   auto runs = query_runs(db, where, texts);
@@ -492,6 +495,8 @@ std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter) {
   std::vector<RunRecord> kept;
   for (auto& run : runs) {
     if (filter.status && effective_status(run, now) != *filter.status) continue;
+    // SQLite's GLOB in both dialects: '*', '?' and '[...]', case-sensitive, '/' not special.
+    if (filter.name_glob && ::fnmatch(filter.name_glob->c_str(), run.name.c_str(), 0) != 0) continue;
     if (filter.limit && static_cast<int64_t>(kept.size()) >= *filter.limit) break;
     kept.push_back(std::move(run));
   }
@@ -507,7 +512,7 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
       // The process wrote its final status beside the index, which could not take it then.
       with_transaction(db, [&] {
         Statement statement =
-            db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt("?3") +
+            db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt(db, "?3") +
                        " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
         statement.bind(1, recorded->status)
             .bind(2, recorded->error)
@@ -521,7 +526,7 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
     }
     with_transaction(db, [&] {
       Statement statement = db.prepare(
-          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt("heartbeat_at") +
+          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt(db, "heartbeat_at") +
           ", "
           "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
           "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
@@ -563,13 +568,14 @@ int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint) {
     replaced.run();
     Statement insert = db.prepare(
         "INSERT INTO checkpoints (run, step, path, bytes, hash, metric, metric_value, kept, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING checkpoint");
     insert.bind(1, checkpoint.run).bind(2, checkpoint.step).bind(3, checkpoint.path).bind(4, checkpoint.bytes);
     insert.bind(5, checkpoint.hash).bind(6, checkpoint.metric).bind(7, checkpoint.metric_value);
     insert.bind(8, static_cast<int64_t>(checkpoint.kept))
         .bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
-    insert.run();
-    const int64_t id = db.last_insert_rowid();
+    insert.step();
+    const int64_t id = insert.integer(0);
+    insert.reset();
     Statement file = db.prepare("INSERT INTO checkpoint_files (checkpoint, name, bytes, hash) VALUES (?, ?, ?, ?)");
     for (const auto& f : checkpoint.files) {
       file.bind(1, id).bind(2, f.name).bind(3, f.bytes).bind(4, f.hash);
@@ -619,12 +625,15 @@ std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run) {
 int64_t add_artifact(Database& db, const ArtifactRecord& artifact) {
   return with_transaction(db, [&] {
     Statement insert = db.prepare(
-        "INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+        "INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "RETURNING artifact");
     insert.bind(1, artifact.run).bind(2, artifact.step).bind(3, artifact.kind).bind(4, artifact.name);
     insert.bind(5, artifact.path).bind(6, artifact.bytes);
     insert.bind(7, artifact.created_at ? artifact.created_at : now_seconds());
-    insert.run();
-    return db.last_insert_rowid();
+    insert.step();
+    const int64_t id = insert.integer(0);
+    insert.reset();
+    return id;
   });
 }
 
@@ -653,8 +662,9 @@ std::vector<ArtifactRecord> artifacts(Database& db, int64_t run) {
 void add_input(Database& db, int64_t run, const InputRecord& input) {
   with_transaction(db, [&] {
     Statement insert = db.prepare(
-        "INSERT OR REPLACE INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+        "INSERT INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run, attempt, kind, path) DO UPDATE SET bytes = excluded.bytes, "
+        "modified_at = excluded.modified_at, detail = excluded.detail, recorded_at = excluded.recorded_at");
     insert.bind(1, run).bind(2, input.attempt).bind(3, input.kind).bind(4, input.path);
     if (input.bytes)
       insert.bind(5, *input.bytes);

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::index {
 

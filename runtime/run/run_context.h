@@ -12,7 +12,7 @@
 #include "runtime/image/image_grid.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 namespace runner::run {
 

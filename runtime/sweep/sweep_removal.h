@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 #include "runtime/sweep/trial_store.h"
 
 namespace runner::sweep {

@@ -143,6 +143,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
                        {"RUNNER_CORES", std::to_string(slot.threads)},
                        {"RUNNER_NO_BROWSER", "1"}};
   if (!slot.cuda_devices.empty()) child.environment["CUDA_VISIBLE_DEVICES"] = slot.cuda_devices;
+  if (const std::string url = index::index_url(); !url.empty()) child.environment["RUNNER_INDEX"] = url;
   // A trial is one process (or the ranks of its --nproc), not a task of the worker's Slurm job.
   for (const char* task_variable : {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"})
     child.environment[task_variable] = "";
@@ -238,6 +239,19 @@ std::string best_trial_command(const SweepRecord& sweep, const std::vector<Trial
     if (trial.trial == *counts.best_trial)
       for (const std::string& item : trial_overrides(sweep.spec, trial.params)) command += " " + quoted(item);
   return command;
+}
+
+// Why a trial taken over from another worker cannot continue here: its run folder (with the checkpoints) is not
+// visible from this host. None when it is, or when the trial starts a new run.
+std::optional<std::string> unreachable_checkpoints(const std::string& home, const Claim& claim, index::Database& db) {
+  if (!claim.resume_run) return std::nullopt;
+  const index::RunRecord run = index::load_run(db, *claim.resume_run);
+  const std::string folder = home + "/" + run.dir;
+  if (::access(folder.c_str(), F_OK) == 0) return std::nullopt;
+  return fmt::format(
+      "trial {} cannot continue on host {}: its run folder {} (with its checkpoints, written on {}) is not visible "
+      "here; the hosts of a sweep need RUNNER_HOME on a filesystem they share, at the same path",
+      claim.trial.trial, index::host_name(), folder, run.host);
 }
 
 int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
@@ -357,6 +371,13 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         if (running[s]) continue;
         const std::optional<Claim> claim = retried("claiming a trial", [&] { return claim_trial(db, sweep, worker); });
         if (!claim) break;
+        if (const std::optional<std::string> unreachable = unreachable_checkpoints(home, *claim, db)) {
+          TrialEnd end;
+          end.failure = *unreachable;
+          retried("recording a trial's end", [&] { return end_trial(db, sweep, claim->trial.trial, end); });
+          say(*unreachable);
+          continue;
+        }
         try {
           running[s] = start_trial(home, sweep, *claim, slots[s], log_directory, db);
         } catch (const std::exception& error) {

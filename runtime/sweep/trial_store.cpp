@@ -185,12 +185,15 @@ SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
   const json wanted = sweep_json(spec);
   return index::with_transaction(db, [&] {
     if (std::optional<SweepRecord> stored = same_definition(db, spec)) return *stored;
-    Statement insert =
-        db.prepare("INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?)");
+    Statement insert = db.prepare(
+        "INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?) "
+        "RETURNING sweep");
     insert.bind(1, spec.name).bind(2, spec.script).bind(3, wanted.dump()).bind(4, index::now_seconds());
-    insert.run();
+    insert.step();
+    const std::int64_t created = insert.integer(0);
+    insert.reset();
     Statement again = db.prepare(std::string(kSweepSelect) + " WHERE sweep = ?");
-    again.bind(1, db.last_insert_rowid());
+    again.bind(1, created);
     again.step();
     return read_sweep(again);
   });
@@ -247,8 +250,11 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
   return index::with_transaction(db, [&]() -> std::optional<Claim> {
     const double now = index::now_seconds();
     {
-      Statement running =
-          db.prepare("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'");
+      // A running trial whose row another transaction holds (its worker's heartbeat) is alive: skipped, not
+      // waited for (PostgreSQL; SQLite's writers never overlap).
+      Statement running = db.prepare(
+          std::string("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'") +
+          db.lock_rows_skipping_locked());
       running.bind(1, sweep.sweep);
       std::vector<std::int64_t> orphans;
       while (running.step())
@@ -264,6 +270,13 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
     std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
     if (failed_count(trials) >= spec.max_failures) return std::nullopt;
 
+    // Locks the row of a trial to take (FOR UPDATE SKIP LOCKED on PostgreSQL): false when another session holds it.
+    auto lockable = [&](const TrialRecord& trial) {
+      Statement lock = db.prepare(std::string("SELECT trial FROM trials WHERE sweep = ? AND trial = ? AND status = ?") +
+                                  db.lock_rows_skipping_locked());
+      lock.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.status);
+      return lock.step();
+    };
     auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason, bool to_the_end = false) {
       mark_running(db, sweep.sweep, trial.trial, worker);
       if (run) trial.step = index::load_run(db, *run).step;
@@ -277,7 +290,8 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       if (trial.status != "stopped") continue;
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
       if (run && run_still_running(db, *run)) continue;  // its process is still saving; later
-      if (trial.error)                                   // end_trial notes why a trial killed by a signal is retried
+      if (!lockable(trial)) continue;
+      if (trial.error)  // end_trial notes why a trial killed by a signal is retried
         return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
       return claim(trial, run, "continued");
     }
@@ -289,7 +303,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           if (trial.status != "paused" || trial.rung != rung) continue;
           if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
           const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if (run && run_still_running(db, *run)) continue;
+          if ((run && run_still_running(db, *run)) || !lockable(trial)) continue;
           return claim(trial, run, fmt::format("promoted past rung {}", rung));
         }
       }
@@ -301,7 +315,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       const TrialRecord& trial =
           *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if (run && run_still_running(db, *run)) return std::nullopt;
+      if ((run && run_still_running(db, *run)) || !lockable(trial)) return std::nullopt;
       return claim(trial, run, last->reason, true);
     }
     std::vector<Observation> history;
@@ -403,34 +417,36 @@ WorkerPresence worker_presence(Database& db, const SweepRecord& sweep) {
 
 void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker,
                       const std::vector<std::int64_t>& trials) {
-  index::with_transaction(db, [&] {
-    const double now = index::now_seconds();
-    Statement beat = db.prepare(
-        "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (sweep, worker) DO UPDATE SET heartbeat_at = excluded.heartbeat_at");
-    beat.bind(1, sweep.sweep).bind(2, worker).bind(3, now).bind(4, now);
-    beat.run();
-    for (std::int64_t trial : trials) {
-      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
-      std::int64_t step = 0;
-      std::optional<double> metric;
-      if (run) {
-        step = index::load_run(db, *run).step;
-        metric = index::latest_metric(db, *run, sweep.spec.metric);
-      }
-      Statement update = db.prepare(
-          "UPDATE trials SET heartbeat_at = ?, run = coalesce(?, run), step = max(step, ?), metric = coalesce(?, "
-          "metric) "
-          "WHERE sweep = ? AND trial = ? AND status = 'running'");
-      update.bind(1, index::now_seconds())
-          .bind(2, run)
-          .bind(3, step)
-          .bind(4, metric)
-          .bind(5, sweep.sweep)
-          .bind(6, trial);
-      update.run();
-    }
-  });
+  index::with_transaction(
+      db,
+      [&] {
+        const double now = index::now_seconds();
+        Statement beat = db.prepare(
+            "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (sweep, worker) DO UPDATE SET heartbeat_at = excluded.heartbeat_at");
+        beat.bind(1, sweep.sweep).bind(2, worker).bind(3, now).bind(4, now);
+        beat.run();
+        for (std::int64_t trial : trials) {
+          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
+          std::int64_t step = 0;
+          std::optional<double> metric;
+          if (run) {
+            step = index::load_run(db, *run).step;
+            metric = index::latest_metric(db, *run, sweep.spec.metric);
+          }
+          Statement update = db.prepare(
+              "UPDATE trials SET heartbeat_at = ?1, run = coalesce(?2, run), step = " + db.greatest("step", "?3") +
+              ", metric = coalesce(?4, metric) WHERE sweep = ?5 AND trial = ?6 AND status = 'running'");
+          update.bind(1, index::now_seconds())
+              .bind(2, run)
+              .bind(3, step)
+              .bind(4, metric)
+              .bind(5, sweep.sweep)
+              .bind(6, trial);
+          update.run();
+        }
+      },
+      index::TransactionScope::own_rows);
 }
 
 TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end) {
@@ -483,8 +499,9 @@ TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial
         *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
     }
     if (rung_row) {
-      Statement insert =
-          db.prepare("INSERT OR REPLACE INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?)");
+      Statement insert = db.prepare(
+          "INSERT INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?) "
+          "ON CONFLICT (sweep, trial, rung) DO UPDATE SET step = excluded.step, value = excluded.value");
       insert.bind(1, sweep.sweep).bind(2, trial).bind(3, rung_row->rung).bind(4, rung_row->step);
       if (std::isnan(rung_row->value))
         insert.bind_null(5);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 #include "runtime/sweep/sweep_spec.h"
 
 namespace runner::sweep {

@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import sqlite3
@@ -13,6 +14,7 @@ import unittest
 
 import torch
 
+import postgres_server
 import report_screenshot
 from runner_process import RUNNER, RunnerHomeTest
 
@@ -35,16 +37,57 @@ def file_digest(path):
 
 
 class IndexTest(RunnerHomeTest):
+    """Runs on the SQLite index in RUNNER_HOME; PostgresIndex below runs the same tests on a PostgreSQL server."""
+    postgresql = False
+
+    def setUp(self):
+        super().setUp()
+        if self.postgresql:
+            self.server = postgres_server.shared_server()
+            self.env["RUNNER_INDEX"] = self.server.new_database()
+
     def train(self, *overrides):
         self.script("train.lua", TRAINING_SCRIPT)
         self.runner("train.lua", *overrides, check=0)
         return json.loads(self.runner("show", "last", "--json", check=0).stdout)
 
     def sql(self, query, *parameters):
+        if self.postgresql:
+            return self.server_sql(query, parameters)
         with sqlite3.connect(self.home / "index.db") as db:
             return db.execute(query, parameters).fetchall()
 
+    def json_number(self, column, key):
+        """SQL for the number at `key` of a JSON column, in the index's dialect."""
+        return f"({column}::jsonb->>'{key}')::float8" if self.postgresql else f"json_extract({column}, '$.{key}')"
+
+    def server_sql(self, query, parameters):
+        """The query (SQLite's dialect: `?`, json_extract of a number) through psql; rows of ints, floats, text."""
+        query = re.sub(r"json_extract\(([\w.]+), '\$\.(\w+)'\)", r"((\1)::jsonb->>'\2')::numeric", query)
+        for value in parameters:
+            literal = str(value) if isinstance(value, (int, float)) else "'" + str(value).replace("'", "''") + "'"
+            query = query.replace("?", literal, 1)
+        database = self.env["RUNNER_INDEX"].rsplit("/", 1)[1]
+        output = subprocess.run([str(postgres_server.BIN / "psql"), "-h", "127.0.0.1", "-p", str(self.server.port),
+                                 "-U", "runner", "-d", database, "-X", "-q", "-A", "-t", "-F", "\x1f", "-P",
+                                 "null=\x1e", "-v", "ON_ERROR_STOP=1", "-c", query],
+                                check=True, capture_output=True, text=True).stdout
+
+        def value(text):
+            if text == "\x1e":
+                return None
+            for kind in (int, float):
+                try:
+                    return kind(text)
+                except ValueError:
+                    pass
+            return text
+        return [tuple(value(v) for v in line.split("\x1f")) for line in output.split("\n") if line]
+
     def set_sql(self, query, *parameters):
+        if self.postgresql:
+            self.server_sql(query, parameters)
+            return
         db = sqlite3.connect(self.home / "index.db")
         db.execute(query, parameters)
         db.commit()
@@ -116,9 +159,10 @@ class RunsRecordedByScripts(IndexTest):
     def test_runner_query_from_lua(self):
         self.train()
         self.train("lr=0.5")
-        result = self.runner("-e", """
-            local rows, columns = runner.query("SELECT name, json_extract(config, '$.lr') AS lr FROM runs "
-              .. "WHERE json_extract(config, '$.lr') > ? ORDER BY name", 0.1)
+        lr = self.json_number("config", "lr")
+        result = self.runner("-e", f"""
+            local rows, columns = runner.query("SELECT name, {lr} AS lr FROM runs "
+              .. "WHERE {lr} > ? ORDER BY name", 0.1)
             print(#rows, rows[1].name, rows[1].lr, table.concat(columns, ","))
         """, check=0)
         self.assertEqual(result.stdout.strip(), "1\ttrain-2\t0.5\tname,lr")
@@ -299,7 +343,7 @@ class ConcurrentWriters(IndexTest):
         for worker, _, total in counts:
             self.assertEqual(total, 3 * 4000 * 4001 / 2 + 4000 * worker)
         self.assertEqual(self.sql("SELECT DISTINCT status FROM runs"), [("finished",)])
-        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(summary, '$.progress') = 4000"), [(8,)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(summary, '$.progress') = 4000"), [(9,)])
 
 
 class ControlCharactersInData(IndexTest):
@@ -466,7 +510,7 @@ class IndexCommands(IndexTest):
 
     def test_query_output_formats(self):
         self.three_runs()
-        sql = "SELECT name, step, json_extract(config, '$.lr') AS lr FROM runs WHERE name LIKE 'train%' ORDER BY name"
+        sql = f"SELECT name, step, {self.json_number('config', 'lr')} AS lr FROM runs WHERE name LIKE 'train%' ORDER BY name"
         self.assertEqual(self.runner("query", sql, check=0).stdout,
                          "name     step    lr\n-------  ----  ----\ntrain-1    30  0.01\ntrain-2    30  0.04\n")
         self.assertEqual(self.runner("query", sql, "--csv", check=0).stdout,
@@ -795,3 +839,21 @@ class BadIndexFiles(IndexTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# The same tests on a PostgreSQL index (RUNNER_INDEX), on a server of the tests' own with a fresh database per test,
+# but for those about the SQLite file itself (its pragmas, a damaged or foreign file, a read-only medium).
+SQLITE_FILE_TESTS = {
+    "test_sigkill_leaves_a_consistent_index_with_every_flushed_metric",  # PRAGMA integrity_check
+    "test_gc_finishes_interrupted_deletions_and_reports_orphans",  # the file unchanged by a dry run
+}
+for _case in (RunsRecordedByScripts, Interruptions, Attempts, ConcurrentWriters, ControlCharactersInData,
+              IndexCommands):
+    if not postgres_server.available():
+        break
+    _name = "Postgres" + _case.__name__
+    _variant = type(_name, (_case,), {"postgresql": True, "__doc__": f"{_case.__name__} on a PostgreSQL index."})
+    for _test in SQLITE_FILE_TESTS:
+        if hasattr(_variant, _test):
+            setattr(_variant, _test, unittest.skip("about the SQLite file")(getattr(_case, _test)))
+    globals()[_name] = _variant

@@ -34,7 +34,7 @@
 #include "runtime/run/run_context.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
-#include "runtime/index/sqlite_database.h"
+#include "runtime/index/database.h"
 
 using namespace runner::index;
 using Catch::Contains;

@@ -1,0 +1,456 @@
+// The PostgreSQL connection of the index (libpq): `?` / `?N` parameters sent as $N with their types, write
+// transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, reconnection after a dropped
+// connection, and read-only queries in a READ ONLY transaction with a statement timeout.
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <thread>
+
+#include "runtime/core/logging.h"
+#include "runtime/index/connection.h"
+
+namespace runner::index {
+namespace {
+
+// The advisory lock that TransactionScope::index takes: "rnnr", the application id of the SQLite index.
+constexpr int64_t kIndexLock = 0x726e6e72;
+// How long a writer waits for a server that does not answer (restarting, unreachable) before it gives up.
+constexpr double kReconnectSeconds = 600;
+
+// Type OIDs (pg_type.dat).
+constexpr Oid kBool = 16, kInt8 = 20, kInt2 = 21, kInt4 = 23, kText = 25, kOid = 26, kFloat4 = 700, kFloat8 = 701,
+              kNumeric = 1700;
+
+// `?` and `?N` (SQLite's parameters) as `$N`, outside quotes and comments; `$N` stays. Returns the number of
+// parameters (the highest N).
+int translate_parameters(std::string_view sql, std::string& out) {
+  out.clear();
+  out.reserve(sql.size() + 16);
+  int highest = 0;
+  for (size_t i = 0; i < sql.size(); ++i) {
+    const char c = sql[i];
+    if (c == '\'' || c == '"') {
+      const size_t end = sql.find(c, i + 1);
+      const size_t stop = end == std::string_view::npos ? sql.size() : end + 1;
+      out.append(sql.substr(i, stop - i));
+      i = stop - 1;
+    } else if (c == '-' && i + 1 < sql.size() && sql[i + 1] == '-') {
+      const size_t end = sql.find('\n', i);
+      const size_t stop = end == std::string_view::npos ? sql.size() : end;
+      out.append(sql.substr(i, stop - i));
+      i = stop - 1;
+    } else if (c == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
+      const size_t end = sql.find("*/", i + 2);
+      const size_t stop = end == std::string_view::npos ? sql.size() : end + 2;
+      out.append(sql.substr(i, stop - i));
+      i = stop - 1;
+    } else if (c == '?' || (c == '$' && i + 1 < sql.size() && std::isdigit(static_cast<unsigned char>(sql[i + 1])))) {
+      size_t j = i + 1;
+      while (j < sql.size() && std::isdigit(static_cast<unsigned char>(sql[j]))) ++j;
+      const int number = j > i + 1 ? std::atoi(std::string(sql.substr(i + 1, j - i - 1)).c_str()) : highest + 1;
+      highest = std::max(highest, number);
+      out += fmt::format("${}", number);
+      i = j - 1;
+    } else {
+      out += c;
+    }
+  }
+  return highest;
+}
+
+std::string one_line(std::string message) {
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  return message;
+}
+
+std::string sql_state(const PGresult* result) {
+  const char* state = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  return state ? state : "";
+}
+
+// Connection exceptions (class 08) and the server shutting down or restarting (57P01-57P03).
+bool connection_failure(PGconn* conn, const PGresult* result) {
+  if (PQstatus(conn) == CONNECTION_BAD) return true;
+  const std::string state = sql_state(result);
+  return state.rfind("08", 0) == 0 || state == "57P01" || state == "57P02" || state == "57P03";
+}
+
+struct ResultDeleter {
+  void operator()(PGresult* result) const { PQclear(result); }
+};
+using Result = std::unique_ptr<PGresult, ResultDeleter>;
+
+class PostgresConnection;
+
+class PostgresStatement final : public StatementImpl {
+ public:
+  PostgresStatement(PostgresConnection& db, std::string_view sql);
+
+  void bind(int position, BoundValue value) override {
+    if (position < 1 || position > static_cast<int>(values_.size()))
+      throw IndexError(
+          fmt::format("SQL error: parameter {} of a statement with {} parameters", position, values_.size()));
+    values_[static_cast<size_t>(position - 1)] = std::move(value);
+  }
+  bool step() override;
+  void reset() override {
+    result_.reset();
+    row_ = -1;
+    for (BoundValue& value : values_) value = BoundValue{};
+  }
+  int column_count() const override { return result_ ? PQnfields(result_.get()) : 0; }
+  std::string column_name(int column) const override { return PQfname(result_.get(), column); }
+  ColumnType column_type(int column) const override {
+    if (PQgetisnull(result_.get(), row_, column)) return ColumnType::null;
+    switch (PQftype(result_.get(), column)) {
+      case kInt2:
+      case kInt4:
+      case kInt8:
+      case kOid:
+      case kBool:
+        return ColumnType::integer;
+      case kFloat4:
+      case kFloat8:
+      case kNumeric:
+        return ColumnType::real;
+      default:
+        return ColumnType::text;
+    }
+  }
+  int64_t integer(int column) const override {
+    const char* text = PQgetvalue(result_.get(), row_, column);
+    if (PQftype(result_.get(), column) == kBool) return text[0] == 't' ? 1 : 0;
+    if (std::strpbrk(text, ".eEIN")) return static_cast<int64_t>(std::strtod(text, nullptr));
+    return std::strtoll(text, nullptr, 10);
+  }
+  double real(int column) const override { return std::strtod(PQgetvalue(result_.get(), row_, column), nullptr); }
+  std::string text(int column) const override {
+    return std::string(PQgetvalue(result_.get(), row_, column),
+                       static_cast<size_t>(PQgetlength(result_.get(), row_, column)));
+  }
+
+ private:
+  PostgresConnection& db_;
+  std::string sql_;
+  std::vector<BoundValue> values_;
+  Result result_;
+  int row_ = -1;
+};
+
+class PostgresConnection final : public Connection {
+ public:
+  PostgresConnection(const std::string& url, const std::string& shown, bool read_only)
+      : url_(url), shown_(shown), read_only_(read_only) {
+    conn_ = PQconnectdb(url.c_str());
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      // A writer waits for a server that is restarting; a reader (a command) says at once that it is not there.
+      if (read_only_ || !server_away()) throw IndexError(fmt::format("{}: cannot connect: {}", shown_, error()));
+      reconnect();
+      return;
+    }
+    set_up_session();
+  }
+  ~PostgresConnection() override { PQfinish(conn_); }
+
+  Backend backend() const override { return Backend::postgresql; }
+  PGconn* handle() const { return conn_; }
+  const std::string& shown() const { return shown_; }
+  bool in_transaction() const { return in_transaction_; }
+  std::string error() const { return one_line(PQerrorMessage(conn_)); }
+
+  // Sends one statement with its parameters; the result (or none) as the server gave it.
+  Result send(const std::string& sql, const std::vector<BoundValue>& values) {
+    std::vector<Oid> types(values.size());
+    std::vector<std::string> texts(values.size());
+    std::vector<const char*> pointers(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const BoundValue& value = values[i];
+      switch (value.kind) {
+        case BoundValue::Kind::null:
+          types[i] = 0;
+          pointers[i] = nullptr;
+          continue;
+        case BoundValue::Kind::integer:
+          types[i] = kInt8;
+          texts[i] = std::to_string(value.integer);
+          break;
+        case BoundValue::Kind::real:
+          types[i] = kFloat8;
+          texts[i] = std::isnan(value.real)   ? "NaN"
+                     : std::isinf(value.real) ? (value.real > 0 ? "Infinity" : "-Infinity")
+                                              : fmt::format("{:.17g}", value.real);
+          break;
+        case BoundValue::Kind::text:
+          types[i] = kText;
+          texts[i] = value.text;
+          break;
+      }
+      pointers[i] = texts[i].c_str();
+    }
+    return Result(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), types.data(), pointers.data(),
+                               nullptr, nullptr, 0));
+  }
+
+  static bool succeeded(const Result& result) {
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+  }
+
+  // Runs a statement with parameters; a lost connection outside a transaction is reconnected and the
+  // statement sent again (once), inside one it is an IndexConnectionLost for with_transaction to retry.
+  Result run(const std::string& sql, const std::vector<BoundValue>& values) {
+    for (int attempt = 0;; ++attempt) {
+      if (PQstatus(conn_) == CONNECTION_BAD) {
+        if (in_transaction_) throw lost("the connection to the server was lost");
+        reconnect();
+      }
+      Result result = send(sql, values);
+      if (succeeded(result)) {
+        const char* tuples = PQcmdTuples(result.get());
+        changes_ = tuples && *tuples ? std::atoi(tuples) : 0;
+        return result;
+      }
+      if (connection_failure(conn_, result.get())) {
+        if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
+        continue;
+      }
+      throw IndexError(fmt::format("{}: SQL error: {}", shown_, message(result.get())));
+    }
+  }
+
+  void execute(std::string_view sql) override {
+    for (int attempt = 0;; ++attempt) {
+      if (PQstatus(conn_) == CONNECTION_BAD && !in_transaction_) reconnect();
+      Result result(PQexec(conn_, std::string(sql).c_str()));
+      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+      if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
+      if (connection_failure(conn_, result.get())) {
+        if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
+        continue;
+      }
+      throw IndexError(fmt::format("{}: {}", shown_, message(result.get())));
+    }
+  }
+
+  std::unique_ptr<StatementImpl> prepare(std::string_view sql) override {
+    return std::make_unique<PostgresStatement>(*this, sql);
+  }
+
+  int changes() const override { return changes_; }
+
+  void begin(TransactionScope scope) override {
+    if (PQstatus(conn_) == CONNECTION_BAD) reconnect();
+    execute("BEGIN");
+    in_transaction_ = true;
+    if (scope == TransactionScope::index) run(fmt::format("SELECT pg_advisory_xact_lock({})", kIndexLock), {});
+  }
+
+  void commit() override {
+    in_transaction_ = false;
+    Result result(PQexec(conn_, "COMMIT"));
+    if (result && PQresultStatus(result.get()) == PGRES_COMMAND_OK) return;
+    if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
+    throw IndexError(fmt::format("{}: cannot commit: {}", shown_, message(result.get())));
+  }
+
+  void rollback() noexcept override {
+    in_transaction_ = false;
+    if (PQstatus(conn_) == CONNECTION_OK) PQclear(PQexec(conn_, "ROLLBACK"));
+  }
+
+  void reconnect() override {
+    in_transaction_ = false;
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::milliseconds(200);
+    bool warned = false;
+    while (true) {
+      PQreset(conn_);
+      if (PQstatus(conn_) == CONNECTION_OK) {
+        set_up_session();
+        if (warned) core::log(core::LogLevel::info, fmt::format("{}: connected again", shown_));
+        return;
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!server_away() || waited > kReconnectSeconds)
+        throw IndexError(
+            fmt::format("{}: the connection to the index was lost and cannot be made again: {}", shown_, error()));
+      if (!warned)
+        core::log(core::LogLevel::warn,
+                  fmt::format("{}: the index server does not answer ({}); retrying for up to {:g} s", shown_, error(),
+                              kReconnectSeconds));
+      warned = true;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+    }
+  }
+
+  void tidy_after_deleting() override {}
+
+  QueryResult read_query(const std::string& sql, const std::vector<SqlValue>& parameters,
+                         const QueryLimits& limits) override;
+
+ private:
+  // Whether the server is (for now) away, rather than refusing us: worth waiting for.
+  bool server_away() const {
+    const std::string text = PQerrorMessage(conn_);
+    return text.find("Connection refused") != std::string::npos ||
+           text.find("No such file or directory") != std::string::npos ||
+           text.find("starting up") != std::string::npos || text.find("shutting down") != std::string::npos ||
+           text.find("recovery mode") != std::string::npos || text.find("timeout expired") != std::string::npos ||
+           text.find("server closed the connection") != std::string::npos ||
+           text.find("Connection reset") != std::string::npos;
+  }
+
+  void set_up_session() {
+    PQsetNoticeProcessor(
+        conn_, [](void*, const char*) {}, nullptr);
+    std::string setup = "SET client_min_messages = warning";
+    if (read_only_) setup += "; SET default_transaction_read_only = on";
+    Result result(PQexec(conn_, setup.c_str()));
+    if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK)
+      throw IndexError(fmt::format("{}: cannot set up the session: {}", shown_, message(result.get())));
+  }
+
+  std::string message(const PGresult* result) const {
+    const char* primary = result ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
+    return primary ? one_line(primary) : error();
+  }
+
+  IndexConnectionLost lost(const std::string& what) const {
+    return IndexConnectionLost(fmt::format("{}: the connection to the index was lost: {}", shown_, one_line(what)));
+  }
+
+  PGconn* conn_ = nullptr;
+  std::string url_;
+  std::string shown_;
+  bool read_only_ = false;
+  bool in_transaction_ = false;
+  int changes_ = 0;
+};
+
+PostgresStatement::PostgresStatement(PostgresConnection& db, std::string_view sql) : db_(db) {
+  values_.resize(static_cast<size_t>(translate_parameters(sql, sql_)));
+}
+
+bool PostgresStatement::step() {
+  if (!result_) {
+    result_ = db_.run(sql_, values_);
+    row_ = -1;
+  }
+  if (row_ + 1 < PQntuples(result_.get())) {
+    ++row_;
+    return true;
+  }
+  return false;
+}
+
+QueryResult PostgresConnection::read_query(const std::string& sql, const std::vector<SqlValue>& parameters,
+                                           const QueryLimits& limits) {
+  std::string translated;
+  const int wanted = translate_parameters(sql, translated);
+  if (translated.find_first_not_of(" \t\r\n;") == std::string::npos) throw IndexError("SQL error: the query is empty");
+  if (static_cast<int>(parameters.size()) != wanted)
+    throw IndexError(
+        fmt::format("SQL error: the query has {} parameters but {} values were given", wanted, parameters.size()));
+  std::vector<BoundValue> values;
+  for (const SqlValue& parameter : parameters) {
+    BoundValue value;
+    if (std::holds_alternative<int64_t>(parameter)) {
+      value.kind = BoundValue::Kind::integer;
+      value.integer = std::get<int64_t>(parameter);
+    } else if (std::holds_alternative<double>(parameter)) {
+      value.kind = BoundValue::Kind::real;
+      value.real = std::get<double>(parameter);
+    } else if (std::holds_alternative<std::string>(parameter)) {
+      value.kind = BoundValue::Kind::text;
+      value.text = std::get<std::string>(parameter);
+    }
+    values.push_back(std::move(value));
+  }
+  struct ReadOnly {
+    PostgresConnection& db;
+    ~ReadOnly() { db.rollback(); }
+  } read_only{*this};
+  execute("BEGIN READ ONLY");
+  in_transaction_ = true;
+  execute(
+      fmt::format("SET LOCAL statement_timeout = {}", static_cast<int64_t>(std::ceil(limits.timeout_seconds * 1000))));
+  Result result = send(translated, values);
+  if (!succeeded(result)) {
+    if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
+    const std::string state = sql_state(result.get());
+    const std::string text = message(result.get());
+    if (state == "25006") throw IndexError(refused_write_message(sql));  // read_only_sql_transaction
+    if (state == "57014")                                                // query_canceled: the statement timeout
+      throw IndexError(fmt::format("the query ran longer than {:g} s and was stopped (--timeout SECONDS allows more)",
+                                   limits.timeout_seconds));
+    if (text.find("multiple commands") != std::string::npos)
+      throw IndexError("SQL error: give one statement at a time (found more after the first ';')");
+    throw IndexError("SQL error: " + text);
+  }
+  if (PQnfields(result.get()) == 0) throw IndexError(refused_write_message(sql));
+  QueryResult query;
+  for (int c = 0; c < PQnfields(result.get()); ++c) query.columns.emplace_back(PQfname(result.get(), c));
+  const int count = PQntuples(result.get());
+  for (int r = 0; r < count; ++r) {
+    if (limits.max_rows > 0 && static_cast<int64_t>(query.rows.size()) == limits.max_rows) {
+      query.truncated = true;
+      break;
+    }
+    std::vector<SqlValue> row;
+    for (int c = 0; c < static_cast<int>(query.columns.size()); ++c) {
+      const char* text = PQgetvalue(result.get(), r, c);
+      if (PQgetisnull(result.get(), r, c)) {
+        row.emplace_back(std::monostate{});
+        continue;
+      }
+      switch (PQftype(result.get(), c)) {
+        case kInt2:
+        case kInt4:
+        case kInt8:
+        case kOid:
+          row.emplace_back(static_cast<int64_t>(std::strtoll(text, nullptr, 10)));
+          break;
+        case kBool:
+          row.emplace_back(static_cast<int64_t>(text[0] == 't'));
+          break;
+        case kFloat4:
+        case kFloat8:
+        case kNumeric:
+          row.emplace_back(std::strtod(text, nullptr));
+          break;
+        default:
+          row.emplace_back(std::string(text, static_cast<size_t>(PQgetlength(result.get(), r, c))));
+      }
+    }
+    query.rows.push_back(std::move(row));
+  }
+  return query;
+}
+
+}  // namespace
+
+std::string url_without_password(const std::string& url) {
+  // postgresql://user:password@host/...: the password is between the first ':' after the scheme and the '@'.
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const size_t at = url.find('@', scheme + 3);
+  const size_t slash = url.find('/', scheme + 3);
+  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
+  const size_t colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
+std::unique_ptr<Connection> open_postgresql_connection(const std::string& url, const std::string& shown,
+                                                       bool read_only) {
+  return std::make_unique<PostgresConnection>(url, shown, read_only);
+}
+
+}  // namespace runner::index
