@@ -1,0 +1,160 @@
+"""One sweep on two hosts against one PostgreSQL index (issue 39): two workers in separate UTS namespaces (host
+names alpha and beta) and process groups share RUNNER_HOME; kill -9 of a worker and of the server lose and repeat
+nothing, the other worker takes over the dead one's trial from its checkpoint, and a trial whose run folder a host
+cannot see fails with an error that says so."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+import postgres_server
+from runner_process import RUNNER, RunnerHomeTest
+from test_sweep import CHECKPOINTING, score
+
+
+def can_name_hosts():
+    """unshare --uts needs root (or a user namespace); without it the test cannot act as two hosts."""
+    return subprocess.run(["unshare", "--uts", "hostname", "probe"], capture_output=True).returncode == 0
+
+
+@unittest.skipUnless(postgres_server.available() and can_name_hosts(),
+                     "needs PostgreSQL's server programs and unshare --uts (root)")
+class SweepOnTwoHosts(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.server = postgres_server.PostgresServer().start()
+        self.addCleanup(self.server.stop)
+        self.database = self.server.new_database().rsplit("/", 1)[1]
+        self.env = {**self.env, "OMP_NUM_THREADS": "1", "RUNNER_INDEX": self.server.url(self.database)}
+        self.script("synthetic.lua", CHECKPOINTING)
+        self.workers = []
+
+    def tearDown(self):
+        for worker in self.workers:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+        super().tearDown()
+
+    def on_host(self, host, *args, log):
+        """`runner ARGS` as host `host`: its own UTS namespace and process group."""
+        worker = subprocess.Popen(["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"', RUNNER, *args],
+                                  cwd=self.dir, env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        self.workers.append(worker)
+        return worker
+
+    def sql(self, query):
+        return [line.split("|") for line in self.server.sql(query, self.database).splitlines() if line]
+
+    def wait_until(self, query, what, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                rows = self.sql(query)
+                if rows:
+                    return rows
+            except subprocess.CalledProcessError:
+                pass  # the server restarting, or the tables not there yet
+            time.sleep(0.2)
+        self.fail(f"timed out waiting for {what}")
+
+    def attempts(self, run_dir):
+        """(the step it started from, the steps it ran) of each attempt of a run, from the steps.txt that SYNTHETIC
+        appends to."""
+        attempts = []
+        for line in (self.home / run_dir / "steps.txt").read_text().splitlines():
+            if line.startswith("from "):
+                attempts.append((int(line[5:]), []))
+            else:
+                attempts[-1][1].append(int(line))
+        return attempts
+
+    def test_two_hosts_finish_every_trial_once_through_a_dead_worker_and_a_server_restart(self):
+        self.script("hosts.lua", """return runner.sweep {
+          script = "synthetic.lua", parameters = { width = { 1, 2, 3, 4, 5 } },
+          fixed = { steps = 20, sleep = 0.15, checkpoint_every = 5 }, method = "grid", metric = "score",
+        }
+        """)
+        alpha_log = open(self.dir / "alpha.log", "w+")
+        beta_log = open(self.dir / "beta.log", "w+")
+        self.addCleanup(alpha_log.close)
+        self.addCleanup(beta_log.close)
+        alpha = self.on_host("alpha", "sweep", "hosts.lua", log=alpha_log)
+        self.wait_until("SELECT trial FROM trials WHERE worker LIKE 'alpha:%'", "alpha's first trial")
+        beta = self.on_host("beta", "sweep", "--join", "hosts", log=beta_log)
+        # beta's trial past its first checkpoint (step 5): then beta dies as a host would, trial and all.
+        taken = self.wait_until("SELECT t.trial, r.dir FROM trials t JOIN runs r ON r.sweep = t.sweep AND r.trial = t.trial "
+                                "WHERE t.worker LIKE 'beta:%' AND r.step >= 7", "beta's trial past a checkpoint")[0]
+        os.killpg(beta.pid, signal.SIGKILL)
+        beta.wait()
+        for pid in [int(p) for (p,) in self.sql(f"SELECT pid FROM runs WHERE dir = '{taken[1]}'")]:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the trial's own process group, as the host's death takes it
+            except ProcessLookupError:
+                pass
+        # The server crashes and comes back while alpha's trials log and checkpoint.
+        self.wait_until("SELECT trial FROM trials WHERE worker LIKE 'alpha:%' AND status = 'running'", "alpha running")
+        self.server.kill()
+        time.sleep(2)
+        self.server.start()
+        alpha.wait(timeout=240)
+        alpha_log.seek(0)
+        output = alpha_log.read()
+        self.assertEqual(alpha.returncode, 0, output)
+        trial_logs = "".join(p.read_text() for p in (self.home / "sweeps" / "hosts").glob("trial-*.log"))
+        self.assertIn("the index server does not answer", trial_logs)  # a trial met the restart, and went on
+        trials = self.sql("SELECT t.trial, t.status, t.step, r.dir, r.attempts FROM trials t JOIN runs r ON r.run = t.run "
+                          "ORDER BY t.trial")
+        self.assertEqual([(t[0], t[1], t[2]) for t in trials], [(str(n), "finished", "20") for n in range(1, 6)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [["5"]])
+        for trial in trials:  # alpha's trials ran every step once
+            if trial[3] != taken[1]:
+                self.assertEqual(self.attempts(trial[3]), [(0, list(range(1, 21)))], trial)
+        # beta's trial went on on alpha from beta's latest checkpoint (the steps after it, which the dead host ran
+        # without a checkpoint, ran again).
+        hosts = self.sql(f"SELECT a.host, a.start_step FROM attempts a JOIN runs r USING (run) WHERE r.dir = '{taken[1]}' "
+                         "ORDER BY a.attempt")
+        self.assertEqual([h[0] for h in hosts], ["beta", "alpha"])
+        (start, before), (resumed, after) = self.attempts(taken[1])
+        self.assertEqual((start, before[0]), (0, 1))
+        self.assertEqual((resumed, after), (int(hosts[1][1]), list(range(resumed + 1, 21))))
+        self.assertGreaterEqual(resumed, 5)
+        self.assertLessEqual(resumed, before[-1])
+        # sweep show equals a query over the trials.
+        shown = json.loads(self.runner("sweep", "show", "hosts", "--json", check=0).stdout)
+        queried = self.sql("SELECT t.trial, t.status, t.metric, t.step, r.id, (t.params::jsonb->>'width')::int "
+                           "FROM trials t JOIN runs r ON r.run = t.run ORDER BY t.metric, t.trial")
+        self.assertEqual([(str(s["trial"]), s["status"], s["score"], str(s["step"]), s["run"], str(s["width"]))
+                          for s in shown], [(q[0], q[1], float(q[2]), q[3], q[4], q[5]) for q in queried])
+        self.assertAlmostEqual(shown[0]["score"], score(0.01, 1, 20))
+
+    def test_a_trial_whose_run_folder_this_host_cannot_see_fails_with_the_reason(self):
+        self.script("unseen.lua", """return runner.sweep {
+          script = "synthetic.lua", parameters = { width = { 1 } },
+          fixed = { steps = 40, sleep = 0.1, checkpoint_every = 5 }, method = "grid", metric = "score",
+        }
+        """)
+        log = open(self.dir / "gamma.log", "w+")
+        self.addCleanup(log.close)
+        gamma = self.on_host("gamma", "sweep", "unseen.lua", log=log)
+        run_dir, pid = self.wait_until("SELECT dir, pid FROM runs WHERE step >= 7", "the trial past a checkpoint")[0]
+        os.killpg(gamma.pid, signal.SIGKILL)
+        gamma.wait()
+        os.killpg(int(pid), signal.SIGKILL)
+        shutil.move(self.home / run_dir, self.dir / "elsewhere")  # as on a host without the shared filesystem
+        joined = self.on_host("gamma", "sweep", "--join", "unseen", log=log)
+        joined.wait(timeout=60)
+        log.seek(0)
+        self.assertEqual(self.sql("SELECT status FROM trials"), [["failed"]])
+        error = self.sql("SELECT error FROM trials")[0][0]
+        self.assertEqual(error, f"trial 1 cannot continue on host gamma: its run folder {self.home}/{run_dir} (with its "
+                                "checkpoints, written on gamma) is not visible here; the hosts of a sweep need "
+                                "RUNNER_HOME on a filesystem they share, at the same path")
+
+
+if __name__ == "__main__":
+    unittest.main()
