@@ -1,13 +1,11 @@
 // The runner program: the subcommands' dispatch table, and running a Lua experiment script, a code string or
 // the REPL with the process's launch context (command line and environment, parsed once).
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -111,6 +109,7 @@ struct Command {
   bool nproc_given = false;
   bool oversubscribe = false;  // --oversubscribe
   int nproc_count = 0;
+  std::string index_url;                    // --index URL
   std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
 };
 
@@ -119,7 +118,8 @@ using runner::cli::UsageError;
 // Options before the script: those with a value and flags. `repl` as the first positional is the REPL.
 runner::cli::CommandOptions command_options() {
   runner::cli::CommandOptions options;
-  options.values = {{"-e", ""}, {"--log-level", ""}, {"--resume", ""}, {"--profile", ""}, {"--nproc", ""}};
+  options.values = {{"-e", ""},        {"--log-level", ""}, {"--resume", ""},
+                    {"--profile", ""}, {"--nproc", ""},     {"--index", ""}};
   options.flags = {"--version", "-i", "--fresh", "--print-config", "--oversubscribe"};
   options.options_end_at_first_positional = true;
   options.double_dash_ends_options = false;
@@ -141,6 +141,7 @@ Command parse_command(int argc, char** argv) {
   command.fresh = line.has("--fresh");
   command.print_config = line.has("--print-config");
   command.profile = line.value("--profile").value_or("");
+  command.index_url = line.value("--index").value_or("");
   command.nproc_given = line.values.count("--nproc") > 0;
   command.nproc = line.value("--nproc").value_or("");
   command.oversubscribe = line.has("--oversubscribe");
@@ -209,6 +210,7 @@ runner::core::LaunchContext launch_context(const Command& command) {
   runner::core::LaunchContext context = runner::core::launch_context_from_environment();
   context.log_level = !command.log_level.empty() ? command.log_level : context.rank > 0 ? "warn" : "info";
   context.profile = command.profile;
+  if (!command.index_url.empty()) context.index_url = command.index_url;
   if (command.fresh) context.resume = runner::core::ResumePolicy::fresh;
   if (!command.resume.empty()) {
     context.resume = runner::core::ResumePolicy::run;
@@ -239,61 +241,45 @@ int run(const Command& command) {
 
 }  // namespace
 
-// `--index URL` (or --index=URL) among a command's options, taken out of `arguments`: the index on a PostgreSQL
-// server for this command and the processes it starts, as RUNNER_INDEX=URL says (which it sets, so that the
-// launch context, trials and ranks read the same). A subcommand's options run to `--`; the script command's end
-// at its script.
-void take_index_option(std::vector<char*>& arguments, bool subcommand) {
-  static const std::set<std::string> kValueOptions = {"-e", "--log-level", "--resume", "--profile", "--nproc"};
-  for (size_t i = 1; i < arguments.size(); ++i) {
+// A subcommand's `--index URL` (or --index=URL) before its `--`, taken out of `arguments`: the index on a
+// PostgreSQL server for this command (and the trials it starts), as RUNNER_INDEX=URL says.
+std::optional<std::string> take_index_option(std::vector<char*>& arguments) {
+  std::optional<std::string> url;
+  for (size_t i = 1; i < arguments.size();) {
     const std::string arg = arguments[i];
-    if (arg == "--") return;
-    std::optional<std::string> url;
+    if (arg == "--") break;
+    const auto at = arguments.begin() + static_cast<std::ptrdiff_t>(i);
     if (arg == "--index") {
       if (i + 1 >= arguments.size()) throw runner::cli::UsageError("--index needs a postgresql:// URL");
       url = arguments[i + 1];
-      arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i),
-                      arguments.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      arguments.erase(at, at + 2);
     } else if (arg.rfind("--index=", 0) == 0) {
       url = arg.substr(8);
-      arguments.erase(arguments.begin() + static_cast<std::ptrdiff_t>(i));
-    } else if (!subcommand && kValueOptions.count(arg)) {
-      ++i;
-      continue;
-    } else if (!subcommand && (arg.empty() || arg[0] != '-')) {
-      return;
+      arguments.erase(at);
     } else {
-      continue;
+      ++i;
     }
-    ::setenv("RUNNER_INDEX", url->c_str(), 1);
-    --i;
   }
+  return url;
 }
 
 int main(int argc, char** argv) {
   // Progress lines reach a log file or a pipe as they are printed, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::vector<char*> arguments(argv, argv + argc);
-  const bool subcommand_given =
-      argc >= 2 && std::any_of(std::begin(kSubcommands), std::end(kSubcommands),
-                               [&](const Subcommand& s) { return std::strcmp(argv[1], s.name) == 0; });
-  try {
-    take_index_option(arguments, subcommand_given);
-  } catch (const std::exception& error) {
-    return runner::cli::print_usage_error("", error.what(), kUsage);
-  }
-  arguments.push_back(nullptr);
-  argc = static_cast<int>(arguments.size()) - 1;
-  argv = arguments.data();
   for (const Subcommand& subcommand : kSubcommands) {
     if (argc < 2 || std::strcmp(argv[1], subcommand.name) != 0) continue;
     if (subcommand.logging) runner::core::init_logging("info");
+    std::vector<char*> arguments(argv, argv + argc);
     try {
-      runner::core::set_launch_context(runner::core::launch_context_from_environment());
+      runner::core::LaunchContext context = runner::core::launch_context_from_environment();
+      if (const std::optional<std::string> url = take_index_option(arguments)) context.index_url = *url;
+      runner::core::set_launch_context(context);
     } catch (const std::exception& error) {
-      std::fprintf(stderr, "runner: %s\n", error.what());
-      return kExitUsage;
+      return runner::cli::print_usage_error("", error.what(), kUsage);
     }
+    arguments.push_back(nullptr);
+    argc = static_cast<int>(arguments.size()) - 1;
+    argv = arguments.data();
     const int status = subcommand.run(argc - 1, argv + 1);
     runner::core::flush_logs();
     std::fflush(stdout);

@@ -177,7 +177,6 @@ int run(int argc, char** argv) {
     throw cli::UsageError("--slurm needs a sweep file (its tasks run runner sweep --join themselves)");
   if (!line.passthrough.empty() && !slurm)
     throw cli::UsageError("the options after -- are sbatch's: give them with --slurm N");
-  core::set_launch_context(core::launch_context_from_environment());
 
   if (!join.empty()) {
     const std::string home = absolute_home();
