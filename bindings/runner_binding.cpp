@@ -1,4 +1,5 @@
-// The `runner` table: versions, logging, clocks, overrides and usage errors; and open_all_bindings.
+// The `runner` table: versions, logging, clocks, overrides, usage errors and runner.sweep.int's options; and
+// open_all_bindings.
 #include "bindings/runner_binding.h"
 
 #include <algorithm>
@@ -35,6 +36,22 @@ int runner_usage_error(lua_State* L) {
 int usage_error_tostring(lua_State* L) {
   lua_getfield(L, 1, "message");
   return 1;
+}
+
+struct SweepIntOptions {
+  std::int64_t step = 1;  // the grid's and the draw's spacing
+  bool log = false;       // log-uniform (step 1)
+};
+const OptionTable<SweepIntOptions> kSweepIntOptions("runner.sweep.int", "SweepIntOptions",
+                                                    {option("step", &SweepIntOptions::step),
+                                                     option("log", &SweepIntOptions::log)});
+
+// runner._sweep_int_options([options]) -> step, log: runner.sweep.int's options, the defaults filled in.
+int runner_sweep_int_options(lua_State* L) {
+  const SweepIntOptions options = kSweepIntOptions.read(L, 1);
+  lua_pushinteger(L, static_cast<lua_Integer>(options.step));
+  lua_pushboolean(L, options.log);
+  return 2;
 }
 
 // runner.log(level, message)
@@ -157,6 +174,7 @@ void open_runner(lua_State* L) {
                        {"_end_open_line", wrap<runner_end_open_line>},
                        {"_report_config", wrap<runner_report_config>},
                        {"_stub_paths", wrap<runner_stub_paths>},
+                       {"_sweep_int_options", wrap<runner_sweep_int_options>},
                    });
   lua_newtable(L);
   lua_setfield(L, -2, "overrides");

@@ -72,9 +72,13 @@ function runner.sweep.log_uniform(low, high) end
 --- log = true (step 1). A grid takes every value.
 ---@param low integer
 ---@param high integer
----@param options? { step?: integer, log?: boolean }
+---@param options? SweepIntOptions
 ---@return SweepSpace
 function runner.sweep.int(low, high, options) end
+
+---@class SweepIntOptions
+---@field step? integer  the spacing of the values (default 1)
+---@field log? boolean   log-uniform draws (step 1; default false)
 
 --- One of the values (a plain list in `parameters` means the same).
 ---@param values any[]

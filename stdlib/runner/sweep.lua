@@ -14,15 +14,11 @@ function M.choice(values)
   if type(values) ~= "table" then error("runner.sweep.choice expects a list of values", 2) end
   return space("choice", { values = values })
 end
+local sweep_int_options = runner._sweep_int_options
+runner._sweep_int_options = nil
 function M.int(low, high, options)
-  options = options or {}
-  if type(options) ~= "table" then error("runner.sweep.int(low, high [, { step = n, log = bool }])", 2) end
-  for key in pairs(options) do
-    if key ~= "step" and key ~= "log" then
-      error(string.format("unknown option '%s' to runner.sweep.int (known: log, step)", tostring(key)), 2)
-    end
-  end
-  return space("int", { low = low, high = high, step = options.step or 1, log = options.log or false })
+  local step, log = sweep_int_options(options)
+  return space("int", { low = low, high = high, step = step, log = log })
 end
 
 -- The line where `key = ` first appears in `text` at or after line `from`, as "path:line"; else nil.

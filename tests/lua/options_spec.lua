@@ -74,6 +74,15 @@ describe("declared options tables", function()
       here(-1) .. "'loader' takes named options only, not the entry [1] = 'shuffle' (known: ", true)
   end)
 
+  it("runner.sweep.int takes step and log, checked as every options table is", function()
+    local space = runner.sweep.int(1, 9, { step = 2 })
+    expect_eq(space.kind .. " " .. space.step .. " " .. tostring(space.log), "int 2 false")
+    expect_eq(tostring(runner.sweep.int(1, 9).log) .. " " .. runner.sweep.int(1, 9).step, "false 1")
+    expect_error(function() runner.sweep.int(1, 9, { setp = 2 }) end,
+      here(-1) .. "unknown option 'setp' to 'runner.sweep.int' (known: log, step); did you mean 'step'?")
+    expect_error(function() runner.sweep.int(1, 9, { log = "yes" }) end, here(0) .. "option 'log' must be a boolean, got string")
+  end)
+
   it("a required key and a wrong type are errors at the caller's line", function()
     expect_error(function() runner.data.loader(runner.data.shapes { size = 8, count = 8 }, { shuffle = false }) end,
       here(-1) .. "loader: option 'batch' is required")
