@@ -38,6 +38,10 @@ constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index
                                       checkpoints no longer kept or needed (pruned sweep trials' checkpoints,
                                       all but the latest of a paused trial) and say the disk space freed
                                       (--orphans: run folders the index lost)
+  runner serve [--port N] [--host ADDR]
+                                      a web dashboard of the index at http://127.0.0.1:8765/ (--port 0: any free
+                                      port): runs, curves, samples, compare, sweeps; live, read-only. Another
+                                      address than loopback (--host 0.0.0.0) needs the token it prints
   runner sweeps [--csv|--json]        table of sweeps: status, trials done, the best value and trial
   runner sweep show SWEEP [--csv|--json]
                                       the trials sorted by the objective, with their parameters, status,
@@ -91,6 +95,34 @@ int query_command(int argc, char** argv) {
   return 0;
 }
 
+report::ReportRun load_report_run(index::Database& db, const std::string& home, const index::RunRecord& record,
+                                  const std::optional<std::vector<std::string>>& keys, double now) {
+  report::ReportRun run;
+  run.id = record.id;
+  run.name = record.name;
+  run.status = index::effective_status(record, now);
+  run.started = format_time(record.started_at).substr(0, 16);
+  run.duration_seconds = index::duration_seconds(record, now);
+  run.step = record.step;
+  run.config = record.config;
+  run.summary = record.summary;
+  std::vector<std::string> chosen;
+  if (keys)
+    chosen = *keys;
+  else
+    for (const auto& latest : index::latest_metrics(db, record.run)) chosen.push_back(latest.key);
+  for (const auto& key : chosen) {
+    auto& series = run.metrics[key];
+    for (const auto& point : index::metric_series(db, record.run, key)) series.emplace_back(point.step, point.value);
+    if (series.empty()) run.metrics.erase(key);
+  }
+  if (run.status != "finished") run.error = record.error;
+  for (const auto& artifact : index::artifacts(db, record.run))
+    if (artifact.kind == "image")
+      run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
+  return run;
+}
+
 int report_command(int argc, char** argv) {
   const ParsedArguments arguments =
       parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
@@ -107,33 +139,8 @@ int report_command(int argc, char** argv) {
   std::vector<report::ReportRun> runs;
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
-  for (const auto& reference : arguments.positional) {
-    const index::RunRecord record = index::resolve_run(db, reference, last_among(arguments));
-    report::ReportRun run;
-    run.id = record.id;
-    run.name = record.name;
-    run.status = index::effective_status(record, now);
-    run.started = format_time(record.started_at).substr(0, 16);
-    run.duration_seconds = index::duration_seconds(record, now);
-    run.step = record.step;
-    run.config = record.config;
-    run.summary = record.summary;
-    std::vector<std::string> keys;
-    if (chosen)
-      keys = *chosen;
-    else
-      for (const auto& latest : index::latest_metrics(db, record.run)) keys.push_back(latest.key);
-    for (const auto& key : keys) {
-      auto& series = run.metrics[key];
-      for (const auto& point : index::metric_series(db, record.run, key)) series.emplace_back(point.step, point.value);
-      if (series.empty()) run.metrics.erase(key);
-    }
-    if (run.status != "finished") run.error = record.error;
-    for (const auto& artifact : index::artifacts(db, record.run))
-      if (artifact.kind == "image")
-        run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
-    runs.push_back(std::move(run));
-  }
+  for (const auto& reference : arguments.positional)
+    runs.push_back(load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
   report::ReportOptions options;
   options.title = arguments.value("--title").value_or(
       runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
@@ -213,21 +220,9 @@ int gc_command(int argc, char** argv) {
   return 0;
 }
 
-int run_index_command(int argc, char** argv) {
-  const std::string name = argv[0];
+int run_reporting_errors(const std::string& name, int (*command)(int, char**), int argc, char** argv) {
   try {
-    if (name == "runs") return runs_command(argc, argv);
-    if (name == "show") return show_command(argc, argv);
-    if (name == "compare") return compare_command(argc, argv);
-    if (name == "query") return query_command(argc, argv);
-    if (name == "report") return report_command(argc, argv);
-    if (name == "rm") return rm_command(argc, argv);
-    if (name == "gc") return gc_command(argc, argv);
-    if (name == "sweeps") return sweeps_command(argc, argv);
-    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0)
-      return sweep_show_command(argc - 1, argv + 1);
-    if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0) return sweep_rm_command(argc - 1, argv + 1);
-    throw UsageError("unknown command '" + name + "'");
+    return command(argc, argv);
   } catch (const HelpRequested&) {
     print(kUsage);
     return 0;
@@ -237,6 +232,29 @@ int run_index_command(int argc, char** argv) {
     std::fprintf(stderr, "runner %s: %s\n", name.c_str(), core::terminal_text(error.what()).c_str());
     return 1;
   }
+}
+
+int run_index_command(int argc, char** argv) {
+  const std::string name = argv[0];
+  return run_reporting_errors(
+      name,
+      [](int argc, char** argv) {
+        const std::string name = argv[0];
+        if (name == "runs") return runs_command(argc, argv);
+        if (name == "show") return show_command(argc, argv);
+        if (name == "compare") return compare_command(argc, argv);
+        if (name == "query") return query_command(argc, argv);
+        if (name == "report") return report_command(argc, argv);
+        if (name == "rm") return rm_command(argc, argv);
+        if (name == "gc") return gc_command(argc, argv);
+        if (name == "sweeps") return sweeps_command(argc, argv);
+        if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0)
+          return sweep_show_command(argc - 1, argv + 1);
+        if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0)
+          return sweep_rm_command(argc - 1, argv + 1);
+        throw UsageError("unknown command '" + name + "'");
+      },
+      argc, argv);
 }
 
 }  // namespace runner::cli

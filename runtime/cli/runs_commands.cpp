@@ -257,6 +257,8 @@ Table attempts_table(const index::RunRecord& run, const std::vector<index::Attem
   return table;
 }
 
+}  // namespace
+
 nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double now) {
   nlohmann::json out = {{"id", run.id},
                         {"name", run.name},
@@ -321,6 +323,8 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   out["artifacts"] = artifacts;
   return out;
 }
+
+namespace {
 
 void print_section(const std::string& title, const Table& table) {
   if (table.rows.empty()) return;

@@ -12,6 +12,7 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/sweep_report.h"
+#include "runtime/sweep/parameter_importance.h"
 #include "runtime/sweep/sweep_removal.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
@@ -233,15 +234,18 @@ bool is_sweep_reference(index::Database& db, const std::string& reference) {
   }
 }
 
-void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output) {
+report::SweepReport load_sweep_report(index::Database& db, const std::string& reference) {
   const sweep::SweepRecord record = sweep::load_sweep(db, reference);
   const sweep::SweepSpec& spec = record.spec;
   std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
   const sweep::SweepCounts counts = sweep::count_trials(record, trials);
   report::SweepReport page;
+  page.name = record.name;
   page.title = "runner sweep report: " + record.name;
   page.generated_at = format_time(index::now_seconds());
-  page.summary = summary_line(record, shown_status(db, record), counts);
+  const ShownStatus shown = shown_status(db, record);
+  page.status = shown.status;
+  page.summary = summary_line(record, shown, counts);
   page.metric = spec.metric;
   page.minimize = spec.minimize;
   page.best_trial = counts.best_trial;
@@ -255,8 +259,18 @@ void write_sweep_report(index::Database& db, const std::string& reference, const
                      [](const nlohmann::json& v) { return v.is_number(); }))
       for (const nlohmann::json& value : parameter.values)
         column.categories.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+    std::vector<nlohmann::json> values;
+    std::vector<double> objective;
+    for (const sweep::TrialRecord& trial : trials) {
+      if (trial.status != "finished" || !trial.metric) continue;
+      values.push_back(trial.params.contains(parameter.name) ? trial.params[parameter.name] : nlohmann::json());
+      objective.push_back(*trial.metric);
+    }
+    column.importance = sweep::parameter_importance(values, objective);
     page.parameters.push_back(std::move(column));
   }
+  for (const sweep::RungRow& row : sweep::rung_results(db, record.sweep))
+    page.rungs.push_back({row.trial, row.rung, row.step, row.value});
   sort_trials(spec, trials);
   for (const sweep::TrialRecord& trial : trials) {
     report::SweepReportTrial row;
@@ -274,8 +288,13 @@ void write_sweep_report(index::Database& db, const std::string& reference, const
     }
     page.trials.push_back(std::move(row));
   }
+  return page;
+}
+
+void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output) {
+  const report::SweepReport page = load_sweep_report(db, reference);
   report::write_sweep_report(output, page);
-  print(fmt::format("wrote {} (sweep {}, {} trials)\n", output, record.name, trials.size()));
+  print(fmt::format("wrote {} (sweep {}, {} trials)\n", output, page.name, page.trials.size()));
 }
 
 }  // namespace runner::cli

@@ -231,24 +231,16 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
   html += "</section>\n";
 }
 
-void append_charts(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels,
-                   const ReportOptions& options) {
+void append_charts(std::string& html, const std::vector<ReportRun>& runs, const ReportOptions& options) {
   html += "<section class=\"metrics\">\n<h2>Metrics</h2>\n";
   const std::vector<std::string> keys = metric_keys(runs);
   if (keys.empty()) html += "<p class=\"note\">No metrics were logged.</p>\n";
   html += "<div class=\"charts\">\n";
   for (const auto& key : keys) {
-    std::vector<ChartSeries> series;
-    for (std::size_t r = 0; r < runs.size(); ++r) {
-      const auto found = runs[r].metrics.find(key);
-      if (found == runs[r].metrics.end() || found->second.empty()) continue;
-      series.push_back({labels[r], run_colour(r), run_dash_pattern(r), found->second});
-    }
     ChartOptions chart;
-    chart.title = key;
     chart.max_points_per_series = options.max_points_per_series;
     html += "<figure class=\"chart\">\n";
-    html += render_line_chart(series, chart);
+    html += render_metric_chart(runs, key, chart);
     html += "</figure>\n";
   }
   html += "</div>\n</section>\n";
@@ -361,7 +353,7 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
                  escape_html(options.title), runs.size(), runs.size() == 1 ? "" : "s",
                  options.generated_at.empty() ? "" : " \u00b7 generated " + escape_html(options.generated_at));
   append_run_table(html, runs, labels);
-  append_charts(html, runs, labels, options);
+  append_charts(html, runs, options);
   append_config_table(html, runs, labels);
   append_samples(html, runs, labels);
   html += "</body>\n</html>\n";
@@ -369,6 +361,18 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
 }
 
 const char* report_style() { return kStyle; }
+
+std::string render_metric_chart(const std::vector<ReportRun>& runs, const std::string& key, ChartOptions options) {
+  const std::vector<std::string> labels = run_labels(runs);
+  std::vector<ChartSeries> series;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const auto found = runs[r].metrics.find(key);
+    if (found == runs[r].metrics.end() || found->second.empty()) continue;
+    series.push_back({labels[r], run_colour(r), run_dash_pattern(r), found->second});
+  }
+  options.title = key;
+  return render_line_chart(series, options);
+}
 
 void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options) {
   const std::string html = render_html_report(runs, options);

@@ -50,7 +50,11 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
 // render_html_report written atomically through core::AtomicFileWriter (whose errors name `path`).
 void write_html_report(const std::string& path, const std::vector<ReportRun>& runs, const ReportOptions& options);
 
-// The reports' stylesheet (also the sweep report's).
+// The chart of metric `key` over the runs, each in its run colour (run_colour; dashed beyond ten runs), titled
+// `key`: the one the report shows, and the dashboard (which sets hover_data, zoom, smoothing and the scale).
+std::string render_metric_chart(const std::vector<ReportRun>& runs, const std::string& key, ChartOptions options);
+
+// The reports' stylesheet (also the sweep report's and the dashboard's).
 const char* report_style();
 
 // Standard base64 (RFC 4648, with '=' padding).

@@ -1,4 +1,4 @@
-// Inline SVG line charts of metric series (step on x, value on y) for the HTML report.
+// Inline SVG charts of metric series and of sweep results, for the HTML reports and the dashboard.
 #include "runtime/report/svg_chart.h"
 
 #include <fmt/format.h>
@@ -112,6 +112,23 @@ SeriesPoints downsample_min_max(const SeriesPoints& points, std::size_t max_poin
   return kept;
 }
 
+SeriesPoints smoothed(const SeriesPoints& points, double smoothing) {
+  if (!(smoothing > 0 && smoothing < 1)) return points;
+  SeriesPoints out;
+  out.reserve(points.size());
+  double average = 0, weight = 0;
+  for (const auto& [step, value] : points) {
+    if (!std::isfinite(value)) {
+      out.emplace_back(step, value);
+      continue;
+    }
+    average = average * smoothing + (1 - smoothing) * value;
+    weight = weight * smoothing + (1 - smoothing);
+    out.emplace_back(step, average / weight);
+  }
+  return out;
+}
+
 namespace {
 
 constexpr double kMarginLeft = 64;
@@ -186,19 +203,22 @@ struct Extent {
   }
 };
 
-void append_polyline(std::string& svg, const ChartSeries& series, const std::vector<std::pair<double, double>>& run) {
+// faded: the raw values under a smoothed line.
+void append_polyline(std::string& svg, const ChartSeries& series, const std::vector<std::pair<double, double>>& run,
+                     bool faded) {
   const std::string colour = escape_html(series.colour);
   const std::string label = escape_html(series.label);
+  const char* opacity = faded ? " opacity=\"0.25\"" : "";
   if (run.size() == 1) {
     fmt::format_to(std::back_inserter(svg),
-                   "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
-                   run[0].first, run[0].second, colour, label);
+                   "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"{}><title>{}</title></circle>\n",
+                   run[0].first, run[0].second, colour, opacity, label);
     return;
   }
   fmt::format_to(std::back_inserter(svg),
                  "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
-                 "stroke-linecap=\"round\"",
-                 colour);
+                 "stroke-linecap=\"round\"{}",
+                 colour, opacity);
   if (!series.dash_pattern.empty()) {
     fmt::format_to(std::back_inserter(svg), " stroke-dasharray=\"{}\"", escape_html(series.dash_pattern));
   }
@@ -209,19 +229,65 @@ void append_polyline(std::string& svg, const ChartSeries& series, const std::vec
   fmt::format_to(std::back_inserter(svg), "\"><title>{}</title></polyline>\n", label);
 }
 
-void append_series(std::string& svg, const ChartSeries& series, const Frame& frame, std::size_t max_points) {
+// `points` already downsampled.
+void append_series(std::string& svg, const ChartSeries& series, const SeriesPoints& points, const Frame& frame,
+                   bool faded) {
   std::vector<std::pair<double, double>> run;
-  for (const auto& [step, value] : downsample_min_max(series.points, max_points)) {
+  for (const auto& [step, value] : points) {
     const double px = frame.x(static_cast<double>(step));
     const double py = std::isfinite(value) ? frame.y(value) : std::numeric_limits<double>::quiet_NaN();
     if (std::isfinite(px) && std::isfinite(py)) {
       run.emplace_back(px, py);
     } else if (!run.empty()) {
-      append_polyline(svg, series, run);
+      append_polyline(svg, series, run, faded);
       run.clear();
     }
   }
-  if (!run.empty()) append_polyline(svg, series, run);
+  if (!run.empty()) append_polyline(svg, series, run, faded);
+}
+
+// The points within the zoomed step range (all without one).
+SeriesPoints points_in_range(const SeriesPoints& points, const std::optional<StepRange>& range) {
+  if (!range) return points;
+  SeriesPoints inside;
+  for (const auto& point : points)
+    if (static_cast<double>(point.first) >= range->first && static_cast<double>(point.first) <= range->last)
+      inside.push_back(point);
+  return inside;
+}
+
+// "1 2 5" / "0.5 nan 0.25": a data-* attribute's list, six significant digits.
+std::string steps_attribute(const SeriesPoints& points) {
+  std::string text;
+  for (const auto& [step, value] : points)
+    fmt::format_to(std::back_inserter(text), "{}{}", text.empty() ? "" : " ", step);
+  return text;
+}
+std::string values_attribute(const SeriesPoints& points) {
+  std::string text;
+  for (const auto& [step, value] : points) {
+    if (!text.empty()) text += ' ';
+    text += std::isfinite(value) ? fmt::format("{:.6g}", value) : "nan";
+  }
+  return text;
+}
+
+// A series as drawn: the values to plot (smoothed or raw) and, when smoothed, the raw values under them; both
+// cut to the zoomed range and downsampled.
+struct DrawnSeries {
+  SeriesPoints shown;
+  SeriesPoints raw;  // empty unless smoothed
+};
+DrawnSeries drawn_series(const ChartSeries& series, const ChartOptions& options) {
+  DrawnSeries drawn;
+  if (options.smoothing > 0) {
+    drawn.shown = downsample_min_max(points_in_range(smoothed(series.points, options.smoothing), options.step_range),
+                                     options.max_points_per_series);
+    drawn.raw = downsample_min_max(points_in_range(series.points, options.step_range), options.max_points_per_series);
+  } else {
+    drawn.shown = downsample_min_max(points_in_range(series.points, options.step_range), options.max_points_per_series);
+  }
+  return drawn;
 }
 
 // Grid lines, the two axes, tick labels and the x axis's label; ticks are (axis value, label).
@@ -256,15 +322,26 @@ void append_axes(std::string& svg, const Frame& frame, const Ticks& x_ticks, con
 }  // namespace
 
 std::string render_line_chart(const std::vector<ChartSeries>& series, const ChartOptions& options) {
+  std::vector<DrawnSeries> drawn;
+  for (const auto& one : series) drawn.push_back(drawn_series(one, options));
+  bool log_y = options.y_scale == YScale::log;
+  if (options.y_scale == YScale::automatic) {
+    std::vector<ChartSeries> visible;
+    for (std::size_t i = 0; i < series.size(); ++i) visible.push_back({"", "", "", drawn[i].shown});
+    log_y = wants_log_scale(visible);
+  }
+  // The extent of what is drawn: on a log axis, the positive values only.
   Extent steps, values;
-  for (const auto& one : series) {
-    for (const auto& [step, value] : one.points) {
-      if (!std::isfinite(value)) continue;
-      steps.add(static_cast<double>(step));
-      values.add(value);
+  for (const auto& one : drawn) {
+    for (const SeriesPoints* points : {&one.shown, &one.raw}) {
+      for (const auto& [step, value] : *points) {
+        if (!std::isfinite(value) || (log_y && value <= 0)) continue;
+        steps.add(static_cast<double>(step));
+        values.add(value);
+      }
     }
   }
-  const bool log_y = !values.empty() && wants_log_scale(series);
+  log_y = log_y && !values.empty();
 
   const int width = std::max(options.width, 200);
   const int legend_columns = std::max(1, static_cast<int>((width - kMarginLeft) / kLegendItemWidth));
@@ -299,8 +376,10 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
                    frame.left, frame.top, frame.right - frame.left, frame.bottom - frame.top,
                    (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
   } else {
-    // x: integer steps; a short range is widened to a few steps so a single point sits mid-axis.
-    double x_low = steps.low, x_high = steps.high;
+    // x: integer steps (the zoomed range when given); a short range is widened to a few steps so a single point
+    // sits mid-axis.
+    double x_low = options.step_range ? options.step_range->first : steps.low;
+    double x_high = options.step_range ? options.step_range->last : steps.high;
     if (x_high - x_low < 4) {
       x_low = std::floor((x_low + x_high) / 2 - 2);
       if (steps.low >= 0) x_low = std::max(0.0, x_low);
@@ -348,8 +427,27 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
     for (double v : x_ticks.values)
       x_labels.emplace_back(v, format_linear_tick(v, x_ticks.step, std::abs(x_ticks.values.back())));
     append_axes(svg, frame, x_labels, y_ticks, "step");
+    if (options.hover_data) {
+      fmt::format_to(out,
+                     "<rect class=\"plot-frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+                     "data-x=\"{} {}\" data-y=\"{:.9g} {:.9g}\" data-log=\"{}\"/>\n",
+                     frame.left, frame.top, frame.right - frame.left, frame.bottom - frame.top, frame.x_low,
+                     frame.x_high, frame.y_low, frame.y_high, log_y ? 1 : 0);
+    }
 
-    for (const auto& one : series) append_series(svg, one, frame, options.max_points_per_series);
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      if (options.hover_data) {
+        fmt::format_to(out,
+                       "<g class=\"series\" data-label=\"{}\" data-colour=\"{}\" data-steps=\"{}\" "
+                       "data-values=\"{}\"",
+                       escape_html(series[i].label), escape_html(series[i].colour), steps_attribute(drawn[i].shown),
+                       values_attribute(drawn[i].shown));
+        svg += ">\n";
+      }
+      if (!drawn[i].raw.empty()) append_series(svg, series[i], drawn[i].raw, frame, true);
+      append_series(svg, series[i], drawn[i].shown, frame, false);
+      if (options.hover_data) svg += "</g>\n";
+    }
   }
 
   svg += "<g class=\"legend\">\n";
@@ -441,6 +539,135 @@ std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const 
                    point.hollow ? fmt::format("fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"", colour)
                                 : fmt::format("fill=\"{}\" fill-opacity=\"0.85\"", colour),
                    escape_html(point.label));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string render_parallel_coordinates(const std::vector<ParallelAxis>& axes, const std::vector<ParallelLine>& lines,
+                                        const ParallelOptions& options) {
+  const int width = std::max(options.width, 200);
+  const double left = 50, right = width - 50.0, top = kMarginTop + 14;
+  const double bottom = top + std::max(options.plot_height, 60);
+  const double height = bottom + 34;
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 kMarginLeft, escape_html(options.title));
+  // Each axis: where it stands, and its value range (log10 units on a log axis).
+  const std::size_t count = axes.size();
+  auto axis_x = [&](std::size_t a) {
+    return count == 1 ? (left + right) / 2 : left + (right - left) * static_cast<double>(a) / (count - 1);
+  };
+  auto axis_value = [&](std::size_t a, double v) {
+    if (!axes[a].categories.empty() || !axes[a].log_scale) return v;
+    return v > 0 ? std::log10(v) : std::numeric_limits<double>::quiet_NaN();
+  };
+  std::vector<Extent> extents(count);
+  for (std::size_t a = 0; a < count; ++a) {
+    if (!axes[a].categories.empty()) {
+      extents[a].add(0);
+      extents[a].add(static_cast<double>(axes[a].categories.size()) - 1);
+    }
+    for (const ParallelLine& line : lines)
+      if (a < line.values.size() && std::isfinite(axis_value(a, line.values[a])))
+        extents[a].add(axis_value(a, line.values[a]));
+  }
+  auto y_of = [&](std::size_t a, double v) {
+    const Extent& e = extents[a];
+    const double span = e.high - e.low;
+    if (!(span > 0)) return (top + bottom) / 2;
+    return bottom - (axis_value(a, v) - e.low) / span * (bottom - top);
+  };
+  auto label_of = [&](std::size_t a, double axis_units) {
+    return axes[a].log_scale && axes[a].categories.empty() ? fmt::format("{:.3g}", std::pow(10.0, axis_units))
+                                                           : fmt::format("{:.4g}", axis_units);
+  };
+  // Lines first, the emphasised ones last (on top), then the axes over them.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const ParallelLine& line : lines) {
+      if (line.emphasised != (pass == 1)) continue;
+      std::string points;
+      auto flush = [&]() {
+        if (points.find(' ') != std::string::npos)
+          fmt::format_to(out,
+                         "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" "
+                         "points=\"{}\"><title>{}</title></polyline>\n",
+                         escape_html(line.colour), line.emphasised ? 3 : 1.5, line.emphasised ? 1 : 0.7, points,
+                         escape_html(line.label));
+        points.clear();
+      };
+      for (std::size_t a = 0; a < count; ++a) {
+        const double v = a < line.values.size() ? line.values[a] : std::numeric_limits<double>::quiet_NaN();
+        if (!std::isfinite(axis_value(a, v))) {
+          flush();
+          continue;
+        }
+        fmt::format_to(std::back_inserter(points), "{}{:.1f},{:.1f}", points.empty() ? "" : " ", axis_x(a), y_of(a, v));
+      }
+      flush();
+    }
+  }
+  for (std::size_t a = 0; a < count; ++a) {
+    const double x = axis_x(a);
+    fmt::format_to(out, "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#444\"/>\n", x, top,
+                   bottom);
+    fmt::format_to(out,
+                   "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                   x, top - 8, escape_html(shorten(axes[a].name, 18)));
+    if (extents[a].empty()) continue;
+    if (!axes[a].categories.empty()) {
+      for (std::size_t c = 0; c < axes[a].categories.size(); ++c)
+        fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\" fill=\"#444\">{}</text>\n", x + 4,
+                       y_of(a, static_cast<double>(c)), escape_html(shorten(axes[a].categories[c], 12)));
+    } else {
+      fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#444\">{}</text>\n", x,
+                     bottom + 14, escape_html(label_of(a, extents[a].low)));
+      if (extents[a].high > extents[a].low)
+        fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#444\">{}</text>\n", x,
+                       bottom + 28, escape_html("to " + label_of(a, extents[a].high)));
+    }
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& options) {
+  constexpr double kLabelWidth = 130, kRowHeight = 22, kValueWidth = 50;
+  const int width = std::max(options.width, 240);
+  const double top = kMarginTop, bar_left = kLabelWidth, bar_right = width - kValueWidth;
+  const double height = top + std::max<double>(1, bars.size()) * kRowHeight + 8;
+  double largest = options.max_value > 0 ? options.max_value : 1;
+  for (const Bar& bar : bars)
+    if (std::isfinite(bar.value)) largest = std::max(largest, bar.value);
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 escape_html(options.title));
+  if (bars.empty())
+    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#888\">no values</text>\n", bar_left, top + 14);
+  for (std::size_t i = 0; i < bars.size(); ++i) {
+    const double y = top + static_cast<double>(i) * kRowHeight;
+    const double value = std::isfinite(bars[i].value) ? std::max(0.0, bars[i].value) : 0;
+    const double length = (bar_right - bar_left) * value / largest;
+    fmt::format_to(
+        out,
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"0.35em\" fill=\"#222\">{}</text>\n"
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{}</title></rect>\n"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\" fill=\"#444\">{:.2f}</text>\n",
+        bar_left - 6, y + kRowHeight / 2, escape_html(shorten(bars[i].label, 20)), bar_left, y + 4, length,
+        kRowHeight - 8, escape_html(bars[i].colour), escape_html(bars[i].note), bar_left + length + 4,
+        y + kRowHeight / 2, value);
   }
   svg += "</svg>\n";
   return svg;

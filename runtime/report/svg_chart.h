@@ -1,8 +1,10 @@
-// Inline SVG line charts of metric series (step on x, value on y) for the HTML report.
+// Inline SVG charts of metric series (step on x, value on y) and of sweep results: the one chart implementation
+// of the HTML reports and of the dashboard (`runner serve`), which requests the same SVG and adds hover and zoom.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,12 +25,35 @@ struct ChartSeries {
   SeriesPoints points;       // non-finite values break the line
 };
 
+// automatic: logarithmic when wants_log_scale says so. log: values <= 0 are left out (gaps).
+enum class YScale { automatic, linear, log };
+
+struct StepRange {
+  double first = 0;  // the steps shown, both included
+  double last = 0;
+};
+
 struct ChartOptions {
   std::string title;
   int width = 580;
   int plot_height = 260;  // the plot area; the legend below it adds rows as needed
   std::size_t max_points_per_series = 2000;
+  YScale y_scale = YScale::automatic;
+  // In [0, 1): each series is drawn faded and, over it, its exponential moving average with this weight,
+  // debiased at the start (TensorBoard's and W&B's smoothing); 0 draws the values only.
+  double smoothing = 0;
+  std::optional<StepRange> step_range;  // zoom: only these steps; none: all
+  // For the dashboard's hover and zoom: the plot area as an unpainted <rect class="plot-frame"> with its axes'
+  // ranges (data-x: first and last step, data-y: lowest and highest value, in log10 units when data-log is 1), and
+  // each series in a <g class="series"> with data-label, data-colour, data-steps and data-values (the values drawn:
+  // smoothed ones with smoothing). The drawing is the same without them.
+  bool hover_data = false;
 };
+
+// The exponential moving average of the finite values with weight `smoothing`, divided by 1 - smoothing^n after n
+// values (so the first values are not pulled towards 0); non-finite values stay as they are and leave the average
+// unchanged.
+SeriesPoints smoothed(const SeriesPoints& points, double smoothing);
 
 // Evenly spaced ticks at multiples of 1, 2 or 5 x 10^k that cover [low, high]; first and last tick are the
 // axis bounds (they may lie outside the data).
@@ -72,5 +97,47 @@ struct ScatterOptions {
 // One <svg> element: axes with ticks (x numeric, log or categorical; y linear), one circle per finite point.
 // Never emits "nan" or "inf".
 std::string render_scatter_chart(const std::vector<ScatterPoint>& points, const ScatterOptions& options);
+
+// An axis of a parallel-coordinates chart: a parameter or the objective.
+struct ParallelAxis {
+  std::string name;
+  bool log_scale = false;               // values drawn on a log10 axis (all must be positive)
+  std::vector<std::string> categories;  // non-empty: a line's value on this axis is an index into these
+};
+
+// One trial: a value per axis (NaN where it has none; the line then skips that axis).
+struct ParallelLine {
+  std::vector<double> values;
+  std::string colour;
+  bool emphasised = false;  // drawn thicker and on top (the best trial)
+  std::string label;        // hover text
+};
+
+struct ParallelOptions {
+  std::string title;
+  int width = 820;
+  int plot_height = 240;
+};
+
+// One <svg> element: a vertical axis per ParallelAxis, left to right, each scaled to its lines' values (with its
+// lowest and highest value, or its categories, as labels), and one polyline per line. Never emits "nan" or "inf".
+std::string render_parallel_coordinates(const std::vector<ParallelAxis>& axes, const std::vector<ParallelLine>& lines,
+                                        const ParallelOptions& options);
+
+struct Bar {
+  std::string label;
+  double value = 0;  // finite and >= 0
+  std::string colour;
+  std::string note;  // hover text
+};
+
+struct BarOptions {
+  std::string title;
+  double max_value = 1;  // the value axis runs from 0 to this (or to the largest value when larger)
+  int width = 400;
+};
+
+// One <svg> element: a horizontal bar per entry, labelled on the left, its value written after it.
+std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& options);
 
 }  // namespace runner::report

@@ -1,0 +1,64 @@
+// `runner serve`: the dashboard over the index, until Ctrl-C (or SIGTERM, SIGHUP).
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fmt/format.h>
+#include <thread>
+
+#include "runtime/cli/command_support.h"
+#include "runtime/cli/index_commands.h"
+#include "runtime/index/index_database.h"
+#include "runtime/serve/dashboard_server.h"
+
+namespace runner::cli {
+
+int serve_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"--port", "--host"}, {});
+  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  serve::ServeOptions options;
+  options.home = index::home_directory();
+  if (auto host = arguments.value("--host")) {
+    if (host->empty()) throw UsageError("--host needs an address, e.g. 127.0.0.1 or 0.0.0.0");
+    options.host = *host;
+  }
+  if (auto port = arguments.value("--port")) {
+    const int64_t number = parse_count("--port", *port);
+    if (number > 65535) throw UsageError(fmt::format("--port '{}': expected 0 (any free port) to 65535", *port));
+    options.port = static_cast<int>(number);
+  }
+  // Checks the index before listening: a missing or damaged index is the same error as `runner show` gives.
+  index::open_index_for_reading(options.home);
+
+  // The signals that stop serving are taken by one thread (sigwait), which the server's threads inherit blocked.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, signal);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  serve::DashboardServer server(options);
+  server.bind();
+  std::printf("runner serve: %s\n", server.url().c_str());
+  if (!server.token().empty())
+    std::printf(
+        "runner serve: listening on %s, which other machines may reach: requests need the token above (the URL "
+        "sets it as a cookie)\n",
+        options.host.c_str());
+  std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
+  std::fflush(stdout);
+  std::thread stopper([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    server.stop();
+  });
+  server.run();
+  pthread_kill(stopper.native_handle(), SIGTERM);  // when run() ended by itself; sigwait takes it either way
+  stopper.join();
+  std::printf("runner serve: stopped\n");
+  return 0;
+}
+
+int run_serve_command(int argc, char** argv) { return run_reporting_errors("serve", serve_command, argc, argv); }
+
+}  // namespace runner::cli

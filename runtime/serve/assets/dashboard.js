@@ -1,0 +1,534 @@
+// The dashboard of `runner serve`: draws the page its path names from the server's JSON, shows the charts the
+// server draws (the reports' SVG) with hover values and drag-to-zoom, and polls for changes once a second.
+"use strict";
+
+// ---- small helpers -------------------------------------------------------------------------------
+
+// el("a", { href: "/x", class: "y" }, "text", child): a new element; strings become text nodes.
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child !== undefined && child !== null) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function query(parameters) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(parameters)) {
+    for (const one of [].concat(value)) if (one !== undefined && one !== null && one !== "") search.append(name, one);
+  }
+  return search.toString();
+}
+
+async function fetchText(url) {
+  const response = await fetch(url, { credentials: "same-origin" });
+  const body = await response.text();
+  if (!response.ok) throw new Error(`${response.status}: ${body.trim()}`);
+  return body;
+}
+
+function formatValue(value) {
+  if (value === null || value === undefined) return "-";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toPrecision(6).replace(/\.?0+(e|$)/, "$1");
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function formatDuration(seconds) {
+  if (seconds < 60) return `${Math.round(seconds)}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ${String(Math.round(seconds % 60)).padStart(2, "0")}s`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${String(Math.floor(seconds / 60) % 60).padStart(2, "0")}m`;
+  return `${Math.floor(seconds / 86400)}d ${Math.floor(seconds / 3600) % 24}h`;
+}
+
+function statusBadge(status) {
+  const known = ["running", "finished", "failed", "interrupted", "paused", "pruned"];
+  return el("span", { class: `status status-${known.includes(status) ? status : "other"}` }, status);
+}
+
+function runLink(id, name) {
+  return el("a", { href: `/run/${encodeURIComponent(id)}` }, name || id);
+}
+
+// ---- live updates: one request at a time, once a second; the server answers "unchanged" to a known version ----
+
+const live = document.getElementById("live");
+
+function poll(url, render) {
+  let version = "";
+  async function tick() {
+    try {
+      const answer = JSON.parse(await fetchText(`${url}${url.includes("?") ? "&" : "?"}${query({ since: version })}`));
+      if (!answer.unchanged) {
+        version = answer.version;
+        render(answer);
+      }
+      live.textContent = `live \u00b7 ${new Date().toLocaleTimeString()}`;
+      live.classList.remove("stale");
+    } catch (error) {
+      live.textContent = `not updating: ${error.message}`;
+      live.classList.add("stale");
+    }
+    setTimeout(tick, 1000);
+  }
+  tick();
+}
+
+// ---- tables: sortable by any column -----------------------------------------------------------------
+
+// columns: [{ title, value(row) -> sortable value, cell(row) -> node or text }]
+function sortableTable(columns, rows, state) {
+  const sorted = rows.slice();
+  if (state.column !== undefined) {
+    const value = columns[state.column].value;
+    sorted.sort((a, b) => {
+      const x = value(a), y = value(b);
+      const missing = (x === null || x === undefined) - (y === null || y === undefined);
+      if (missing) return missing;  // rows without a value last, either way
+      const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+      return state.descending ? -order : order;
+    });
+  }
+  const head = el("tr", {}, columns.map((column, i) => el("th", {
+    class: i === state.column ? (state.descending ? "sorted-desc" : "sorted-asc") : null,
+    onclick: () => {
+      state.descending = state.column === i ? !state.descending : false;
+      state.column = i;
+      state.redraw();
+    },
+  }, column.title)));
+  const body = sorted.map((row) => el("tr", {}, columns.map((column) => {
+    const content = column.cell ? column.cell(row) : formatValue(column.value(row));
+    return el("td", { class: typeof column.value(row) === "number" ? "num" : null }, content);
+  })));
+  return el("div", { class: "table-wrap" }, el("table", { class: "sortable" }, el("thead", {}, head), el("tbody", {}, body)));
+}
+
+function keyValueTable(object) {
+  const keys = Object.keys(object || {}).sort();
+  if (!keys.length) return el("p", { class: "note" }, "none");
+  return el("div", { class: "table-wrap" }, el("table", {}, el("tbody", {}, keys.map((key) =>
+    el("tr", {}, el("th", { class: "mono" }, key), el("td", { class: "config-value" }, formatValue(object[key])))))));
+}
+
+// ---- charts: the server's SVG, with hover values and drag-to-zoom --------------------------------------
+
+const hover = document.getElementById("hover");
+
+// A figure showing the SVG at url(view), where view = { scale, smoothing, from, to } is shared by a page's charts.
+// Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again.
+function chartFigure(url, view) {
+  const figure = el("figure", { class: "chart" });
+  let zoom = {};  // this chart's own zoom
+  let drag = null;
+
+  async function load() {
+    try {
+      figure.innerHTML = await fetchText(url({ ...view, ...zoom }));
+    } catch (error) {
+      figure.replaceChildren(el("p", { class: "error" }, error.message));
+    }
+  }
+
+  // The plot's frame: its pixel box and what its ends stand for.
+  function frame() {
+    const svg = figure.querySelector("svg");
+    const rect = svg && svg.querySelector("rect.plot-frame");
+    if (!rect) return null;
+    const [x0, x1] = rect.dataset.x.split(" ").map(Number);
+    const [y0, y1] = rect.dataset.y.split(" ").map(Number);
+    return { svg, left: +rect.getAttribute("x"), top: +rect.getAttribute("y"), width: +rect.getAttribute("width"),
+             height: +rect.getAttribute("height"), x0, x1, y0, y1, log: rect.dataset.log === "1" };
+  }
+
+  function svgPoint(f, event) {
+    const point = new DOMPoint(event.clientX, event.clientY).matrixTransform(f.svg.getScreenCTM().inverse());
+    return { x: point.x, y: point.y, step: f.x0 + (point.x - f.left) / f.width * (f.x1 - f.x0) };
+  }
+
+  function seriesData(group) {
+    if (!group._steps) {
+      group._steps = group.dataset.steps ? group.dataset.steps.split(" ").map(Number) : [];
+      group._values = group.dataset.values ? group.dataset.values.split(" ").map(Number) : [];
+    }
+    return group;
+  }
+
+  // The index of the step nearest to `step` in the sorted `steps`.
+  function nearest(steps, step) {
+    let low = 0, high = steps.length - 1;
+    while (high - low > 1) {
+      const middle = (low + high) >> 1;
+      if (steps[middle] < step) low = middle; else high = middle;
+    }
+    return Math.abs(steps[high] - step) < Math.abs(steps[low] - step) ? high : low;
+  }
+
+  function showHover(event) {
+    const f = frame();
+    if (!f) return;
+    const at = svgPoint(f, event);
+    let line = f.svg.querySelector(".hover-line");
+    if (at.x < f.left || at.x > f.left + f.width || at.y < f.top || at.y > f.top + f.height) {
+      hover.hidden = true;
+      if (line) line.remove();
+      return;
+    }
+    const rows = [];
+    let shownStep = null;
+    for (const group of f.svg.querySelectorAll("g.series")) {
+      const data = seriesData(group);
+      if (!data._steps.length) continue;
+      const i = nearest(data._steps, at.step);
+      if (shownStep === null) shownStep = data._steps[i];
+      rows.push(el("div", {}, el("span", { class: "swatch", style: `background:${group.dataset.colour}` }),
+        `${group.dataset.label}: ${Number.isNaN(data._values[i]) ? "nan" : formatValue(data._values[i])}`,
+        data._steps[i] !== shownStep ? el("span", { class: "step" }, ` (step ${data._steps[i]})`) : null));
+    }
+    if (!rows.length) return;
+    if (!line) {
+      line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+      line.setAttribute("class", "hover-line");
+      f.svg.append(line);
+    }
+    const x = f.left + (shownStep - f.x0) / (f.x1 - f.x0) * f.width;
+    line.setAttribute("x1", x); line.setAttribute("x2", x);
+    line.setAttribute("y1", f.top); line.setAttribute("y2", f.top + f.height);
+    hover.replaceChildren(el("div", { class: "step" }, `step ${shownStep}`), ...rows);
+    hover.hidden = false;
+    hover.style.left = `${Math.min(event.clientX + 14, window.innerWidth - hover.offsetWidth - 8)}px`;
+    hover.style.top = `${event.clientY + 14}px`;
+  }
+
+  figure.addEventListener("mousemove", (event) => {
+    showHover(event);
+    if (!drag) return;
+    const f = frame();
+    const at = svgPoint(f, event);
+    const x = Math.max(f.left, Math.min(f.left + f.width, at.x));
+    drag.box.setAttribute("x", Math.min(drag.x, x));
+    drag.box.setAttribute("width", Math.abs(x - drag.x));
+    drag.step1 = f.x0 + (x - f.left) / f.width * (f.x1 - f.x0);
+  });
+  figure.addEventListener("mouseleave", () => {
+    hover.hidden = true;
+    const line = figure.querySelector(".hover-line");
+    if (line) line.remove();
+  });
+  figure.addEventListener("mousedown", (event) => {
+    const f = frame();
+    if (!f) return;
+    const at = svgPoint(f, event);
+    if (at.x < f.left || at.x > f.left + f.width) return;
+    event.preventDefault();
+    const box = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+    box.setAttribute("class", "selection");
+    box.setAttribute("x", at.x); box.setAttribute("y", f.top);
+    box.setAttribute("width", 0); box.setAttribute("height", f.height);
+    f.svg.append(box);
+    drag = { x: at.x, box, step0: at.step, step1: at.step };
+  });
+  window.addEventListener("mouseup", () => {
+    if (!drag) return;
+    const [from, to] = [Math.floor(Math.min(drag.step0, drag.step1)), Math.ceil(Math.max(drag.step0, drag.step1))];
+    drag.box.remove();
+    drag = null;
+    if (to - from >= 2) {
+      zoom = { from, to };
+      load();
+    }
+  });
+  figure.addEventListener("dblclick", () => {
+    zoom = {};
+    load();
+  });
+  figure.load = load;
+  load();
+  return figure;
+}
+
+// Scale and smoothing for a page's line charts; onchange() redraws them.
+function chartControls(view, onchange) {
+  const scale = el("select", { onchange: () => { view.scale = scale.value; onchange(); } },
+    ["auto", "linear", "log"].map((name) => el("option", { value: name, selected: view.scale === name }, name)));
+  const shown = el("span", {}, String(view.smoothing));
+  const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
+    oninput: () => { shown.textContent = smoothing.value; },
+    onchange: () => { view.smoothing = Number(smoothing.value); onchange(); } });
+  return el("div", { class: "controls" }, el("label", {}, "y scale ", scale), el("label", {}, "smoothing ", smoothing, " ", shown),
+    el("span", { class: "note" }, "drag across a chart to zoom, double-click to zoom out"));
+}
+
+function metricChartUrl(runs, key) {
+  return (view) => `/chart/metric.svg?${query({ run: runs, key, ...view })}`;
+}
+
+// ---- pages ----------------------------------------------------------------------------------------
+
+const page = document.getElementById("page");
+
+function runsPage() {
+  const filters = { text: "", status: "", sweep: "", world: "" };
+  const sort = { column: undefined, descending: false };
+  const selected = new Set();
+  let data = null;
+  const controls = el("div", { class: "controls" });
+  const tableHolder = el("div", { class: "runs-table" });
+  page.replaceChildren(el("h1", {}, "Runs"), controls, tableHolder);
+
+  function select(name, values, label) {
+    return el("label", {}, `${label} `, el("select", { onchange: (event) => { filters[name] = event.target.value; draw(); } },
+      el("option", { value: "" }, "all"), [...values].sort().map((v) => el("option", { value: v, selected: filters[name] === String(v) }, v))));
+  }
+
+  function draw() {
+    if (!data) return;
+    const runs = data.runs.filter((run) =>
+      (!filters.text || `${run.name} ${run.id} ${run.script}`.toLowerCase().includes(filters.text.toLowerCase())) &&
+      (!filters.status || run.status === filters.status) &&
+      (!filters.sweep || (run.sweep || "(none)") === filters.sweep) &&
+      (!filters.world || String(run.world_size) === filters.world));
+    const columns = [
+      { title: "", value: () => null, cell: (run) => el("input", { type: "checkbox", checked: selected.has(run.id),
+        onchange: (event) => { if (event.target.checked) selected.add(run.id); else selected.delete(run.id); drawControls(); } }) },
+      { title: "name", value: (run) => run.name, cell: (run) => runLink(run.id, run.name) },
+      { title: "id", value: (run) => run.id, cell: (run) => el("span", { class: "mono" }, run.id) },
+      { title: "status", value: (run) => run.status, cell: (run) => statusBadge(run.status) },
+      { title: "sweep", value: (run) => run.sweep, cell: (run) => run.sweep ? el("a", { href: `/sweep/${encodeURIComponent(run.sweep)}` }, `${run.sweep} #${run.trial}`) : "-" },
+      { title: "world size", value: (run) => run.world_size },
+      { title: "step", value: (run) => run.step },
+      { title: "started", value: (run) => run.started_at, cell: (run) => run.started },
+      { title: "duration", value: (run) => data.durations[run.id], cell: (run) => formatDuration(data.durations[run.id]) },
+      ...data.metric_keys.map((key) => ({ title: key, value: (run) => run.metrics[key] })),
+    ];
+    sort.redraw = draw;
+    tableHolder.replaceChildren(runs.length ? sortableTable(columns, runs, sort) : el("p", { class: "note" }, "no runs match"));
+  }
+
+  function drawControls() {
+    const text = el("input", { type: "search", placeholder: "filter by name, id or script", value: filters.text,
+      oninput: (event) => { filters.text = event.target.value; draw(); } });
+    const compare = el("button", { disabled: selected.size < 1,
+      onclick: () => { location.href = `/compare?${query({ run: [...selected] })}`; } }, `compare selected (${selected.size})`);
+    controls.replaceChildren(text, select("status", new Set(data.runs.map((r) => r.status)), "status"),
+      select("sweep", new Set(data.runs.map((r) => r.sweep || "(none)")), "sweep"),
+      select("world", new Set(data.runs.map((r) => String(r.world_size))), "world size"), compare);
+  }
+
+  poll("/api/runs", (answer) => {
+    const first = !data;
+    data = answer;
+    if (first || !controls.contains(document.activeElement)) drawControls();
+    draw();
+  });
+}
+
+function runPage(reference) {
+  const view = { scale: "auto", smoothing: 0 };
+  const shown = new Set();       // metric keys with a chart
+  const charts = new Map();      // key -> figure
+  const sliders = new Map();     // image name -> { input, follow }
+  let run = null;
+  const header = el("div");
+  const picks = el("div", { class: "metric-picks" });
+  const chartHolder = el("div", { class: "charts" });
+  const samples = el("div");
+  const details = el("div");
+  page.replaceChildren(header, el("h2", {}, "Metrics"), picks,
+    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder,
+    el("h2", {}, "Samples"), samples, details);
+
+  function drawCharts() {
+    const keys = Object.keys(run.metrics).sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : a.localeCompare(b)));
+    if (!shown.size) keys.slice(0, 6).forEach((key) => shown.add(key));
+    picks.replaceChildren(...keys.map((key) => el("label", {}, el("input", { type: "checkbox", checked: shown.has(key),
+      onchange: (event) => { if (event.target.checked) shown.add(key); else shown.delete(key); drawCharts(); } }), ` ${key}`)));
+    for (const [key, figure] of charts) if (!shown.has(key)) { figure.remove(); charts.delete(key); }
+    for (const key of keys) {
+      if (!shown.has(key)) continue;
+      if (charts.has(key)) charts.get(key).load();
+      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view));
+      chartHolder.append(charts.get(key));
+    }
+  }
+
+  function drawSamples() {
+    const byName = new Map();
+    for (const artifact of run.artifacts) {
+      if (artifact.kind !== "image") continue;
+      if (!byName.has(artifact.name)) byName.set(artifact.name, []);
+      byName.get(artifact.name).push(artifact);
+    }
+    if (!byName.size) { samples.replaceChildren(el("p", { class: "note" }, "no sample grids yet")); return; }
+    const blocks = [];
+    for (const [name, images] of byName) {
+      images.sort((a, b) => a.step - b.step);
+      const previous = sliders.get(name);
+      const follow = !previous || previous.follow;  // at the newest grid: stay there as grids arrive
+      const index = follow ? images.length - 1 : Math.min(previous.index, images.length - 1);
+      const image = el("img", { alt: `${name} grid` });
+      const caption = el("span");
+      const input = el("input", { type: "range", min: 0, max: images.length - 1, value: index });
+      const show = () => {
+        const chosen = images[Number(input.value)];
+        image.src = `/image?${query({ run: run.id, path: chosen.path })}`;
+        caption.textContent = ` step ${chosen.step} (${Number(input.value) + 1} of ${images.length})`;
+        sliders.set(name, { index: Number(input.value), follow: Number(input.value) === images.length - 1 });
+      };
+      input.addEventListener("input", show);
+      show();
+      blocks.push(el("div", { class: "grid-slider", "data-name": name }, el("h3", {}, name), input, caption, image));
+    }
+    samples.replaceChildren(...blocks);
+  }
+
+  function drawDetails() {
+    const attempts = run.attempt_history || [];
+    const sort = { column: undefined, redraw: drawDetails };
+    details.replaceChildren(
+      run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "",
+      el("h2", {}, "Summary"), keyValueTable(run.summary),
+      el("h2", {}, "Config"), keyValueTable(run.config),
+      el("h2", {}, "Attempts"), sortableTable([
+        { title: "attempt", value: (a) => a.attempt },
+        { title: "status", value: (a) => a.status, cell: (a) => statusBadge(a.status) },
+        { title: "steps", value: (a) => a.start_step, cell: (a) => `${formatValue(a.start_step)}-${formatValue(a.end_step)}` },
+        { title: "world size", value: (a) => a.world_size },
+        { title: "device", value: (a) => a.device },
+        { title: "error", value: (a) => a.error },
+      ], attempts, sort),
+      el("h2", {}, "Checkpoints"), run.checkpoints.length ? sortableTable([
+        { title: "step", value: (c) => c.step },
+        { title: "path", value: (c) => c.path, cell: (c) => el("span", { class: "mono" }, c.path) },
+        { title: "bytes", value: (c) => c.bytes },
+        { title: "kept", value: (c) => (c.kept ? "yes" : "no") },
+        { title: "metric", value: (c) => (c.metric ? `${c.metric} ${formatValue(c.metric_value)}` : null) },
+      ], run.checkpoints, { redraw: drawDetails }) : el("p", { class: "note" }, "none"));
+  }
+
+  poll(`/api/run?${query({ run: reference })}`, (answer) => {
+    run = answer.run;
+    header.replaceChildren(el("h1", {}, run.name, " ", statusBadge(run.status)),
+      el("p", { class: "meta" }, el("span", { class: "mono" }, run.id), ` \u00b7 ${run.script} \u00b7 step ${run.step}`,
+        ` \u00b7 ${formatDuration(run.duration)} \u00b7 ${run.device} \u00b7 world size ${run.world_size}`,
+        run.sweep_name ? [" \u00b7 ", el("a", { href: `/sweep/${encodeURIComponent(run.sweep_name)}` }, `sweep ${run.sweep_name} trial ${run.trial}`)] : ""));
+    drawCharts();
+    drawSamples();
+    drawDetails();
+  });
+}
+
+function comparePage() {
+  const runs = new URLSearchParams(location.search).getAll("run");
+  const view = { scale: "auto", smoothing: 0 };
+  const charts = new Map();
+  const legend = el("div", { class: "controls" });
+  const chartHolder = el("div", { class: "charts" });
+  const config = el("div");
+  let showAll = false;
+  let data = null;
+  page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, () => charts.forEach((f) => f.load())),
+    chartHolder, el("h2", {}, "Config"), config);
+
+  function drawConfig() {
+    const rows = data.config.filter((row) => showAll || row.differs);
+    config.replaceChildren(el("label", {}, el("input", { type: "checkbox", checked: showAll,
+      onchange: (event) => { showAll = event.target.checked; drawConfig(); } }), " show the keys that are the same too"),
+      el("p", { class: "note" }, `${data.config.filter((r) => r.differs).length} of ${data.config.length} keys differ`),
+      el("div", { class: "table-wrap" }, el("table", {},
+        el("thead", {}, el("tr", {}, el("th", {}, "key"), data.runs.map((run) => el("th", {}, run.name)))),
+        el("tbody", {}, rows.map((row) => el("tr", { class: row.differs ? "differs" : null }, el("th", { class: "mono" }, row.key),
+          row.values.map((value) => el("td", { class: "config-value" }, formatValue(value)))))))));
+  }
+
+  poll(`/api/compare?${query({ run: runs })}`, (answer) => {
+    data = answer;
+    legend.replaceChildren(...data.runs.map((run) => el("span", {},
+      el("span", { class: "swatch", style: `background:${run.colour}` }), runLink(run.id, run.name), " ", statusBadge(run.status))));
+    for (const key of data.metric_keys) {
+      if (charts.has(key)) charts.get(key).load();
+      else chartHolder.append(charts.set(key, chartFigure(metricChartUrl(runs, key), view)).get(key));
+    }
+    drawConfig();
+  });
+}
+
+function sweepsPage() {
+  const holder = el("div");
+  const sort = { column: undefined };
+  page.replaceChildren(el("h1", {}, "Sweeps"), holder);
+  poll("/api/sweeps", (data) => {
+    sort.redraw = () => draw();
+    const draw = () => holder.replaceChildren(data.sweeps.length ? sortableTable([
+      { title: "name", value: (s) => s.name, cell: (s) => el("a", { href: `/sweep/${encodeURIComponent(s.name)}` }, s.name) },
+      { title: "status", value: (s) => s.status, cell: (s) => statusBadge(s.status) },
+      { title: "trials", value: (s) => s.trials },
+      { title: "finished", value: (s) => s.statuses.finished || 0 },
+      { title: "metric", value: (s) => `${s.metric} (${s.minimize ? "min" : "max"})` },
+      { title: "best", value: (s) => (s.best ? s.best.value : null) },
+      { title: "best trial", value: (s) => (s.best ? s.best.trial : null), cell: (s) => (s.best ? runLink(s.best.run, `trial ${s.best.trial}`) : "-") },
+      { title: "created", value: (s) => s.created },
+    ], data.sweeps, sort) : el("p", { class: "note" }, "no sweeps yet (runner sweep SWEEP.lua starts one)"));
+    draw();
+  });
+}
+
+function sweepPage(name) {
+  const view = { scale: "auto", smoothing: 0 };
+  const figures = [];
+  const sort = { column: undefined };
+  const header = el("div");
+  const charts = el("div");
+  const trials = el("div");
+  page.replaceChildren(header, charts, el("h2", {}, "Trials"), trials);
+  const sweepChart = (chart, extra) => (v) => `/chart/sweep.svg?${query({ sweep: name, chart, ...extra, ...v })}`;
+  let parameters = "";
+
+  poll(`/api/sweep?${query({ sweep: name })}`, (data) => {
+    header.replaceChildren(el("h1", {}, `Sweep ${data.name} `, statusBadge(data.status)), el("p", { class: "meta" }, data.summary),
+      data.best_trial !== null ? el("p", {}, `best: trial ${data.best_trial} \u00b7 `, el("span", { class: "mono" }, data.best_command)) : "");
+    const names = data.parameters.map((p) => p.name).join(",");
+    if (names !== parameters) {  // the charts are laid out once; later changes reload them
+      parameters = names;
+      figures.length = 0;
+      const make = (url) => { const figure = chartFigure(url, view); figures.push(figure); return figure; };
+      charts.replaceChildren(
+        el("h2", {}, "The objective against each parameter"),
+        el("div", { class: "charts" }, data.parameters.map((p) => make(sweepChart("objective", { param: p.name })))),
+        el("h2", {}, "Parameter importance"), el("p", { class: "note" }, `${data.importance_method}.`),
+        el("div", { class: "charts" }, make(sweepChart("importance"))),
+        el("h2", {}, "Parallel coordinates"), el("div", { class: "charts" }, make(sweepChart("parallel"))),
+        el("h2", {}, "ASHA rungs"), el("div", { class: "charts rungs" }, make(sweepChart("rungs"))),
+        el("h2", {}, "Learning curves"), chartControls(view, () => figures.forEach((f) => f.load())),
+        el("div", { class: "charts" }, make(sweepChart("curves"))));
+    } else {
+      figures.forEach((figure) => figure.load());
+    }
+    sort.redraw = () => drawTrials();
+    const drawTrials = () => trials.replaceChildren(sortableTable([
+      { title: "trial", value: (t) => t.trial, cell: (t) => `${t.trial}${t.trial === data.best_trial ? " \u2605" : ""}` },
+      { title: "status", value: (t) => t.status, cell: (t) => statusBadge(t.status) },
+      { title: data.metric, value: (t) => t.value },
+      { title: "step", value: (t) => t.step },
+      { title: "rung", value: (t) => t.rung },
+      { title: "run", value: (t) => t.run, cell: (t) => (t.run ? runLink(t.run, t.run) : "-") },
+      ...data.parameters.map((p) => ({ title: p.name, value: (t) => t.params[p.name] })),
+      { title: "error", value: (t) => t.error || null },
+    ], data.trials, sort));
+    drawTrials();
+  });
+}
+
+// ---- the page the path names ------------------------------------------------------------------------
+
+const path = decodeURIComponent(location.pathname);
+if (path.startsWith("/run/")) runPage(path.slice(5));
+else if (path === "/compare") comparePage();
+else if (path === "/sweeps") sweepsPage();
+else if (path.startsWith("/sweep/")) sweepPage(path.slice(7));
+else runsPage();

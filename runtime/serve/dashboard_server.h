@@ -1,0 +1,44 @@
+// `runner serve`: the dashboard's HTTP server (cpp-httplib). Read-only: GET and HEAD only, the index opened for
+// reading per request. On a loopback address it answers requests whose Host is a loopback name (so that a web
+// page elsewhere cannot read the index through DNS rebinding); on any other address, only requests that carry
+// the random token it was started with (?token=, then a cookie).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace runner::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";  // the address to listen on
+  int port = 8765;                 // 0: a free port
+  std::string home;                // RUNNER_HOME
+};
+
+// 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_address(const std::string& host);
+
+class DashboardServer {
+ public:
+  explicit DashboardServer(ServeOptions options);
+  ~DashboardServer();
+  DashboardServer(const DashboardServer&) = delete;
+  DashboardServer& operator=(const DashboardServer&) = delete;
+
+  // Listens; a std::runtime_error "cannot listen on HOST:PORT (...)" when the address cannot be bound.
+  void bind();
+  int port() const;
+  // Empty on a loopback address; else 32 hex digits that every request must carry.
+  const std::string& token() const;
+  // Where to point a browser: http://HOST:PORT/ (with ?token=... off loopback).
+  std::string url() const;
+  // Answers requests until stop() (from another thread).
+  void run();
+  void stop();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace runner::serve

@@ -1,0 +1,310 @@
+// The dashboard's JSON pages and SVG charts, read from the index through the commands' read functions.
+#include "runtime/serve/dashboard_views.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "runtime/cli/command_support.h"
+#include "runtime/cli/index_commands.h"
+#include "runtime/index/run_store.h"
+#include "runtime/report/html_report.h"
+#include "runtime/report/svg_chart.h"
+#include "runtime/report/sweep_report.h"
+#include "runtime/sweep/parameter_importance.h"
+#include "runtime/sweep/trial_store.h"
+
+namespace runner::serve {
+namespace {
+
+std::vector<std::string> all_of(const QueryParameters& parameters, const std::string& name) {
+  std::vector<std::string> values;
+  const auto [first, last] = parameters.equal_range(name);
+  for (auto it = first; it != last; ++it) values.push_back(it->second);
+  return values;
+}
+
+std::optional<std::string> one_of(const QueryParameters& parameters, const std::string& name) {
+  const auto found = parameters.find(name);
+  if (found == parameters.end() || found->second.empty()) return std::nullopt;
+  return found->second;
+}
+
+std::string required(const QueryParameters& parameters, const std::string& name) {
+  if (auto value = one_of(parameters, name)) return *value;
+  throw BadRequest(fmt::format("the request needs the parameter '{}'", name));
+}
+
+double number_parameter(const QueryParameters& parameters, const std::string& name, double fallback) {
+  const std::optional<std::string> text = one_of(parameters, name);
+  if (!text) return fallback;
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(*text, &used);
+    if (used == text->size() && std::isfinite(value)) return value;
+  } catch (const std::exception&) {
+  }
+  throw BadRequest(fmt::format("parameter '{}': expected a number, got '{}'", name, *text));
+}
+
+// A run reference as `runner show` takes it; a reference that matches no run is NotFound.
+index::RunRecord find_run(index::Database& db, const std::string& reference) {
+  try {
+    return index::resolve_run(db, reference, index::LastAmong::all_runs);
+  } catch (const index::IndexError& error) {
+    throw NotFound(error.what());
+  }
+}
+
+report::SweepReport find_sweep(index::Database& db, const std::string& reference) {
+  try {
+    return cli::load_sweep_report(db, reference);
+  } catch (const index::IndexError& error) {
+    throw NotFound(error.what());
+  }
+}
+
+nlohmann::json number_or_text(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(cli::format_number(value));
+}
+
+// The chart options a request gives: scale, smoothing, from/to and width, with hover data.
+report::ChartOptions chart_options(const QueryParameters& parameters) {
+  report::ChartOptions options;
+  options.hover_data = true;
+  const std::string scale = one_of(parameters, "scale").value_or("auto");
+  if (scale == "log")
+    options.y_scale = report::YScale::log;
+  else if (scale == "linear")
+    options.y_scale = report::YScale::linear;
+  else if (scale != "auto")
+    throw BadRequest(fmt::format("parameter 'scale': expected auto, linear or log, got '{}'", scale));
+  options.smoothing = number_parameter(parameters, "smoothing", 0);
+  if (!(options.smoothing >= 0 && options.smoothing < 1))
+    throw BadRequest(fmt::format("parameter 'smoothing': expected a number in [0, 1), got {}", options.smoothing));
+  if (one_of(parameters, "from") || one_of(parameters, "to")) {
+    const double first = number_parameter(parameters, "from", 0), last = number_parameter(parameters, "to", 0);
+    if (!(last > first)) throw BadRequest(fmt::format("a zoom needs from < to, got {} and {}", first, last));
+    options.step_range = report::StepRange{first, last};
+  }
+  options.width = static_cast<int>(std::clamp(number_parameter(parameters, "width", 580), 240.0, 2400.0));
+  return options;
+}
+
+// The page's JSON with its version: `signature` is what the version digests.
+nlohmann::json versioned(nlohmann::json page, const nlohmann::json& signature) {
+  page["version"] = digest(signature.dump());
+  return page;
+}
+
+}  // namespace
+
+std::string digest(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", hash);
+}
+
+nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
+  const double now = index::now_seconds();
+  const std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
+  nlohmann::json runs = nlohmann::json::array(), durations = nlohmann::json::object();
+  std::set<std::string> keys;
+  for (const index::RunRecord& record : index::list_runs(db, {})) {
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const index::LatestMetric& latest : index::latest_metrics(db, record.run)) {
+      metrics[latest.key] = number_or_text(latest.point.value);
+      keys.insert(latest.key);
+    }
+    const auto sweep = record.sweep ? sweep_names.find(*record.sweep) : sweep_names.end();
+    runs.push_back({{"id", record.id},
+                    {"name", record.name},
+                    {"status", index::effective_status(record, now)},
+                    {"script", record.script},
+                    {"started_at", record.started_at},
+                    {"started", cli::format_time(record.started_at).substr(0, 16)},
+                    {"step", record.step},
+                    {"world_size", record.world_size},
+                    {"device", record.device},
+                    {"sweep", sweep != sweep_names.end() ? nlohmann::json(sweep->second) : nlohmann::json(nullptr)},
+                    {"trial", record.trial ? nlohmann::json(*record.trial) : nlohmann::json(nullptr)},
+                    {"metrics", metrics},
+                    {"summary", record.summary}});
+    durations[record.id] = index::duration_seconds(record, now);
+  }
+  nlohmann::json page = {{"runs", runs}, {"metric_keys", keys}};
+  const nlohmann::json signature = page;
+  page["durations"] = durations;
+  return versioned(page, signature);
+}
+
+nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) {
+  const index::RunRecord record = find_run(db, required(parameters, "run"));
+  nlohmann::json run = cli::run_json(db, record, index::now_seconds());
+  if (record.sweep) {
+    const auto names = sweep::sweep_names(db);
+    if (const auto found = names.find(*record.sweep); found != names.end()) run["sweep_name"] = found->second;
+  }
+  const nlohmann::json signature = {{"status", run["status"]},       {"step", run["step"]},
+                                    {"metrics", run["metrics"]},     {"checkpoints", run["checkpoints"]},
+                                    {"artifacts", run["artifacts"]}, {"attempts", run["attempts"]},
+                                    {"error", run["error"]},         {"summary", run["summary"]},
+                                    {"ended_at", run["ended_at"]},   {"config", run["config"]}};
+  return versioned({{"run", run}}, signature);
+}
+
+nlohmann::json compare_page(index::Database& db, const QueryParameters& parameters) {
+  const std::vector<std::string> references = all_of(parameters, "run");
+  if (references.empty()) throw BadRequest("compare needs one or more run=RUN parameters");
+  const double now = index::now_seconds();
+  nlohmann::json runs = nlohmann::json::array();
+  std::vector<index::RunRecord> records;
+  std::set<std::string> keys, config_keys;
+  for (std::size_t i = 0; i < references.size(); ++i) {
+    records.push_back(find_run(db, references[i]));
+    const index::RunRecord& record = records.back();
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const index::LatestMetric& latest : index::latest_metrics(db, record.run)) {
+      keys.insert(latest.key);
+      metrics[latest.key] = {{"step", latest.point.step}, {"value", number_or_text(latest.point.value)}};
+    }
+    if (record.config.is_object())
+      for (const auto& [key, value] : record.config.items()) config_keys.insert(key);
+    runs.push_back({{"id", record.id},
+                    {"name", record.name},
+                    {"status", index::effective_status(record, now)},
+                    {"step", record.step},
+                    {"colour", report::run_colour(i)},
+                    {"metrics", metrics}});
+  }
+  nlohmann::json config = nlohmann::json::array();
+  for (const std::string& key : config_keys) {
+    nlohmann::json values = nlohmann::json::array();
+    bool differs = false;
+    for (const index::RunRecord& record : records) {
+      const nlohmann::json value =
+          record.config.is_object() && record.config.contains(key) ? record.config[key] : nlohmann::json(nullptr);
+      differs = differs || (!values.empty() && value != values[0]);
+      values.push_back(value);
+    }
+    config.push_back({{"key", key}, {"values", values}, {"differs", differs}});
+  }
+  std::vector<std::string> ordered(keys.begin(), keys.end());
+  if (keys.count("loss")) {
+    ordered.erase(std::find(ordered.begin(), ordered.end(), "loss"));
+    ordered.insert(ordered.begin(), "loss");
+  }
+  const nlohmann::json page = {{"runs", runs}, {"metric_keys", ordered}, {"config", config}};
+  return versioned(page, page);
+}
+
+nlohmann::json sweeps_page(index::Database& db, const QueryParameters&) {
+  nlohmann::json sweeps = nlohmann::json::array();
+  for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) {
+    const report::SweepReport sweep = cli::load_sweep_report(db, record.name);
+    std::map<std::string, int> statuses;
+    for (const report::SweepReportTrial& trial : sweep.trials) ++statuses[trial.status];
+    nlohmann::json best = nullptr;
+    for (const report::SweepReportTrial& trial : sweep.trials)
+      if (sweep.best_trial && trial.trial == *sweep.best_trial && trial.value)
+        best = {{"trial", trial.trial}, {"value", number_or_text(*trial.value)}, {"run", trial.run_id}};
+    sweeps.push_back({{"name", record.name},
+                      {"sweep", record.sweep},
+                      {"status", sweep.status},
+                      {"summary", sweep.summary},
+                      {"metric", sweep.metric},
+                      {"minimize", sweep.minimize},
+                      {"trials", sweep.trials.size()},
+                      {"statuses", statuses},
+                      {"best", best},
+                      {"created", cli::format_time(record.created_at).substr(0, 16)}});
+  }
+  const nlohmann::json page = {{"sweeps", sweeps}};
+  return versioned(page, page);
+}
+
+nlohmann::json sweep_page(index::Database& db, const QueryParameters& parameters) {
+  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"));
+  nlohmann::json parameters_json = nlohmann::json::array();
+  for (const report::SweepReportParameter& parameter : sweep.parameters)
+    parameters_json.push_back(
+        {{"name", parameter.name},
+         {"log_scale", parameter.log_scale},
+         {"categories", parameter.categories},
+         {"importance", parameter.importance ? nlohmann::json(*parameter.importance) : nlohmann::json(nullptr)}});
+  nlohmann::json trials = nlohmann::json::array();
+  for (const report::SweepReportTrial& trial : sweep.trials)
+    trials.push_back({{"trial", trial.trial},
+                      {"status", trial.status},
+                      {"value", trial.value ? number_or_text(*trial.value) : nlohmann::json(nullptr)},
+                      {"step", trial.step},
+                      {"rung", trial.rung},
+                      {"run", trial.run_id},
+                      {"params", trial.params},
+                      {"error", trial.error},
+                      {"points", trial.curve.size()}});
+  nlohmann::json rungs = nlohmann::json::array();
+  for (const report::SweepReportRung& row : sweep.rungs)
+    rungs.push_back(
+        {{"trial", row.trial}, {"rung", row.rung}, {"step", row.step}, {"value", number_or_text(row.value)}});
+  const nlohmann::json page = {
+      {"name", sweep.name},
+      {"status", sweep.status},
+      {"summary", sweep.summary},
+      {"metric", sweep.metric},
+      {"minimize", sweep.minimize},
+      {"parameters", parameters_json},
+      {"trials", trials},
+      {"rungs", rungs},
+      {"best_trial", sweep.best_trial ? nlohmann::json(*sweep.best_trial) : nlohmann::json(nullptr)},
+      {"best_command", sweep.best_command},
+      {"importance_method", sweep::kImportanceMethod}};
+  return versioned(page, page);
+}
+
+std::string metric_chart(index::Database& db, const std::string& home, const QueryParameters& parameters) {
+  const std::string key = required(parameters, "key");
+  const std::vector<std::string> references = all_of(parameters, "run");
+  if (references.empty()) throw BadRequest("a metric chart needs one or more run=RUN parameters");
+  const double now = index::now_seconds();
+  std::vector<report::ReportRun> runs;
+  for (const std::string& reference : references)
+    runs.push_back(cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now));
+  return report::render_metric_chart(runs, key, chart_options(parameters));
+}
+
+std::string sweep_chart(index::Database& db, const QueryParameters& parameters) {
+  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"));
+  const std::string chart = required(parameters, "chart");
+  if (chart == "importance") return report::importance_chart(sweep);
+  if (chart == "parallel") return report::parallel_coordinates_chart(sweep);
+  if (chart == "rungs") {
+    const std::string rungs = report::rungs_chart(sweep);
+    if (!rungs.empty()) return rungs;
+    report::ScatterOptions empty;
+    empty.title = "ASHA rungs: none (no ASHA pruning, or no trial reached a rung yet)";
+    return report::render_scatter_chart({}, empty);
+  }
+  if (chart == "curves") return report::curves_chart(sweep, chart_options(parameters));
+  if (chart == "objective") {
+    const std::string name = required(parameters, "param");
+    const std::vector<std::string> charts = report::objective_charts(sweep);
+    for (std::size_t i = 0; i < sweep.parameters.size(); ++i)
+      if (sweep.parameters[i].name == name) return charts[i];
+    throw NotFound(fmt::format("sweep {} has no parameter '{}'", sweep.name, name));
+  }
+  throw BadRequest(
+      fmt::format("parameter 'chart': expected objective, importance, parallel, rungs or curves, got '{}'", chart));
+}
+
+std::string image_file(index::Database& db, const std::string& home, const QueryParameters& parameters) {
+  const index::RunRecord record = find_run(db, required(parameters, "run"));
+  const std::string path = required(parameters, "path");
+  for (const index::ArtifactRecord& artifact : index::artifacts(db, record.run))
+    if (artifact.kind == "image" && artifact.path == path) return home + "/" + record.dir + "/" + artifact.path;
+  throw NotFound(fmt::format("run {} has no image '{}' in the index", record.name, path));
+}
+
+}  // namespace runner::serve
