@@ -593,24 +593,17 @@ std::string render_parallel_coordinates(const std::vector<ParallelAxis>& axes, c
     for (const ParallelLine& line : lines) {
       if (line.emphasised != (pass == 1)) continue;
       std::string points;
-      auto flush = [&]() {
-        if (points.find(' ') != std::string::npos)
-          fmt::format_to(out,
-                         "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" "
-                         "points=\"{}\"><title>{}</title></polyline>\n",
-                         escape_html(line.colour), line.emphasised ? 3 : 1.5, line.emphasised ? 1 : 0.7, points,
-                         escape_html(line.label));
-        points.clear();
-      };
       for (std::size_t a = 0; a < count; ++a) {
         const double v = a < line.values.size() ? line.values[a] : std::numeric_limits<double>::quiet_NaN();
-        if (!std::isfinite(axis_value(a, v))) {
-          flush();
-          continue;
-        }
+        if (!std::isfinite(axis_value(a, v))) continue;
         fmt::format_to(std::back_inserter(points), "{}{:.1f},{:.1f}", points.empty() ? "" : " ", axis_x(a), y_of(a, v));
       }
-      flush();
+      if (points.find(' ') != std::string::npos)
+        fmt::format_to(out,
+                       "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-opacity=\"{}\" "
+                       "points=\"{}\"><title>{}</title></polyline>\n",
+                       escape_html(line.colour), line.emphasised ? 3 : 1.5, line.emphasised ? 1 : 0.7, points,
+                       escape_html(line.label));
     }
   }
   for (std::size_t a = 0; a < count; ++a) {

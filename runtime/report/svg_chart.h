@@ -105,7 +105,7 @@ struct ParallelAxis {
   std::vector<std::string> categories;  // non-empty: a line's value on this axis is an index into these
 };
 
-// One trial: a value per axis (NaN where it has none; the line then skips that axis).
+// One trial: a value per axis (NaN where it has none: the line goes from the axis before to the one after).
 struct ParallelLine {
   std::vector<double> values;
   std::string colour;

@@ -134,7 +134,7 @@ std::string rungs_chart(const SweepReport& report) {
     std::int64_t step = 0;
     for (const SweepReportRung& row : report.rungs)
       if (row.rung == rung) step = row.step;
-    categories.push_back(fmt::format("rung {} (step {})", rung, step));
+    categories.push_back(fmt::format("{}: step {}", rung, step));
   }
   // A trial went on from a rung when it reached the next one or finished.
   auto went_on = [&](const SweepReportRung& row) {
@@ -153,7 +153,7 @@ std::string rungs_chart(const SweepReport& report) {
   }
   ScatterOptions options;
   options.title = "ASHA rungs: " + report.metric;
-  options.x_label = "rung";
+  options.x_label = "rung: the step it is measured at";
   options.categories = categories;
   options.width = 120 + 140 * highest;
   return render_scatter_chart(points, options);

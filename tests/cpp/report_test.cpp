@@ -14,6 +14,7 @@
 #include "runtime/image/png_writer.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/svg_chart.h"
+#include "runtime/sweep/parameter_importance.h"
 #include "tests/cpp/temp_directory.h"
 
 using namespace runner::report;
@@ -349,4 +350,74 @@ TEST_CASE("metric keys put loss first, durations read as hours, minutes and seco
   CHECK(runner::core::duration_text(-2) == "0s");
   CHECK(runner::core::duration_text(kNaN) == "-");
   CHECK(runner::core::duration_text(INFINITY) == "-");
+}
+
+TEST_CASE("smoothing is the debiased moving average of TensorBoard and skips non-finite values", "[report]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const SeriesPoints smoothed_points = smoothed({{1, 1.0}, {2, 3.0}, {3, nan}, {4, 5.0}}, 0.5);
+  REQUIRE(smoothed_points.size() == 4);
+  CHECK(smoothed_points[0].second == 1.0);                          // debiased: the first value itself
+  CHECK(smoothed_points[1].second == Approx((0.25 + 1.5) / 0.75));  // (0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.25)
+  CHECK(std::isnan(smoothed_points[2].second));
+  CHECK(smoothed_points[3].second == Approx((0.125 + 0.75 + 2.5) / 0.875));
+  CHECK(smoothed({{1, 2.0}}, 0) == SeriesPoints{{1, 2.0}});
+}
+
+TEST_CASE("the dashboard's chart: the report's drawing plus hover data, zoomed to a step range", "[report]") {
+  const ChartSeries series{"run", "#1f77b4", "", {{0, 4.0}, {10, 3.0}, {20, 2.0}, {30, 1.0}}};
+  ChartOptions plain;
+  ChartOptions hover;
+  hover.hover_data = true;
+  const std::string report_svg = render_line_chart({series}, plain);
+  const std::string dashboard_svg = render_line_chart({series}, hover);
+  CHECK(report_svg.find("data-") == std::string::npos);
+  CHECK(dashboard_svg.find("data-steps=\"0 10 20 30\" data-values=\"4 3 2 1\"") != std::string::npos);
+  CHECK(dashboard_svg.find("class=\"plot-frame\"") != std::string::npos);
+  // The same polyline in both.
+  const auto polyline = [](const std::string& svg) {
+    const auto start = svg.find("<polyline");
+    return svg.substr(start, svg.find('>', start) - start);
+  };
+  CHECK(polyline(report_svg) == polyline(dashboard_svg));
+  ChartOptions zoomed = hover;
+  zoomed.step_range = StepRange{10, 20};
+  CHECK(render_line_chart({series}, zoomed).find("data-steps=\"10 20\"") != std::string::npos);
+  ChartOptions log = plain;
+  log.y_scale = YScale::log;
+  CHECK(render_line_chart({series}, log).find(">log</text>") != std::string::npos);
+  ChartOptions smooth = plain;
+  smooth.smoothing = 0.6;
+  CHECK(render_line_chart({series}, smooth).find("opacity=\"0.25\"") != std::string::npos);  // the raw values, faded
+}
+
+TEST_CASE("parallel coordinates draw a line per trial and bars their values", "[report]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::string svg =
+      render_parallel_coordinates({{"lr", true, {}}, {"mode", false, {"a", "b"}}, {"loss", false, {}}},
+                                  {{{1e-3, 0, 0.5}, "#1f77b4", false, "t1"},
+                                   {{1e-2, 1, 0.2}, "#d62728", true, "t2"},
+                                   {{1e-1, nan, 0.9}, "#888", false, "t3"}},
+                                  {});
+  size_t lines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+  CHECK(lines == 3);  // t3 has no mode: its line goes from lr to loss
+  CHECK(svg.find("nan") == std::string::npos);
+  const std::string bars = render_bar_chart({{"lr", 0.8, "#1f77b4", ""}, {"mode", 0.1, "#1f77b4", ""}}, {});
+  CHECK(bars.find(">0.80<") != std::string::npos);
+}
+
+TEST_CASE("parameter importance is the squared Spearman correlation, or eta squared of ranks for choices", "[report]") {
+  using runner::sweep::parameter_importance;
+  // A monotone relation, however curved: 1.
+  CHECK(*parameter_importance({1e-4, 1e-3, 1e-2, 1e-1}, {1.0, 4.0, 9.0, 100.0}) == Approx(1.0));
+  CHECK(*parameter_importance({1, 2, 3, 4}, {4.0, 3.0, 2.0, 1.0}) == Approx(1.0));
+  // Ranks 1 2 3 4 5 against 2 1 4 3 5: rho = 1 - 6 * 4 / (5 * 24) = 0.8.
+  CHECK(*parameter_importance({1, 2, 3, 4, 5}, {2.0, 1.0, 4.0, 3.0, 5.0}) == Approx(0.64));
+  // Choices: the objective's ranks split cleanly by the choice: 1; evenly mixed: 0.
+  CHECK(*parameter_importance({"a", "a", "b", "b"}, {1.0, 2.0, 3.0, 4.0}) ==
+        Approx(0.8));  // 4 / 5 of the rank variance
+  CHECK(*parameter_importance({"a", "b", "b", "a"}, {1.0, 2.0, 3.0, 4.0}) == Approx(0.0));
+  CHECK_FALSE(parameter_importance({1, 2}, {1.0, 2.0}));          // too few trials
+  CHECK_FALSE(parameter_importance({1, 1, 1}, {1.0, 2.0, 3.0}));  // one value
+  CHECK_FALSE(parameter_importance({1, 2, 3}, {1.0, 1.0, 1.0}));  // one result
 }

@@ -371,7 +371,10 @@ function runPage(reference) {
       const previous = sliders.get(name);
       const follow = !previous || previous.follow;  // at the newest grid: stay there as grids arrive
       const index = follow ? images.length - 1 : Math.min(previous.index, images.length - 1);
-      const image = el("img", { alt: `${name} grid` });
+      // Enlarged by a whole factor towards 384 pixels wide, as the report does; pixelated rendering keeps it sharp.
+      const image = el("img", { alt: `${name} grid`, onload: () => {
+        image.width = image.naturalWidth * Math.max(1, Math.floor(384 / image.naturalWidth));
+      } });
       const caption = el("span");
       const input = el("input", { type: "range", min: 0, max: images.length - 1, value: index });
       const show = () => {

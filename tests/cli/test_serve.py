@@ -1,0 +1,336 @@
+"""`runner serve` end to end: the dashboard over an index with runs and a sweep, loaded in headless Chromium
+(curves, grids, compare, sweep charts, live updates without reload), and its access rules: loopback only by
+default, a token off loopback, nothing that writes."""
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import report_screenshot
+import test_sweep
+from runner_process import RUNNER, home_env, write_script
+
+TRAINING_SCRIPT = """
+local cfg = config { steps = 30, lr = 0.01, sleep = 0.0, late_at = 0 }
+local run = runner.start(cfg)
+for step in run:steps(cfg.steps) do
+  local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
+  if cfg.late_at > 0 and step >= cfg.late_at then values.late_metric = step end
+  run:log(values)
+  if run:every(10) then run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4) * step / 30) end
+  if cfg.sleep > 0 then
+    local t = runner.clock()
+    while runner.clock() - t < cfg.sleep do end
+  end
+end
+"""
+
+SWEEP = """
+return runner.sweep {
+  script = "synthetic.lua", name = "lrs",
+  parameters = { lr = runner.sweep.log_uniform(1e-4, 1), mode = { "plain", "fancy" } },
+  fixed = { steps = 9 }, method = "random", trials = 6, seed = 3, metric = "score",
+  prune = { "asha", min_steps = 3, reduction = 3 },
+}
+"""
+
+
+def start_serve(home, *args):
+    """Starts `runner serve --port 0 ARGS` over home; returns (process, url) once it listens."""
+    process = subprocess.Popen([RUNNER, "serve", "--port", "0", *args], env=home_env(home), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    match = re.match(r"runner serve: (http://\S+)", line)
+    if not match:
+        process.kill()
+        raise AssertionError(f"runner serve printed {line!r}, stderr {process.stderr.read()}")
+    return process, match.group(1)
+
+
+def stop_serve(process):
+    process.terminate()
+    process.wait(timeout=10)
+    process.stdout.close()
+    process.stderr.close()
+
+
+def get(url, method="GET", headers=None):
+    """(status, headers, body) of one request."""
+    request = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+def other_address():
+    """This machine's address on a non-loopback interface, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent; it picks the outgoing interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+class Dashboard(unittest.TestCase):
+    """One index with two finished runs and a sweep, and one `runner serve` over it, for all tests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+        cls.home = cls.dir / "home"
+        env = {**home_env(cls.home), "OMP_NUM_THREADS": "1"}
+        write_script(cls.dir, "train.lua", TRAINING_SCRIPT)
+        write_script(cls.dir, "synthetic.lua", test_sweep.SYNTHETIC)
+        write_script(cls.dir, "sweep.lua", SWEEP)
+        for command in (["train.lua"], ["train.lua", "lr=0.05"], ["sweep", "sweep.lua"]):
+            subprocess.run([RUNNER, *command], cwd=cls.dir, env=env, check=True, capture_output=True, timeout=300)
+        cls.server, cls.url = start_serve(cls.home)
+        cls.browser = None
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_serve(cls.server)
+        if cls.browser:
+            cls.browser.close()
+        cls.tmp.cleanup()
+
+    def sql(self, query, *parameters):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return db.execute(query, parameters).fetchall()
+
+    def page(self, path):
+        """The browser, showing url + path."""
+        if report_screenshot.chromium_binary() is None:
+            if os.environ.get("RUNNER_NO_BROWSER"):  # scripts/gpu-check: the GPU host has no browser
+                self.skipTest("RUNNER_NO_BROWSER is set: the dashboard's pages are not checked on this host")
+            self.fail("chromium is not installed (scripts/setup installs it); the dashboard cannot be checked")
+        import browser_session
+
+        if Dashboard.browser is None:
+            Dashboard.browser = browser_session.BrowserSession()
+        self.browser.goto(self.url.rstrip("/") + path)
+        return self.browser
+
+    # ---- pages in the browser ---------------------------------------------------------------------
+
+    def test_runs_table_filters_and_sorts_by_a_metric(self):
+        browser = self.page("/")
+        runs = self.sql("SELECT count(*) FROM runs")[0][0]  # 2 runs and 6 trials (and the live test's run)
+        browser.wait_for(f"document.querySelectorAll('tbody tr').length === {runs}")
+        headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
+        for column in ("name", "status", "sweep", "world size", "loss", "score"):
+            self.assertIn(column, headers)
+        loss = headers.index("loss")
+        browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")
+        names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
+        ours = [name for name in names if name in ("train-1", "train-2")]
+        self.assertEqual(ours, ["train-1", "train-2"])  # 1/30 * lr * 100: lr 0.01 before lr 0.05
+        self.assertTrue(all(name.startswith("train-") for name in names[:len(names) - 6]), names)  # trials: no loss
+        browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")  # descending
+        names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
+        self.assertEqual([name for name in names if name in ("train-1", "train-2")], ["train-2", "train-1"])
+        browser.evaluate("const box = document.querySelector('input[type=search]'); box.value = 'train-2';"
+                         "box.dispatchEvent(new Event('input'))")
+        self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), 1)
+
+    def test_run_page_draws_the_reports_curves_with_hover_and_the_grids_by_step(self):
+        browser = self.page("/run/train-1")
+        browser.wait_for("document.querySelectorAll('figure.chart svg polyline').length >= 2")
+        browser.wait_for("document.querySelector('.grid-slider img')?.naturalWidth > 0")
+        # The chart is the report's SVG: the same polyline as `runner report` draws for this run.
+        report = self.dir / "report.html"
+        subprocess.run([RUNNER, "report", "train-1", "-o", str(report), "--metrics", "loss"], env=home_env(self.home),
+                       check=True, capture_output=True)
+        report_points = re.search(r'<polyline [^>]*points="([^"]+)"', report.read_text()).group(1)
+        page_points = browser.evaluate(
+            "[...document.querySelectorAll('figure.chart svg')].find((svg) => svg.getAttribute('aria-label') === 'loss')"
+            ".querySelector('polyline').getAttribute('points')")
+        self.assertEqual(page_points, report_points)
+        # Hover: the value at the step under the mouse.
+        browser.evaluate("""(() => {
+            const svg = [...document.querySelectorAll('figure.chart svg')].find((s) => s.getAttribute('aria-label') === 'loss');
+            const frame = svg.querySelector('rect.plot-frame').getBoundingClientRect();
+            svg.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: frame.right - 1, clientY: frame.top + 20 }));
+        })()""")
+        self.assertEqual(browser.evaluate("document.getElementById('hover').hidden"), False)
+        self.assertIn("train-1: 0.0333333", browser.evaluate("document.getElementById('hover').textContent"))
+        # The slider goes through the grids by step; each image is one the index lists.
+        grids = browser.evaluate("""(() => {
+            const input = document.querySelector('.grid-slider input');
+            const seen = [];
+            for (const value of [0, 1, 2]) {
+              input.value = value; input.dispatchEvent(new Event('input'));
+              seen.push(document.querySelector('.grid-slider img').getAttribute('src'));
+            }
+            return seen;
+        })()""")
+        self.assertEqual([re.search(r"samples-(\d+)\.png", g).group(1) for g in grids], ["0000010", "0000020", "0000030"])
+        browser.evaluate("document.querySelector('figure.chart').scrollIntoView()")
+        png = browser.screenshot(self.dir / "run.png")
+        self.assertGreater(report_screenshot.count_colour(png, "#1f77b4", tolerance=40), 300)
+        # Log scale and smoothing redraw the chart through the server.
+        browser.evaluate("const s = document.querySelector('.controls select'); s.value = 'log';"
+                         "s.dispatchEvent(new Event('change'))")
+        browser.wait_for("document.querySelector('figure.chart svg text.scale')?.textContent === 'log'")
+
+    def test_zoom_requests_the_chart_for_the_chosen_steps(self):
+        browser = self.page("/run/train-1")
+        browser.wait_for("!!document.querySelector('figure.chart svg rect.plot-frame')")
+        browser.evaluate("""(() => {
+            const figure = document.querySelector('figure.chart');
+            const frame = figure.querySelector('rect.plot-frame').getBoundingClientRect();
+            const at = (f) => ({ bubbles: true, clientX: frame.left + f * frame.width, clientY: frame.top + 30 });
+            figure.dispatchEvent(new MouseEvent('mousedown', at(0.5)));
+            figure.dispatchEvent(new MouseEvent('mousemove', at(0.8)));
+            window.dispatchEvent(new MouseEvent('mouseup', at(0.8)));
+        })()""")
+        steps = browser.wait_for("(() => { const g = document.querySelector('figure.chart g.series');"
+                                 " const r = document.querySelector('figure.chart rect.plot-frame');"
+                                 " return g && r.dataset.x !== '1 30' && g.dataset.steps; })()")
+        steps = [int(s) for s in steps.split()]
+        self.assertGreaterEqual(min(steps), 14)
+        self.assertLessEqual(max(steps), 26)
+
+    def test_compare_overlays_the_runs_and_marks_config_differences(self):
+        browser = self.page("/compare?run=train-1&run=train-2")
+        browser.wait_for("document.querySelectorAll('figure.chart').length >= 2 && "
+                         "document.querySelectorAll('figure.chart g.series').length >= 4")
+        colours = browser.evaluate("[...document.querySelector('figure.chart svg').querySelectorAll('g.series')]"
+                                   ".map((g) => g.dataset.colour)")
+        self.assertEqual(colours, ["#1f77b4", "#ff7f0e"])
+        differing = browser.evaluate("[...document.querySelectorAll('tr.differs th')].map((th) => th.textContent)")
+        self.assertEqual(differing, ["lr"])
+        png = browser.screenshot(self.dir / "compare.png")
+        self.assertGreater(report_screenshot.count_colour(png, "#ff7f0e", tolerance=40), 300)
+
+    def test_sweep_page_shows_trials_importance_parallel_coordinates_and_rungs(self):
+        browser = self.page("/sweeps")
+        browser.wait_for("document.querySelector('tbody tr a')?.textContent === 'lrs'")
+        browser = self.page("/sweep/lrs")
+        browser.wait_for("document.querySelectorAll('figure.chart svg').length === 6")
+        labels = browser.evaluate("[...document.querySelectorAll('figure.chart svg')].map((s) => s.getAttribute('aria-label'))")
+        self.assertEqual(labels, ["score by lr", "score by mode", "parameter importance", "parameters and score",
+                                  "ASHA rungs: score", "score of every trial"])
+        self.assertIn("squared Spearman rank correlation", browser.evaluate("document.body.textContent"))
+        trials = self.sql("SELECT count(*) FROM trials")[0][0]
+        self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), trials)
+        parallel = browser.evaluate("document.querySelectorAll('svg[aria-label=\"parameters and score\"] polyline').length")
+        self.assertEqual(parallel, trials)
+        rung_results = self.sql("SELECT count(*) FROM trial_rungs")[0][0]
+        self.assertGreater(rung_results, 0)
+        self.assertEqual(browser.evaluate("document.querySelectorAll('svg[aria-label=\"ASHA rungs: score\"] circle').length"),
+                         rung_results)
+        bars = browser.evaluate("document.querySelectorAll('svg[aria-label=\"parameter importance\"] rect').length")
+        self.assertEqual(bars, 2)
+
+    def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
+        job = subprocess.Popen([RUNNER, str(self.dir / "train.lua"), "steps=60", "sleep=0.1", "late_at=25"],
+                               cwd=self.dir, env={**home_env(self.home), "OMP_NUM_THREADS": "1"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not self.sql("SELECT id FROM runs WHERE name = 'train-3'"):
+                self.assertLess(time.monotonic(), deadline, "the job did not start")
+                time.sleep(0.1)
+            browser = self.page("/run/train-3")
+            browser.evaluate("window.loadedOnce = true")
+            browser.wait_for("!!document.querySelector('figure.chart g.series')")
+            first_steps = browser.evaluate("document.querySelector('figure.chart g.series').dataset.steps.split(' ').length")
+            browser.wait_for("[...document.querySelectorAll('.metric-picks label')].some((l) => l.textContent.includes('late_metric'))",
+                             timeout=60)
+            seen = time.time()
+            logged = self.sql("SELECT min(m.time) FROM metrics m JOIN runs r USING (run) "
+                              "WHERE r.name = 'train-3' AND m.key = 'late_metric'")[0][0]
+            self.assertLess(seen - logged, 3.5, "the page showed the new metric more than 3.5 s after it was logged")
+            self.assertTrue(browser.evaluate("window.loadedOnce === true"), "the page was reloaded")
+            browser.wait_for(f"document.querySelector('figure.chart g.series').dataset.steps.split(' ').length > {first_steps}")
+            browser.wait_for("document.querySelector('h1 .status')?.textContent === 'finished'", timeout=60)
+            self.assertTrue(browser.evaluate("window.loadedOnce === true"))
+        finally:
+            job.wait(timeout=120)
+            job.stderr.close()
+
+    # ---- access and read-only -----------------------------------------------------------------------
+
+    def test_requests_that_would_write_are_refused(self):
+        before = self.sql("SELECT count(*), max(heartbeat_at) FROM runs")
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            status, headers, body = get(self.url + "api/runs", method=method)
+            self.assertEqual(status, 405, method)
+            self.assertEqual(headers["Allow"], "GET, HEAD")
+            self.assertIn(b"read-only", body)
+        self.assertEqual(get(self.url + "api/query?sql=DELETE+FROM+runs")[0], 404)
+        self.assertEqual(get(self.url + "image?run=train-1&path=../../index.db")[0], 404)
+        self.assertEqual(get(self.url + "image?run=train-1&path=images/samples-0000010.png")[0], 200)
+        self.assertEqual(self.sql("SELECT count(*), max(heartbeat_at) FROM runs"), before)
+
+    def test_pages_poll_with_a_version_and_a_request_from_another_host_name_is_refused(self):
+        status, _, body = get(self.url + "api/runs")
+        version = json.loads(body)["version"]
+        status, _, body = get(self.url + f"api/runs?since={version}")
+        self.assertEqual(json.loads(body), {"version": version, "unchanged": True})
+        status, _, body = get(self.url + "api/runs", headers={"Host": "attacker.example:80"})
+        self.assertEqual(status, 403)
+
+    def test_nothing_answers_on_other_interfaces(self):
+        address = other_address()
+        if address is None:
+            self.skipTest("this machine has no non-loopback IPv4 address")
+        port = int(self.url.rsplit(":", 1)[1].strip("/"))
+        with socket.socket() as client:
+            client.settimeout(5)
+            with self.assertRaises(ConnectionRefusedError):
+                client.connect((address, port))
+
+    def test_another_address_needs_the_printed_token(self):
+        server, url = start_serve(self.home, "--host", "0.0.0.0")
+        try:
+            match = re.match(r"http://0\.0\.0\.0:(\d+)/\?token=([0-9a-f]{32})$", url)
+            self.assertIsNotNone(match, url)
+            port, token = match.groups()
+            base = f"http://127.0.0.1:{port}/"
+            status, _, body = get(base + "api/runs")
+            self.assertEqual(status, 403)
+            self.assertIn(b"token", body)
+            self.assertEqual(get(base + "api/runs?token=" + "0" * 32)[0], 403)
+            status, headers, _ = get(base + "?token=" + token)
+            self.assertEqual(status, 200)
+            cookie = headers["Set-Cookie"].split(";")[0]
+            self.assertEqual(cookie, f"runner_token={token}")
+            self.assertEqual(get(base + "api/runs", headers={"Cookie": cookie})[0], 200)
+            self.assertEqual(get(base + "api/runs", method="POST", headers={"Cookie": cookie})[0], 405)
+            address = other_address()
+            if address:
+                self.assertEqual(get(f"http://{address}:{port}/api/runs?token={token}")[0], 200)
+        finally:
+            stop_serve(server)
+
+    def test_usage_errors(self):
+        for args, message in ((["--port", "x"], "--port 'x': expected a non-negative integer"),
+                              (["--port", "70000"], "--port '70000': expected 0 (any free port) to 65535"),
+                              (["extra"], "unexpected argument 'extra'")):
+            result = subprocess.run([RUNNER, "serve", *args], env=home_env(self.home), capture_output=True, text=True,
+                                    timeout=30)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(f"runner serve: {message}", result.stderr)
+        result = subprocess.run([RUNNER, "serve", "--port", "0"], env=home_env(self.dir / "nowhere"),
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("runner serve:", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
