@@ -188,7 +188,7 @@ class Dashboard(unittest.TestCase):
 
     def test_zoom_requests_the_chart_for_the_chosen_steps(self):
         browser = self.page("/run/train-1")
-        browser.wait_for("!!document.querySelector('figure.chart svg rect.plot-frame')")
+        browser.wait_for("!!document.querySelector('figure.chart')?.querySelector('rect.plot-frame')")
         browser.evaluate("""(() => {
             const figure = document.querySelector('figure.chart');
             const frame = figure.querySelector('rect.plot-frame').getBoundingClientRect();
