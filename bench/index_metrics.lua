@@ -1,5 +1,6 @@
--- Benchmark (runner side of bench/index_metrics.py): metric rows per second into the SQLite run index and
--- the cost of one `run:log` call as the training loop sees it.
+-- Benchmark (runner side of bench/index_metrics.py): metric rows per second into the run index (SQLite in
+-- $RUNNER_HOME, or the PostgreSQL database RUNNER_INDEX names) and the cost of one `run:log` call as the training
+-- loop sees it.
 -- Starts a run (in $RUNNER_HOME, which must be set: the driver gives each measurement a fresh temporary one),
 -- then for step = 1..steps builds a table of `keys` values, as a training loop would ({loss = ..., lr = ...,
 -- grad_norm = ..., ...}), and calls run:log(values, step). Each call is timed on its own (runner.clock() before

@@ -1,11 +1,13 @@
-# Benchmark: sustained metric rows/s into runner's SQLite run index and the per-`run:log` cost, against Python sqlite3.
+# Benchmark: sustained metric rows/s into runner's run index (SQLite, and PostgreSQL where it is installed) and the
+# per-`run:log` cost, against Python sqlite3.
 """Metric rows per second into the run index (`runner.start`, `run:log`, `run:flush`) and the cost of one
-`log` call as the training loop sees it, runner against a careful Python tracker on Python's sqlite3.
+`log` call as the training loop sees it, runner against a careful Python tracker on Python's sqlite3, and runner
+on a PostgreSQL index.
 
     ~/.cache/runner/venv/bin/python bench/index_metrics.py [--steps 100000] [--keys 10] [--rounds 3]
         [--tensor-steps N] [--sample-every 1] [--work-us 0] [--batch-rows 50000] [--flush-interval 1]
-        [--mlflow-rows 100000] [--runner build/runner] [--only runner|python] [--no-tensor] [--keep]
-        [--output FILE]
+        [--mlflow-rows 100000] [--runner build/runner] [--only runner|python] [--no-tensor] [--no-postgresql]
+        [--keep] [--output FILE]
 
 Every measurement writes steps x keys rows (default 100,000 x 10 = 1M) for one run into a fresh database in
 a temporary directory. The value of key i (1-based) at a step is i + step * 1e-6, logged as one table/dict per
@@ -17,6 +19,11 @@ step with the names a training loop logs (loss, lr, grad_norm, ...).
   (WITHOUT ROWID, primary key (run, key, step)), an upsert of `metric_latest` per key, and the heartbeat.
   `runner (1-element tensors)` logs one-element CPU tensors, torch.tensor(value), made while building the
   table (--tensor-steps calls, default --steps / 4: making the tensors is the slow part of that loop).
+- runner (PostgreSQL): the same as `runner`, with RUNNER_INDEX set to a fresh database on a throwaway server that
+  the benchmark starts on a free local port (tests/cli/postgres_server.py: initdb in a temporary folder, fsync
+  off, as the tests run it) and stops at the end. The writer's batches are multi-row INSERT ... ON CONFLICT
+  statements of 1000 rows under row locks. Measured when PostgreSQL's server programs are installed (Debian
+  postgresql; scripts/setup installs it), unless --no-postgresql; otherwise the table says why it is missing.
 - python: the same rows through Python's sqlite3 into a database with runner's own schema (the CREATE
   statements are read from a runner-made index, with a copy of its `runs` row, so the foreign key is checked
   on both sides) and the same PRAGMAs (journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON). log() appends
@@ -34,7 +41,7 @@ call in N, at random gaps (regular ones would fall in step with the 50,000-row b
 p99.9 and max, in microseconds per call (of --keys values), the five slowest calls with their steps, and the
 time spent inside log calls. The loop runs flat out unless --work-us adds a busy-wait per step (the training
 step's compute), which shows the log cost at a training loop's pace, with the writer keeping up.
-Afterwards every database is checked with sqlite3: exactly steps x keys rows for the run,
+Afterwards every database is checked with sqlite3 (psql for PostgreSQL): exactly steps x keys rows for the run,
 --keys distinct keys, steps 1..steps, no NULL value and the expected sum of values; metric_latest holds the
 last step of each key. A measurement that fails the check stops the benchmark.
 
@@ -60,6 +67,9 @@ REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 from runner_side import find_runner, run_runner_script  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
+
+sys.path.insert(0, str(REPO_ROOT / "tests" / "cli"))
+import postgres_server  # noqa: E402  (the tests' throwaway PostgreSQL server)
 
 TARGET_ROWS_PER_S = 200_000
 COMMON_NAMES = ["loss", "lr", "grad_norm", "loss_ema", "param_norm", "update_ratio", "step_time", "images_per_s",
@@ -91,18 +101,47 @@ def latency_stats(samples_s):
 
 # Verification ---------------------------------------------------------------------------------------
 
+METRICS_FOUND = ("SELECT count(*), count(DISTINCT key), min(step), max(step), count(value), sum(value) "
+                 "FROM metrics WHERE run = {run}")
+LATEST_FOUND = "SELECT count(*), min(step), max(step) FROM metric_latest WHERE run = {run}"
+
+
 def verify(db_path, run_key, steps, keys, tolerance):
-    """Checks the metrics of one run; `run_key` is the SQL expression's parameter for `run = (...)`.
+    """Checks the metrics of one run in an SQLite index; `run_key` is the run's integer key.
     Returns a dict of what was found plus "ok" and "problems"."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        rows, distinct, first, last, non_null, total = db.execute(
-            "SELECT count(*), count(DISTINCT key), min(step), max(step), count(value), sum(value) "
-            "FROM metrics WHERE run = ?", (run_key,)).fetchone()
-        latest = db.execute("SELECT count(*), min(step), max(step) FROM metric_latest WHERE run = ?",
-                            (run_key,)).fetchone()
+        found = db.execute(METRICS_FOUND.format(run="?"), (run_key,)).fetchone()
+        latest = db.execute(LATEST_FOUND.format(run="?"), (run_key,)).fetchone()
     finally:
         db.close()
+    return judge(found, latest, steps, keys, tolerance)
+
+
+def psql_row(server, database, query):
+    """One row of a query through psql, as ints and floats (None for NULL)."""
+    text = server.sql(query, database).strip()
+    values = []
+    for item in text.split("|"):
+        if item == "":
+            values.append(None)
+            continue
+        try:
+            values.append(int(item))
+        except ValueError:
+            values.append(float(item))
+    return tuple(values)
+
+
+def verify_postgresql(server, database, run_key, steps, keys, tolerance):
+    """verify() on a PostgreSQL index, through psql."""
+    found = psql_row(server, database, METRICS_FOUND.format(run=int(run_key)))
+    latest = psql_row(server, database, LATEST_FOUND.format(run=int(run_key)))
+    return judge(found, latest, steps, keys, tolerance)
+
+
+def judge(found, latest, steps, keys, tolerance):
+    rows, distinct, first, last, non_null, total = found
     want = expected_sum(steps, keys)
     problems = []
     if rows != steps * keys:
@@ -115,7 +154,7 @@ def verify(db_path, run_key, steps, keys, tolerance):
         problems.append(f"{rows - non_null} NULL values")
     if total is None or abs(total - want) > tolerance * want:
         problems.append(f"sum of values {total}, expected {want}")
-    if latest != (keys, steps, steps):
+    if tuple(latest) != (keys, steps, steps):
         problems.append(f"metric_latest holds {latest[0]} keys at steps {latest[1]}..{latest[2]}, "
                         f"expected {keys} at {steps}")
     return {"ok": not problems, "rows": rows, "expected_rows": steps * keys, "keys": distinct,
@@ -124,12 +163,15 @@ def verify(db_path, run_key, steps, keys, tolerance):
 
 # runner -----------------------------------------------------------------------------------------------
 
-def run_runner(runner, home, settings, mode, steps):
+def run_runner(runner, home, settings, mode, steps, index_url=None):
+    env = {"RUNNER_HOME": str(home)}
+    if index_url:
+        env["RUNNER_INDEX"] = index_url
     return run_runner_script(runner, "index_metrics.lua",
                              {"steps": steps, "keys": settings["keys"], "mode": mode,
                               "sample_every": settings["sample_every"], "flush_interval": settings["flush_interval"],
                               "work_us": settings["work_us"]},
-                             env={"RUNNER_HOME": str(home)})
+                             env=env)
 
 
 def measure_runner(runner, home, settings, mode):
@@ -145,11 +187,33 @@ def measure_runner(runner, home, settings, mode):
         sys.exit(f"runner: run {result['run_id']} is not in {db_path}")
     # Tensors are float32: each value is rounded to 24 bits.
     result["verified"] = verify(db_path, found[0], steps, settings["keys"], 1e-6 if mode == "number" else 1e-5)
-    result["verified"]["status"] = found[1]
-    if found[1] != "finished":
+    return checked_status(result, found[1])
+
+
+def checked_status(result, status):
+    result["verified"]["status"] = status
+    if status != "finished":
         result["verified"]["ok"] = False
-        result["verified"]["problems"].append(f"run status {found[1]}")
+        result["verified"]["problems"].append(f"run status {status}")
     return result
+
+
+def measure_runner_postgresql(runner, home, settings, server):
+    """The numbers variant with the index in a fresh database of the benchmark's PostgreSQL server."""
+    url = server.new_database()
+    database = url.rsplit("/", 1)[1]
+    result = run_runner(runner, home, settings, "number", settings["steps"], index_url=url)
+    result["index"] = "postgresql"
+    run_id = result["run_id"]
+    if not all(c.isalnum() for c in run_id):
+        sys.exit(f"runner printed an unexpected run id {run_id!r}")
+    found = server.sql(f"SELECT run, status FROM runs WHERE id = '{run_id}'", database).strip()
+    if not found:
+        sys.exit(f"runner (PostgreSQL): run {run_id} is not in {url}")
+    run_key, status = found.split("|")
+    result["verified"] = verify_postgresql(server, database, int(run_key), settings["steps"], settings["keys"], 1e-6)
+    server.sql(f"DROP DATABASE {database}")
+    return checked_status(result, status)
 
 
 def make_template(runner, directory, settings):
@@ -367,7 +431,8 @@ def measure_mlflow(directory, settings):
 # Report ----------------------------------------------------------------------------------------------
 
 LABELS = {"runner": "runner (numbers)", "runner_tensor": "runner (1-element tensors)",
-          "python": "python sqlite3 peer", "mlflow": "mlflow sqlite store"}
+          "runner_postgresql": "runner (numbers, PostgreSQL)", "python": "python sqlite3 peer",
+          "mlflow": "mlflow sqlite store"}
 
 
 def format_int(value):
@@ -392,6 +457,8 @@ def main():
     parser.add_argument("--mlflow-rows", type=int, default=100_000,
                         help="rows of the MLflow measurement, when mlflow is importable (default 100000)")
     parser.add_argument("--no-tensor", action="store_true", help="skip the tensor variant")
+    parser.add_argument("--no-postgresql", action="store_true",
+                        help="skip the PostgreSQL index (measured by default where PostgreSQL is installed)")
     parser.add_argument("--runner", default="build/runner", help="the runner binary (default $RUNNER_BIN or "
                                                                  "build/runner, relative to the checkout)")
     parser.add_argument("--only", choices=("runner", "python"), help="measure one side only (no ratio)")
@@ -407,6 +474,13 @@ def main():
     runner = find_runner(args.runner)  # needed by both sides: the peer's schema comes from a runner-made index
     tensor_steps = args.tensor_steps or max(1, args.steps // 4)
     mlflow_ok, mlflow_note = mlflow_available()
+    if args.no_postgresql or args.only == "python":
+        postgresql_ok, postgresql_note = False, "not asked for"
+    elif postgres_server.available():
+        postgresql_ok, postgresql_note = True, f"server programs in {postgres_server.BIN}"
+    else:
+        postgresql_ok, postgresql_note = False, (f"no PostgreSQL server programs in {postgres_server.BIN} (Debian "
+                                                 f"postgresql; or set RUNNER_POSTGRES_BIN)")
     settings = {"steps": args.steps, "keys": args.keys, "tensor_steps": tensor_steps,
                 "sample_every": args.sample_every, "batch_rows": args.batch_rows,
                 "flush_interval": args.flush_interval, "work_us": args.work_us,
@@ -415,6 +489,7 @@ def main():
     sides = []
     if args.only != "python":
         sides += ["runner"] + ([] if args.no_tensor else ["runner_tensor"])
+        sides += ["runner_postgresql"] if postgresql_ok else []
     if args.only != "runner":
         sides += ["python"] + (["mlflow"] if mlflow_ok else [])
     print(f"{args.steps:,} log calls x {args.keys} keys = {args.steps * args.keys:,} rows per measurement "
@@ -424,11 +499,17 @@ def main():
           flush=True)
     if not mlflow_ok:
         print(f"mlflow: skipped: {mlflow_note}", flush=True)
+    if not postgresql_ok and args.only != "python":
+        print(f"PostgreSQL: skipped: {postgresql_note}", flush=True)
 
     load_before = os.getloadavg()
     scratch = Path(tempfile.mkdtemp(prefix="index-metrics-"))
     results = {side: [] for side in sides}
+    server = None
     try:
+        if postgresql_ok:
+            server = postgres_server.PostgresServer().start()
+            postgresql_note = f"{postgresql_note}; " + server.sql("SELECT version()").strip()
         template, template_run = make_template(runner, scratch, settings)
         for round_index in range(args.rounds):
             order = sides if round_index % 2 == 0 else sides[::-1]
@@ -439,13 +520,15 @@ def main():
                     result = measure_runner(runner, directory, settings, "number")
                 elif side == "runner_tensor":
                     result = measure_runner(runner, directory, settings, "tensor")
+                elif side == "runner_postgresql":
+                    result = measure_runner_postgresql(runner, directory, settings, server)
                 elif side == "python":
                     result = measure_python(directory, template, template_run, settings)
                 else:
                     result = measure_mlflow(directory, settings)
                 results[side].append(result)
                 check = result["verified"]
-                print(f"  round {round_index + 1}/{args.rounds}  {LABELS[side]:27s} {result['rows_per_s']:>11,.0f} "
+                print(f"  round {round_index + 1}/{args.rounds}  {LABELS[side]:29s} {result['rows_per_s']:>11,.0f} "
                       f"rows/s  ({result['rows']:,} rows in {result['seconds']:.2f} s, flush wait "
                       f"{result['flush_wait_s']:.2f} s; log {result['log_us']['mean']:.2f} us/call mean, "
                       f"p99 {result['log_us']['p99']:.2f})  "
@@ -456,6 +539,8 @@ def main():
                 if not args.keep:
                     shutil.rmtree(directory)
     finally:
+        if server:
+            server.stop()  # its data folder too, --keep or not
         if args.keep:
             print(f"databases kept in {scratch}")
         else:
@@ -486,18 +571,20 @@ def main():
         log_ratio = summary["python"]["log_us_mean"] / summary["runner"]["log_us_mean"]
 
     print()
-    print(f"{'side':<27} {'rows':>9} {'rows/s':>9} {'vs py':>5} {'spread':>6} {'loop s':>6} {'in log':>6} "
+    print(f"{'side':<29} {'rows':>9} {'rows/s':>9} {'vs py':>5} {'spread':>6} {'loop s':>6} {'in log':>6} "
           f"{'flush':>6} {'log us/call':>11} {'p50':>6} {'p99':>6} {'p99.9':>8} {'max':>8} {'us/row':>6}  verified")
     for side in sides:
         row = summary[side]
         versus = "-" if "python" not in summary else f"{row['rows_per_s'] / summary['python']['rows_per_s']:.2f}"
-        print(f"{row['label']:<27} {format_int(row['rows_per_measurement']):>9} {format_int(row['rows_per_s']):>9} "
+        print(f"{row['label']:<29} {format_int(row['rows_per_measurement']):>9} {format_int(row['rows_per_s']):>9} "
               f"{versus:>5} {row['spread_pct']:>5.0f}% {row['log_loop_s']:>6.2f} {row['log_s_estimate']:>6.2f} "
               f"{row['flush_wait_s']:>6.2f} {row['log_us_mean']:>11.2f} {row['log_us_p50']:>6.2f} "
               f"{row['log_us_p99']:>6.2f} {row['log_us_p999']:>8.1f} {row['log_us_max']:>8.0f} "
               f"{row['log_us_per_row_mean']:>6.3f}  {'yes' if row['rows_verified'] else 'NO'}")
     if not mlflow_ok and args.only != "runner":
-        print(f"{LABELS['mlflow']:<27} skipped: {mlflow_note}")
+        print(f"{LABELS['mlflow']:<29} skipped: {mlflow_note}")
+    if not postgresql_ok and args.only != "python":
+        print(f"{LABELS['runner_postgresql']:<29} skipped: {postgresql_note}")
     overheads = ", ".join(f"{side} {summary[side]['clock_overhead_us']:.3f} us" for side in sides)
     print(f"medians over rounds; spread = (max - min) / median of rows/s. loop s: first log to last log returned "
           f"(building the values + log calls); in log: time inside log calls; flush: wait for the final commit. "
@@ -510,7 +597,8 @@ def main():
         print(f"target {TARGET_ROWS_PER_S:,} rows/s sustained: {met} (runner {rate:,.0f} rows/s)")
 
     versions = {"runner": runner_version(runner), "python_sqlite": sqlite3.sqlite_version,
-                "mlflow": mlflow_note if mlflow_ok else None}
+                "mlflow": mlflow_note if mlflow_ok else None,
+                "postgresql": postgresql_note if postgresql_ok else None}
     fields = {
         "settings": {**settings, "rounds": args.rounds, "sides": sides, "runner": str(runner),
                      "target_rows_per_s": TARGET_ROWS_PER_S,
@@ -521,9 +609,13 @@ def main():
                      "python_peer": "Python sqlite3, runner's schema and PRAGMAs (WAL, synchronous=NORMAL, "
                                     "foreign_keys=ON), rows appended to a list, flushed in the caller's thread "
                                     "every batch_rows rows: BEGIN IMMEDIATE, executemany INSERT OR REPLACE, "
-                                    "metric_latest upsert, heartbeat, COMMIT"},
+                                    "metric_latest upsert, heartbeat, COMMIT",
+                     "postgresql": "runner (numbers) with RUNNER_INDEX on a throwaway local server "
+                                   "(tests/cli/postgres_server.py: initdb, fsync=off), a fresh database per "
+                                   "measurement"},
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "mlflow": {"measured": mlflow_ok, "note": mlflow_note},
+        "postgresql": {"measured": postgresql_ok, "note": postgresql_note},
         "rounds": results,
         "medians": summary,
         "target_met": None if "runner" not in summary else summary["runner"]["rows_per_s"] >= TARGET_ROWS_PER_S,
