@@ -18,7 +18,10 @@
 namespace runner::cli {
 namespace {
 
-constexpr const char* kUsage = R"(index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs):
+constexpr const char* kUsage =
+    R"(index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs; with
+RUNNER_INDEX=postgresql://USER@HOST:PORT/DB, or --index URL given to any of these commands, it is that PostgreSQL
+database, and RUNNER_HOME holds the run folders only):
   runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--sort KEY [--desc]]
               [--limit N] [--metrics a,b] [--csv|--json]
                                       table of runs, newest first (KEY: a metric, started, duration, step, name)

@@ -73,6 +73,26 @@ class CommandLine(ScriptDir):
             self.assertTrue(lines[2].startswith(usage), (args, lines[2]))
             self.assertEqual(result.stdout, "")
 
+    def test_the_index_commands_usage_says_where_the_index_is(self):
+        # RUNNER_HOME's index.db, or a PostgreSQL database through RUNNER_INDEX or --index URL: the same text for
+        # --help, for a usage error, and in runner --help.
+        where = ("index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs; with\n"
+                 "RUNNER_INDEX=postgresql://USER@HOST:PORT/DB, or --index URL given to any of these commands, it is that "
+                 "PostgreSQL\ndatabase, and RUNNER_HOME holds the run folders only):\n")
+        shown = self.run_script("runs", "--help")
+        self.assertEqual((shown.returncode, shown.stderr), (0, ""))
+        self.assertTrue(shown.stdout.startswith(where), shown.stdout[:400])
+        refused = self.run_script("query", "--limit")
+        self.assertEqual(refused.returncode, 2)
+        self.assertEqual(refused.stderr.split("\n", 2)[2][:len(where)], where)
+        self.assertIn(where, self.run_script("--help").stdout)
+        # The --index it names is taken by each index command, and a URL that is not PostgreSQL's is refused.
+        for command in (("runs",), ("sweeps",), ("query", "SELECT 1")):
+            result = self.run_script(*command, "--index", "mysql://db/runs")
+            self.assertEqual(result.returncode, 1, (command, result.stdout, result.stderr))
+            self.assertEqual(result.stderr, f"runner {command[0]}: RUNNER_INDEX / --index 'mysql://db/runs' is not a "
+                                            "postgresql:// URL (leave it unset for the SQLite index in RUNNER_HOME)\n")
+
     def test_help_among_the_options_prints_the_commands_help(self):
         for args, usage in [(("runs", "--csv", "--help"), "index commands"), (("sweep", "show", "-h"), "index commands"),
                             (("sweep", "--dry-run", "--help"), "usage: runner sweep"),
