@@ -108,3 +108,54 @@ def shared_server():
         _shared = PostgresServer().start()
         atexit.register(_shared.stop)
     return _shared
+
+
+# For ctest: `postgres_server.py start DIR` starts a server that outlives this command and writes its URL (of the
+# database `postgres`) to DIR/url, or, where PostgreSQL is not installed or does not start, the reason to
+# DIR/unavailable (and still exits 0, so that the tests that use it can say why they skip); `stop DIR` stops it.
+# The Catch2 tests find DIR in RUNNER_TEST_POSTGRES (tests/CMakeLists.txt).
+
+def start_for_ctest(state):
+    import json
+    state.mkdir(parents=True, exist_ok=True)
+    for name in ("url", "unavailable", "server.json"):
+        (state / name).unlink(missing_ok=True)
+    if not available():
+        (state / "unavailable").write_text(f"PostgreSQL's server programs are not in {BIN} (Debian postgresql, which "
+                                           f"scripts/setup installs; RUNNER_POSTGRES_BIN names another folder)\n")
+        return
+    try:
+        server = PostgresServer()
+        server.start()
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or ""
+        (state / "unavailable").write_text(f"the test PostgreSQL server did not start: {error} {detail}".strip() + "\n")
+        return
+    (state / "server.json").write_text(json.dumps({"pid": server.process.pid, "folder": str(server.folder)}))
+    (state / "url").write_text(server.url("postgres") + "\n")
+
+
+def stop_for_ctest(state):
+    import json
+    recorded = state / "server.json"
+    if recorded.exists():
+        server = json.loads(recorded.read_text())
+        try:
+            os.kill(server["pid"], signal.SIGINT)  # fast shutdown
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                os.kill(server["pid"], 0)
+                time.sleep(0.1)
+            os.killpg(server["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(server["folder"], ignore_errors=True)
+    for name in ("url", "unavailable", "server.json"):
+        (state / name).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
+        sys.exit("usage: postgres_server.py start|stop DIR")
+    (start_for_ctest if sys.argv[1] == "start" else stop_for_ctest)(pathlib.Path(sys.argv[2]))

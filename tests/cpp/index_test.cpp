@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/launch_context.h"
 #include "tests/cpp/temp_directory.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
@@ -140,7 +141,77 @@ bool eventually(Condition condition, double seconds = 5.0) {
   return condition();
 }
 
+// A fresh database on the PostgreSQL server of the test run, made the process's index (LaunchContext::index_url)
+// while this lives: ctest starts the server (tests/cli/postgres_server.py start DIR, a fixture in
+// tests/CMakeLists.txt) and names DIR in RUNNER_TEST_POSTGRES, where the script leaves the server's URL in `url`, or
+// why there is none in `unavailable`.
+class PostgresIndex {
+ public:
+  PostgresIndex() : saved_(runner::core::launch_context()) {
+    const char* state = std::getenv("RUNNER_TEST_POSTGRES");
+    if (!state || !*state) {
+      reason_ =
+          "no PostgreSQL server: RUNNER_TEST_POSTGRES is not set (ctest sets it to the folder of the server that "
+          "tests/cli/postgres_server.py starts)";
+      return;
+    }
+    const std::string folder = state;
+    if (!exists(folder + "/url")) {
+      reason_ = exists(folder + "/unavailable") ? "no PostgreSQL server: " + read_file(folder + "/unavailable")
+                                                : "no PostgreSQL server: " + folder + "/url is missing";
+      while (!reason_.empty() && reason_.back() == '\n') reason_.pop_back();
+      return;
+    }
+    std::string url = read_file(folder + "/url");
+    while (!url.empty() && (url.back() == '\n' || url.back() == '\r')) url.pop_back();
+    admin_url_ = url;
+    static int databases = 0;
+    name_ = "index_test_" + std::to_string(::getpid()) + "_" + std::to_string(++databases);
+    Database::postgresql(admin_url_, false).execute("CREATE DATABASE " + name_);
+    runner::core::LaunchContext context = saved_;
+    context.index_url = admin_url_.substr(0, admin_url_.rfind('/') + 1) + name_;
+    runner::core::set_launch_context(context);
+  }
+  ~PostgresIndex() {
+    runner::core::set_launch_context(saved_);
+    if (name_.empty()) return;
+    try {
+      Database::postgresql(admin_url_, false).execute("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+    } catch (const std::exception&) {  // the server goes with its folder at the end of the run
+    }
+  }
+  PostgresIndex(const PostgresIndex&) = delete;
+  PostgresIndex& operator=(const PostgresIndex&) = delete;
+
+  bool available() const { return !name_.empty(); }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  runner::core::LaunchContext saved_;
+  std::string admin_url_;
+  std::string name_;
+  std::string reason_;
+};
+
 }  // namespace
+
+// A test case that runs on the SQLite index in its home directory and again, as "<name> (PostgreSQL)" tagged
+// [postgresql], on a fresh database of the test run's PostgreSQL server; without a server that one says why it
+// skips. The body opens the index with open_index_for_writing(home), which takes the server from the launch
+// context, so the same statements run against both.
+#define INDEX_TEST_CASE(name, tags) INDEX_TEST_CASE_ON_BOTH(name, tags, INTERNAL_CATCH_UNIQUE_NAME(index_case_))
+#define INDEX_TEST_CASE_ON_BOTH(name, tags, body)        \
+  static void body();                                    \
+  TEST_CASE(name, tags) { body(); }                      \
+  TEST_CASE(name " (PostgreSQL)", tags "[postgresql]") { \
+    const PostgresIndex server;                          \
+    if (!server.available()) {                           \
+      WARN("SKIP: " << server.reason());                 \
+      return;                                            \
+    }                                                    \
+    body();                                              \
+  }                                                      \
+  static void body()
 
 // ---------------------------------------------------------------------------------------------------------
 // Opening and migrating
@@ -331,7 +402,7 @@ TEST_CASE("an index opened for reading reads but refuses writes", "[index]") {
 // ---------------------------------------------------------------------------------------------------------
 // Runs
 
-TEST_CASE("create_run names runs after the script and gives them fresh ids", "[index]") {
+INDEX_TEST_CASE("create_run names runs after the script and gives them fresh ids", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -374,7 +445,7 @@ TEST_CASE("create_run names runs after the script and gives them fresh ids", "[i
   CHECK(scalar(db, "SELECT count(*) FROM runs") == 5);
 }
 
-TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
+INDEX_TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
   TempHome tmp;
   Database db = open_index_for_writing(tmp.path);
   std::set<std::string> ids;
@@ -389,7 +460,7 @@ TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
   CHECK(scalar(db, "SELECT count(DISTINCT name) FROM runs") == 60);
 }
 
-TEST_CASE("resolve_run finds runs by id, name, last and unique prefix", "[index]") {
+INDEX_TEST_CASE("resolve_run finds runs by id, name, last and unique prefix", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -524,7 +595,7 @@ TEST_CASE("a final status the index could not take is recorded from the run's re
   CHECK(load_run(db, blank.run).status == "interrupted");  // a blank file: the process died without a word
 }
 
-TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[index]") {
+INDEX_TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[index]") {
   TempHome tmp;
   Database db = open_index_for_writing(tmp.path);
   const RunRecord run = create_run(db, new_run(), tmp.path);
@@ -546,7 +617,7 @@ TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[ind
   CHECK(*loaded.ended_at >= loaded.started_at);
 }
 
-TEST_CASE("each start and resume is an attempt that keeps what it ran with and how it ended", "[index]") {
+INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with and how it ended", "[index]") {
   TempHome tmp;
   Database db = open_index_for_writing(tmp.path);
   const RunRecord run = create_run(db, new_run(), tmp.path);
@@ -594,7 +665,7 @@ TEST_CASE("each start and resume is an attempt that keeps what it ran with and h
 // ---------------------------------------------------------------------------------------------------------
 // The metric writer
 
-TEST_CASE("the metric writer stores every logged value", "[index]") {
+INDEX_TEST_CASE("the metric writer stores every logged value", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -634,7 +705,8 @@ TEST_CASE("the metric writer stores every logged value", "[index]") {
   CHECK(writer.rows_written() == 10000);
 }
 
-TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and the highest step as latest", "[index]") {
+INDEX_TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and the highest step as latest",
+                "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -750,7 +822,7 @@ TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL and th
   }
 }
 
-TEST_CASE("the metric writer keeps the run's heartbeat and step fresh", "[index]") {
+INDEX_TEST_CASE("the metric writer keeps the run's heartbeat and step fresh", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -860,7 +932,7 @@ TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[in
   CHECK(scalar(db, "SELECT count(*) FROM metrics") == 0);
 }
 
-TEST_CASE("two metric writers on one index from two threads write everything", "[index]") {
+INDEX_TEST_CASE("two metric writers on one index from two threads write everything", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
@@ -1058,7 +1130,7 @@ std::string describe(const RowCounts& c) {
 
 }  // namespace
 
-TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[index]") {
+INDEX_TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
   Database db = open_index_for_writing(home);
