@@ -75,8 +75,8 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
 
 // The checks of `runner sweep FILE` before it records anything, made by --dry-run too: the definition
 // against the script's config, the slots of this host (unless the workers run elsewhere), and a stored sweep of the
-// same name (when the index exists; a dry run creates nothing). Prints the warnings. Returns the exit status of a
-// script that failed.
+// same name (when the index exists, in RUNNER_HOME or on the PostgreSQL server; a dry run creates nothing). Prints the
+// warnings. Returns the exit status of a script that failed.
 std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool slots_here) {
   const auto definition = bindings::read_sweep_file(file);
   if (const int* status = std::get_if<int>(&definition)) return *status;
@@ -85,11 +85,8 @@ std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool 
   if (const int* status = std::get_if<int>(&config)) return *status;
   sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
   if (slots_here) sweep::sweep_slots(spec);  // a Slurm job's slots are its allocation's
-  const std::string home = index::home_directory();
-  if (::access(index::index_path(home).c_str(), F_OK) == 0) {
-    index::Database db = index::open_index_for_reading(home);
-    sweep::same_definition(db, spec);
-  }
+  if (std::optional<index::Database> db = index::open_index_if_any(index::home_directory()))
+    sweep::same_definition(*db, spec);
   if (const std::string warning = sweep::rung_warning(spec); !warning.empty())
     std::fprintf(stderr, "runner sweep: %s\n", core::terminal_text(warning).c_str());
   return spec;

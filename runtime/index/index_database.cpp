@@ -713,4 +713,19 @@ Database open_index_for_reading(const std::string& home) {
   return db;
 }
 
+std::optional<Database> open_index_if_any(const std::string& home) {
+  if (const std::string url = index_url(); !url.empty()) {
+    {
+      Database db = Database::postgresql(url, true);
+      const int version = user_version(db);
+      check_version(db, version, schema_version());
+      check_is_index(db, version);
+      if (version == 0) return std::nullopt;
+    }
+    return open_index_for_reading(home);
+  }
+  if (!file_exists(index_path(home))) return std::nullopt;
+  return open_index_for_reading(home);
+}
+
 }  // namespace runner::index

@@ -1,6 +1,7 @@
 // The runner index: where it lives (RUNNER_HOME), its schema and migrations, and opening it safely.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 
@@ -45,6 +46,9 @@ Database open_index_for_writing(const std::string& home);
 // Opens the index read-only for queries and reports. A missing file, a file that is not a runner index,
 // or a newer schema is an IndexError; an older schema is first migrated through a writable connection.
 Database open_index_for_reading(const std::string& home);
+// The same when there is an index to read; none when RUNNER_HOME has no index.db, or the PostgreSQL database has no
+// runner schema yet (one with other tables is refused as open_index_for_reading refuses it).
+std::optional<Database> open_index_if_any(const std::string& home);
 
 // PRAGMA quick_check of the whole database, once per process and file (about 0.15 s for 2 million metric
 // values): IndexError naming the database and the first problem. Both ways of opening the index run it, so

@@ -1,7 +1,8 @@
 """One sweep on two hosts against one PostgreSQL index (issue 39): two workers in separate UTS namespaces (host
 names alpha and beta) and process groups share RUNNER_HOME; kill -9 of a worker and of the server lose and repeat
-nothing, the other worker takes over the dead one's trial from its checkpoint, and a trial whose run folder a host
-cannot see fails with an error that says so."""
+nothing, the other worker takes over the dead one's trial from its checkpoint, a trial whose run folder a host
+cannot see fails with an error that says so, and `runner sweep --dry-run` checks a sweep file against the sweep of
+that name on the server."""
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ import unittest
 
 import postgres_server
 from runner_process import RUNNER, RunnerHomeTest
-from test_sweep import CHECKPOINTING, score
+from test_sweep import CHECKPOINTING, SweepTest, score
 
 
 def can_name_hosts():
@@ -154,6 +155,46 @@ class SweepOnTwoHosts(RunnerHomeTest):
         self.assertEqual(error, f"trial 1 cannot continue on host gamma: its run folder {self.home}/{run_dir} (with its "
                                 "checkpoints, written on gamma) is not visible here; the hosts of a sweep need "
                                 "RUNNER_HOME on a filesystem they share, at the same path")
+
+
+@unittest.skipUnless(postgres_server.available(), "needs PostgreSQL's server programs")
+class DryRunOnPostgres(SweepTest):
+    def setUp(self):
+        super().setUp()
+        self.server = postgres_server.shared_server()
+        self.database = self.server.new_database().rsplit("/", 1)[1]
+        self.env = {**self.env, "RUNNER_INDEX": self.server.url(self.database)}
+
+    def test_the_dry_run_compares_the_file_with_the_sweep_stored_on_the_server(self):
+        self.sweep_file("first.lua", 'name = "same", script = "synthetic.lua", parameters = { width = { 1 } },\n'
+                                     '  fixed = { steps = 1 }, method = "grid", metric = "score",')
+        self.sweep_file("second.lua", 'name = "same", script = "synthetic.lua", parameters = { width = { 1, 2 } },\n'
+                                      '  fixed = { steps = 1 }, method = "grid", metric = "score",')
+        tables = "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+        # A database without the runner schema holds no sweep: both pass, and the dry run creates nothing.
+        for name in ("first.lua", "second.lua"):
+            result = self.runner("sweep", "--dry-run", name, check=0)
+            self.assertIn("sweep same: ", result.stdout)
+        self.assertEqual(self.server.sql(tables, self.database).strip(), "0")
+        self.assertFalse((self.home / "index.db").exists())
+        self.runner("sweep", "first.lua", check=0)
+        self.assertEqual(self.server.sql("SELECT name, status FROM sweeps", self.database).strip(), "same|finished")
+        # Now the server holds "same": the dry run of another definition under that name is refused as the run is.
+        refusal = ("runner sweep: second.lua:1: a sweep named 'same' exists with another definition (max_failures, "
+                   "parameters, trials differ): give this one another name = \"...\", or continue that one with "
+                   "runner sweep --join same\n")
+        for dry in (["--dry-run"], []):
+            result = self.runner("sweep", *dry, "second.lua", check=2)
+            self.assertEqual(result.stderr, refusal)
+        self.assertIn("sweep same: 1 trials (grid)", self.runner("sweep", "--dry-run", "first.lua", check=0).stdout)
+        self.assertEqual(self.server.sql("SELECT count(*) FROM trials", self.database).strip(), "1")
+        # A database with other tables is not taken for an index, by the dry run either.
+        other = self.server.new_database().rsplit("/", 1)[1]
+        self.server.sql("CREATE TABLE notes (text TEXT)", other)
+        self.env = {**self.env, "RUNNER_INDEX": self.server.url(other)}
+        result = self.runner("sweep", "--dry-run", "first.lua", check=1)
+        self.assertEqual(result.stderr, f"runner sweep: {self.server.url(other)}: not a runner index (a PostgreSQL "
+                                        "database without the runner schema)\n")
 
 
 if __name__ == "__main__":
