@@ -2,8 +2,9 @@
 -- runner.sweep: hyperparameter sweeps. A sweep file returns runner.sweep { ... } and runs with
 -- `runner sweep FILE.lua`: each trial is the experiment script run as a child process with key=value
 -- overrides (so every trial can be run by hand), recorded as a normal run linked to the sweep and its trial
--- number. `runner sweep --join NAME` adds a worker to a sweep from another shell of the same host; Ctrl-C or
--- SIGTERM stops the running trials with a checkpoint, and the same command continues the sweep.
+-- number. `runner sweep --join NAME` adds a worker to a sweep from another shell of the same host (or, with the
+-- index on PostgreSQL, from another host); Ctrl-C or SIGTERM stops the running trials with a checkpoint, and the
+-- same command continues the sweep.
 --
 --     return runner.sweep {
 --       script = "experiments/quickstart.lua",
