@@ -90,7 +90,7 @@ std::string summary_line(const sweep::SweepRecord& record, const ShownStatus& sh
 // The sweep's workers by host: each one's process, Slurm job, start, last heartbeat and the trials it runs.
 void print_workers(index::Database& db, const sweep::SweepRecord& record,
                    const std::vector<sweep::TrialRecord>& trials) {
-  const std::vector<sweep::WorkerRecord> workers = sweep::list_workers(db, record.sweep);
+  const std::vector<sweep::WorkerRecord> workers = sweep::list_workers(db, record);
   if (workers.empty()) return;
   const double now = index::now_seconds();
   Table table;

@@ -525,17 +525,20 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
       continue;
     }
     with_transaction(db, [&] {
-      Statement statement = db.prepare(
-          "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt(db, "heartbeat_at") +
-          ", "
-          "error = coalesce(error, 'the process stopped without finishing the run (killed or crashed)') "
-          "WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
-      statement.bind(1, run.run).bind(2, run.heartbeat_at);
-      statement.run();
-      reaped += db.changes();
+      reaped += interrupt_silent_run(db, run.run, run.heartbeat_at,
+                                     "the process stopped without finishing the run (killed or crashed)");
     });
   }
   return reaped;
+}
+
+bool interrupt_silent_run(Database& db, int64_t run, double heartbeat_at, const std::string& error) {
+  Statement statement = db.prepare(
+      "UPDATE runs SET status = 'interrupted', ended_at = heartbeat_at, " + fold_attempt(db, "heartbeat_at") +
+      ", error = coalesce(error, ?) WHERE run = ? AND status = 'running' AND heartbeat_at = ?");
+  statement.bind(1, error).bind(2, run).bind(3, heartbeat_at);
+  statement.run();
+  return db.changes() > 0;
 }
 
 std::vector<LatestMetric> latest_metrics(Database& db, int64_t run) {

@@ -166,6 +166,11 @@ std::vector<RunRecord> list_runs(Database& db, const RunFilter& filter);
 // directory when the index could not take it (index/final_status.h), else as interrupted. Returns how many.
 int reap_stale_runs(Database& db, double now, const std::string& home);
 
+// Marks a `running` run whose heartbeat is still `heartbeat_at` interrupted: ended at that heartbeat (its attempt
+// too), with `error` unless it has one. In the caller's transaction. False when the row changed meanwhile (a new
+// heartbeat, an end).
+bool interrupt_silent_run(Database& db, int64_t run, double heartbeat_at, const std::string& error);
+
 struct MetricPoint {
   int64_t step;
   double value;  // NaN where a non-finite NaN was logged (stored as NULL)

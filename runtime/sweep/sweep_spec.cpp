@@ -18,9 +18,9 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kFields = {"name",   "script",         "parameters",   "fixed",  "method",
-                                          "trials", "metric",         "mode",         "seed",   "prune",
-                                          "slots",  "gpus_per_trial", "max_failures", "retries"};
+const std::vector<std::string> kFields = {"name",   "script",         "parameters",   "fixed",   "method",
+                                          "trials", "metric",         "mode",         "seed",    "prune",
+                                          "slots",  "gpus_per_trial", "max_failures", "retries", "takeover_after"};
 
 // The ranges of whole numbers: counts (trials, slots, ...) fit an int; steps, seeds and int ranges are exact in
 // the doubles Lua numbers are.
@@ -402,6 +402,7 @@ SweepSpec parse_sweep(const json& definition) {
   spec.max_failures = reader.whole("max_failures", 0, kMaxCount, 0);
   if (spec.max_failures == 0) spec.max_failures = spec.trials / 2 + 1;
   spec.retries = static_cast<int>(reader.whole("retries", 0, kMaxCount, 1));
+  spec.takeover_after = static_cast<int>(reader.whole("takeover_after", kMinTakeoverAfter, kMaxTakeoverAfter, 60));
   return spec;
 }
 
@@ -425,7 +426,8 @@ json sweep_json(const SweepSpec& spec) {
                  {"slots", spec.slots == 0 ? json("auto") : json(spec.slots)},
                  {"gpus_per_trial", spec.gpus_per_trial},
                  {"max_failures", spec.max_failures},
-                 {"retries", spec.retries}};
+                 {"retries", spec.retries},
+                 {"takeover_after", spec.takeover_after}};
   if (spec.asha)
     fields["prune"] = {{"method", "asha"},
                        {"min_steps", spec.asha->min_steps},

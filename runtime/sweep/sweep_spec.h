@@ -61,12 +61,18 @@ struct SweepSpec {
   int gpus_per_trial = 1;
   std::int64_t max_failures = 0;  // failed trials that stop the sweep (0: trials / 2 + 1)
   int retries = 1;                // times a trial killed by a signal (the OOM killer's SIGKILL) is continued
+  int takeover_after = 60;        // seconds without a heartbeat from a worker on another host (or its trial's run)
+                                  // before another worker takes its trials over
 };
+
+// The range of takeover_after, in seconds: two worker heartbeats (index::kHeartbeatSeconds) at least, a week at most.
+inline constexpr int kMinTakeoverAfter = 10;
+inline constexpr int kMaxTakeoverAfter = 7 * 24 * 3600;
 
 // Reads runner.sweep's JSON: {name, script, sweep_file, where, lines = {field -> "file:line"}, parameters =
 // {name -> list | {kind = ..., ...}}, fixed, method, trials, metric, mode, seed, prune, slots,
-// gpus_per_trial, max_failures, retries}. Throws SweepError naming the field and its line: for a name that is
-// not a valid run name, text that is not UTF-8, and whole numbers outside their range (read as 64-bit values).
+// gpus_per_trial, max_failures, retries, takeover_after}. Throws SweepError naming the field and its line: for a name
+// that is not a valid run name, text that is not UTF-8, and whole numbers outside their range (read as 64-bit values).
 SweepSpec parse_sweep(const nlohmann::json& definition);
 // The stored form (what parse_sweep reads back, and what decides whether two definitions are the same).
 nlohmann::json sweep_json(const SweepSpec& spec);

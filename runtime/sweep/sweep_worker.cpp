@@ -323,7 +323,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
 
   retried("starting the worker", [&] {
     set_sweep_status(db, sweep.sweep, "running");
-    add_worker(db, sweep.sweep, worker, core::launch_context().slurm_job);
+    add_worker(db, sweep, worker, core::launch_context().slurm_job);
   });
   auto counts = [&] {
     return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); }));
@@ -456,7 +456,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
   const std::vector<TrialRecord> trials = retried("ending the worker", [&] {
     index::with_transaction(db, [&] {
       remove_worker(db, sweep.sweep, worker);
-      const std::vector<WorkerRecord> others = list_workers(db, sweep.sweep);
+      const std::vector<WorkerRecord> others = list_workers(db, sweep);
       other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
       if (stop_signal != 0 && other_workers == 0) set_sweep_status(db, sweep.sweep, "stopped");
     });

@@ -67,23 +67,38 @@ std::optional<pid_t> local_pid(const std::string& worker) {
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 
-// Whether the worker "host:pid" is gone: its process on this host has ended, or its heartbeat is stale.
-bool worker_gone(const std::optional<std::string>& worker, const std::optional<double>& heartbeat, double now) {
+// Whether the worker "host:pid" is gone: its process on this host has ended, or it sent no heartbeat for the
+// sweep's takeover_after seconds.
+bool worker_gone(const SweepSpec& spec, const std::optional<std::string>& worker,
+                 const std::optional<double>& heartbeat, double now) {
   if (!worker) return true;
   if (const std::optional<pid_t> pid = local_pid(*worker); pid && !process_exists(*pid)) return true;
-  return !heartbeat || now - *heartbeat > index::kStaleAfterSeconds;
+  return !heartbeat || now - *heartbeat > spec.takeover_after;
 }
 
 // Whether the worker is alive for those who show the sweep: its process on this host (even while it cannot
-// write its heartbeat, as on a full disk), else a fresh heartbeat.
-bool worker_alive(const std::string& worker, const std::optional<double>& heartbeat, double now) {
+// write its heartbeat, as on a full disk), else a heartbeat within takeover_after.
+bool worker_alive(const SweepSpec& spec, const std::string& worker, const std::optional<double>& heartbeat,
+                  double now) {
   if (const std::optional<pid_t> pid = local_pid(worker)) return process_exists(*pid);
-  return heartbeat && now - *heartbeat <= index::kStaleAfterSeconds;
+  return heartbeat && now - *heartbeat <= spec.takeover_after;
 }
 
-bool run_still_running(Database& db, std::int64_t run) {
+// Whether a trial's run is still running, so that its trial is not taken yet: on this host while its process
+// lives, on another while its heartbeat is within the sweep's takeover_after. A run on another host judged gone
+// that way is marked interrupted here (in the claim's transaction), so that a worker can continue it at once.
+bool run_still_running(Database& db, const SweepSpec& spec, std::int64_t trial, std::int64_t run) {
   const index::RunRecord record = index::load_run(db, run);
-  return index::effective_status(record, index::now_seconds()) == "running";
+  const double now = index::now_seconds();
+  if (record.status != "running") return false;
+  if (record.host == index::host_name()) return index::effective_status(record, now) == "running";
+  const double silent = now - record.heartbeat_at;
+  if (silent <= spec.takeover_after) return true;
+  return !index::interrupt_silent_run(
+      db, run, record.heartbeat_at,
+      fmt::format("no heartbeat from host {} for {:.0f} s (the sweep's takeover_after is {} s): trial {} was taken "
+                  "over by another worker",
+                  record.host, silent, spec.takeover_after, trial));
 }
 
 // The step of the rung after the `reached` ones (rungs count from 1), none after the last.
@@ -258,7 +273,8 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       running.bind(1, sweep.sweep);
       std::vector<std::int64_t> orphans;
       while (running.step())
-        if (running.optional_text(1) != worker && worker_gone(running.optional_text(1), running.optional_real(2), now))
+        if (running.optional_text(1) != worker &&
+            worker_gone(spec, running.optional_text(1), running.optional_real(2), now))
           orphans.push_back(running.integer(0));
       for (std::int64_t trial : orphans) {
         Statement stop =
@@ -289,7 +305,27 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
     for (const TrialRecord& trial : trials) {
       if (trial.status != "stopped") continue;
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if (run && run_still_running(db, *run)) continue;  // its process is still saving; later
+      if (!run) continue;
+      const std::string run_status = index::load_run(db, *run).status;
+      if ((run_status != "finished" && run_status != "paused") || !lockable(trial)) continue;
+      TrialEnd end;
+      end.exited_ok = true;
+      end.stopped_by_sweep = true;  // paused short of its rung's value: stays stopped, and is continued below
+      end.pause_step = pause_for(spec, trial.rung);
+      const TrialRecord ended = record_end(db, sweep, trial.trial, end);
+      if (ended.status == "stopped") continue;
+      recorded = true;
+      if (ended_unwatched) ended_unwatched->push_back(ended);
+    }
+    if (recorded) {
+      trials = list_trials(db, sweep.sweep);
+      if (failed_count(trials) >= spec.max_failures) return std::nullopt;
+    }
+
+    for (const TrialRecord& trial : trials) {
+      if (trial.status != "stopped") continue;
+      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+      if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
       if (!lockable(trial)) continue;
       if (trial.error)  // end_trial notes why a trial killed by a signal is retried
         return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
@@ -303,7 +339,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           if (trial.status != "paused" || trial.rung != rung) continue;
           if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
           const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if ((run && run_still_running(db, *run)) || !lockable(trial)) continue;
+          if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) continue;
           return claim(trial, run, fmt::format("promoted past rung {}", rung));
         }
       }
@@ -315,7 +351,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       const TrialRecord& trial =
           *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if ((run && run_still_running(db, *run)) || !lockable(trial)) return std::nullopt;
+      if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) return std::nullopt;
       return claim(trial, run, last->reason, true);
     }
     std::vector<Observation> history;
@@ -342,14 +378,15 @@ std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int
   return std::nullopt;
 }
 
-void add_worker(Database& db, std::int64_t sweep, const std::string& worker, const std::string& slurm_job) {
+void add_worker(Database& db, const SweepRecord& record, const std::string& worker, const std::string& slurm_job) {
+  const std::int64_t sweep = record.sweep;
   index::with_transaction(db, [&] {
     const double now = index::now_seconds();
     Statement select = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
     select.bind(1, sweep);
     std::vector<std::string> gone;
     while (select.step())
-      if (worker_gone(select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
+      if (worker_gone(record.spec, select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
     select.reset();
     for (const std::string& name : gone) remove_worker(db, sweep, name);
     const auto colon = worker.rfind(':');
@@ -365,12 +402,12 @@ void add_worker(Database& db, std::int64_t sweep, const std::string& worker, con
   });
 }
 
-std::vector<WorkerRecord> list_workers(Database& db, std::int64_t sweep) {
+std::vector<WorkerRecord> list_workers(Database& db, const SweepRecord& sweep) {
   const double now = index::now_seconds();
   Statement select = db.prepare(
       "SELECT worker, host, pid, slurm_job, started_at, heartbeat_at FROM sweep_workers WHERE sweep = ? "
       "ORDER BY host, pid, worker");
-  select.bind(1, sweep);
+  select.bind(1, sweep.sweep);
   std::vector<WorkerRecord> workers;
   while (select.step()) {
     WorkerRecord record;
@@ -381,7 +418,7 @@ std::vector<WorkerRecord> list_workers(Database& db, std::int64_t sweep) {
     record.slurm_job = select.optional_text(3);
     record.started_at = select.real(4);
     record.heartbeat_at = select.real(5);
-    record.alive = worker_alive(record.worker, record.heartbeat_at, now);
+    record.alive = worker_alive(sweep.spec, record.worker, record.heartbeat_at, now);
     workers.push_back(std::move(record));
   }
   return workers;
@@ -398,7 +435,7 @@ WorkerPresence worker_presence(Database& db, const SweepRecord& sweep) {
   WorkerPresence presence;
   presence.last_seen = sweep.created_at;
   auto seen = [&](const std::string& worker, const std::optional<double>& heartbeat) {
-    presence.alive = presence.alive || worker_alive(worker, heartbeat, now);
+    presence.alive = presence.alive || worker_alive(sweep.spec, worker, heartbeat, now);
     if (heartbeat) presence.last_seen = std::max(presence.last_seen, *heartbeat);
   };
   Statement workers = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");

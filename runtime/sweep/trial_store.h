@@ -70,8 +70,10 @@ struct Claim {
   std::string reason;                      // "new", "continued", "promoted past rung N"
 };
 
-// In one transaction: trials of dead workers become stopped; then the first of: a stopped trial (whose run
-// is not still running), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
+// In one transaction: trials of dead workers (worker_gone: their process on this host ended, or no heartbeat for
+// the sweep's takeover_after) become stopped; then the first of: a stopped trial (whose run is not still running:
+// its process on this host, or on another a heartbeat within takeover_after; a run judged gone is marked
+// interrupted), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
 // the sweep's sampler), and once no trial runs and every trial has started, ASHA's last promotion: the best
 // result of the highest rung with results when that trial waits there (a rung with fewer results than
 // `reduction` promotes nobody), else, while no trial has finished, the best paused trial of the highest rung;
@@ -83,8 +85,9 @@ std::optional<std::int64_t> trial_run(index::Database& db, std::int64_t sweep, s
 
 // The workers of a sweep (the sweep_workers table): a worker adds itself when it starts (dropping the rows
 // of workers that are gone) with its host, pid and Slurm job ("" outside Slurm), its heartbeat is refreshed with
-// its trials', and it removes itself at its end.
-void add_worker(index::Database& db, std::int64_t sweep, const std::string& worker, const std::string& slurm_job);
+// its trials', and it removes itself at its end. A worker is gone when its process on this host has ended, or
+// when it sent no heartbeat for the sweep's takeover_after seconds (SweepSpec::takeover_after).
+void add_worker(index::Database& db, const SweepRecord& sweep, const std::string& worker, const std::string& slurm_job);
 void remove_worker(index::Database& db, std::int64_t sweep, const std::string& worker);
 
 struct WorkerRecord {
@@ -94,18 +97,18 @@ struct WorkerRecord {
   std::optional<std::string> slurm_job;  // "JOB_TASK" for a task of a job array
   double started_at = 0;
   double heartbeat_at = 0;
-  bool alive = false;  // its process on this host, else a heartbeat in the last 60 s
+  bool alive = false;  // its process on this host, else a heartbeat within the sweep's takeover_after
 };
 // The sweep's workers by host, then pid.
-std::vector<WorkerRecord> list_workers(index::Database& db, std::int64_t sweep);
+std::vector<WorkerRecord> list_workers(index::Database& db, const SweepRecord& sweep);
 
 // Refreshes this worker's heartbeat and its running trials': heartbeat, run, step and latest objective value.
 void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::string& worker,
                       const std::vector<std::int64_t>& trials);
 
 // Whether a worker holds the sweep: one of its workers (or of its running trials' workers) has its process on
-// this host, or on another host a heartbeat in the last 60 s. `last_seen`: the newest heartbeat of its workers
-// and trials, or else the end of its last trial or its creation.
+// this host, or on another host a heartbeat within the sweep's takeover_after. `last_seen`: the newest heartbeat of its
+// workers and trials, or else the end of its last trial or its creation.
 struct WorkerPresence {
   bool alive = false;
   double last_seen = 0;

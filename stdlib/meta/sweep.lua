@@ -47,6 +47,11 @@
 ---@field max_failures? integer  failed trials that stop the sweep (default trials / 2 + 1)
 ---@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) is continued from its last
 ---                              checkpoint before it counts as failed (default 1)
+---@field takeover_after? integer  seconds without a heartbeat from a worker on another host (and from its trial's run)
+---                              before another worker takes its trials over and continues them from their checkpoints
+---                              (default 60; 10 to 604800). A worker on the same host is taken over as soon as its
+---                              process is gone. Longer rides out a slow network or a busy index server; shorter
+---                              continues the trials of a lost host sooner
 ---@field name? string           the sweep's name in the index and the folder of its trials' output: letters, digits,
 ---                              '_', '-' and '.', as run names (default: the sweep file's name without .lua)
 

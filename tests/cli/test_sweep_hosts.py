@@ -1,8 +1,8 @@
 """One sweep on two hosts against one PostgreSQL index (issue 39): two workers in separate UTS namespaces (host
 names alpha and beta) and process groups share RUNNER_HOME; kill -9 of a worker and of the server lose and repeat
-nothing, the other worker takes over the dead one's trial from its checkpoint, a trial whose run folder a host
-cannot see fails with an error that says so, and `runner sweep --dry-run` checks a sweep file against the sweep of
-that name on the server."""
+nothing, the other worker takes over the dead one's trial from its checkpoint (after the sweep's takeover_after), a
+trial whose run folder a host cannot see fails with an error that says so, and `runner sweep --dry-run` checks a
+sweep file against the sweep of that name on the server."""
 import json
 import os
 import shutil
@@ -155,6 +155,47 @@ class SweepOnTwoHosts(RunnerHomeTest):
         self.assertEqual(error, f"trial 1 cannot continue on host gamma: its run folder {self.home}/{run_dir} (with its "
                                 "checkpoints, written on gamma) is not visible here; the hosts of a sweep need "
                                 "RUNNER_HOME on a filesystem they share, at the same path")
+
+    def test_takeover_after_is_how_long_a_silent_host_keeps_its_trials(self):
+        self.script("take.lua", """return runner.sweep {
+          script = "synthetic.lua", parameters = { width = { 1 } },
+          fixed = { steps = 40, sleep = 0.15, checkpoint_every = 5 }, method = "grid", metric = "score",
+          takeover_after = 10,
+        }
+        """)
+        beta_log = open(self.dir / "beta.log", "w+")
+        alpha_log = open(self.dir / "alpha.log", "w+")
+        self.addCleanup(beta_log.close)
+        self.addCleanup(alpha_log.close)
+        beta = self.on_host("beta", "sweep", "take.lua", log=beta_log)
+        run_dir, pid = self.wait_until("SELECT dir, pid FROM runs WHERE step >= 7", "beta's trial past a checkpoint")[0]
+        os.killpg(beta.pid, signal.SIGKILL)  # beta goes silent as a dead host does: its worker and its trial
+        beta.wait()
+        os.killpg(int(pid), signal.SIGKILL)
+        killed = time.time()
+        alpha = self.on_host("alpha", "sweep", "--join", "take", log=alpha_log)
+        self.wait_until("SELECT attempt FROM attempts WHERE host = 'alpha'", "alpha continuing beta's trial")
+        taken = time.time()
+        (heartbeat, ended, error), = self.sql("SELECT r.heartbeat_at, a.ended_at, a.error FROM attempts a JOIN runs r "
+                                              "USING (run) WHERE a.attempt = 1")
+        (resumed_at,), = self.sql("SELECT started_at FROM attempts WHERE attempt = 2")
+        # Taken over once the host had been silent for takeover_after (10 s), not the default 60 s.
+        self.assertGreaterEqual(float(resumed_at) - float(ended), 10)
+        self.assertLess(taken - killed, 40)
+        self.assertRegex(error, r"^no heartbeat from host beta for 1\d s \(the sweep's takeover_after is 10 s\): trial 1 "
+                                r"was taken over by another worker$")
+        alpha.wait(timeout=120)
+        alpha_log.seek(0)
+        output = alpha_log.read()
+        self.assertEqual(alpha.returncode, 0, output)
+        self.assertIn("trial 1 started (continued from step ", output)
+        self.assertEqual(self.sql("SELECT status, step FROM trials"), [["finished", "40"]])
+        self.assertEqual(self.sql("SELECT host, status FROM attempts ORDER BY attempt"),
+                         [["beta", "interrupted"], ["alpha", "finished"]])
+        (start, before), (resumed, after) = self.attempts(run_dir)
+        self.assertEqual((start, before[0], after[-1]), (0, 1, 40))
+        self.assertGreaterEqual(resumed, 5)
+        self.assertEqual(after, list(range(resumed + 1, 41)))
 
 
 @unittest.skipUnless(postgres_server.available(), "needs PostgreSQL's server programs")

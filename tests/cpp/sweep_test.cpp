@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/index/index_database.h"
+#include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
@@ -387,23 +388,142 @@ TEST_CASE("a running sweep shows whether a worker holds it") {
   const SweepRecord sweep =
       open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
   CHECK_FALSE(worker_presence(db, sweep).alive);
-  add_worker(db, sweep.sweep, worker_name(), "");  // this process: alive
+  add_worker(db, sweep, worker_name(), "");  // this process: alive
   CHECK(worker_presence(db, sweep).alive);
   remove_worker(db, sweep.sweep, worker_name());
   // A worker on another host is alive while its heartbeat is fresh.
-  add_worker(db, sweep.sweep, "elsewhere:1", "4242_3");
+  add_worker(db, sweep, "elsewhere:1", "4242_3");
   CHECK(worker_presence(db, sweep).alive);
-  add_worker(db, sweep.sweep, "another:77", "");
-  const std::vector<WorkerRecord> workers = list_workers(db, sweep.sweep);  // by host
+  add_worker(db, sweep, "another:77", "");
+  const std::vector<WorkerRecord> workers = list_workers(db, sweep);  // by host
   REQUIRE(workers.size() == 2);
   CHECK((workers[0].host == "another" && workers[0].pid == 77 && !workers[0].slurm_job && workers[0].alive));
   CHECK((workers[1].host == "elsewhere" && workers[1].pid == 1 && workers[1].slurm_job == "4242_3"));
   remove_worker(db, sweep.sweep, "another:77");
   db.execute("UPDATE sweep_workers SET heartbeat_at = heartbeat_at - 3600");
-  CHECK_FALSE(list_workers(db, sweep.sweep).front().alive);
+  CHECK_FALSE(list_workers(db, sweep).front().alive);
   SweepRecord older = sweep;
   older.created_at -= 7200;
   const WorkerPresence gone = worker_presence(db, older);
   CHECK_FALSE(gone.alive);
   CHECK(gone.last_seen < runner::index::now_seconds() - 3500);
+}
+
+TEST_CASE("a trial whose run finished after its worker died is recorded as finished, not run again") {
+  // `runner sweep` killed with SIGKILL while its trial ran its last step: the trial's run (sent SIGTERM by
+  // PR_SET_PDEATHSIG after the step it was in, and which had no step left to stop before) finished, and nobody
+  // recorded the trial's end. The next worker takes the trial over: it must record it finished from its run, not
+  // continue it (a resume of a finished run without a checkpoint ran all of its steps again, from step 0).
+  runner::testing::TempDir home("sweep-unwatched");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  const SweepRecord sweep =
+      open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
+  REQUIRE(claim_trial(db, sweep, "gone-host:1"));
+  REQUIRE(claim_trial(db, sweep, "gone-host:1"));
+  auto run_of = [&](std::int64_t trial) {
+    runner::index::NewRun spec;
+    spec.script = "/experiments/sh.lua";
+    spec.sweep = sweep.sweep;
+    spec.trial = trial;
+    const runner::index::RunRecord run = runner::index::create_run(db, spec, home.path);
+    runner::index::MetricWriter writer(home.path, run.run);
+    writer.log("m", 30, 0.25 * static_cast<double>(trial), runner::index::now_seconds());
+    writer.close();
+    runner::index::record_heartbeat(db, run.run, 30, runner::index::now_seconds());
+    return run.run;
+  };
+  // Trial 1's run finished; trial 2's is still ending (its process, here this one, lives).
+  runner::index::finish_run(db, run_of(1), "finished", std::nullopt);
+  const std::int64_t second = run_of(2);
+  db.execute("UPDATE trials SET heartbeat_at = heartbeat_at - 3600");  // their worker is gone
+
+  std::vector<TrialRecord> unwatched;
+  CHECK_FALSE(claim_trial(db, sweep, "host-b:1", &unwatched));  // trial 2 waits for its run to end
+  REQUIRE(unwatched.size() == 1);
+  CHECK(unwatched[0].trial == 1);
+  CHECK(unwatched[0].status == "finished");
+  CHECK(unwatched[0].step == 30);
+  CHECK(unwatched[0].metric == 0.25);
+  CHECK_FALSE(finish_if_done(db, sweep));
+  // Trial 2's run finishes once it was already stopped: recorded at the next claim.
+  runner::index::finish_run(db, second, "finished", std::nullopt);
+  CHECK_FALSE(claim_trial(db, sweep, "host-b:1", &unwatched));
+  REQUIRE(unwatched.size() == 1);
+  CHECK(unwatched[0].trial == 2);
+  CHECK(unwatched[0].status == "finished");
+  CHECK(finish_if_done(db, sweep));
+  const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+  REQUIRE(trials.size() == 2);
+  for (const TrialRecord& trial : trials) {
+    CHECK(trial.status == "finished");
+    CHECK(trial.segments == 1);  // never started again
+    CHECK(trial.step == 30);
+  }
+  CHECK(count_trials(sweep, trials).best_trial == 1);
+}
+
+TEST_CASE("takeover_after is how long a worker on another host and its trial's run may be silent before a takeover") {
+  const json grid = {{"lr", json::array({1, 2, 3})}};
+  CHECK(spec_of({{"parameters", grid}, {"method", "grid"}, {"metric", "m"}}).takeover_after == 60);
+  CHECK_THROWS_WITH(spec_of({{"parameters", grid}, {"method", "grid"}, {"metric", "m"}, {"takeover_after", 5}}),
+                    "sweeps/s.lua:2: 'takeover_after' must be a whole number from 10 to 604800, got 5");
+  CHECK_THROWS_WITH(spec_of({{"parameters", grid}, {"method", "grid"}, {"metric", "m"}, {"takeover_after", 2.5}}),
+                    "sweeps/s.lua:2: 'takeover_after' must be a whole number from 10 to 604800, got 2.5");
+
+  runner::testing::TempDir home("sweep-takeover");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  json fields = {{"parameters", grid}, {"method", "grid"}, {"metric", "m"}, {"takeover_after", 20}};
+  const SweepRecord sweep = open_sweep(db, spec_of(fields));
+  CHECK(sweep.spec.takeover_after == 20);
+  CHECK(parse_sweep(sweep_json(sweep.spec)).takeover_after == 20);  // stored with the definition
+  REQUIRE(claim_trial(db, sweep, "elsewhere:1"));
+  // Trial 1's run, recorded by its process on host "elsewhere".
+  runner::index::NewRun started;
+  started.script = "/experiments/sh.lua";
+  started.script_hash = "ab";
+  started.device = "cpu";
+  started.sweep = sweep.sweep;
+  started.trial = 1;
+  const runner::index::RunRecord run = runner::index::create_run(db, started, home.path);
+  db.execute("UPDATE runs SET host = 'elsewhere'");
+  auto silent_for = [&](int seconds) {
+    const double then = runner::index::now_seconds() - seconds;
+    db.execute(
+        fmt::format("UPDATE trials SET heartbeat_at = {0} WHERE trial = 1; UPDATE runs SET heartbeat_at = {0}; "
+                    "UPDATE sweep_workers SET heartbeat_at = {0}",
+                    then));
+  };
+  add_worker(db, sweep, "elsewhere:1", "");
+
+  // Silent for 15 s, under the sweep's 20: left alone (a new trial is handed out), the worker shown alive.
+  silent_for(15);
+  const auto second = claim_trial(db, sweep, "here:1");
+  REQUIRE(second);
+  CHECK(second->trial.trial == 2);
+  CHECK(list_workers(db, sweep).front().alive);
+  // Silent for 25 s: the worker is gone, its trial continued from its run, which is marked interrupted.
+  silent_for(25);
+  CHECK_FALSE(list_workers(db, sweep).front().alive);
+  const auto taken = claim_trial(db, sweep, "here:1");
+  REQUIRE(taken);
+  CHECK(taken->trial.trial == 1);
+  CHECK(taken->reason == "continued");
+  CHECK(taken->resume_run == run.run);
+  const runner::index::RunRecord interrupted = runner::index::load_run(db, run.run);
+  CHECK(interrupted.status == "interrupted");
+  CHECK(interrupted.error ==
+        "no heartbeat from host elsewhere for 25 s (the sweep's takeover_after is 20 s): trial 1 "
+        "was taken over by another worker");
+
+  // Under the default 60 s the same 25 s of silence is not enough.
+  fields["takeover_after"] = 60;
+  SweepSpec patient_spec = spec_of(fields);
+  patient_spec.name = "patient";
+  const SweepRecord patient = open_sweep(db, patient_spec);
+  REQUIRE(claim_trial(db, patient, "elsewhere:1"));
+  db.execute(fmt::format("UPDATE trials SET heartbeat_at = {} WHERE sweep = {}", runner::index::now_seconds() - 25,
+                         patient.sweep));
+  const auto next = claim_trial(db, patient, "here:1");
+  REQUIRE(next);
+  CHECK(next->trial.trial == 2);
 }
