@@ -2,11 +2,13 @@
 #include "runtime/core/launch_context.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 extern char** environ;
 
@@ -111,6 +113,7 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
     }
   }
   read_integer(env, {"RUNNER_CORES"}, context.cores, 1, 1 << 20);
+  read_integer(env, {"SLURM_CPUS_ON_NODE"}, context.slurm_cpus, 1, 1 << 20);
   if (auto file = lookup(env, {"RUNNER_FAILURE_FILE"}, &which)) context.failure_file = *file;
   context.rank_variables = env.count("RANK") > 0 || env.count("WORLD_SIZE") > 0;
   if (env.count("RUNNER_HISTORY"))
@@ -136,6 +139,19 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
     context.slurm_job = *job;
   if (auto index = lookup(env, {"RUNNER_INDEX"}, &which)) context.index_url = *index;
   return context;
+}
+
+UsableCores usable_cores(const LaunchContext& context) {
+  if (context.cores > 0) return {context.cores, "RUNNER_CORES"};
+  UsableCores usable{static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), ""};
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    const int allowed = CPU_COUNT(&mask);
+    if (allowed > 0 && allowed < usable.count) usable = {allowed, "its CPU affinity"};
+  }
+  if (context.slurm_cpus > 0 && context.slurm_cpus < usable.count) usable = {context.slurm_cpus, "SLURM_CPUS_ON_NODE"};
+  return usable;
 }
 
 LaunchContext launch_context_from_environment() {

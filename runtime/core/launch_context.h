@@ -42,6 +42,7 @@ struct LaunchContext {
   std::optional<std::int64_t> trial;      // RUNNER_TRIAL
   std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
   int cores = 0;                          // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
+  int slurm_cpus = 0;                     // SLURM_CPUS_ON_NODE: the CPUs of this node in the Slurm allocation (0: none)
   std::string failure_file;               // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
   bool rank_variables = false;            // RANK or WORLD_SIZE is set (to anything): a launcher started this process
   std::string repl_history;               // RUNNER_HISTORY, else $HOME/.runner_history, else "" (no history kept)
@@ -71,6 +72,15 @@ std::string first_slurm_host(const std::string& nodelist);
 LaunchContext launch_context_from_environment(const std::map<std::string, std::string>& env);
 // The same from this process's environment.
 LaunchContext launch_context_from_environment();
+
+// The CPU cores this process may use, and what says so.
+struct UsableCores {
+  int count = 1;
+  std::string source;  // "RUNNER_CORES", "SLURM_CPUS_ON_NODE", "its CPU affinity" or "" (every core of the host)
+};
+// RUNNER_CORES when set; else the CPUs of the process's affinity mask (sched_getaffinity: a cgroup's cpuset, taskset,
+// Slurm's binding), at most SLURM_CPUS_ON_NODE under Slurm; else the host's cores. At least 1.
+UsableCores usable_cores(const LaunchContext& context);
 
 // The process's context: set once by the program's entry point (before anything reads it); a default
 // context (single process, resume as the script says) until then.

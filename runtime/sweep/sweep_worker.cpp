@@ -198,7 +198,8 @@ std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Ru
 
 std::vector<Slot> sweep_slots(const SweepSpec& spec) {
   std::vector<Slot> slots;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const core::UsableCores usable = core::usable_cores(core::launch_context());
+  const unsigned cores = static_cast<unsigned>(usable.count);
   const std::vector<std::string> gpus = visible_gpus();
   if (!gpus.empty()) {
     const int available = static_cast<int>(gpus.size()) / spec.gpus_per_trial;
@@ -221,11 +222,13 @@ std::vector<Slot> sweep_slots(const SweepSpec& spec) {
   const int count = spec.slots == 0 ? 1 : spec.slots;
   const std::int64_t processes = std::int64_t{count} * spec.gpus_per_trial;
   if (processes > static_cast<std::int64_t>(cores))  // as `runner --nproc` refuses more ranks than cores
-    throw SweepError(
-        fmt::format("{}: slots = {}{} runs {} processes at once on the CPU, more than this host's {} cores",
-                    where_of(spec, spec.slots == 0 ? "gpus_per_trial" : "slots"), count,
-                    spec.gpus_per_trial > 1 ? fmt::format(" of gpus_per_trial = {} ranks", spec.gpus_per_trial) : "",
-                    processes, cores));
+    throw SweepError(fmt::format(
+        "{}: slots = {}{} runs {} processes at once on the CPU, more than {}",
+        where_of(spec, spec.slots == 0 ? "gpus_per_trial" : "slots"), count,
+        spec.gpus_per_trial > 1 ? fmt::format(" of gpus_per_trial = {} ranks", spec.gpus_per_trial) : "", processes,
+        usable.source.empty()
+            ? fmt::format("this host's {} cores", cores)
+            : fmt::format("the {} core{} this worker may use ({})", cores, cores == 1 ? "" : "s", usable.source)));
   for (int s = 0; s < count; ++s)
     slots.push_back(Slot{"", static_cast<int>(std::max(1u, cores / static_cast<unsigned>(count)))});
   return slots;

@@ -41,8 +41,9 @@
 ---@field seed? integer          the samplers' seed (default 0): the same seed gives the same trials
 ---@field prune? SweepPrune|false
 ---@field slots? "auto"|integer  trials at once: auto is one per visible GPU (gpus_per_trial each), else 1 on the CPU;
----                              CPU slots share the cores (threads = cores / slots), and more processes than cores are
----                              refused
+---                              CPU slots share the cores the worker may use (its CPU affinity, at most a Slurm
+---                              allocation's SLURM_CPUS_ON_NODE; threads = cores / slots), and more processes than
+---                              cores are refused
 ---@field gpus_per_trial? integer  GPUs per trial; more than 1 runs each trial data parallel (runner --nproc N)
 ---@field max_failures? integer  failed trials that stop the sweep (default trials / 2 + 1)
 ---@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) is continued from its last

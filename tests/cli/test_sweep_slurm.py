@@ -93,6 +93,23 @@ class JobScript(SlurmSweepTest):
         self.assertIn("#SBATCH --array=0-0", plain.stdout)
         self.assertNotIn("RUNNER_INDEX", plain.stdout)
 
+    def test_a_worker_counts_the_cores_of_its_allocation_not_the_nodes(self):
+        if (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2:
+            self.skipTest("this test runs on 1 core: an allocation of fewer cannot be told apart")
+        self.sweep_file("two.lua", SWEEP + "  slots = 2,")
+        cpu = {**self.env, "CUDA_VISIBLE_DEVICES": ""}  # CPU slots, also on a GPU host
+        for extra, prefix, source in [({"SLURM_CPUS_ON_NODE": "1"}, [], "SLURM_CPUS_ON_NODE"),
+                                      ({}, ["taskset", "-c", "0"], "its CPU affinity")]:
+            result = subprocess.run([*prefix, RUNNER, "sweep", "--dry-run", "two.lua"], cwd=self.dir,
+                                    env={**cpu, **extra}, capture_output=True, text=True, timeout=120)
+            self.assertEqual((result.returncode, result.stderr),
+                             (2, f"runner sweep: two.lua:6: slots = 2 runs 2 processes at once on the CPU, more than "
+                                 f"the 1 core this worker may use ({source})\n"), source)
+        # An allocation of 2 holds the 2 slots.
+        result = subprocess.run([RUNNER, "sweep", "--dry-run", "two.lua"], cwd=self.dir,
+                                env={**cpu, "SLURM_CPUS_ON_NODE": "2"}, capture_output=True, text=True, timeout=120)
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+
     def test_wrong_slurm_command_lines_are_usage_errors(self):
         cases = [
             (["--slurm", "0"], "--slurm needs a number of workers, 1 or more; got '0'"),

@@ -15,12 +15,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/launch_context.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
 #include "runtime/sweep/sweep_spec.h"
+#include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
 #include "tests/cpp/temp_directory.h"
 
@@ -526,4 +528,47 @@ TEST_CASE("takeover_after is how long a worker on another host and its trial's r
   const auto next = claim_trial(db, patient, "here:1");
   REQUIRE(next);
   CHECK(next->trial.trial == 2);
+}
+
+TEST_CASE("CPU slots count the cores the worker may use: RUNNER_CORES, its affinity, SLURM_CPUS_ON_NODE") {
+  using runner::core::LaunchContext;
+  CHECK(runner::core::launch_context_from_environment({{"SLURM_CPUS_ON_NODE", "3"}}).slurm_cpus == 3);
+  CHECK_THROWS_WITH(runner::core::launch_context_from_environment({{"SLURM_CPUS_ON_NODE", "many"}}),
+                    "environment variable SLURM_CPUS_ON_NODE='many' is not a whole number");
+  LaunchContext given;
+  given.cores = 5;
+  given.slurm_cpus = 1;
+  CHECK(runner::core::usable_cores(given).count == 5);  // RUNNER_CORES, as the sweep worker gives its trials
+  CHECK(runner::core::usable_cores(given).source == "RUNNER_CORES");
+  const runner::core::UsableCores all = runner::core::usable_cores(LaunchContext{});
+  CHECK(all.count >= 1);
+  CHECK(all.count <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (all.count < 2) {
+    WARN("SKIP: this process may use 1 core, so an allocation of fewer cannot be told apart");
+    return;
+  }
+  LaunchContext slurm;
+  slurm.slurm_cpus = 1;
+  slurm.given_gpus = std::vector<std::string>{};  // no GPU: CPU slots
+  CHECK(runner::core::usable_cores(slurm).count == 1);
+  CHECK(runner::core::usable_cores(slurm).source == "SLURM_CPUS_ON_NODE");
+  const LaunchContext saved = runner::core::launch_context();
+  runner::core::set_launch_context(slurm);
+  const SweepSpec two =
+      spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}, {"slots", 2}});
+  std::string refused;
+  try {
+    sweep_slots(two);
+  } catch (const SweepError& error) {
+    refused = error.what();
+  }
+  slurm.slurm_cpus = 0;
+  runner::core::set_launch_context(slurm);
+  const std::vector<Slot> slots = sweep_slots(two);
+  runner::core::set_launch_context(saved);
+  CHECK(refused ==
+        "sweeps/s.lua:2: slots = 2 runs 2 processes at once on the CPU, more than the 1 core this worker may use "
+        "(SLURM_CPUS_ON_NODE)");
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].threads == all.count / 2);
 }
