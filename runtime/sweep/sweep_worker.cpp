@@ -372,7 +372,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     if (stop_signal == 0 && !failure_limit && index::now_seconds() >= next_claim) {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (running[s]) continue;
-        const std::optional<Claim> claim = retried("claiming a trial", [&] { return claim_trial(db, sweep, worker); });
+        std::vector<TrialRecord> unwatched;  // ended on their own after their worker did
+        const std::optional<Claim> claim =
+            retried("claiming a trial", [&] { return claim_trial(db, sweep, worker, &unwatched); });
+        for (const TrialRecord& trial : unwatched) {
+          say(
+              fmt::format("trial {} ended while no worker watched it: {} at step {}, {} {}{} (recorded from its run, "
+                          "not run again) | {}",
+                          trial.trial, trial.status, trial.step, spec.metric, value_text(trial.metric),
+                          trial.error ? ": " + *trial.error : "", counts()));
+          if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
+        }
         if (!claim) break;
         if (const std::optional<std::string> unreachable = unreachable_checkpoints(home, *claim, db)) {
           TrialEnd end;

@@ -129,6 +129,9 @@ std::int64_t failed_count(const std::vector<TrialRecord>& trials) {
   return std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
 }
 
+// end_trial inside the caller's transaction.
+TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end);
+
 // ASHA's last promotion (claim_trial's header says when and which): the paused trial that runs to the end.
 struct LastPromotion {
   std::int64_t trial = 0;
@@ -260,9 +263,11 @@ void set_sweep_status(Database& db, std::int64_t sweep, const std::string& statu
   update.run();
 }
 
-std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const std::string& worker) {
+std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const std::string& worker,
+                                 std::vector<TrialRecord>* ended_unwatched) {
   const SweepSpec& spec = sweep.spec;
   return index::with_transaction(db, [&]() -> std::optional<Claim> {
+    if (ended_unwatched) ended_unwatched->clear();
     const double now = index::now_seconds();
     {
       // A running trial whose row another transaction holds (its worker's heartbeat) is alive: skipped, not
@@ -302,6 +307,10 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
       return Claim{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
     };
 
+    // A stopped trial whose run ended on its own while no worker watched it (its worker was killed as the run ran
+    // its last step or reached its rung, so the end was never recorded): that end is recorded as the worker would
+    // have, from the run. Continuing it would run a finished run again, from step 0 when it kept no checkpoint.
+    bool recorded = false;
     for (const TrialRecord& trial : trials) {
       if (trial.status != "stopped") continue;
       const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
@@ -487,87 +496,93 @@ void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string&
 }
 
 TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end) {
-  const SweepSpec& spec = sweep.spec;
-  return index::with_transaction(db, [&] {
-    const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
-    std::optional<index::RunRecord> record;
-    if (run) record = index::load_run(db, *run);
-    Statement current = db.prepare(fmt::format("SELECT {} FROM trials WHERE sweep = ? AND trial = ?", kTrialColumns));
-    current.bind(1, sweep.sweep).bind(2, trial);
-    current.step();
-    TrialRecord updated = read_trial(current);
-    current.reset();
-
-    std::string status = "failed";
-    std::optional<std::string> error;
-    std::optional<double> metric;
-    std::optional<RungRow> rung_row;
-    const std::int64_t step = record ? record->step : 0;
-    if (record) metric = index::latest_metric(db, *run, spec.metric);
-
-    if (end.exited_ok && record && record->status == "finished") {
-      status = "finished";
-      if (!metric)
-        status = "failed", error = fmt::format("the trial finished without logging '{}' (run:log {{ {} = value }})",
-                                               spec.metric, spec.metric);
-    } else if (end.exited_ok && record && record->status == "paused" && end.pause_step) {
-      for (const index::MetricPoint& point : index::metric_series(db, *run, spec.metric)) {
-        if (point.step < *end.pause_step) continue;
-        rung_row = RungRow{trial, updated.rung + 1, point.step, point.value};
-        break;
-      }
-      if (rung_row)
-        status = "paused", metric = rung_row->value;
-      else if (end.stopped_by_sweep)
-        status = "stopped";
-      else
-        status = "failed",
-        error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
-    } else if (end.stopped_by_sweep && (end.exited_ok || !record || record->status != "failed")) {
-      status = "stopped";
-    } else if (end.killed_by != 0 && !end.stopped_by_sweep && updated.retries < spec.retries) {
-      status = "stopped";  // continued first, from its last checkpoint
-      ++updated.retries;
-      const char* name = sigabbrev_np(end.killed_by);
-      error = fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step);
-    } else {
-      error = end.failure.empty() ? std::string("the trial failed") : end.failure;
-      if (end.killed_by != 0 && updated.retries > 0)
-        *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
-    }
-    if (rung_row) {
-      Statement insert = db.prepare(
-          "INSERT INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?) "
-          "ON CONFLICT (sweep, trial, rung) DO UPDATE SET step = excluded.step, value = excluded.value");
-      insert.bind(1, sweep.sweep).bind(2, trial).bind(3, rung_row->rung).bind(4, rung_row->step);
-      if (std::isnan(rung_row->value))
-        insert.bind_null(5);
-      else
-        insert.bind(5, rung_row->value);
-      insert.run();
-      updated.rung = rung_row->rung;
-    }
-    const bool ended = status == "finished" || status == "failed";
-    Statement update = db.prepare(
-        "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung "
-        "= ?, "
-        "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
-    update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
-    if (ended)
-      update.bind(7, index::now_seconds());
-    else
-      update.bind_null(7);
-    update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
-    update.run();
-    updated.status = status;
-    updated.run = run ? run : updated.run;
-    updated.step = step;
-    if (metric) updated.metric = metric;
-    updated.error = error;
-    updated.worker.reset();
-    return updated;
-  });
+  return index::with_transaction(db, [&] { return record_end(db, sweep, trial, end); });
 }
+
+namespace {
+
+TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end) {
+  const SweepSpec& spec = sweep.spec;
+  const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
+  std::optional<index::RunRecord> record;
+  if (run) record = index::load_run(db, *run);
+  Statement current = db.prepare(fmt::format("SELECT {} FROM trials WHERE sweep = ? AND trial = ?", kTrialColumns));
+  current.bind(1, sweep.sweep).bind(2, trial);
+  current.step();
+  TrialRecord updated = read_trial(current);
+  current.reset();
+
+  std::string status = "failed";
+  std::optional<std::string> error;
+  std::optional<double> metric;
+  std::optional<RungRow> rung_row;
+  const std::int64_t step = record ? record->step : 0;
+  if (record) metric = index::latest_metric(db, *run, spec.metric);
+
+  if (end.exited_ok && record && record->status == "finished") {
+    status = "finished";
+    if (!metric)
+      status = "failed", error = fmt::format("the trial finished without logging '{}' (run:log {{ {} = value }})",
+                                             spec.metric, spec.metric);
+  } else if (end.exited_ok && record && record->status == "paused" && end.pause_step) {
+    for (const index::MetricPoint& point : index::metric_series(db, *run, spec.metric)) {
+      if (point.step < *end.pause_step) continue;
+      rung_row = RungRow{trial, updated.rung + 1, point.step, point.value};
+      break;
+    }
+    if (rung_row)
+      status = "paused", metric = rung_row->value;
+    else if (end.stopped_by_sweep)
+      status = "stopped";
+    else
+      status = "failed",
+      error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
+  } else if (end.stopped_by_sweep && (end.exited_ok || !record || record->status != "failed")) {
+    status = "stopped";
+  } else if (end.killed_by != 0 && !end.stopped_by_sweep && updated.retries < spec.retries) {
+    status = "stopped";  // continued first, from its last checkpoint
+    ++updated.retries;
+    const char* name = sigabbrev_np(end.killed_by);
+    error = fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step);
+  } else {
+    error = end.failure.empty() ? std::string("the trial failed") : end.failure;
+    if (end.killed_by != 0 && updated.retries > 0)
+      *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
+  }
+  if (rung_row) {
+    Statement insert = db.prepare(
+        "INSERT INTO trial_rungs (sweep, trial, rung, step, value) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (sweep, trial, rung) DO UPDATE SET step = excluded.step, value = excluded.value");
+    insert.bind(1, sweep.sweep).bind(2, trial).bind(3, rung_row->rung).bind(4, rung_row->step);
+    if (std::isnan(rung_row->value))
+      insert.bind_null(5);
+    else
+      insert.bind(5, rung_row->value);
+    insert.run();
+    updated.rung = rung_row->rung;
+  }
+  const bool ended = status == "finished" || status == "failed";
+  Statement update = db.prepare(
+      "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung "
+      "= ?, "
+      "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
+  update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
+  if (ended)
+    update.bind(7, index::now_seconds());
+  else
+    update.bind_null(7);
+  update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
+  update.run();
+  updated.status = status;
+  updated.run = run ? run : updated.run;
+  updated.step = step;
+  if (metric) updated.metric = metric;
+  updated.error = error;
+  updated.worker.reset();
+  return updated;
+}
+
+}  // namespace
 
 bool finish_if_done(Database& db, const SweepRecord& sweep) {
   return index::with_transaction(db, [&] {

@@ -78,7 +78,11 @@ struct Claim {
 // result of the highest rung with results when that trial waits there (a rung with fewer results than
 // `reduction` promotes nobody), else, while no trial has finished, the best paused trial of the highest rung;
 // it runs to the end without pausing. None when the failure limit is reached or nothing can start now.
-std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, const std::string& worker);
+// Before that, a stopped trial whose run ended on its own (finished, or paused at its rung) while no worker
+// watched it has that end recorded, as end_trial records an exit status 0, rather than being run again; those
+// trials, as recorded, are put in `ended_unwatched` when given.
+std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, const std::string& worker,
+                                 std::vector<TrialRecord>* ended_unwatched = nullptr);
 
 // The run the trial's processes recorded (RUNNER_SWEEP / RUNNER_TRIAL), newest first.
 std::optional<std::int64_t> trial_run(index::Database& db, std::int64_t sweep, std::int64_t trial);

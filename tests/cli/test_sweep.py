@@ -43,6 +43,15 @@ end
 CHECKPOINTING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", checkpoint_every = 5 }').replace(
     '  if cfg.sleep > 0 then', '  if step % cfg.checkpoint_every == 0 then run:checkpoint() end\n  if cfg.sleep > 0 then')
 
+# SYNTHETIC that, once step `hold_at` has run and been logged, waits until RUNNER_HOME/release exists: a test can
+# kill the sweep while a trial is at a known step, then let the trial go on.
+HOLDING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", hold_at = 0 }').replace(
+    '  if cfg.sleep > 0 then',
+    '  if step == cfg.hold_at then\n'
+    '    while not io.open(os.getenv("RUNNER_HOME") .. "/release") do end\n'
+    '  end\n'
+    '  if cfg.sleep > 0 then')
+
 
 def score(lr, width, step):
     return (math.log10(lr) + 2) ** 2 + width / 100 + 1 / step
@@ -301,28 +310,63 @@ class Scheduling(SweepTest):
             self.assertEqual(steps, [(40, 40)])
             self.assertEqual(sum(len(a) for a in self.attempts(run_id)), 40)
 
-    def test_kill_9_of_the_sweep_loses_and_repeats_nothing(self):
-        self.sweep_file("killed.lua", """
+    def kill_9_at(self, step):
+        """Runs the sweep killed.lua (4 trials of 30 steps of HOLDING, held at `step`), kills it with SIGKILL while
+        trial 1 holds after `step`, lets the trial go on (it got SIGTERM from PR_SET_PDEATHSIG), and runs the sweep
+        again; returns that run's result."""
+        self.script("synthetic.lua", HOLDING)
+        self.sweep_file("killed.lua", f"""
           script = "synthetic.lua",
-          parameters = { width = { 1, 2, 3, 4 } }, fixed = { steps = 30, sleep = 0.05 },
+          parameters = {{ width = {{ 1, 2, 3, 4 }} }}, fixed = {{ steps = 30, sleep = 0.05, hold_at = {step} }},
           method = "grid", metric = "score",
         """)
         process = subprocess.Popen([RUNNER, "sweep", "killed.lua"], cwd=self.dir, env=self.env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_for_steps(1, 20)
+        deadline = time.time() + 120
+        while time.time() < deadline:  # steps.txt has the step as soon as it ran; the index's step lags by ~1 s
+            try:
+                rows = self.sql("SELECT dir FROM runs WHERE trial = 1") if (self.home / "index.db").exists() else []
+            except sqlite3.OperationalError:
+                rows = []
+            trace = self.home / rows[0][0] / "steps.txt" if rows else None
+            if trace and trace.exists() and str(step) in trace.read_text().splitlines():
+                break
+            time.sleep(0.1)
+        else:
+            self.fail(f"trial 1 did not reach step {step}")
         process.kill()
         process.wait()
+        (self.home / "release").touch()
         time.sleep(1)
-        result = self.runner("sweep", "killed.lua", check=0, timeout=300)
+        return self.runner("sweep", "killed.lua", check=0, timeout=300)
+
+    def test_kill_9_of_the_sweep_loses_and_repeats_nothing(self):
+        result = self.kill_9_at(20)
         trials = self.trials("killed")
         self.assertEqual([(t[0], t[1], t[3]) for t in trials], [(n, "finished", 30) for n in (1, 2, 3, 4)], result.stdout)
         self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(4,)])
         attempts = self.sql("SELECT attempts FROM runs WHERE trial = 1")[0][0]
         self.assertEqual(attempts, 2)  # trial 1 continued from the checkpoint its SIGTERM saved
-        self.assertIn("trial 1 started (continued from step", result.stdout)
+        self.assertIn("trial 1 started (continued from step 20)", result.stdout)
         for trial in trials:
             self.assertEqual(sum(len(a) for a in self.attempts(trial[6])), 30)
-        self.assertEqual(len(self.attempts(trials[0][6])), 2)
+        self.assertEqual([len(a) for a in self.attempts(trials[0][6])], [20, 10])
+
+    def test_a_trial_that_finished_after_kill_9_of_the_sweep_is_recorded_not_run_again(self):
+        # The sweep is killed while trial 1 runs its last step: its SIGTERM finds no step left to stop before, so
+        # the run finishes, with nobody to record the trial's end. The next worker records it from the run.
+        result = self.kill_9_at(30)
+        trials = self.trials("killed")
+        self.assertEqual([(t[0], t[1], t[3]) for t in trials], [(n, "finished", 30) for n in (1, 2, 3, 4)], result.stdout)
+        self.assertAlmostEqual(trials[0][2], score(0.01, 1, 30), places=9)
+        self.assertEqual(self.sql("SELECT count(*) FROM runs"), [(4,)])
+        self.assertEqual(self.sql("SELECT attempts FROM runs WHERE trial = 1"), [(1,)])
+        self.assertEqual(self.sql("SELECT segments FROM trials WHERE trial = 1"), [(1,)])
+        self.assertRegex(result.stdout, r"trial 1 ended while no worker watched it: finished at step 30, score \S+ "
+                                        r"\(recorded from its run, not run again\)")
+        self.assertNotIn("trial 1 started", result.stdout)
+        for trial in trials:
+            self.assertEqual([len(a) for a in self.attempts(trial[6])], [30])
 
     def test_two_workers_run_every_trial_exactly_once(self):
         self.sweep_file("shared.lua", """
