@@ -3,6 +3,7 @@
 --   build/runner bench/train_step.lua model=unet batch=128                       # the CIFAR-10 UNet on CUDA
 --   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256
 --   build/runner bench/train_step.lua model=quickstart batch=32                  # the main job's 16x16 UNet
+--   build/runner bench/train_step.lua model=quickstart batch=32 graph=true       # its steps replayed as CUDA graphs
 --   build/runner bench/train_step.lua model=unet device=cpu channels=32 batch=8 steps=3 warmup=1
 local cfg = config {
   model = "unet",       -- unet (the DDPM CIFAR-10 UNet), quickstart (the main job's UNet on 16x16 images) or dit
@@ -13,7 +14,8 @@ local cfg = config {
   batch = 128,
   amp = "auto",         -- bf16 autocast on CUDA, fp32 on the CPU
   steps = 20,           -- timed steps
-  warmup = 5,           -- untimed steps before them
+  warmup = 5,           -- untimed steps before them (with graph=true: the graph's 3 warm-up steps and its capture)
+  graph = false,        -- replay each step from a CUDA graph (runner.trainer { graph = true })
   seed = 0,
 }
 if cfg.model ~= "unet" and cfg.model ~= "quickstart" and cfg.model ~= "dit" then
@@ -37,7 +39,7 @@ local ddpm = runner.diffusion.gaussian { timesteps = 1000, schedule = "linear", 
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-4, weight_decay = 0 }, clip = 1.0,
                                objective = ddpm:objective(model),
                                ema = 0.9999, ema_model = make_model():to(device), amp = cfg.amp,
-                               steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
+                               graph = cfg.graph, steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
 local batch
 if cfg.model ~= "dit" then
   local side = cfg.model == "quickstart" and 16 or 32
@@ -64,8 +66,10 @@ local seconds = runner.clock() - start
 local timing = out.timing
 print(string.format('RESULT {"images_per_s": %.4f, "step_ms": %.4f, "seconds": %.6f, "steps": %d, "warmup": %d, ' ..
   '"warmup_s": %.4f, "batch": %d, "parameters": %d, "loss": %.6f, "device": "%s", "amp": "%s", ' ..
-  '"peak_memory_gib": %s, "threads": %d, "forward_backward_ms": %.4f, "optimizer_ms": %.4f, "ema_ms": %.4f}',
+  '"peak_memory_gib": %s, "threads": %d, "forward_backward_ms": %.4f, "optimizer_ms": %.4f, "ema_ms": %.4f, ' ..
+  '"graphs_replayed": %d}',
   cfg.steps * cfg.batch / seconds, 1000 * seconds / cfg.steps, seconds, cfg.steps, cfg.warmup, start - warmup_start,
   cfg.batch, model:num_parameters(), loss, device, train:precision(),
   on_cuda and string.format("%.4f", torch.cuda.max_memory_allocated() / 2 ^ 30) or "null",
-  torch.get_num_threads(), 1000 * timing.forward_backward, 1000 * timing.optimizer, 1000 * timing.ema))
+  torch.get_num_threads(), 1000 * timing.forward_backward, 1000 * timing.optimizer, 1000 * timing.ema,
+  train:graphs().replayed))

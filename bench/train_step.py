@@ -7,7 +7,8 @@ the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (de
         [--steps 20] [--warmup 5] [--rounds 3] [--small] [--no-compile] [--runner build/runner]
 
 - runner: `runner bench/train_step.lua` (runner.trainer with amp "auto", fused AdamW on CUDA, clip 1.0, EMA)
-  as a subprocess; it prints a RESULT line.
+  as a subprocess; it prints a RESULT line. On CUDA also "graph": the same with `graph=true`, each step replayed
+  from a CUDA graph (leave it out with --no-graph).
 - PyTorch eager: tests/reference/models.py (the same UNet and DiT, same parameter names), the loss of
   tests/reference/diffusion.py (the official code's: its schedule in float64 NumPy, gathered per step),
   `torch.autocast(bfloat16)`, `clip_grad_norm_`, `torch.optim.AdamW(fused=True)` on CUDA, EMA by
@@ -21,7 +22,9 @@ the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (de
   sides; medians are reported with MFU from FLOPs counted by torch's FlopCounterMode (3 x forward) against
   the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another), and peak memory.
 
-The last line, `ratio X.XX`, is the geometric mean over models of runner images/s over PyTorch eager's.
+A model whose measurement fails (e.g. out of memory) is reported as failed and the others are kept.
+The last line, `ratio X.XX`, is the geometric mean over models of runner images/s over PyTorch eager's, with
+runner's steps replayed as CUDA graphs where they were measured.
 """
 
 import argparse
@@ -99,8 +102,10 @@ def model_options(builder, lua, small):
             "classes": 1000, "learn_sigma": True}
 
 
-def measure_runner(runner, lua, settings):
+def measure_runner(runner, lua, settings, graph=False):
     overrides = {**lua, **{k: settings[k] for k in ("device", "batch", "steps", "warmup")}}
+    if graph:
+        overrides["graph"] = "true"
     if settings["small"] and lua["model"] == "unet":
         overrides["channels"] = 32
     elif settings["small"] and lua["model"] == "dit":
@@ -108,7 +113,8 @@ def measure_runner(runner, lua, settings):
     return run_runner_script(runner, "train_step.lua", overrides)
 
 
-def measure_pytorch(builder, options, settings, compiled):
+def pytorch_step(builder, options, settings, compiled):
+    """The PyTorch side's training step as a function, and the model it trains."""
     device = torch.device(settings["device"])
     on_cuda = device.type == "cuda"
     torch.manual_seed(0)
@@ -134,6 +140,15 @@ def measure_pytorch(builder, options, settings, compiled):
             torch._foreach_lerp_(ema, [p.float() for p in model.parameters()], 1 - 0.9999)
         return loss
 
+    return step, model
+
+
+def measure_pytorch(builder, options, settings, compiled):
+    device = torch.device(settings["device"])
+    on_cuda = device.type == "cuda"
+    batch = settings["batch"]
+    step, model = pytorch_step(builder, options, settings, compiled)
+
     def sync():
         if on_cuda:
             torch.cuda.synchronize(device)
@@ -154,7 +169,7 @@ def measure_pytorch(builder, options, settings, compiled):
               "seconds": seconds, "warmup_s": start - warmup_start, "loss": last,
               "parameters": sum(p.numel() for p in model.parameters()),
               "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if on_cuda else None}
-    del model, forward, optimizer, ema
+    del model, step
     if on_cuda:
         torch.cuda.empty_cache()
     return result
@@ -169,6 +184,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--no-graph", action="store_true", help="leave runner's CUDA-graph steps out")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak for MFU")
     parser.add_argument("--runner", default="build/runner")
     parser.add_argument("--output")
@@ -179,7 +195,8 @@ def main():
             parser.error(f"unknown model '{name}' ({', '.join(MODELS)})")
     runner = find_runner(args.runner)
     device = torch.device(args.device)
-    sides = ["runner", "eager"] + ([] if args.no_compile else ["compile"])
+    graph = args.device == "cuda" and not args.no_graph
+    sides = ["runner"] + (["graph"] if graph else []) + ["eager"] + ([] if args.no_compile else ["compile"])
     print(f"{'small' if args.small else 'full'} models on {args.device}; {args.warmup} + {args.steps} steps, "
           f"{args.rounds} rounds", flush=True)
     rows = []
@@ -189,16 +206,25 @@ def main():
         settings = {"device": args.device, "batch": 8 if args.small else batch, "steps": args.steps,
                     "warmup": args.warmup, "small": args.small}
         measured = {side: [] for side in sides}
-        for round_index in range(args.rounds):
-            order = sides if round_index % 2 == 0 else list(reversed(sides))
-            for side in order:
-                if side == "runner":
-                    result = measure_runner(runner, lua, settings)
-                else:
-                    result = measure_pytorch(builder, options, settings, compiled=side == "compile")
-                measured[side].append(result)
-                print(f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s} {result['images_per_s']:9.1f} img/s",
-                      flush=True)
+        try:
+            for round_index in range(args.rounds):
+                order = sides if round_index % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    if side in ("runner", "graph"):
+                        result = measure_runner(runner, lua, settings, graph=side == "graph")
+                    else:
+                        result = measure_pytorch(builder, options, settings, compiled=side == "compile")
+                    measured[side].append(result)
+                    print(f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s} "
+                          f"{result['images_per_s']:9.1f} img/s", flush=True)
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - reported, and the other models still run
+            print(f"  {name:6s} FAILED: {str(error).strip().splitlines()[-1] if str(error).strip() else error!r}",
+                  flush=True)
+            rows.append({"model": name, "label": label, "batch": settings["batch"], "error": str(error),
+                         "measurements": measured})
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
         net = reference.build(builder, options).to(device)
         x = torch.randn(1, options["in_channels"], options["image"], options["image"], device=device)
         t = torch.zeros(1, dtype=torch.long, device=device)
@@ -215,25 +241,30 @@ def main():
                          "peak_memory_gib": max(memory) if memory else None}
         rows.append(row)
     print()
+    best = "graph" if graph else "runner"
     header = f"{'model':10s} {'batch':>5s}" + "".join(f" {side + ' img/s':>14s}" for side in sides) + \
         f" {'vs eager':>9s}" + ("" if args.no_compile else f" {'vs compile':>10s}") + \
         "".join(f" {'MFU ' + side:>11s}" for side in sides) + f" {'mem GiB r/e':>12s}"
     print(header)
     ratios = []
     for row in rows:
-        ratio = row["runner"]["images_per_s"] / row["eager"]["images_per_s"]
+        if "error" in row:
+            print(f"{row['model']:10s} {row['batch']:5d} failed: {row['error'].strip().splitlines()[-1:]}")
+            continue
+        ratio = row[best]["images_per_s"] / row["eager"]["images_per_s"]
         ratios.append(ratio)
         line = f"{row['model']:10s} {row['batch']:5d}" + "".join(f" {row[side]['images_per_s']:14.1f}" for side in sides)
         line += f" {ratio:9.2f}"
         if not args.no_compile:
-            line += f" {row['runner']['images_per_s'] / row['compile']['images_per_s']:10.2f}"
+            line += f" {row[best]['images_per_s'] / row['compile']['images_per_s']:10.2f}"
         for side in sides:
             mfu = row[side]["mfu_percent"]
             line += f" {'-' if mfu is None else f'{mfu:.1f}%':>11s}"
         mem = (row["runner"]["peak_memory_gib"], row["eager"]["peak_memory_gib"])
         line += f" {'-' if mem[0] is None else f'{mem[0]:.1f}/{mem[1]:.1f}':>12s}"
         print(line)
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print(f"(vs eager, vs compile: runner's {'CUDA-graph' if best == 'graph' else 'eager'} steps)")
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "runner": runner_version(runner)}
     write_record("train_step", machine_info_with_gpu(device), versions,
                  {"settings": vars(args), "models": rows}, geomean, args.output)

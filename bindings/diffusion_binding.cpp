@@ -256,8 +256,12 @@ int diffusion_objective(lua_State* L) {
                                         const std::optional<at::Tensor>& labels) {
     return native->forward(x, t, labels);
   };
-  push_objective(
-      L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native), o.label_dropout));
+  const diff::CaptureCheck capture_check = [native]() -> std::optional<std::string> {
+    if (!native->checkpointing()) return std::nullopt;
+    return "the model recomputes activations (checkpoint = true), whose random-state swaps a CUDA graph cannot hold";
+  };
+  push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native),
+                                                               o.label_dropout, capture_check));
   return 1;
 }
 

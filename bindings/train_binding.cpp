@@ -196,6 +196,22 @@ const OptionTable<TrainerOptions> kTrainerOptions(
                                     [](lua_State* L, const char*, TrainerOptions& o) {
                                       o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
                                     }),
+        option_with<TrainerOptions>("graph",
+                                    [](lua_State* L, const char*, TrainerOptions& o) {
+                                      if (lua_type(L, -1) == LUA_TBOOLEAN) {
+                                        o.step.graph =
+                                            lua_toboolean(L, -1) ? train::GraphMode::on : train::GraphMode::off;
+                                      } else if (lua_type(L, -1) == LUA_TSTRING &&
+                                                 std::string(lua_tostring(L, -1)) == "auto") {
+                                        o.step.graph = train::GraphMode::automatic;
+                                      } else {
+                                        raise_error(L, fmt::format("runner.trainer: 'graph' must be true, false or "
+                                                                   "\"auto\", got {}",
+                                                                   lua_type(L, -1) == LUA_TSTRING
+                                                                       ? fmt::format("\"{}\"", lua_tostring(L, -1))
+                                                                       : std::string("a ") + luaL_typename(L, -1)));
+                                      }
+                                    }),
         lua_option<TrainerOptions>("profile"),
         lua_option<TrainerOptions>("objective"),
     });
@@ -396,6 +412,21 @@ int trainer_raise_pending_stop(lua_State* L) {
     throw std::runtime_error(error.what());
   }
   return 0;
+}
+
+// trainer:graphs() -> {captured, replayed, eager_reason}: what CUDA graph capture has done (Trainer::graph_status).
+int trainer_graphs(lua_State* L) {
+  const train::GraphStatus status = check_trainer(L, 1).graph_status();
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, static_cast<lua_Number>(status.captured));
+  lua_setfield(L, -2, "captured");
+  lua_pushnumber(L, static_cast<lua_Number>(status.replayed));
+  lua_setfield(L, -2, "replayed");
+  if (status.eager_reason) {
+    lua_pushlstring(L, status.eager_reason->data(), status.eager_reason->size());
+    lua_setfield(L, -2, "eager_reason");
+  }
+  return 1;
 }
 
 int trainer_step_count(lua_State* L) {
@@ -647,6 +678,7 @@ void open_train(lua_State* L) {
                             {{"step", wrap<trainer_step>},
                              {"timing", wrap<trainer_timing>},
                              {"step_count", wrap<trainer_step_count>},
+                             {"graphs", wrap<trainer_graphs>},
                              {"raise_pending_stop", wrap<trainer_raise_pending_stop>},
                              {"state_version", wrap<trainer_state_version>},
                              {"precision", wrap<trainer_precision>},

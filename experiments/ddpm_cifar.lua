@@ -28,6 +28,7 @@ local cfg = config {
   accumulate = 1,             -- micro-batches per step (the batch is split into this many)
   seed = 0,
   device = "auto",
+  graph = true,               -- on CUDA, replay each training step from a CUDA graph (data parallel runs eagerly)
   workers = -1,               -- loader threads (-1: automatic)
 }
 if cfg.data == "" then runner.usage_error("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin") end
@@ -55,7 +56,8 @@ local model = make_model():to(device)
 local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr }, objective = ddpm:objective(model),
                                warmup = cfg.warmup, clip = cfg.clip,
                                ema = cfg.ema, ema_model = make_model():to(device), amp = cfg.amp,
-                               accumulate = cfg.accumulate, steps = cfg.steps, batch = cfg.batch, progress = false }
+                               accumulate = cfg.accumulate, steps = cfg.steps, batch = cfg.batch, progress = false,
+                               graph = cfg.graph and "auto" or false }
 -- Continues from the latest good checkpoint when the run was interrupted.
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)

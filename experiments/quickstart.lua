@@ -32,6 +32,7 @@ local cfg = config {
   metric_samples = 256,    -- generated and real images compared by the quality metric
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
+  graph = true,            -- on CUDA, replay each training step from a CUDA graph (no effect on the CPU)
 }
 
 -- Made before the run starts, so that a mistake in its settings leaves no run behind.
@@ -58,7 +59,8 @@ local model = make_model():to(device)
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, warmup = cfg.warmup,
                                objective = ddpm:objective(model),
                                ema = { decay = cfg.ema, warmup = true },
-                               ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch }
+                               ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch,
+                               graph = cfg.graph and "auto" or false }
 -- Continues from the latest checkpoint when the same command runs again after a stop or a failure (or with --resume).
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,27 +53,43 @@ struct KeyedLoss {
   at::Tensor t;  // int64 [B]: the timesteps drawn
 };
 
-// Timestep, noise and label dropout of each sample keyed by (epoch, dataset index) when `indices` is given
-// (epoch 0-based as data::Batch counts; unset: 0), else by the next running keys of the streams; then training_loss.
+// The keys of the draws of `size` samples, int64 [size] on the CPU: (epoch, dataset index) when `indices` is given
+// (epoch 0-based as data::Batch counts; unset: 0), else the streams' next running keys. Throws
+// std::invalid_argument when `indices` does not hold `size` of them.
+at::Tensor training_keys(SampleStreams& streams, std::int64_t size, const at::Tensor* indices,
+                         std::optional<std::int64_t> epoch);
+
+// Timestep, noise and label dropout of each sample drawn from its key (any device), then training_loss.
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+                              const TrainingLabels& labels, const at::Tensor& keys);
+// The same with the keys of training_keys(indices, epoch).
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor* indices,
                               std::optional<std::int64_t> epoch);
 
+// Why a model cannot be captured in a CUDA graph now (e.g. its activation checkpointing), or nullopt.
+using CaptureCheck = std::function<std::optional<std::string>()>;
+
 // The loss of a denoiser on loader batches ({data, label, index} and the epoch) as a trainer objective: the same
-// numbers as d:loss(model, batch) with the same streams.
+// numbers as d:loss(model, batch) with the same streams. prepare() adds the batch's keys as the int64 tensor
+// "sample_keys" [B] (a batch that has one already is refused); loss() of a micro-batch with them draws from them
+// and reads nothing on the host, so it can be captured unless `capture_check` says otherwise.
 class DiffusionObjective : public train::Objective {
  public:
   DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
-                     std::optional<double> label_dropout);
+                     std::optional<double> label_dropout, CaptureCheck capture_check = {});
 
   at::Tensor loss(const train::Batch& micro) override;
   std::string describe() const override;
+  train::Batch prepare(const train::Batch& batch) override;
+  std::optional<std::string> capture_blocker() const override;
 
  private:
   DiffusionTraining training_;
   Denoiser model_;
   ModelLabels labels_;
   std::optional<double> label_dropout_;
+  CaptureCheck capture_check_;
 };
 
 }  // namespace runner::diffusion

@@ -232,6 +232,12 @@ void Ema::update(std::int64_t step, const at::Tensor& one_minus_decay) {
   last_update_step_ = step;
 }
 
+void Ema::count_replayed_update(std::int64_t step) {
+  if (!due(step)) return;
+  ++update_count_;
+  last_update_step_ = step;
+}
+
 void Ema::copy_to(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers) const {
   if (params.size() != shadow_.size()) {
     throw std::invalid_argument(

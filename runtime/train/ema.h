@@ -74,6 +74,9 @@ class Ema {
   // an exact copy of the weights. std::invalid_argument for step < 1 or a weight that is not a one-element
   // floating tensor.
   void update(std::int64_t step, const at::Tensor& one_minus_decay);
+  // Counts update(step, ...) of a step that a CUDA graph replayed (the graph holds its device work): what
+  // update_count() and last_update_step() say.
+  void count_replayed_update(std::int64_t step);
 
   const std::vector<at::Tensor>& shadow() const { return shadow_; }
   const std::vector<at::Tensor>& shadow_buffers() const { return shadow_buffers_; }

@@ -36,6 +36,14 @@ class Objective {
   virtual at::Tensor loss(const Batch& micro) = 0;
   // What it computes, for messages: "diffusion loss (eps prediction, uniform timesteps)".
   virtual std::string describe() const = 0;
+  // The host's part of a step, done once per batch before it is split into micro-batches: what loss() would
+  // otherwise work out on the host (e.g. per-sample keys from the dataset indices and the epoch) added to the
+  // batch as tensors, so that loss() of a prepared micro-batch only launches device work and a CUDA graph can
+  // replay it with the next batch's values. The default returns the batch as it is.
+  virtual Batch prepare(const Batch& batch) { return batch; }
+  // Why loss() of a prepared batch cannot be captured in a CUDA graph (runner.trainer { graph = ... }) as things
+  // stand, or nullopt when it can.
+  virtual std::optional<std::string> capture_blocker() const { return describe() + " does not support CUDA graphs"; }
 };
 
 }  // namespace runner::train

@@ -112,6 +112,8 @@ class Optimizer {
   // with lr(group) here when it is out of date.
   const at::Tensor& lr_tensor(std::size_t group);
   std::int64_t step_count() const { return step_count_; }  // calls of step() not skipped on the host
+  // Counts a step that a CUDA graph replayed: the graph holds the device work of step(), not its count.
+  void count_replayed_step() { ++step_count_; }
 
   OptimizerKind kind() const { return kind_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }

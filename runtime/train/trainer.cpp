@@ -21,6 +21,7 @@
 #include "runtime/core/logging.h"
 #include "runtime/core/shape_text.h"
 #include "runtime/train/grad_norm.h"
+#include "runtime/train/step_graph.h"
 
 namespace runner::train {
 namespace {
@@ -200,11 +201,22 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
   skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
+  if (options_.on_nonfinite == NonFinitePolicy::stop)
+    stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
   if (dist::ProcessGroup* group = dist::process_group(); group && group->size() > 1) {
     // Data parallel: every rank averages its gradients with the others'.
     std::vector<at::Tensor> trainable;
     for (const auto& [name, p] : trainable_) trainable.push_back(p);
     gradients_ = std::make_unique<dist::GradientAverager>(*group, std::move(trainable), options_.data_parallel);
+  }
+  if (options_.graph != GraphMode::off) {
+    if (std::optional<std::string> blocker = device_graph_blocker()) {
+      if (options_.graph == GraphMode::on)
+        throw std::invalid_argument(fmt::format("runner.trainer: graph = true, but {}", *blocker));
+      note_eager(*blocker);
+    } else {
+      captured_steps_ = std::make_unique<CapturedSteps>(device_);
+    }
   }
 }
 
@@ -237,7 +249,78 @@ StepTiming Trainer::timing() {
   return timing_;
 }
 
+// What the device work of a step leaves: device tensors only.
+struct Trainer::DeviceStep {
+  at::Tensor loss;       // float32 scalar: the mean of the micro-batch losses
+  at::Tensor grad_norm;  // float32 scalar
+  std::vector<at::Tensor> micro_losses;
+  std::vector<at::Tensor> grad_norms;  // of the trainable parameters that have a gradient, in order
+};
+
+// The CUDA graphs of the step, one per batch signature, with the buffers their batches are copied into.
+struct Trainer::CapturedSteps {
+  struct Entry {
+    std::size_t id = 0;
+    std::int64_t warmups = 0;
+    bool captured = false;
+    Batch inputs;       // on the device: what the graph reads
+    at::Tensor report;  // float32 [2 + micro-batches + norms]: loss, grad norm, micro-batch losses, gradient norms
+    std::int64_t micro = 0;
+  };
+  explicit CapturedSteps(c10::Device device) : graphs(device) {}
+  void clear() {
+    graphs.clear();
+    entries.clear();
+  }
+  StepGraphs graphs;
+  std::map<std::string, Entry> entries;
+  std::size_t next_id = 0;
+};
+
+namespace {
+
+constexpr const char* kLossFunctionBlocker =
+    "the loss is a function called at every step, which a CUDA graph cannot capture";
+
+// Batch signatures a trainer keeps graphs for; steps of further ones run eagerly.
+constexpr std::size_t kMaxGraphs = 8;
+
+std::string batch_signature(const Batch& batch) {
+  std::string text;
+  for (const auto& [name, tensor] : batch.tensors)
+    text += fmt::format("{} {} {}; ", name, c10::toString(tensor.scalar_type()), core::shape_text(tensor.sizes()));
+  return text;
+}
+
+LossFunction loss_over(Objective& objective, const std::vector<Batch>& micro) {
+  return [&objective, &micro](std::int64_t index, std::int64_t) {
+    return objective.loss(micro[static_cast<std::size_t>(index)]);
+  };
+}
+
+// A batch tensor into the graph's buffer, on the current stream (host tensors through pinned memory).
+void copy_into(at::Tensor& buffer, const at::Tensor& value) {
+  if (value.is_cpu() && !value.is_pinned())
+    buffer.copy_(value.pin_memory(), /*non_blocking=*/true);
+  else
+    buffer.copy_(value, /*non_blocking=*/true);
+}
+
+}  // namespace
+
 StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs) {
+  if (options_.graph != GraphMode::off && !core::stream_capturing(device_)) {
+    if (options_.graph == GraphMode::on)
+      throw std::invalid_argument(fmt::format(
+          "runner.trainer: graph = true, but {}: give the trainer an objective (e.g. ddpm:objective(model)), or use "
+          "graph = \"auto\" to run such steps eagerly",
+          kLossFunctionBlocker));
+    note_eager(kLossFunctionBlocker);
+  }
+  return eager_step(loss_of, inputs);
+}
+
+StepResult Trainer::eager_step(const LossFunction& loss_of, const NamedTensorList& inputs) {
   if (before_step_) before_step_();
   const bool cuda = device_.is_cuda();
   // Captured into a CUDA graph, the step queries and records no events (a query would fail the capture).
@@ -251,17 +334,35 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
     events_->marks.clear();
     for (int i = 0; i < 4; ++i) events_->marks.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
   }
+  double host_time = core::steady_seconds();
   auto mark = [&](int index) {
     if (record) events_->marks[index].record(guard->getStream(device_));
-  };
-  double host_time = core::steady_seconds();
-  auto host_lap = [&](double& slot) {
     const double now = core::steady_seconds();
-    if (!cuda) slot = now - host_time;
+    double* slot = index == 1 ? &timing_.forward_backward : index == 2 ? &timing_.optimizer : &timing_.ema;
+    if (!cuda && index > 0) *slot = now - host_time;
     host_time = now;
   };
-
   mark(0);
+  const double factor = write_step_scalars();
+  const DeviceStep done = device_step(loss_of, mark);
+  if (record) events_->pending = true;
+  return finish_step(done, factor, inputs, captured);
+}
+
+double Trainer::write_step_scalars() {
+  const double factor = schedule_->factor(step_);
+  // The learning rates and the EMAs' weights reach the device in one copy; the capturable optimizer and the
+  // EMA updates read them there.
+  std::vector<double> scalars;
+  for (double base_lr : base_lrs_) scalars.push_back(base_lr * factor);
+  for (const Ema& ema : emas_) scalars.push_back(1 - ema.current_decay(step_ + 1));
+  if (!step_scalars_.defined()) step_scalars_ = DeviceScalars(scalars.size(), device_);
+  step_scalars_.write(scalars);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, scalars[g], step_scalars_.element(g));
+  return factor;
+}
+
+Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std::function<void(int)>& mark) {
   // Data parallel: the gradients are views of the averager's buckets, zeroed in place (set_to_none would drop them).
   if (gradients_)
     gradients_->start_step();
@@ -298,7 +399,6 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
     loss_mean = gradients_->mean(loss_mean);
   }
   mark(1);
-  host_lap(timing_.forward_backward);
 
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> grads = trainable_grads();
@@ -319,49 +419,151 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   // The update is skipped on the device when `skip` is set: a non-finite step, and under on_nonfinite = "stop"
   // every step after one (the latch), until the stop is raised from the host one step later.
   at::Tensor skip = found;
-  const bool stop_policy = options_.on_nonfinite == NonFinitePolicy::stop;
-  if (stop_policy) {
-    if (!stop_latch_.defined()) stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  if (options_.on_nonfinite == NonFinitePolicy::stop) {
     at::maximum_out(stop_latch_, stop_latch_, scaler_ ? loss_bad : found);  // with fp16, overflow is the scaler's
     skip = at::maximum(found, stop_latch_);
   }
   if (options_.clip) clip_by_norm(grads, *options_.clip, grad_norm);
-  const double factor = schedule_->factor(step_);
-  // The learning rates and the EMAs' weights reach the device in one copy; the capturable optimizer and the
-  // EMA updates read them there.
-  std::vector<double> scalars;
-  for (double base_lr : base_lrs_) scalars.push_back(base_lr * factor);
-  for (const Ema& ema : emas_) scalars.push_back(1 - ema.current_decay(step_ + 1));
-  if (!step_scalars_.defined()) step_scalars_ = DeviceScalars(scalars.size(), device_);
-  step_scalars_.write(scalars);
-  for (std::size_t g = 0; g < base_lrs_.size(); ++g) optimizer_->set_lr(g, scalars[g], step_scalars_.element(g));
   optimizer_->step(skip);
   skipped_.add_(skip.reshape({}).to(at::kLong));
   if (scaler_) scaler_->update(found);
+  mark(2);
+
+  const std::int64_t next = step_ + 1;
+  for (std::size_t e = 0; e < emas_.size(); ++e) emas_[e].update(next, step_scalars_.element(base_lrs_.size() + e));
+  if (gradients_ && (next == 1 || next % kRankCheckEvery == 0)) gradients_->check_in_step(next);
+  mark(3);
+  return DeviceStep{loss_mean, grad_norm, std::move(micro_losses), std::move(grad_norms)};
+}
+
+StepResult Trainer::finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool captured) {
   ++step_;
   ++state_version_;
-  mark(2);
-  host_lap(timing_.optimizer);
-
-  for (std::size_t e = 0; e < emas_.size(); ++e) emas_[e].update(step_, step_scalars_.element(base_lrs_.size() + e));
-  if (gradients_ && (step_ == 1 || step_ % kRankCheckEvery == 0)) gradients_->check_in_step(step_);
-  mark(3);
-  host_lap(timing_.ema);
-  if (record) events_->pending = true;
-
   StepResult result;
-  result.loss = loss_mean;
-  result.grad_norm = grad_norm;
+  result.loss = done.loss;
+  result.grad_norm = done.grad_norm;
   if (scaler_) result.loss_scale = scaler_->scale_tensor();
   result.skipped = skipped_;
   result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
   result.step = step_;
   if (observer_) observer_(step_);
-  if (stop_policy && !captured) {
+  if (options_.on_nonfinite == NonFinitePolicy::stop && !captured) {
     raise_pending_stop();  // the previous step's flag, read while this step runs on the device
-    watch_for_stop(micro_losses, grad_norms, inputs);
+    watch_for_stop(done.micro_losses, done.grad_norms, inputs);
   }
   return result;
+}
+
+StepResult Trainer::graph_step(Objective& objective, const Batch& prepared, const NamedTensorList& inputs) {
+  CapturedSteps& steps = *captured_steps_;
+  const std::int64_t next = step_ + 1;
+  std::string signature = batch_signature(prepared);
+  for (const Ema& ema : emas_)
+    signature += !ema.due(next) ? "ema idle; " : ema.current_decay(next) == 0 ? "ema copy; " : "ema average; ";
+  auto found = steps.entries.find(signature);
+  if (found == steps.entries.end()) {
+    if (steps.entries.size() >= kMaxGraphs) {
+      note_eager(fmt::format("more than {} batch shapes: steps of the shapes beyond them run eagerly", kMaxGraphs));
+      const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+      return eager_step(loss_over(objective, micro), inputs);
+    }
+    found = steps.entries.emplace(signature, CapturedSteps::Entry{}).first;
+    found->second.id = steps.next_id++;
+  }
+  CapturedSteps::Entry& entry = found->second;
+  if (!entry.captured && entry.warmups < kGraphWarmupSteps) {
+    ++entry.warmups;
+    const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+    StepResult result;
+    steps.graphs.on_side_stream([&] { result = eager_step(loss_over(objective, micro), inputs); });
+    return result;
+  }
+
+  if (before_step_) before_step_();
+  timing();
+  const bool record = !events_->pending;
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+  if (record) {
+    events_->marks.clear();
+    for (int i = 0; i < 4; ++i) events_->marks.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  }
+  const double factor = write_step_scalars();
+  if (entry.inputs.tensors.empty()) {
+    for (const auto& [name, tensor] : prepared.tensors)
+      entry.inputs.tensors.emplace_back(name, at::empty(tensor.sizes(), tensor.options().device(device_)));
+  }
+  entry.inputs.epoch = prepared.epoch;
+  for (std::size_t i = 0; i < prepared.tensors.size(); ++i)
+    copy_into(entry.inputs.tensors[i].second, prepared.tensors[i].second);
+  const bool capture_now = !entry.captured;
+  if (capture_now) {
+    const std::vector<Batch> micro = split_batch(entry.inputs, options_.accumulate);
+    try {
+      steps.graphs.capture(entry.id, [&] {
+        const DeviceStep done = device_step(loss_over(objective, micro), [](int) {});
+        std::vector<at::Tensor> parts{done.loss.reshape({1}), done.grad_norm.reshape({1})};
+        for (const at::Tensor& loss : done.micro_losses) parts.push_back(loss.reshape({1}));
+        for (const at::Tensor& norm : done.grad_norms) parts.push_back(norm.reshape({1}).to(at::kFloat));
+        entry.report = at::cat(parts);
+        entry.micro = static_cast<std::int64_t>(done.micro_losses.size());
+      });
+    } catch (const std::exception& error) {
+      steps.entries.erase(found);
+      throw std::runtime_error(fmt::format(
+          "runner.trainer: capturing step {} in a CUDA graph failed: {} (graph = false runs every step eagerly)", next,
+          error.what()));
+    }
+    entry.captured = true;
+    ++graph_status_.captured;
+  }
+  if (record) events_->marks[0].record(guard.getStream(device_));
+  steps.graphs.replay(entry.id);
+  if (record) {
+    for (int i = 1; i < 4; ++i) events_->marks[i].record(guard.getStream(device_));
+    events_->pending = true;
+  }
+  // The capture counted its own step on the host; a replay counts what the graph's device work did.
+  if (!capture_now) {
+    optimizer_->count_replayed_step();
+    for (Ema& ema : emas_) ema.count_replayed_update(next);
+  }
+  ++graph_status_.replayed;
+  // The graph's outputs are overwritten by its next replay: the step returns a copy.
+  const at::Tensor report = entry.report.clone();
+  DeviceStep done{report.select(0, 0), report.select(0, 1), {}, {}};
+  for (std::int64_t i = 0; i < entry.micro; ++i) done.micro_losses.push_back(report.select(0, 2 + i));
+  for (std::int64_t i = 2 + entry.micro; i < report.size(0); ++i) done.grad_norms.push_back(report.select(0, i));
+  return finish_step(done, factor, inputs, /*captured=*/false);
+}
+
+void Trainer::note_eager(const std::string& reason) {
+  if (graph_status_.eager_reason == reason) return;
+  graph_status_.eager_reason = reason;
+  core::log(device_.is_cuda() ? core::LogLevel::info : core::LogLevel::debug,
+            fmt::format("CUDA graphs: steps run eagerly: {}", reason));
+}
+
+std::optional<std::string> Trainer::graph_blocker(const Objective* objective) const {
+  if (std::optional<std::string> blocker = device_graph_blocker()) return blocker;
+  if (objective == nullptr) return std::string(kLossFunctionBlocker);
+  return objective->capture_blocker();
+}
+
+std::optional<std::string> Trainer::device_graph_blocker() const {
+  if (!device_.is_cuda())
+    return fmt::format("CUDA graphs need a CUDA device; the model is on {}", core::device_name(device_));
+  if (!cuda_graphs_built()) return std::string("this build of runner has no CUDA");
+  if (gradients_) return std::string("the gradient averaging of data parallel over several ranks is not captured");
+  if (!optimizer_->capturable())
+    return std::string(
+        "the optimizer is not capturable (a parameter takes its foreach path: implementation = \"foreach\", or a "
+        "parameter off the GPU)");
+  return std::nullopt;
+}
+
+void Trainer::set_objective(std::shared_ptr<Objective> objective) {
+  objective_ = std::move(objective);
+  if (captured_steps_) captured_steps_->clear();
 }
 
 // The latch after this step goes to the host without blocking; the report's material is kept with it.
@@ -396,9 +598,18 @@ void Trainer::raise_pending_stop() {
 }
 
 StepResult Trainer::step(Objective& objective, const Batch& batch) {
-  const std::vector<Batch> micro = split_batch(batch, options_.accumulate);
-  return step([&](std::int64_t index, std::int64_t) { return objective.loss(micro[static_cast<std::size_t>(index)]); },
-              batch.tensors);
+  const Batch prepared = objective.prepare(batch);
+  if (options_.graph != GraphMode::off && !core::stream_capturing(device_)) {
+    std::optional<std::string> blocker =
+        captured_steps_ ? objective.capture_blocker() : graph_status_.eager_reason.value_or("CUDA graphs are off");
+    if (!blocker) return graph_step(objective, prepared, batch.tensors);
+    if (options_.graph == GraphMode::on)
+      throw std::invalid_argument(
+          fmt::format("runner.trainer: graph = true, but {} (graph = \"auto\" runs such steps eagerly)", *blocker));
+    note_eager(*blocker);
+  }
+  const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+  return eager_step(loss_over(objective, micro), batch.tensors);
 }
 
 StepResult Trainer::step(const Batch& batch) {
@@ -440,6 +651,7 @@ void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
   if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
   step_ = step;
   ++state_version_;
+  if (captured_steps_) captured_steps_->clear();
 }
 
 void Trainer::set_base_lr(std::size_t group, double lr) {

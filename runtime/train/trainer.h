@@ -44,7 +44,12 @@ struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// How each step runs: runner.trainer's keys amp, accumulate, clip, on_nonfinite, scaler and data_parallel
+// Whether steps run as CUDA graphs (runner.trainer's `graph`): off (false); on (true: a step that cannot be
+// captured is an error that says why); automatic ("auto": such a step runs eagerly and the reason is logged once;
+// off the GPU every step does).
+enum class GraphMode { off, on, automatic };
+
+// How each step runs: runner.trainer's keys amp, accumulate, clip, on_nonfinite, scaler, data_parallel and graph
 // (the binding reads the whole TrainerOptions table into bindings::TrainerOptions, whose `step` this is).
 struct StepOptions {
   std::string amp = "auto";
@@ -53,6 +58,14 @@ struct StepOptions {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::skip;
   LossScalerOptions scaler;                      // fp16 only
   dist::GradientAveragingOptions data_parallel;  // with more than one rank
+  GraphMode graph = GraphMode::off;
+};
+
+// What graph capture has done so far (train:graphs()).
+struct GraphStatus {
+  std::int64_t captured = 0;                // captures made (one per batch signature, again after a restore)
+  std::int64_t replayed = 0;                // steps replayed from a graph
+  std::optional<std::string> eager_reason;  // why steps run eagerly under GraphMode::automatic (or with off)
 };
 
 // The model as the trainer sees it: every parameter and buffer under its state-dict name.
@@ -63,7 +76,8 @@ struct TrainerModel {
 
 // Wall time of the parts of a step, in seconds. On a CUDA device the forward/backward, optimizer and EMA
 // parts are measured with device events and are those of the latest step whose events have completed
-// (reading them never waits for the device).
+// (reading them never waits for the device). A step replayed from a CUDA graph is timed as a whole, under
+// forward_backward.
 struct StepTiming {
   double forward_backward = 0;
   double optimizer = 0;
@@ -102,11 +116,21 @@ class Trainer {
   // While the current stream is being captured into a CUDA graph the step records no timing events and leaves
   // the stop latch of on_nonfinite = "stop" on the device (raise_pending_stop reads nothing of a captured step).
   StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
-  // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of `batch`
-  // (split_batch), or of the trainer's own objective (set_objective; std::logic_error without one).
+  // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of the batch it
+  // prepared (Objective::prepare, then split_batch), or of the trainer's own objective (set_objective;
+  // std::logic_error without one).
+  // With graph on or automatic and nothing in the way (graph_blocker), the step runs as a CUDA graph: the first
+  // kGraphWarmupSteps steps of each batch signature (the names, shapes and dtypes of the prepared batch's tensors,
+  // and which EMAs update and how) run eagerly on the graphs' side stream, the next one is captured with the batch
+  // copied into buffers of its own, and later ones copy their batch into those buffers and replay it. A restore
+  // (restore_counters) or a new objective drops the graphs. What the step returns is the same as eager's.
   StepResult step(Objective& objective, const Batch& batch);
   StepResult step(const Batch& batch);
-  void set_objective(std::shared_ptr<Objective> objective) { objective_ = std::move(objective); }
+  void set_objective(std::shared_ptr<Objective> objective);
+  // Why steps with `objective` (nullptr: a loss function) cannot run as CUDA graphs, or nullopt when they can.
+  std::optional<std::string> graph_blocker(const Objective* objective) const;
+  GraphStatus graph_status() const { return graph_status_; }
+  static constexpr std::int64_t kGraphWarmupSteps = 2;
   const std::shared_ptr<Objective>& objective() const { return objective_; }
 
   std::int64_t step_count() const { return step_; }
@@ -153,12 +177,25 @@ class Trainer {
   // was set and not yet read (waiting for that step on the device); nothing otherwise. A training run calls
   // it before each checkpoint and at its end.
   void raise_pending_stop();
-  // Continues counting from a checkpoint: `step` optimizer steps done, `skipped` of them skipped.
+  // Continues counting from a checkpoint: `step` optimizer steps done, `skipped` of them skipped. Drops the CUDA
+  // graphs (a checkpoint's optimizer state comes in new tensors).
   void restore_counters(std::int64_t step, const at::Tensor& skipped);
 
  private:
   struct Events;
   struct PendingStop;
+  struct DeviceStep;
+  struct CapturedSteps;
+  // The parts of a step: the host's numbers for the device (learning rates, EMA weights; returns the schedule's
+  // factor), the device work (zero_grad to the EMAs; `mark(i)` at the timing points 1 to 3), and the host's
+  // bookkeeping after it.
+  double write_step_scalars();
+  DeviceStep device_step(const LossFunction& loss_of, const std::function<void(int)>& mark);
+  StepResult finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool captured);
+  StepResult eager_step(const LossFunction& loss_of, const NamedTensorList& inputs);
+  StepResult graph_step(Objective& objective, const Batch& prepared, const NamedTensorList& inputs);
+  void note_eager(const std::string& reason);
+  std::optional<std::string> device_graph_blocker() const;  // what stops graphs whatever the objective
   std::vector<at::Tensor> trainable_grads() const;
   // float32, 0 without gradients; each gradient's norm into per_tensor when given.
   at::Tensor global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor = nullptr) const;
@@ -188,6 +225,8 @@ class Trainer {
   StepTiming timing_;
   std::function<void(std::int64_t)> observer_;
   std::function<void()> before_step_;
+  std::unique_ptr<CapturedSteps> captured_steps_;  // graph on or automatic, on CUDA
+  GraphStatus graph_status_;
 };
 
 // Deterministic algorithms (errors for ops without one), deterministic cuDNN without autotuning, and the

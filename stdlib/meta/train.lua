@@ -44,6 +44,13 @@
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
 ---@field scaler? ScalerOptions        fp16 loss scaling
 ---@field data_parallel? DataParallelOptions  gradient averaging when more than one rank trains (stdlib/meta/dist.lua)
+---@field graph? boolean|string        CUDA graphs: true captures the whole step of an objective (zero_grad, forward,
+---                                    backward, unscale, clipping, optimizer, loss scale, EMA) once per batch shape,
+---                                    after 2 eager warm-up steps of that shape, and replays it with each batch copied
+---                                    into the graph's buffers; a step that cannot be captured (a loss function, a
+---                                    model with checkpoint = true, data parallel over several ranks, the CPU, a
+---                                    non-capturable optimizer) is an error that says why. "auto" runs such steps
+---                                    eagerly instead (train:graphs() says why). Default false
 ---@field profile? string|integer[]    steps to record with LibTorch's Kineto profiler, "A:B", "A" or {A, B} (default:
 ---                                    `runner --profile A:B`): CPU operators with shapes and memory, and CUDA kernels;
 ---                                    after step B the trace is written as profile-steps-A-B.json in the run directory
@@ -140,6 +147,11 @@ function Trainer:observe(metric) end
 
 ---@return string precision "fp32", "bf16" or "fp16"
 function Trainer:precision() end
+
+---What CUDA graph capture (TrainerOptions.graph) has done: `captured` graphs (one per batch shape, again after a
+---restore), steps `replayed` from them, and `eager_reason`, why steps run eagerly (nil when none did).
+---@return {captured: integer, replayed: integer, eager_reason: string?}
+function Trainer:graphs() end
 
 ---Prints the final line of the progress display.
 function Trainer:finish_progress() end

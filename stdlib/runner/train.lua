@@ -253,6 +253,10 @@ function Trainer:observe(metric) self.native:observe(metric) end
 --- train:precision() -> "fp32", "bf16" or "fp16"
 function Trainer:precision() return self.native:precision() end
 
+--- train:graphs() -> {captured, replayed, eager_reason}: what CUDA graph capture (runner.trainer { graph = ... }) has
+--- done so far, and why steps run eagerly when they do.
+function Trainer:graphs() return self.native:graphs() end
+
 --- train:finish_progress(): prints the final progress line (runs by itself at the last step).
 function Trainer:finish_progress()
   if self.progress then self.progress:update(self.step_count, {}, self:lr(), native.device_memory(self.device), true) end

@@ -206,12 +206,55 @@ describe("runner.trainer", function()
       "amp 'fp16' needs a CUDA device", true)
     expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, schedule = "cosine" } end,
       "a cosine schedule needs schedule.total_steps or the trainer's 'steps'", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = "yes" } end,
+      "runner.trainer: 'graph' must be true, false or \"auto\", got \"yes\"", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = 1 } end,
+      "runner.trainer: 'graph' must be true, false or \"auto\", got a number", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = true } end,
+      "runner.trainer: graph = true, but CUDA graphs need a CUDA device; the model is on cpu", true)
     local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, progress = false }
     expect_error(function() train:step(function() return 3 end) end, "the loss function must return the loss tensor, got a number", true)
     expect_error(function() train:step(function() return torch.ones(2, { requires_grad = true }) end) end,
       "must return a floating-point scalar tensor, got [2] Float", true)
     expect_error(function() train:step(function() error("broken batch") end) end, "train_spec.lua:", true)
     expect_error(function() train:step(function() error("broken batch") end) end, "broken batch", true)
+  end)
+end)
+
+describe("runner.trainer { graph = ... }", function()
+  -- On the CPU every step runs eagerly and train:graphs() says why; on CUDA (device=cuda) the objective's steps are
+  -- replayed from a graph after the warm-up steps, with the eager steps' losses.
+  local function losses(graph)
+    torch.manual_seed(5)
+    local model = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, dropout = 0,
+                            classes = 3, class_dropout = 0.3 }:to(test.device)
+    local d = runner.diffusion.gaussian { timesteps = 100, seed = 9 }
+    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, objective = d:objective(model),
+                                   amp = "fp32", tf32 = false, ema = 0.99, accumulate = 2, graph = graph,
+                                   progress = false }
+    local out = {}
+    for step = 1, 8 do
+      torch.manual_seed(step)
+      local batch = { data = torch.randn(8, 3, 8, 8):to(test.device), label = torch.randint(0, 3, { 8 }):to(test.device),
+                      index = torch.arange(8 * step, 8 * step + 8), epoch = 1 }
+      out[step] = train:step(batch).loss:item()
+    end
+    return out, train:graphs()
+  end
+
+  it("runs the objective's steps as the eager ones do", function()
+    local eager = losses(false)
+    local replayed, status = losses("auto")
+    for i = 1, #eager do expect_near(replayed[i], eager[i], 1e-5 * math.abs(eager[i]), "step " .. i) end
+    if test.device == "cpu" then
+      expect_eq(status.captured, 0)
+      expect_eq(status.replayed, 0)
+      expect_eq(status.eager_reason, "CUDA graphs need a CUDA device; the model is on cpu")
+    else
+      expect_eq(status.captured, 1, "one batch shape (after the EMA's first step and two warm-up steps)")
+      expect_eq(status.replayed, 5, "steps 4 to 8")
+      expect_eq(status.eager_reason, nil)
+    end
   end)
 end)
 

@@ -1,0 +1,214 @@
+// runner.trainer { graph = ... }: a step replayed from a CUDA graph gives what the eager step gives, a new batch
+// shape or a restore captures again, and what cannot be captured is refused (graph = true) or runs eagerly ("auto").
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/diffusion/diffusion_objective.h"
+#include "runtime/nn/unet.h"
+#include "runtime/train/trainer.h"
+#include "tests/cpp/cuda_skip.h"
+
+namespace {
+
+using namespace runner;
+namespace diff = runner::diffusion;
+
+// A small class-conditional UNet, its trainer (AdamW, clipping, a warmed-up EMA, `accumulate` micro-batches) and
+// its diffusion objective; the same seed gives the same weights.
+struct Setup {
+  nn::UNet unet{nullptr};
+  std::shared_ptr<train::Trainer> trainer;
+  std::shared_ptr<diff::DiffusionObjective> objective;
+
+  Setup(const c10::Device& device, train::GraphMode graph, std::int64_t accumulate = 2,
+        diff::CaptureCheck capture_check = {}) {
+    at::manual_seed(3);
+    nn::UNetOptions options;
+    options.channels = 32;
+    options.mults = {1, 2};
+    options.blocks = 1;
+    options.attention = {4};
+    options.image = 8;
+    options.groups = 8;
+    options.dropout = 0;
+    options.classes = 3;
+    options.class_dropout = 0.25;
+    unet = nn::UNet(options);
+    unet->to(device);
+    train::TrainerModel model;
+    for (const auto& item : unet->named_parameters()) model.parameters.emplace_back(item.key(), item.value());
+    for (const auto& item : unet->named_buffers()) model.buffers.emplace_back(item.key(), item.value());
+    train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
+    group.lr = 1e-3;
+    for (const auto& [name, p] : model.parameters) group.params.push_back(p);
+    auto optimizer =
+        std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
+    train::StepOptions step;
+    step.amp = "fp32";
+    step.clip = 1.0;
+    step.accumulate = accumulate;
+    step.graph = graph;
+    train::LrScheduleOptions schedule;
+    schedule.warmup_steps = 4;
+    trainer = std::make_shared<train::Trainer>(
+        model, optimizer, schedule, std::vector<train::EmaOptions>{{.decay = 0.999, .warmup = true}}, step, device);
+    diff::ScheduleOptions noise;
+    noise.timesteps = 1000;
+    diff::DiffusionTraining training{diff::make_schedule(noise), diff::LossOptions{}, diff::TimestepSampling{},
+                                     std::make_shared<diff::SampleStreams>(11)};
+    const diff::Denoiser denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
+                                                 const std::optional<at::Tensor>& labels) mutable {
+      return net->forward(x, t, labels);
+    };
+    objective = std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.25, 3},
+                                                           std::nullopt, std::move(capture_check));
+    trainer->set_objective(objective);
+  }
+};
+
+// Loader batch `n` of `size` images: new images, labels and dataset indices each time.
+train::Batch batch(const c10::Device& device, std::int64_t n, std::int64_t size = 8) {
+  at::manual_seed(100 + n);
+  train::Batch b;
+  b.tensors = {{"data", at::randn({size, 3, 8, 8}).to(device)},
+               {"index", at::arange(n * size, (n + 1) * size, at::kLong)},
+               {"label", at::randint(0, 3, {size}, at::kLong).to(device)}};
+  b.epoch = n / 4;
+  return b;
+}
+
+std::vector<float> values(const std::vector<at::Tensor>& tensors) {
+  std::vector<float> out;
+  for (const auto& t : tensors) out.push_back(t.item<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("graph = true is refused off CUDA; graph = \"auto\" runs eagerly there and says why", "[train][graph]") {
+  const c10::Device cpu(c10::kCPU);
+  CHECK_THROWS_WITH(Setup(cpu, train::GraphMode::on),
+                    "runner.trainer: graph = true, but CUDA graphs need a CUDA device; the model is on cpu");
+
+  Setup eager(cpu, train::GraphMode::off, 1);
+  Setup automatic(cpu, train::GraphMode::automatic, 1);
+  for (std::int64_t n = 0; n < 4; ++n) {
+    const float a = eager.trainer->step(batch(cpu, n, 4)).loss.item<float>();
+    const float b = automatic.trainer->step(batch(cpu, n, 4)).loss.item<float>();
+    CHECK(a == b);
+  }
+  const train::GraphStatus status = automatic.trainer->graph_status();
+  CHECK(status.captured == 0);
+  CHECK(status.replayed == 0);
+  CHECK(status.eager_reason == std::optional<std::string>("CUDA graphs need a CUDA device; the model is on cpu"));
+  CHECK_FALSE(eager.trainer->graph_status().eager_reason.has_value());
+}
+
+TEST_CASE("the diffusion objective prepares a batch's keys on the host and refuses a batch that has its name",
+          "[train][graph]") {
+  const c10::Device cpu(c10::kCPU);
+  Setup setup(cpu, train::GraphMode::off, 1);
+  train::Batch b = batch(cpu, 5, 4);
+  const train::Batch prepared = setup.objective->prepare(b);
+  const at::Tensor* keys = prepared.find("sample_keys");
+  REQUIRE(keys != nullptr);
+  // (epoch, dataset index): epoch 1, indices 20..23.
+  CHECK(at::equal(*keys, diff::SampleStreams::loader_keys(1, at::arange(20, 24, at::kLong))));
+  // The loss of a prepared batch is the loss of the batch itself.
+  at::manual_seed(0);
+  const at::Tensor direct = setup.objective->loss(b);
+  const at::Tensor from_keys = setup.objective->loss(prepared);
+  CHECK(at::equal(direct, from_keys));
+  CHECK_THROWS_WITH(
+      setup.objective->prepare(prepared),
+      "loss: the batch has a tensor named 'sample_keys', a name the diffusion objective keeps for itself");
+}
+
+TEST_CASE("a step replayed from a CUDA graph equals the eager step; new shapes and restores capture again",
+          "[train][graph][cuda]") {
+  SKIP_WITHOUT_CUDA("replaying training steps from CUDA graphs");
+  const c10::Device cuda(c10::kCUDA, 0);
+  core::set_tf32(false);
+  Setup eager(cuda, train::GraphMode::off);
+  Setup graph(cuda, train::GraphMode::on);
+  auto compare = [&](std::int64_t n, std::int64_t size) {
+    const train::StepResult a = eager.trainer->step(batch(cuda, n, size));
+    const train::StepResult b = graph.trainer->step(batch(cuda, n, size));
+    INFO("step " << a.step << ", batch of " << size);
+    CHECK(a.step == b.step);
+    CHECK(a.lr == b.lr);
+    CHECK(b.loss.item<float>() == Approx(a.loss.item<float>()).epsilon(1e-5));
+    CHECK(b.grad_norm.item<float>() == Approx(a.grad_norm.item<float>()).epsilon(1e-4));
+  };
+  // Step 1 (the EMA copies the weights) and steps 2-3 warm up, step 4 is captured, 5-8 are replayed.
+  for (std::int64_t n = 0; n < 8; ++n) compare(n, 8);
+  train::GraphStatus status = graph.trainer->graph_status();
+  CHECK(status.captured == 1);
+  CHECK(status.replayed == 5);
+  CHECK_FALSE(status.eager_reason.has_value());
+  CHECK(graph.trainer->optimizer().step_count() == 8);
+  CHECK(graph.trainer->emas()[0].update_count() == 8);
+  CHECK(graph.trainer->emas()[0].last_update_step() == 8);
+
+  // Another batch size: two warm-up steps, then a capture of its own; the first size replays as before.
+  for (std::int64_t n = 8; n < 12; ++n) compare(n, 4);
+  compare(12, 8);
+  status = graph.trainer->graph_status();
+  CHECK(status.captured == 2);
+  CHECK(status.replayed == 8);
+
+  // A restore drops the graphs: the next steps warm up and capture again.
+  for (Setup* setup : {&eager, &graph}) setup->trainer->restore_counters(13, setup->trainer->skipped());
+  for (std::int64_t n = 13; n < 17; ++n) compare(n, 8);
+  status = graph.trainer->graph_status();
+  CHECK(status.captured == 3);
+  CHECK(status.replayed == 10);
+
+  const auto weights = [](Setup& s) {
+    std::vector<at::Tensor> out;
+    for (const auto& p : s.unet->parameters()) out.push_back(p.detach().cpu());
+    return out;
+  };
+  const std::vector<at::Tensor> a = weights(eager), b = weights(graph);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(at::allclose(a[i], b[i], 1e-4, 1e-6));
+  const std::vector<at::Tensor>& shadow_a = eager.trainer->emas()[0].shadow();
+  const std::vector<at::Tensor>& shadow_b = graph.trainer->emas()[0].shadow();
+  for (std::size_t i = 0; i < shadow_a.size(); ++i) CHECK(at::allclose(shadow_a[i], shadow_b[i], 1e-4, 1e-6));
+  CHECK(values({eager.trainer->skipped()}) == values({graph.trainer->skipped()}));
+  core::set_tf32(true);
+}
+
+TEST_CASE("what a CUDA graph cannot capture is an error with graph = true and runs eagerly with \"auto\"",
+          "[train][graph][cuda]") {
+  SKIP_WITHOUT_CUDA("the fallbacks of CUDA graph capture");
+  const c10::Device cuda(c10::kCUDA, 0);
+  const diff::CaptureCheck checkpointing = [] {
+    return std::optional<std::string>("the model recomputes activations");
+  };
+  Setup strict(cuda, train::GraphMode::on, 1, checkpointing);
+  CHECK_THROWS_WITH(
+      strict.trainer->step(batch(cuda, 0)),
+      "runner.trainer: graph = true, but the model recomputes activations (graph = \"auto\" runs such steps eagerly)");
+  const train::LossFunction loss_function = [&](std::int64_t, std::int64_t) {
+    return strict.objective->loss(batch(cuda, 0));
+  };
+  CHECK_THROWS_WITH(strict.trainer->step(loss_function),
+                    "runner.trainer: graph = true, but the loss is a function called at every step, which a CUDA graph "
+                    "cannot capture: give the trainer an objective (e.g. ddpm:objective(model)), or use graph = "
+                    "\"auto\" to run such steps eagerly");
+
+  Setup relaxed(cuda, train::GraphMode::automatic, 1, checkpointing);
+  for (std::int64_t n = 0; n < 4; ++n) relaxed.trainer->step(batch(cuda, n));
+  const train::GraphStatus status = relaxed.trainer->graph_status();
+  CHECK(status.captured == 0);
+  CHECK(status.eager_reason == std::optional<std::string>("the model recomputes activations"));
+  CHECK(relaxed.trainer->step_count() == 4);
+}
