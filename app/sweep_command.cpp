@@ -75,9 +75,10 @@ std::variant<sweep::ScriptConfig, int> script_config(const sweep::SweepSpec& spe
 
 // The checks of `runner sweep FILE` before it records anything, made by --dry-run too: the definition
 // against the script's config, the slots of this host (unless the workers run elsewhere), and a stored sweep of the
-// same name (when the index exists, in RUNNER_HOME or on the PostgreSQL server; a dry run creates nothing). Prints the
-// warnings. Returns the exit status of a script that failed.
-std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool slots_here) {
+// same name (when the index exists, in RUNNER_HOME or on the PostgreSQL server; a dry run creates nothing, and goes on
+// with a warning when the server cannot be reached). Prints the warnings. Returns the exit status of a script that
+// failed.
+std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool slots_here, bool dry_run) {
   const auto definition = bindings::read_sweep_file(file);
   if (const int* status = std::get_if<int>(&definition)) return *status;
   sweep::SweepSpec spec = sweep::parse_sweep(std::get<nlohmann::json>(definition));
@@ -85,8 +86,14 @@ std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool 
   if (const int* status = std::get_if<int>(&config)) return *status;
   sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
   if (slots_here) sweep::sweep_slots(spec);  // a Slurm job's slots are its allocation's
-  if (std::optional<index::Database> db = index::open_index_if_any(index::home_directory()))
-    sweep::same_definition(*db, spec);
+  try {
+    if (std::optional<index::Database> db = index::open_index_if_any(index::home_directory()))
+      sweep::same_definition(*db, spec);
+  } catch (const index::IndexUnreachable& error) {
+    if (!dry_run) throw;
+    std::fprintf(stderr, "runner sweep: %s; the dry run goes on without comparing the file with a sweep stored there\n",
+                 core::terminal_text(error.what()).c_str());
+  }
   if (const std::string warning = sweep::rung_warning(spec); !warning.empty())
     std::fprintf(stderr, "runner sweep: %s\n", core::terminal_text(warning).c_str());
   return spec;
@@ -181,7 +188,7 @@ int run(int argc, char** argv) {
     const sweep::SweepRecord record = sweep::load_sweep(db, join);
     return sweep::run_sweep_worker(home, record);
   }
-  const auto checked = checked_sweep(file, !slurm);
+  const auto checked = checked_sweep(file, !slurm, dry_run);
   if (const int* status = std::get_if<int>(&checked)) return *status;
   const sweep::SweepSpec& spec = std::get<sweep::SweepSpec>(checked);
   if (dry_run) {

@@ -26,6 +26,12 @@ struct IndexConnectionLost : IndexError {
   using IndexError::IndexError;
 };
 
+// A read-only connection to a PostgreSQL server could not be made (no such host, the server down): said at once,
+// where a writer waits for the server.
+struct IndexUnreachable : IndexError {
+  using IndexError::IndexError;
+};
+
 // read_only_immutable reads a file that nothing can change (a read-only medium): no locks, no -shm file.
 enum class OpenMode { read_only, read_only_immutable, read_write, read_write_create };
 

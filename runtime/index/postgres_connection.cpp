@@ -150,7 +150,9 @@ class PostgresConnection final : public Connection {
     conn_ = PQconnectdb(url.c_str());
     if (PQstatus(conn_) != CONNECTION_OK) {
       // A writer waits for a server that is restarting; a reader (a command) says at once that it is not there.
-      if (read_only_ || !server_away()) throw IndexError(fmt::format("{}: cannot connect: {}", shown_, error()));
+      const std::string message = fmt::format("{}: cannot connect: {}", shown_, error());
+      if (read_only_) throw IndexUnreachable(message);
+      if (!server_away()) throw IndexError(message);
       reconnect();
       return;
     }
