@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 
 #include "bindings/bindings.h"
 #include "bindings/nn_binding.h"
@@ -17,6 +18,7 @@
 #include "runtime/core/sha256.h"
 #include "runtime/nn/autoencoder_kl.h"
 #include "runtime/nn/dit.h"
+#include "runtime/nn/linear.h"
 #include "runtime/nn/state_loading.h"
 #include "runtime/nn/unet.h"
 #include "runtime/train/ema.h"
@@ -53,7 +55,10 @@ const OptionTable<LinearOptions> kLinearOptions("Linear", "LinearOptions", {opti
 // nn.Linear(in_features, out_features [, LinearOptions])
 int nn_linear(lua_State* L) {
   const LinearOptions o = kLinearOptions.read(L, 3);
-  push_module(L, torch::nn::Linear(torch::nn::LinearOptions(check_integer(L, 1), check_integer(L, 2)).bias(o.bias)));
+  torch::nn::Linear linear(torch::nn::LinearOptions(check_integer(L, 1), check_integer(L, 2)).bias(o.bias));
+  new_userdata<ModuleBox>(L, kModuleType, ModuleBox{linear.ptr(), [linear](const at::Tensor& x) {
+                                                      return runner::nn::linear_forward(*linear, x);
+                                                    }});
   return 1;
 }
 
@@ -347,8 +352,12 @@ template <class Impl>
 bool bind_forward(const std::shared_ptr<torch::nn::Module>& module,
                   std::function<at::Tensor(const at::Tensor&)>& forward) {
   const auto typed = std::dynamic_pointer_cast<Impl>(module);
-  if (typed) forward = [typed](const at::Tensor& x) { return typed->forward(x); };
-  return typed != nullptr;
+  if (!typed) return false;
+  if constexpr (std::is_same_v<Impl, torch::nn::LinearImpl>)
+    forward = [typed](const at::Tensor& x) { return runner::nn::linear_forward(*typed, x); };
+  else
+    forward = [typed](const at::Tensor& x) { return typed->forward(x); };
+  return true;
 }
 
 template <class... Impl>

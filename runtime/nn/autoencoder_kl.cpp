@@ -12,6 +12,7 @@
 
 #include "runtime/ckpt/weights_file.h"
 #include "runtime/core/shape_text.h"
+#include "runtime/nn/linear.h"
 #include "runtime/nn/state_loading.h"
 
 namespace runner::nn {
@@ -82,9 +83,10 @@ at::Tensor VaeAttentionImpl::forward(const at::Tensor& x) {
   const auto n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const at::Tensor tokens = group_norm(x).reshape({n, c, h * w}).transpose(1, 2);  // [N, HW, C]
   // One head of width C: SDPA's default scale 1/sqrt(C), as diffusers' AttnProcessor2_0.
-  const at::Tensor q = to_q(tokens).unsqueeze(1), k = to_k(tokens).unsqueeze(1), v = to_v(tokens).unsqueeze(1);
+  const at::Tensor q = linear_forward(*to_q, tokens).unsqueeze(1), k = linear_forward(*to_k, tokens).unsqueeze(1),
+                   v = linear_forward(*to_v, tokens).unsqueeze(1);
   at::Tensor attended = at::scaled_dot_product_attention(q, k, v).squeeze(1);
-  attended = to_out[0]->as<torch::nn::Linear>()->forward(attended);
+  attended = linear_forward(*to_out[0]->as<torch::nn::Linear>(), attended);
   return attended.transpose(1, 2).reshape({n, c, h, w}) + x;
 }
 

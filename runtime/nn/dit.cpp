@@ -13,6 +13,7 @@
 #include "runtime/nn/activation_checkpoint.h"
 #include "runtime/nn/embeddings.h"
 #include "runtime/nn/initialization.h"
+#include "runtime/nn/linear.h"
 
 namespace runner::nn {
 namespace {
@@ -104,16 +105,19 @@ DiTBlockImpl::DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_r
 }
 
 at::Tensor DiTBlockImpl::forward(const at::Tensor& x, const at::Tensor& conditioning_activated) {
-  const auto m = modulation(conditioning_activated).chunk(6, 1);
+  const auto m = linear_forward(*modulation, conditioning_activated).chunk(6, 1);
   const auto batch = x.size(0), tokens = x.size(1);
   const auto head_width = hidden_ / heads_;
-  // [B, N, 3 hidden] -> 3 x [B, heads, N, head_width]
-  const auto qkv_heads = qkv(modulate(layer_norm(x), m[0], m[1], fused_))
+  // [B, N, 3 hidden] -> 3 x [B, heads, N, head_width]; unbind (as timm's Attention) has one stack as its backward,
+  // where indexing each of the three would zero-fill and copy a whole qkv-sized gradient per head.
+  const auto qkv_heads = linear_forward(*qkv, modulate(layer_norm(x), m[0], m[1], fused_))
                              .reshape({batch, tokens, 3, heads_, head_width})
-                             .permute({2, 0, 3, 1, 4});
+                             .permute({2, 0, 3, 1, 4})
+                             .unbind(0);
   const auto attended = at::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
-  auto out = x + m[2].unsqueeze(1) * proj(attended.transpose(1, 2).reshape({batch, tokens, hidden_}));
-  const auto mlp = fc2(at::gelu(fc1(modulate(layer_norm(out), m[3], m[4], fused_)), "tanh"));
+  auto out = x + m[2].unsqueeze(1) * linear_forward(*proj, attended.transpose(1, 2).reshape({batch, tokens, hidden_}));
+  const auto mlp =
+      linear_forward(*fc2, at::gelu(linear_forward(*fc1, modulate(layer_norm(out), m[3], m[4], fused_)), "tanh"));
   return out + m[5].unsqueeze(1) * mlp;
 }
 
@@ -174,7 +178,8 @@ at::Tensor DiTImpl::unpatchify(const at::Tensor& tokens) const {
 at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
   check_inputs(x, t, labels);
   auto tokens = patch_proj(x).flatten(2).transpose(1, 2) + pos_embed;
-  auto c = t_linear2(at::silu(t_linear1(dit_timestep_embedding(t, kFrequencyWidth).to(x.dtype()))));
+  auto c = linear_forward(
+      *t_linear2, at::silu(linear_forward(*t_linear1, dit_timestep_embedding(t, kFrequencyWidth).to(x.dtype()))));
   if (label_table) c = c + label_table(*labels);
   const auto c_activated = at::silu(c);
   for (auto& block : blocks_) {
@@ -185,8 +190,8 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
       tokens = block->forward(tokens, c_activated);
     }
   }
-  const auto m = final_modulation(c_activated).chunk(2, 1);
-  return unpatchify(final_linear(modulate(layer_norm(tokens), m[0], m[1], options_.fused)));
+  const auto m = linear_forward(*final_modulation, c_activated).chunk(2, 1);
+  return unpatchify(linear_forward(*final_linear, modulate(layer_norm(tokens), m[0], m[1], options_.fused)));
 }
 
 void DiTImpl::pretty_print(std::ostream& stream) const {

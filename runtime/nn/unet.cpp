@@ -12,6 +12,7 @@
 #include "runtime/nn/activation_checkpoint.h"
 #include "runtime/nn/embeddings.h"
 #include "runtime/nn/initialization.h"
+#include "runtime/nn/linear.h"
 
 namespace runner::nn {
 namespace {
@@ -84,7 +85,7 @@ ResnetBlockImpl::ResnetBlockImpl(std::int64_t in, std::int64_t out, std::int64_t
 
 at::Tensor ResnetBlockImpl::forward(const at::Tensor& x, const at::Tensor& temb_activated) {
   auto h = conv1(at::silu(norm1(x)));
-  h = h + temb_proj(temb_activated).unsqueeze(-1).unsqueeze(-1);
+  h = h + linear_forward(*temb_proj, temb_activated).unsqueeze(-1).unsqueeze(-1);
   h = at::silu(norm2(h));
   if (dropout_ > 0) h = at::dropout(h, dropout_, is_training());
   h = conv2(h);
@@ -223,8 +224,9 @@ at::Tensor UNetImpl::run_attention(AttnBlock& block, const at::Tensor& x) {
 
 at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
   check_inputs(x, t, labels);
-  auto temb = temb_dense[1]->as<torch::nn::Linear>()->forward(at::silu(
-      temb_dense[0]->as<torch::nn::Linear>()->forward(ddpm_timestep_embedding(t, options_.channels).to(x.dtype()))));
+  auto temb = linear_forward(*temb_dense[1]->as<torch::nn::Linear>(),
+                             at::silu(linear_forward(*temb_dense[0]->as<torch::nn::Linear>(),
+                                                     ddpm_timestep_embedding(t, options_.channels).to(x.dtype()))));
   if (label_emb) temb = temb + label_emb(*labels);
   const auto temb_activated = at::silu(temb);
 
