@@ -8,3 +8,6 @@ export CCACHE_DIR="${CCACHE_DIR:-$RUNNER_CACHE/ccache}"
 # Fresh clones in other directories reuse the compiler cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$RUNNER_ROOT}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+# One build's objects with debug information take about 4 GB: room for a few, so that a checkout's rebuilds do not
+# evict what a fresh clone's build would hit (ccache's default of 5 GB holds about one).
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
