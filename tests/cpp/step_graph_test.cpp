@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,7 +30,8 @@ struct Setup {
   std::shared_ptr<diff::DiffusionObjective> objective;
 
   Setup(const c10::Device& device, train::GraphMode graph, std::int64_t accumulate = 2,
-        diff::CaptureCheck capture_check = {}) {
+        diff::CaptureCheck capture_check = {}, const std::string& amp = "fp32",
+        train::NonFinitePolicy on_nonfinite = train::NonFinitePolicy::skip) {
     at::manual_seed(3);
     nn::UNetOptions options;
     options.channels = 32;
@@ -51,7 +54,8 @@ struct Setup {
     auto optimizer =
         std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
     train::StepOptions step;
-    step.amp = "fp32";
+    step.amp = amp;
+    step.on_nonfinite = on_nonfinite;
     step.clip = 1.0;
     step.accumulate = accumulate;
     step.graph = graph;
@@ -211,4 +215,39 @@ TEST_CASE("what a CUDA graph cannot capture is an error with graph = true and ru
   CHECK(status.captured == 0);
   CHECK(status.eager_reason == std::optional<std::string>("the model recomputes activations"));
   CHECK(relaxed.trainer->step_count() == 4);
+}
+
+TEST_CASE("a replayed step skips a non-finite update on the device and the stop comes one step later",
+          "[train][graph][cuda]") {
+  SKIP_WITHOUT_CUDA("non-finite steps replayed from a CUDA graph");
+  const c10::Device cuda(c10::kCUDA, 0);
+  Setup setup(cuda, train::GraphMode::on, 1, {}, "fp32", train::NonFinitePolicy::stop);
+  for (std::int64_t n = 0; n < 5; ++n) setup.trainer->step(batch(cuda, n));
+  REQUIRE(setup.trainer->graph_status().replayed == 2);
+  std::vector<at::Tensor> before;
+  for (const auto& p : setup.unet->parameters()) before.push_back(p.detach().clone());
+  train::Batch bad = batch(cuda, 5);
+  bad.tensors[0].second[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
+  const train::StepResult result = setup.trainer->step(bad);  // replayed: nothing is read back yet
+  CHECK(std::isnan(result.loss.item<float>()));
+  CHECK(setup.trainer->graph_status().replayed == 3);
+  CHECK_THROWS_WITH(setup.trainer->step(batch(cuda, 6)), Catch::Contains("non-finite values at step 6"));
+  std::size_t i = 0;
+  for (const auto& p : setup.unet->parameters()) CHECK(at::equal(p.detach(), before[i++]));
+  CHECK(setup.trainer->skipped().item<std::int64_t>() == 2);
+}
+
+TEST_CASE("fp16 steps with the loss scaler replay from a CUDA graph as they run eagerly", "[train][graph][cuda]") {
+  SKIP_WITHOUT_CUDA("fp16 loss scaling in a CUDA graph");
+  const c10::Device cuda(c10::kCUDA, 0);
+  Setup eager(cuda, train::GraphMode::off, 1, {}, "fp16");
+  Setup graph(cuda, train::GraphMode::on, 1, {}, "fp16");
+  for (std::int64_t n = 0; n < 8; ++n) {
+    const train::StepResult a = eager.trainer->step(batch(cuda, n));
+    const train::StepResult b = graph.trainer->step(batch(cuda, n));
+    INFO("step " << a.step);
+    CHECK(b.loss.item<float>() == Approx(a.loss.item<float>()).epsilon(1e-3));
+    CHECK(b.loss_scale.item<float>() == a.loss_scale.item<float>());
+  }
+  CHECK(graph.trainer->graph_status().replayed == 5);
 }
