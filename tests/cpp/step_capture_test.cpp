@@ -4,14 +4,11 @@
 
 #include <ATen/ATen.h>
 
-#include <memory>
-#include <vector>
+#include <cmath>
 
-#include "runtime/diffusion/diffusion_objective.h"
-#include "runtime/nn/unet.h"
-#include "runtime/train/trainer.h"
 #include "tests/cpp/cuda_graph_capture.h"
 #include "tests/cpp/cuda_skip.h"
+#include "tests/cpp/small_diffusion_trainer.h"
 
 #if RUNNER_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -21,7 +18,6 @@
 namespace {
 
 using namespace runner;
-namespace diff = runner::diffusion;
 
 }  // namespace
 
@@ -29,47 +25,9 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
   SKIP_WITHOUT_CUDA("capturing a training step in a CUDA graph");
 #if RUNNER_WITH_CUDA
   const c10::Device cuda(c10::kCUDA, 0);
-  at::manual_seed(3);
-  nn::UNetOptions options;
-  options.channels = 32;
-  options.mults = {1, 2};
-  options.blocks = 1;
-  options.attention = {4};
-  options.image = 8;
-  options.groups = 8;
-  options.dropout = 0;
-  options.classes = 3;
-  options.class_dropout = 0.25;
-  nn::UNet unet(options);
-  unet->to(cuda);
-  train::TrainerModel model;
-  for (const auto& item : unet->named_parameters()) model.parameters.emplace_back(item.key(), item.value());
-  for (const auto& item : unet->named_buffers()) model.buffers.emplace_back(item.key(), item.value());
-  train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
-  group.lr = 1e-3;
-  for (const auto& [name, p] : model.parameters) group.params.push_back(p);
-  auto optimizer =
-      std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
-  train::StepOptions trainer_options;
-  trainer_options.clip = 1.0;
-  trainer_options.accumulate = 2;
-  train::Trainer trainer(model, optimizer, train::LrScheduleOptions{}, {train::EmaOptions{.decay = 0.999}},
-                         trainer_options, cuda);
-  diff::ScheduleOptions schedule;
-  schedule.timesteps = 1000;
-  diff::DiffusionTraining training{diff::make_schedule(schedule), diff::LossOptions{}, diff::TimestepSampling{},
-                                   std::make_shared<diff::SampleStreams>(11)};
-  const diff::Denoiser denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
-                                               const std::optional<at::Tensor>& labels) mutable {
-    return net->forward(x, t, labels);
-  };
-  trainer.set_objective(
-      std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.25, 3}, std::nullopt));
-  train::Batch batch;
-  batch.tensors = {{"data", at::randn({8, 3, 8, 8}, at::TensorOptions().device(cuda))},
-                   {"index", at::arange(8, at::kLong)},
-                   {"label", at::tensor(std::vector<std::int64_t>{0, 1, 2, 0, 1, 2, 0, 1}).to(cuda)}};
-  batch.epoch = 1;
+  testing::SmallDiffusionTrainer setup(cuda, train::GraphMode::off, /*accumulate=*/2, {}, /*amp=*/"auto");
+  train::Trainer& trainer = *setup.trainer;
+  const train::Batch batch = testing::batch(cuda, 0);
 
   // Warm-up steps on a side stream (allocator pools, cuBLAS handles, optimizer state), as torch.cuda.graphs asks.
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
