@@ -65,7 +65,7 @@ struct StepOptions {
 struct GraphStatus {
   std::int64_t captured = 0;                // captures made (one per batch signature, again after a restore)
   std::int64_t replayed = 0;                // steps replayed from a graph
-  std::optional<std::string> eager_reason;  // why steps run eagerly under GraphMode::automatic (or with off)
+  std::optional<std::string> eager_reason;  // why steps run eagerly under GraphMode::automatic; nullopt if none did
 };
 
 // The model as the trainer sees it: every parameter and buffer under its state-dict name.
