@@ -1,5 +1,6 @@
 -- Runner side of bench/train_step.py: timed `train:step` calls of the step users run (DDPM loss with its noise and
--- timestep sampling, forward and backward under autocast, clip 1.0, AdamW, fp32 EMA); prints `RESULT {json}`.
+-- timestep sampling, forward and backward under autocast, clip 1.0, AdamW, fp32 EMA); prints `RESULT {json}` with the
+-- CUDA allocator's peak memory (whole run and timed steps) and the process's peak RSS and its RSS before the model.
 --   build/runner bench/train_step.lua model=unet batch=128                       # the CIFAR-10 UNet on CUDA
 --   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256
 --   build/runner bench/train_step.lua model=quickstart batch=32                  # the main job's 16x16 UNet
@@ -24,6 +25,19 @@ end
 torch.manual_seed(cfg.seed)
 local device = cfg.device
 local on_cuda = device:find("^cuda") ~= nil
+local cuda_index = tonumber(device:match("^cuda:(%d+)$")) or 0  -- whose memory statistics are read
+
+-- The process's resident set size in GiB from /proc/self/status: "VmRSS" now, "VmHWM" its peak since runner started
+-- (this program's own: unlike getrusage's maxrss it does not start from the parent's size); nil without /proc
+local function process_memory_gib(field)
+  local status = io.open("/proc/self/status", "r")
+  if not status then return nil end
+  local text = status:read("*a")
+  status:close()
+  local kib = text:match(field .. ":%s*(%d+) kB")
+  return kib and tonumber(kib) / 2 ^ 20 or nil
+end
+local start_rss_gib = process_memory_gib("VmRSS")  -- LibTorch and Lua loaded, no model yet: the peak's baseline
 
 local function make_model()
   if cfg.model == "unet" then
@@ -57,19 +71,27 @@ local out
 local warmup_start = runner.clock()
 for _ = 1, cfg.warmup do out = train:step(batch) end
 synchronize()
-if on_cuda then torch.cuda.reset_peak_memory_stats() end
+-- CUDA allocator peaks: over the process until the end of the warm-up (model, optimizer, graph capture), then over
+-- the timed steps alone
+local warmup_peak_bytes = on_cuda and torch.cuda.max_memory_allocated(cuda_index) or nil
+if on_cuda then torch.cuda.reset_peak_memory_stats(cuda_index) end
 local start = runner.clock()
 for _ = 1, cfg.steps do out = train:step(batch) end
 local loss = out.loss:item()
 synchronize()
 local seconds = runner.clock() - start
 local timing = out.timing
+local timed_peak_bytes = on_cuda and torch.cuda.max_memory_allocated(cuda_index) or nil
+local function json_gib(value) return value and string.format("%.4f", value) or "null" end
 print(string.format('RESULT {"images_per_s": %.4f, "step_ms": %.4f, "seconds": %.6f, "steps": %d, "warmup": %d, ' ..
   '"warmup_s": %.4f, "batch": %d, "parameters": %d, "loss": %.6f, "device": "%s", "amp": "%s", ' ..
-  '"peak_memory_gib": %s, "threads": %d, "forward_backward_ms": %.4f, "optimizer_ms": %.4f, "ema_ms": %.4f, ' ..
+  '"peak_memory_gib": %s, "timed_peak_memory_gib": %s, "process_peak_rss_gib": %s, "start_rss_gib": %s, ' ..
+  '"threads": %d, ' ..
+  '"forward_backward_ms": %.4f, "optimizer_ms": %.4f, "ema_ms": %.4f, ' ..
   '"graphs_replayed": %d}',
   cfg.steps * cfg.batch / seconds, 1000 * seconds / cfg.steps, seconds, cfg.steps, cfg.warmup, start - warmup_start,
   cfg.batch, model:num_parameters(), loss, device, train:precision(),
-  on_cuda and string.format("%.4f", torch.cuda.max_memory_allocated() / 2 ^ 30) or "null",
+  json_gib(on_cuda and math.max(warmup_peak_bytes, timed_peak_bytes) / 2 ^ 30),
+  json_gib(on_cuda and timed_peak_bytes / 2 ^ 30), json_gib(process_memory_gib("VmHWM")), json_gib(start_rss_gib),
   torch.get_num_threads(), 1000 * timing.forward_backward, 1000 * timing.optimizer, 1000 * timing.ema,
   train:graphs().replayed))

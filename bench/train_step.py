@@ -20,16 +20,26 @@ the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (de
   classes. --small: a UNet of width 32 and DiT-S/2, all at batch 8, for a CPU run.
 - Each measurement: --warmup untimed steps, a device sync, --steps timed steps, a sync. Rounds alternate the
   sides; medians are reported with MFU from FLOPs counted by torch's FlopCounterMode (3 x forward) against
-  the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another), and peak memory.
+  the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another).
+- Peak memory of each side, the most over its rounds: on CUDA the caching allocator's peak
+  (max_memory_allocated, from the model's creation through the warm-up and the timed steps; runner reports its
+  own from bench/train_step.lua); on the CPU, which has no allocator peak, the peak RSS of the side's own process
+  (VmHWM, which the process reads from /proc/self/status after its timed steps; getrusage's maxrss would start
+  from the parent's size), so there the PyTorch sides run in a child process of this script as runner does. The
+  table gives it per side and runner's over eager's.
 
-A model whose measurement fails (e.g. out of memory) is reported as failed and the others are kept.
-The last line, `ratio X.XX`, is the geometric mean over models of runner images/s over PyTorch eager's, with
-runner's steps replayed as CUDA graphs where they were measured.
+Each side of each model is measured inside its own failure boundary: a side that fails (out of memory, say) is
+recorded in the table and the JSON with its error text and is not tried again in later rounds; the other sides
+and models still run, the JSON is written with everything measured, and the script then exits with status 1
+naming what failed. The last line on success, `ratio X.XX`, is the geometric mean over models of runner
+images/s over PyTorch eager's, with runner's steps replayed as CUDA graphs where they were measured.
 """
 
 import argparse
-import copy
+import gc
+import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -43,7 +53,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import diffusion as reference_diffusion  # noqa: E402
 import models as reference  # noqa: E402
 from bench_record import machine_info, runner_version, write_record  # noqa: E402
-from runner_side import find_runner, run_runner_script  # noqa: E402
+from runner_side import SideFailed, find_runner, run_result_command, run_runner_script  # noqa: E402
 
 TIMESTEPS = 1000
 UNET = {"channels": 128, "mults": (1, 2, 2, 2), "blocks": 2, "attention": (16,), "dropout": 0.1, "image": 32,
@@ -60,6 +70,14 @@ MODELS = {
     "dit-b": ("DiT-B/2 32x32x4", "dit", {"model": "dit", "size": "DiT-B/2"}, 128),
     "dit-xl": ("DiT-XL/2 32x32x4", "dit", {"model": "dit", "size": "DiT-XL/2"}, 256),
 }
+# what "peak memory" is on each device type
+MEMORY_MEASURES = {
+    "cuda": "CUDA allocator peak (max_memory_allocated): model creation, warm-up and timed steps",
+    "cpu": "peak RSS of the side's own process (VmHWM), libraries and interpreter included",
+}
+# lines of an error's text that say it ran out of memory (CUDA, the CPU allocator, cuBLAS's workspace)
+OUT_OF_MEMORY_SIGNS = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory",
+                       "std::bad_alloc", "cublas_status_alloc_failed")
 
 
 def forward_flops(net, x, t, y):
@@ -102,7 +120,54 @@ def model_options(builder, lua, small):
             "classes": 1000, "learn_sigma": True}
 
 
+def process_memory_gib(field):
+    """This process's resident set size in GiB from /proc/self/status: "VmRSS" now, "VmHWM" its peak since the
+    program started (its own: getrusage's maxrss starts from the parent's size at the fork); None without /proc."""
+    try:
+        match = re.search(rf"^{field}:\s*(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) / 2**20 if match else None
+
+
+def failure_text(error):
+    """The error of a failed side in one line: "out of memory: <the line saying so>" when it ran out of memory;
+    else for a process (SideFailed) the error in its output (a Lua error, the line before "stack traceback:"; a
+    "runner: " line; a Python exception's last line) or what failed and how (with its output's last line unless a
+    signal ended it); else the exception's first line."""
+    output = error.output if isinstance(error, SideFailed) else (str(error).strip() or repr(error))
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if any(sign in line.lower() for sign in OUT_OF_MEMORY_SIGNS):
+            return f"out of memory: {line}"
+    if not isinstance(error, SideFailed):
+        return lines[0]
+    lua_errors = [before for before, line in zip(lines, lines[1:]) if line == "stack traceback:"]
+    runner_errors = [line for line in lines if line.startswith("runner: ")]
+    python_errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+    found = lua_errors[:1] or runner_errors[:1] or python_errors[-1:]
+    if found:
+        return found[0]
+    return error.reason + (f": {lines[-1]}" if lines and "killed by" not in error.reason else "")
+
+
+def release_memory(device, compiled):
+    """Frees what a PyTorch side left in this process (after an error too, once its traceback is gone): the
+    compiled graphs, unreachable cycles and the CUDA allocator's cached blocks."""
+    if compiled:
+        torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+        except Exception as error:  # noqa: BLE001 - a broken CUDA context fails the later in-process sides on its own
+            print(f"  (freeing CUDA memory failed: {failure_text(error)})", flush=True)
+
+
 def measure_runner(runner, lua, settings, graph=False):
+    """One runner measurement: bench/train_step.lua's RESULT (with its CUDA peaks and its process's peak RSS);
+    raises SideFailed when runner fails."""
     overrides = {**lua, **{k: settings[k] for k in ("device", "batch", "steps", "warmup")}}
     if graph:
         overrides["graph"] = "true"
@@ -110,7 +175,7 @@ def measure_runner(runner, lua, settings, graph=False):
         overrides["channels"] = 32
     elif settings["small"] and lua["model"] == "dit":
         overrides["size"] = "DiT-S/2"
-    return run_runner_script(runner, "train_step.lua", overrides)
+    return run_runner_script(runner, "train_step.lua", overrides, exit_on_failure=False)
 
 
 def pytorch_step(builder, options, settings, compiled):
@@ -144,9 +209,13 @@ def pytorch_step(builder, options, settings, compiled):
 
 
 def measure_pytorch(builder, options, settings, compiled):
+    """One PyTorch measurement in this process; on CUDA with the allocator's peaks (whole measurement, timed steps)."""
     device = torch.device(settings["device"])
     on_cuda = device.type == "cuda"
     batch = settings["batch"]
+    start_rss = process_memory_gib("VmRSS")
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     step, model = pytorch_step(builder, options, settings, compiled)
 
     def sync():
@@ -157,6 +226,7 @@ def measure_pytorch(builder, options, settings, compiled):
     for _ in range(settings["warmup"] + (3 if compiled else 0)):
         step()
     sync()
+    warmup_peak_bytes = torch.cuda.max_memory_allocated(device) if on_cuda else None
     if on_cuda:
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
@@ -165,14 +235,64 @@ def measure_pytorch(builder, options, settings, compiled):
     last = loss.item()
     sync()
     seconds = time.perf_counter() - start
+    timed_peak_bytes = torch.cuda.max_memory_allocated(device) if on_cuda else None
     result = {"images_per_s": settings["steps"] * batch / seconds, "step_ms": 1000 * seconds / settings["steps"],
               "seconds": seconds, "warmup_s": start - warmup_start, "loss": last,
               "parameters": sum(p.numel() for p in model.parameters()),
-              "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if on_cuda else None}
+              "peak_memory_gib": max(warmup_peak_bytes, timed_peak_bytes) / 2**30 if on_cuda else None,
+              "timed_peak_memory_gib": timed_peak_bytes / 2**30 if on_cuda else None, "start_rss_gib": start_rss,
+              "threads": torch.get_num_threads()}
     del model, step
-    if on_cuda:
-        torch.cuda.empty_cache()
     return result
+
+
+def measure_pytorch_in_child(name, side, settings):
+    """One PyTorch measurement in a child process running this script with --pytorch-child (on the CPU, so that
+    the peak RSS it reports, "process_peak_rss_gib", is the side's own); raises SideFailed when it fails."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--pytorch-child", side, "--models", name,
+               "--device", settings["device"], "--steps", str(settings["steps"]), "--warmup", str(settings["warmup"])]
+    if settings["small"]:
+        command.append("--small")
+    return run_result_command(command, what=f"PyTorch {side}")
+
+
+def measure_side(side, name, runner, settings):
+    """One measurement of one side of model `name`: runner or graph (a runner process), eager or compile (in this
+    process on CUDA, in a child process on the CPU)."""
+    label, builder, lua, batch = MODELS[name]
+    if side in ("runner", "graph"):
+        return measure_runner(runner, lua, settings, graph=side == "graph")
+    if settings["device"] == "cpu":
+        return measure_pytorch_in_child(name, side, settings)
+    options = model_options(builder, lua, settings["small"])
+    return measure_pytorch(builder, options, settings, compiled=side == "compile")
+
+
+def peak_memory_gib(result, device_type):
+    """A measurement's peak memory by the device's measure (MEMORY_MEASURES); None when it was not measured."""
+    return result.get("peak_memory_gib") if device_type == "cuda" else result.get("process_peak_rss_gib")
+
+
+def train_flops_per_image(builder, options, device):
+    """3 x the FLOPs of one forward pass at batch 1 (forward, and backward as twice the forward)."""
+    net = reference.build(builder, options).to(device)
+    x = torch.randn(1, options["in_channels"], options["image"], options["image"], device=device)
+    t = torch.zeros(1, dtype=torch.long, device=device)
+    y = torch.zeros(1, dtype=torch.long, device=device) if options.get("classes", 0) > 0 else None
+    flops = 3 * forward_flops(net, x, t, y)
+    del net
+    return flops
+
+
+def run_pytorch_child(args):
+    """--pytorch-child SIDE: one measurement of one model's PyTorch side, printed as `RESULT {json}`."""
+    label, builder, lua, batch = MODELS[args.models]
+    settings = {"device": args.device, "batch": 8 if args.small else batch, "steps": args.steps,
+                "warmup": args.warmup, "small": args.small}
+    result = measure_pytorch(builder, model_options(builder, lua, args.small), settings,
+                             compiled=args.pytorch_child == "compile")
+    result["process_peak_rss_gib"] = process_memory_gib("VmHWM")
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 def main():
@@ -188,86 +308,118 @@ def main():
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak for MFU")
     parser.add_argument("--runner", default="build/runner")
     parser.add_argument("--output")
+    parser.add_argument("--pytorch-child", choices=("eager", "compile"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     names = args.models.split(",")
     for name in names:
         if name not in MODELS:
             parser.error(f"unknown model '{name}' ({', '.join(MODELS)})")
+    if args.pytorch_child:
+        return run_pytorch_child(args)
     runner = find_runner(args.runner)
     device = torch.device(args.device)
     graph = args.device == "cuda" and not args.no_graph
     sides = ["runner"] + (["graph"] if graph else []) + ["eager"] + ([] if args.no_compile else ["compile"])
+    best = "graph" if graph else "runner"  # runner's side in the ratios of images/s
+    memory_measure = MEMORY_MEASURES[device.type]
     print(f"{'small' if args.small else 'full'} models on {args.device}; {args.warmup} + {args.steps} steps, "
-          f"{args.rounds} rounds", flush=True)
+          f"{args.rounds} rounds; peak memory: {memory_measure}", flush=True)
     rows = []
+    failures = []
     for name in names:
         label, builder, lua, batch = MODELS[name]
         options = model_options(builder, lua, args.small)
         settings = {"device": args.device, "batch": 8 if args.small else batch, "steps": args.steps,
                     "warmup": args.warmup, "small": args.small}
         measured = {side: [] for side in sides}
-        try:
-            for round_index in range(args.rounds):
-                order = sides if round_index % 2 == 0 else list(reversed(sides))
-                for side in order:
-                    if side in ("runner", "graph"):
-                        result = measure_runner(runner, lua, settings, graph=side == "graph")
-                    else:
-                        result = measure_pytorch(builder, options, settings, compiled=side == "compile")
+        errors = {}
+        for round_index in range(args.rounds):
+            order = sides if round_index % 2 == 0 else list(reversed(sides))
+            for side in order:
+                if side in errors:
+                    continue
+                where = f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s}"
+                try:
+                    result = measure_side(side, name, runner, settings)
+                except Exception as error:  # noqa: BLE001 - recorded, and the other sides and models still run
+                    errors[side] = {"error": failure_text(error), "error_output": str(error).strip()[-6000:],
+                                    "round": round_index + 1}
+                    print(f"{where} FAILED: {errors[side]['error']}", flush=True)
+                else:
                     measured[side].append(result)
-                    print(f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s} "
-                          f"{result['images_per_s']:9.1f} img/s", flush=True)
-        except (Exception, SystemExit) as error:  # noqa: BLE001 - reported, and the other models still run
-            print(f"  {name:6s} FAILED: {str(error).strip().splitlines()[-1] if str(error).strip() else error!r}",
-                  flush=True)
-            rows.append({"model": name, "label": label, "batch": settings["batch"], "error": str(error),
-                         "measurements": measured})
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            continue
-        net = reference.build(builder, options).to(device)
-        x = torch.randn(1, options["in_channels"], options["image"], options["image"], device=device)
-        t = torch.zeros(1, dtype=torch.long, device=device)
-        y = torch.zeros(1, dtype=torch.long, device=device) if options.get("classes", 0) > 0 else None
-        train_flops = 3 * forward_flops(net, x, t, y)
-        del net
-        row = {"model": name, "label": label, "batch": settings["batch"], "train_flops_per_image": train_flops,
-               "measurements": measured}
+                    peak = peak_memory_gib(result, device.type)
+                    print(f"{where} {result['images_per_s']:9.1f} img/s"
+                          f"{'' if peak is None else f'  peak {peak:.3f} GiB'}", flush=True)
+                # the exception and its traceback (which held the side's tensors) are gone here
+                release_memory(device, compiled=side == "compile")
+        row = {"model": name, "label": label, "batch": settings["batch"], "train_flops_per_image": None,
+               "memory_measure": memory_measure, "measurements": measured}
+        try:
+            row["train_flops_per_image"] = train_flops_per_image(builder, options, device)
+        except Exception as error:  # noqa: BLE001 - MFU is left out, the rates are kept
+            row["flops_error"] = failure_text(error)
+            print(f"  {name:6s} FLOP count failed: {row['flops_error']}", flush=True)
+        release_memory(device, compiled=False)
+        train_flops = row["train_flops_per_image"]
         for side in sides:
-            rate = statistics.median(r["images_per_s"] for r in measured[side])
-            memory = [r.get("peak_memory_gib") for r in measured[side] if r.get("peak_memory_gib") is not None]
-            row[side] = {"images_per_s": rate, "spread_percent": spread([r["images_per_s"] for r in measured[side]]),
-                         "mfu_percent": 100 * rate * train_flops / (args.peak_tflops * 1e12) if args.device == "cuda" else None,
-                         "peak_memory_gib": max(memory) if memory else None}
+            if side in errors:
+                row[side] = {**errors[side], "rounds_measured": len(measured[side])}
+                failures.append({"model": name, "side": side, "error": errors[side]["error"]})
+                continue
+            rates = [r["images_per_s"] for r in measured[side]]
+            rate = statistics.median(rates)
+            peaks = [peak_memory_gib(r, device.type) for r in measured[side]]
+            peaks = [peak for peak in peaks if peak is not None]
+            row[side] = {"images_per_s": rate, "spread_percent": spread(rates),
+                         "mfu_percent": 100 * rate * train_flops / (args.peak_tflops * 1e12)
+                         if args.device == "cuda" and train_flops else None,
+                         "peak_memory_gib": max(peaks) if peaks else None}
+
+        def rate_ratio(numerator, denominator):
+            if "images_per_s" not in row[numerator] or "images_per_s" not in row[denominator]:
+                return None
+            return row[numerator]["images_per_s"] / row[denominator]["images_per_s"]
+
+        row["runner_over_eager"] = rate_ratio(best, "eager")
+        row["runner_over_compile"] = None if args.no_compile else rate_ratio(best, "compile")
+        memory = (row["runner"].get("peak_memory_gib"), row["eager"].get("peak_memory_gib"))
+        row["peak_memory_runner_over_eager"] = memory[0] / memory[1] if None not in memory and memory[1] else None
         rows.append(row)
     print()
-    best = "graph" if graph else "runner"
     header = f"{'model':10s} {'batch':>5s}" + "".join(f" {side + ' img/s':>14s}" for side in sides) + \
         f" {'vs eager':>9s}" + ("" if args.no_compile else f" {'vs compile':>10s}") + \
-        "".join(f" {'MFU ' + side:>11s}" for side in sides) + f" {'mem GiB r/e':>12s}"
+        "".join(f" {'MFU ' + side:>11s}" for side in sides) + \
+        "".join(f" {side + ' GiB':>12s}" for side in sides) + f" {'mem r/e':>8s}"
     print(header)
-    ratios = []
+
+    def cell(value, width, text):
+        return f" {'-' if value is None else text.format(value):>{width}s}"
+
     for row in rows:
-        if "error" in row:
-            print(f"{row['model']:10s} {row['batch']:5d} failed: {row['error'].strip().splitlines()[-1:]}")
-            continue
-        ratio = row[best]["images_per_s"] / row["eager"]["images_per_s"]
-        ratios.append(ratio)
-        line = f"{row['model']:10s} {row['batch']:5d}" + "".join(f" {row[side]['images_per_s']:14.1f}" for side in sides)
-        line += f" {ratio:9.2f}"
+        line = f"{row['model']:10s} {row['batch']:5d}"
+        line += "".join(f" {'failed':>14s}" if "error" in row[side]
+                        else cell(row[side]["images_per_s"], 14, "{:.1f}") for side in sides)
+        line += cell(row["runner_over_eager"], 9, "{:.2f}")
         if not args.no_compile:
-            line += f" {row[best]['images_per_s'] / row['compile']['images_per_s']:10.2f}"
-        for side in sides:
-            mfu = row[side]["mfu_percent"]
-            line += f" {'-' if mfu is None else f'{mfu:.1f}%':>11s}"
-        mem = (row["runner"]["peak_memory_gib"], row["eager"]["peak_memory_gib"])
-        line += f" {'-' if mem[0] is None else f'{mem[0]:.1f}/{mem[1]:.1f}':>12s}"
+            line += cell(row["runner_over_compile"], 10, "{:.2f}")
+        line += "".join(cell(row[side].get("mfu_percent"), 11, "{:.1f}%") for side in sides)
+        line += "".join(f" {'failed':>12s}" if "error" in row[side]
+                        else cell(row[side]["peak_memory_gib"], 12, "{:.3f}") for side in sides)
+        line += cell(row["peak_memory_runner_over_eager"], 8, "{:.2f}")
         print(line)
-    print(f"(vs eager, vs compile: runner's {'CUDA-graph' if best == 'graph' else 'eager'} steps)")
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+    print(f"(vs eager, vs compile: runner's {'CUDA-graph' if best == 'graph' else 'eager'} steps; "
+          f"GiB: {memory_measure}; mem r/e: runner's peak over eager's)")
+    for failure in failures:
+        print(f"failed: {failure['model']} {failure['side']}: {failure['error']}")
+    ratios = [row["runner_over_eager"] for row in rows if row["runner_over_eager"] is not None]
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "runner": runner_version(runner)}
     write_record("train_step", machine_info_with_gpu(device), versions,
-                 {"settings": vars(args), "models": rows}, geomean, args.output)
+                 {"settings": vars(args), "memory_measure": memory_measure, "models": rows, "failures": failures},
+                 geomean, args.output)
+    if failures:
+        sys.exit(f"train_step: {len(failures)} side(s) failed, the rest recorded: " +
+                 "; ".join(f"{f['model']} {f['side']} ({f['error']})" for f in failures))
 
 
 if __name__ == "__main__":

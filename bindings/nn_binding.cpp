@@ -369,7 +369,9 @@ void push_child_module(lua_State* L, const std::shared_ptr<torch::nn::Module>& c
 
 std::string module_type_text(const torch::nn::Module& module) {
   std::string name = module.name();
-  if (name.rfind("torch::nn::", 0) == 0) name.erase(0, 11);
+  for (const std::string prefix : {"torch::nn::", "runner::nn::"}) {
+    if (name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
+  }
   if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
   return name;
 }
@@ -457,6 +459,16 @@ int module_set_training(lua_State* L) {
 
 int module_is_training(lua_State* L) {
   lua_pushboolean(L, check_module(L, 1).module->is_training());
+  return 1;
+}
+
+// m:_set_matmul_precision("fp8" | "autocast") -> how many of its runner Linear layers were set (nn/linear.h).
+int module_set_matmul_precision(lua_State* L) {
+  const std::string name = luaL_checkstring(L, 2);
+  if (name != "fp8" && name != "autocast")
+    throw std::invalid_argument(fmt::format("matmul precision must be \"fp8\" or \"autocast\", got \"{}\"", name));
+  const auto precision = name == "fp8" ? runner::nn::MatmulPrecision::fp8 : runner::nn::MatmulPrecision::autocast;
+  lua_pushnumber(L, static_cast<lua_Number>(runner::nn::set_matmul_precision(*check_module(L, 1).module, precision)));
   return 1;
 }
 
@@ -675,6 +687,7 @@ void open_nn(lua_State* L) {
                                {"_named_tensors", wrap<module_named_tensors>},
                                {"_set_training", wrap<module_set_training>},
                                {"_is_training", wrap<module_is_training>},
+                               {"_set_matmul_precision_native", wrap<module_set_matmul_precision>},
                                {"_to", wrap<module_to>},
                                {"type_name", wrap<module_type_name>},
                                {"set_checkpointing", wrap<module_set_checkpointing>},

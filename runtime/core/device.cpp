@@ -77,6 +77,17 @@ void set_tf32(bool enabled) {
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
 
+ComputeCapability cuda_compute_capability(int index) {
+#if RUNNER_WITH_CUDA
+  cudaDeviceProp properties{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  return {properties.major, properties.minor};
+#else
+  static_cast<void>(index);
+  return {};
+#endif
+}
+
 CudaMemory cuda_memory(int index) {
   const auto stats =
       c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));

@@ -16,6 +16,12 @@ std::string device_name(const c10::Device& device);
 bool cuda_available();
 int cuda_device_count();
 
+// The compute capability of CUDA device `index`, e.g. {9, 0} on a Hopper GPU; {0, 0} in a build without CUDA.
+struct ComputeCapability {
+  int major = 0, minor = 0;
+};
+ComputeCapability cuda_compute_capability(int index);
+
 // Whether the device's current stream is being captured into a CUDA graph: then nothing may wait for the
 // device or query an event, and an event recorded becomes a node of the graph. False off CUDA.
 bool stream_capturing(const c10::Device& device);

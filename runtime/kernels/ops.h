@@ -6,9 +6,14 @@
 
 namespace runner::ops {
 
-// The DiT's adaLN modulation, x * (1 + scale) + shift, with x [batch, tokens, channels] and shift, scale
-// [batch, channels] broadcast over the tokens. The result has the dtype of those ATen ops (x's, when the
-// parameters are as precise or less); on the CPU it is those ops, so the numbers are theirs exactly.
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
+// LayerNorm over the channels without affine parameters, then the adaLN modulation:
+// modulate(layer_norm(x, eps), shift, scale), in one pass over x. The backward keeps x and the per-token mean and
+// reciprocal standard deviation (as PyTorch's layer_norm does), not the normalized x. On the CPU it is
+// native_layer_norm and the modulation's ATen ops, so the numbers are theirs exactly.
+at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+
+// The DiT's gated residual, x + gate * y, with x and y [batch, tokens, channels] and gate [batch, channels]
+// broadcast over the tokens; the result has the dtype of those ATen ops. On the CPU it is those ops.
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
 
 }  // namespace runner::ops

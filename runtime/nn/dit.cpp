@@ -28,10 +28,15 @@ struct Size {
 constexpr Size kSizes[] = {{"S", 12, 384, 6}, {"B", 12, 768, 12}, {"L", 24, 1024, 16}, {"XL", 28, 1152, 16}};
 constexpr std::int64_t kPatches[] = {2, 4, 8};
 
-at::Tensor layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps); }
+// LayerNorm (no affine) then the adaLN modulation: one runner op when fused, else the official DiT's ATen ops.
+at::Tensor normalize_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, bool fused) {
+  if (fused) return ops::layer_norm_modulate(x, shift, scale, kNormEps);
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
 
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, bool fused) {
-  return fused ? ops::modulate(x, shift, scale) : x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+// The adaLN-Zero gated residual x + gate * y.
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, bool fused) {
+  return fused ? ops::gated_residual(x, gate, y) : x + gate.unsqueeze(1) * y;
 }
 
 void check_options(const DiTOptions& o) {
@@ -52,8 +57,9 @@ void check_options(const DiTOptions& o) {
   if (o.mlp_ratio <= 0) fail(fmt::format("mlp_ratio must be positive, got {}", o.mlp_ratio));
 }
 
-torch::nn::Linear xavier_linear(std::int64_t in, std::int64_t out) {
-  torch::nn::Linear linear(in, out);
+template <typename Holder = torch::nn::Linear>
+Holder xavier_linear(std::int64_t in, std::int64_t out) {
+  Holder linear(in, out);
   xavier_uniform_with_zero_bias(linear->weight, linear->bias);
   return linear;
 }
@@ -94,31 +100,36 @@ DiTOptions dit_preset(const std::string& name) {
 DiTBlockImpl::DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_ratio, bool fused)
     : hidden_(hidden), heads_(heads), fused_(fused) {
   auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
-  qkv = attn->register_module("qkv", xavier_linear(hidden, 3 * hidden));
-  proj = attn->register_module("proj", xavier_linear(hidden, hidden));
+  qkv = attn->register_module("qkv", xavier_linear<Linear>(hidden, 3 * hidden));
+  proj = attn->register_module("proj", xavier_linear<Linear>(hidden, hidden));
   const auto mlp_hidden = static_cast<std::int64_t>(static_cast<double>(hidden) * mlp_ratio);
   auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
-  fc1 = mlp->register_module("fc1", xavier_linear(hidden, mlp_hidden));
-  fc2 = mlp->register_module("fc2", xavier_linear(mlp_hidden, hidden));
+  fc1 = mlp->register_module("fc1", xavier_linear<Linear>(hidden, mlp_hidden));
+  fc2 = mlp->register_module("fc2", xavier_linear<Linear>(mlp_hidden, hidden));
   modulation = zero_linear(hidden, 6 * hidden);
   register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), modulation));
 }
 
 at::Tensor DiTBlockImpl::forward(const at::Tensor& x, const at::Tensor& conditioning_activated) {
-  const auto m = linear_forward(*modulation, conditioning_activated).chunk(6, 1);
+  return forward_modulated(x, linear_forward(*modulation, conditioning_activated));
+}
+
+at::Tensor DiTBlockImpl::forward_modulated(const at::Tensor& x, const at::Tensor& modulation_out) {
+  const auto m = modulation_out.chunk(6, 1);
   const auto batch = x.size(0), tokens = x.size(1);
   const auto head_width = hidden_ / heads_;
   // [B, N, 3 hidden] -> 3 x [B, heads, N, head_width]; unbind (as timm's Attention) has one stack as its backward,
   // where indexing each of the three would zero-fill and copy a whole qkv-sized gradient per head.
-  const auto qkv_heads = linear_forward(*qkv, modulate(layer_norm(x), m[0], m[1], fused_))
+  const auto qkv_heads = linear_forward(*qkv, normalize_modulate(x, m[0], m[1], fused_))
                              .reshape({batch, tokens, 3, heads_, head_width})
                              .permute({2, 0, 3, 1, 4})
                              .unbind(0);
   const auto attended = at::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
-  auto out = x + m[2].unsqueeze(1) * linear_forward(*proj, attended.transpose(1, 2).reshape({batch, tokens, hidden_}));
-  const auto mlp =
-      linear_forward(*fc2, at::gelu(linear_forward(*fc1, modulate(layer_norm(out), m[3], m[4], fused_)), "tanh"));
-  return out + m[5].unsqueeze(1) * mlp;
+  const auto out = gated_residual(
+      x, m[2], linear_forward(*proj, attended.transpose(1, 2).reshape({batch, tokens, hidden_})), fused_);
+  const auto mlp = linear_forward(
+      *fc2, at::gelu(linear_forward(*fc1, normalize_modulate(out, m[3], m[4], fused_)), "tanh"));
+  return gated_residual(out, m[5], mlp, fused_);
 }
 
 DiTImpl::DiTImpl(DiTOptions options) : Denoiser("DiT"), options_(std::move(options)) {
@@ -182,16 +193,41 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
       *t_linear2, at::silu(linear_forward(*t_linear1, dit_timestep_embedding(t, kFrequencyWidth).to(x.dtype()))));
   if (label_table) c = c + label_table(*labels);
   const auto c_activated = at::silu(c);
-  for (auto& block : blocks_) {
+  const auto modulations = adaln_modulations(c_activated);
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    auto& block = blocks_[i];
     if (checkpointing()) {
-      tokens = checkpointed([block](const TensorList& in) mutable { return TensorList{block->forward(in[0], in[1])}; },
-                            {tokens, c_activated})[0];
+      tokens = checkpointed(
+          [block](const TensorList& in) mutable { return TensorList{block->forward_modulated(in[0], in[1])}; },
+          {tokens, modulations[i]})[0];
     } else {
-      tokens = block->forward(tokens, c_activated);
+      tokens = block->forward_modulated(tokens, modulations[i]);
     }
   }
-  const auto m = linear_forward(*final_modulation, c_activated).chunk(2, 1);
-  return unpatchify(linear_forward(*final_linear, modulate(layer_norm(tokens), m[0], m[1], options_.fused)));
+  const auto m = modulations.back().chunk(2, 1);
+  return unpatchify(linear_forward(*final_linear, normalize_modulate(tokens, m[0], m[1], options_.fused)));
+}
+
+std::vector<at::Tensor> DiTImpl::adaln_modulations(const at::Tensor& c_activated) const {
+  std::vector<at::Tensor> modulations;
+  if (!options_.fused) {
+    for (const auto& block : blocks_) modulations.push_back(linear_forward(*block->modulation, c_activated));
+    modulations.push_back(linear_forward(*final_modulation, c_activated));
+    return modulations;
+  }
+  // Every block takes the same SiLU(c): one GEMM over the concatenated weights, split per block. The parameters
+  // keep their own names and shapes; the concatenation is a copy per step, cheaper than the GEMMs it merges.
+  std::vector<at::Tensor> weights, biases;
+  std::vector<std::int64_t> widths;
+  for (const auto& block : blocks_) {
+    weights.push_back(block->modulation->weight);
+    biases.push_back(block->modulation->bias);
+    widths.push_back(block->modulation->weight.size(0));
+  }
+  weights.push_back(final_modulation->weight);
+  biases.push_back(final_modulation->bias);
+  widths.push_back(final_modulation->weight.size(0));
+  return at::linear(c_activated, at::cat(weights), at::cat(biases)).split_with_sizes(widths, 1);
 }
 
 void DiTImpl::pretty_print(std::ostream& stream) const {

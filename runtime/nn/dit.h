@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/nn/denoiser.h"
+#include "runtime/nn/linear.h"
 
 namespace runner::nn {
 
@@ -27,8 +28,10 @@ struct DiTOptions {
   double mlp_ratio = 4.0;
   bool learn_sigma = true;
   bool checkpoint = false;
-  // The adaLN modulation as runner::ops::modulate (runtime/kernels: one fused CUDA kernel instead of three
-  // elementwise ops). The same numbers on the CPU; off until a GPU run has checked the kernel.
+  // The fused DiT block: LayerNorm with the adaLN modulation and the gated residuals as runner's ops
+  // (runtime/kernels: one CUDA kernel each way instead of chains of elementwise ops), and every block's adaLN
+  // projection in one GEMM. The same parameters; on the CPU the ops are the ATen ops. Off until a GPU run has
+  // checked the kernels.
   bool fused = false;
 };
 
@@ -42,8 +45,11 @@ class DiTBlockImpl : public torch::nn::Module {
   DiTBlockImpl(std::int64_t hidden, std::int64_t heads, double mlp_ratio, bool fused = false);
   // x [B, N, hidden], conditioning_activated = silu(c) [B, hidden].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& conditioning_activated);
+  // x [B, N, hidden] with this block's adaLN projection of silu(c) given, [B, 6 hidden].
+  at::Tensor forward_modulated(const at::Tensor& x, const at::Tensor& modulation_out);
 
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr}, modulation{nullptr};
+  Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};  // may run in FP8 (linear.h)
+  torch::nn::Linear modulation{nullptr};
 
  private:
   std::int64_t hidden_, heads_;
@@ -67,6 +73,8 @@ class DiTImpl : public Denoiser {
 
  private:
   at::Tensor unpatchify(const at::Tensor& tokens) const;
+  // Each block's adaLN projection of silu(c), then the final layer's: one GEMM when fused.
+  std::vector<at::Tensor> adaln_modulations(const at::Tensor& c_activated) const;
 
   DiTOptions options_;
   std::int64_t out_channels_, grid_;

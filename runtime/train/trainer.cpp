@@ -61,6 +61,7 @@ class AutocastScope {
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
     case Precision::bf16:
+    case Precision::fp8:
       return at::kBFloat16;
     case Precision::fp16:
       return at::kHalf;
@@ -125,7 +126,23 @@ Precision resolve_precision(const std::string& amp, const c10::Device& device) {
       throw std::invalid_argument("amp 'fp16' needs a CUDA device (use 'bf16' or 'fp32' on the CPU)");
     return Precision::fp16;
   }
-  throw std::invalid_argument(fmt::format("amp must be auto, bf16, fp16 or fp32, got '{}'", amp));
+  if (amp == "fp8") {
+    // FP8 tensor cores: Ada (8.9), Hopper (9.0) and later.
+    if (!device.is_cuda()) {
+      throw std::invalid_argument(
+          "amp 'fp8' needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); this device is the "
+          "CPU (use 'bf16' or 'fp32')");
+    }
+    const auto capability = core::cuda_compute_capability(device.has_index() ? device.index() : 0);
+    if (capability.major * 10 + capability.minor < 89) {
+      throw std::invalid_argument(
+          fmt::format("amp 'fp8' needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); {} is "
+                      "compute capability {}.{} (use 'bf16')",
+                      core::device_name(device), capability.major, capability.minor));
+    }
+    return Precision::fp8;
+  }
+  throw std::invalid_argument(fmt::format("amp must be auto, bf16, fp16, fp32 or fp8, got '{}'", amp));
 }
 
 std::string precision_name(Precision precision) {
@@ -136,6 +153,8 @@ std::string precision_name(Precision precision) {
       return "bf16";
     case Precision::fp16:
       return "fp16";
+    case Precision::fp8:
+      return "fp8";
   }
   return "fp32";
 }

@@ -26,10 +26,12 @@
 
 namespace runner::train {
 
-enum class Precision { fp32, bf16, fp16 };
+// fp8: the layers set to FP8 (nn::set_matmul_precision) multiply in FP8, everything else runs as under bf16.
+enum class Precision { fp32, bf16, fp16, fp8 };
 
-// "auto" (bf16 on a CUDA device that supports it, fp32 elsewhere), "bf16", "fp16", "fp32" (also "none").
-// fp16 is refused on the CPU. Throws std::invalid_argument listing the accepted names.
+// "auto" (bf16 on a CUDA device that supports it, fp32 elsewhere), "bf16", "fp16", "fp32" (also "none"), "fp8".
+// fp16 is refused on the CPU, fp8 everywhere but CUDA devices of compute capability 8.9 and later. Throws
+// std::invalid_argument listing the accepted names, or naming the device that cannot.
 Precision resolve_precision(const std::string& amp, const c10::Device& device);
 std::string precision_name(Precision precision);
 

@@ -206,9 +206,10 @@ function nn.dit_size(name) end
 ---@field mlp_ratio? number         MLP width / hidden (default 4)
 ---@field learn_sigma? boolean      2 x in_channels outputs (default true)
 ---@field checkpoint? boolean       activation checkpointing (default false)
----@field fused? boolean            the adaLN modulation as one fused CUDA kernel (runtime/kernels) instead of three
----                                 ops; the same numbers on the CPU (default false: its tests pass on an H100, and it
----                                 stays off until a benchmark shows the step faster with it)
+---@field fused? boolean            the fused DiT block: LayerNorm with the adaLN modulation and the gated residuals as
+---                                 runner's CUDA kernels (runtime/kernels), every block's adaLN projection in one
+---                                 GEMM; the same parameters, and on the CPU the same numbers up to that GEMM's
+---                                 rounding (default false until a GPU run has checked the kernels)
 
 ---@class Denoiser: Module
 local Denoiser = {}

@@ -26,7 +26,10 @@
 ---@field ema_model? Module|Module[]   other instances of the model that train.ema / train:ema_model(i) fill with the
 ---                                    averages
 ---@field amp? string                  "auto" (bf16 on CUDA, fp32 on the CPU), "bf16", "fp16" (with dynamic loss
----                                    scaling), "fp32"
+---                                    scaling), "fp32", "fp8" (CUDA of compute capability 8.9 and later: the
+---                                    Linear layers of nn.DiT's blocks multiply in FP8 with dynamic tensorwise
+---                                    scaling, e4m3 forward and e5m2 gradients; everything else as bf16; the model
+---                                    keeps its parameters and state dict)
 ---@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into
 ---                                    this many
 ---@field clip? number                 clip the gradients to this global L2 norm
@@ -145,7 +148,7 @@ function Trainer:set_lr(lr, group) end
 ---Feeds a validation metric to a plateau schedule.
 function Trainer:observe(metric) end
 
----@return string precision "fp32", "bf16" or "fp16"
+---@return string precision "fp32", "bf16", "fp16" or "fp8"
 function Trainer:precision() end
 
 ---What CUDA graph capture (TrainerOptions.graph) has done: `captured` graphs (one per batch shape, again after a

@@ -195,6 +195,17 @@ function common:to(...)
   return self
 end
 
+-- m:_set_matmul_precision("fp8" | "autocast") -> how many Linear layers of the tree that may run in FP8 were set
+-- (runner.trainer's amp = "fp8": the built-in models' layers of runtime/nn/linear.h).
+function common:_set_matmul_precision(precision)
+  if is_native(self) then return self:_set_matmul_precision_native(precision) end
+  local count = 0
+  for _, name in ipairs(rawget(self, "_modules").order) do
+    count = count + rawget(self, "_modules").values[name]:_set_matmul_precision(precision)
+  end
+  return count
+end
+
 --- m:children() -> iterator over (name, child module)
 function common:children()
   if is_native(self) then return function() end end

@@ -85,6 +85,12 @@ function runner.trainer(options)
     native_options.schedule = schedule
   end
   local trainer_native = native.new(native_options, parameters, buffers, optimizer)
+  -- FP8 is a precision of the model's Linear layers: the built-in blocks' attention and MLP layers multiply in FP8
+  -- from here on (the parameters, their names and the state dict stay the same).
+  if trainer_native:precision() == "fp8" and model:_set_matmul_precision("fp8") == 0 then
+    error("runner.trainer: amp 'fp8' found no layer to run in FP8 in the model (the Linear layers of nn.DiT's blocks "
+      .. "are; their sizes must be multiples of 16)", 2)
+  end
   local objective = options.objective
   if objective ~= nil and type(objective) ~= "function" and not pcall(trainer_native.set_objective, trainer_native, objective) then
     error("runner.trainer: 'objective' must be an objective (e.g. ddpm:objective(model)) or a loss function, got a "
@@ -250,7 +256,7 @@ function Trainer:set_lr(lr, group) self.native:set_lr(lr, group) end
 --- train:observe(metric): feeds a validation metric to a plateau schedule.
 function Trainer:observe(metric) self.native:observe(metric) end
 
---- train:precision() -> "fp32", "bf16" or "fp16"
+--- train:precision() -> "fp32", "bf16", "fp16" or "fp8"
 function Trainer:precision() return self.native:precision() end
 
 --- train:graphs() -> {captured, replayed, eager_reason}: what CUDA graph capture (runner.trainer { graph = ... }) has

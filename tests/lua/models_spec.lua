@@ -72,14 +72,18 @@ describe("models against the Python reference", function()
     end)
   end
 
-  -- fused = true runs the DiT's adaLN modulation as runner::ops::modulate (runtime/kernels; on CUDA its kernel).
+  -- fused = true runs the DiT's LayerNorm with the adaLN modulation and its gated residuals as runner's ops
+  -- (runtime/kernels; on CUDA their kernels), and every block's adaLN projection in one GEMM.
   for _, case in ipairs(dit_cases) do
     it(case .. " fused: output and every parameter gradient match (" .. dtype .. ")", function()
       expect_reference_match(case, { fused = true })
     end)
   end
 
-  it("the fused DiT gives the unfused one's output and gradients (on the CPU bit for bit; " .. dtype .. ")", function()
+  -- On the CPU the output and the input's gradient are equal bit for bit; the conditioning's gradient is one GEMM
+  -- over every block's adaLN projection instead of a sum of one per block, so the parameters' gradients are equal
+  -- up to rounding.
+  it("the fused DiT gives the unfused one's output and gradients (" .. dtype .. ")", function()
     for _, case in ipairs(dit_cases) do
       local model, tensors = load_case(case)
       local out, grads, x_grad = forward_backward(model, tensors)
@@ -89,9 +93,7 @@ describe("models against the Python reference", function()
       if device == "cpu" then
         expect_true(out_fused:equal(out), case .. " output equal")
         expect_true(x_grad_fused:equal(x_grad), case .. " input gradient equal")
-        for name, grad in pairs(grads) do
-          expect_true(grads_fused[name]:equal(grad), case .. ": gradient of " .. name .. " equal")
-        end
+        expect_gradients_close(grads_fused, grads, case .. " fused")
       else
         expect_scaled_close(out_fused, out, tolerance, case .. " output")
         expect_scaled_close(x_grad_fused, x_grad, tolerance, case .. " input gradient")

@@ -204,6 +204,11 @@ describe("runner.trainer", function()
     expect_error(function() runner.trainer { model = model, optimizer = { "lion", lr = 1 } } end, "lion", true)
     expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, amp = "fp16" } end,
       "amp 'fp16' needs a CUDA device", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, amp = "fp8" } end,
+      "amp 'fp8' needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); this "
+        .. "device is the CPU (use 'bf16' or 'fp32')", true)
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, amp = "fp4" } end,
+      "amp must be auto, bf16, fp16, fp32 or fp8, got 'fp4'", true)
     expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, schedule = "cosine" } end,
       "a cosine schedule needs schedule.total_steps or the trainer's 'steps'", true)
     expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = "yes" } end,
