@@ -77,9 +77,8 @@ const c10::TypedOperatorHandle<ForwardSignature>& forward_op() {
 }
 
 const c10::TypedOperatorHandle<BackwardSignature>& backward_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("runner::gated_residual_backward", "")
-                             .typed<BackwardSignature>();
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("runner::gated_residual_backward", "").typed<BackwardSignature>();
   return op;
 }
 
@@ -104,7 +103,7 @@ class GatedResidualFunction : public torch::autograd::Function<GatedResidualFunc
       const auto& y = saved[1];
       // create_graph: the ATen ops, whose own backward gives the second derivatives.
       std::tie(grad_gate, grad_y) = at::GradMode::is_enabled() ? backward_aten(grads[0], gate, y, mask)
-                                                                : backward_op().call(grads[0], gate, y, mask);
+                                                               : backward_op().call(grads[0], gate, y, mask);
     }
     return {ctx->needs_input_grad(0) ? grads[0] : at::Tensor(), grad_gate, grad_y};
   }

@@ -82,9 +82,9 @@ at::Tensor gated_residual_cuda(const at::Tensor& x_any_layout, const at::Tensor&
     using T = typename decltype(tokens_type)::type;
     using P = typename decltype(parameters_type)::type;
     forward_kernel<T, P><<<static_cast<unsigned>(std::min(kMaxBlocks, rows)), row_threads(channels, kRowThreads), 0,
-                           c10::cuda::getCurrentCUDAStream()>>>(
-        x.const_data_ptr<T>(), gate.const_data_ptr<P>(), y.const_data_ptr<P>(), out.mutable_data_ptr<T>(), rows,
-        x.size(1), channels, gate.stride(0), gate.stride(1));
+                           c10::cuda::getCurrentCUDAStream()>>>(x.const_data_ptr<T>(), gate.const_data_ptr<P>(),
+                                                                y.const_data_ptr<P>(), out.mutable_data_ptr<T>(), rows,
+                                                                x.size(1), channels, gate.stride(0), gate.stride(1));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -32,8 +32,9 @@ void check_token_tensor(const char* op, NamedTensor tokens) {
 void check_per_sample(const char* op, NamedTensor per_sample, NamedTensor tokens) {
   const auto& x = tokens.second;
   const std::array<std::int64_t, 2> expected{x.size(0), x.size(2)};
-  TORCH_CHECK(per_sample.second.sizes() == expected, op, ": ", per_sample.first, " must be [batch, channels] = ",
-              at::IntArrayRef(expected), " for ", tokens.first, " of ", x.sizes(), ", got ", per_sample.second.sizes());
+  TORCH_CHECK(per_sample.second.sizes() == expected, op, ": ", per_sample.first,
+              " must be [batch, channels] = ", at::IntArrayRef(expected), " for ", tokens.first, " of ", x.sizes(),
+              ", got ", per_sample.second.sizes());
 }
 
 void check_same_shape(const char* op, NamedTensor same, NamedTensor tokens) {

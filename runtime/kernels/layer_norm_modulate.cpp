@@ -157,9 +157,7 @@ TORCH_LIBRARY_IMPL(runner, CPU, m) {
   m.impl("layer_norm_modulate_backward", TORCH_FN(runner::kernels::backward_aten));
 }
 
-TORCH_LIBRARY_IMPL(runner, Autograd, m) {
-  m.impl("layer_norm_modulate", TORCH_FN(runner::kernels::autograd_kernel));
-}
+TORCH_LIBRARY_IMPL(runner, Autograd, m) { m.impl("layer_norm_modulate", TORCH_FN(runner::kernels::autograd_kernel)); }
 
 #if RUNNER_WITH_CUDA
 TORCH_LIBRARY_IMPL(runner, CUDA, m) {

@@ -123,7 +123,8 @@ __global__ void parameter_gradient_kernel(const T* __restrict__ grad, const T* _
       const std::int64_t at = row * channels + channel;
       const T g = grad[at];
       shift_sum += static_cast<C>(g);
-      const T product = static_cast<T>(mul_rn(static_cast<C>(g), static_cast<C>(normalized(x[at], mean[row], rstd[row]))));
+      const T product =
+          static_cast<T>(mul_rn(static_cast<C>(g), static_cast<C>(normalized(x[at], mean[row], rstd[row]))));
       scale_sum += static_cast<C>(product);
     }
   }

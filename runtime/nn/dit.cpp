@@ -127,8 +127,8 @@ at::Tensor DiTBlockImpl::forward_modulated(const at::Tensor& x, const at::Tensor
   const auto attended = at::scaled_dot_product_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
   const auto out = gated_residual(
       x, m[2], linear_forward(*proj, attended.transpose(1, 2).reshape({batch, tokens, hidden_})), fused_);
-  const auto mlp = linear_forward(
-      *fc2, at::gelu(linear_forward(*fc1, normalize_modulate(out, m[3], m[4], fused_)), "tanh"));
+  const auto mlp =
+      linear_forward(*fc2, at::gelu(linear_forward(*fc1, normalize_modulate(out, m[3], m[4], fused_)), "tanh"));
   return gated_residual(out, m[5], mlp, fused_);
 }
 

@@ -13,9 +13,7 @@ namespace {
 
 constexpr double kAmaxFloor = 1e-12;
 
-double float8_max(c10::ScalarType dtype) {
-  return dtype == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
-}
+double float8_max(c10::ScalarType dtype) { return dtype == at::kFloat8_e4m3fn ? 448.0 : 57344.0; }
 
 // at::_scaled_mm takes its second operand column-major: the transpose of a contiguous tensor.
 at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
@@ -55,9 +53,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     }
     if (ctx->needs_input_grad(1)) {
       // [out, rows] @ [rows, in]: grad^T row-major, x column-major.
-      grad_weight = scaled_mm({grad8.data.t().contiguous(), grad8.inverse_scale},
-                              {column_major(x8.data), x8.inverse_scale}, {},
-                              static_cast<c10::ScalarType>(ctx->saved_data["weight_dtype"].toInt()), false);
+      grad_weight =
+          scaled_mm({grad8.data.t().contiguous(), grad8.inverse_scale}, {column_major(x8.data), x8.inverse_scale}, {},
+                    static_cast<c10::ScalarType>(ctx->saved_data["weight_dtype"].toInt()), false);
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool()) {
       grad_bias = grads[0].sum(0, false, at::kFloat);

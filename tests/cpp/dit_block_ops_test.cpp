@@ -14,8 +14,8 @@
 
 namespace {
 
-using runner::testing::outer_operators_called;
 using runner::testing::operators_called;
+using runner::testing::outer_operators_called;
 using runner::testing::total_calls;
 
 std::string listed(const std::map<std::string, int>& ops) {

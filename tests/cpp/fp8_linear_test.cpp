@@ -31,8 +31,8 @@ at::Tensor dequantized(const runner::nn::Fp8Tensor& t) { return t.data.to(at::kF
 TEST_CASE("cast_to_fp8 scales by float8_max / amax and saturates, as torchao's tensorwise cast", "[nn][fp8]") {
   at::manual_seed(21);
   const auto t = at::randn({37, 19}) * 3;
-  for (const auto& [dtype, most] : std::vector<std::pair<at::ScalarType, double>>{{at::kFloat8_e4m3fn, 448.0},
-                                                                                   {at::kFloat8_e5m2, 57344.0}}) {
+  for (const auto& [dtype, most] :
+       std::vector<std::pair<at::ScalarType, double>>{{at::kFloat8_e4m3fn, 448.0}, {at::kFloat8_e5m2, 57344.0}}) {
     INFO(c10::toString(dtype));
     const auto cast = cast_to_fp8(t, dtype);
     const float amax = t.abs().max().item<float>();
@@ -65,8 +65,8 @@ TEST_CASE("fp8_linear's forward and gradients are the scaled GEMMs of the dequan
   const auto x8 = cast_to_fp8(x.detach().reshape({-1, 96}), at::kFloat8_e4m3fn);
   const auto w8 = cast_to_fp8(weight.detach(), at::kFloat8_e4m3fn);
   const auto g8 = cast_to_fp8(grad.to(at::kBFloat16).reshape({-1, 48}), at::kFloat8_e5m2);
-  const auto expected_y = at::addmm(bias.detach().to(at::kBFloat16).to(at::kFloat), dequantized(x8),
-                                    dequantized(w8).t());
+  const auto expected_y =
+      at::addmm(bias.detach().to(at::kBFloat16).to(at::kFloat), dequantized(x8), dequantized(w8).t());
   // One rounding to bfloat16 apart: 2^-8 of the largest value.
   const auto largest = [](const at::Tensor& t) { return t.abs().max().item<double>(); };
   CHECK((y.reshape({-1, 48}).to(at::kFloat) - expected_y).abs().max().item<double>() <= largest(expected_y) / 256);

@@ -38,21 +38,21 @@ inline std::map<std::string, int> outer_operators_called(const std::function<voi
   std::map<std::string, int> seen;
   inside_op = &frames;
   counts = &seen;
-  const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(
-          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-            if (inside_op == nullptr) return nullptr;
-            const std::string name = fn.name();
-            const bool op = name.rfind("aten::", 0) == 0 || name.rfind("runner::", 0) == 0;
-            const bool nested = !inside_op->empty() && inside_op->back();
-            if (op && !nested) ++(*counts)[name];
-            inside_op->push_back(op || nested);
-            return nullptr;
-          },
-          [](const at::RecordFunction&, at::ObserverContext*) {
-            if (inside_op != nullptr && !inside_op->empty()) inside_op->pop_back();
-          })
-          .scopes({at::RecordScope::FUNCTION}));
+  const at::CallbackHandle handle =
+      at::addThreadLocalCallback(at::RecordFunctionCallback(
+                                     [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                                       if (inside_op == nullptr) return nullptr;
+                                       const std::string name = fn.name();
+                                       const bool op = name.rfind("aten::", 0) == 0 || name.rfind("runner::", 0) == 0;
+                                       const bool nested = !inside_op->empty() && inside_op->back();
+                                       if (op && !nested) ++(*counts)[name];
+                                       inside_op->push_back(op || nested);
+                                       return nullptr;
+                                     },
+                                     [](const at::RecordFunction&, at::ObserverContext*) {
+                                       if (inside_op != nullptr && !inside_op->empty()) inside_op->pop_back();
+                                     })
+                                     .scopes({at::RecordScope::FUNCTION}));
   work();
   at::removeCallback(handle);
   inside_op = nullptr;

@@ -41,10 +41,10 @@ struct Dtypes {
   at::ScalarType tokens, parameters;
 };
 
-const std::vector<Dtypes> kDtypes = {{at::kFloat, at::kFloat},    {at::kBFloat16, at::kBFloat16},
-                                     {at::kHalf, at::kHalf},      {at::kDouble, at::kDouble},
-                                     {at::kFloat, at::kBFloat16},  // autocast: the residual stream in float32
-                                     {at::kBFloat16, at::kFloat}};
+const std::vector<Dtypes> kDtypes = {
+    {at::kFloat, at::kFloat},   {at::kBFloat16, at::kBFloat16}, {at::kHalf, at::kHalf},
+    {at::kDouble, at::kDouble}, {at::kFloat, at::kBFloat16},  // autocast: the residual stream in float32
+    {at::kBFloat16, at::kFloat}};
 
 // An op under test: the runner op, the ATen ops the DiT computed before it (the reference), and how its leaves
 // are made. Leaf 0 is x [batch, tokens, channels]; the others are per-sample [batch, channels] parameters or,
@@ -389,5 +389,7 @@ TEST_CASE("the token ops' CUDA kernels run on the current stream: they capture i
   check_close(out, expected.detach(), tolerance_of(at::kFloat), "replayed output");
   check_close(x.grad(), on_cpu[0].grad(), tolerance_of(at::kFloat), "replayed x gradient");
   check_close(shift.grad(), on_cpu[1].grad(), tolerance_of(at::kFloat), "replayed shift gradient");
+#else
+  FAIL("a CUDA device is present but this test was compiled without RUNNER_WITH_CUDA");
 #endif
 }
