@@ -6,15 +6,24 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 BIN = pathlib.Path(os.environ.get("RUNNER_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 
 
+def missing():
+    """Why PostgreSQL's server programs cannot be found here, or None where they are installed."""
+    if (BIN / "initdb").exists() and (BIN / "postgres").exists():
+        return None
+    return (f"PostgreSQL's server programs are not in {BIN} (Debian postgresql, which scripts/setup installs; "
+            "RUNNER_POSTGRES_BIN names another folder)")
+
+
 def available():
     """Whether PostgreSQL's server programs are installed (scripts/setup installs Debian's postgresql)."""
-    return (BIN / "initdb").exists() and (BIN / "postgres").exists()
+    return missing() is None
 
 
 def free_port():
@@ -36,8 +45,12 @@ class PostgresServer:
         if self.as_root:
             os.chmod(self.folder, 0o755)
             shutil.chown(self.folder, "nobody", "nogroup")
-        self.command(str(BIN / "initdb"), "-D", str(self.data), "-U", "runner", "--auth=trust", "-E", "UTF8",
-                     "--no-sync")
+        try:
+            self.command(str(BIN / "initdb"), "-D", str(self.data), "-U", "runner", "--auth=trust", "-E", "UTF8",
+                         "--no-sync")
+        except subprocess.CalledProcessError as error:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise RuntimeError(f"initdb of the test PostgreSQL server failed: {error.stderr}") from error
 
     def command(self, *args, **options):
         prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"] if self.as_root else []
@@ -51,15 +64,29 @@ class PostgresServer:
             [*prefix, str(BIN / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.folder),
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True)
-        deadline = time.time() + 30
+        try:
+            why_not = self.why_not_ready(seconds=30)
+        except BaseException:
+            self.kill()
+            raise
+        if why_not is None:
+            return self
+        # The postmaster and whatever it started go; its log says why it did not come up.
+        self.kill()
+        log = pathlib.Path(self.log.name).read_text(errors="replace")
+        raise RuntimeError(f"the test PostgreSQL server did not start: it {why_not}; its log:\n{log}")
+
+    def why_not_ready(self, seconds):
+        """None once the server answers within `seconds`, else why not."""
+        deadline = time.time() + seconds
         while time.time() < deadline:
             ready = subprocess.run([str(BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"])
             if ready.returncode == 0:
-                return self
+                return None
             if self.process.poll() is not None:
-                break
+                return f"exited with status {self.process.returncode}"
             time.sleep(0.1)
-        raise RuntimeError(f"the test PostgreSQL server did not start: {(self.folder).as_posix()}")
+        return f"did not answer within {seconds} s"
 
     def sql(self, statement, database="postgres"):
         """Runs SQL through psql; returns its output (unaligned, tuples only)."""
@@ -79,7 +106,10 @@ class PostgresServer:
 
     def kill(self):
         """SIGKILL to the postmaster and its backends, as a crash; start() recovers the data."""
-        os.killpg(self.process.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the postmaster ended and its backends with it
+            pass
         self.process.wait()
         self.log.close()
         # A killed postmaster leaves its pid file and shared memory; the backends are gone with the group.
@@ -101,19 +131,27 @@ _shared = None
 
 
 def shared_server():
-    """One server for a whole test module (started on first use, stopped at exit)."""
+    """One server for a whole test module (started on first use, stopped at exit). Where it did not start, every
+    call raises that error, without trying again."""
     global _shared
     if _shared is None:
         import atexit
-        _shared = PostgresServer().start()
-        atexit.register(_shared.stop)
+        try:
+            server = PostgresServer()
+            atexit.register(server.stop)
+            _shared = server.start()
+        except (OSError, RuntimeError) as error:
+            _shared = RuntimeError(str(error))
+    if isinstance(_shared, Exception):
+        raise _shared
     return _shared
 
 
 # For ctest: `postgres_server.py start DIR` starts a server that outlives this command and writes its URL (of the
-# database `postgres`) to DIR/url, or, where PostgreSQL is not installed or does not start, the reason to
-# DIR/unavailable (and still exits 0, so that the tests that use it can say why they skip); `stop DIR` stops it.
-# The Catch2 tests find DIR in RUNNER_TEST_POSTGRES (tests/CMakeLists.txt).
+# database `postgres`) to DIR/url; where PostgreSQL is not installed it writes the reason to DIR/unavailable and
+# still exits 0 (the tests that use it say why they skip), and where it is installed but the server does not start
+# it fails, saying why, with nothing left running. `stop DIR` stops the server. The Catch2 tests find DIR in
+# RUNNER_TEST_POSTGRES (tests/CMakeLists.txt).
 
 def start_for_ctest(state):
     import json
@@ -121,16 +159,16 @@ def start_for_ctest(state):
     for name in ("url", "unavailable", "server.json"):
         (state / name).unlink(missing_ok=True)
     if not available():
-        (state / "unavailable").write_text(f"PostgreSQL's server programs are not in {BIN} (Debian postgresql, which "
-                                           f"scripts/setup installs; RUNNER_POSTGRES_BIN names another folder)\n")
+        (state / "unavailable").write_text(missing() + "\n")
         return
+    server = None
     try:
         server = PostgresServer()
         server.start()
-    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
-        detail = getattr(error, "stderr", "") or ""
-        (state / "unavailable").write_text(f"the test PostgreSQL server did not start: {error} {detail}".strip() + "\n")
-        return
+    except (OSError, RuntimeError) as error:
+        if server:
+            server.stop()
+        sys.exit(str(error))
     (state / "server.json").write_text(json.dumps({"pid": server.process.pid, "folder": str(server.folder)}))
     (state / "url").write_text(server.url("postgres") + "\n")
 
@@ -155,7 +193,6 @@ def stop_for_ctest(state):
 
 
 if __name__ == "__main__":
-    import sys
     if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop"):
         sys.exit("usage: postgres_server.py start|stop DIR")
     (start_for_ctest if sys.argv[1] == "start" else stop_for_ctest)(pathlib.Path(sys.argv[2]))

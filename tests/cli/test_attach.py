@@ -11,11 +11,12 @@ from runner_process import RUNNER, RunnerHomeTest
 from test_repl import Terminal
 
 # A small CPU run that takes its time while the file `hold` exists (the test attaches meanwhile), then runs its
-# remaining steps at full speed.
+# remaining steps at full speed. train:step answers the attached session after each step; a session slower than the
+# held steps finds the run waiting at step hold_at until the file goes, answering it there as train:step would.
 TRAINING_SCRIPT = """
 local ffi = require("ffi")
 ffi.cdef "int usleep(unsigned int usec);"
-local cfg = config { steps = 300, lr = 0.01 }
+local cfg = config { steps = 300, lr = 0.01, hold_at = 200 }
 local run = runner.start(cfg, { name = "live" })
 local model = nn.Sequential(nn.Linear(4, 16), nn.SiLU(), nn.Linear(16, 1))
 local train = runner.trainer { model = model, optimizer = { "sgd", lr = cfg.lr }, steps = cfg.steps, progress = false }
@@ -31,6 +32,10 @@ for step in run:steps(cfg.steps) do
   local out = train:step(function() return nn.functional.mse_loss(model(x), y) end)
   run:log { loss = out.loss, lr = out.lr }
   if held() then ffi.C.usleep(50000) end
+  while step == cfg.hold_at and held() do
+    ffi.C.usleep(20000)
+    run:_serve_attached(train, nil, out)
+  end
 end
 print(string.format("trained to step %d, sample_every %d", run.step, sample_every))
 """
@@ -165,8 +170,12 @@ class Attach(RunnerHomeTest):
         found, text = terminal.ask("=train:lr()", "0.01")
         self.assertTrue(found, text)
         # run:stop() is agreed by both ranks: they stop after the same step, with a checkpoint.
+        start = len(terminal.seen)
         terminal.type(b"run:stop()\n")
-        self.assertTrue(terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen)
+        self.assertTrue(terminal.read_until(b"\n> "), terminal.seen)  # answered: the stop comes after the next step
+        (self.dir / "hold").unlink()  # which the ranks take at once if they wait at step hold_at
+        self.assertTrue(b"the run ended (interrupted)" in terminal.seen[start:]
+                        or terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen)
         self.assertEqual(terminal.wait(10), 0)
         self.assertEqual(training.wait(60), 0, (self.dir / "training.log").read_text())
         shown = self.runner("query", "SELECT status, error FROM runs WHERE name = 'live'", "--csv", check=0).stdout

@@ -837,23 +837,32 @@ class BadIndexFiles(IndexTest):
         result = self.runner("load.lua", check=1)
         self.assertIn("load.lua:1: load_state_dict: missing keys: weight, bias; unexpected keys: w", result.stderr)
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 # The same tests on a PostgreSQL index (RUNNER_INDEX), on a server of the tests' own with a fresh database per test,
-# but for those about the SQLite file itself (its pragmas, a damaged or foreign file, a read-only medium).
+# but for those about the SQLite file itself (its pragmas, a damaged or foreign file, a read-only medium). Without
+# PostgreSQL's server programs each of them is skipped, saying why.
 SQLITE_FILE_TESTS = {
     "test_sigkill_leaves_a_consistent_index_with_every_flushed_metric",  # PRAGMA integrity_check
     "test_gc_finishes_interrupted_deletions_and_reports_orphans",  # the file unchanged by a dry run
 }
-for _case in (RunsRecordedByScripts, Interruptions, Attempts, ConcurrentWriters, ControlCharactersInData,
-              IndexCommands):
-    if not postgres_server.available():
-        break
-    _name = "Postgres" + _case.__name__
-    _variant = type(_name, (_case,), {"postgresql": True, "__doc__": f"{_case.__name__} on a PostgreSQL index."})
-    for _test in SQLITE_FILE_TESTS:
-        if hasattr(_variant, _test):
-            setattr(_variant, _test, unittest.skip("about the SQLite file")(getattr(_case, _test)))
-    globals()[_name] = _variant
+
+
+def on_postgresql(case):
+    """The test class `case` on a PostgreSQL index, named Postgres<case>."""
+    variant = type("Postgres" + case.__name__, (case,),
+                   {"postgresql": True, "__doc__": f"{case.__name__} on a PostgreSQL index."})
+    for test in SQLITE_FILE_TESTS:
+        if hasattr(variant, test):
+            setattr(variant, test, unittest.skip("about the SQLite file")(getattr(case, test)))
+    return unittest.skipIf(postgres_server.missing(), f"no PostgreSQL server: {postgres_server.missing()}")(variant)
+
+
+PostgresRunsRecordedByScripts = on_postgresql(RunsRecordedByScripts)
+PostgresInterruptions = on_postgresql(Interruptions)
+PostgresAttempts = on_postgresql(Attempts)
+PostgresConcurrentWriters = on_postgresql(ConcurrentWriters)
+PostgresControlCharactersInData = on_postgresql(ControlCharactersInData)
+PostgresIndexCommands = on_postgresql(IndexCommands)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -86,8 +86,9 @@ class Repl(TempDirTest):
 
     def test_ctrl_c_stops_a_compiled_lua_loop_and_the_prompt_comes_back(self):
         terminal = self.terminal()
-        terminal.type(b"n = 0 while true do n = n + 1 end\n")
-        time.sleep(1)  # LuaJIT compiles the loop after a few dozen iterations
+        # LuaJIT compiles the loop after a few dozen iterations: it says when it is well past them.
+        terminal.type(b"n = 0 while true do n = n + 1 if n == 100000 then io.write('looping\\n') end end\n")
+        self.assertTrue(terminal.read_until(b"looping\r\n"), terminal.seen)
         terminal.type(b"\x03")  # the terminal's Ctrl-C: SIGINT to the REPL
         self.assertTrue(terminal.read_until(b"interrupted\r\n> ", seconds=1), terminal.seen)
         terminal.type(b"=n > 1000\n")
@@ -96,14 +97,18 @@ class Repl(TempDirTest):
         self.assertEqual(terminal.wait(60), 3)
 
     def test_sigterm_stops_the_chunk_and_ends_the_repl(self):
-        for chunk in ("while true do end", "while true do local t = torch.ones(1) end"):
-            with self.subTest(chunk=chunk):
+        for loop in ("while true do end", "while true do local t = torch.ones(1) end"):
+            with self.subTest(loop=loop):
                 process = subprocess.Popen([RUNNER, "repl"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.PIPE, text=True, cwd=self.dir)
                 self.addCleanup(process.kill)
-                process.stdin.write(chunk + "\nprint('after')\n")
+                # The chunk says on stderr that it runs: the signal comes once runner is in it, however long runner
+                # took to start.
+                process.stdin.write("io.stderr:write('running\\n') " + loop + "\nprint('after')\n")
                 process.stdin.flush()
-                time.sleep(1)
+                ready, _, _ = select.select([process.stderr], [], [], 60)
+                self.assertTrue(ready, "the REPL did not run the chunk within 60 s")
+                self.assertEqual(process.stderr.readline(), "running\n")
                 process.send_signal(signal.SIGTERM)
                 try:
                     out, err = process.communicate(timeout=10)
@@ -116,8 +121,8 @@ class Repl(TempDirTest):
     def test_a_closed_terminal_ends_the_repl(self):
         # Closing the terminal hangs up the session: at the prompt and in a running loop alike, the REPL ends.
         terminal = self.terminal()
-        terminal.type(b"while true do end\n")
-        time.sleep(1)
+        terminal.type(b"io.write('looping\\n') while true do end\n")
+        self.assertTrue(terminal.read_until(b"looping\r\n"), terminal.seen)
         os.close(terminal.fd)
         terminal.fd = None
         self.assertEqual(terminal.wait(10), 128 + signal.SIGHUP)
@@ -141,7 +146,7 @@ class Repl(TempDirTest):
         terminal.type(b"\x15M = nn.Module('M') function M:hello() print('hello ' .. 'there') end x = M()\n")
         self.assertTrue(terminal.read_until(b"> "), terminal.seen)
         terminal.type(b"x:hel\t")
-        time.sleep(0.5)
+        self.assertTrue(terminal.read_until(b"lo"), terminal.seen)  # completed to x:hello
         terminal.type(b"()\n")
         self.assertTrue(terminal.read_until(b"hello there\r\n"), terminal.seen)
         terminal.type(b"\x15('s'):\t\t")

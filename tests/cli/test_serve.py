@@ -18,10 +18,14 @@ import report_screenshot
 import test_sweep
 from runner_process import RUNNER, home_env, write_script
 
+# late_at > 0: the run holds before step late_at, where late_metric starts, until the file page-open exists.
 TRAINING_SCRIPT = """
 local cfg = config { steps = 30, lr = 0.01, sleep = 0.0, late_at = 0 }
 local run = runner.start(cfg)
 for step in run:steps(cfg.steps) do
+  if step == cfg.late_at then
+    while not io.open("page-open") do os.execute("sleep 0.05") end
+  end
   local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
   if cfg.late_at > 0 and step >= cfg.late_at then values.late_metric = step end
   run:log(values)
@@ -51,15 +55,23 @@ def start_serve(home, *args):
     match = re.match(r"runner serve: (http://\S+)", line)
     if not match:
         process.kill()
+        process.wait()
         raise AssertionError(f"runner serve printed {line!r}, stderr {process.stderr.read()}")
     return process, match.group(1)
 
 
 def stop_serve(process):
+    """SIGTERM, and SIGKILL if it has not ended 10 s later."""
     process.terminate()
-    process.wait(timeout=10)
-    process.stdout.close()
-    process.stderr.close()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        process.stdout.close()
+        process.stderr.close()
 
 
 def get(url, method="GET", headers=None):
@@ -102,10 +114,12 @@ class Dashboard(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        stop_serve(cls.server)
-        if cls.browser:
-            cls.browser.close()
-        cls.tmp.cleanup()
+        try:
+            stop_serve(cls.server)
+        finally:
+            if cls.browser:
+                cls.browser.close()
+            cls.tmp.cleanup()
 
     def sql(self, query, *parameters):
         with sqlite3.connect(self.home / "index.db") as db:
@@ -237,6 +251,7 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(bars, 2)
 
     def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
+        # The job holds before step 25 until the page is up: the clock starts with the browser there.
         job = subprocess.Popen([RUNNER, str(self.dir / "train.lua"), "steps=60", "sleep=0.1", "late_at=25"],
                                cwd=self.dir, env={**home_env(self.home), "OMP_NUM_THREADS": "1"},
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -249,6 +264,7 @@ class Dashboard(unittest.TestCase):
             browser.evaluate("window.loadedOnce = true")
             browser.wait_for("!!document.querySelector('figure.chart g.series')")
             first_steps = browser.evaluate("document.querySelector('figure.chart g.series').dataset.steps.split(' ').length")
+            (self.dir / "page-open").touch()
             browser.wait_for("[...document.querySelectorAll('.metric-picks label')].some((l) => l.textContent.includes('late_metric'))",
                              timeout=60)
             seen = time.time()
@@ -260,8 +276,15 @@ class Dashboard(unittest.TestCase):
             browser.wait_for("document.querySelector('h1 .status')?.textContent === 'finished'", timeout=60)
             self.assertTrue(browser.evaluate("window.loadedOnce === true"))
         finally:
-            job.wait(timeout=120)
-            job.stderr.close()
+            (self.dir / "page-open").touch()
+            try:
+                job.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+                raise
+            finally:
+                job.stderr.close()
 
     # ---- access and read-only -----------------------------------------------------------------------
 

@@ -43,14 +43,19 @@ end
 CHECKPOINTING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", checkpoint_every = 5 }').replace(
     '  if cfg.sleep > 0 then', '  if step % cfg.checkpoint_every == 0 then run:checkpoint() end\n  if cfg.sleep > 0 then')
 
-# SYNTHETIC that, once step `hold_at` has run and been logged, waits until RUNNER_HOME/release exists: a test can
-# kill the sweep while a trial is at a known step, then let the trial go on.
-HOLDING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", hold_at = 0 }').replace(
-    '  if cfg.sleep > 0 then',
-    '  if step == cfg.hold_at then\n'
-    '    while not io.open(os.getenv("RUNNER_HOME") .. "/release") do end\n'
-    '  end\n'
-    '  if cfg.sleep > 0 then')
+
+def holding(script):
+    """SYNTHETIC or CHECKPOINTING that, once step `hold_at` has run, been logged (and checkpointed where due), waits
+    until RUNNER_HOME/release exists: a test can act while a trial is at a known step, then let the trial go on."""
+    return script.replace('mode = "plain"', 'mode = "plain", hold_at = 0').replace(
+        '  if cfg.sleep > 0 then',
+        '  if step == cfg.hold_at then\n'
+        '    while not io.open(os.getenv("RUNNER_HOME") .. "/release") do end\n'
+        '  end\n'
+        '  if cfg.sleep > 0 then')
+
+
+HOLDING = holding(SYNTHETIC)
 
 
 def score(lr, width, step):
@@ -98,6 +103,21 @@ class SweepTest(RunnerHomeTest):
                     pass
             time.sleep(0.2)
         self.fail("the trials did not get going")
+
+    def wait_for_trial_step(self, trial, step, timeout=120):
+        """Waits until trial `trial` has run step `step`: its run's steps.txt has the step as soon as it ran (the
+        index's step lags by ~1 s)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                rows = self.sql("SELECT dir FROM runs WHERE trial = ?", trial) if (self.home / "index.db").exists() else []
+            except sqlite3.OperationalError:
+                rows = []
+            trace = self.home / rows[0][0] / "steps.txt" if rows else None
+            if trace and trace.exists() and str(step) in trace.read_text().splitlines():
+                return
+            time.sleep(0.1)
+        self.fail(f"trial {trial} did not reach step {step}")
 
     def trials(self, sweep):
         return self.sql("SELECT t.trial, t.status, t.metric, t.step, t.rung, t.params, r.id FROM trials t "
@@ -322,18 +342,7 @@ class Scheduling(SweepTest):
         """)
         process = subprocess.Popen([RUNNER, "sweep", "killed.lua"], cwd=self.dir, env=self.env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while time.time() < deadline:  # steps.txt has the step as soon as it ran; the index's step lags by ~1 s
-            try:
-                rows = self.sql("SELECT dir FROM runs WHERE trial = 1") if (self.home / "index.db").exists() else []
-            except sqlite3.OperationalError:
-                rows = []
-            trace = self.home / rows[0][0] / "steps.txt" if rows else None
-            if trace and trace.exists() and str(step) in trace.read_text().splitlines():
-                break
-            time.sleep(0.1)
-        else:
-            self.fail(f"trial 1 did not reach step {step}")
+        self.wait_for_trial_step(1, step)
         process.kill()
         process.wait()
         (self.home / "release").touch()

@@ -13,7 +13,7 @@ import unittest
 
 import postgres_server
 from runner_process import RUNNER, RunnerHomeTest
-from test_sweep import CHECKPOINTING, SweepTest, score
+from test_sweep import CHECKPOINTING, SweepTest, holding, score
 
 
 def can_name_hosts():
@@ -26,14 +26,22 @@ def can_name_hosts():
 class SweepOnTwoHosts(RunnerHomeTest):
     def setUp(self):
         super().setUp()
-        self.server = postgres_server.PostgresServer().start()
-        self.addCleanup(self.server.stop)
+        self.server = postgres_server.PostgresServer()
+        self.addCleanup(self.server.stop)  # its folder too, where it does not start
+        self.server.start()
         self.database = self.server.new_database().rsplit("/", 1)[1]
         self.env = {**self.env, "OMP_NUM_THREADS": "1", "RUNNER_INDEX": self.server.url(self.database)}
-        self.script("synthetic.lua", CHECKPOINTING)
+        # Trials of hold_at = 7 hold after step 7 (past the checkpoint of step 5) until RUNNER_HOME/release exists:
+        # a host dies while its trial is there, not at a step that a timer happened to reach.
+        self.script("synthetic.lua", holding(CHECKPOINTING))
         self.workers = []
 
+    def release_held_trials(self):
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "release").touch()
+
     def tearDown(self):
+        self.release_held_trials()  # a held trial whose worker is killed below stops, after its step
         for worker in self.workers:
             if worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGKILL)
@@ -77,7 +85,7 @@ class SweepOnTwoHosts(RunnerHomeTest):
     def test_two_hosts_finish_every_trial_once_through_a_dead_worker_and_a_server_restart(self):
         self.script("hosts.lua", """return runner.sweep {
           script = "synthetic.lua", parameters = { width = { 1, 2, 3, 4, 5 } },
-          fixed = { steps = 20, sleep = 0.15, checkpoint_every = 5 }, method = "grid", metric = "score",
+          fixed = { steps = 20, sleep = 0.15, checkpoint_every = 5, hold_at = 7 }, method = "grid", metric = "score",
         }
         """)
         alpha_log = open(self.dir / "alpha.log", "w+")
@@ -97,9 +105,12 @@ class SweepOnTwoHosts(RunnerHomeTest):
                 os.killpg(pid, signal.SIGKILL)  # the trial's own process group, as the host's death takes it
             except ProcessLookupError:
                 pass
-        # The server crashes and comes back while alpha's trials log and checkpoint.
-        self.wait_until("SELECT trial FROM trials WHERE worker LIKE 'alpha:%' AND status = 'running'", "alpha running")
+        # The server crashes and comes back while alpha's trial logs and checkpoints: released from its hold with the
+        # server down.
+        self.wait_until("SELECT t.trial FROM trials t JOIN runs r ON r.sweep = t.sweep AND r.trial = t.trial "
+                        "WHERE t.worker LIKE 'alpha:%' AND t.status = 'running' AND r.step >= 7", "alpha's trial held")
         self.server.kill()
+        self.release_held_trials()
         time.sleep(2)
         self.server.start()
         alpha.wait(timeout=240)
@@ -136,7 +147,7 @@ class SweepOnTwoHosts(RunnerHomeTest):
     def test_a_trial_whose_run_folder_this_host_cannot_see_fails_with_the_reason(self):
         self.script("unseen.lua", """return runner.sweep {
           script = "synthetic.lua", parameters = { width = { 1 } },
-          fixed = { steps = 40, sleep = 0.1, checkpoint_every = 5 }, method = "grid", metric = "score",
+          fixed = { steps = 40, sleep = 0.1, checkpoint_every = 5, hold_at = 7 }, method = "grid", metric = "score",
         }
         """)
         log = open(self.dir / "gamma.log", "w+")
@@ -159,7 +170,7 @@ class SweepOnTwoHosts(RunnerHomeTest):
     def test_takeover_after_is_how_long_a_silent_host_keeps_its_trials(self):
         self.script("take.lua", """return runner.sweep {
           script = "synthetic.lua", parameters = { width = { 1 } },
-          fixed = { steps = 40, sleep = 0.15, checkpoint_every = 5 }, method = "grid", metric = "score",
+          fixed = { steps = 40, sleep = 0.15, checkpoint_every = 5, hold_at = 7 }, method = "grid", metric = "score",
           takeover_after = 10,
         }
         """)
@@ -173,6 +184,7 @@ class SweepOnTwoHosts(RunnerHomeTest):
         beta.wait()
         os.killpg(int(pid), signal.SIGKILL)
         killed = time.time()
+        self.release_held_trials()  # alpha's continuation goes past step 7
         alpha = self.on_host("alpha", "sweep", "--join", "take", log=alpha_log)
         self.wait_until("SELECT attempt FROM attempts WHERE host = 'alpha'", "alpha continuing beta's trial")
         taken = time.time()

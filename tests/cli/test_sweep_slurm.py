@@ -12,7 +12,7 @@ import time
 import unittest
 
 from runner_process import RUNNER
-from test_sweep import CHECKPOINTING, SweepTest
+from test_sweep import CHECKPOINTING, SweepTest, holding
 
 SWEEP = """
   script = "synthetic.lua",
@@ -24,8 +24,12 @@ SWEEP = """
 class SlurmSweepTest(SweepTest):
     def setUp(self):
         super().setUp()
-        self.script("synthetic.lua", CHECKPOINTING)
+        self.script("synthetic.lua", holding(CHECKPOINTING))
         self.sweep_file("grid.lua", SWEEP)
+
+    def hold_trials_at(self, step):
+        """grid.lua with every trial held after `step` until RUNNER_HOME/release exists (test_sweep.holding)."""
+        self.sweep_file("grid.lua", SWEEP.replace("sleep = 0.03", f"sleep = 0.03, hold_at = {step}"))
 
     def job_script(self):
         return (self.home / "sweeps" / "grid" / "slurm-job.sh").resolve()
@@ -128,6 +132,7 @@ class JobScript(SlurmSweepTest):
         self.assertIn("--slurm needs a sweep file", result.stderr)
 
     def test_array_tasks_of_the_job_script_run_every_trial_once_and_show_lists_them(self):
+        self.hold_trials_at(3)  # both workers are there while show lists them
         script = self.write_job_script(2)
         self.assertEqual(self.job_script().stat().st_mode & 0o777, 0o600)
         self.assertEqual(self.sql("SELECT name, status FROM sweeps"), [("grid", "running")])
@@ -138,6 +143,7 @@ class JobScript(SlurmSweepTest):
             while time.time() < deadline and len(self.sql("SELECT worker FROM sweep_workers")) < 2:
                 time.sleep(0.2)
             shown = self.runner("sweep", "show", "grid", check=0).stdout
+            (self.home / "release").touch()
             host = socket.gethostname()
             self.assertIn(f"workers (2 on 1 host):", shown)
             rows = [line.split() for line in shown[shown.index("workers ("):].splitlines()[3:]]
@@ -146,6 +152,7 @@ class JobScript(SlurmSweepTest):
             self.assertEqual(sorted(int(r[1]) for r in rows), sorted(p[0] for p in pids))
             outputs = [task.communicate(timeout=180)[0] for task in tasks]
         finally:
+            (self.home / "release").touch()  # a held trial whose worker is killed stops, after its step
             for task in tasks:
                 if task.poll() is None:
                     os.killpg(task.pid, signal.SIGKILL)
@@ -158,19 +165,25 @@ class JobScript(SlurmSweepTest):
         self.assertEqual(self.sql("SELECT count(*) FROM sweep_workers"), [(0,)])
 
     def test_a_preempted_worker_checkpoints_its_trial_and_another_continues_it(self):
+        self.hold_trials_at(8)  # the preemption comes at step 8, past the checkpoint of step 5
         script = self.write_job_script(2)
         tasks = [self.start_task(script, task) for task in (0, 1)]
         try:
-            self.wait_for_steps(2, 8)
-            pid = self.sql("SELECT pid FROM sweep_workers WHERE slurm_job = '77_0'")[0][0]
-            stopped_trial = self.sql("SELECT trial FROM trials WHERE status = 'running' AND worker = ?",
-                                     f"{socket.gethostname()}:{pid}")[0][0]
+            deadline = time.time() + 120
+            while not (running := self.sql("SELECT t.trial, w.pid FROM trials t JOIN sweep_workers w ON t.worker = "
+                                           "? || ':' || w.pid WHERE w.slurm_job = '77_0' AND t.status = 'running'",
+                                           socket.gethostname())):
+                self.assertLess(time.time(), deadline, "worker 77_0 started no trial")
+                time.sleep(0.2)
+            (stopped_trial, pid), = running
+            self.wait_for_trial_step(stopped_trial, 8)
             trial_pid = self.sql("SELECT a.pid FROM attempts a JOIN runs r USING (run) WHERE r.trial = ? "
                                  "ORDER BY a.attempt DESC LIMIT 1", stopped_trial)[0][0]
             # Slurm's preemption: SIGTERM to every process of the task, so the trial gets it from Slurm and again
             # from its worker, and still stops once, with a checkpoint.
             for process in (trial_pid, pid, tasks[0].pid):
                 os.kill(process, signal.SIGTERM)
+            (self.home / "release").touch()
             first = tasks[0].communicate(timeout=120)[0]
             self.assertEqual(tasks[0].returncode, -signal.SIGTERM, first)  # the task's shell
             self.assertIn("stopping the running trials with a checkpoint", first)
@@ -178,10 +191,11 @@ class JobScript(SlurmSweepTest):
             second = tasks[1].communicate(timeout=180)[0]
             self.assertEqual(tasks[1].returncode, 0, second)
         finally:
+            (self.home / "release").touch()  # a held trial whose worker is killed stops, after its step
             for task in tasks:
                 if task.poll() is None:
                     os.killpg(task.pid, signal.SIGKILL)
-        self.assertIn(f"trial {stopped_trial} started (continued from step", second)
+        self.assertIn(f"trial {stopped_trial} started (continued from step 8)", second)
         trials = self.assert_every_trial_finished_once()
         run_id = [t[6] for t in trials if t[0] == stopped_trial][0]
         # Continued from the checkpoint its SIGTERM saved (attempts() asserts that no step ran twice).
@@ -198,6 +212,22 @@ def slurm_missing():
     if os.geteuid() != 0:
         return "slurmd starts jobs as root"
     return None
+
+
+def processes_naming(text):
+    """The processes but this one whose command line or environment contains `text` (not zombies: they have
+    neither)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline, open(f"/proc/{entry}/environ", "rb") as environ:
+                if text.encode() in cmdline.read() + b"\0" + environ.read():
+                    pids.append(int(entry))
+        except OSError:  # ended meanwhile
+            pass
+    return pids
 
 
 def free_port():
@@ -218,6 +248,14 @@ class RealSlurm(SlurmSweepTest):
         (self.cluster / "munge").chmod(0o700)
         sbin = "/usr/sbin:/sbin:" + os.environ.get("PATH", "")
         self.cluster_env = {**os.environ, "PATH": sbin}
+        try:
+            self.start_cluster(sbin)
+        except BaseException:  # tearDown does not run after a failed setUp: what started goes now
+            self.stop_cluster()
+            raise
+
+    def start_cluster(self, sbin):
+        """munged, slurmctld and slurmd of this host, with their files in self.cluster."""
         subprocess.run(["mungekey", "-c", "-k", str(self.cluster / "munge/munge.key")], check=True, env=self.cluster_env)
         munge = self.cluster / "munge"
         subprocess.run(["munged", f"--socket={munge}/socket", f"--key-file={munge}/munge.key",
@@ -266,7 +304,6 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverS
                 break
             time.sleep(0.5)
         else:
-            self.stop_cluster()
             self.fail(f"the test's Slurm did not come up: {state.stdout} {state.stderr}\n" + self.logs())
 
     def logs(self):
@@ -274,18 +311,28 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverS
                          for log in sorted(self.cluster.glob("*.log")))
 
     def stop_cluster(self):
-        subprocess.run(["scancel", "--user", "root"], env=self.cluster_env, capture_output=True)
-        for pid_file in ("slurmd.pid", "slurmctld.pid", "munge/pid"):
-            path = self.cluster / pid_file
-            if path.exists():
+        """Cancels the jobs and waits for their end, then ends every process that names the cluster's folder (the
+        daemons, and whatever a job left): SIGTERM, then SIGKILL to those still there after 10 s."""
+        if self.cluster_env.get("SLURM_CONF") == str(self.cluster / "slurm.conf"):  # not another cluster's jobs
+            subprocess.run(["scancel", "--user", "root"], env=self.cluster_env, capture_output=True)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                queue = subprocess.run(["squeue", "-h"], env=self.cluster_env, capture_output=True, text=True)
+                if queue.returncode != 0 or not queue.stdout.strip():
+                    break
+                time.sleep(0.5)
+        for signal_number, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 0)):
+            for pid in processes_naming(str(self.cluster)):
                 try:
-                    os.kill(int(path.read_text().split()[0]), signal.SIGTERM)
-                except (ProcessLookupError, ValueError):
+                    os.kill(pid, signal_number)
+                except ProcessLookupError:
                     pass
+            deadline = time.time() + grace
+            while time.time() < deadline and processes_naming(str(self.cluster)):
+                time.sleep(0.1)
 
     def tearDown(self):
         self.stop_cluster()
-        time.sleep(0.5)
         super().tearDown()
 
     def test_sbatch_runs_the_workers_as_a_job_array(self):
