@@ -177,6 +177,10 @@ const OptionTable<TrainerOptions> kTrainerOptions(
                                     }),
         option_with<TrainerOptions>("clip", [](lua_State* L, const char* key,
                                                TrainerOptions& o) { read_option_value(L, key, o.step.clip); }),
+        option_with<TrainerOptions>("cast_weights_once",
+                                    [](lua_State* L, const char* key, TrainerOptions& o) {
+                                      read_option_value(L, key, o.step.cast_weights_once);
+                                    }),
         option_with<TrainerOptions>("on_nonfinite",
                                     [](lua_State* L, const char* key, TrainerOptions& o) {
                                       std::string name;

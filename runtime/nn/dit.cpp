@@ -14,6 +14,7 @@
 #include "runtime/nn/embeddings.h"
 #include "runtime/nn/initialization.h"
 #include "runtime/nn/linear.h"
+#include "runtime/nn/weight_casts.h"
 
 namespace runner::nn {
 namespace {
@@ -220,12 +221,12 @@ std::vector<at::Tensor> DiTImpl::adaln_modulations(const at::Tensor& c_activated
   std::vector<at::Tensor> weights, biases;
   std::vector<std::int64_t> widths;
   for (const auto& block : blocks_) {
-    weights.push_back(block->modulation->weight);
-    biases.push_back(block->modulation->bias);
+    weights.push_back(weight_for_matmul(block->modulation->weight));
+    biases.push_back(weight_for_matmul(block->modulation->bias));
     widths.push_back(block->modulation->weight.size(0));
   }
-  weights.push_back(final_modulation->weight);
-  biases.push_back(final_modulation->bias);
+  weights.push_back(weight_for_matmul(final_modulation->weight));
+  biases.push_back(weight_for_matmul(final_modulation->bias));
   widths.push_back(final_modulation->weight.size(0));
   return at::linear(c_activated, at::cat(weights), at::cat(biases)).split_with_sizes(widths, 1);
 }

@@ -4,13 +4,14 @@
 #include <ATen/ops/linear.h>
 
 #include "runtime/nn/fp8_linear.h"
+#include "runtime/nn/weight_casts.h"
 
 namespace runner::nn {
 
 at::Tensor linear_forward(const torch::nn::LinearImpl& layer, const at::Tensor& x) {
   const auto* lowered = dynamic_cast<const LinearImpl*>(&layer);
   if (lowered != nullptr && lowered->precision == MatmulPrecision::fp8) return fp8_linear(x, layer.weight, layer.bias);
-  return at::linear(x, layer.weight, layer.bias);
+  return at::linear(x, weight_for_matmul(layer.weight), weight_for_matmul(layer.bias));
 }
 
 std::int64_t set_matmul_precision(torch::nn::Module& model, MatmulPrecision precision) {

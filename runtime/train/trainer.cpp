@@ -219,6 +219,11 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   }
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
+  if (const auto dtype = autocast_dtype(precision_); dtype && options_.cast_weights_once) {
+    std::vector<at::Tensor> weights;
+    for (const auto& [name, p] : trainable_) weights.push_back(p);
+    weight_casts_ = std::make_unique<nn::WeightCasts>(weights, *dtype);
+  }
   skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (options_.on_nonfinite == NonFinitePolicy::stop)
     stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
@@ -387,12 +392,15 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
     gradients_->start_step();
   else
     optimizer_->zero_grad();
+  if (weight_casts_) weight_casts_->refresh();
   const int64_t count = options_.accumulate;
   std::vector<at::Tensor> micro_losses;
   for (int64_t micro = 0; micro < count; ++micro) {
     at::Tensor loss;
     {
       AutocastScope autocast(device_.type(), autocast_dtype(precision_));
+      std::optional<nn::WeightCastScope> weight_casts;
+      if (weight_casts_) weight_casts.emplace(*weight_casts_);
       loss = loss_of(micro, count);
     }
     if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/dist/gradient_averager.h"
+#include "runtime/nn/weight_casts.h"
 #include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
 #include "runtime/train/loss_scaler.h"
@@ -61,6 +62,10 @@ struct StepOptions {
   LossScalerOptions scaler;                      // fp16 only
   dist::GradientAveragingOptions data_parallel;  // with more than one rank
   GraphMode graph = GraphMode::off;
+  // Under bf16 or fp16 autocast, the float32 trainable weights are cast once per step by one multi-tensor pass
+  // and Linear layers multiply with those copies (nn/weight_casts.h), instead of autocast casting each weight at
+  // each use: the same numbers.
+  bool cast_weights_once = false;
 };
 
 // What graph capture has done so far (train:graphs()).
@@ -212,6 +217,7 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<nn::WeightCasts> weight_casts_;      // cast_weights_once under autocast
   std::unique_ptr<dist::GradientAverager> gradients_;  // data parallel (world size > 1)
   StepOptions options_;
   c10::Device device_;

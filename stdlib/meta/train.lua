@@ -30,6 +30,10 @@
 ---                                    Linear layers of nn.DiT's blocks multiply in FP8 with dynamic tensorwise
 ---                                    scaling, e4m3 forward and e5m2 gradients; everything else as bf16; the model
 ---                                    keeps its parameters and state dict)
+---@field cast_weights_once? boolean    under bf16 or fp16 autocast, cast the float32 weights once per step in one
+---                                    multi-tensor pass and let Linear layers multiply with the copies, instead of
+---                                    autocast casting each weight at each use: the same numbers, fewer kernels
+---                                    (default false)
 ---@field accumulate? integer          micro-batches per optimizer step (default 1); train:step splits each batch into
 ---                                    this many
 ---@field clip? number                 clip the gradients to this global L2 norm

@@ -60,7 +60,7 @@ describe("declared options tables", function()
 
   it("an unknown key names the known ones, sorted", function()
     expect_error(function() runner.trainer { model = nn.Linear(2, 2), optimizer = { "adamw", lr = 1 }, speed = 3 } end,
-      "unknown option 'speed' to 'runner.trainer' (known: accumulate, amp, batch, clip, data_parallel, deterministic, ema, ema_model, "
+      "unknown option 'speed' to 'runner.trainer' (known: accumulate, amp, batch, cast_weights_once, clip, data_parallel, deterministic, ema, ema_model, "
       .. "graph, model, objective, on_nonfinite, optimizer, profile, progress, scaler, schedule, steps, tf32, warmup)", true)
   end)
 
