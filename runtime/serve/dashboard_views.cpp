@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
+#include <system_error>
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
@@ -299,11 +301,34 @@ std::string sweep_chart(index::Database& db, const QueryParameters& parameters) 
       fmt::format("parameter 'chart': expected objective, importance, parallel, rungs or curves, got '{}'", chart));
 }
 
+namespace {
+
+// Whether the resolved `path` lies strictly inside the resolved `folder`.
+bool lies_inside(const std::filesystem::path& path, const std::filesystem::path& folder) {
+  const std::filesystem::path relative = path.lexically_relative(folder);
+  return !relative.empty() && relative != "." && *relative.begin() != "..";
+}
+
+}  // namespace
+
 std::string image_file(index::Database& db, const std::string& home, const QueryParameters& parameters) {
+  namespace fs = std::filesystem;
   const index::RunRecord record = find_run(db, required(parameters, "run"));
   const std::string path = required(parameters, "path");
-  for (const index::ArtifactRecord& artifact : index::artifacts(db, record.run))
-    if (artifact.kind == "image" && artifact.path == path) return home + "/" + record.dir + "/" + artifact.path;
+  for (const index::ArtifactRecord& artifact : index::artifacts(db, record.run)) {
+    if (artifact.kind != "image" || artifact.path != path) continue;
+    // The index and the run folders may be written by others (a shared PostgreSQL index, a copied folder): only
+    // a regular file whose resolved path, symlinks and `..` followed, lies in the run's folder inside RUNNER_HOME.
+    std::error_code error;
+    const fs::path home_folder = fs::canonical(home, error);
+    const fs::path run_folder = error ? fs::path() : fs::canonical(home_folder / record.dir, error);
+    if (error || !lies_inside(run_folder, home_folder))
+      throw NotFound(fmt::format("run {}'s folder is not inside RUNNER_HOME", record.name));
+    const fs::path file = fs::canonical(run_folder / artifact.path, error);
+    if (error || !lies_inside(file, run_folder) || !fs::is_regular_file(file, error))
+      throw NotFound(fmt::format("run {} has no image file '{}' inside its folder", record.name, path));
+    return file.string();
+  }
   throw NotFound(fmt::format("run {} has no image '{}' in the index", record.name, path));
 }
 

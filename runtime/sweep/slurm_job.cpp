@@ -55,11 +55,32 @@ std::vector<std::string> option_lines(const std::vector<std::string>& options) {
   return lines;
 }
 
+// Values that go into the script: a control character (a line break above all) would end a comment or an #SBATCH
+// line and start a shell command, so none is taken.
+void check_script_value(const char* what, const std::string& value) {
+  for (const char c : value) {
+    const auto code = static_cast<unsigned char>(c);
+    if (code < 0x20 || code == 0x7f)
+      throw SweepError(fmt::format("--slurm: {} '{}' holds a control character (byte {:#04x}); the job script cannot "
+                                   "take it (rename it, or start the workers by hand with runner sweep --join)",
+                                   what, value, code));
+  }
+}
+
 }  // namespace
 
 std::string slurm_job_script_path(const SlurmJob& job) { return job.home + "/sweeps/" + job.sweep + "/slurm-job.sh"; }
 
 std::string slurm_job_script(const SlurmJob& job) {
+  check_script_value("the sweep's name", job.sweep);
+  check_script_value("the sweep file's path", job.sweep_file);
+  check_script_value("runner's path", job.runner);
+  check_script_value("RUNNER_HOME", job.home);
+  check_script_value("RUNNER_INDEX", job.index_url);
+  check_script_value("the working directory", job.working_directory);
+  for (const std::string& option : job.sbatch_options) check_script_value("the sbatch option", option);
+  if (job.workers < 1 || job.workers > kMostSlurmWorkers)
+    throw SweepError(fmt::format("--slurm takes 1 to {} workers (array tasks), got {}", kMostSlurmWorkers, job.workers));
   const std::string folder = job.home + "/sweeps/" + job.sweep;
   std::string script = "#!/bin/bash\n";
   script += fmt::format(

@@ -7,6 +7,9 @@
 
 namespace runner::sweep {
 
+// The most array tasks --slurm N asks for (Slurm's own MaxArraySize defaults to 1001).
+constexpr int kMostSlurmWorkers = 10000;
+
 struct SlurmJob {
   std::string sweep;                        // the sweep's name, which each task joins
   std::string sweep_file;                   // absolute path, named in the script's header
