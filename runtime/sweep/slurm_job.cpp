@@ -61,9 +61,10 @@ void check_script_value(const char* what, const std::string& value) {
   for (const char c : value) {
     const auto code = static_cast<unsigned char>(c);
     if (code < 0x20 || code == 0x7f)
-      throw SweepError(fmt::format("--slurm: {} '{}' holds a control character (byte {:#04x}); the job script cannot "
-                                   "take it (rename it, or start the workers by hand with runner sweep --join)",
-                                   what, value, code));
+      throw SweepError(
+          fmt::format("--slurm: {} '{}' holds a control character (byte {:#04x}); the job script cannot "
+                      "take it (rename it, or start the workers by hand with runner sweep --join)",
+                      what, value, code));
   }
 }
 
@@ -80,7 +81,8 @@ std::string slurm_job_script(const SlurmJob& job) {
   check_script_value("the working directory", job.working_directory);
   for (const std::string& option : job.sbatch_options) check_script_value("the sbatch option", option);
   if (job.workers < 1 || job.workers > kMostSlurmWorkers)
-    throw SweepError(fmt::format("--slurm takes 1 to {} workers (array tasks), got {}", kMostSlurmWorkers, job.workers));
+    throw SweepError(
+        fmt::format("--slurm takes 1 to {} workers (array tasks), got {}", kMostSlurmWorkers, job.workers));
   const std::string folder = job.home + "/sweeps/" + job.sweep;
   std::string script = "#!/bin/bash\n";
   script += fmt::format(

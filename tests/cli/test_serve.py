@@ -11,6 +11,7 @@ import tempfile
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -299,6 +300,31 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(get(self.url + "image?run=train-1&path=../../index.db")[0], 404)
         self.assertEqual(get(self.url + "image?run=train-1&path=images/samples-0000010.png")[0], 200)
         self.assertEqual(self.sql("SELECT count(*), max(heartbeat_at) FROM runs"), before)
+
+    def test_images_are_served_only_from_regular_files_inside_the_run_folder(self):
+        # A hostile index (a shared PostgreSQL one) or run folder: an artifact row with `..` in its path, and an
+        # image that is a symlink to a file outside the run folder.
+        secret = self.dir / "secret.txt"
+        secret.write_text("SECRET")
+        (run_dir,) = self.sql("SELECT dir FROM runs WHERE name = 'train-1'")[0]
+        link = self.home / run_dir / "images" / "evil.png"
+        link.symlink_to(secret)
+        escapes = [os.path.relpath(secret, self.home / run_dir), "images/evil.png", str(secret)]
+        try:
+            with sqlite3.connect(self.home / "index.db") as db:
+                for path in escapes:
+                    db.execute("INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) "
+                               "SELECT run, step, kind, 'evil', ?, bytes, created_at FROM artifacts "
+                               "WHERE path = 'images/samples-0000010.png'", (path,))
+            for path in escapes:
+                status, _, body = get(self.url + "image?run=train-1&path=" + urllib.parse.quote(path))
+                self.assertEqual(status, 404, path)
+                self.assertNotIn(b"SECRET", body, path)
+            self.assertEqual(get(self.url + "image?run=train-1&path=images/samples-0000010.png")[0], 200)
+        finally:
+            with sqlite3.connect(self.home / "index.db") as db:
+                db.execute("DELETE FROM artifacts WHERE name = 'evil'")
+            link.unlink()
 
     def test_pages_poll_with_a_version_and_a_request_from_another_host_name_is_refused(self):
         status, _, body = get(self.url + "api/runs")

@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
 #include <latch>
 #include <map>
 #include <set>
@@ -21,6 +24,7 @@
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
+#include "runtime/sweep/slurm_job.h"
 #include "runtime/sweep/sweep_spec.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
@@ -577,4 +581,58 @@ TEST_CASE("CPU slots: more slots than the allocation's cores are refused, and th
         "(SLURM_CPUS_ON_NODE)");
   REQUIRE(slots.size() == 2);
   CHECK(slots[0].threads == all.count / 2);
+}
+
+namespace {
+
+runner::sweep::SlurmJob hostile_job(const std::string& home) {
+  runner::sweep::SlurmJob job;
+  job.sweep = "lrs";
+  job.sweep_file = home + "/sweep file's.lua";
+  job.workers = 2;
+  job.runner = "/opt/runner $(touch pwned)/runner";
+  job.home = home;
+  job.working_directory = home;
+  job.sbatch_options = {"--partition", "gpu"};
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("the Slurm job script quotes every value and refuses control characters", "[sweep]") {
+  const runner::testing::TempDir folder;
+  const std::string home = folder.path + "/home with 'quotes' $(touch pwned) `touch pwned`";
+  const std::string script = runner::sweep::slurm_job_script(hostile_job(home));
+  // Run the script's set-up lines (everything before the worker starts) in bash: the values arrive as they are
+  // and nothing in them runs.
+  const std::string setup = script.substr(0, script.find("# USR1"));
+  const std::string script_path = folder.path + "/setup.sh", out_path = folder.path + "/out.txt";
+  {
+    std::ofstream file(script_path);
+    file << "cd "
+         << "'" << folder.path << "'\n"
+         << setup.substr(0, setup.find("\ncd ") + 1) << "printf %s \"$RUNNER_HOME\"\n";
+  }
+  REQUIRE(std::system(("bash '" + script_path + "' > '" + out_path + "'").c_str()) == 0);
+  std::ifstream out(out_path);
+  const std::string printed((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+  CHECK(printed == home);
+  CHECK_FALSE(std::ifstream(folder.path + "/pwned").good());
+
+  for (const auto& [what, change] : std::vector<std::pair<std::string, std::function<void(runner::sweep::SlurmJob&)>>>{
+           {"RUNNER_HOME", [](auto& job) { job.home += "\ntouch pwned"; }},
+           {"the sweep file's path", [](auto& job) { job.sweep_file = "/tmp/a\ntouch pwned\n.lua"; }},
+           {"the sweep's name", [](auto& job) { job.sweep = "a\rb"; }},
+           {"the working directory", [](auto& job) { job.working_directory += "\x1b[2J"; }},
+           {"the sbatch option", [](auto& job) { job.sbatch_options = {"--comment=a\ntouch pwned"}; }}}) {
+    INFO(what);
+    auto job = hostile_job(folder.path);
+    change(job);
+    CHECK_THROWS_WITH(runner::sweep::slurm_job_script(job),
+                      Catch::Contains("--slurm: " + what) && Catch::Contains("holds a control character"));
+  }
+  auto too_many = hostile_job(folder.path);
+  too_many.workers = 1000000000;
+  CHECK_THROWS_WITH(runner::sweep::slurm_job_script(too_many),
+                    "--slurm takes 1 to 10000 workers (array tasks), got 1000000000");
 }
