@@ -433,6 +433,45 @@ class RankFailures(GlooOnTheCpu):
         self.assertEqual(self.last_run()[1:], ("failed", 2, "fails.lua:10: rank 0 broke before step 3\nstack traceback:"
                                                             "\n\tfails.lua:10: in main chunk"))
 
+    def test_ranks_whose_weights_differ_stop_with_the_checksums_at_the_steps_check_or_a_checkpoint(self):
+        # Rank 1 adds 1 to the 2 biases after the trainer gave every rank rank 0's weights: the checksums of the
+        # weights (compared at step 1, every 100 steps and at each checkpoint) differ by 2.
+        self.script("diverge.lua", """
+            local cfg = config { steps = 3, change_before = 1, checkpoint_at = 0 }
+            local run = runner.start(cfg)
+            local model = nn.Linear(4, 2)
+            local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.1 }, steps = cfg.steps, batch = 4,
+                                           progress = false }
+            run:restore { trainer = train }
+            for step = 1, cfg.steps do
+              if runner.dist.rank == 1 and step == cfg.change_before then
+                torch.no_grad(function() model.bias:add_(1) end)
+              end
+              train:step(function() return model(torch.ones(2, 4)):pow(2):mean() end)
+              if step == cfg.checkpoint_at then run:checkpoint() end
+            end
+            print("rank " .. runner.dist.rank .. " trained " .. cfg.steps .. " steps")
+            """)
+        same = self.runner("--nproc", "2", "diverge.lua", "change_before=0", "checkpoint_at=2", check=0)
+        self.assertIn("rank 0 trained 3 steps", same.stdout)
+        # The check in step 1 fails that step (the run stays at step 0); a checkpoint's, after step 3, fails at 3.
+        cases = {"the step's check": (("change_before=1",), 1, 0, r"diverge\.lua:11"),
+                 "a checkpoint's check": (("change_before=2", "checkpoint_at=3"), 3, 3, r"diverge\.lua:12")}
+        for case, (args, step, recorded, where) in cases.items():
+            with self.subTest(case):
+                failed = self.runner("--nproc", "2", "--fresh", "diverge.lua", *args, check=1)
+                message = (rf"the ranks' weights differ after step {step} \(parameter checksums from (-?[\d.e+-]+) to "
+                           r"(-?[\d.e+-]+); rank [01] has -?[\d.e+-]+\): something made a rank train differently \(a "
+                           r"rank-dependent model change, or a step skipped on one rank\)")
+                first = re.search(rf"runner: rank [01] of 2 \(pid \d+\) exited with status 1, the first rank to fail: "
+                                  rf"{where}: {message}", failed.stderr)
+                self.assertIsNotNone(first, failed.stderr)
+                low, high = float(first[1]), float(first[2])
+                self.assertAlmostEqual(high - low, 2, places=4, msg=failed.stderr)
+                name, status, at, error = self.last_run()
+                self.assertEqual((status, at), ("failed", recorded), error)
+                self.assertRegex(error, message)
+
     def test_a_hung_rank_is_named_not_the_rank_whose_collective_timed_out_waiting_for_it(self):
         env = {**self.env, "RUNNER_DIST_TIMEOUT": "2"}
         failed = subprocess.run([RUNNER, "--nproc", "2", "fails.lua", "bad_rank=1", "hang=true"], cwd=self.dir, env=env,

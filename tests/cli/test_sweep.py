@@ -57,6 +57,26 @@ def holding(script):
 
 HOLDING = holding(SYNTHETIC)
 
+# SYNTHETIC whose trials meet when `meet` names a directory: each one, once its run has started, leaves a file named
+# after its run there and waits (up to 60 s) until another trial's file is there too, then writes the names it saw to
+# met.txt in its run's directory. Two trials that each saw the other ran at the same time.
+MEETING = SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", meet = "" }').replace(
+    'run:restore { trainer = train }\n',
+    'run:restore { trainer = train }\n'
+    'if cfg.meet ~= "" then\n'
+    '  io.open(cfg.meet .. "/" .. run.name, "w"):close()\n'
+    '  local others, since = {}, runner.clock()\n'
+    '  while #others == 0 and runner.clock() - since < 60 do\n'
+    '    os.execute("sleep 0.05")\n'
+    '    local ls = io.popen("ls " .. cfg.meet)\n'
+    '    for name in ls:lines() do if name ~= run.name then others[#others + 1] = name end end\n'
+    '    ls:close()\n'
+    '  end\n'
+    '  local met = io.open(run.dir .. "/met.txt", "w")\n'
+    '  met:write(table.concat(others, " "))\n'
+    '  met:close()\n'
+    'end\n')
+
 
 def score(lr, width, step):
     return (math.log10(lr) + 2) ** 2 + width / 100 + 1 / step
@@ -172,11 +192,23 @@ class Definitions(SweepTest):
         self.assertNotIn("started", again.stdout)
         self.assertEqual(len(self.trials("grid")), 6)
 
+    def assert_two_trials_ran_at_once(self, sweep):
+        """Trials 1 and 2 of the sweep (MEETING) each saw the other's file while it ran: their runs overlapped."""
+        (one, one_dir), (two, two_dir) = self.sql(
+            "SELECT r.name, r.dir FROM trials t JOIN sweeps s USING (sweep) JOIN runs r ON r.run = t.run "
+            "WHERE s.name = ? AND t.trial IN (1, 2) ORDER BY t.trial", sweep)
+        met = [(self.home / d / "met.txt").read_text().split() for d in (one_dir, two_dir)]
+        self.assertEqual(met, [[two], [one]], f"sweep {sweep}: trials 1 and 2 ({one}, {two}) did not run at the same "
+                                             "time in the two slots (each lists the other trials it saw running)")
+
     def test_random_is_reproducible_from_the_seed_and_fills_two_slots(self):
-        self.sweep_file("random.lua", """
-          script = "synthetic.lua", name = "r1",
-          parameters = { lr = runner.sweep.log_uniform(1e-4, 1), width = { 1, 2, 3 } },
-          fixed = { steps = 3 }, trials = 4, seed = 7, metric = "score", slots = 2,
+        self.script("meeting.lua", MEETING)
+        for sweep in ("r1", "r2"):
+            (self.dir / f"meet-{sweep}").mkdir()
+        self.sweep_file("random.lua", f"""
+          script = "meeting.lua", name = "r1",
+          parameters = {{ lr = runner.sweep.log_uniform(1e-4, 1), width = {{ 1, 2, 3 }} }},
+          fixed = {{ steps = 3, meet = "{self.dir / 'meet-r1'}" }}, trials = 4, seed = 7, metric = "score", slots = 2,
         """)
         self.runner("sweep", "random.lua", check=0, timeout=300)
         first = [(t[1], t[5]) for t in self.trials("r1")]
@@ -185,9 +217,12 @@ class Definitions(SweepTest):
             p = json.loads(params)
             self.assertTrue(1e-4 <= p["lr"] <= 1 and p["width"] in (1, 2, 3), p)
         self.assertEqual(len({params for _, params in first}), 4)
-        (self.dir / "random.lua").write_text((self.dir / "random.lua").read_text().replace('"r1"', '"r2"'))
+        self.assert_two_trials_ran_at_once("r1")
+        (self.dir / "random.lua").write_text((self.dir / "random.lua").read_text().replace('"r1"', '"r2"')
+                                             .replace("meet-r1", "meet-r2"))
         self.runner("sweep", "random.lua", check=0, timeout=300)
         self.assertEqual([t[5] for t in self.trials("r2")], [params for _, params in first])
+        self.assert_two_trials_ran_at_once("r2")
         self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE json_extract(config, '$.steps') = 3"), [(8,)])
 
     def test_bad_sweep_files_name_their_line(self):
