@@ -5,6 +5,7 @@
 --   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256
 --   build/runner bench/train_step.lua model=quickstart batch=32                  # the main job's 16x16 UNet
 --   build/runner bench/train_step.lua model=quickstart batch=32 graph=true       # its steps replayed as CUDA graphs
+--   build/runner bench/train_step.lua model=dit size=DiT-XL/2 batch=256 fused=true cast_weights_once=true amp=fp8
 --   build/runner bench/train_step.lua model=unet device=cpu channels=32 batch=8 steps=3 warmup=1
 local cfg = config {
   model = "unet",       -- unet (the DDPM CIFAR-10 UNet), quickstart (the main job's UNet on 16x16 images) or dit
@@ -17,6 +18,8 @@ local cfg = config {
   steps = 20,           -- timed steps
   warmup = 5,           -- untimed steps before them (with graph=true: the graph's 3 warm-up steps and its capture)
   graph = false,        -- replay each step from a CUDA graph (runner.trainer { graph = true })
+  fused = false,        -- the DiT's fused block (nn.DiT { fused = true }: runner's CUDA kernels, one adaLN GEMM)
+  cast_weights_once = false,  -- the weights cast to bf16 once per step (runner.trainer { cast_weights_once = true })
   seed = 0,
 }
 if cfg.model ~= "unet" and cfg.model ~= "quickstart" and cfg.model ~= "dit" then
@@ -46,14 +49,14 @@ local function make_model()
   elseif cfg.model == "quickstart" then  -- as experiments/quickstart.lua builds it
     return nn.UNet { image = 16, channels = 32, mults = { 1, 2, 2 }, blocks = 1, attention = { 8 }, dropout = 0, groups = 8 }
   end
-  return nn.DiT { size = cfg.size, image = 32, in_channels = 4, classes = 1000, learn_sigma = true }
+  return nn.DiT { size = cfg.size, image = 32, in_channels = 4, classes = 1000, learn_sigma = true, fused = cfg.fused }
 end
 local model = make_model():to(device)
 local ddpm = runner.diffusion.gaussian { timesteps = 1000, schedule = "linear", seed = cfg.seed }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-4, weight_decay = 0 }, clip = 1.0,
                                objective = ddpm:objective(model),
                                ema = 0.9999, ema_model = make_model():to(device), amp = cfg.amp,
-                               graph = cfg.graph, steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
+                               graph = cfg.graph, cast_weights_once = cfg.cast_weights_once, steps = cfg.warmup + cfg.steps, batch = cfg.batch, progress = false }
 local batch
 if cfg.model ~= "dit" then
   local side = cfg.model == "quickstart" and 16 or 32

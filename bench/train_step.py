@@ -4,11 +4,16 @@ forward and backward under bf16 autocast (fp32 on the CPU), the loss of the offi
 the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (decay 0.9999).
 
     ~/.cache/runner/venv/bin/python bench/train_step.py [--device cuda|cpu] [--models quickstart,dit-s,unet,dit-b,dit-xl]
-        [--steps 20] [--warmup 5] [--rounds 3] [--small] [--no-compile] [--runner build/runner]
+        [--steps 20] [--warmup 5] [--rounds 3] [--small] [--no-compile] [--no-graph] [--no-fused] [--no-fp8]
+        [--runner build/runner]
 
 - runner: `runner bench/train_step.lua` (runner.trainer with amp "auto", fused AdamW on CUDA, clip 1.0, EMA)
   as a subprocess; it prints a RESULT line. On CUDA also "graph": the same with `graph=true`, each step replayed
   from a CUDA graph (leave it out with --no-graph).
+- runner fused (DiT models): the same with `fused=true cast_weights_once=true` (nn.DiT's fused block, the weights
+  cast to bf16 once per step), with `graph=true` where the graph side runs (--no-fused leaves it out).
+- runner fp8 (DiT models): runner fused plus `amp=fp8` (the DiT blocks' Linear layers in FP8); on a device without
+  FP8 (the CPU, GPUs under compute capability 8.9) recorded as skipped with the reason (--no-fp8 leaves it out).
 - PyTorch eager: tests/reference/models.py (the same UNet and DiT, same parameter names), the loss of
   tests/reference/diffusion.py (the official code's: its schedule in float64 NumPy, gathered per step),
   `torch.autocast(bfloat16)`, `clip_grad_norm_`, `torch.optim.AdamW(fused=True)` on CUDA, EMA by
@@ -20,7 +25,8 @@ the variational bound for DiT's learned sigma), clip 1.0, AdamW, an fp32 EMA (de
   classes. --small: a UNet of width 32 and DiT-S/2, all at batch 8, for a CPU run.
 - Each measurement: --warmup untimed steps, a device sync, --steps timed steps, a sync. Rounds alternate the
   sides; medians are reported with MFU from FLOPs counted by torch's FlopCounterMode (3 x forward) against
-  the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another).
+  the device's dense bf16 peak (H100 SXM: 989 TFLOP/s; set --peak-tflops for another), the fp8 side's too (its
+  MFU is against the bf16 peak, not the FP8 one).
 - Peak memory of each side, the most over its rounds: on CUDA the caching allocator's peak
   (max_memory_allocated, from the model's creation through the warm-up and the timed steps; runner reports its
   own from bench/train_step.lua); on the CPU, which has no allocator peak, the peak RSS of the side's own process
@@ -32,7 +38,9 @@ Each side of each model is measured inside its own failure boundary: a side that
 recorded in the table and the JSON with its error text and is not tried again in later rounds; the other sides
 and models still run, the JSON is written with everything measured, and the script then exits with status 1
 naming what failed. The last line on success, `ratio X.XX`, is the geometric mean over models of runner
-images/s over PyTorch eager's, with runner's steps replayed as CUDA graphs where they were measured.
+images/s over PyTorch eager's, with runner's steps replayed as CUDA graphs where they were measured. Before it,
+`ratio fused/compile X.XX` and `ratio fp8/compile-bf16 X.XX`: the geometric means over the DiT models of the fused
+and fp8 sides' images/s over torch.compile's (bf16 autocast), where both were measured.
 """
 
 import argparse
@@ -70,6 +78,12 @@ MODELS = {
     "dit-b": ("DiT-B/2 32x32x4", "dit", {"model": "dit", "size": "DiT-B/2"}, 128),
     "dit-xl": ("DiT-XL/2 32x32x4", "dit", {"model": "dit", "size": "DiT-XL/2"}, 256),
 }
+# runner's sides of bench/train_step.lua: name -> its overrides (graph=true is added where the graph side runs)
+RUNNER_SIDES = {"runner": {}, "graph": {"graph": "true"},
+                "fused": {"fused": "true", "cast_weights_once": "true"},
+                "fp8": {"fused": "true", "cast_weights_once": "true", "amp": "fp8"}}
+DIT_ONLY_SIDES = ("fused", "fp8")  # nn.DiT's fused block and FP8 layers
+NOT_A_DIT = "not a DiT model (the fused block and the FP8 layers are nn.DiT's)"
 # what "peak memory" is on each device type
 MEMORY_MEASURES = {
     "cuda": "CUDA allocator peak (max_memory_allocated): model creation, warm-up and timed steps",
@@ -101,6 +115,23 @@ def machine_info_with_gpu(device):
                        "multiprocessors": properties.multi_processor_count,
                        "capability": f"{properties.major}.{properties.minor}"}
     return info
+
+
+def fp8_unavailable(device):
+    """Why runner's amp=fp8 cannot run on `device` (a torch.device), or None when it can (CUDA, compute capability
+    8.9 or later)."""
+    if device.type != "cuda":
+        return "amp=fp8 needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); this is the CPU"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        return (f"amp=fp8 needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); "
+                f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
+    return None
+
+
+def geometric_mean(values):
+    values = [value for value in values if value is not None]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def spread(values):
@@ -165,11 +196,12 @@ def release_memory(device, compiled):
             print(f"  (freeing CUDA memory failed: {failure_text(error)})", flush=True)
 
 
-def measure_runner(runner, lua, settings, graph=False):
-    """One runner measurement: bench/train_step.lua's RESULT (with its CUDA peaks and its process's peak RSS);
-    raises SideFailed when runner fails."""
-    overrides = {**lua, **{k: settings[k] for k in ("device", "batch", "steps", "warmup")}}
-    if graph:
+def measure_runner(runner, lua, settings, side="runner"):
+    """One measurement of runner side `side` (RUNNER_SIDES; fused and fp8 with graph=true where the graph side
+    runs): bench/train_step.lua's RESULT (with its CUDA peaks and its process's peak RSS); raises SideFailed when
+    runner fails."""
+    overrides = {**lua, **{k: settings[k] for k in ("device", "batch", "steps", "warmup")}, **RUNNER_SIDES[side]}
+    if side in DIT_ONLY_SIDES and settings.get("graph"):
         overrides["graph"] = "true"
     if settings["small"] and lua["model"] == "unet":
         overrides["channels"] = 32
@@ -257,11 +289,11 @@ def measure_pytorch_in_child(name, side, settings):
 
 
 def measure_side(side, name, runner, settings):
-    """One measurement of one side of model `name`: runner or graph (a runner process), eager or compile (in this
-    process on CUDA, in a child process on the CPU)."""
+    """One measurement of one side of model `name`: runner, graph, fused or fp8 (a runner process), eager or compile
+    (in this process on CUDA, in a child process on the CPU)."""
     label, builder, lua, batch = MODELS[name]
-    if side in ("runner", "graph"):
-        return measure_runner(runner, lua, settings, graph=side == "graph")
+    if side in RUNNER_SIDES:
+        return measure_runner(runner, lua, settings, side)
     if settings["device"] == "cpu":
         return measure_pytorch_in_child(name, side, settings)
     options = model_options(builder, lua, settings["small"])
@@ -305,7 +337,10 @@ def main():
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--no-graph", action="store_true", help="leave runner's CUDA-graph steps out")
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak for MFU")
+    parser.add_argument("--no-fused", action="store_true", help="leave runner's fused DiT side out")
+    parser.add_argument("--no-fp8", action="store_true", help="leave runner's fp8 DiT side out")
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="the device's dense bf16 peak for MFU (the fp8 side's too)")
     parser.add_argument("--runner", default="build/runner")
     parser.add_argument("--output")
     parser.add_argument("--pytorch-child", choices=("eager", "compile"), help=argparse.SUPPRESS)
@@ -319,24 +354,33 @@ def main():
     runner = find_runner(args.runner)
     device = torch.device(args.device)
     graph = args.device == "cuda" and not args.no_graph
-    sides = ["runner"] + (["graph"] if graph else []) + ["eager"] + ([] if args.no_compile else ["compile"])
+    any_dit = any(MODELS[name][1] == "dit" for name in names)
+    extra = [side for side, off in (("fused", args.no_fused), ("fp8", args.no_fp8)) if any_dit and not off]
+    sides = ["runner"] + (["graph"] if graph else []) + extra + ["eager"] + ([] if args.no_compile else ["compile"])
     best = "graph" if graph else "runner"  # runner's side in the ratios of images/s
+    # sides left out of every model with the reason (recorded as skipped, not failed)
+    device_skips = {"fp8": fp8_unavailable(device)} if "fp8" in sides else {}
+    device_skips = {side: reason for side, reason in device_skips.items() if reason}
     memory_measure = MEMORY_MEASURES[device.type]
     print(f"{'small' if args.small else 'full'} models on {args.device}; {args.warmup} + {args.steps} steps, "
           f"{args.rounds} rounds; peak memory: {memory_measure}", flush=True)
+    for side, reason in device_skips.items():
+        print(f"  runner {side} skipped: {reason}", flush=True)
     rows = []
     failures = []
     for name in names:
         label, builder, lua, batch = MODELS[name]
         options = model_options(builder, lua, args.small)
         settings = {"device": args.device, "batch": 8 if args.small else batch, "steps": args.steps,
-                    "warmup": args.warmup, "small": args.small}
-        measured = {side: [] for side in sides}
+                    "warmup": args.warmup, "small": args.small, "graph": graph}
+        skips = {side: NOT_A_DIT for side in DIT_ONLY_SIDES if side in sides and builder != "dit"}
+        skips.update({side: reason for side, reason in device_skips.items() if side not in skips})
+        measured = {side: [] for side in sides if side not in skips}
         errors = {}
         for round_index in range(args.rounds):
             order = sides if round_index % 2 == 0 else list(reversed(sides))
             for side in order:
-                if side in errors:
+                if side in errors or side in skips:
                     continue
                 where = f"  {name:6s} round {round_index + 1}/{args.rounds}  {side:8s}"
                 try:
@@ -362,6 +406,9 @@ def main():
         release_memory(device, compiled=False)
         train_flops = row["train_flops_per_image"]
         for side in sides:
+            if side in skips:
+                row[side] = {"skipped": skips[side]}
+                continue
             if side in errors:
                 row[side] = {**errors[side], "rounds_measured": len(measured[side])}
                 failures.append({"model": name, "side": side, "error": errors[side]["error"]})
@@ -380,42 +427,86 @@ def main():
                 return None
             return row[numerator]["images_per_s"] / row[denominator]["images_per_s"]
 
+        def memory_ratio(numerator, denominator):
+            memory = (row[numerator].get("peak_memory_gib"), row[denominator].get("peak_memory_gib"))
+            return memory[0] / memory[1] if None not in memory and memory[1] else None
+
         row["runner_over_eager"] = rate_ratio(best, "eager")
         row["runner_over_compile"] = None if args.no_compile else rate_ratio(best, "compile")
-        memory = (row["runner"].get("peak_memory_gib"), row["eager"].get("peak_memory_gib"))
-        row["peak_memory_runner_over_eager"] = memory[0] / memory[1] if None not in memory and memory[1] else None
+        row["peak_memory_runner_over_eager"] = memory_ratio("runner", "eager")
+        for side in extra:  # the fused and fp8 sides against eager, compile (bf16) and, fp8, the fused side
+            row[f"{side}_over_eager"] = rate_ratio(side, "eager")
+            row[f"{side}_over_compile"] = None if args.no_compile else rate_ratio(side, "compile")
+            row[f"peak_memory_{side}_over_eager"] = memory_ratio(side, "eager")
+        if "fused" in extra and "fp8" in extra:
+            row["fp8_over_fused"] = rate_ratio("fp8", "fused")
+            row["peak_memory_fp8_over_fused"] = memory_ratio("fp8", "fused")
         rows.append(row)
     print()
+    to_compile = [] if args.no_compile else [side for side in extra]  # "fused/comp", "fp8/comp" columns
     header = f"{'model':10s} {'batch':>5s}" + "".join(f" {side + ' img/s':>14s}" for side in sides) + \
         f" {'vs eager':>9s}" + ("" if args.no_compile else f" {'vs compile':>10s}") + \
+        "".join(f" {side + '/comp':>10s}" for side in to_compile) + \
         "".join(f" {'MFU ' + side:>11s}" for side in sides) + \
-        "".join(f" {side + ' GiB':>12s}" for side in sides) + f" {'mem r/e':>8s}"
+        "".join(f" {side + ' GiB':>12s}" for side in sides) + f" {'mem r/e':>8s}" + \
+        "".join(f" {'mem ' + side[:2] + '/e':>8s}" for side in extra)
     print(header)
 
     def cell(value, width, text):
         return f" {'-' if value is None else text.format(value):>{width}s}"
 
+    def side_cell(side_row, key, width, text):
+        """A side's value, or what stands in for it: failed, skipped (for this device), n/a (not a DiT)."""
+        if "error" in side_row:
+            return f" {'failed':>{width}s}"
+        if "skipped" in side_row:
+            return f" {'n/a' if side_row['skipped'] == NOT_A_DIT else 'skipped':>{width}s}"
+        return cell(side_row.get(key), width, text)
+
     for row in rows:
         line = f"{row['model']:10s} {row['batch']:5d}"
-        line += "".join(f" {'failed':>14s}" if "error" in row[side]
-                        else cell(row[side]["images_per_s"], 14, "{:.1f}") for side in sides)
+        line += "".join(side_cell(row[side], "images_per_s", 14, "{:.1f}") for side in sides)
         line += cell(row["runner_over_eager"], 9, "{:.2f}")
         if not args.no_compile:
             line += cell(row["runner_over_compile"], 10, "{:.2f}")
-        line += "".join(cell(row[side].get("mfu_percent"), 11, "{:.1f}%") for side in sides)
-        line += "".join(f" {'failed':>12s}" if "error" in row[side]
-                        else cell(row[side]["peak_memory_gib"], 12, "{:.3f}") for side in sides)
+        line += "".join(side_cell(row[side], None, 10, "") if "skipped" in row[side]
+                        else cell(row.get(f"{side}_over_compile"), 10, "{:.2f}") for side in to_compile)
+        line += "".join(side_cell(row[side], "mfu_percent", 11, "{:.1f}%") for side in sides)
+        line += "".join(side_cell(row[side], "peak_memory_gib", 12, "{:.3f}") for side in sides)
         line += cell(row["peak_memory_runner_over_eager"], 8, "{:.2f}")
+        line += "".join(side_cell(row[side], None, 8, "") if "skipped" in row[side]
+                        else cell(row.get(f"peak_memory_{side}_over_eager"), 8, "{:.2f}") for side in extra)
         print(line)
     print(f"(vs eager, vs compile: runner's {'CUDA-graph' if best == 'graph' else 'eager'} steps; "
-          f"GiB: {memory_measure}; mem r/e: runner's peak over eager's)")
+          + ("fused: fused=true cast_weights_once=true" + (" graph=true" if graph else "") + "; " if "fused" in extra
+             else "")
+          + ("fp8: the same with amp=fp8; " if "fp8" in extra else "")
+          + ("side/comp: over torch.compile (bf16 autocast on CUDA); " if to_compile else "")
+          + (f"MFU: against the bf16 peak{', fp8' + chr(39) + 's too' if 'fp8' in extra else ''}; "
+             if args.device == "cuda" else "")
+          + f"GiB: {memory_measure}; mem r/e: runner's peak over eager's"
+          + "".join(f"; mem {side[:2]}/e: the {side} side's over eager's" for side in extra) + ")")
+    skipped = [{"model": row["model"], "side": side, "reason": row[side]["skipped"]}
+               for row in rows for side in sides if "skipped" in row[side] and row[side]["skipped"] != NOT_A_DIT]
+    for skip in skipped:
+        print(f"skipped: {skip['model']} {skip['side']}: {skip['reason']}")
     for failure in failures:
         print(f"failed: {failure['model']} {failure['side']}: {failure['error']}")
-    ratios = [row["runner_over_eager"] for row in rows if row["runner_over_eager"] is not None]
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
+    # the fused and fp8 sides over torch.compile, geometric means over the DiT models where both were measured
+    extra_geomeans = {}
+    for side, line_name in (("fused", "fused/compile"), ("fp8", "fp8/compile-bf16")):
+        if side not in extra:
+            continue
+        value = geometric_mean([row.get(f"{side}_over_compile") for row in rows])
+        extra_geomeans[f"ratio_{side}_over_compile_geomean"] = value
+        reason = device_skips.get(side) or ("--no-compile" if args.no_compile
+                                            else "no DiT model measured on both sides")
+        print(f"ratio {line_name} " + (f"{value:.2f}" if value is not None else f"- ({reason})"))
+    geomean = geometric_mean([row["runner_over_eager"] for row in rows])
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "runner": runner_version(runner)}
     write_record("train_step", machine_info_with_gpu(device), versions,
-                 {"settings": vars(args), "memory_measure": memory_measure, "models": rows, "failures": failures},
+                 {"settings": vars(args), "memory_measure": memory_measure, "models": rows, "skipped": skipped,
+                  "failures": failures, **extra_geomeans},
                  geomean, args.output)
     if failures:
         sys.exit(f"train_step: {len(failures)} side(s) failed, the rest recorded: " +
