@@ -66,12 +66,6 @@ void add_locals(lua_State* L, int level, int scope, int originals, ScriptLocals&
   }
 }
 
-int refused_exit(lua_State* L) {
-  return luaL_error(L,
-                    "os.exit would end the training process from runner attach; run:stop() stops the run after "
-                    "this step, with a checkpoint");
-}
-
 // Pushes the scope of attached chunks and the table of the locals' values it started with.
 void push_scope(lua_State* L, int values, ScriptLocals& locals) {
   lua_newtable(L);
@@ -87,15 +81,6 @@ void push_scope(lua_State* L, int values, ScriptLocals& locals) {
   const ScriptFrames frames = find_script_frames(L);
   add_locals(L, frames.main, scope, originals, locals);
   if (frames.innermost != frames.main) add_locals(L, frames.innermost, scope, originals, locals);
-  // os.exit would end the process under the training loop: refused, with what to use instead.
-  lua_newtable(L);
-  lua_pushcfunction(L, refused_exit);
-  lua_setfield(L, -2, "exit");
-  lua_newtable(L);
-  lua_getglobal(L, "os");
-  lua_setfield(L, -2, "__index");
-  lua_setmetatable(L, -2);
-  lua_setfield(L, scope, "os");
   // Other names are the globals: read, and assigned (a helper defined in one chunk is there for the next).
   lua_newtable(L);
   lua_pushvalue(L, LUA_GLOBALSINDEX);
@@ -178,6 +163,8 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
   }
   lua_settop(L, top);
 }
+
+bool attached_chunk_is_running() { return attached_chunk_running; }
 
 void refuse_on_one_rank(const char* what) {
   const int ranks = core::launch_context().world_size;

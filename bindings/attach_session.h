@@ -22,4 +22,7 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
 // run:checkpoint) is refused, because it would change rank 0 alone and the ranks would disagree. Else nothing.
 void refuse_on_one_rank(const char* what);
 
+// Whether an attached client's chunk is running now (os.exit is refused then, by every path to it).
+bool attached_chunk_is_running();
+
 }  // namespace runner::bindings

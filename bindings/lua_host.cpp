@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "bindings/attach_session.h"
 #include "bindings/binding.h"
 #include "bindings/bindings.h"
 #include "bindings/runner_binding.h"
@@ -180,6 +181,12 @@ void hold_stop_signal(int signal_number) {
 
 // os.exit([code]): unwinds the script so that the host can flush logs and close the state first.
 int os_exit(lua_State* L) {
+  // The one os.exit, however a chunk reaches it (os, _G.os, require "os", package.loaded.os): from runner attach
+  // it would end the training process under the loop.
+  if (attached_chunk_is_running())
+    return luaL_error(L,
+                      "os.exit would end the training process from runner attach; run:stop() stops the run after "
+                      "this step, with a checkpoint");
   int status = kExitOk;
   if (lua_type(L, 1) == LUA_TBOOLEAN)
     status = lua_toboolean(L, 1) ? kExitOk : kExitError;

@@ -1,8 +1,11 @@
 // The REPL's chunks (in the host, or in a training script's scope for runner attach) and completions.
 #include "bindings/repl_session.h"
 
+#include <fmt/format.h>
 #include <lua.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 
@@ -92,7 +95,12 @@ class OutputCapture {
   }
   OutputCapture(const OutputCapture&) = delete;
   OutputCapture& operator=(const OutputCapture&) = delete;
-  const std::string& text() const { return text_; }
+  // What was printed, cut at kMostBytes with a note of how much more there was.
+  std::string text() const {
+    if (dropped_ == 0) return text_;
+    return text_ + fmt::format("\n[runner attach: the output was cut at {} MiB; {} more bytes were not sent]\n",
+                               kMostBytes >> 20, dropped_);
+  }
 
  private:
   static OutputCapture& of(lua_State* L) {
@@ -111,11 +119,11 @@ class OutputCapture {
       size_t length = 0;
       const char* text = lua_tolstring(L, -1, &length);
       if (!text) return luaL_error(L, "'tostring' must return a string to 'print'");
-      if (i > 1) capture.text_ += '\t';
-      capture.text_.append(text, length);
+      if (i > 1) capture.append("\t", 1);
+      capture.append(text, length);
       lua_pop(L, 1);
     }
-    capture.text_ += '\n';
+    capture.append("\n", 1);
     return 0;
   }
 
@@ -125,12 +133,23 @@ class OutputCapture {
     for (int i = 1; i <= lua_gettop(L); ++i) {
       size_t length = 0;
       const char* text = luaL_checklstring(L, i, &length);
-      capture.text_.append(text, length);
+      capture.append(text, length);
     }
     return 0;
   }
 
+  // The output goes to the client in one message (attach_protocol's limit is 64 MiB), for a person to read: past
+  // kMostBytes it is counted, not kept, and the chunk and the run go on.
+  static constexpr std::size_t kMostBytes = std::size_t{1} << 20;
+
+  void append(const char* text, std::size_t length) {
+    const std::size_t room = text_.size() < kMostBytes ? kMostBytes - text_.size() : 0;
+    text_.append(text, std::min(room, length));
+    dropped_ += length - std::min(room, length);
+  }
+
   lua_State* L_;
+  std::size_t dropped_ = 0;
   int print_ = LUA_NOREF;
   int write_ = LUA_NOREF;
   std::string text_;

@@ -131,8 +131,16 @@ class Attach(RunnerHomeTest):
         self.assertTrue(found, text)
         saved_at = int(text.split("saved at")[1].split()[0])
         self.assertTrue((self.home / "live" / "checkpoints" / f"step-{saved_at:07d}").is_dir())
-        # os.exit is refused: the run goes on.
-        found, text = terminal.ask("os.exit(3)", "run:stop()")
+        # os.exit is refused, by every path to it: the run goes on.
+        for chunk in ("os.exit(3)", "_G.os.exit(7)", "require('os').exit(7)", "package.loaded.os.exit(true)",
+                      "local e = os.exit; e(5)"):
+            found, text = terminal.ask(chunk, "run:stop() stops the run")
+            self.assertTrue(found, chunk + ": " + text)
+        # Output past 1 MiB is cut with a note; the run goes on.
+        found, text = terminal.ask("io.write(string.rep('x', 3 * 2^20))", "more bytes were not sent", seconds=60)
+        self.assertTrue(found, text[-300:])
+        self.assertIn("[runner attach: the output was cut at 1 MiB; 2097152 more bytes were not sent]", text)
+        found, text = terminal.ask("print('still' .. ' here')", "still here")
         self.assertTrue(found, text)
         terminal.type(b".detach\n")
         self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
