@@ -193,7 +193,7 @@ int run_attach_command(int argc, char** argv) {
     if (line.positional.empty()) throw cli::UsageError("which run? give RUN (an id, a name or `last`)");
     return attach(line.positional[0]);
   } catch (const cli::UsageError& error) {
-    return cli::print_usage_error("attach", error.what(), kUsage);
+    return cli::print_usage_error("attach", error.what());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner attach: %s\n", core::terminal_text(error.what()).c_str());
     return core::kExitError;

@@ -2,6 +2,7 @@
 // the REPL with the process's launch context (command line and environment, parsed once).
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
@@ -151,9 +152,29 @@ Command parse_command(int argc, char** argv) {
       if (!line.after_positional.empty()) throw UsageError("unexpected argument '" + line.after_positional[0] + "'");
     } else {
       command.script = line.positional[0];
+      // `runner run x.lua`, as other tools spell it: the script comes first here.
+      const auto& after = line.after_positional;
+      if (command.script == "run" && !after.empty() && after[0].size() > 4 &&
+          after[0].compare(after[0].size() - 4, 4, ".lua") == 0 && !std::filesystem::exists("run"))
+        throw UsageError("'run' is not a command: the script comes first (runner " + after[0] + " key=value ...)");
     }
   }
-  for (const std::string& arg : line.after_positional) {
+  for (std::size_t i = 0; i < line.after_positional.size(); ++i) {
+    const std::string& arg = line.after_positional[i];
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      const auto options = command_options();
+      const std::string name = arg.substr(0, arg.find('='));
+      if (options.flags.count(name) || options.values.count(name))
+        throw UsageError("got '" + arg + "' after the script: runner's options go before it (runner " + name +
+                         " SCRIPT.lua ...)");
+      // --steps 10 or --steps=10 for a config key: say how config keys are given.
+      const std::string key = arg.substr(2, arg.find('=') - 2);
+      const std::string value = arg.find('=') != std::string::npos     ? arg.substr(arg.find('=') + 1)
+                                : i + 1 < line.after_positional.size() ? line.after_positional[i + 1]
+                                                                       : "...";
+      throw UsageError("expected key=value after the script, got '" + arg + "': did you mean " + key + "=" + value +
+                       "? (script arguments go after --)");
+    }
     if (arg.find('=') == std::string::npos || arg[0] == '=')
       throw UsageError("expected key=value after the script, got '" + arg + "' (use -- before script arguments)");
     command.overrides.push_back(arg);
@@ -275,7 +296,7 @@ int main(int argc, char** argv) {
       if (const std::optional<std::string> url = take_index_option(arguments)) context.index_url = *url;
       runner::core::set_launch_context(context);
     } catch (const std::exception& error) {
-      return runner::cli::print_usage_error("", error.what(), kUsage);
+      return runner::cli::print_usage_error("", error.what());
     }
     arguments.push_back(nullptr);
     argc = static_cast<int>(arguments.size()) - 1;
@@ -292,7 +313,7 @@ int main(int argc, char** argv) {
     runner::core::init_logging(context.log_level);
     runner::core::set_launch_context(context);
   } catch (const std::exception& error) {
-    return runner::cli::print_usage_error("", error.what(), kUsage);
+    return runner::cli::print_usage_error("", error.what());
   }
   if (command.help) {
     std::fputs(kUsage, stdout);

@@ -226,7 +226,7 @@ int run_sweep_command(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const cli::UsageError& error) {
-    return cli::print_usage_error("sweep", error.what(), kUsage);
+    return cli::print_usage_error("sweep", error.what());
   } catch (const sweep::SweepError& error) {
     std::fprintf(stderr, "runner sweep: %s\n", core::terminal_text(error.what()).c_str());
     return core::kExitUsage;

@@ -73,9 +73,9 @@ CommandLine parse_command_line(int argc, char** argv, const CommandOptions& opti
   return parsed;
 }
 
-int print_usage_error(const std::string& command, const std::string& message, const std::string& usage) {
-  std::fprintf(stderr, "runner%s%s: %s\n\n%s", command.empty() ? "" : " ", command.c_str(),
-               core::terminal_text(message).c_str(), usage.c_str());
+int print_usage_error(const std::string& command, const std::string& message) {
+  const std::string name = command.empty() ? "runner" : "runner " + command;
+  std::fprintf(stderr, "%s: %s\nsee '%s --help'\n", name.c_str(), core::terminal_text(message).c_str(), name.c_str());
   return core::kExitUsage;
 }
 

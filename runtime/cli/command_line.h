@@ -56,8 +56,9 @@ struct CommandLine {
 // Parses argv[1..argc-1] (argv[0] is the command's name). Throws UsageError.
 CommandLine parse_command_line(int argc, char** argv, const CommandOptions& options);
 
-// Prints "runner COMMAND: message\n\nusage" on stderr ("runner: message" for an empty command; control
-// characters of the message escaped) and returns the exit status of a usage error, 2.
-int print_usage_error(const std::string& command, const std::string& message, const std::string& usage);
+// Prints "runner COMMAND: message" and "see 'runner COMMAND --help'" on stderr ("runner: message" for an empty
+// command; control characters of the message escaped), two lines that the usage does not push off the screen,
+// and returns the exit status of a usage error, 2.
+int print_usage_error(const std::string& command, const std::string& message);
 
 }  // namespace runner::cli

@@ -294,7 +294,7 @@ int run_data_command(int argc, char** argv) {
     if (std::strcmp(argv[1], "fid-stats") == 0) return run_fid_stats(argc, argv);
     throw UsageError(std::string("unknown data command '") + argv[1] + "'");
   } catch (const UsageError& error) {
-    return print_usage_error("data", error.what(), data_usage(data_command(argv[1])));
+    return print_usage_error("data", error.what());
   } catch (const data::DataError& error) {
     const bool pack = std::strcmp(argv[1], "pack") == 0;
     std::fprintf(stderr, "runner data: %s%s\n", core::terminal_text(error.what()).c_str(),

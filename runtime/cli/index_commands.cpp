@@ -1,6 +1,7 @@
 // The index commands' dispatch and usage, and `runner query`, `runner report`, `runner rm`, `runner gc`.
 #include "runtime/cli/index_commands.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fmt/format.h>
@@ -79,6 +80,25 @@ bool is_index_command(const std::string& name) {
          name == "gc" || name == "sweeps";
 }
 
+// In a table for reading, the index's time columns (named *_at, seconds since 1970) as local dates; CSV and JSON
+// keep the numbers.
+void show_times_as_dates(index::QueryResult& result) {
+  for (std::size_t c = 0; c < result.columns.size(); ++c) {
+    const std::string& name = result.columns[c];
+    if (name.size() < 3 || name.compare(name.size() - 3, 3, "_at") != 0) continue;
+    for (auto& row : result.rows) {
+      double seconds = 0;
+      if (const auto* real = std::get_if<double>(&row[c]))
+        seconds = *real;
+      else if (const auto* integer = std::get_if<int64_t>(&row[c]))
+        seconds = static_cast<double>(*integer);
+      else
+        continue;
+      if (std::isfinite(seconds) && seconds > 0) row[c] = format_time(seconds);
+    }
+  }
+}
+
 int query_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {"--timeout", "--limit"}, {"--csv", "--json"});
   if (arguments.positional.size() != 1) throw UsageError("expected one SQL statement in quotes");
@@ -90,7 +110,8 @@ int query_command(int argc, char** argv) {
     limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
   if (auto limit = arguments.value("--limit")) limits.max_rows = parse_count("--limit", *limit);
   index::Database db = index::open_index_for_reading(index::home_directory());
-  const index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
+  index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
+  if (format == TableFormat::aligned) show_times_as_dates(result);
   print(format_table({result.columns, result.rows}, format));
   if (result.truncated)
     std::fprintf(stderr, "runner query: showing the first %lld rows (--limit N shows more, --limit 0 all)\n",
@@ -230,7 +251,7 @@ int run_reporting_errors(const std::string& name, int (*command)(int, char**), i
     print(kUsage);
     return 0;
   } catch (const UsageError& error) {
-    return print_usage_error(name, error.what(), kUsage);
+    return print_usage_error(name, error.what());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "runner %s: %s\n", name.c_str(), core::terminal_text(error.what()).c_str());
     return 1;

@@ -12,6 +12,7 @@
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
+#include "runtime/core/did_you_mean.h"
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/trial_store.h"
 
@@ -78,7 +79,21 @@ int runs_command(int argc, char** argv) {
   const std::optional<std::string> sort = arguments.value("--sort");
   if (sort && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
     static const std::set<std::string> builtin = {"started", "name", "duration", "step", "status"};
-    if (!builtin.count(*sort)) metrics.insert(metrics.begin(), *sort);
+    if (!builtin.count(*sort)) {
+      // A key that none of the runs shown has is a mistake, not an empty column: say which keys there are.
+      std::set<std::string> known(builtin.begin(), builtin.end());
+      for (const auto& run : runs) {
+        for (const auto& [key, value] : run.summary.items())
+          if (value.is_number()) known.insert(key);
+        for (const auto& latest : index::latest_metrics(db, run.run)) known.insert(latest.key);
+      }
+      if (!runs.empty() && !known.count(*sort)) {
+        const std::vector<std::string> names(known.begin(), known.end());
+        throw UsageError(fmt::format("--sort '{}': no run shown has it (known: {}){}", *sort, fmt::join(names, ", "),
+                                     core::did_you_mean(*sort, names)));
+      }
+      metrics.insert(metrics.begin(), *sort);
+    }
   }
 
   struct Line {

@@ -166,8 +166,17 @@ std::string curves_chart(const SweepReport& report, const ChartOptions& given) {
     if (trial.curve.empty()) continue;
     ChartSeries one;
     one.label = fmt::format("trial {}{}", trial.trial, trial.status == "finished" ? "" : " (" + trial.status + ")");
-    one.colour = trial.status == "finished" ? run_colour(colour++) : kStopped;
-    if (report.best_trial && *report.best_trial == trial.trial) one.colour = kBest;
+    const bool best = report.best_trial && *report.best_trial == trial.trial;
+    if (best) {
+      one.colour = kBest;
+    } else if (trial.status == "finished") {
+      // The runs' palette without the best trial's red, so that no other trial looks like the best.
+      do {
+        one.colour = run_colour(colour++);
+      } while (one.colour == kBest);
+    } else {
+      one.colour = kStopped;
+    }
     if (trial.status != "finished") one.dash_pattern = "4 3";
     one.points = trial.curve;
     series.push_back(std::move(one));

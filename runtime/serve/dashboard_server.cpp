@@ -236,6 +236,12 @@ DashboardServer::DashboardServer(ServeOptions options) : state_(std::make_unique
   state_->http.set_read_timeout(10);
   state_->http.set_write_timeout(10);
   state_->http.set_payload_max_length(64 * 1024);
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the port starts too and the kernel
+  // splits the connections between the two: SO_REUSEADDR alone (a restart may take the port of one just ended).
+  state_->http.set_socket_options([](socket_t socket) {
+    const int yes = 1;
+    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   state_->add_routes();
 }
 
@@ -251,8 +257,8 @@ void DashboardServer::bind() {
   }
   if (state_->port <= 0)
     throw std::runtime_error(
-        fmt::format("cannot listen on {}:{} (the port is taken, or the address is not this "
-                    "machine's; --port N picks another port)",
+        fmt::format("cannot listen on {}:{}: the port is in use, or the address is not this machine's "
+                    "(--port 0 picks a free port)",
                     options.host, options.port));
 }
 

@@ -98,6 +98,8 @@ function Diffusion:sample(model, options) end
 ---@field clip? boolean             clip the predicted x0 to [-1, 1] (default: true for pixel-space models, nn.UNet and
 ---                                 Lua callables; false for nn.DiT, a latent model, as the official DiT samples)
 ---@field seed? integer             seeds the start and step noise (default: the diffusion's seed)
+---@field shape? integer[]          one sample's shape {C, H, W}: the start noise is drawn from the seed (needed for
+---                                 a model that is not a built-in UNet or DiT, unless x_T is given)
 ---@field x_T? Tensor               the start noise [n, C, H, W]
 ---@field noise? Tensor             every step's noise [steps, n, C, H, W]
 ---@field trajectory? boolean       also return x_T and every step's x (default false)

@@ -57,7 +57,9 @@
 ---                                    into the graph's buffers; a step that cannot be captured (a loss function, a
 ---                                    model with checkpoint = true, data parallel over several ranks, the CPU, a
 ---                                    non-capturable optimizer) is an error that says why. "auto" runs such steps
----                                    eagerly instead (train:graphs() says why). Default false
+---                                    eagerly instead (train:graphs() says why). The strings "true" and "false"
+---                                    (a config key declared "auto" set from the command line) are the booleans.
+---                                    Default false
 ---@field profile? string|integer[]    steps to record with LibTorch's Kineto profiler, "A:B", "A" or {A, B} (default:
 ---                                    `runner --profile A:B`): CPU operators with shapes and memory, and CUDA kernels;
 ---                                    after step B the trace is written as profile-steps-A-B.json in the run directory

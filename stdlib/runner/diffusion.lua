@@ -81,7 +81,20 @@ function methods:sample(model, options)
   local seed = options.seed or self:_info().seed
   local x_T = options.x_T
   if x_T == nil then
-    if info == nil then error("sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT", 2) end
+    local shape = options.shape
+    if shape ~= nil then
+      if type(shape) ~= "table" or #shape ~= 3 then
+        error("sample: shape must be {C, H, W}, the shape of one sample", 2)
+      end
+      for i = 1, 3 do
+        if type(shape[i]) ~= "number" or shape[i] < 1 or shape[i] % 1 ~= 0 then
+          error("sample: shape must be {C, H, W} of whole numbers >= 1, got " .. tostring(shape[i]) .. " at " .. i, 2)
+        end
+      end
+    elseif info == nil then
+      error("sample: a model that is not a built-in UNet or DiT needs shape = {C, H, W} (one sample's shape; the "
+        .. "start noise is drawn from the seed) or x_T (the start noise)", 2)
+    end
     local n = options.n
     if n == nil then
       local labels = options.labels
@@ -89,10 +102,12 @@ function methods:sample(model, options)
     end
     local device = options.device
     if device == nil then
-      local parameters = model:parameters()
+      -- A Lua callable that is not a module samples on the CPU unless told otherwise.
+      local parameters = nn.is_module(model) and model:parameters() or {}
       device = #parameters > 0 and parameters[1].device or "cpu"
     end
-    x_T = native.initial_noise({ n, info.in_channels, info.image, info.image }, seed, device)
+    x_T = native.initial_noise(shape and { n, shape[1], shape[2], shape[3] }
+      or { n, info.in_channels, info.image, info.image }, seed, device)
   end
   local n = x_T.shape[1]
   if info and info.classes == 0 and options.labels ~= nil then

@@ -468,6 +468,11 @@ class IndexCommands(IndexTest):
         self.assertEqual([line.split(",")[1] for line in by_loss[1:]], ["train-1", "train-2", "broken-1"])
         descending = self.runner("runs", "--sort", "final_loss", "--desc", "--csv", check=0).stdout.splitlines()
         self.assertEqual([line.split(",")[1] for line in descending[1:]], ["train-2", "train-1", "broken-1"])
+        unknown = self.runner("runs", "--sort", "final_los", check=2)
+        self.assertIn("--sort 'final_los': no run shown has it (known: ", unknown.stderr)
+        self.assertIn("final_loss", unknown.stderr)
+        self.assertIn("; did you mean 'final_loss'?", unknown.stderr)
+        self.assertEqual(unknown.stdout, "")
         failed = json.loads(self.runner("runs", "--status", "failed", "--json", check=0).stdout)
         self.assertEqual([r["name"] for r in failed], ["broken-1"])
         named = json.loads(self.runner("runs", "--name", "train-*", "--json", "--metrics", "loss,lr", check=0).stdout)
@@ -517,6 +522,14 @@ class IndexCommands(IndexTest):
                          "name,step,lr\ntrain-1,30,0.01\ntrain-2,30,0.04\n")
         self.assertEqual(json.loads(self.runner("query", sql, "--json", check=0).stdout),
                          [{"name": "train-1", "step": 30, "lr": 0.01}, {"name": "train-2", "step": 30, "lr": 0.04}])
+        # Time columns read as local dates in the table; CSV and JSON keep the seconds.
+        (created,) = self.sql("SELECT started_at FROM runs WHERE name = 'train-1'")[0]
+        timed = "SELECT name, started_at FROM runs WHERE name = 'train-1'"
+        table = self.runner("query", timed, check=0).stdout.splitlines()
+        local = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+        self.assertEqual(table[2].split(None, 1)[1].strip(), local)
+        csv = self.runner("query", timed, "--csv", check=0).stdout.splitlines()[1].split(",")
+        self.assertAlmostEqual(float(csv[1]), created, places=3)
 
     def test_run_references(self):
         self.three_runs()

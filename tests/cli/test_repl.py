@@ -168,7 +168,8 @@ class Help(TempDirTest):
         self.assertIn("\n  @param options DiTOptions\n", out)
         self.assertIn("\nDiTOptions\n  size? string ", out)
         # a description continued on `---   ` lines in the stub reads as one line
-        self.assertIn("instead of three ops; the same numbers on the CPU (default false: its tests pass on an H100,", out)
+        self.assertIn("as runner's CUDA kernels (runtime/kernels), every block's adaLN projection in one GEMM; the same "
+                      "parameters,", out)
 
     def test_help_of_a_name_finds_the_function_its_options_and_the_class(self):
         out = self.repl('help "trainer"\n')

@@ -49,8 +49,10 @@ return runner.sweep {
 
 
 def start_serve(home, *args):
-    """Starts `runner serve --port 0 ARGS` over home; returns (process, url) once it listens."""
-    process = subprocess.Popen([RUNNER, "serve", "--port", "0", *args], env=home_env(home), stdout=subprocess.PIPE,
+    """Starts `runner serve --port 0 ARGS` (ARGS may give the port) over home; returns (process, url) once it
+    listens."""
+    port = [] if "--port" in args else ["--port", "0"]
+    process = subprocess.Popen([RUNNER, "serve", *port, *args], env=home_env(home), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     match = re.match(r"runner serve: (http://\S+)", line)
@@ -343,6 +345,27 @@ class Dashboard(unittest.TestCase):
             client.settimeout(5)
             with self.assertRaises(ConnectionRefusedError):
                 client.connect((address, port))
+
+    def test_a_second_server_on_the_same_port_fails(self):
+        with socket.socket() as probe:  # a free port, given to both servers
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        first, url = start_serve(self.home, "--port", str(port))
+        try:
+            second = subprocess.Popen([RUNNER, "serve", "--port", str(port)], env=home_env(self.home),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = second.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                second.kill()
+                second.communicate()
+                self.fail(f"a second runner serve started on port {port}")
+            self.assertEqual(second.returncode, 1, out + err)
+            self.assertIn(f"cannot listen on 127.0.0.1:{port}: the port is in use", err)
+            self.assertIn("--port 0 picks a free port", err)
+            self.assertEqual(get(url + "api/runs")[0], 200)  # the first one still answers
+        finally:
+            stop_serve(first)
 
     def test_another_address_needs_the_printed_token(self):
         server, url = start_serve(self.home, "--host", "0.0.0.0")

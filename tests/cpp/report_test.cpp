@@ -14,6 +14,7 @@
 #include "runtime/image/png_writer.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/svg_chart.h"
+#include "runtime/report/sweep_report.h"
 #include "runtime/sweep/parameter_importance.h"
 #include "tests/cpp/temp_directory.h"
 
@@ -420,4 +421,28 @@ TEST_CASE("parameter importance is the squared Spearman correlation, or eta squa
   CHECK_FALSE(parameter_importance({1, 2}, {1.0, 2.0}));          // too few trials
   CHECK_FALSE(parameter_importance({1, 1, 1}, {1.0, 2.0, 3.0}));  // one value
   CHECK_FALSE(parameter_importance({1, 2, 3}, {1.0, 1.0, 1.0}));  // one result
+}
+
+TEST_CASE("in a sweep's curves only the best trial is drawn in the best trial's red", "[report]") {
+  runner::report::SweepReport report;
+  report.metric = "loss";
+  for (std::int64_t t = 1; t <= 12; ++t) {
+    runner::report::SweepReportTrial trial;
+    trial.trial = t;
+    trial.status = "finished";
+    trial.value = static_cast<double>(t);
+    trial.curve = {{1, 1.0 / static_cast<double>(t)}, {2, 0.5 / static_cast<double>(t)}};
+    report.trials.push_back(trial);
+  }
+  report.best_trial = 1;
+  const std::string svg = runner::report::curves_chart(report);
+  const auto count = [&](const std::string& colour) {
+    std::size_t found = 0;
+    for (std::size_t at = svg.find(colour); at != std::string::npos; at = svg.find(colour, at + 1)) ++found;
+    return found;
+  };
+  // The 11 other trials take the runs' palette without red: tab10's third colour (green) goes to one trial only,
+  // as the red does.
+  CHECK(count("#d62728") > 0);
+  CHECK(count("#d62728") == count("#2ca02c"));
 }

@@ -604,7 +604,7 @@ describe("sampler API", function()
     local conditional = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, classes = 3 }
     local d = runner.diffusion.gaussian { timesteps = 100, seed = 1 }
     expect_error(function() d:sample(unet, { n = 4, stpes = 3 }) end, here() .. "unknown option 'stpes' to 'sample' (known: "
-      .. "autocast, clip, device, eta, guidance, labels, n, noise, null_label, sampler, seed, steps, trajectory, variance, x_T); "
+      .. "autocast, clip, device, eta, guidance, labels, n, noise, null_label, sampler, seed, shape, steps, trajectory, variance, x_T); "
       .. "did you mean 'steps'?")
     expect_error(function() d:sample(unet, { n = 4, sampler = "foo" }) end, here() .. "sampler must be ddim or ddpm, got 'foo'")
     expect_error(function() d:sample(unet, { n = 4, steps = 0 }) end,
@@ -622,7 +622,18 @@ describe("sampler API", function()
     expect_error(function() d:sample(unet, { n = 2, variance = "small" }) end,
       here(-1) .. "variance applies to the ddpm sampler only (ddim takes eta), got 'small' with ddim")
     expect_error(function() d:sample(function(x) return x end, { n = 2 }) end,
-      here(-1) .. "sample: give x_T (the starting noise) for a model that is not a built-in UNet or DiT")
+      here(-1) .. "sample: a model that is not a built-in UNet or DiT needs shape = {C, H, W} (one sample's shape; "
+        .. "the start noise is drawn from the seed) or x_T (the start noise)")
+    expect_error(function() d:sample(function(x) return x end, { n = 2, shape = { 3, 8 } }) end,
+      here(-1) .. "sample: shape must be {C, H, W}, the shape of one sample")
+    -- A Lua-defined model with shape: the start noise is drawn from the seed, the same for the same seed.
+    local identity = function(x) return x * 0.5 end
+    local drawn, trajectory = d:sample(identity, { n = 2, shape = { 3, 8, 4 }, seed = 5, steps = 2, trajectory = true })
+    expect_eq(table.concat(drawn.shape, "x"), "2x3x8x4", "n samples of the given shape")
+    expect_true(drawn:equal(d:sample(identity, { n = 2, shape = { 3, 8, 4 }, seed = 5, steps = 2 })), "the same seed")
+    expect_true(drawn:equal(d:sample(identity, { x_T = trajectory[1], seed = 5, steps = 2 })), "x_T as drawn")
+    expect_true(not drawn:equal(d:sample(identity, { n = 2, shape = { 3, 8, 4 }, seed = 6, steps = 2 })),
+      "another seed, another start")
     expect_error(function() runner.diffusion.gaussian { timestep = 10 } end, here() .. "unknown option 'timestep' to "
       .. "'diffusion.gaussian' (known: beta_end, beta_start, logit_mean, logit_std, min_snr, prediction, schedule, seed, "
       .. "timestep_sampling, timesteps); did you mean 'timesteps'?")

@@ -217,6 +217,11 @@ describe("runner.trainer", function()
       "runner.trainer: 'graph' must be true, false or \"auto\", got a number", true)
     expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = true } end,
       "runner.trainer: graph = true, but CUDA graphs need a CUDA device; the model is on cpu", true)
+    -- A config key declared graph = "auto" gets graph=true from the command line as the string "true".
+    expect_error(function() runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = "true" } end,
+      "runner.trainer: graph = true, but CUDA graphs need a CUDA device; the model is on cpu", true)
+    expect_eq(runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, graph = "false", progress = false }
+      :graphs().captured, 0, "graph = \"false\" is off")
     local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1 }, progress = false }
     expect_error(function() train:step(function() return 3 end) end, "the loss function must return the loss tensor, got a number", true)
     expect_error(function() train:step(function() return torch.ones(2, { requires_grad = true }) end) end,
