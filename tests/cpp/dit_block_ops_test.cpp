@@ -11,6 +11,7 @@
 
 #include "runtime/nn/dit.h"
 #include "tests/cpp/operator_counts.h"
+#include "tests/cpp/small_dit.h"
 
 namespace {
 
@@ -95,12 +96,7 @@ TEST_CASE("one DiT block's forward and backward call a pinned number of dispatch
 }
 
 TEST_CASE("a fused DiT takes every block's adaLN projection in one GEMM, with the unfused numbers", "[nn]") {
-  runner::nn::DiTOptions options = runner::nn::dit_preset("DiT-S/2");
-  options.depth = 3;
-  options.hidden = 64;
-  options.heads = 2;
-  options.image = 8;
-  options.classes = 3;
+  runner::nn::DiTOptions options = runner::testing::small_dit_options(3);
   at::manual_seed(12);
   runner::nn::DiT unfused(options);
   options.fused = true;

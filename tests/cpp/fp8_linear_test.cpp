@@ -14,6 +14,7 @@
 #include "runtime/core/device.h"
 #include "runtime/train/trainer.h"
 #include "tests/cpp/cuda_skip.h"
+#include "tests/cpp/small_dit.h"
 
 namespace {
 
@@ -110,14 +111,8 @@ TEST_CASE("fp8_linear takes the bfloat16 linear when the rows are not a multiple
 }
 
 TEST_CASE("a DiT's block layers set to FP8 keep their parameters and state dict", "[nn][fp8]") {
-  auto options = runner::nn::dit_preset("DiT-S/2");
-  options.depth = 2;
-  options.hidden = 64;
-  options.heads = 2;
-  options.image = 8;
-  options.classes = 3;
   at::manual_seed(25);
-  runner::nn::DiT dit(options);
+  runner::nn::DiT dit(runner::testing::small_dit_options());
   std::vector<std::string> names_before;
   for (const auto& p : dit->named_parameters()) names_before.push_back(p.key());
   // qkv, proj, fc1 and fc2 of each block; the embedders, adaLN projections and the final layer stay as they are.

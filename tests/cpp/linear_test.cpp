@@ -10,6 +10,7 @@
 #include "runtime/nn/dit.h"
 #include "runtime/nn/linear.h"
 #include "tests/cpp/operator_counts.h"
+#include "tests/cpp/small_dit.h"
 
 using runner::testing::operators_called;
 
@@ -56,13 +57,7 @@ TEST_CASE("a linear layer's gradients are one mm each and a bias sum", "[nn]") {
 }
 
 TEST_CASE("the DiT's linear layers are one addmm each", "[nn]") {
-  runner::nn::DiTOptions options = runner::nn::dit_preset("DiT-S/2");
-  options.depth = 2;
-  options.hidden = 64;
-  options.heads = 2;
-  options.image = 8;
-  options.classes = 3;
-  runner::nn::DiT dit(options);
+  runner::nn::DiT dit(runner::testing::small_dit_options());
   const at::Tensor x = at::randn({2, 4, 8, 8});
   const at::Tensor t = at::tensor({1, 500}, at::kLong);
   const at::Tensor labels = at::tensor({0, 2}, at::kLong);

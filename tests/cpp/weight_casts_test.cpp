@@ -11,6 +11,7 @@
 #include "runtime/nn/dit.h"
 #include "runtime/train/trainer.h"
 #include "tests/cpp/operator_counts.h"
+#include "tests/cpp/small_dit.h"
 
 namespace {
 
@@ -21,14 +22,8 @@ struct DiTTraining {
   std::shared_ptr<train::Trainer> trainer;
 
   explicit DiTTraining(bool cast_weights_once) {
-    auto options = runner::nn::dit_preset("DiT-S/2");
-    options.depth = 2;
-    options.hidden = 64;
-    options.heads = 2;
-    options.image = 8;
-    options.classes = 3;
     at::manual_seed(31);
-    dit = runner::nn::DiT(options);
+    dit = runner::nn::DiT(runner::testing::small_dit_options());
     {
       const at::NoGradGuard no_grad;  // adaLN-Zero's zeros would leave most weights without gradients at first
       for (auto& p : dit->parameters()) {
