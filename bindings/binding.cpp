@@ -9,6 +9,8 @@
 #include <fmt/ranges.h>
 #include <regex>
 
+#include "bindings/stdlib_dir.h"
+
 namespace runner::bindings {
 namespace {
 
@@ -17,7 +19,7 @@ const char* interrupt_key = "runner.interrupt";
 }  // namespace
 
 bool is_stdlib_source(const char* source) {
-  static const std::string stdlib_prefix = std::string("@") + RUNNER_STDLIB_DIR + "/";
+  static const std::string stdlib_prefix = std::string("@") + stdlib_dir() + "/";
   return std::strncmp(source, stdlib_prefix.c_str(), stdlib_prefix.size()) == 0;
 }
 

@@ -16,6 +16,7 @@
 #include "bindings/bindings.h"
 #include "bindings/runner_binding.h"
 #include "bindings/run_binding.h"
+#include "bindings/stdlib_dir.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/open_line.h"
@@ -201,7 +202,7 @@ int os_exit(lua_State* L) {
 
 void set_package_path(lua_State* L, const std::string& script_dir) {
   lua_getglobal(L, "package");
-  std::string path = fmt::format("{0}/?.lua;{0}/?/init.lua", RUNNER_STDLIB_DIR);
+  std::string path = fmt::format("{0}/?.lua;{0}/?/init.lua", stdlib_dir());
   if (!script_dir.empty()) path += fmt::format(";{0}/?.lua;{0}/?/init.lua", script_dir);
   lua_pushstring(L, path.c_str());
   lua_setfield(L, -2, "path");

@@ -11,6 +11,7 @@
 #include "bindings/lua_json.h"
 #include "bindings/bindings.h"
 #include "bindings/option_table.h"
+#include "bindings/stdlib_dir.h"
 #include "bindings/tensor_binding.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/open_line.h"
@@ -140,11 +141,11 @@ int runner_report_config(lua_State* L) {
   return 0;
 }
 
-// runner._stub_paths() -> the ---@meta stubs (RUNNER_STDLIB_DIR/meta/*.lua), sorted: help's documentation.
+// runner._stub_paths() -> the ---@meta stubs (stdlib/meta/*.lua), sorted: help's documentation.
 int runner_stub_paths(lua_State* L) {
   std::vector<std::string> paths;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(RUNNER_STDLIB_DIR) + "/meta", error))
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(stdlib_dir()) + "/meta", error))
     if (entry.path().extension() == ".lua") paths.push_back(entry.path().string());
   std::sort(paths.begin(), paths.end());
   lua_createtable(L, static_cast<int>(paths.size()), 0);

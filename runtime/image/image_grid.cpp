@@ -2,6 +2,7 @@
 #include "runtime/image/image_grid.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/modulelist.h>
 
 #include <cmath>
 #include <stdexcept>
