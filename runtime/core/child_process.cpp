@@ -2,6 +2,7 @@
 #include "runtime/core/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +39,13 @@ pid_t start_child(const ChildProcess& child) {
     if (child.output_fd > STDERR_FILENO) ::close(child.output_fd);
   }
   for (const auto& [name, value] : child.environment) ::setenv(name.c_str(), value.c_str(), 1);
+  if (!child.cpus.empty()) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    for (const int cpu : child.cpus) CPU_SET(cpu, &mask);
+    if (::sched_setaffinity(0, sizeof mask, &mask) != 0)
+      std::fprintf(stderr, "runner: cannot pin the child process to its CPUs: %s\n", std::strerror(errno));
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -15,6 +15,7 @@ struct ChildProcess {
   std::vector<std::string> arguments;              // after the program name
   std::map<std::string, std::string> environment;  // set in the child (an empty value sets it empty)
   int output_fd = -1;                              // the child's stdout and stderr; -1: this process's
+  std::vector<int> cpus;                           // the CPUs it may run on (its affinity); empty: this process's
 };
 
 // fork + exec of /proc/self/exe. The child gets its own process group (terminal signals reach the parent,

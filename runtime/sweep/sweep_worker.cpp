@@ -13,12 +13,14 @@
 #include <cstddef>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
@@ -32,6 +34,7 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
+#include "runtime/sweep/host_leases.h"
 
 namespace runner::sweep {
 namespace {
@@ -45,6 +48,7 @@ struct Running {
   std::string log_path;
   double started = 0;
   bool stop_sent = false;
+  TrialLease lease;  // its cores and GPUs
 };
 
 std::string quoted(const std::string& text) {
@@ -123,7 +127,7 @@ std::vector<std::string> visible_gpus() {
   return ids;
 }
 
-Running start_trial(const std::string& home, const SweepRecord& sweep, const Claim& claim, const Slot& slot,
+Running start_trial(const std::string& home, const SweepRecord& sweep, const Claim& claim, TrialLease lease,
                     const std::string& log_directory, index::Database& db) {
   const SweepSpec& spec = sweep.spec;
   core::ChildProcess child;
@@ -139,10 +143,12 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   child.environment = {{"RUNNER_HOME", home},
                        {"RUNNER_SWEEP", std::to_string(sweep.sweep)},
                        {"RUNNER_TRIAL", std::to_string(claim.trial.trial)},
-                       {"OMP_NUM_THREADS", std::to_string(slot.threads)},
-                       {"RUNNER_CORES", std::to_string(slot.threads)},
+                       {"OMP_NUM_THREADS", std::to_string(lease.threads())},
+                       {"RUNNER_CORES", std::to_string(lease.threads())},
                        {"RUNNER_NO_BROWSER", "1"}};
-  if (!slot.cuda_devices.empty()) child.environment["CUDA_VISIBLE_DEVICES"] = slot.cuda_devices;
+  if (!lease.gpus().empty())
+    child.environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(lease.gpus(), ","));
+  child.cpus = lease.cpus();
   if (const std::string url = index::index_url(); !url.empty()) child.environment["RUNNER_INDEX"] = url;
   // A trial is one process (or the ranks of its --nproc), not a task of the worker's Slurm job.
   for (const char* task_variable : {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"})
@@ -169,6 +175,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   }
   ::close(fd);
   running.started = index::now_seconds();
+  running.lease = std::move(lease);
   return running;
 }
 
@@ -192,6 +199,28 @@ std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Ru
                        trial.trial, trial.step);
   return fmt::format("trial {} failed ({}): {}{}", trial.trial, how, trial.error.value_or("no error recorded"),
                      last_lines(running.log_path, 12));
+}
+
+// An exported OMP_NUM_THREADS: every trial's thread count, whatever the other workers on the host.
+std::optional<int> exported_thread_count() {
+  const char* text = std::getenv("OMP_NUM_THREADS");
+  if (!text || !*text) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long threads = std::strtol(text, &end, 10);
+  if (*end != '\0' || errno != 0 || threads < 1 || threads > 4096)
+    throw std::runtime_error(fmt::format(
+        "OMP_NUM_THREADS='{}' is not a whole number of threads from 1 to 4096 (each trial's threads)", text));
+  return static_cast<int>(threads);
+}
+
+std::string lease_text(const TrialLease& lease) {
+  std::string text = fmt::format("{} thread{}", lease.threads(), lease.threads() == 1 ? "" : "s");
+  if (!lease.cpus().empty())
+    text += fmt::format(" on CPU{} {}", lease.cpus().size() == 1 ? "" : "s", fmt::join(lease.cpus(), ","));
+  if (!lease.gpus().empty())
+    text += fmt::format(", GPU{} {}", lease.gpus().size() == 1 ? "" : "s", fmt::join(lease.gpus(), ","));
+  return text;
 }
 
 }  // namespace
@@ -261,6 +290,18 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
   const SweepSpec& spec = sweep.spec;
   index::Database db = index::open_index_for_writing(home);
   const std::vector<Slot> slots = sweep_slots(spec);
+  // The host's cores and GPUs are leased per trial, shared with every other sweep worker of this user on the host:
+  // each trial gets the usable cores divided by the slots of all of them (or an exported OMP_NUM_THREADS).
+  const core::UsableCores usable = core::usable_cores(core::launch_context());
+  const std::vector<std::string> gpus =
+      slots.front().cuda_devices.empty() ? std::vector<std::string>{} : visible_gpus();
+  const std::optional<int> exported_threads = exported_thread_count();
+  const HostLeases leases(static_cast<int>(slots.size()));
+  auto lease_for_trial = [&] {
+    const int threads = exported_threads.value_or(std::max(1, usable.count / std::max(1, leases.slots_on_host())));
+    return leases.try_lease(usable.count, threads, gpus, gpus.empty() ? 0 : spec.gpus_per_trial);
+  };
+  bool waiting_for_lease = false;
   const std::string log_directory = home + "/sweeps/" + sweep.name;
   make_directories(log_directory);
   const std::string worker = worker_name();
@@ -348,12 +389,18 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
                       core::byte_size_text(released.bytes_freed)));
   };
 
+  const int slots_on_host = leases.slots_on_host();
+  const std::string shared_text =
+      slots_on_host > static_cast<int>(slots.size())
+          ? fmt::format(", sharing the host with other workers' {} slot{}", slots_on_host - std::ssize(slots),
+                        slots_on_host - std::ssize(slots) == 1 ? "" : "s")
+          : "";
   const std::string slot_text =
       slots.front().cuda_devices.empty()
-          ? fmt::format("{} CPU slot{} of {} thread{}", slots.size(), slots.size() == 1 ? "" : "s",
-                        slots.front().threads, slots.front().threads == 1 ? "" : "s")
-          : fmt::format("{} GPU slot{} ({} GPU{} each)", slots.size(), slots.size() == 1 ? "" : "s",
-                        spec.gpus_per_trial, spec.gpus_per_trial == 1 ? "" : "s");
+          ? fmt::format("{} CPU slot{} on {} core{}{}", slots.size(), slots.size() == 1 ? "" : "s", usable.count,
+                        usable.count == 1 ? "" : "s", shared_text)
+          : fmt::format("{} GPU slot{} ({} GPU{} each){}", slots.size(), slots.size() == 1 ? "" : "s",
+                        spec.gpus_per_trial, spec.gpus_per_trial == 1 ? "" : "s", shared_text);
   say(fmt::format("sweep {}: {} trials ({}) of {}, {} ({}){}; {}; trial output in {}/", sweep.name, spec.trials,
                   method_name(spec.method), spec.script, spec.metric, spec.minimize ? "min" : "max",
                   spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
@@ -372,6 +419,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     if (stop_signal == 0 && !failure_limit && index::now_seconds() >= next_claim) {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (running[s]) continue;
+        std::optional<TrialLease> lease = lease_for_trial();
+        if (!lease) {
+          if (!waiting_for_lease)
+            say(
+                fmt::format("waiting for free cores{} on this host: other sweep workers' trials hold them (leases in "
+                            "{}/)",
+                            gpus.empty() ? "" : " and GPUs", leases.folder()));
+          waiting_for_lease = true;
+          break;
+        }
+        waiting_for_lease = false;
         std::vector<TrialRecord> unwatched;  // ended on their own after their worker did
         const std::optional<Claim> claim =
             retried("claiming a trial", [&] { return claim_trial(db, sweep, worker, &unwatched); });
@@ -392,7 +450,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
           continue;
         }
         try {
-          running[s] = start_trial(home, sweep, *claim, slots[s], log_directory, db);
+          running[s] = start_trial(home, sweep, *claim, std::move(*lease), log_directory, db);
         } catch (const std::exception& error) {
           // Handed back as stopped, so that this worker or another continues it.
           TrialEnd end;
@@ -402,9 +460,10 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
           next_claim = index::now_seconds() + 30;
           break;
         }
-        say(fmt::format("trial {} started ({}{}): {}{}", claim->trial.trial, claim->reason,
+        say(fmt::format("trial {} started ({}{}): {} [{}{}]", claim->trial.trial, claim->reason,
                         claim->trial.step > 0 ? fmt::format(" from step {}", claim->trial.step) : "",
-                        params_text(claim->trial.params), slots.size() > 1 ? fmt::format(" [slot {}]", s + 1) : ""));
+                        params_text(claim->trial.params), slots.size() > 1 ? fmt::format("slot {}: ", s + 1) : "",
+                        lease_text(running[s]->lease)));
       }
     }
     if (running_count() == 0) {

@@ -16,8 +16,9 @@ def run(*args, stdin=None, cwd=None, env=None, timeout=120, preexec_fn=None):
 
 
 def home_env(home):
-    """This process's environment with RUNNER_HOME set to home."""
-    return {**os.environ, "RUNNER_HOME": str(home)}
+    """This process's environment with RUNNER_HOME set to home, and the host leases of sweep workers beside it (the
+    workers of one test share the host's cores; those of tests that run at once do not see each other)."""
+    return {**os.environ, "RUNNER_HOME": str(home), "RUNNER_HOST_LEASES": str(pathlib.Path(home).parent / "host-leases")}
 
 
 def write_script(directory, name, text):

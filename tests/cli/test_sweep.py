@@ -431,6 +431,58 @@ class Scheduling(SweepTest):
         self.assertEqual(started, 6)
         self.assertGreater(second.stdout.count(" started (new)"), 0, second.stdout)
 
+    def test_workers_on_one_host_share_its_cores(self):
+        """Each trial gets the cores divided by the slots of every worker on the host, pinned to cores of its own: a
+        worker that joins while a trial holds every core waits for them, then two trials run with a core each."""
+        self.script("held.lua", SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", hold_at = 1 }').replace(
+            '  if cfg.sleep > 0 then',
+            '  if step == cfg.hold_at then\n'
+            '    while not io.open(os.getenv("RUNNER_HOME") .. "/release-" .. cfg.width) do os.execute("sleep 0.05") end\n'
+            '  end\n'
+            '  if cfg.sleep > 0 then'))
+        self.sweep_file("shared.lua", """
+          script = "held.lua", parameters = { width = { 1, 2, 3 } }, fixed = { steps = 2 }, method = "grid",
+          metric = "score",
+        """)
+        env = {**self.env, "RUNNER_CORES": "2", "CUDA_VISIBLE_DEVICES": ""}
+        del env["OMP_NUM_THREADS"]
+        self.home.mkdir(exist_ok=True)
+        outputs = [open(self.dir / f"worker-{n}.out", "w+") for n in (1, 2)]
+        self.addCleanup(lambda: [output.close() for output in outputs])
+        first = subprocess.Popen([RUNNER, "sweep", "shared.lua"], cwd=self.dir, env=env, text=True,
+                                 stdout=outputs[0], stderr=subprocess.STDOUT)
+        second = None
+        try:
+            self.wait_for_trial_step(1, 1)
+            second = subprocess.Popen([RUNNER, "sweep", "--join", "shared"], cwd=self.dir, env=env, text=True,
+                                      stdout=outputs[1], stderr=subprocess.STDOUT)
+            deadline = time.time() + 120
+            while "waiting for free cores on this host" not in (self.dir / "worker-2.out").read_text():
+                self.assertLess(time.time(), deadline, "the second worker did not wait for the cores trial 1 holds")
+                self.assertIsNone(second.poll(), (self.dir / "worker-2.out").read_text())
+                time.sleep(0.1)
+            (self.home / "release-1").touch()
+            self.wait_for_trial_step(2, 1)
+            self.wait_for_trial_step(3, 1)
+            (self.home / "release-2").touch()
+            (self.home / "release-3").touch()
+            self.assertEqual(first.wait(timeout=300), 0, (self.dir / "worker-1.out").read_text())
+            self.assertEqual(second.wait(timeout=300), 0, (self.dir / "worker-2.out").read_text())
+        finally:
+            for process in (first, second):
+                if process and process.poll() is None:
+                    process.kill()
+                    process.wait()
+        texts = [(self.dir / f"worker-{n}.out").read_text() for n in (1, 2)]
+        started = {int(m[0]): (n, m[1]) for n, text in enumerate(texts, 1)
+                   for m in re.findall(r"trial (\d) started \(new\): width=\d \[(.*)\]", text)}
+        cpus = sorted(os.sched_getaffinity(0))[:2]
+        self.assertEqual(started[1], (1, f"2 threads on CPUs {cpus[0]},{cpus[1]}"), texts)
+        # trials 2 and 3 ran at once (each held at step 1 until both had got there), one per worker, a core each
+        self.assertEqual({started[2][0], started[3][0]}, {1, 2}, texts)
+        self.assertEqual({started[2][1], started[3][1]}, {f"1 thread on CPU {cpu}" for cpu in cpus}, texts)
+        self.assertEqual([(t[0], t[1]) for t in self.trials("shared")], [(n, "finished") for n in (1, 2, 3)])
+
 
 class Failures(SweepTest):
     """Issue 36: killed trials, a rung too small to promote, a full disk under the worker, dead workers."""
