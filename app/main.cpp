@@ -18,6 +18,7 @@
 #include "runtime/cli/data_commands.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/exit_status.h"
+#include "runtime/core/storage_full.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/version.h"
@@ -354,5 +355,10 @@ int main(int argc, char** argv) {
   }
   runner::core::flush_logs();
   std::fflush(stdout);
+  if (status == kExitError && runner::core::storage_was_full()) {
+    std::fprintf(stderr, "runner: exit status %d: a write failed for want of space (a sweep continues the trial)\n",
+                 runner::core::kExitStorageFull);
+    status = runner::core::kExitStorageFull;
+  }
   return status;
 }

@@ -13,14 +13,17 @@
 
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/sha256.h"
+#include "runtime/core/storage_full.h"
 #include "runtime/index/run_removal.h"
 
 namespace runner::ckpt {
 namespace {
 
 void make_directory(const std::string& path) {
-  if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST)
-    throw CheckpointWriteError(fmt::format("{}: cannot create the directory: {}", path, std::strerror(errno)));
+  if (::mkdir(path.c_str(), 0777) == 0 || errno == EEXIST) return;
+  const int error = errno;
+  core::note_write_error(error);
+  throw CheckpointWriteError(fmt::format("{}: cannot create the directory: {}", path, std::strerror(error)));
 }
 
 void sync_directory(const std::string& path) {
@@ -29,6 +32,7 @@ void sync_directory(const std::string& path) {
   const int result = ::fsync(fd);
   const int error = errno;
   ::close(fd);
+  if (result != 0) core::note_write_error(error);
   if (result != 0) throw CheckpointWriteError(fmt::format("{}: fsync failed: {}", path, std::strerror(error)));
 }
 

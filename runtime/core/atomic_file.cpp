@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/core/storage_full.h"
+
 namespace runner::core {
 namespace {
 
@@ -24,7 +26,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path)
   fd_ = ::open(temporary_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd_ < 0) {
     committed_ = true;  // nothing was created, so there is nothing to remove
-    fail("cannot create temporary file '" + temporary_path_ + "': " + errno_text(errno));
+    fail("cannot create temporary file '" + temporary_path_ + "': ", errno);
   }
 }
 
@@ -33,7 +35,10 @@ AtomicFileWriter::~AtomicFileWriter() {
   if (!committed_) ::unlink(temporary_path_.c_str());
 }
 
-void AtomicFileWriter::fail(const std::string& what) const { throw AtomicFileError(path_ + ": " + what); }
+void AtomicFileWriter::fail(const std::string& what, int error_number) const {
+  note_write_error(error_number);
+  throw AtomicFileError(path_ + ": " + what + errno_text(error_number));
+}
 
 void AtomicFileWriter::write(const void* data, std::uint64_t byte_count, const std::string& what) {
   const auto* cursor = static_cast<const char*>(data);
@@ -42,7 +47,7 @@ void AtomicFileWriter::write(const void* data, std::uint64_t byte_count, const s
     const ssize_t count = ::write(fd_, cursor, chunk);
     if (count < 0) {
       if (errno == EINTR) continue;
-      fail("writing " + what + " to '" + temporary_path_ + "' failed: " + errno_text(errno));
+      fail("writing " + what + " to '" + temporary_path_ + "' failed: ", errno);
     }
     cursor += count;
     byte_count -= static_cast<std::uint64_t>(count);
@@ -57,7 +62,7 @@ void AtomicFileWriter::write_at(std::uint64_t offset, const void* data, std::uin
     const ssize_t count = ::pwrite(fd_, cursor, chunk, static_cast<off_t>(offset));
     if (count < 0) {
       if (errno == EINTR) continue;
-      fail("writing " + what + " to '" + temporary_path_ + "' failed: " + errno_text(errno));
+      fail("writing " + what + " to '" + temporary_path_ + "' failed: ", errno);
     }
     cursor += count;
     offset += static_cast<std::uint64_t>(count);
@@ -66,26 +71,25 @@ void AtomicFileWriter::write_at(std::uint64_t offset, const void* data, std::uin
 }
 
 void AtomicFileWriter::resize(std::uint64_t byte_count) {
-  if (::ftruncate(fd_, static_cast<off_t>(byte_count)) != 0)
-    fail("resizing '" + temporary_path_ + "' failed: " + errno_text(errno));
+  if (::ftruncate(fd_, static_cast<off_t>(byte_count)) != 0) fail("resizing '" + temporary_path_ + "' failed: ", errno);
 }
 
 void AtomicFileWriter::commit() {
-  if (::fsync(fd_) != 0) fail("fsync of '" + temporary_path_ + "' failed: " + errno_text(errno));
+  if (::fsync(fd_) != 0) fail("fsync of '" + temporary_path_ + "' failed: ", errno);
   const int close_result = ::close(fd_);
   fd_ = -1;
-  if (close_result != 0) fail("closing '" + temporary_path_ + "' failed: " + errno_text(errno));
+  if (close_result != 0) fail("closing '" + temporary_path_ + "' failed: ", errno);
   if (::rename(temporary_path_.c_str(), path_.c_str()) != 0)
-    fail("renaming '" + temporary_path_ + "' over it failed: " + errno_text(errno));
+    fail("renaming '" + temporary_path_ + "' over it failed: ", errno);
   committed_ = true;
   std::filesystem::path directory = std::filesystem::path(path_).parent_path();
   if (directory.empty()) directory = ".";
   const int directory_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (directory_fd < 0) fail("cannot open directory '" + directory.string() + "' to fsync it: " + errno_text(errno));
+  if (directory_fd < 0) fail("cannot open directory '" + directory.string() + "' to fsync it: ", errno);
   const int sync_result = ::fsync(directory_fd);
   const int sync_errno = errno;
   ::close(directory_fd);
-  if (sync_result != 0) fail("fsync of directory '" + directory.string() + "' failed: " + errno_text(sync_errno));
+  if (sync_result != 0) fail("fsync of directory '" + directory.string() + "' failed: ", sync_errno);
 }
 
 }  // namespace runner::core

@@ -34,7 +34,8 @@ class AtomicFileWriter {
   void commit();
 
  private:
-  [[noreturn]] void fail(const std::string& what) const;
+  // Throws AtomicFileError with `what` and the text of `error_number` (noted by core::note_write_error).
+  [[noreturn]] void fail(const std::string& what, int error_number) const;
   std::string path_;
   std::string temporary_path_;
   int fd_ = -1;

@@ -60,9 +60,9 @@ struct SweepSpec {
   int slots = 0;  // 0: auto (one per visible GPU, else 1)
   int gpus_per_trial = 1;
   std::int64_t max_failures = 0;  // failed trials that stop the sweep (0: trials / 2 + 1)
-  int retries = 1;                // times a trial killed by a signal (the OOM killer's SIGKILL) is continued
-  int takeover_after = 60;        // seconds without a heartbeat from a worker on another host (or its trial's run)
-                                  // before another worker takes its trials over
+  int retries = 1;          // times a trial killed by a signal (the OOM killer's SIGKILL) or a full disk is continued
+  int takeover_after = 60;  // seconds without a heartbeat from a worker on another host (or its trial's run)
+                            // before another worker takes its trials over
 };
 
 // The range of takeover_after, in seconds: two worker heartbeats (index::kHeartbeatSeconds) at least, a week at most.

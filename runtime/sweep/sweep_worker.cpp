@@ -41,6 +41,9 @@ namespace {
 
 using nlohmann::json;
 
+// After a trial stopped for want of disk space, no trial starts for this long (the space may come back).
+constexpr int kStorageFullWaitSeconds = 10;
+
 struct Running {
   std::int64_t trial = 0;
   pid_t pid = -1;
@@ -48,7 +51,8 @@ struct Running {
   std::string log_path;
   double started = 0;
   bool stop_sent = false;
-  TrialLease lease;  // its cores and GPUs
+  TrialLease lease;                // its cores and GPUs
+  std::optional<int> wait_status;  // once it exited and was reaped, until its end is recorded
 };
 
 std::string quoted(const std::string& text) {
@@ -316,6 +320,18 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         r->stop_sent = true;
       }
   };
+  // Reaps the trials that exited, also while the index cannot be written (none stays a zombie); the poll loop
+  // records their ends.
+  auto reap_trials = [&] {
+    int status = 0;
+    pid_t pid = 0;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0)
+      for (auto& r : running)
+        if (r && r->pid == pid) r->wait_status = status;
+  };
+  auto trials_alive = [&] {
+    return std::any_of(running.begin(), running.end(), [](const auto& r) { return r && !r->wait_status; });
+  };
   auto take_stop_signals = [&] {
     bool again = false;
     for (const int received : stop_signals->take()) {
@@ -328,8 +344,10 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     return again;
   };
   // The worker's use of the index, retried until it goes through, as run:log's writer does: a failure (a full
-  // disk, an I/O error) is said once and tried again after 1, 2, 4 ... 30 s while the trials go on; stop signals
-  // still reach them, and a second one while the index cannot be written ends the worker.
+  // disk, an I/O error) is said once and tried again after 1, 2, 4 ... 30 s while the trials go on. A stop signal
+  // still reaches them; the worker then ends once they have exited (at once on a second signal), with an error,
+  // when the index still cannot be written: their ends are left to the next worker, which reads them from their
+  // runs.
   auto retried = [&](const char* what, auto&& use) {
     for (int failures = 0;; ++failures) {
       try {
@@ -355,11 +373,12 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         while (index::now_seconds() < until) {
           pollfd fd{stop_signals->fd(), POLLIN, 0};
           ::poll(&fd, 1, 200);
-          if (take_stop_signals())
+          reap_trials();
+          if (take_stop_signals() || (stop_signal != 0 && !trials_alive()))
             throw index::IndexError(
-                fmt::format("{} (stopped while the index could not be written; the trials were "
-                            "sent the stop signal)",
-                            error.what()));
+                fmt::format("{} (stopped while the index could not be written: the trials were sent the stop signal{}; "
+                            "the same command records how they ended and continues the sweep)",
+                            error.what(), trials_alive() ? "" : " and have exited"));
         }
       }
     }
@@ -480,16 +499,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     ::poll(&fd, 1, running_count() == 0 ? 1000 : 200);
     take_stop_signals();
 
-    int status = 0;
-    pid_t pid = 0;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    reap_trials();
+    {
       for (auto& slot : running) {
-        if (!slot || slot->pid != pid) continue;
+        if (!slot || !slot->wait_status) continue;
+        const int status = *slot->wait_status;
         TrialEnd end;
         end.exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         end.stopped_by_sweep = slot->stop_sent;
         end.pause_step = slot->pause_step;
         end.failure = core::how_it_ended(status);
+        end.storage_full = WIFEXITED(status) && WEXITSTATUS(status) == core::kExitStorageFull;
         if (WIFSIGNALED(status))
           end.killed_by = WTERMSIG(status);
         else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128)
@@ -499,6 +519,10 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
         if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
         slot.reset();
+        if (end.storage_full && trial.status == "stopped") {
+          say(fmt::format("no trial starts for {} s: the disk was full", kStorageFullWaitSeconds));
+          next_claim = std::max(next_claim, index::now_seconds() + kStorageFullWaitSeconds);
+        }
         if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
           const std::vector<TrialRecord> trials =
               retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });

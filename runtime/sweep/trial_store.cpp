@@ -539,14 +539,16 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
       error = fmt::format("the trial stopped at step {} before its rung at step {}", step, *end.pause_step);
   } else if (end.stopped_by_sweep && (end.exited_ok || !record || record->status != "failed")) {
     status = "stopped";
-  } else if (end.killed_by != 0 && !end.stopped_by_sweep && updated.retries < spec.retries) {
+  } else if ((end.killed_by != 0 || end.storage_full) && !end.stopped_by_sweep && updated.retries < spec.retries) {
     status = "stopped";  // continued first, from its last checkpoint
     ++updated.retries;
-    const char* name = sigabbrev_np(end.killed_by);
-    error = fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step);
+    const char* name = end.killed_by != 0 ? sigabbrev_np(end.killed_by) : nullptr;
+    error = end.killed_by != 0
+                ? fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step)
+                : fmt::format("stopped by a full disk at step {} (a write failed for want of space)", step);
   } else {
     error = end.failure.empty() ? std::string("the trial failed") : end.failure;
-    if (end.killed_by != 0 && updated.retries > 0)
+    if ((end.killed_by != 0 || end.storage_full) && updated.retries > 0)
       *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
   }
   if (rung_row) {

@@ -124,13 +124,14 @@ struct TrialEnd {
   bool exited_ok = false;         // exit status 0
   bool stopped_by_sweep = false;  // the worker sent it a stop signal
   int killed_by = 0;              // the signal that killed it (or, under --nproc, one of its ranks); 0: none
+  bool storage_full = false;      // it failed after a write failed for want of space (core::kExitStorageFull)
   std::optional<std::int64_t> pause_step;
   std::string failure;  // how it ended and its last lines, for a failed trial
 };
 // Records the end from the trial's run in the index: finished (its objective's final value), paused at a
 // rung (the value at the first step >= pause_step), stopped, or failed. A trial killed by a signal the
-// worker did not send is stopped, to be continued from its checkpoint, while it has retries left
-// (spec.retries); then failed. Returns the trial as recorded.
+// worker did not send, or failed for want of disk space, is stopped, to be continued from its checkpoint, while it
+// has retries left (spec.retries); then failed. Returns the trial as recorded.
 TrialRecord end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end);
 
 // Whether every trial has ended (paused ones included) and no more can start: then the paused trials become

@@ -9,6 +9,7 @@ import resource
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 import unittest
 
@@ -588,6 +589,84 @@ class Failures(SweepTest):
         self.assertEqual([(t[0], t[1], t[3]) for t in self.trials("disk")], [(1, "finished", 60), (2, "finished", 60)])
         self.assertEqual(self.sql("SELECT status FROM sweeps"), [("finished",)])
         self.assertIn("best: trial 1 with score", out)
+
+    def test_a_trial_stopped_by_a_full_disk_is_retried_from_its_checkpoint(self):
+        # The trial's writes fail for real, as on a full disk: held at step 7, its file size limit is set to 0 (it
+        # ignores SIGXFSZ, as the worker it inherits that from does, so a write fails with EFBIG). Its checkpoint at
+        # step 10 then fails, and it ends with status 75; the worker continues it from the checkpoint of step 5.
+        self.script("held.lua", holding(CHECKPOINTING))
+        self.sweep_file("full.lua", """
+          script = "held.lua", parameters = { width = { 1 } }, fixed = { steps = 20, hold_at = 7 },
+          method = "grid", metric = "score",
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "full.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+        try:
+            self.wait_for_trial_step(1, 7)
+            (pid,), = self.sql("SELECT pid FROM runs WHERE trial = 1")
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]))
+            (self.home / "release").touch()
+            out, err = process.communicate(timeout=300)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        self.assertEqual(process.returncode, 0, out + err)
+        self.assertEqual([(t[0], t[1], t[3]) for t in self.trials("full")], [(1, "finished", 20)], out)
+        self.assertEqual(self.sql("SELECT retries FROM trials"), [(1,)])
+        self.assertRegex(out, r"trial 1 was stopped by a full disk at step \d+ \(a write failed for want of space\): it "
+                              r"goes on from its last checkpoint \(retry 1 of 1\)")
+        self.assertIn("no trial starts for 10 s: the disk was full", out)
+        self.assertRegex(out, r"trial 1 started \(retry 1 of 1: stopped by a full disk at step \d+ \(a write failed for want "
+                              r"of space\) from step \d+\)")
+        # the second attempt started from the checkpoint of step 5 (the first could not write its steps after 7)
+        run_dir = self.home / self.sql("SELECT dir FROM runs WHERE trial = 1")[0][0]
+        self.assertEqual([line for line in (run_dir / "steps.txt").read_text().splitlines() if line.startswith("from")],
+                         ["from 0", "from 5"])
+
+    def test_a_stop_signal_ends_a_worker_whose_index_is_full_once_its_trials_have_exited(self):
+        # As in test_a_full_disk_under_the_worker_... the worker's writes fail (RLIMIT_FSIZE 0) from step 20 of its
+        # two trials; trial 1 finishes at step 60 and its end cannot be recorded. A first SIGTERM then stops trial
+        # 2, which checkpoints and exits, and the worker ends with an error that says the ends were not recorded.
+        # The same command afterwards records trial 1's end from its run, continues trial 2 and finishes the sweep.
+        self.script("synthetic.lua", CHECKPOINTING)
+        self.sweep_file("stuck.lua", """
+          script = "synthetic.lua", parameters = { steps = { 60, 400 } }, fixed = { sleep = 0.1 },
+          method = "grid", metric = "score", slots = 2,
+        """)
+        # The worker's output goes to a pipe: its file size limit would keep it from a file.
+        process = subprocess.Popen([RUNNER, "sweep", "stuck.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+        reader.start()
+        try:
+            self.wait_for_steps(2, 20)
+            resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (0, resource.prlimit(process.pid,
+                                                                                       resource.RLIMIT_FSIZE)[1]))
+            deadline = time.time() + 120
+            while not any("cannot write to the index" in line for line in lines):
+                self.assertLess(time.time(), deadline, "the worker did not try to write to the index:\n" + "".join(lines))
+                time.sleep(0.1)
+            process.send_signal(signal.SIGTERM)
+            self.assertEqual(process.wait(timeout=120), 1, "".join(lines))
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        reader.join(timeout=10)
+        process.stdout.close()
+        out = "".join(lines)
+        self.assertIn("(stopped while the index could not be written: the trials were sent the stop signal and have "
+                      "exited; the same command records how they ended and continues the sweep)", out)
+        self.assertRegex(self.runner("sweep", "show", "stuck", check=0).stdout,
+                         r"sweep stuck \(1\): stopped \(no live worker since")
+        again = self.runner("sweep", "stuck.lua", check=0, timeout=300)
+        self.assertEqual([(t[0], t[1], t[3]) for t in self.trials("stuck")], [(1, "finished", 60), (2, "finished", 400)],
+                         again.stdout)
+        self.assertIn("trial 2 started (continued from step", again.stdout)
 
     def test_show_and_sweeps_say_when_no_live_worker_holds_a_running_sweep(self):
         self.sweep_file("orphan.lua", """
