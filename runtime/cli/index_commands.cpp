@@ -42,10 +42,11 @@ database, and RUNNER_HOME holds the run folders only):
                                       checkpoints no longer kept or needed (pruned sweep trials' checkpoints,
                                       all but the latest of a paused trial) and say the disk space freed
                                       (--orphans: run folders the index lost)
-  runner serve [--port N] [--host ADDR]
-                                      a web dashboard of the index at http://127.0.0.1:8765/ (--port 0: any free
-                                      port): runs, curves, samples, compare, sweeps; live, read-only. Another
-                                      address than loopback (--host 0.0.0.0) needs the token it prints
+  runner serve [--port N] [--host ADDR] [--no-token]
+                                      a web dashboard of the index at http://127.0.0.1:8765/?token=... (--port 0:
+                                      any free port): runs, curves, samples, compare, sweeps; live, read-only.
+                                      Requests need the token in the URL it prints; --no-token (loopback only)
+                                      lets every user of this machine read it without one
   runner sweeps [--csv|--json]        table of sweeps: status, trials done, the best value and trial
   runner sweep show SWEEP [--csv|--json]
                                       the trials sorted by the objective, with their parameters, status,

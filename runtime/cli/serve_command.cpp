@@ -14,7 +14,7 @@
 namespace runner::cli {
 
 int serve_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"--port", "--host"}, {});
+  const ParsedArguments arguments = parse_arguments(argc, argv, {"--port", "--host"}, {"--no-token"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   serve::ServeOptions options;
   options.home = index::home_directory();
@@ -22,6 +22,11 @@ int serve_command(int argc, char** argv) {
     if (host->empty()) throw UsageError("--host needs an address, e.g. 127.0.0.1 or 0.0.0.0");
     options.host = *host;
   }
+  options.token = !arguments.has("--no-token");
+  if (!options.token && !serve::is_loopback_address(options.host))
+    throw UsageError(fmt::format(
+        "--no-token is for a loopback --host only: on {} every machine that reaches this one could read the index",
+        options.host));
   if (auto port = arguments.value("--port")) {
     const int64_t number = parse_count("--port", *port);
     if (number > 65535) throw UsageError(fmt::format("--port '{}': expected 0 (any free port) to 65535", *port));
@@ -40,10 +45,14 @@ int serve_command(int argc, char** argv) {
   serve::DashboardServer server(options);
   server.bind();
   std::printf("runner serve: %s\n", server.url().c_str());
-  if (!server.token().empty())
+  if (server.token().empty())
+    std::printf("runner serve: --no-token: every user of this machine can read the dashboard\n");
+  else if (serve::is_loopback_address(options.host))
+    std::printf("runner serve: requests need the token in the URL above (opening it sets a cookie)\n");
+  else
     std::printf(
-        "runner serve: listening on %s, which other machines may reach: requests need the token above (the URL "
-        "sets it as a cookie)\n",
+        "runner serve: listening on %s, which other machines may reach: requests need the token in the URL above "
+        "(opening it sets a cookie)\n",
         options.host.c_str());
   std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
   std::fflush(stdout);

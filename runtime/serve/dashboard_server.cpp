@@ -2,7 +2,6 @@
 #include "runtime/serve/dashboard_server.h"
 
 #include <arpa/inet.h>
-#include <httplib.h>
 
 #include <fmt/format.h>
 
@@ -15,11 +14,10 @@
 #include "runtime/report/html_report.h"
 #include "runtime/serve/dashboard_assets.h"
 #include "runtime/serve/dashboard_views.h"
+#include "runtime/serve/guarded_http_server.h"
 
 namespace runner::serve {
 namespace {
-
-constexpr const char* kTokenCookie = "runner_token";
 
 // The pages: one document whose script draws the page its path names.
 bool is_page_path(const std::string& path) {
@@ -96,7 +94,10 @@ struct DashboardServer::State {
   ServeOptions options;
   std::string token;
   int port = 0;
-  httplib::Server http;
+  GuardedHttpServer http;
+
+  // Per port: browsers send a host's cookies to all its ports, and two servers on one host have two tokens.
+  std::string token_cookie() const { return fmt::format("runner_token_{}", port); }
 
   // Whether the request may be answered; else the refusal is in `response`.
   bool allowed(const httplib::Request& request, httplib::Response& response) {
@@ -107,7 +108,7 @@ struct DashboardServer::State {
                            "text/plain; charset=utf-8");
       return false;
     }
-    if (token.empty()) {
+    if (is_loopback_address(options.host)) {
       const std::string host = host_name_of(request.get_header_value("Host"));
       if (!is_loopback_address(host) && host != options.host) {
         response.status = 403;
@@ -116,18 +117,18 @@ struct DashboardServer::State {
                              "text/plain; charset=utf-8");
         return false;
       }
-      return true;
     }
+    if (token.empty()) return true;
     const std::string given = request.has_param("token") ? request.get_param_value("token") : "";
     if (same_secret(given, token)) {
-      response.set_header("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict", kTokenCookie, token));
+      response.set_header("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict", token_cookie(), token));
       return true;
     }
-    if (same_secret(cookie_value(request, kTokenCookie), token)) return true;
+    if (same_secret(cookie_value(request, token_cookie()), token)) return true;
     response.status = 403;
     response.set_content(
-        "runner serve: this address needs the token that `runner serve` printed at its start: open the URL it "
-        "printed (...?token=...)\n",
+        "runner serve: requests need the token that `runner serve` printed at its start: open the URL it printed "
+        "(...?token=...), or start it with --no-token (loopback only)\n",
         "text/plain; charset=utf-8");
     return false;
   }
@@ -230,11 +231,7 @@ const DashboardAsset* find_asset(std::string_view name) {
 
 DashboardServer::DashboardServer(ServeOptions options) : state_(std::make_unique<State>()) {
   state_->options = std::move(options);
-  if (!is_loopback_address(state_->options.host)) state_->token = random_token();
-  state_->http.set_keep_alive_max_count(100);
-  state_->http.set_keep_alive_timeout(5);
-  state_->http.set_read_timeout(10);
-  state_->http.set_write_timeout(10);
+  if (state_->options.token) state_->token = random_token();
   state_->http.set_payload_max_length(64 * 1024);
   // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the port starts too and the kernel
   // splits the connections between the two: SO_REUSEADDR alone (a restart may take the port of one just ended).

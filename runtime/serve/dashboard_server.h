@@ -1,7 +1,8 @@
-// `runner serve`: the dashboard's HTTP server (cpp-httplib). Read-only: GET and HEAD only, the index opened for
-// reading per request. On a loopback address it answers requests whose Host is a loopback name (so that a web
-// page elsewhere cannot read the index through DNS rebinding); on any other address, only requests that carry
-// the random token it was started with (?token=, then a cookie).
+// `runner serve`: the dashboard's HTTP server (cpp-httplib, through GuardedHttpServer). Read-only: GET and HEAD
+// only, the index opened for reading per request. It answers only requests that carry the random token it was
+// started with (?token=, then a cookie), unless started without one (loopback only); on a loopback address, only
+// requests whose Host is a loopback name (so that a web page elsewhere cannot read the index through DNS
+// rebinding).
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";  // the address to listen on
   int port = 8765;                 // 0: a free port
   std::string home;                // RUNNER_HOME
+  bool token = true;  // false: requests need no token (`--no-token`, which the CLI allows on loopback only)
 };
 
 // 127.0.0.0/8, ::1 and "localhost".
@@ -28,9 +30,9 @@ class DashboardServer {
   // Listens; a std::runtime_error "cannot listen on HOST:PORT (...)" when the address cannot be bound.
   void bind();
   int port() const;
-  // Empty on a loopback address; else 32 hex digits that every request must carry.
+  // 32 hex digits that every request must carry; empty when started without a token.
   const std::string& token() const;
-  // Where to point a browser: http://HOST:PORT/ (with ?token=... off loopback).
+  // Where to point a browser: http://HOST:PORT/?token=... (without ?token= when there is none).
   std::string url() const;
   // Answers requests until stop() (from another thread).
   void run();

@@ -1,6 +1,8 @@
 """`runner serve` end to end: the dashboard over an index with runs and a sweep, loaded in headless Chromium
 (curves, grids, compare, sweep charts, live updates without reload), and its access rules: loopback only by
-default, a token off loopback, nothing that writes."""
+default, the printed token (or --no-token on loopback), nothing that writes, and clients that send or read slowly
+or hold many connections cannot stall the others."""
+import http.client
 import json
 import os
 import re
@@ -8,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -63,6 +66,12 @@ def start_serve(home, *args):
     return process, match.group(1)
 
 
+def split_token(url):
+    """(http://HOST:PORT/, token) of a printed URL; the token is None when there is none."""
+    base, _, query = url.partition("?")
+    return base, urllib.parse.parse_qs(query).get("token", [None])[0]
+
+
 def stop_serve(process):
     """SIGTERM, and SIGKILL if it has not ended 10 s later."""
     process.terminate()
@@ -77,8 +86,10 @@ def stop_serve(process):
         process.stderr.close()
 
 
-def get(url, method="GET", headers=None):
-    """(status, headers, body) of one request."""
+def get(url, method="GET", headers=None, token=None):
+    """(status, headers, body) of one request; with the token as ?token= when one is given."""
+    if token is not None:
+        url += ("&" if "?" in url else "?") + "token=" + token
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -112,7 +123,9 @@ class Dashboard(unittest.TestCase):
         write_script(cls.dir, "sweep.lua", SWEEP)
         for command in (["train.lua"], ["train.lua", "lr=0.05"], ["sweep", "sweep.lua"]):
             subprocess.run([RUNNER, *command], cwd=cls.dir, env=env, check=True, capture_output=True, timeout=300)
-        cls.server, cls.url = start_serve(cls.home)
+        cls.server, cls.printed_url = start_serve(cls.home)
+        cls.url, cls.token = split_token(cls.printed_url)
+        cls.port = int(cls.url.rsplit(":", 1)[1].strip("/"))
         cls.browser = None
 
     @classmethod
@@ -128,6 +141,10 @@ class Dashboard(unittest.TestCase):
         with sqlite3.connect(self.home / "index.db") as db:
             return db.execute(query, parameters).fetchall()
 
+    def fetch(self, path, **options):
+        """get() of url + path with the server's token."""
+        return get(self.url + path, token=self.token, **options)
+
     def page(self, path):
         """The browser, showing url + path."""
         if report_screenshot.chromium_binary() is None:
@@ -138,6 +155,7 @@ class Dashboard(unittest.TestCase):
 
         if Dashboard.browser is None:
             Dashboard.browser = browser_session.BrowserSession()
+            Dashboard.browser.goto(self.printed_url)  # the token's cookie, for the pages and their requests
         self.browser.goto(self.url.rstrip("/") + path)
         return self.browser
 
@@ -294,13 +312,13 @@ class Dashboard(unittest.TestCase):
     def test_requests_that_would_write_are_refused(self):
         before = self.sql("SELECT count(*), max(heartbeat_at) FROM runs")
         for method in ("POST", "PUT", "DELETE", "PATCH"):
-            status, headers, body = get(self.url + "api/runs", method=method)
+            status, headers, body = self.fetch("api/runs", method=method)
             self.assertEqual(status, 405, method)
             self.assertEqual(headers["Allow"], "GET, HEAD")
             self.assertIn(b"read-only", body)
-        self.assertEqual(get(self.url + "api/query?sql=DELETE+FROM+runs")[0], 404)
-        self.assertEqual(get(self.url + "image?run=train-1&path=../../index.db")[0], 404)
-        self.assertEqual(get(self.url + "image?run=train-1&path=images/samples-0000010.png")[0], 200)
+        self.assertEqual(self.fetch("api/query?sql=DELETE+FROM+runs")[0], 404)
+        self.assertEqual(self.fetch("image?run=train-1&path=../../index.db")[0], 404)
+        self.assertEqual(self.fetch("image?run=train-1&path=images/samples-0000010.png")[0], 200)
         self.assertEqual(self.sql("SELECT count(*), max(heartbeat_at) FROM runs"), before)
 
     def test_images_are_served_only_from_regular_files_inside_the_run_folder(self):
@@ -319,28 +337,28 @@ class Dashboard(unittest.TestCase):
                                "SELECT run, step, kind, 'evil', ?, bytes, created_at FROM artifacts "
                                "WHERE path = 'images/samples-0000010.png'", (path,))
             for path in escapes:
-                status, _, body = get(self.url + "image?run=train-1&path=" + urllib.parse.quote(path))
+                status, _, body = self.fetch("image?run=train-1&path=" + urllib.parse.quote(path))
                 self.assertEqual(status, 404, path)
                 self.assertNotIn(b"SECRET", body, path)
-            self.assertEqual(get(self.url + "image?run=train-1&path=images/samples-0000010.png")[0], 200)
+            self.assertEqual(self.fetch("image?run=train-1&path=images/samples-0000010.png")[0], 200)
         finally:
             with sqlite3.connect(self.home / "index.db") as db:
                 db.execute("DELETE FROM artifacts WHERE name = 'evil'")
             link.unlink()
 
     def test_pages_poll_with_a_version_and_a_request_from_another_host_name_is_refused(self):
-        status, _, body = get(self.url + "api/runs")
+        status, _, body = self.fetch("api/runs")
         version = json.loads(body)["version"]
-        status, _, body = get(self.url + f"api/runs?since={version}")
+        status, _, body = self.fetch(f"api/runs?since={version}")
         self.assertEqual(json.loads(body), {"version": version, "unchanged": True})
-        status, _, body = get(self.url + "api/runs", headers={"Host": "attacker.example:80"})
+        status, _, body = self.fetch("api/runs", headers={"Host": "attacker.example:80"})
         self.assertEqual(status, 403)
 
     def test_nothing_answers_on_other_interfaces(self):
         address = other_address()
         if address is None:
             self.skipTest("this machine has no non-loopback IPv4 address")
-        port = int(self.url.rsplit(":", 1)[1].strip("/"))
+        port = self.port
         with socket.socket() as client:
             client.settimeout(5)
             with self.assertRaises(ConnectionRefusedError):
@@ -363,7 +381,8 @@ class Dashboard(unittest.TestCase):
             self.assertEqual(second.returncode, 1, out + err)
             self.assertIn(f"cannot listen on 127.0.0.1:{port}: the port is in use", err)
             self.assertIn("--port 0 picks a free port", err)
-            self.assertEqual(get(url + "api/runs")[0], 200)  # the first one still answers
+            base, token = split_token(url)
+            self.assertEqual(get(base + "api/runs", token=token)[0], 200)  # the first one still answers
         finally:
             stop_serve(first)
 
@@ -381,7 +400,7 @@ class Dashboard(unittest.TestCase):
             status, headers, _ = get(base + "?token=" + token)
             self.assertEqual(status, 200)
             cookie = headers["Set-Cookie"].split(";")[0]
-            self.assertEqual(cookie, f"runner_token={token}")
+            self.assertEqual(cookie, f"runner_token_{port}={token}")
             self.assertEqual(get(base + "api/runs", headers={"Cookie": cookie})[0], 200)
             self.assertEqual(get(base + "api/runs", method="POST", headers={"Cookie": cookie})[0], 405)
             address = other_address()
@@ -389,6 +408,114 @@ class Dashboard(unittest.TestCase):
                 self.assertEqual(get(f"http://{address}:{port}/api/runs?token={token}")[0], 200)
         finally:
             stop_serve(server)
+
+    def test_loopback_needs_the_printed_token_too(self):
+        self.assertRegex(self.printed_url, r"^http://127\.0\.0\.1:\d+/\?token=[0-9a-f]{32}$")
+        status, _, body = get(self.url + "api/runs")
+        self.assertEqual(status, 403)
+        self.assertEqual(body.decode(), "runner serve: requests need the token that `runner serve` printed at its "
+                                        "start: open the URL it printed (...?token=...), or start it with "
+                                        "--no-token (loopback only)\n")
+        self.assertEqual(get(self.url + "api/runs", token="0" * 32)[0], 403)
+        self.assertEqual(get(self.url, token="")[0], 403)
+        status, headers, _ = get(self.printed_url)
+        self.assertEqual(status, 200)
+        cookie = headers["Set-Cookie"].split(";")[0]
+        self.assertEqual(cookie, f"runner_token_{self.port}={self.token}")
+        self.assertEqual(get(self.url + "api/runs", headers={"Cookie": cookie})[0], 200)
+        self.assertEqual(get(self.url + "api/runs", headers={"Cookie": f"runner_token_1={self.token}"})[0], 403)
+
+    def test_no_token_serves_without_one_on_loopback_only(self):
+        server, url = start_serve(self.home, "--no-token")
+        try:
+            self.assertRegex(url, r"^http://127\.0\.0\.1:\d+/$")
+            self.assertEqual(server.stdout.readline(),
+                             "runner serve: --no-token: every user of this machine can read the dashboard\n")
+            status, _, body = get(url + "api/runs")
+            self.assertEqual(status, 200)
+            self.assertIn("version", json.loads(body))
+            self.assertEqual(get(url + "api/runs", headers={"Host": "attacker.example:80"})[0], 403)
+        finally:
+            stop_serve(server)
+        result = subprocess.run([RUNNER, "serve", "--port", "0", "--host", "0.0.0.0", "--no-token"],
+                                env=home_env(self.home), capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("runner serve: --no-token is for a loopback --host only: on 0.0.0.0 every machine that "
+                      "reaches this one could read the index", result.stderr)
+
+    def connect_from(self, address, receive_buffer=None):
+        """A socket to the server from this loopback address (127.0.0.0/8 is all this machine's)."""
+        client = socket.socket()
+        if receive_buffer:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        client.settimeout(10)
+        client.bind((address, 0))
+        client.connect(("127.0.0.1", self.port))
+        return client
+
+    def test_clients_that_send_or_read_slowly_do_not_stall_others(self):
+        # 16 connections from 127.0.0.2 that send a header a byte a second, without the token; 16 from 127.0.0.3
+        # that ask for the page's script (26 KB) 400 times at once and never read (10 MB, more than the sockets
+        # buffer). Each address may hold 8 connections (the rest are refused), and 8 held ones of each leave
+        # workers for a client on 127.0.0.1.
+        header = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slowly: " + b"x" * 100
+        script = f"GET /assets/dashboard.js?token={self.token} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        drippers = [self.connect_from("127.0.0.2") for _ in range(16)]
+        silent = [self.connect_from("127.0.0.3", receive_buffer=4096) for _ in range(16)]
+        stop = threading.Event()
+
+        def drip():
+            for byte in range(len(header)):
+                for client in drippers:
+                    try:
+                        client.send(header[byte:byte + 1])
+                    except OSError:  # closed by the server: past the cap, or past the request's deadline
+                        pass
+                if stop.wait(1):
+                    return
+
+        dripping = threading.Thread(target=drip)
+        try:
+            dripping.start()
+            for client in silent:
+                try:
+                    client.sendall(script * 400)
+                except OSError:
+                    pass
+            for attempt in range(12):
+                status, _, body = self.fetch("api/runs")  # each within urllib's 10 s timeout, else an error
+                self.assertEqual(status, 200, attempt)
+                self.assertIn("runs", json.loads(body))
+                time.sleep(1)  # the requests are spread over the slow clients' deadlines (10 s and 20 s)
+        finally:
+            stop.set()
+            dripping.join()
+            for client in drippers + silent:
+                client.close()
+
+    def test_one_client_address_holds_at_most_8_connections(self):
+        held = []
+        try:
+            for _ in range(8):
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10,
+                                                        source_address=("127.0.0.4", 0))
+                connection.request("GET", f"/api/runs?token={self.token}")
+                response = connection.getresponse()
+                response.read()
+                self.assertEqual(response.status, 200)
+                connection.sock.sendall(b"GET")  # the next request begun: held for the request's 10 s
+                held.append(connection)
+            with self.connect_from("127.0.0.4") as extra:
+                answer = b""
+                while chunk := extra.recv(4096):
+                    answer += chunk
+            self.assertTrue(answer.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), answer)
+            self.assertTrue(answer.endswith(b"\r\n\r\nrunner serve: 8 connections from 127.0.0.4 are open already, "
+                                            b"the most one address may hold; close one and try again\n"), answer)
+            self.assertEqual(self.fetch("api/runs")[0], 200)  # another address is served
+        finally:
+            for connection in held:
+                connection.close()
 
     def test_usage_errors(self):
         for args, message in ((["--port", "x"], "--port 'x': expected a non-negative integer"),
