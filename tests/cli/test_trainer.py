@@ -390,6 +390,17 @@ class TrainerTest(RunnerHomeTest):
         self.runner("--resume", "stop", script, "signal_at=-1", check=0)
         self.assertEqual(self.metric_rows("stop", "after"), [(s, float(s)) for s in range(1, 7)])
 
+    def test_gc_does_not_list_checkpoints_rotation_already_deleted(self):
+        script = self.script("resumable.lua", RESUMABLE)
+        self.runner(script, "name=rotated", "steps=6", "every=2", "keep=1")
+        folder = self.home / "rotated" / "checkpoints"
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["step-0000006"])
+        with sqlite3.connect(self.home / "index.db") as db:
+            self.assertEqual(db.execute("SELECT step, kept FROM checkpoints").fetchall(), [(6, 1)])
+        dry = self.runner("gc", "--dry-run", check=0)
+        self.assertNotIn("checkpoint", dry.stdout)
+        self.assertIn("would have 0 B freed", dry.stdout)
+
     def test_leftovers_of_dead_checkpoint_writers_are_cleaned(self):
         script = self.script("resumable.lua", RESUMABLE)
         self.runner(script, "name=stale", "steps=4", "every=2", "keep=3")
