@@ -11,6 +11,7 @@
 #include "bindings/option_table.h"
 #include "bindings/run_binding.h"
 #include "bindings/tensor_binding.h"
+#include "runtime/core/clock.h"
 #include "runtime/core/device.h"
 #include "runtime/core/logging.h"
 #include "runtime/data/data_error.h"
@@ -428,14 +429,17 @@ void set_number(lua_State* L, const char* key, double value) {
   lua_setfield(L, -2, key);
 }
 
-// loader:next() -> {data =, label =, index =, step =, epoch =}; logs each bad file the skip policy left out, once.
+// loader:next() -> {data =, label =, index =, step =, epoch =, wait_s =}; logs each bad file the skip policy left
+// out, once.
 int loader_next(lua_State* L) {
   Loader& loader = check_loader(L, 1);
   point_lua_dataset_at(L, loader.dataset());
+  const double asked = core::steady_seconds();
   data::Batch batch = loader.next();
+  const double wait_seconds = core::steady_seconds() - asked;
   for (const data::SkippedSample& skipped : loader.take_new_skip_reports())
     core::log(core::LogLevel::warn, "data: skipped a bad sample: " + skipped.message);
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   push_tensor(L, std::move(batch.data));
   lua_setfield(L, -2, "data");
   if (batch.label.defined()) {
@@ -446,6 +450,7 @@ int loader_next(lua_State* L) {
   lua_setfield(L, -2, "index");
   set_integer(L, "step", batch.position + 1);
   set_integer(L, "epoch", lua_epoch(batch.epoch));
+  set_number(L, "wait_s", wait_seconds);
   return 1;
 }
 

@@ -100,6 +100,7 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
       index::set_checkpoint_kept(db, drop, false);
       try {
         index::remove_tree(run_dir_ + "/" + paths[drop]);
+        index::delete_checkpoint(db, drop);
         report.dropped.push_back(paths[drop]);
       } catch (const std::exception& error) {
         report.undeleted.push_back(error.what());

@@ -1,10 +1,17 @@
 // `runner serve`: the dashboard over the index, until Ctrl-C (or SIGTERM, SIGHUP).
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fmt/format.h>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
@@ -12,6 +19,39 @@
 #include "runtime/serve/dashboard_server.h"
 
 namespace runner::cli {
+namespace {
+
+bool is_any_address(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+
+// Where other machines may reach a server listening on every address (`host` 0.0.0.0, or :: with IPv6 too): this
+// machine's name, then its interfaces' addresses but loopback and IPv6 link-local ones.
+std::vector<std::string> names_of_this_machine(const std::string& host) {
+  std::vector<std::string> names;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') names.emplace_back(name);
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) return names;
+  for (const ifaddrs* entry = interfaces; entry; entry = entry->ifa_next) {
+    if (!entry->ifa_addr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (entry->ifa_addr->sa_family == AF_INET) {
+      const in_addr& address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr)->sin_addr;
+      if ((ntohl(address.s_addr) >> 24) == 127) continue;
+      ::inet_ntop(AF_INET, &address, text, sizeof text);
+    } else if (entry->ifa_addr->sa_family == AF_INET6 && host == "::") {
+      const in6_addr& address = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LOOPBACK(&address) || IN6_IS_ADDR_LINKLOCAL(&address)) continue;
+      ::inet_ntop(AF_INET6, &address, text, sizeof text);
+    } else {
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), text) == names.end()) names.emplace_back(text);
+  }
+  ::freeifaddrs(interfaces);
+  return names;
+}
+
+}  // namespace
 
 int serve_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {"--port", "--host"}, {"--no-token"});
@@ -44,7 +84,12 @@ int serve_command(int argc, char** argv) {
 
   serve::DashboardServer server(options);
   server.bind();
-  std::printf("runner serve: %s\n", server.url().c_str());
+  // On every address: a URL by this machine's name, then one per address (a browser cannot open 0.0.0.0's).
+  const std::vector<std::string> names =
+      is_any_address(options.host) ? names_of_this_machine(options.host) : std::vector<std::string>{};
+  if (names.empty()) std::printf("runner serve: %s\n", server.url().c_str());
+  for (std::size_t i = 0; i < names.size(); ++i)
+    std::printf("runner serve: %s%s\n", i == 0 ? "" : "or ", server.url(names[i]).c_str());
   if (server.token().empty())
     std::printf("runner serve: --no-token: every user of this machine can read the dashboard\n");
   else if (serve::is_loopback_address(options.host))
@@ -54,7 +99,11 @@ int serve_command(int argc, char** argv) {
         "runner serve: listening on %s, which other machines may reach: requests need the token in the URL above "
         "(opening it sets a cookie)\n",
         options.host.c_str());
-  std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
+  if (index::index_url().empty())
+    std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
+  else
+    std::printf("runner serve: the index at %s (run folders in %s), read-only; Ctrl-C stops\n",
+                index::index_location(options.home).c_str(), options.home.c_str());
   std::fflush(stdout);
   std::thread stopper([&] {
     int signal = 0;

@@ -248,6 +248,7 @@ report::SweepReport load_sweep_report(index::Database& db, const std::string& re
   page.summary = summary_line(record, shown, counts);
   page.metric = spec.metric;
   page.minimize = spec.minimize;
+  page.asha = spec.asha.has_value();
   page.best_trial = counts.best_trial;
   page.best_command = sweep::best_trial_command(record, trials);
   for (const sweep::Parameter& parameter : spec.parameters) {

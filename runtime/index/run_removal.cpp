@@ -128,19 +128,19 @@ void drop_checkpoints(Database& db, const std::string& home, const RunRecord& ru
   for (const CheckpointRecord& checkpoint : checkpoints(db, run.run)) {
     if (checkpoint.kept && !unneeded.count(checkpoint.checkpoint)) continue;
     const std::string path = home + "/" + run.dir + "/" + checkpoint.path;
-    report.dropped_checkpoints.push_back(run.dir + "/" + checkpoint.path);
-    report.bytes_freed += disk_usage(path);
+    struct stat info {};
+    const bool on_disk = ::lstat(path.c_str(), &info) == 0;
+    if (on_disk) {  // else rotation deleted its files and not yet its rows (an index from before it did both)
+      report.dropped_checkpoints.push_back(run.dir + "/" + checkpoint.path);
+      report.bytes_freed += disk_usage(path);
+    }
     if (dry_run) continue;
     if (checkpoint.kept) set_checkpoint_kept(db, checkpoint.checkpoint, false);  // never restored from once half gone
     if (is_directory(path))
       remove_tree(path);
     else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       throw IndexError(fmt::format("{}: cannot delete: {}", path, std::strerror(errno)));
-    with_transaction(db, [&] {
-      Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
-      statement.bind(1, checkpoint.checkpoint);
-      statement.run();
-    });
+    delete_checkpoint(db, checkpoint.checkpoint);
   }
 }
 

@@ -596,6 +596,14 @@ void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept) {
   });
 }
 
+void delete_checkpoint(Database& db, int64_t checkpoint) {
+  with_transaction(db, [&] {
+    Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
+    statement.bind(1, checkpoint);
+    statement.run();
+  });
+}
+
 std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run) {
   Statement statement = db.prepare(
       "SELECT checkpoint, run, step, path, bytes, hash, metric, metric_value, kept, created_at FROM checkpoints "

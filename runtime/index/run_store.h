@@ -204,6 +204,8 @@ struct CheckpointRecord {
 };
 int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint);
 void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept);
+// Deletes a checkpoint's rows (its files' with it): once its files are deleted, the index forgets it.
+void delete_checkpoint(Database& db, int64_t checkpoint);
 std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run);
 
 // What an attempt of a run read (the inputs table): its data and VAE as resolved, and what identifies them.

@@ -51,15 +51,20 @@ const std::string& run_colour(std::size_t run_index) {
   return kTab10[run_index % kTab10.size()];
 }
 
+std::vector<std::string> ordered_metric_keys(std::set<std::string> keys) {
+  std::vector<std::string> ordered, timings;
+  if (keys.erase("loss")) ordered.push_back("loss");
+  for (const std::string& key : keys) (key.starts_with("time/") ? timings : ordered).push_back(key);
+  ordered.insert(ordered.end(), timings.begin(), timings.end());
+  return ordered;
+}
+
 std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs) {
   std::set<std::string> keys;
   for (const auto& run : runs) {
     for (const auto& [key, points] : run.metrics) keys.insert(key);
   }
-  std::vector<std::string> ordered;
-  if (keys.erase("loss")) ordered.push_back("loss");
-  ordered.insert(ordered.end(), keys.begin(), keys.end());
-  return ordered;
+  return ordered_metric_keys(std::move(keys));
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,7 +64,10 @@ std::string base64_encode(std::string_view bytes);
 // matplotlib's tab10 colour of the run at this position (cycling after ten).
 const std::string& run_colour(std::size_t run_index);
 
-// Metric keys of all runs: "loss" first when present, then the others by name.
+// The order metrics are shown in (the report's charts, the dashboard's columns and charts): "loss" first when
+// present, then the script's other metrics by name, then runner's own timings (the trainer's time/*) by name.
+std::vector<std::string> ordered_metric_keys(std::set<std::string> keys);
+// Metric keys of all runs, in that order.
 std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs);
 
 }  // namespace runner::report

@@ -51,6 +51,7 @@ struct SweepReport {
   bool minimize = true;
   std::vector<SweepReportParameter> parameters;
   std::vector<SweepReportTrial> trials;  // in the order the table shows them
+  bool asha = false;                     // whether the sweep prunes with ASHA
   std::vector<SweepReportRung> rungs;    // empty without ASHA
   std::optional<std::int64_t> best_trial;
   std::string best_command;

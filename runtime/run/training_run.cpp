@@ -142,7 +142,7 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
   last_checkpoint_step_ = run_.step();
   const double stall = core::steady_seconds() - start;
   stalls_[run_.step()] = stall;
-  run_.metrics().log("checkpoint_stall_ms", run_.step(), stall * 1000, index::now_seconds());
+  run_.metrics().log("time/checkpoint_stall_ms", run_.step(), stall * 1000, index::now_seconds());
   if (request.wait) report_saves(true);
   return stall;
 }

@@ -63,7 +63,7 @@ class TrainingRun {
   // is no checkpoint. Throws when the forked run has no good checkpoint.
   std::optional<Restored> restore();
 
-  // Saves the state at the run's step; returns the stall in seconds (also logged as checkpoint_stall_ms).
+  // Saves the state at the run's step; returns the stall in seconds (also logged as time/checkpoint_stall_ms).
   // The previous save is waited for first (part of the stall). Raises a previous save's failure first
   // under CheckpointFailurePolicy::stop. A step saved already is not saved again (0 stall) unless the
   // request ranks it by a metric value.

@@ -263,8 +263,9 @@ int DashboardServer::port() const { return state_->port; }
 
 const std::string& DashboardServer::token() const { return state_->token; }
 
-std::string DashboardServer::url() const {
-  const std::string& host = state_->options.host;
+std::string DashboardServer::url() const { return url(state_->options.host); }
+
+std::string DashboardServer::url(const std::string& host) const {
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return fmt::format("http://{}:{}/{}", shown, state_->port, state_->token.empty() ? "" : "?token=" + state_->token);
 }

@@ -34,6 +34,8 @@ class DashboardServer {
   const std::string& token() const;
   // Where to point a browser: http://HOST:PORT/?token=... (without ?token= when there is none).
   std::string url() const;
+  // The same at another name or address of this machine (for a server listening on all of them).
+  std::string url(const std::string& host) const;
   // Answers requests until stop() (from another thread).
   void run();
   void stop();

@@ -136,7 +136,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
                     {"summary", record.summary}});
     durations[record.id] = index::duration_seconds(record, now);
   }
-  nlohmann::json page = {{"runs", runs}, {"metric_keys", keys}};
+  nlohmann::json page = {{"runs", runs}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}};
   const nlohmann::json signature = page;
   page["durations"] = durations;
   return versioned(page, signature);
@@ -154,7 +154,9 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
                                     {"artifacts", run["artifacts"]}, {"attempts", run["attempts"]},
                                     {"error", run["error"]},         {"summary", run["summary"]},
                                     {"ended_at", run["ended_at"]},   {"config", run["config"]}};
-  return versioned({{"run", run}}, signature);
+  std::set<std::string> keys;
+  for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
+  return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);
 }
 
 nlohmann::json compare_page(index::Database& db, const QueryParameters& parameters) {
@@ -193,12 +195,8 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
     }
     config.push_back({{"key", key}, {"values", values}, {"differs", differs}});
   }
-  std::vector<std::string> ordered(keys.begin(), keys.end());
-  if (keys.count("loss")) {
-    ordered.erase(std::find(ordered.begin(), ordered.end(), "loss"));
-    ordered.insert(ordered.begin(), "loss");
-  }
-  const nlohmann::json page = {{"runs", runs}, {"metric_keys", ordered}, {"config", config}};
+  const nlohmann::json page = {
+      {"runs", runs}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}, {"config", config}};
   return versioned(page, page);
 }
 
@@ -259,6 +257,7 @@ nlohmann::json sweep_page(index::Database& db, const QueryParameters& parameters
       {"minimize", sweep.minimize},
       {"parameters", parameters_json},
       {"trials", trials},
+      {"asha", sweep.asha},
       {"rungs", rungs},
       {"best_trial", sweep.best_trial ? nlohmann::json(*sweep.best_trial) : nlohmann::json(nullptr)},
       {"best_command", sweep.best_command},
@@ -285,9 +284,8 @@ std::string sweep_chart(index::Database& db, const QueryParameters& parameters) 
   if (chart == "rungs") {
     const std::string rungs = report::rungs_chart(sweep);
     if (!rungs.empty()) return rungs;
-    report::ScatterOptions empty;
-    empty.title = "ASHA rungs: none (no ASHA pruning, or no trial reached a rung yet)";
-    return report::render_scatter_chart({}, empty);
+    throw NotFound(fmt::format("sweep {} has no ASHA rung results: {}", sweep.name,
+                               sweep.asha ? "no trial has reached a rung yet" : "it does not prune with ASHA"));
   }
   if (chart == "curves") return report::curves_chart(sweep, chart_options(parameters));
   if (chart == "objective") {

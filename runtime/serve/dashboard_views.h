@@ -26,8 +26,9 @@ struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The JSON of each page. Each holds "version", a digest of what the page shows except the running clock
-// (durations); a request whose `since` equals it is answered {"version": V, "unchanged": true}, which the pages
+// The JSON of each page; the runs, run and compare pages list their metrics as "metric_keys" in the order they
+// are shown (report::ordered_metric_keys). Each holds "version", a digest of what the page shows except the running
+// clock (durations); a request whose `since` equals it is answered {"version": V, "unchanged": true}, which the pages
 // poll for.
 nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters);
 nlohmann::json run_page(index::Database& db, const QueryParameters& parameters);      // run=REF

@@ -125,6 +125,8 @@ function data.dataset(options) end
 ---@field index Tensor int64 [B] 0-based dataset indices (on the CPU)
 ---@field step integer 1-based number of this batch in the loader's stream (across epochs)
 ---@field epoch integer 1-based epoch of this batch
+---@field wait_s number seconds loader:next() took to hand this batch over (waiting for the workers; loading it
+---                     itself without workers): the trainer logs it as time/batch_wait_ms
 
 ---@class LoaderStats
 ---@field wait_s number seconds next() spent waiting for batches

@@ -114,11 +114,13 @@
 ---@field loss_scale? Tensor   fp16 only
 ---@field skipped Tensor       optimizer steps skipped so far (non-finite values, fp16 overflow)
 ---@field step integer         optimizer steps done
----@field timing table         seconds: data (outside the trainer since the previous step: loading the batch, the loop's
----                            own work), forward_backward, optimizer, ema (on CUDA: of the latest step whose device
----                            events completed). With a run started, their means over every 25 steps (and the last
----                            step) are logged as the metrics time/data_ms, time/forward_backward_ms, time/optimizer_ms
----                            and time/ema_ms
+---@field timing table         seconds: batch_wait (loader:next() handing over this step's batch, its wait_s),
+---                            between_steps (the rest of the time outside the trainer since the previous step: the
+---                            loop's own work, such as evaluation, sampling, logging and checkpoint copies),
+---                            forward_backward, optimizer, ema (on CUDA: of the latest step whose device events
+---                            completed). With a run started, their means over every 25 steps (and the last step)
+---                            are logged as the metrics time/batch_wait_ms, time/between_steps_ms,
+---                            time/forward_backward_ms, time/optimizer_ms and time/ema_ms
 
 ---@class Trainer
 ---@field step_count integer   optimizer steps done

@@ -64,7 +64,7 @@ local function profile_range(options)
 end
 
 -- Step-time breakdown logged as metrics of the active run: means over the steps since the last log.
-local TIME_KEYS = { "data", "forward_backward", "optimizer", "ema" }
+local TIME_KEYS = { "batch_wait", "between_steps", "forward_backward", "optimizer", "ema" }
 local TIME_LOG_EVERY = 25
 
 --- runner.trainer(TrainerOptions) -> Trainer (the keys and defaults: ---@class TrainerOptions in
@@ -192,7 +192,10 @@ function Trainer:step(batch, loss_fn)
   if out.step == self.total_steps then self.native:raise_pending_stop() end
   if profile and out.step == profile.last then self:finish_profile(profile) end
   local timing = self.native:timing()
-  timing.data = self.last_return and (started - self.last_return) or 0
+  -- Since the previous step returned: getting this batch from the loader, and the rest of the loop's own work.
+  local outside = self.last_return and (started - self.last_return) or 0
+  timing.batch_wait = math.min(outside, type(batch) == "table" and tonumber(batch.wait_s) or 0)
+  timing.between_steps = outside - timing.batch_wait
   out.timing = timing
   self:log_timing(timing, out.step)
   if self.progress then

@@ -150,8 +150,9 @@ class Experiments(TempDirTest):
         self.assertIn("lr 2.00e-04", stdout)  # warmup over
         run = last_run(self.dir)
         out = run["path"]
-        self.assertEqual(sorted(run["metrics"]), ["checkpoint_stall_ms", "grad_norm", "loss", "lr", "time/data_ms",
-                                                 "time/ema_ms", "time/forward_backward_ms", "time/optimizer_ms"])
+        self.assertEqual(sorted(run["metrics"]), ["grad_norm", "loss", "lr", "time/batch_wait_ms",
+                                                 "time/between_steps_ms", "time/checkpoint_stall_ms", "time/ema_ms",
+                                                 "time/forward_backward_ms", "time/optimizer_ms"])
         self.assertTrue((out / "checkpoints" / "step-0000004" / "ema.safetensors").exists(), stdout)
         self.assertEqual(run["metrics"]["lr"], {"step": 4, "value": 2e-4})
         self.assertTrue((out / "images" / "samples-0000002.png").exists(), stdout)

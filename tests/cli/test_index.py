@@ -580,7 +580,7 @@ class IndexCommands(IndexTest):
             local run = runner.start()
             local train = runner.trainer { model = nn.Linear(2, 1), optimizer = { "sgd", lr = 0.1 }, progress = false }
             run:restore { trainer = train }
-            run:checkpoint()  -- logs one value, checkpoint_stall_ms
+            run:checkpoint()  -- logs one value, time/checkpoint_stall_ms
         """)
         self.runner("one.lua", check=0)
         result = self.runner("rm", "one-1", check=0)

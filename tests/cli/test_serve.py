@@ -18,19 +18,25 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import postgres_server
 import report_screenshot
 import test_sweep
 from runner_process import RUNNER, home_env, write_script
 
 # late_at > 0: the run holds before step late_at, where late_metric starts, until the file page-open exists.
+# A trainer steps too, for runner's own time/* metrics (logged at step 25 and the last).
 TRAINING_SCRIPT = """
 local cfg = config { steps = 30, lr = 0.01, sleep = 0.0, late_at = 0 }
 local run = runner.start(cfg)
+local model = nn.Linear(2, 1)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.001 }, steps = cfg.steps, progress = false }
 for step in run:steps(cfg.steps) do
   if step == cfg.late_at then
     while not io.open("page-open") do os.execute("sleep 0.05") end
   end
+  train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
   local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
+  if step % 10 == 0 then values.val_loss = 1.1 * values.loss end
   if cfg.late_at > 0 and step >= cfg.late_at then values.late_metric = step end
   run:log(values)
   if run:every(10) then run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4) * step / 30) end
@@ -39,6 +45,24 @@ for step in run:steps(cfg.steps) do
     while runner.clock() - t < cfg.sleep do end
   end
 end
+"""
+
+# A run that fails after logging a few steps.
+BROKEN_SCRIPT = """
+local run = runner.start(config { steps = 5 })
+for step in run:steps(5) do
+  run:log { loss = 1 / step }
+  if step == 3 then error("broken on purpose at step " .. step) end
+end
+"""
+
+# A sweep that does not prune: no ASHA rungs.
+PLAIN_SWEEP = """
+return runner.sweep {
+  script = "synthetic.lua", name = "plain",
+  parameters = { mode = { "plain", "fancy" } },
+  fixed = { steps = 3 }, method = "grid", metric = "score",
+}
 """
 
 SWEEP = """
@@ -51,11 +75,12 @@ return runner.sweep {
 """
 
 
-def start_serve(home, *args):
-    """Starts `runner serve --port 0 ARGS` (ARGS may give the port) over home; returns (process, url) once it
-    listens."""
+def start_serve(home, *args, env=None):
+    """Starts `runner serve --port 0 ARGS` (ARGS may give the port) over home (with env added to its
+    environment); returns (process, url) once it listens."""
     port = [] if "--port" in args else ["--port", "0"]
-    process = subprocess.Popen([RUNNER, "serve", *port, *args], env=home_env(home), stdout=subprocess.PIPE,
+    process = subprocess.Popen([RUNNER, "serve", *port, *args], env={**home_env(home), **(env or {})},
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     match = re.match(r"runner serve: (http://\S+)", line)
@@ -121,8 +146,12 @@ class Dashboard(unittest.TestCase):
         write_script(cls.dir, "train.lua", TRAINING_SCRIPT)
         write_script(cls.dir, "synthetic.lua", test_sweep.SYNTHETIC)
         write_script(cls.dir, "sweep.lua", SWEEP)
-        for command in (["train.lua"], ["train.lua", "lr=0.05"], ["sweep", "sweep.lua"]):
+        write_script(cls.dir, "plain_sweep.lua", PLAIN_SWEEP)
+        write_script(cls.dir, "broken.lua", BROKEN_SCRIPT)
+        for command in (["train.lua"], ["train.lua", "lr=0.05"], ["sweep", "sweep.lua"], ["sweep", "plain_sweep.lua"]):
             subprocess.run([RUNNER, *command], cwd=cls.dir, env=env, check=True, capture_output=True, timeout=300)
+        failed = subprocess.run([RUNNER, "broken.lua"], cwd=cls.dir, env=env, capture_output=True, timeout=300)
+        assert failed.returncode == 1, failed.stderr
         cls.server, cls.printed_url = start_serve(cls.home)
         cls.url, cls.token = split_token(cls.printed_url)
         cls.port = int(cls.url.rsplit(":", 1)[1].strip("/"))
@@ -168,12 +197,21 @@ class Dashboard(unittest.TestCase):
         headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
         for column in ("name", "status", "sweep", "world size", "loss", "score"):
             self.assertIn(column, headers)
+        # The metrics' columns: the scripts' own (loss first, then by name), then runner's timings (time/*).
+        keys = [key for (key,) in self.sql("SELECT DISTINCT key FROM metrics")]
+        timings = sorted(key for key in keys if key.startswith("time/"))
+        self.assertIn("time/forward_backward_ms", timings)
+        ours = sorted(key for key in keys if key not in timings and key != "loss")
+        self.assertIn("val_loss", ours)  # after time/ by name
+        self.assertEqual(headers[headers.index("duration") + 1:], ["loss", *ours, *timings])
         loss = headers.index("loss")
         browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")
         names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
         ours = [name for name in names if name in ("train-1", "train-2")]
         self.assertEqual(ours, ["train-1", "train-2"])  # 1/30 * lr * 100: lr 0.01 before lr 0.05
-        self.assertTrue(all(name.startswith("train-") for name in names[:len(names) - 6]), names)  # trials: no loss
+        with_loss = {name for (name,) in self.sql("SELECT DISTINCT r.name FROM runs r JOIN metrics m USING (run) "
+                                                  "WHERE m.key = 'loss'")}
+        self.assertEqual(set(names[:len(with_loss)]), with_loss, names)  # trials: no loss, last
         browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")  # descending
         names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
         self.assertEqual([name for name in names if name in ("train-1", "train-2")], ["train-2", "train-1"])
@@ -253,14 +291,14 @@ class Dashboard(unittest.TestCase):
 
     def test_sweep_page_shows_trials_importance_parallel_coordinates_and_rungs(self):
         browser = self.page("/sweeps")
-        browser.wait_for("document.querySelector('tbody tr a')?.textContent === 'lrs'")
+        browser.wait_for("[...document.querySelectorAll('tbody tr a')].some((a) => a.textContent === 'lrs')")
         browser = self.page("/sweep/lrs")
         browser.wait_for("document.querySelectorAll('figure.chart svg').length === 6")
         labels = browser.evaluate("[...document.querySelectorAll('figure.chart svg')].map((s) => s.getAttribute('aria-label'))")
         self.assertEqual(labels, ["score by lr", "score by mode", "parameter importance", "parameters and score",
                                   "ASHA rungs: score", "score of every trial"])
         self.assertIn("squared Spearman rank correlation", browser.evaluate("document.body.textContent"))
-        trials = self.sql("SELECT count(*) FROM trials")[0][0]
+        trials = self.sql("SELECT count(*) FROM trials t JOIN sweeps s USING (sweep) WHERE s.name = 'lrs'")[0][0]
         self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), trials)
         parallel = browser.evaluate("document.querySelectorAll('svg[aria-label=\"parameters and score\"] polyline').length")
         self.assertEqual(parallel, trials)
@@ -270,6 +308,25 @@ class Dashboard(unittest.TestCase):
                          rung_results)
         bars = browser.evaluate("document.querySelectorAll('svg[aria-label=\"parameter importance\"] rect').length")
         self.assertEqual(bars, 2)
+
+    def test_a_sweep_without_asha_has_no_rungs_chart(self):
+        browser = self.page("/sweep/plain")
+        browser.wait_for("document.querySelectorAll('#page tbody tr').length === 2 && "
+                         "document.querySelectorAll('figure.chart svg').length === 4")
+        labels = browser.evaluate("[...document.querySelectorAll('figure.chart svg')].map((s) => s.getAttribute('aria-label'))")
+        self.assertEqual(labels, ["score by mode", "parameter importance", "parameters and score", "score of every trial"])
+        self.assertNotIn("ASHA", browser.evaluate("document.getElementById('page').textContent"))
+        status, _, body = self.fetch("chart/sweep.svg?sweep=plain&chart=rungs")
+        self.assertEqual((status, body.decode().strip()),
+                         (404, "sweep plain has no ASHA rung results: it does not prune with ASHA"))
+
+    def test_a_failed_runs_error_is_shown_above_its_charts(self):
+        browser = self.page("/run/broken-1")
+        browser.wait_for("!!document.querySelector('.run-error pre') && !!document.querySelector('figure.chart svg')")
+        self.assertIn("broken on purpose at step 3", browser.evaluate("document.querySelector('.run-error pre').textContent"))
+        self.assertTrue(browser.evaluate(
+            "!!(document.querySelector('.run-error').compareDocumentPosition(document.querySelector('figure.chart')) "
+            "& Node.DOCUMENT_POSITION_FOLLOWING)"), "the error is below a chart")
 
     def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
         # The job holds before step 25 until the page is up: the clock starts with the browser there.
@@ -293,6 +350,21 @@ class Dashboard(unittest.TestCase):
                               "WHERE r.name = 'train-3' AND m.key = 'late_metric'")[0][0]
             self.assertLess(seen - logged, 3.5, "the page showed the new metric more than 3.5 s after it was logged")
             self.assertTrue(browser.evaluate("window.loadedOnce === true"), "the page was reloaded")
+            # The new metric gets its own chart among the script's metrics (loss first, then by name).
+            browser.wait_for("!!document.querySelector('#page > .charts svg[aria-label=\"late_metric\"]')", timeout=60)
+            charted = browser.evaluate("[...document.querySelectorAll('#page > .charts svg')].map((s) => s.getAttribute('aria-label'))")
+            self.assertEqual(charted, ["loss", *sorted(key for key in charted if key != "loss")])
+            self.assertIn("lr", charted)
+            # runner's timings (logged from step 25 too) come after them, in a group that stays collapsed, their
+            # charts not drawn, until it is opened.
+            timing_picks = "[...document.querySelectorAll('details.metric-group label')].map((l) => l.textContent.trim())"
+            browser.wait_for(f"{timing_picks}.includes('time/forward_backward_ms')", timeout=60)
+            self.assertTrue(all(key.startswith("time/") for key in browser.evaluate(timing_picks)))
+            self.assertFalse(browser.evaluate("document.querySelector('details.metric-group').open"))
+            self.assertEqual(browser.evaluate("document.querySelectorAll('details.metric-group figure').length"), 0)
+            self.assertFalse(any(key.startswith("time/") for key in charted))
+            browser.evaluate("document.querySelector('details.metric-group summary').click()")
+            browser.wait_for("!!document.querySelector('details.metric-group svg[aria-label=\"time/forward_backward_ms\"]')")
             browser.wait_for(f"document.querySelector('figure.chart g.series').dataset.steps.split(' ').length > {first_steps}")
             browser.wait_for("document.querySelector('h1 .status')?.textContent === 'finished'", timeout=60)
             self.assertTrue(browser.evaluate("window.loadedOnce === true"))
@@ -389,9 +461,19 @@ class Dashboard(unittest.TestCase):
     def test_another_address_needs_the_printed_token(self):
         server, url = start_serve(self.home, "--host", "0.0.0.0")
         try:
-            match = re.match(r"http://0\.0\.0\.0:(\d+)/\?token=([0-9a-f]{32})$", url)
+            # The URL names this machine (a browser cannot open 0.0.0.0), then one line per address.
+            match = re.match(r"http://([^:/]+):(\d+)/\?token=([0-9a-f]{32})$", url)
             self.assertIsNotNone(match, url)
-            port, token = match.groups()
+            name, port, token = match.groups()
+            self.assertEqual(name, socket.gethostname())
+            lines = []
+            while not lines or "the index in" not in lines[-1]:
+                lines.append(server.stdout.readline())
+                self.assertTrue(lines[-1], f"runner serve ended its banner early: {lines}")
+            self.assertNotIn("0.0.0.0:", "".join(lines))
+            address = other_address()
+            if address:
+                self.assertIn(f"runner serve: or http://{address}:{port}/?token={token}\n", lines)
             base = f"http://127.0.0.1:{port}/"
             status, _, body = get(base + "api/runs")
             self.assertEqual(status, 403)
@@ -403,7 +485,6 @@ class Dashboard(unittest.TestCase):
             self.assertEqual(cookie, f"runner_token_{port}={token}")
             self.assertEqual(get(base + "api/runs", headers={"Cookie": cookie})[0], 200)
             self.assertEqual(get(base + "api/runs", method="POST", headers={"Cookie": cookie})[0], 405)
-            address = other_address()
             if address:
                 self.assertEqual(get(f"http://{address}:{port}/api/runs?token={token}")[0], 200)
         finally:
@@ -516,6 +597,27 @@ class Dashboard(unittest.TestCase):
         finally:
             for connection in held:
                 connection.close()
+
+    @unittest.skipIf(postgres_server.missing(), f"no PostgreSQL server: {postgres_server.missing()}")
+    def test_on_a_postgresql_index_the_banner_names_its_url_without_the_password(self):
+        server = postgres_server.shared_server()
+        url = server.new_database().replace("postgresql://runner@", "postgresql://runner:secret@")
+        home = self.dir / "postgres-home"
+        env = {**home_env(home), "RUNNER_INDEX": url}
+        subprocess.run([RUNNER, "train.lua", "steps=2"], cwd=self.dir, env=env, check=True, capture_output=True,
+                       timeout=300)
+        process, _ = start_serve(home, env={"RUNNER_INDEX": url})
+        try:
+            lines = []
+            while not lines or "read-only" not in lines[-1]:
+                lines.append(process.stdout.readline())
+                self.assertTrue(lines[-1], f"runner serve ended its banner early: {lines}")
+            shown = url.replace(":secret@", ":***@")
+            self.assertEqual(lines[-1], f"runner serve: the index at {shown} (run folders in {home}), read-only; "
+                                        "Ctrl-C stops\n")
+            self.assertNotIn("secret", "".join(lines))
+        finally:
+            stop_serve(process)
 
     def test_usage_errors(self):
         for args, message in ((["--port", "x"], "--port 'x': expected a non-negative integer"),

@@ -390,6 +390,17 @@ class TrainerTest(RunnerHomeTest):
         self.runner("--resume", "stop", script, "signal_at=-1", check=0)
         self.assertEqual(self.metric_rows("stop", "after"), [(s, float(s)) for s in range(1, 7)])
 
+    def test_gc_does_not_list_checkpoints_rotation_already_deleted(self):
+        script = self.script("resumable.lua", RESUMABLE)
+        self.runner(script, "name=rotated", "steps=6", "every=2", "keep=1")
+        folder = self.home / "rotated" / "checkpoints"
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["step-0000006"])
+        with sqlite3.connect(self.home / "index.db") as db:
+            self.assertEqual(db.execute("SELECT step, kept FROM checkpoints").fetchall(), [(6, 1)])
+        dry = self.runner("gc", "--dry-run", check=0)
+        self.assertNotIn("checkpoint", dry.stdout)
+        self.assertIn("would have 0 B freed", dry.stdout)
+
     def test_leftovers_of_dead_checkpoint_writers_are_cleaned(self):
         script = self.script("resumable.lua", RESUMABLE)
         self.runner(script, "name=stale", "steps=4", "every=2", "keep=3")
@@ -436,6 +447,22 @@ end
 """
 
 
+# Loader batches, and an "evaluation" of `busy` seconds after each step: the loop's own work between steps.
+TIMED = """
+local cfg = config { steps = 3, busy = 0.2 }
+local run = runner.start(cfg)
+local model = nn.Linear(3 * 8 * 8, 1)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.01 }, steps = cfg.steps, progress = false }
+local loader = runner.data.loader(runner.data.shapes { size = 8, count = 16 }, { batch = 4 })
+for batch in loader:iter { to = cfg.steps } do
+  assert(batch.wait_s >= 0, "a loader batch says how long loader:next() took")
+  train:step(batch, function(micro) return model(micro.data:flatten(2)):pow(2):mean() end)
+  local t = runner.clock()
+  while runner.clock() - t < cfg.busy do end
+end
+"""
+
+
 class Profiling(RunnerHomeTest):
     def setUp(self):
         super().setUp()
@@ -461,10 +488,21 @@ class Profiling(RunnerHomeTest):
         self.assertIn({"kind": "file", "name": "profile", "path": "profile-steps-2-3.json", "step": 3},
                       [{k: a[k] for k in ("kind", "name", "path", "step")} for a in shown["artifacts"]])
         # The step-time breakdown, logged at the last step as the mean of the steps since the last log.
-        for key in ("time/data_ms", "time/forward_backward_ms", "time/optimizer_ms", "time/ema_ms"):
+        for key in ("time/batch_wait_ms", "time/between_steps_ms", "time/forward_backward_ms", "time/optimizer_ms",
+                    "time/ema_ms"):
             self.assertEqual(shown["metrics"][key]["step"], 4, key)
             self.assertGreaterEqual(shown["metrics"][key]["value"], 0, key)
         self.assertGreater(shown["metrics"]["time/forward_backward_ms"]["value"], 0)
+
+    def test_the_loops_own_work_between_steps_is_not_counted_as_waiting_for_batches(self):
+        self.script("timed.lua", TIMED)
+        self.runner("timed.lua", check=0)
+        metrics = self.show()["metrics"]
+        self.assertNotIn("time/data_ms", metrics)
+        # Steps 2 and 3 each follow a busy-wait of 0.2 s outside the trainer and the loader (step 1 follows none).
+        self.assertGreaterEqual(metrics["time/between_steps_ms"]["value"], 2 * 200 / 3)
+        self.assertEqual(metrics["time/between_steps_ms"]["step"], 3)
+        self.assertGreaterEqual(metrics["time/batch_wait_ms"]["value"], 0)
 
     def test_bad_ranges_are_errors_naming_them(self):
         result = self.runner("--profile", "3:2", "profiled.lua", check=2)

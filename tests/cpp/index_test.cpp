@@ -1192,6 +1192,13 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
   dropped.files = {{"step-2.safetensors", 300, "h3"}};
   const int64_t dropped_id = add_checkpoint(db, dropped);
   set_checkpoint_kept(db, dropped_id, false);
+  // And one whose files rotation deleted but whose row an older runner left: nothing left to list or free.
+  CheckpointRecord rotated = dropped;
+  rotated.step = 3;
+  rotated.path = "checkpoints/step-3.safetensors";
+  rotated.files = {{"step-3.safetensors", 300, "h4"}};
+  const int64_t rotated_id = add_checkpoint(db, rotated);
+  set_checkpoint_kept(db, rotated_id, false);
   const uint64_t dropped_bytes = allocated_bytes(home + "/rotating/checkpoints/step-2.safetensors");
 
   // A run of a process that died, with no directory.
@@ -1246,6 +1253,7 @@ TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds o
     CHECK(remaining[0].path == "checkpoints/step-1");
     CHECK(remaining[0].files.size() == 2);
     CHECK(scalar(db, "SELECT count(*) FROM checkpoint_files WHERE checkpoint = " + std::to_string(dropped_id)) == 0);
+    CHECK(scalar(db, "SELECT count(*) FROM checkpoint_files WHERE checkpoint = " + std::to_string(rotated_id)) == 0);
     CHECK(describe(row_counts(db, rotating.run)) == describe(RowCounts{1, 30, 2, 1, 1, 2}));
     // The dead run is marked.
     CHECK(load_run(db, stale.run).status == "interrupted");

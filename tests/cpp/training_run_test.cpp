@@ -133,6 +133,10 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
     std::vector<int64_t> steps;
     while (kept.step()) steps.push_back(kept.integer(0));
     CHECK(steps == std::vector<int64_t>{6, 8});
+    // The dropped ones are forgotten with their files: `runner gc` finds nothing of them to delete.
+    auto all = db.prepare("SELECT count(*) FROM checkpoints");
+    REQUIRE(all.step());
+    CHECK(all.integer(0) == 2);
     CHECK_FALSE(std::filesystem::exists(context->directory() + "/checkpoints/step-0000004"));
     CHECK(std::filesystem::exists(context->directory() + "/checkpoints/step-0000008/model.safetensors"));
   }

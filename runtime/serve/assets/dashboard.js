@@ -268,6 +268,11 @@ function metricChartUrl(runs, key) {
   return (view) => `/chart/metric.svg?${query({ run: runs, key, ...view })}`;
 }
 
+// runner's own timings (the trainer's time/* metrics): the server lists them after the script's metrics; the run
+// page groups them.
+const TIMING_PREFIX = "time/";
+const isTiming = (key) => key.startsWith(TIMING_PREFIX);
+
 // ---- pages ----------------------------------------------------------------------------------------
 
 const page = document.getElementById("page");
@@ -330,30 +335,44 @@ function runsPage() {
 
 function runPage(reference) {
   const view = { scale: "auto", smoothing: 0 };
-  const shown = new Set();       // metric keys with a chart
+  const hidden = new Set();      // metric keys whose chart was turned off; every other metric has one
   const charts = new Map();      // key -> figure
   const sliders = new Map();     // image name -> { input, follow }
   let run = null;
+  let metricKeys = [];           // in the order they are shown
   const header = el("div");
+  const error = el("div");
   const picks = el("div", { class: "metric-picks" });
   const chartHolder = el("div", { class: "charts" });
+  // runner's timings, collapsed until opened (their charts are drawn only while it is open)
+  const timingPicks = el("div", { class: "metric-picks" });
+  const timingCharts = el("div", { class: "charts" });
+  const timingTitle = el("summary");
+  const timings = el("details", { class: "metric-group", hidden: true, ontoggle: () => run && drawCharts() },
+    timingTitle, timingPicks, timingCharts);
   const samples = el("div");
   const details = el("div");
-  page.replaceChildren(header, el("h2", {}, "Metrics"), picks,
-    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder,
+  page.replaceChildren(header, error, el("h2", {}, "Metrics"), picks,
+    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder, timings,
     el("h2", {}, "Samples"), samples, details);
 
+  // A chart for every metric, new ones as they arrive, but those turned off and the timings while collapsed.
   function drawCharts() {
-    const keys = Object.keys(run.metrics).sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : a.localeCompare(b)));
-    if (!shown.size) keys.slice(0, 6).forEach((key) => shown.add(key));
-    picks.replaceChildren(...keys.map((key) => el("label", {}, el("input", { type: "checkbox", checked: shown.has(key),
-      onchange: (event) => { if (event.target.checked) shown.add(key); else shown.delete(key); drawCharts(); } }), ` ${key}`)));
-    for (const [key, figure] of charts) if (!shown.has(key)) { figure.remove(); charts.delete(key); }
+    const keys = metricKeys;
+    const pick = (key) => el("label", {}, el("input", { type: "checkbox", checked: !hidden.has(key),
+      onchange: (event) => { if (event.target.checked) hidden.delete(key); else hidden.add(key); drawCharts(); } }), ` ${key}`);
+    const timingKeys = keys.filter(isTiming);
+    picks.replaceChildren(...keys.filter((key) => !isTiming(key)).map(pick));
+    timingPicks.replaceChildren(...timingKeys.map(pick));
+    timingTitle.textContent = `runner's timings (${timingKeys.length}: ${TIMING_PREFIX}*)`;
+    timings.hidden = !timingKeys.length;
+    const charted = (key) => !hidden.has(key) && (!isTiming(key) || timings.open);
+    for (const [key, figure] of charts) if (!charted(key)) { figure.remove(); charts.delete(key); }
     for (const key of keys) {
-      if (!shown.has(key)) continue;
+      if (!charted(key)) continue;
       if (charts.has(key)) charts.get(key).load();
       else charts.set(key, chartFigure(metricChartUrl([run.id], key), view));
-      chartHolder.append(charts.get(key));
+      (isTiming(key) ? timingCharts : chartHolder).append(charts.get(key));
     }
   }
 
@@ -394,7 +413,6 @@ function runPage(reference) {
     const attempts = run.attempt_history || [];
     const sort = { column: undefined, redraw: drawDetails };
     details.replaceChildren(
-      run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "",
       el("h2", {}, "Summary"), keyValueTable(run.summary),
       el("h2", {}, "Config"), keyValueTable(run.config),
       el("h2", {}, "Attempts"), sortableTable([
@@ -416,10 +434,12 @@ function runPage(reference) {
 
   poll(`/api/run?${query({ run: reference })}`, (answer) => {
     run = answer.run;
+    metricKeys = answer.metric_keys;
     header.replaceChildren(el("h1", {}, run.name, " ", statusBadge(run.status)),
       el("p", { class: "meta" }, el("span", { class: "mono" }, run.id), ` \u00b7 ${run.script} \u00b7 step ${run.step}`,
         ` \u00b7 ${formatDuration(run.duration)} \u00b7 ${run.device} \u00b7 world size ${run.world_size}`,
         run.sweep_name ? [" \u00b7 ", el("a", { href: `/sweep/${encodeURIComponent(run.sweep_name)}` }, `sweep ${run.sweep_name} trial ${run.trial}`)] : ""));
+    error.replaceChildren(run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "");
     drawCharts();
     drawSamples();
     drawDetails();
@@ -490,14 +510,16 @@ function sweepPage(name) {
   const trials = el("div");
   page.replaceChildren(header, charts, el("h2", {}, "Trials"), trials);
   const sweepChart = (chart, extra) => (v) => `/chart/sweep.svg?${query({ sweep: name, chart, ...extra, ...v })}`;
-  let parameters = "";
+  let layout = "";
 
   poll(`/api/sweep?${query({ sweep: name })}`, (data) => {
     header.replaceChildren(el("h1", {}, `Sweep ${data.name} `, statusBadge(data.status)), el("p", { class: "meta" }, data.summary),
       data.best_trial !== null ? el("p", {}, `best: trial ${data.best_trial} \u00b7 `, el("span", { class: "mono" }, data.best_command)) : "");
-    const names = data.parameters.map((p) => p.name).join(",");
-    if (names !== parameters) {  // the charts are laid out once; later changes reload them
-      parameters = names;
+    // The charts are laid out again when the parameters change or the first rung result arrives; else reloaded.
+    const rungs = !data.asha ? "none" : data.rungs.length ? "chart" : "waiting";
+    const shape = `${data.parameters.map((p) => p.name).join(",")} ${rungs}`;
+    if (shape !== layout) {
+      layout = shape;
       figures.length = 0;
       const make = (url) => { const figure = chartFigure(url, view); figures.push(figure); return figure; };
       charts.replaceChildren(
@@ -506,7 +528,9 @@ function sweepPage(name) {
         el("h2", {}, "Parameter importance"), el("p", { class: "note" }, `${data.importance_method}.`),
         el("div", { class: "charts" }, make(sweepChart("importance"))),
         el("h2", {}, "Parallel coordinates"), el("div", { class: "charts" }, make(sweepChart("parallel"))),
-        el("h2", {}, "ASHA rungs"), el("div", { class: "charts rungs" }, make(sweepChart("rungs"))),
+        rungs === "none" ? "" : el("h2", {}, "ASHA rungs"),
+        rungs === "chart" ? el("div", { class: "charts rungs" }, make(sweepChart("rungs"))) : "",
+        rungs === "waiting" ? el("p", { class: "note" }, "no trial has reached a rung yet") : "",
         el("h2", {}, "Learning curves"), chartControls(view, () => figures.forEach((f) => f.load())),
         el("div", { class: "charts" }, make(sweepChart("curves"))));
     } else {
