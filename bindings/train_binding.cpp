@@ -238,12 +238,7 @@ int trainer_new(lua_State* L) {
     throw std::invalid_argument(
         "runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
   if (options.warmup) options.schedule.warmup_steps = *options.warmup;
-  if ((options.schedule.kind == "cosine" || options.schedule.kind == "linear") && !options.schedule.total_steps) {
-    if (!options.steps)
-      throw std::invalid_argument(fmt::format(
-          "runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'", options.schedule.kind));
-    options.schedule.total_steps = std::max<std::int64_t>(1, *options.steps - options.schedule.warmup_steps);
-  }
+  options.schedule = train::with_total_steps(options.schedule, options.steps);
   const c10::Device device = model.parameters.front().second.device();
   if (options.deterministic) train::set_deterministic(true);
   core::set_tf32(options.tf32.value_or(device.is_cuda() && !options.deterministic));
@@ -311,12 +306,7 @@ int trainer_step(lua_State* L) {
     lua_pop(L, 1);
     return loss;
   };
-  train::StepResult result;
-  try {
-    result = trainer.step(loss_of, inputs);
-  } catch (const train::NonFiniteError& error) {
-    throw std::runtime_error(error.what());
-  }
+  const train::StepResult result = trainer.step(loss_of, inputs);
   push_step_result(L, result);
   return 1;
 }
@@ -376,12 +366,7 @@ int split_batch(lua_State* L) {
 int trainer_step_batch(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
   const train::Batch batch = check_batch(L, 2);
-  train::StepResult result;
-  try {
-    result = trainer.step(batch);
-  } catch (const train::NonFiniteError& error) {
-    throw std::runtime_error(error.what());
-  }
+  const train::StepResult result = trainer.step(batch);
   push_step_result(L, result);
   return 1;
 }
@@ -414,11 +399,7 @@ int trainer_state_version(lua_State* L) {
 // (Trainer::raise_pending_stop).
 int trainer_raise_pending_stop(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
-  try {
-    trainer.raise_pending_stop();
-  } catch (const train::NonFiniteError& error) {
-    throw std::runtime_error(error.what());
-  }
+  trainer.raise_pending_stop();
   return 0;
 }
 
@@ -457,8 +438,7 @@ int trainer_accumulate(lua_State* L) {
 int trainer_lr(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
   const std::int64_t group = opt_integer(L, 2, 1);
-  lua_pushnumber(
-      L, trainer.base_lr(static_cast<std::size_t>(group - 1)) * trainer.schedule().factor(trainer.step_count()));
+  lua_pushnumber(L, trainer.next_lr(static_cast<std::size_t>(group - 1)));
   return 1;
 }
 

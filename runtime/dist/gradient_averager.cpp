@@ -101,7 +101,6 @@ void GradientAverager::expect_last_backward() {
   missing_.clear();
   for (const Bucket& bucket : buckets_) missing_.push_back(bucket.parameters.size());
   next_bucket_ = 0;
-  overlapped_ = 0;
   pending_.clear();
   pending_.resize(buckets_.size());
 }
@@ -115,10 +114,7 @@ void GradientAverager::gradient_ready(std::size_t parameter) {
 }
 
 void GradientAverager::start_ready_buckets() {
-  while (next_bucket_ < buckets_.size() && missing_[next_bucket_] == 0) {
-    start(next_bucket_++);
-    ++overlapped_;
-  }
+  while (next_bucket_ < buckets_.size() && missing_[next_bucket_] == 0) start(next_bucket_++);
 }
 
 void GradientAverager::restore_view(std::size_t i) {
@@ -150,9 +146,7 @@ void GradientAverager::average() {
     lock.lock();
   }
   armed_ = false;
-  const std::size_t during_backward = overlapped_;
   while (next_bucket_ < buckets_.size()) start(next_bucket_++);
-  overlapped_ = during_backward;
   lock.unlock();
   at::NoGradGuard no_grad;
   const double scale = 1.0 / static_cast<double>(group_.size());

@@ -55,8 +55,6 @@ class GradientAverager {
   std::size_t bucket_count() const { return buckets_.size(); }
   // Bucket `b`'s flat gradient buffer: the same memory for the averager's lifetime.
   const at::Tensor& bucket_gradients(std::size_t b) const { return buckets_.at(b).gradients; }
-  // Buckets of the last average() that backward started (the rest started after it).
-  std::size_t overlapped_buckets() const { return overlapped_; }
   // Whether every rank holds the same parameters: a float64 checksum compared over the ranks (they apply the
   // same averaged gradients, so they agree bit for bit). Throws std::runtime_error naming `step` otherwise.
   void check_in_step(std::int64_t step);
@@ -86,7 +84,6 @@ class GradientAverager {
   bool armed_ = false;
   std::vector<std::size_t> missing_;  // per bucket: gradients not in yet
   std::size_t next_bucket_ = 0;       // buckets start in order
-  std::size_t overlapped_ = 0;
   std::vector<std::optional<PendingCollective>> pending_;
 };
 

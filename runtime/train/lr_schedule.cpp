@@ -77,6 +77,15 @@ std::int64_t state_count(const nlohmann::json& state, const char* key) {
 
 }  // namespace
 
+LrScheduleOptions with_total_steps(LrScheduleOptions options, std::optional<std::int64_t> trainer_steps) {
+  if ((options.kind != "cosine" && options.kind != "linear") || options.total_steps) return options;
+  if (!trainer_steps)
+    throw std::invalid_argument(
+        fmt::format("runner.trainer: a {} schedule needs schedule.total_steps or the trainer's 'steps'", options.kind));
+  options.total_steps = std::max<std::int64_t>(1, *trainer_steps - options.warmup_steps);
+  return options;
+}
+
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   const LrScheduleOptions& o = options_;
   const std::string& kind = o.kind;

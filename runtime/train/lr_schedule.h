@@ -81,6 +81,10 @@ struct LrScheduleOptions {
 // PyTorch applies them to the LR it reduces (the two differ only when a reduction during warmup reaches the
 // floor). eps is compared with the reduction of p, i.e. relative to the base LR (PyTorch's eps is in LR units:
 // both agree for a base LR of 1).
+// The options with a linear or cosine schedule's total_steps, when not given, filled in from the trainer's `steps`:
+// the steps after warmup (at least 1). Throws std::invalid_argument when neither says it.
+LrScheduleOptions with_total_steps(LrScheduleOptions options, std::optional<std::int64_t> trainer_steps);
+
 class LrSchedule {
  public:
   // Validates every option; throws std::invalid_argument naming the option, its value and what is accepted.

@@ -91,8 +91,6 @@ void StepGraphs::replay(std::size_t id) {
   it->second->replay();
 }
 
-bool StepGraphs::has(std::size_t id) const { return impl_->graphs.count(id) > 0; }
-
 void StepGraphs::clear() { impl_->graphs.clear(); }
 
 #else
@@ -109,7 +107,6 @@ StepGraphs::~StepGraphs() = default;
 void StepGraphs::on_side_stream(const std::function<void()>& work) { work(); }
 void StepGraphs::capture(std::size_t, const std::function<void()>&) {}
 void StepGraphs::replay(std::size_t id) { throw std::out_of_range(fmt::format("no CUDA graph {} was captured", id)); }
-bool StepGraphs::has(std::size_t) const { return false; }
 void StepGraphs::clear() {}
 
 #endif

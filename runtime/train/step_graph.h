@@ -32,7 +32,6 @@ class StepGraphs {
   void capture(std::size_t id, const std::function<void()>& work);
   // Launches graph `id` on the current stream (std::out_of_range when there is none).
   void replay(std::size_t id);
-  bool has(std::size_t id) const;
   void clear();  // drops every graph
 
  private:

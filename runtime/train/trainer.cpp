@@ -373,12 +373,14 @@ StepResult Trainer::eager_step(const LossFunction& loss_of, const NamedTensorLis
   return finish_step(done, factor, inputs, captured);
 }
 
+double Trainer::next_lr(std::size_t group) const { return base_lrs_.at(group) * schedule_->factor(step_); }
+
 double Trainer::write_step_scalars() {
   const double factor = schedule_->factor(step_);
   // The learning rates and the EMAs' weights reach the device in one copy; the capturable optimizer and the
   // EMA updates read them there.
   std::vector<double> scalars;
-  for (double base_lr : base_lrs_) scalars.push_back(base_lr * factor);
+  for (std::size_t g = 0; g < base_lrs_.size(); ++g) scalars.push_back(next_lr(g));
   for (const Ema& ema : emas_) scalars.push_back(1 - ema.current_decay(step_ + 1));
   if (!step_scalars_.defined()) step_scalars_ = DeviceScalars(scalars.size(), device_);
   step_scalars_.write(scalars);

@@ -152,6 +152,9 @@ class Trainer {
   const TrainerModel& model() const { return model_; }
   StepTiming timing();  // see StepTiming
   double base_lr(std::size_t group) const { return base_lrs_.at(group); }
+  // The learning rate of the next step: base_lr(group) scaled by the schedule. Throws std::out_of_range for a group
+  // that does not exist.
+  double next_lr(std::size_t group) const;
   // The learning rate the schedule scales (warmup, decay) from the next step on: train:set_lr. A checkpoint does
   // not keep it: a resumed run starts from the optimizer's groups as the script made them. Throws
   // std::out_of_range for a group that does not exist, std::invalid_argument for a negative or non-finite lr.
