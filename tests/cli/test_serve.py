@@ -98,10 +98,10 @@ def split_token(url):
 
 
 def stop_serve(process):
-    """SIGTERM, and SIGKILL if it has not ended 10 s later."""
+    """SIGTERM, and SIGKILL if it has not ended 30 s later."""
     process.terminate()
     try:
-        process.wait(timeout=10)
+        process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
