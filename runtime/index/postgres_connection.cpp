@@ -1,15 +1,17 @@
 // The PostgreSQL connection of the index (libpq): `?` / `?N` parameters sent as $N with their types, write
-// transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, reconnection after a dropped
-// connection, and read-only queries in a READ ONLY transaction with a statement timeout.
+// transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, sessions bounded by timeouts and TCP
+// keepalives, waiting for a server that is away, and read-only queries in a READ ONLY transaction.
 #include <libpq-fe.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fmt/format.h>
 #include <thread>
 
+#include "runtime/core/duration_text.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/connection.h"
 
@@ -18,8 +20,85 @@ namespace {
 
 // The advisory lock that TransactionScope::index takes: "rnnr", the application id of the SQLite index.
 constexpr int64_t kIndexLock = 0x726e6e72;
-// How long a writer waits for a server that does not answer (restarting, unreachable) before it gives up.
-constexpr double kReconnectSeconds = 600;
+// How often a writer waiting for the server says so.
+constexpr double kWaitingMessageSeconds = 5;
+
+// The limits of runner's sessions (README, "The index on PostgreSQL"): RUNNER_INDEX_* variables in seconds over
+// these defaults. The URL's own parameters (connect_timeout, options=-c ...) win over them.
+struct SessionLimits {
+  double connect = 10;     // RUNNER_INDEX_CONNECT_TIMEOUT: libpq's connect_timeout
+  double idle = 60;        // RUNNER_INDEX_IDLE_TIMEOUT: idle_in_transaction_session_timeout
+  double statement = 600;  // RUNNER_INDEX_STATEMENT_TIMEOUT: statement_timeout (waits for the index lock included)
+  double wait = 600;       // RUNNER_INDEX_WAIT: how long a writer waits for a server that is away
+};
+
+double seconds_from_environment(const char* name, double fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0))
+    throw IndexError(fmt::format("{}='{}' is not a number of seconds > 0", name, text));
+  return seconds;
+}
+
+SessionLimits session_limits() {
+  SessionLimits limits;
+  limits.connect = seconds_from_environment("RUNNER_INDEX_CONNECT_TIMEOUT", limits.connect);
+  limits.idle = seconds_from_environment("RUNNER_INDEX_IDLE_TIMEOUT", limits.idle);
+  limits.statement = seconds_from_environment("RUNNER_INDEX_STATEMENT_TIMEOUT", limits.statement);
+  limits.wait = seconds_from_environment("RUNNER_INDEX_WAIT", limits.wait);
+  return limits;
+}
+
+int64_t milliseconds(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); }
+
+// The value of one of the URL's own parameters ("" when it sets none, or is not a URL libpq reads: connecting
+// then says why).
+std::string url_parameter(const std::string& url, const char* keyword) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (!options) {
+    PQfreemem(error);
+    return "";
+  }
+  std::string value;
+  for (const PQconninfoOption* option = options; option->keyword; ++option)
+    if (std::strcmp(option->keyword, keyword) == 0 && option->val) value = option->val;
+  PQconninfoFree(options);
+  return value;
+}
+
+// Starts a connection with runner's limits under the URL's parameters. TCP keepalives find a server that went
+// away while a reply is awaited (about 25 s); the server ends a session idle inside a transaction (and so frees the
+// index lock that transaction holds) and a statement, lock waits included, that runs too long. The session
+// options are runner's, then PGOPTIONS, then the URL's `options` (PostgreSQL takes the last of a setting).
+PGconn* start_connection(const std::string& url, const SessionLimits& limits) {
+  std::string options = fmt::format("-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+                                    milliseconds(limits.statement), milliseconds(limits.idle));
+  if (const char* more = std::getenv("PGOPTIONS"); more && *more) options += std::string(" ") + more;
+  const std::string url_options = url_parameter(url, "options");
+  const std::string all_options = url_options.empty() ? "" : options + " " + url_options;
+  const std::string connect_timeout = std::to_string(static_cast<int64_t>(std::ceil(limits.connect)));
+  // Entries before the URL (dbname, expanded) are overridden by its parameters; the empty last one is ignored.
+  const char* keywords[] = {"connect_timeout",  "keepalives",
+                            "keepalives_idle",  "keepalives_interval",
+                            "keepalives_count", "tcp_user_timeout",
+                            "options",          "dbname",
+                            "options",          nullptr};
+  const char* values[] = {connect_timeout.c_str(), "1",    "10", "5", "3", "30000", options.c_str(), url.c_str(),
+                          all_options.c_str(),     nullptr};
+  return PQconnectdbParams(keywords, values, 1);
+}
+
+std::string time_of_day(std::chrono::system_clock::time_point when) {
+  const std::time_t time = std::chrono::system_clock::to_time_t(when);
+  std::tm local{};
+  localtime_r(&time, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%H:%M:%S", &local);
+  return text;
+}
 
 // Type OIDs (pg_type.dat).
 constexpr Oid kBool = 16, kInt8 = 20, kInt2 = 21, kInt4 = 23, kText = 25, kOid = 26, kFloat4 = 700, kFloat8 = 701,
@@ -146,14 +225,17 @@ class PostgresStatement final : public StatementImpl {
 class PostgresConnection final : public Connection {
  public:
   PostgresConnection(const std::string& url, const std::string& shown, bool read_only)
-      : url_(url), shown_(shown), read_only_(read_only) {
-    conn_ = PQconnectdb(url.c_str());
+      : shown_(shown), read_only_(read_only), limits_(session_limits()) {
+    conn_ = start_connection(url, limits_);
     if (PQstatus(conn_) != CONNECTION_OK) {
       // A writer waits for a server that is restarting; a reader (a command) says at once that it is not there.
-      const std::string message = fmt::format("{}: cannot connect: {}", shown_, error());
+      std::string message = fmt::format("{}: cannot connect to the index server at {}: {}", shown_, server(), reason());
+      if (timed_out())
+        message += fmt::format(" (no answer within {} s: RUNNER_INDEX_CONNECT_TIMEOUT, or connect_timeout in the URL)",
+                               connect_timeout());
       if (read_only_) throw IndexUnreachable(message);
       if (!server_away()) throw IndexError(message);
-      reconnect();
+      wait_for_server();
       return;
     }
     set_up_session();
@@ -222,7 +304,7 @@ class PostgresConnection final : public Connection {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
       }
-      throw IndexError(fmt::format("{}: SQL error: {}", shown_, message(result.get())));
+      throw IndexError(fmt::format("{}: SQL error: {}", shown_, failure(result.get())));
     }
   }
 
@@ -236,7 +318,7 @@ class PostgresConnection final : public Connection {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
       }
-      throw IndexError(fmt::format("{}: {}", shown_, message(result.get())));
+      throw IndexError(fmt::format("{}: {}", shown_, failure(result.get())));
     }
   }
 
@@ -248,9 +330,16 @@ class PostgresConnection final : public Connection {
 
   void begin(TransactionScope scope) override {
     if (PQstatus(conn_) == CONNECTION_BAD) reconnect();
-    execute("BEGIN");
+    // BEGIN and the index lock in one round trip. The lock belongs to the transaction: commit, rollback or the
+    // server ending the session (idle_in_transaction_session_timeout) releases it.
+    try {
+      execute(scope == TransactionScope::index ? fmt::format("BEGIN; SELECT pg_advisory_xact_lock({})", kIndexLock)
+                                               : std::string("BEGIN"));
+    } catch (...) {
+      rollback();
+      throw;
+    }
     in_transaction_ = true;
-    if (scope == TransactionScope::index) run(fmt::format("SELECT pg_advisory_xact_lock({})", kIndexLock), {});
   }
 
   void commit() override {
@@ -258,7 +347,7 @@ class PostgresConnection final : public Connection {
     Result result(PQexec(conn_, "COMMIT"));
     if (result && PQresultStatus(result.get()) == PGRES_COMMAND_OK) return;
     if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
-    throw IndexError(fmt::format("{}: cannot commit: {}", shown_, message(result.get())));
+    throw IndexError(fmt::format("{}: cannot commit: {}", shown_, failure(result.get())));
   }
 
   void rollback() noexcept override {
@@ -268,28 +357,15 @@ class PostgresConnection final : public Connection {
 
   void reconnect() override {
     in_transaction_ = false;
-    const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::milliseconds(200);
-    bool warned = false;
-    while (true) {
-      PQreset(conn_);
-      if (PQstatus(conn_) == CONNECTION_OK) {
-        set_up_session();
-        if (warned) core::log(core::LogLevel::info, fmt::format("{}: connected again", shown_));
-        return;
-      }
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!server_away() || waited > kReconnectSeconds)
-        throw IndexError(
-            fmt::format("{}: the connection to the index was lost and cannot be made again: {}", shown_, error()));
-      if (!warned)
-        core::log(core::LogLevel::warn,
-                  fmt::format("{}: the index server does not answer ({}); retrying for up to {:g} s", shown_, error(),
-                              kReconnectSeconds));
-      warned = true;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+    PQreset(conn_);
+    if (PQstatus(conn_) == CONNECTION_OK) {
+      set_up_session();
+      return;
     }
+    if (!server_away())
+      throw IndexError(
+          fmt::format("{}: the connection to the index was lost and cannot be made again: {}", shown_, error()));
+    wait_for_server();
   }
 
   void tidy_after_deleting() override {}
@@ -304,9 +380,73 @@ class PostgresConnection final : public Connection {
     return text.find("Connection refused") != std::string::npos ||
            text.find("No such file or directory") != std::string::npos ||
            text.find("starting up") != std::string::npos || text.find("shutting down") != std::string::npos ||
-           text.find("recovery mode") != std::string::npos || text.find("timeout expired") != std::string::npos ||
+           text.find("recovery mode") != std::string::npos || timed_out() ||
            text.find("server closed the connection") != std::string::npos ||
-           text.find("Connection reset") != std::string::npos;
+           text.find("Connection reset") != std::string::npos || text.find("No route to host") != std::string::npos ||
+           text.find("Network is unreachable") != std::string::npos;
+  }
+
+  bool timed_out() const { return std::strstr(PQerrorMessage(conn_), "timeout expired") != nullptr; }
+
+  // The server this connection is for, as host:port (a Unix socket's folder for the host).
+  std::string server() const {
+    const char* host = PQhost(conn_);
+    const char* port = PQport(conn_);
+    return fmt::format("{}:{}", host && *host ? host : "localhost", port && *port ? port : "5432");
+  }
+
+  // Why the latest attempt to connect failed, without libpq's "connection to server at ... failed: " and hints.
+  std::string reason() const {
+    std::string text = PQerrorMessage(conn_);
+    text = text.substr(0, text.find('\n'));
+    if (const size_t failed = text.find("failed: "); failed != std::string::npos) text.erase(0, failed + 8);
+    return one_line(text);
+  }
+
+  // The connect_timeout in force (runner's, or the URL's own).
+  std::string connect_timeout() const {
+    std::string value;
+    if (PQconninfoOption* options = PQconninfo(conn_)) {
+      for (const PQconninfoOption* option = options; option->keyword; ++option)
+        if (std::strcmp(option->keyword, "connect_timeout") == 0 && option->val) value = option->val;
+      PQconninfoFree(options);
+    }
+    return value;
+  }
+
+  // Waits for a server that is away (down, restarting, unreachable) up to RUNNER_INDEX_WAIT, saying every few
+  // seconds what it waits for and until when; an IndexError when it does not come back in that time.
+  void wait_for_server() {
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(milliseconds(limits_.wait));
+    auto pause = std::chrono::milliseconds(200);
+    double said_at = 0;
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: the index server does not answer at {} ({}); waiting for it until {} ({}, "
+                          "RUNNER_INDEX_WAIT)",
+                          shown_, server(), reason(), time_of_day(until), core::duration_text(limits_.wait)));
+    while (true) {
+      const auto left = std::chrono::duration<double>(limits_.wait) - (std::chrono::steady_clock::now() - start);
+      std::this_thread::sleep_for(
+          std::max(std::chrono::duration<double>(0), std::min<std::chrono::duration<double>>(pause, left)));
+      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+      PQreset(conn_);
+      if (PQstatus(conn_) == CONNECTION_OK) {
+        set_up_session();
+        core::log(core::LogLevel::info, fmt::format("{}: connected to the index server at {}", shown_, server()));
+        return;
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!server_away() || waited >= limits_.wait)
+        throw IndexError(fmt::format("{}: the index server at {} did not answer in {} (RUNNER_INDEX_WAIT): {}", shown_,
+                                     server(), core::duration_text(waited), reason()));
+      if (waited - said_at >= kWaitingMessageSeconds) {
+        said_at = waited;
+        core::log(core::LogLevel::warn,
+                  fmt::format("{}: still waiting for the index server at {} ({}), {} so far, until {}", shown_,
+                              server(), reason(), core::duration_text(waited), time_of_day(until)));
+      }
+    }
   }
 
   void set_up_session() {
@@ -324,14 +464,23 @@ class PostgresConnection final : public Connection {
     return primary ? one_line(primary) : error();
   }
 
+  // A failed statement's message, with the setting that stopped it when it was runner's statement timeout.
+  std::string failure(const PGresult* result) const {
+    if (sql_state(result) == "57014")  // query_canceled: nothing else cancels runner's own statements
+      return message(result) +
+             " (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in the URL's options; a wait for another "
+             "writer's transaction counts)";
+    return message(result);
+  }
+
   IndexConnectionLost lost(const std::string& what) const {
     return IndexConnectionLost(fmt::format("{}: the connection to the index was lost: {}", shown_, one_line(what)));
   }
 
   PGconn* conn_ = nullptr;
-  std::string url_;
   std::string shown_;
   bool read_only_ = false;
+  SessionLimits limits_;
   bool in_transaction_ = false;
   int changes_ = 0;
 };

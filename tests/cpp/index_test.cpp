@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <optional>
 #include <random>
@@ -983,6 +984,50 @@ INDEX_TEST_CASE("two metric writers on one index from two threads write everythi
 
 // ---------------------------------------------------------------------------------------------------------
 // Read-only queries
+
+// A variable of the process's environment, set while this lives (the index reads RUNNER_INDEX_* at each connection).
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() { saved_ ? ::setenv(name_, saved_->c_str(), 1) : ::unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_IDLE_TIMEOUT and the others go on",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "1");
+  TempHome tmp;
+  Database silent = open_index_for_writing(tmp.path);
+  Database other = open_index_for_writing(tmp.path);
+  // The silent writer takes the index lock with its transaction, then sends nothing (a process stopped, a network
+  // gone): the other writer's transaction waits for the lock until the server ends the silent session.
+  std::optional<Transaction> held(std::in_place, silent);
+  std::future<RunRecord> created =
+      std::async(std::launch::async, [&] { return create_run(other, new_run("experiments/other.lua"), tmp.path); });
+  const bool went_on = created.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!went_on) held.reset();  // ends the wait, so that the test can fail
+  REQUIRE(went_on);
+  CHECK(created.get().name == "other-1");
+  // The silent writer finds its transaction ended by the server: nothing of it was committed, and its next
+  // transaction runs on a new connection.
+  CHECK_THROWS_AS(held->commit(), IndexConnectionLost);
+  held.reset();
+  CHECK(create_run(silent, new_run("experiments/silent.lua"), tmp.path).name == "silent-1");
+  CHECK(scalar(other, "SELECT count(*) FROM runs") == 2);
+}
 
 TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[index]") {
   TempHome tmp;
