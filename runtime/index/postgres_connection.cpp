@@ -2,7 +2,10 @@
 // transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, sessions bounded by timeouts and TCP
 // keepalives, waiting for a server that is away, and read-only queries in a READ ONLY transaction.
 #include <libpq-fe.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -22,6 +25,9 @@ namespace {
 constexpr int64_t kIndexLock = 0x726e6e72;
 // How often a writer waiting for the server says so.
 constexpr double kWaitingMessageSeconds = 5;
+// How long past its statement timeout a server may take to answer before it is taken for gone (hung, or its
+// host's network lost in a way TCP does not report).
+constexpr double kAnswerGraceSeconds = 10;
 
 // The limits of runner's sessions (README, "The index on PostgreSQL"): RUNNER_INDEX_* variables in seconds over
 // these defaults. The URL's own parameters (connect_timeout, options=-c ...) win over them.
@@ -248,8 +254,8 @@ class PostgresConnection final : public Connection {
   bool in_transaction() const { return in_transaction_; }
   std::string error() const { return one_line(PQerrorMessage(conn_)); }
 
-  // Sends one statement with its parameters; the result (or none) as the server gave it.
-  Result send(const std::string& sql, const std::vector<BoundValue>& values) {
+  // Sends one statement with its parameters; the result (or none) as answer() gives it.
+  Result send(const std::string& sql, const std::vector<BoundValue>& values, double answer_seconds) {
     std::vector<Oid> types(values.size());
     std::vector<std::string> texts(values.size());
     std::vector<const char*> pointers(values.size());
@@ -277,8 +283,46 @@ class PostgresConnection final : public Connection {
       }
       pointers[i] = texts[i].c_str();
     }
-    return Result(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), types.data(), pointers.data(),
-                               nullptr, nullptr, 0));
+    if (!PQsendQueryParams(conn_, sql.c_str(), static_cast<int>(values.size()), types.data(), pointers.data(), nullptr,
+                           nullptr, 0))
+      return nullptr;
+    return answer(answer_seconds);
+  }
+
+  // Sends statements without parameters (several, separated by ';'); the result as answer() gives it.
+  Result send(const std::string& sql) { return PQsendQuery(conn_, sql.c_str()) ? answer(statement_seconds_) : nullptr; }
+
+  // The server's answer to what was just sent: the first failed statement's result, or else the last one. A server
+  // that says nothing for `timeout_seconds` (0: no limit; its own statement timeout ends a statement before) and
+  // kAnswerGraceSeconds more is taken for gone: the socket is shut (the next use connects again) and the
+  // statement is an IndexConnectionLost saying so.
+  Result answer(double timeout_seconds) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds + kAnswerGraceSeconds);
+    while (PQisBusy(conn_)) {
+      int wait_ms = -1;
+      if (timeout_seconds > 0)
+        wait_ms = static_cast<int>(std::max<int64_t>(
+            0, std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
+      pollfd socket{PQsocket(conn_), POLLIN, 0};
+      const int ready = ::poll(&socket, 1, wait_ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        ::shutdown(PQsocket(conn_), SHUT_RDWR);
+        PQconsumeInput(conn_);  // reads the end of the connection: CONNECTION_BAD from here on
+        throw lost(
+            fmt::format("the index server at {} did not answer in {} (RUNNER_INDEX_STATEMENT_TIMEOUT, or "
+                        "statement_timeout in the URL's options, and {:g} s more)",
+                        server(), core::duration_text(timeout_seconds + kAnswerGraceSeconds), kAnswerGraceSeconds));
+      }
+      if (!PQconsumeInput(conn_)) break;  // PQgetResult reports the connection's failure
+    }
+    Result kept;
+    while (PGresult* next = PQgetResult(conn_)) {
+      Result result(next);
+      if (!kept || succeeded(kept)) kept = std::move(result);
+    }
+    return kept;
   }
 
   static bool succeeded(const Result& result) {
@@ -294,7 +338,7 @@ class PostgresConnection final : public Connection {
         if (in_transaction_) throw lost("the connection to the server was lost");
         reconnect();
       }
-      Result result = send(sql, values);
+      Result result = send(sql, values, statement_seconds_);
       if (succeeded(result)) {
         const char* tuples = PQcmdTuples(result.get());
         changes_ = tuples && *tuples ? std::atoi(tuples) : 0;
@@ -311,7 +355,7 @@ class PostgresConnection final : public Connection {
   void execute(std::string_view sql) override {
     for (int attempt = 0;; ++attempt) {
       if (PQstatus(conn_) == CONNECTION_BAD && !in_transaction_) reconnect();
-      Result result(PQexec(conn_, std::string(sql).c_str()));
+      Result result = send(std::string(sql));
       const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
       if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
       if (connection_failure(conn_, result.get())) {
@@ -344,7 +388,7 @@ class PostgresConnection final : public Connection {
 
   void commit() override {
     in_transaction_ = false;
-    Result result(PQexec(conn_, "COMMIT"));
+    Result result = send("COMMIT");
     if (result && PQresultStatus(result.get()) == PGRES_COMMAND_OK) return;
     if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
     throw IndexError(fmt::format("{}: cannot commit: {}", shown_, failure(result.get())));
@@ -352,7 +396,11 @@ class PostgresConnection final : public Connection {
 
   void rollback() noexcept override {
     in_transaction_ = false;
-    if (PQstatus(conn_) == CONNECTION_OK) PQclear(PQexec(conn_, "ROLLBACK"));
+    if (PQstatus(conn_) != CONNECTION_OK) return;
+    try {
+      send("ROLLBACK");
+    } catch (const IndexError&) {  // a server that does not answer: the connection is dropped, and the transaction
+    }
   }
 
   void reconnect() override {
@@ -454,9 +502,13 @@ class PostgresConnection final : public Connection {
         conn_, [](void*, const char*) {}, nullptr);
     std::string setup = "SET client_min_messages = warning";
     if (read_only_) setup += "; SET default_transaction_read_only = on";
-    Result result(PQexec(conn_, setup.c_str()));
-    if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK)
+    // The statement timeout in force (runner's or the URL's), which bounds the wait for each answer.
+    setup += "; SELECT extract(epoch FROM current_setting('statement_timeout')::interval)";
+    statement_seconds_ = limits_.statement;
+    Result result = send(setup);
+    if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK)
       throw IndexError(fmt::format("{}: cannot set up the session: {}", shown_, message(result.get())));
+    statement_seconds_ = std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
   }
 
   std::string message(const PGresult* result) const {
@@ -482,6 +534,7 @@ class PostgresConnection final : public Connection {
   bool read_only_ = false;
   SessionLimits limits_;
   bool in_transaction_ = false;
+  double statement_seconds_ = 0;  // the session's statement_timeout (0: none)
   int changes_ = 0;
 };
 
@@ -532,7 +585,7 @@ QueryResult PostgresConnection::read_query(const std::string& sql, const std::ve
   in_transaction_ = true;
   execute(
       fmt::format("SET LOCAL statement_timeout = {}", static_cast<int64_t>(std::ceil(limits.timeout_seconds * 1000))));
-  Result result = send(translated, values);
+  Result result = send(translated, values, limits.timeout_seconds);
   if (!succeeded(result)) {
     if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
     const std::string state = sql_state(result.get());

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -1027,6 +1028,43 @@ TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_ID
   held.reset();
   CHECK(create_run(silent, new_run("experiments/silent.lua"), tmp.path).name == "silent-1");
   CHECK(scalar(other, "SELECT count(*) FROM runs") == 2);
+}
+
+TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  // The server process of this session stops (a hung server: its host still answers TCP, keepalives included).
+  const auto backend = static_cast<pid_t>(scalar(db, "SELECT pg_backend_pid()"));
+  REQUIRE(::kill(backend, SIGSTOP) == 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{backend};
+  std::future<std::string> failure = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      Statement(db, "SELECT count(*) FROM runs").step();
+    } catch (const IndexConnectionLost& error) {
+      return error.what();
+    }
+    return "no IndexConnectionLost";
+  });
+  const bool gave_up = failure.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!gave_up) ::kill(backend, SIGCONT);  // ends the wait, so that the test can fail
+  REQUIRE(gave_up);
+  CHECK_THAT(failure.get(),
+             Contains(": the connection to the index was lost: the index server at 127.0.0.1:") &&
+                 Contains(" did not answer in 11s (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in the URL's "
+                          "options, and 10 s more)"));
+  // The next statement connects again.
+  ::kill(backend, SIGCONT);
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 0);
 }
 
 TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[index]") {
