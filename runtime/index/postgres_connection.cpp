@@ -85,7 +85,8 @@ PGconn* start_connection(const std::string& url, const SessionLimits& limits) {
   if (const char* more = std::getenv("PGOPTIONS"); more && *more) options += std::string(" ") + more;
   const std::string url_options = url_parameter(url, "options");
   const std::string all_options = url_options.empty() ? "" : options + " " + url_options;
-  const std::string connect_timeout = std::to_string(static_cast<int64_t>(std::ceil(limits.connect)));
+  // Whole seconds; libpq takes 1 for 2.
+  const std::string connect_timeout = std::to_string(std::max<int64_t>(2, std::llround(std::ceil(limits.connect))));
   // Entries before the URL (dbname, expanded) are overridden by its parameters; the empty last one is ignored.
   const char* keywords[] = {"connect_timeout",  "keepalives",
                             "keepalives_idle",  "keepalives_interval",

@@ -1030,6 +1030,35 @@ TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_ID
   CHECK(scalar(other, "SELECT count(*) FROM runs") == 2);
 }
 
+TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTIONS over those and the URL's over all",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const auto setting = [](const std::string& url, const char* name) {
+    Database db = Database::postgresql(url, true);
+    return scalar_text(db, std::string("SHOW ") + name);
+  };
+  const std::string url = index_url();
+  CHECK(setting(url, "statement_timeout") == "10min");
+  CHECK(setting(url, "idle_in_transaction_session_timeout") == "1min");
+  {
+    const ScopedEnvironment statement("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+    const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "2.5");
+    CHECK(setting(url, "statement_timeout") == "5s");
+    CHECK(setting(url, "idle_in_transaction_session_timeout") == "2500ms");
+    const ScopedEnvironment pgoptions("PGOPTIONS", "-c statement_timeout=7s");
+    CHECK(setting(url, "statement_timeout") == "7s");
+    CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "statement_timeout") == "9s");
+    CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "idle_in_transaction_session_timeout") == "2500ms");
+  }
+  const ScopedEnvironment connect("RUNNER_INDEX_CONNECT_TIMEOUT", "0");
+  CHECK(index_error([&] { setting(url, "statement_timeout"); }) ==
+        "RUNNER_INDEX_CONNECT_TIMEOUT='0' is not a number of seconds > 0");
+}
+
 TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
           "[index][postgresql]") {
   const PostgresIndex server;
