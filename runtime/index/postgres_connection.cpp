@@ -76,9 +76,9 @@ std::string url_parameter(const std::string& url, const char* keyword) {
 }
 
 // Starts a connection with runner's limits under the URL's parameters. TCP keepalives find a server that went
-// away while a reply is awaited (about 25 s); the server ends a session idle inside a transaction (and so frees the
-// index lock that transaction holds) and a statement, lock waits included, that runs too long. The session
-// options are runner's, then PGOPTIONS, then the URL's `options` (PostgreSQL takes the last of a setting).
+// away while a reply is awaited (in under a minute); the server ends a session idle inside a transaction (and so frees
+// the index lock that transaction holds) and a statement, lock waits included, that runs too long. The session options
+// are runner's, then PGOPTIONS, then the URL's `options` (PostgreSQL takes the last of a setting).
 PGconn* start_connection(const std::string& url, const SessionLimits& limits) {
   std::string options = fmt::format("-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
                                     milliseconds(limits.statement), milliseconds(limits.idle));
@@ -148,11 +148,18 @@ int translate_parameters(std::string_view sql, std::string& out) {
   return highest;
 }
 
-std::string one_line(std::string message) {
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  for (char& c : message)
-    if (c == '\n') c = ' ';
-  return message;
+// libpq's message on one line: line breaks and the tabs that indent its hints as single spaces.
+std::string one_line(const std::string& message) {
+  std::string line;
+  for (const char c : message) {
+    const bool space = c == '\n' || c == '\t' || c == ' ';
+    if (!space)
+      line += c;
+    else if (!line.empty() && line.back() != ' ')
+      line += ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
 }
 
 std::string sql_state(const PGresult* result) {
