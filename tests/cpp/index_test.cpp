@@ -1059,6 +1059,38 @@ TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTION
         "RUNNER_INDEX_CONNECT_TIMEOUT='0' is not a number of seconds > 0");
 }
 
+TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TIMEOUT fails naming it",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  TempHome tmp;
+  Database holder = open_index_for_writing(tmp.path);
+  Database waiter = open_index_for_writing(tmp.path);
+  std::optional<Transaction> held(std::in_place, holder);
+  std::future<std::string> failure = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      create_run(waiter, new_run("experiments/waiter.lua"), tmp.path);
+    } catch (const IndexError& error) {
+      return error.what();
+    }
+    return "no IndexError";
+  });
+  const bool gave_up = failure.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!gave_up) held.reset();  // ends the wait, so that the test can fail
+  REQUIRE(gave_up);
+  CHECK(failure.get() ==
+        index_url() +
+            ": canceling statement due to statement timeout (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in "
+            "the URL's options; a wait for another writer's transaction counts)");
+  // The failed BEGIN was rolled back: the waiter's next transaction runs once the lock is free.
+  held.reset();
+  CHECK(create_run(waiter, new_run("experiments/waiter.lua"), tmp.path).name == "waiter-1");
+}
+
 TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
           "[index][postgresql]") {
   const PostgresIndex server;
