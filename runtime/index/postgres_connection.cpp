@@ -1,15 +1,20 @@
 // The PostgreSQL connection of the index (libpq): `?` / `?N` parameters sent as $N with their types, write
-// transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, reconnection after a dropped
-// connection, and read-only queries in a READ ONLY transaction with a statement timeout.
+// transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, sessions bounded by timeouts and TCP
+// keepalives, waiting for a server that is away, and read-only queries in a READ ONLY transaction.
 #include <libpq-fe.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fmt/format.h>
 #include <thread>
 
+#include "runtime/core/duration_text.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/connection.h"
 
@@ -18,8 +23,89 @@ namespace {
 
 // The advisory lock that TransactionScope::index takes: "rnnr", the application id of the SQLite index.
 constexpr int64_t kIndexLock = 0x726e6e72;
-// How long a writer waits for a server that does not answer (restarting, unreachable) before it gives up.
-constexpr double kReconnectSeconds = 600;
+// How often a writer waiting for the server says so.
+constexpr double kWaitingMessageSeconds = 5;
+// How long past its statement timeout a server may take to answer before it is taken for gone (hung, or its
+// host's network lost in a way TCP does not report).
+constexpr double kAnswerGraceSeconds = 10;
+
+// The limits of runner's sessions (README, "The index on PostgreSQL"): RUNNER_INDEX_* variables in seconds over
+// these defaults. The URL's own parameters (connect_timeout, options=-c ...) win over them.
+struct SessionLimits {
+  double connect = 10;     // RUNNER_INDEX_CONNECT_TIMEOUT: libpq's connect_timeout
+  double idle = 60;        // RUNNER_INDEX_IDLE_TIMEOUT: idle_in_transaction_session_timeout
+  double statement = 600;  // RUNNER_INDEX_STATEMENT_TIMEOUT: statement_timeout (waits for the index lock included)
+  double wait = 600;       // RUNNER_INDEX_WAIT: how long a writer waits for a server that is away
+};
+
+double seconds_from_environment(const char* name, double fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0))
+    throw IndexError(fmt::format("{}='{}' is not a number of seconds > 0", name, text));
+  return seconds;
+}
+
+SessionLimits session_limits() {
+  SessionLimits limits;
+  limits.connect = seconds_from_environment("RUNNER_INDEX_CONNECT_TIMEOUT", limits.connect);
+  limits.idle = seconds_from_environment("RUNNER_INDEX_IDLE_TIMEOUT", limits.idle);
+  limits.statement = seconds_from_environment("RUNNER_INDEX_STATEMENT_TIMEOUT", limits.statement);
+  limits.wait = seconds_from_environment("RUNNER_INDEX_WAIT", limits.wait);
+  return limits;
+}
+
+int64_t milliseconds(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); }
+
+// The value of one of the URL's own parameters ("" when it sets none, or is not a URL libpq reads: connecting
+// then says why).
+std::string url_parameter(const std::string& url, const char* keyword) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (!options) {
+    PQfreemem(error);
+    return "";
+  }
+  std::string value;
+  for (const PQconninfoOption* option = options; option->keyword; ++option)
+    if (std::strcmp(option->keyword, keyword) == 0 && option->val) value = option->val;
+  PQconninfoFree(options);
+  return value;
+}
+
+// Starts a connection with runner's limits under the URL's parameters. TCP keepalives find a server that went
+// away while a reply is awaited (in under a minute); the server ends a session idle inside a transaction (and so frees
+// the index lock that transaction holds) and a statement, lock waits included, that runs too long. The session options
+// are runner's, then PGOPTIONS, then the URL's `options` (PostgreSQL takes the last of a setting).
+PGconn* start_connection(const std::string& url, const SessionLimits& limits) {
+  std::string options = fmt::format("-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+                                    milliseconds(limits.statement), milliseconds(limits.idle));
+  if (const char* more = std::getenv("PGOPTIONS"); more && *more) options += std::string(" ") + more;
+  const std::string url_options = url_parameter(url, "options");
+  const std::string all_options = url_options.empty() ? "" : options + " " + url_options;
+  // Whole seconds; libpq takes 1 for 2.
+  const std::string connect_timeout = std::to_string(std::max<int64_t>(2, std::llround(std::ceil(limits.connect))));
+  // Entries before the URL (dbname, expanded) are overridden by its parameters; the empty last one is ignored.
+  const char* keywords[] = {"connect_timeout",  "keepalives",
+                            "keepalives_idle",  "keepalives_interval",
+                            "keepalives_count", "tcp_user_timeout",
+                            "options",          "dbname",
+                            "options",          nullptr};
+  const char* values[] = {connect_timeout.c_str(), "1",    "10", "5", "3", "30000", options.c_str(), url.c_str(),
+                          all_options.c_str(),     nullptr};
+  return PQconnectdbParams(keywords, values, 1);
+}
+
+std::string time_of_day(std::chrono::system_clock::time_point when) {
+  const std::time_t time = std::chrono::system_clock::to_time_t(when);
+  std::tm local{};
+  localtime_r(&time, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%H:%M:%S", &local);
+  return text;
+}
 
 // Type OIDs (pg_type.dat).
 constexpr Oid kBool = 16, kInt8 = 20, kInt2 = 21, kInt4 = 23, kText = 25, kOid = 26, kFloat4 = 700, kFloat8 = 701,
@@ -62,11 +148,18 @@ int translate_parameters(std::string_view sql, std::string& out) {
   return highest;
 }
 
-std::string one_line(std::string message) {
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  for (char& c : message)
-    if (c == '\n') c = ' ';
-  return message;
+// libpq's message on one line: line breaks and the tabs that indent its hints as single spaces.
+std::string one_line(const std::string& message) {
+  std::string line;
+  for (const char c : message) {
+    const bool space = c == '\n' || c == '\t' || c == ' ';
+    if (!space)
+      line += c;
+    else if (!line.empty() && line.back() != ' ')
+      line += ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
 }
 
 std::string sql_state(const PGresult* result) {
@@ -146,14 +239,17 @@ class PostgresStatement final : public StatementImpl {
 class PostgresConnection final : public Connection {
  public:
   PostgresConnection(const std::string& url, const std::string& shown, bool read_only)
-      : url_(url), shown_(shown), read_only_(read_only) {
-    conn_ = PQconnectdb(url.c_str());
+      : shown_(shown), read_only_(read_only), limits_(session_limits()) {
+    conn_ = start_connection(url, limits_);
     if (PQstatus(conn_) != CONNECTION_OK) {
       // A writer waits for a server that is restarting; a reader (a command) says at once that it is not there.
-      const std::string message = fmt::format("{}: cannot connect: {}", shown_, error());
+      std::string message = fmt::format("{}: cannot connect to the index server at {}: {}", shown_, server(), reason());
+      if (timed_out())
+        message += fmt::format(" (no answer within {} s: RUNNER_INDEX_CONNECT_TIMEOUT, or connect_timeout in the URL)",
+                               connect_timeout());
       if (read_only_) throw IndexUnreachable(message);
       if (!server_away()) throw IndexError(message);
-      reconnect();
+      wait_for_server();
       return;
     }
     set_up_session();
@@ -166,8 +262,8 @@ class PostgresConnection final : public Connection {
   bool in_transaction() const { return in_transaction_; }
   std::string error() const { return one_line(PQerrorMessage(conn_)); }
 
-  // Sends one statement with its parameters; the result (or none) as the server gave it.
-  Result send(const std::string& sql, const std::vector<BoundValue>& values) {
+  // Sends one statement with its parameters; the result (or none) as answer() gives it.
+  Result send(const std::string& sql, const std::vector<BoundValue>& values, double answer_seconds) {
     std::vector<Oid> types(values.size());
     std::vector<std::string> texts(values.size());
     std::vector<const char*> pointers(values.size());
@@ -195,8 +291,46 @@ class PostgresConnection final : public Connection {
       }
       pointers[i] = texts[i].c_str();
     }
-    return Result(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), types.data(), pointers.data(),
-                               nullptr, nullptr, 0));
+    if (!PQsendQueryParams(conn_, sql.c_str(), static_cast<int>(values.size()), types.data(), pointers.data(), nullptr,
+                           nullptr, 0))
+      return nullptr;
+    return answer(answer_seconds);
+  }
+
+  // Sends statements without parameters (several, separated by ';'); the result as answer() gives it.
+  Result send(const std::string& sql) { return PQsendQuery(conn_, sql.c_str()) ? answer(statement_seconds_) : nullptr; }
+
+  // The server's answer to what was just sent: the first failed statement's result, or else the last one. A server
+  // that says nothing for `timeout_seconds` (0: no limit; its own statement timeout ends a statement before) and
+  // kAnswerGraceSeconds more is taken for gone: the socket is shut (the next use connects again) and the
+  // statement is an IndexConnectionLost saying so.
+  Result answer(double timeout_seconds) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds + kAnswerGraceSeconds);
+    while (PQisBusy(conn_)) {
+      int wait_ms = -1;
+      if (timeout_seconds > 0)
+        wait_ms = static_cast<int>(std::max<int64_t>(
+            0, std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count()));
+      pollfd socket{PQsocket(conn_), POLLIN, 0};
+      const int ready = ::poll(&socket, 1, wait_ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        ::shutdown(PQsocket(conn_), SHUT_RDWR);
+        PQconsumeInput(conn_);  // reads the end of the connection: CONNECTION_BAD from here on
+        throw lost(
+            fmt::format("the index server at {} did not answer in {} (RUNNER_INDEX_STATEMENT_TIMEOUT, or "
+                        "statement_timeout in the URL's options, and {:g} s more)",
+                        server(), core::duration_text(timeout_seconds + kAnswerGraceSeconds), kAnswerGraceSeconds));
+      }
+      if (!PQconsumeInput(conn_)) break;  // PQgetResult reports the connection's failure
+    }
+    Result kept;
+    while (PGresult* next = PQgetResult(conn_)) {
+      Result result(next);
+      if (!kept || succeeded(kept)) kept = std::move(result);
+    }
+    return kept;
   }
 
   static bool succeeded(const Result& result) {
@@ -212,7 +346,7 @@ class PostgresConnection final : public Connection {
         if (in_transaction_) throw lost("the connection to the server was lost");
         reconnect();
       }
-      Result result = send(sql, values);
+      Result result = send(sql, values, statement_seconds_);
       if (succeeded(result)) {
         const char* tuples = PQcmdTuples(result.get());
         changes_ = tuples && *tuples ? std::atoi(tuples) : 0;
@@ -222,21 +356,21 @@ class PostgresConnection final : public Connection {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
       }
-      throw IndexError(fmt::format("{}: SQL error: {}", shown_, message(result.get())));
+      throw IndexError(fmt::format("{}: SQL error: {}", shown_, failure(result.get())));
     }
   }
 
   void execute(std::string_view sql) override {
     for (int attempt = 0;; ++attempt) {
       if (PQstatus(conn_) == CONNECTION_BAD && !in_transaction_) reconnect();
-      Result result(PQexec(conn_, std::string(sql).c_str()));
+      Result result = send(std::string(sql));
       const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
       if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
       if (connection_failure(conn_, result.get())) {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
       }
-      throw IndexError(fmt::format("{}: {}", shown_, message(result.get())));
+      throw IndexError(fmt::format("{}: {}", shown_, failure(result.get())));
     }
   }
 
@@ -248,48 +382,46 @@ class PostgresConnection final : public Connection {
 
   void begin(TransactionScope scope) override {
     if (PQstatus(conn_) == CONNECTION_BAD) reconnect();
-    execute("BEGIN");
+    // BEGIN and the index lock in one round trip. The lock belongs to the transaction: commit, rollback or the
+    // server ending the session (idle_in_transaction_session_timeout) releases it.
+    try {
+      execute(scope == TransactionScope::index ? fmt::format("BEGIN; SELECT pg_advisory_xact_lock({})", kIndexLock)
+                                               : std::string("BEGIN"));
+    } catch (...) {
+      rollback();
+      throw;
+    }
     in_transaction_ = true;
-    if (scope == TransactionScope::index) run(fmt::format("SELECT pg_advisory_xact_lock({})", kIndexLock), {});
   }
 
   void commit() override {
     in_transaction_ = false;
-    Result result(PQexec(conn_, "COMMIT"));
+    Result result = send("COMMIT");
     if (result && PQresultStatus(result.get()) == PGRES_COMMAND_OK) return;
     if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
-    throw IndexError(fmt::format("{}: cannot commit: {}", shown_, message(result.get())));
+    throw IndexError(fmt::format("{}: cannot commit: {}", shown_, failure(result.get())));
   }
 
   void rollback() noexcept override {
     in_transaction_ = false;
-    if (PQstatus(conn_) == CONNECTION_OK) PQclear(PQexec(conn_, "ROLLBACK"));
+    if (PQstatus(conn_) != CONNECTION_OK) return;
+    try {
+      send("ROLLBACK");
+    } catch (const IndexError&) {  // a server that does not answer: the connection is dropped, and the transaction
+    }
   }
 
   void reconnect() override {
     in_transaction_ = false;
-    const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::milliseconds(200);
-    bool warned = false;
-    while (true) {
-      PQreset(conn_);
-      if (PQstatus(conn_) == CONNECTION_OK) {
-        set_up_session();
-        if (warned) core::log(core::LogLevel::info, fmt::format("{}: connected again", shown_));
-        return;
-      }
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!server_away() || waited > kReconnectSeconds)
-        throw IndexError(
-            fmt::format("{}: the connection to the index was lost and cannot be made again: {}", shown_, error()));
-      if (!warned)
-        core::log(core::LogLevel::warn,
-                  fmt::format("{}: the index server does not answer ({}); retrying for up to {:g} s", shown_, error(),
-                              kReconnectSeconds));
-      warned = true;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+    PQreset(conn_);
+    if (PQstatus(conn_) == CONNECTION_OK) {
+      set_up_session();
+      return;
     }
+    if (!server_away())
+      throw IndexError(
+          fmt::format("{}: the connection to the index was lost and cannot be made again: {}", shown_, error()));
+    wait_for_server();
   }
 
   void tidy_after_deleting() override {}
@@ -304,9 +436,73 @@ class PostgresConnection final : public Connection {
     return text.find("Connection refused") != std::string::npos ||
            text.find("No such file or directory") != std::string::npos ||
            text.find("starting up") != std::string::npos || text.find("shutting down") != std::string::npos ||
-           text.find("recovery mode") != std::string::npos || text.find("timeout expired") != std::string::npos ||
+           text.find("recovery mode") != std::string::npos || timed_out() ||
            text.find("server closed the connection") != std::string::npos ||
-           text.find("Connection reset") != std::string::npos;
+           text.find("Connection reset") != std::string::npos || text.find("No route to host") != std::string::npos ||
+           text.find("Network is unreachable") != std::string::npos;
+  }
+
+  bool timed_out() const { return std::strstr(PQerrorMessage(conn_), "timeout expired") != nullptr; }
+
+  // The server this connection is for, as host:port (a Unix socket's folder for the host).
+  std::string server() const {
+    const char* host = PQhost(conn_);
+    const char* port = PQport(conn_);
+    return fmt::format("{}:{}", host && *host ? host : "localhost", port && *port ? port : "5432");
+  }
+
+  // Why the latest attempt to connect failed, without libpq's "connection to server at ... failed: " and hints.
+  std::string reason() const {
+    std::string text = PQerrorMessage(conn_);
+    text = text.substr(0, text.find('\n'));
+    if (const size_t failed = text.find("failed: "); failed != std::string::npos) text.erase(0, failed + 8);
+    return one_line(text);
+  }
+
+  // The connect_timeout in force (runner's, or the URL's own).
+  std::string connect_timeout() const {
+    std::string value;
+    if (PQconninfoOption* options = PQconninfo(conn_)) {
+      for (const PQconninfoOption* option = options; option->keyword; ++option)
+        if (std::strcmp(option->keyword, "connect_timeout") == 0 && option->val) value = option->val;
+      PQconninfoFree(options);
+    }
+    return value;
+  }
+
+  // Waits for a server that is away (down, restarting, unreachable) up to RUNNER_INDEX_WAIT, saying every few
+  // seconds what it waits for and until when; an IndexError when it does not come back in that time.
+  void wait_for_server() {
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(milliseconds(limits_.wait));
+    auto pause = std::chrono::milliseconds(200);
+    double said_at = 0;
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: the index server does not answer at {} ({}); waiting for it until {} ({}, "
+                          "RUNNER_INDEX_WAIT)",
+                          shown_, server(), reason(), time_of_day(until), core::duration_text(limits_.wait)));
+    while (true) {
+      const auto left = std::chrono::duration<double>(limits_.wait) - (std::chrono::steady_clock::now() - start);
+      std::this_thread::sleep_for(
+          std::max(std::chrono::duration<double>(0), std::min<std::chrono::duration<double>>(pause, left)));
+      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+      PQreset(conn_);
+      if (PQstatus(conn_) == CONNECTION_OK) {
+        set_up_session();
+        core::log(core::LogLevel::info, fmt::format("{}: connected to the index server at {}", shown_, server()));
+        return;
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!server_away() || waited >= limits_.wait)
+        throw IndexError(fmt::format("{}: the index server at {} did not answer in {} (RUNNER_INDEX_WAIT): {}", shown_,
+                                     server(), core::duration_text(waited), reason()));
+      if (waited - said_at >= kWaitingMessageSeconds) {
+        said_at = waited;
+        core::log(core::LogLevel::warn,
+                  fmt::format("{}: still waiting for the index server at {} ({}), {} so far, until {}", shown_,
+                              server(), reason(), core::duration_text(waited), time_of_day(until)));
+      }
+    }
   }
 
   void set_up_session() {
@@ -314,9 +510,13 @@ class PostgresConnection final : public Connection {
         conn_, [](void*, const char*) {}, nullptr);
     std::string setup = "SET client_min_messages = warning";
     if (read_only_) setup += "; SET default_transaction_read_only = on";
-    Result result(PQexec(conn_, setup.c_str()));
-    if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK)
+    // The statement timeout in force (runner's or the URL's), which bounds the wait for each answer.
+    setup += "; SELECT extract(epoch FROM current_setting('statement_timeout')::interval)";
+    statement_seconds_ = limits_.statement;
+    Result result = send(setup);
+    if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK)
       throw IndexError(fmt::format("{}: cannot set up the session: {}", shown_, message(result.get())));
+    statement_seconds_ = std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
   }
 
   std::string message(const PGresult* result) const {
@@ -324,15 +524,25 @@ class PostgresConnection final : public Connection {
     return primary ? one_line(primary) : error();
   }
 
+  // A failed statement's message, with the setting that stopped it when it was runner's statement timeout.
+  std::string failure(const PGresult* result) const {
+    if (sql_state(result) == "57014")  // query_canceled: nothing else cancels runner's own statements
+      return message(result) +
+             " (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in the URL's options; a wait for another "
+             "writer's transaction counts)";
+    return message(result);
+  }
+
   IndexConnectionLost lost(const std::string& what) const {
     return IndexConnectionLost(fmt::format("{}: the connection to the index was lost: {}", shown_, one_line(what)));
   }
 
   PGconn* conn_ = nullptr;
-  std::string url_;
   std::string shown_;
   bool read_only_ = false;
+  SessionLimits limits_;
   bool in_transaction_ = false;
+  double statement_seconds_ = 0;  // the session's statement_timeout (0: none)
   int changes_ = 0;
 };
 
@@ -383,7 +593,7 @@ QueryResult PostgresConnection::read_query(const std::string& sql, const std::ve
   in_transaction_ = true;
   execute(
       fmt::format("SET LOCAL statement_timeout = {}", static_cast<int64_t>(std::ceil(limits.timeout_seconds * 1000))));
-  Result result = send(translated, values);
+  Result result = send(translated, values, limits.timeout_seconds);
   if (!succeeded(result)) {
     if (connection_failure(conn_, result.get())) throw lost(result ? PQresultErrorMessage(result.get()) : error());
     const std::string state = sql_state(result.get());

@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -849,6 +850,102 @@ class BadIndexFiles(IndexTest):
         self.script("load.lua", "nn.Linear(2, 2):load('model.pt')")
         result = self.runner("load.lua", check=1)
         self.assertIn("load.lua:1: load_state_dict: missing keys: weight, bias; unexpected keys: w", result.stderr)
+
+class SilentServer:
+    """A TCP server on a local port that accepts every connection and never answers (a PostgreSQL server that hangs,
+    or a wrong port where something else listens)."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.port = self.socket.getsockname()[1]
+        self.accepted = []
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+        self.thread.start()
+
+    def accept(self):
+        try:
+            while True:
+                self.accepted.append(self.socket.accept()[0])
+        except OSError:  # closed
+            pass
+
+    def close(self):
+        self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+WAITING_LINE = re.compile(r"^\[[0-9:.]+\] \[warning\] (.*)$")
+
+
+class UnansweringIndexServer(RunnerHomeTest):
+    """An index server that does not answer ends commands and runs with a message naming it, never a hang."""
+
+    def url(self, port):
+        return f"postgresql://runner@127.0.0.1:{port}/runs"
+
+    def waiting_lines(self, stderr):
+        return [m.group(1) for m in map(WAITING_LINE.match, stderr.splitlines()) if m]
+
+    def test_a_server_that_accepts_and_never_answers_ends_runs_and_query_after_the_connect_timeout(self):
+        server = SilentServer()
+        self.addCleanup(server.close)
+        self.env.update(RUNNER_INDEX=self.url(server.port), RUNNER_INDEX_CONNECT_TIMEOUT="2")
+        for command in (["runs"], ["query", "SELECT 1"]):
+            result = self.runner(*command, timeout=120)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertEqual(result.stderr,
+                             f"runner {command[0]}: {self.url(server.port)}: cannot connect to the index server at "
+                             f"127.0.0.1:{server.port}: timeout expired (no answer within 2 s: "
+                             "RUNNER_INDEX_CONNECT_TIMEOUT, or connect_timeout in the URL)\n")
+        # The URL's own connect_timeout wins over the variable.
+        self.env["RUNNER_INDEX"] = self.url(server.port) + "?connect_timeout=3"
+        self.assertIn("(no answer within 3 s: ", self.runner("runs", check=1, timeout=120).stderr)
+        # A run start (a writer) waits for the server for RUNNER_INDEX_WAIT, then fails without a run.
+        self.env.update(RUNNER_INDEX=self.url(server.port), RUNNER_INDEX_WAIT="5")
+        self.script("train.lua", TRAINING_SCRIPT)
+        result = self.runner("train.lua", timeout=120)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(self.waiting_lines(result.stderr)[0],
+                         rf"^{re.escape(self.url(server.port))}: the index server does not answer at "
+                         rf"127\.0\.0\.1:{server.port} \(timeout expired\); waiting for it until \d\d:\d\d:\d\d "
+                         r"\(5s, RUNNER_INDEX_WAIT\)$")
+        self.assertIn(f"train.lua:2: {self.url(server.port)}: the index server at 127.0.0.1:{server.port} did not "
+                      "answer in ", result.stderr)
+        self.assertFalse((self.home / "train-1").exists())
+
+    def test_a_writer_pointed_at_a_closed_port_says_what_it_waits_for_then_gives_up(self):
+        closed = socket.socket()  # bound but not listening: connections to its port are refused
+        closed.bind(("127.0.0.1", 0))
+        self.addCleanup(closed.close)
+        port = closed.getsockname()[1]
+        self.env.update(RUNNER_INDEX=self.url(port), RUNNER_INDEX_WAIT="12")
+        self.script("train.lua", TRAINING_SCRIPT)
+        result = self.runner("train.lua", timeout=120)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        lines = self.waiting_lines(result.stderr)
+        self.assertRegex(lines[0], rf"^{re.escape(self.url(port))}: the index server does not answer at "
+                                   rf"127\.0\.0\.1:{port} \(Connection refused\); waiting for it until "
+                                   r"(\d\d:\d\d:\d\d) \(12s, RUNNER_INDEX_WAIT\)$")
+        until = re.search(r"until (\S+)", lines[0]).group(1)
+        # Every 5 s of waiting, a line says so; how many fit in 12 s depends on how fast each attempt fails.
+        self.assertGreaterEqual(len(lines), 2, result.stderr)
+        for line in lines[1:]:
+            self.assertRegex(line, rf"^{re.escape(self.url(port))}: still waiting for the index server at "
+                                   rf"127\.0\.0\.1:{port} \(Connection refused\), \d+s so far, until {until}$")
+        self.assertRegex(result.stderr, rf"train\.lua:2: {re.escape(self.url(port))}: the index server at "
+                                        rf"127\.0\.0\.1:{port} did not answer in \d+s \(RUNNER_INDEX_WAIT\): "
+                                        r"Connection refused\n")
+        self.assertFalse((self.home / "train-1").exists())
+
+    def test_a_timeout_that_is_not_a_number_of_seconds_is_named(self):
+        self.env.update(RUNNER_INDEX=self.url(5432), RUNNER_INDEX_CONNECT_TIMEOUT="ten")
+        self.assertEqual(self.runner("runs", check=1).stderr,
+                         "runner runs: RUNNER_INDEX_CONNECT_TIMEOUT='ten' is not a number of seconds > 0\n")
+
 
 # The same tests on a PostgreSQL index (RUNNER_INDEX), on a server of the tests' own with a fresh database per test,
 # but for those about the SQLite file itself (its pragmas, a damaged or foreign file, a read-only medium). Without

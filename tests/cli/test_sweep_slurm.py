@@ -71,8 +71,9 @@ class JobScript(SlurmSweepTest):
                                 text=True, timeout=120)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         # The index server (made up here) cannot be reached from this host: the dry run says it, and goes on.
-        self.assertRegex(result.stderr, r"^runner sweep: postgresql://sweeper@db\.cluster/runs: cannot connect: .*; the "
-                                        r"dry run goes on without comparing the file with a sweep stored there\n$")
+        self.assertRegex(result.stderr, r"^runner sweep: postgresql://sweeper@db\.cluster/runs: cannot connect to the "
+                                        r"index server at db\.cluster:5432: .*; the dry run goes on without comparing "
+                                        r"the file with a sweep stored there\n$")
         self.assertIn("sweep grid: 4 trials (grid)", result.stdout)
         home = self.home.resolve()
         script = result.stdout[result.stdout.index("#!/bin/bash"):]

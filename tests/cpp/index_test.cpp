@@ -10,11 +10,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <optional>
 #include <random>
@@ -983,6 +985,148 @@ INDEX_TEST_CASE("two metric writers on one index from two threads write everythi
 
 // ---------------------------------------------------------------------------------------------------------
 // Read-only queries
+
+// A variable of the process's environment, set while this lives (the index reads RUNNER_INDEX_* at each connection).
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() { saved_ ? ::setenv(name_, saved_->c_str(), 1) : ::unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_IDLE_TIMEOUT and the others go on",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "1");
+  TempHome tmp;
+  Database silent = open_index_for_writing(tmp.path);
+  Database other = open_index_for_writing(tmp.path);
+  // The silent writer takes the index lock with its transaction, then sends nothing (a process stopped, a network
+  // gone): the other writer's transaction waits for the lock until the server ends the silent session.
+  std::optional<Transaction> held(std::in_place, silent);
+  std::future<RunRecord> created =
+      std::async(std::launch::async, [&] { return create_run(other, new_run("experiments/other.lua"), tmp.path); });
+  const bool went_on = created.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!went_on) held.reset();  // ends the wait, so that the test can fail
+  REQUIRE(went_on);
+  CHECK(created.get().name == "other-1");
+  // The silent writer finds its transaction ended by the server: nothing of it was committed, and its next
+  // transaction runs on a new connection.
+  CHECK_THROWS_AS(held->commit(), IndexConnectionLost);
+  held.reset();
+  CHECK(create_run(silent, new_run("experiments/silent.lua"), tmp.path).name == "silent-1");
+  CHECK(scalar(other, "SELECT count(*) FROM runs") == 2);
+}
+
+TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTIONS over those and the URL's over all",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const auto setting = [](const std::string& url, const char* name) {
+    Database db = Database::postgresql(url, true);
+    return scalar_text(db, std::string("SHOW ") + name);
+  };
+  const std::string url = index_url();
+  CHECK(setting(url, "statement_timeout") == "10min");
+  CHECK(setting(url, "idle_in_transaction_session_timeout") == "1min");
+  {
+    const ScopedEnvironment statement("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+    const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "2.5");
+    CHECK(setting(url, "statement_timeout") == "5s");
+    CHECK(setting(url, "idle_in_transaction_session_timeout") == "2500ms");
+    const ScopedEnvironment pgoptions("PGOPTIONS", "-c statement_timeout=7s");
+    CHECK(setting(url, "statement_timeout") == "7s");
+    CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "statement_timeout") == "9s");
+    CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "idle_in_transaction_session_timeout") == "2500ms");
+  }
+  const ScopedEnvironment connect("RUNNER_INDEX_CONNECT_TIMEOUT", "0");
+  CHECK(index_error([&] { setting(url, "statement_timeout"); }) ==
+        "RUNNER_INDEX_CONNECT_TIMEOUT='0' is not a number of seconds > 0");
+}
+
+TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TIMEOUT fails naming it",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  TempHome tmp;
+  Database holder = open_index_for_writing(tmp.path);
+  Database waiter = open_index_for_writing(tmp.path);
+  std::optional<Transaction> held(std::in_place, holder);
+  std::future<std::string> failure = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      create_run(waiter, new_run("experiments/waiter.lua"), tmp.path);
+    } catch (const IndexError& error) {
+      return error.what();
+    }
+    return "no IndexError";
+  });
+  const bool gave_up = failure.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!gave_up) held.reset();  // ends the wait, so that the test can fail
+  REQUIRE(gave_up);
+  CHECK(failure.get() ==
+        index_url() +
+            ": canceling statement due to statement timeout (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in "
+            "the URL's options; a wait for another writer's transaction counts)");
+  // The failed BEGIN was rolled back: the waiter's next transaction runs once the lock is free.
+  held.reset();
+  CHECK(create_run(waiter, new_run("experiments/waiter.lua"), tmp.path).name == "waiter-1");
+}
+
+TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
+          "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  // The server process of this session stops (a hung server: its host still answers TCP, keepalives included).
+  const auto backend = static_cast<pid_t>(scalar(db, "SELECT pg_backend_pid()"));
+  REQUIRE(::kill(backend, SIGSTOP) == 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{backend};
+  std::future<std::string> failure = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      Statement(db, "SELECT count(*) FROM runs").step();
+    } catch (const IndexConnectionLost& error) {
+      return error.what();
+    }
+    return "no IndexConnectionLost";
+  });
+  const bool gave_up = failure.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!gave_up) ::kill(backend, SIGCONT);  // ends the wait, so that the test can fail
+  REQUIRE(gave_up);
+  CHECK_THAT(failure.get(),
+             Contains(": the connection to the index was lost: the index server at 127.0.0.1:") &&
+                 Contains(" did not answer in 11s (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in the URL's "
+                          "options, and 10 s more)"));
+  // The next statement connects again.
+  ::kill(backend, SIGCONT);
+  CHECK(scalar(db, "SELECT count(*) FROM runs") == 0);
+}
 
 TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[index]") {
   TempHome tmp;
