@@ -51,7 +51,10 @@ def holding(script):
     return script.replace('mode = "plain"', 'mode = "plain", hold_at = 0').replace(
         '  if cfg.sleep > 0 then',
         '  if step == cfg.hold_at then\n'
-        '    while not io.open(os.getenv("RUNNER_HOME") .. "/release") do end\n'
+        '    local since = runner.clock()\n'
+        '    while not io.open(os.getenv("RUNNER_HOME") .. "/release") do\n'
+        '      if runner.clock() - since > 300 then error("not released within 300 s") end\n'
+        '    end\n'
         '  end\n'
         '  if cfg.sleep > 0 then')
 
@@ -438,7 +441,11 @@ class Scheduling(SweepTest):
         self.script("held.lua", SYNTHETIC.replace('mode = "plain" }', 'mode = "plain", hold_at = 1 }').replace(
             '  if cfg.sleep > 0 then',
             '  if step == cfg.hold_at then\n'
-            '    while not io.open(os.getenv("RUNNER_HOME") .. "/release-" .. cfg.width) do os.execute("sleep 0.05") end\n'
+            '    local since = runner.clock()\n'
+            '    while not io.open(os.getenv("RUNNER_HOME") .. "/release-" .. cfg.width) do\n'
+            '      if runner.clock() - since > 300 then error("not released within 300 s") end\n'
+            '      os.execute("sleep 0.05")\n'
+            '    end\n'
             '  end\n'
             '  if cfg.sleep > 0 then'))
         self.sweep_file("shared.lua", """
