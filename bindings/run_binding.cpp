@@ -257,6 +257,27 @@ int run_merge_summary(lua_State* L) {
   return 0;
 }
 
+// run:tag(tag, ...)
+int run_tag(lua_State* L) {
+  run::RunContext& context = check_run(L, 1);
+  std::vector<std::string> tags;
+  for (int i = 2; i <= lua_gettop(L); ++i) {
+    if (lua_type(L, i) != LUA_TSTRING)
+      throw std::invalid_argument(
+          fmt::format("run:tag expects tag names (strings), got a {} as argument {}", luaL_typename(L, i), i - 1));
+    tags.push_back(lua_tostring(L, i));
+  }
+  if (tags.empty()) throw std::invalid_argument("run:tag expects one or more tag names");
+  context.add_tags(tags);
+  return 0;
+}
+
+// run:note(text)
+int run_note(lua_State* L) {
+  check_run(L, 1).set_note(check_string(L, 2));
+  return 0;
+}
+
 // run:save_images(name, images, options) -> path, at the run's step
 int run_save_images(lua_State* L) {
   run::RunContext& context = check_run(L, 1);
@@ -499,6 +520,8 @@ void open_run(lua_State* L) {
                          {"step", wrap<run_step>},
                          {"set_step", wrap<run_set_step>},
                          {"merge_summary", wrap<run_merge_summary>},
+                         {"tag", wrap<run_tag>},
+                         {"note", wrap<run_note>},
                          {"save_images", wrap<run_save_images>},
                          {"record_file", wrap<run_record_file>},
                          {"finish", wrap<run_finish>},

@@ -1,10 +1,12 @@
-// The index commands' dispatch and usage, and `runner query`, `runner report`, `runner rm`, `runner gc`.
+// The index commands' dispatch and usage, and `runner query`, `runner report`, `runner rm`, `runner gc`, `runner tag`,
+// `runner note`.
 #include "runtime/cli/index_commands.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/cli/command_support.h"
@@ -23,9 +25,13 @@ constexpr const char* kUsage =
     R"(index commands (the index is RUNNER_HOME/index.db; RUNNER_HOME defaults to ./runs; with
 RUNNER_INDEX=postgresql://USER@HOST:PORT/DB, or --index URL given to any of these commands, it is that PostgreSQL
 database, and RUNNER_HOME holds the run folders only):
-  runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--sort KEY [--desc]]
-              [--limit N] [--metrics a,b] [--csv|--json]
+  runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--where EXPR]
+              [--sort KEY [--desc]] [--limit N] [--metrics a,b] [--csv|--json]
                                       table of runs, newest first (KEY: a metric, started, duration, step, name)
+                                      with their tags and notes; --where "lr < 1e-3 and tag = 'baseline'":
+                                      comparisons (< <= > >= = !=) of config keys, metrics (summary or latest
+                                      value), tag, status and name with numbers or 'texts', joined by and, or,
+                                      not and parentheses
   runner show RUN [--json] [--sweep]  config, versions, summary, latest metrics, checkpoints, artifacts
   runner compare RUN RUN... [--all] [--csv|--json]
                                       config differences and metrics side by side
@@ -36,6 +42,9 @@ database, and RUNNER_HOME holds the run folders only):
                                       one self-contained HTML file: curves, config, latest sample grids
   runner report SWEEP [-o sweep.html] the sweep's objective against each parameter, every trial's curve
                                       (pruned ones dashed), the trials and the best one's command line
+  runner tag RUN TAG... [-d|--remove]
+                                      tag a run (letters, digits, '_', '-', '.'); -d removes the tags
+  runner note RUN TEXT                set the run's note, a text for people ("" removes it)
   runner rm RUN... [--force]          delete runs with their files (--force: also running ones); a sweep:
                                       runner sweep rm SWEEP
   runner gc [--dry-run] [--orphans]   finish interrupted deletions, mark dead runs interrupted, delete
@@ -78,7 +87,7 @@ const char* index_commands_usage() { return kUsage; }
 
 bool is_index_command(const std::string& name) {
   return name == "runs" || name == "show" || name == "compare" || name == "query" || name == "report" || name == "rm" ||
-         name == "gc" || name == "sweeps";
+         name == "gc" || name == "sweeps" || name == "tag" || name == "note";
 }
 
 // In a table for reading, the index's time columns (named *_at, seconds since 1970) as local dates; CSV and JSON
@@ -131,6 +140,8 @@ report::ReportRun load_report_run(index::Database& db, const std::string& home, 
   run.step = record.step;
   run.config = record.config;
   run.summary = record.summary;
+  run.tags = record.tags;
+  run.note = record.note;
   std::vector<std::string> chosen;
   if (keys)
     chosen = *keys;
@@ -204,6 +215,42 @@ int rm_command(int argc, char** argv) {
   return 0;
 }
 
+int tag_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"-d", "--remove", "--sweep"});
+  if (arguments.positional.size() < 2) throw UsageError("expected a RUN and one or more TAGs");
+  const std::vector<std::string> tags(arguments.positional.begin() + 1, arguments.positional.end());
+  for (const std::string& tag : tags) {
+    try {
+      index::check_name(tag, "tag");
+    } catch (const index::IndexError& error) {
+      throw UsageError(error.what());
+    }
+  }
+  index::Database db = index::open_index_for_writing(index::home_directory());
+  const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
+  if (arguments.has("-d") || arguments.has("--remove"))
+    index::remove_run_tags(db, run.run, tags);
+  else
+    index::add_run_tags(db, run.run, tags);
+  const std::vector<std::string> now_tagged = index::load_run(db, run.run).tags;
+  print(fmt::format("{} ({}): {}\n", core::terminal_text(run.name), run.id,
+                    now_tagged.empty() ? "no tags" : "tags " + fmt::format("{}", fmt::join(now_tagged, ", "))));
+  return 0;
+}
+
+int note_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--sweep"});
+  if (arguments.positional.size() != 2)
+    throw UsageError("expected a RUN and the note's TEXT in quotes (\"\" removes the note)");
+  index::Database db = index::open_index_for_writing(index::home_directory());
+  const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
+  const std::string& text = arguments.positional[1];
+  index::set_run_note(db, run.run, text);
+  print(
+      fmt::format("{} ({}): {}\n", core::terminal_text(run.name), run.id, text.empty() ? "note removed" : "note set"));
+  return 0;
+}
+
 int gc_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--dry-run", "--orphans"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
@@ -273,6 +320,8 @@ int run_index_command(int argc, char** argv) {
         if (name == "rm") return rm_command(argc, argv);
         if (name == "gc") return gc_command(argc, argv);
         if (name == "sweeps") return sweeps_command(argc, argv);
+        if (name == "tag") return tag_command(argc, argv);
+        if (name == "note") return note_command(argc, argv);
         if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0)
           return sweep_show_command(argc - 1, argv + 1);
         if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0)

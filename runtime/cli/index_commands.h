@@ -1,4 +1,5 @@
-// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc, sweeps, sweep show, serve.
+// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc, tag, note, sweeps, sweep show,
+// serve.
 #pragma once
 
 #include <optional>
@@ -34,6 +35,8 @@ int query_command(int argc, char** argv);    // index_commands.cpp
 int report_command(int argc, char** argv);   // index_commands.cpp
 int rm_command(int argc, char** argv);       // index_commands.cpp
 int gc_command(int argc, char** argv);       // index_commands.cpp
+int tag_command(int argc, char** argv);      // index_commands.cpp
+int note_command(int argc, char** argv);     // index_commands.cpp
 int sweeps_command(int argc, char** argv);   // sweep_commands.cpp
 // argv[0] is "show".
 int sweep_show_command(int argc, char** argv);  // sweep_commands.cpp

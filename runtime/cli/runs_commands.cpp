@@ -9,6 +9,7 @@
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/cli/run_where.h"
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
@@ -41,13 +42,69 @@ std::vector<std::string> split_list(const std::string& text) {
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
+// What --where compares for a config key or metric: the config value, else the summary's, else the latest logged.
+WhereValue where_value(index::Database& db, const index::RunRecord& run, const std::string& key) {
+  const auto from_json = [](const nlohmann::json& value) -> WhereValue {
+    if (value.is_boolean()) return value.get<bool>() ? 1.0 : 0.0;
+    if (value.is_number()) return value.get<double>();
+    if (value.is_string()) return value.get<std::string>();
+    return value.is_null() ? WhereValue{} : WhereValue{value.dump()};
+  };
+  if (run.config.is_object() && run.config.contains(key)) return from_json(run.config[key]);
+  if (run.summary.is_object() && run.summary.contains(key)) return from_json(run.summary[key]);
+  if (const auto latest = index::latest_metric(db, run.run, key)) return *latest;
+  return {};
+}
+
+// The runs that `where` matches; its keys must be config keys or metrics of one of `runs`.
+std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
+                                         double now) {
+  if (runs.empty()) return runs;
+  std::set<std::string> known;
+  for (const auto& run : runs) {
+    if (run.config.is_object())
+      for (const auto& [key, value] : run.config.items()) known.insert(key);
+    if (run.summary.is_object())
+      for (const auto& [key, value] : run.summary.items()) known.insert(key);
+  }
+  const std::set<std::string> keys = where.keys();
+  if (!std::includes(known.begin(), known.end(), keys.begin(), keys.end()))
+    for (const auto& run : runs)
+      for (const auto& latest : index::latest_metrics(db, run.run)) known.insert(latest.key);
+  where.check_keys(known);
+  std::vector<index::RunRecord> kept;
+  for (auto& run : runs) {
+    const WhereRun facts{run.name, index::effective_status(run, now), run.tags,
+                         [&](const std::string& key) { return where_value(db, run, key); }};
+    if (where.matches(facts)) kept.push_back(std::move(run));
+  }
+  return kept;
+}
+
+std::string tags_text(const index::RunRecord& run) { return fmt::format("{}", fmt::join(run.tags, " ")); }
+
+// A note in the aligned table: its first line, cut at 40 characters.
+std::string note_line(const std::string& note) {
+  std::string line = note.substr(0, note.find('\n'));
+  if (line.size() > 40) {
+    size_t cut = 39;
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    line = line.substr(0, cut) + "\u2026";
+  } else if (line.size() < note.size()) {
+    line += " \u2026";
+  }
+  return line;
+}
+
 }  // namespace
 
 int runs_command(int argc, char** argv) {
-  const ParsedArguments arguments =
-      parse_arguments(argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep"},
-                      {"--csv", "--json", "--desc"});
+  const ParsedArguments arguments = parse_arguments(
+      argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep", "--where"},
+      {"--csv", "--json", "--desc"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  std::optional<RunWhere> where;
+  if (auto text = arguments.value("--where")) where.emplace(*text);
   const TableFormat format = table_format(arguments);
   index::RunFilter filter;
   if (auto status = arguments.value("--status")) {
@@ -61,8 +118,9 @@ int runs_command(int argc, char** argv) {
 
   index::Database db = index::open_index_for_reading(index::home_directory());
   if (auto sweep = arguments.value("--sweep")) filter.sweep = sweep::load_sweep(db, *sweep).sweep;
-  std::vector<index::RunRecord> runs = index::list_runs(db, filter);
   const double now = index::now_seconds();
+  std::vector<index::RunRecord> runs = index::list_runs(db, filter);
+  if (where) runs = runs_where(db, std::move(runs), *where, now);
 
   std::vector<std::string> metrics;
   if (auto chosen = arguments.value("--metrics")) {
@@ -146,12 +204,19 @@ int runs_command(int argc, char** argv) {
   const bool sweep_column =
       !filter.sweep &&
       (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->sweep.has_value(); }));
+  // Tags and the note: columns when a run shown has them (--csv and --json always have both).
+  const bool tags_column =
+      !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return !l.run->tags.empty(); });
+  const bool note_column =
+      !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->note.has_value(); });
   Table table;
   table.columns = {"id", "name", "status", "started", "duration", "step", "ranks"};
   if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
+  if (tags_column) table.columns.push_back("tags");
   if (sweep_column) table.columns.push_back("sweep");
   if (sweep_column && !aligned) table.columns.push_back("trial");
   for (const auto& key : metrics) table.columns.push_back(key);
+  if (note_column) table.columns.push_back("note");
   for (const auto& line : lines) {
     const auto& run = *line.run;
     std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
@@ -165,6 +230,7 @@ int runs_command(int argc, char** argv) {
     }
     row.push_back(run.step);
     row.push_back(static_cast<int64_t>(run.world_size));
+    if (tags_column) row.push_back(run.tags.empty() ? Cell(std::monostate{}) : Cell(tags_text(run)));
     if (sweep_column) {
       const std::string name = run.sweep ? sweep_names[*run.sweep] : "";
       if (aligned)
@@ -174,10 +240,12 @@ int runs_command(int argc, char** argv) {
       if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
     }
     for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
+    if (note_column)
+      row.push_back(!run.note ? Cell(std::monostate{}) : aligned ? Cell(note_line(*run.note)) : Cell(*run.note));
     table.rows.push_back(std::move(row));
   }
   if (format == TableFormat::aligned && table.rows.empty()) {
-    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep
+    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep && !where
               ? "no runs yet\n"
               : "no runs match\n");
     return 0;
@@ -302,6 +370,8 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   out["ended_at"] = run.ended_at ? nlohmann::json(*run.ended_at) : nlohmann::json(nullptr);
   out["error"] = run.error ? nlohmann::json(*run.error) : nlohmann::json(nullptr);
   out["parent"] = run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json(nullptr);
+  out["tags"] = run.tags;
+  out["note"] = or_null(run.note);
   out["attempt_history"] = attempts_json(run, index::run_attempts(db, run.run), now);
   nlohmann::json inputs = nlohmann::json::array();
   for (const index::InputRecord& input : index::run_inputs(db, run.run))
@@ -425,6 +495,8 @@ int show_command(int argc, char** argv) {
   if (run.hosts.size() > 1) text += fmt::format("hosts     {}\n", shown(fmt::format("{}", fmt::join(run.hosts, ", "))));
   text += fmt::format("directory {}\n", shown(index::home_directory() + "/" + run.dir));
   if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
+  if (!run.tags.empty()) text += fmt::format("tags      {}\n", shown(fmt::format("{}", fmt::join(run.tags, ", "))));
+  if (run.note) text += fmt::format("note      {}\n", shown(*run.note));
   print(text);
   print_section("config", key_values(run.config, "value"));
   if (const auto attempts = index::run_attempts(db, run.run); attempts.size() > 1)

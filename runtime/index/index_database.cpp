@@ -444,6 +444,25 @@ ALTER TABLE sweep_workers ADD COLUMN host TEXT;
 ALTER TABLE sweep_workers ADD COLUMN pid BIGINT;
 ALTER TABLE sweep_workers ADD COLUMN slurm_job TEXT;
 )sql"},
+    // Tags and a note on runs, set by run:tag / run:note and `runner tag` / `runner note`.
+    {10, R"sql(
+ALTER TABLE runs ADD COLUMN note TEXT;
+CREATE TABLE run_tags (
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  PRIMARY KEY (run, tag)
+) WITHOUT ROWID;
+CREATE INDEX run_tags_by_tag ON run_tags (tag);
+)sql",
+     R"sql(
+ALTER TABLE runs ADD COLUMN note TEXT;
+CREATE TABLE run_tags (
+  run BIGINT NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  PRIMARY KEY (run, tag)
+);
+CREATE INDEX run_tags_by_tag ON run_tags (tag);
+)sql"},
 };
 
 bool postgresql(const Database& db) { return db.backend() == Backend::postgresql; }

@@ -12,7 +12,9 @@
 #include <cmath>
 #include <csignal>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "runtime/index/final_status.h"
@@ -24,7 +26,7 @@ constexpr const char* kRunColumns =
     "r.run, r.id, r.name, r.status, r.script, r.script_hash, r.config, r.summary, r.git_revision, r.git_dirty, "
     "r.host, r.pid, r.device, r.seed, r.world_size, r.versions, r.dir, r.started_at, r.ended_at, r.heartbeat_at, "
     "r.step, r.error, (SELECT p.id FROM runs p WHERE p.run = r.parent), r.attempts, r.attempt_started_at, "
-    "r.active_seconds, r.hosts, r.sweep, r.trial";
+    "r.active_seconds, r.hosts, r.sweep, r.trial, r.note";
 
 // SQL that adds the running attempt's span, ended at `end` (an SQL expression), to active_seconds.
 std::string fold_attempt(const Database& db, const std::string& end) {
@@ -101,7 +103,31 @@ RunRecord read_run(const Statement& s) {
   run.hosts = parse_hosts(parse_json_column(s, 26));
   run.sweep = s.optional_integer(27);
   run.trial = s.optional_integer(28);
+  run.note = s.optional_text(29);
   return run;
+}
+
+std::vector<std::string> run_tags(Database& db, int64_t run) {
+  Statement statement = db.prepare("SELECT tag FROM run_tags WHERE run = ? ORDER BY tag");
+  statement.bind(1, run);
+  std::vector<std::string> tags;
+  while (statement.step()) tags.push_back(statement.text(0));
+  return tags;
+}
+
+// The runs' tags: one query for the run of a lookup, one for the whole table when many runs are listed.
+void read_tags(Database& db, std::vector<RunRecord>& runs) {
+  if (runs.size() == 1) {
+    runs[0].tags = run_tags(db, runs[0].run);
+    return;
+  }
+  if (runs.empty()) return;
+  std::map<int64_t, RunRecord*> by_key;
+  for (RunRecord& run : runs) by_key[run.run] = &run;
+  Statement statement = db.prepare("SELECT run, tag FROM run_tags ORDER BY run, tag");
+  while (statement.step())
+    if (auto found = by_key.find(statement.integer(0)); found != by_key.end())
+      found->second->tags.push_back(statement.text(1));
 }
 
 std::vector<RunRecord> query_runs(Database& db, const std::string& where, const std::vector<std::string>& texts) {
@@ -110,6 +136,7 @@ std::vector<RunRecord> query_runs(Database& db, const std::string& where, const 
   for (size_t i = 0; i < texts.size(); ++i) statement.bind(static_cast<int>(i + 1), texts[i]);
   std::vector<RunRecord> runs;
   while (statement.step()) runs.push_back(read_run(statement));
+  read_tags(db, runs);
   return runs;
 }
 
@@ -440,11 +467,48 @@ void record_heartbeat(Database& db, int64_t run, int64_t step, double now) {
   statement.run();
 }
 
+void add_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags) {
+  for (const std::string& tag : tags) check_name(tag, "tag");
+  with_transaction(db, [&] {
+    load_run(db, run);  // the run is in the index
+    for (const std::string& tag : tags) {
+      Statement insert = db.prepare("INSERT INTO run_tags (run, tag) VALUES (?, ?) ON CONFLICT DO NOTHING");
+      insert.bind(1, run).bind(2, tag);
+      insert.run();
+    }
+  });
+}
+
+void remove_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags) {
+  with_transaction(db, [&] {
+    const RunRecord record = load_run(db, run);
+    for (const std::string& tag : tags)
+      if (std::find(record.tags.begin(), record.tags.end(), tag) == record.tags.end())
+        throw IndexError(fmt::format("run {} has no tag '{}' (its tags: {})", record.name, tag,
+                                     record.tags.empty() ? "none" : fmt::format("{}", fmt::join(record.tags, ", "))));
+    for (const std::string& tag : tags) {
+      Statement remove = db.prepare("DELETE FROM run_tags WHERE run = ? AND tag = ?");
+      remove.bind(1, run).bind(2, tag);
+      remove.run();
+    }
+  });
+}
+
+void set_run_note(Database& db, int64_t run, const std::optional<std::string>& note) {
+  with_transaction(db, [&] {
+    Statement statement = db.prepare("UPDATE runs SET note = ? WHERE run = ?");
+    statement.bind(1, note && !note->empty() ? note : std::nullopt).bind(2, run);
+    statement.run();
+  });
+}
+
 RunRecord load_run(Database& db, int64_t run) {
   Statement statement = db.prepare(fmt::format("SELECT {} FROM runs r WHERE r.run = ?", kRunColumns));
   statement.bind(1, run);
   if (!statement.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
-  return read_run(statement);
+  RunRecord record = read_run(statement);
+  record.tags = run_tags(db, run);
+  return record;
 }
 
 RunRecord resolve_run(Database& db, const std::string& reference, LastAmong last) {

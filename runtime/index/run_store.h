@@ -70,6 +70,8 @@ struct RunRecord {
   double active_seconds = 0;                 // the ended attempts' time
   std::optional<int64_t> sweep;              // the sweep trial it is
   std::optional<int64_t> trial;
+  std::vector<std::string> tags;  // sorted
+  std::optional<std::string> note;
 };
 
 // A run's statuses: running, finished, failed, interrupted (stopped by a signal, killed, or its process gone),
@@ -143,6 +145,14 @@ void finish_run(Database& db, int64_t run, const std::string& status, const std:
 // Merges `values` into the summary object.
 void merge_summary(Database& db, int64_t run, const nlohmann::json& values);
 void record_heartbeat(Database& db, int64_t run, int64_t step, double now);
+
+// Tags name runs to find them again (`baseline`): each follows the run-name rule (check_name), else an IndexError
+// "tag name '...' is not allowed ...". Adding a tag the run has changes nothing.
+void add_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags);
+// Removes the tags; a tag the run does not have is an IndexError naming it and the run's tags, and nothing changes.
+void remove_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags);
+// A line of text about the run for people; none (or empty text) removes it.
+void set_run_note(Database& db, int64_t run, const std::optional<std::string>& note);
 
 RunRecord load_run(Database& db, int64_t run);
 // Which runs `last` chooses from: those not started by a sweep (the default), or every run (`last --sweep`).

@@ -104,6 +104,8 @@ svg.chart { display: block; max-width: 100%; height: auto; }
 .samples img { display: block; max-width: 100%; height: auto; image-rendering: pixelated; border: 1px solid #ddd; }
 .samples .earlier { display: flex; flex-wrap: wrap; gap: 10px; margin-top: 6px; }
 details summary { cursor: pointer; color: #555; font-size: 12px; margin-top: 6px; }
+.tag { display: inline-block; margin-right: 4px; padding: 0 6px; border-radius: 8px; background: #e8eef7; color: #1b4f8a; font-size: 12px; }
+.note { white-space: pre-wrap; }
 .run-error { margin-top: 10px; }
 .run-error pre { white-space: pre-wrap; background: #fdf3f3; border: 1px solid #f0caca; padding: 8px; font-size: 12px; }
 figcaption { color: #555; font-size: 12px; margin-top: 3px; }
@@ -201,11 +203,15 @@ PngSize png_size(const std::string& bytes, const std::string& path) {
 
 void append_run_table(std::string& html, const std::vector<ReportRun>& runs, const std::vector<std::string>& labels) {
   const std::set<std::string> summary_keys = object_keys(runs, &ReportRun::summary);
+  const bool tags = std::any_of(runs.begin(), runs.end(), [](const ReportRun& run) { return !run.tags.empty(); });
+  const bool notes = std::any_of(runs.begin(), runs.end(), [](const ReportRun& run) { return run.note.has_value(); });
   auto out = std::back_inserter(html);
   html +=
       "<section class=\"runs\">\n<div class=\"table-wrap\"><table>\n<thead><tr><th>id</th><th>name</th>"
       "<th>status</th><th>started</th><th>duration</th><th>steps</th>";
+  if (tags) html += "<th>tags</th>";
   for (const auto& key : summary_keys) fmt::format_to(out, "<th>{}</th>", escape_html(key));
+  if (notes) html += "<th>note</th>";
   html += "</tr></thead>\n<tbody>\n";
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const ReportRun& run = runs[r];
@@ -214,6 +220,11 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
                    "<td class=\"num\">{}</td>",
                    swatch(r), escape_html(run.id), escape_html(labels[r]), status_badge(run.status),
                    escape_html(run.started), core::duration_text(run.duration_seconds), run.step);
+    if (tags) {
+      html += "<td>";
+      for (const std::string& tag : run.tags) fmt::format_to(out, "<span class=\"tag\">{}</span>", escape_html(tag));
+      html += "</td>";
+    }
     for (const auto& key : summary_keys) {
       const nlohmann::json* value = find_key(run.summary, key);
       if (value == nullptr || value->is_null()) {
@@ -223,6 +234,7 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
                        escape_html(format_summary_value(*value)));
       }
     }
+    if (notes) fmt::format_to(out, "<td class=\"note\">{}</td>", run.note ? escape_html(*run.note) : "-");
     html += "</tr>\n";
   }
   html += "</tbody></table></div>\n";

@@ -34,7 +34,9 @@ struct ReportRun {
   nlohmann::json summary;                       // object: key -> number/string
   std::map<std::string, SeriesPoints> metrics;  // key -> (step, value) sorted by step; NaN values possible
   std::optional<std::string> error;             // why a failed or interrupted run ended
-  std::vector<ReportImage> images;              // every image grid, in any order
+  std::vector<std::string> tags;
+  std::optional<std::string> note;
+  std::vector<ReportImage> images;  // every image grid, in any order
 };
 
 struct ReportOptions {

@@ -166,6 +166,18 @@ void RunContext::merge_summary(const nlohmann::json& values) {
   index::merge_summary(db_, record_.run, values);
 }
 
+void RunContext::add_tags(const std::vector<std::string>& tags) {
+  if (follower_) return;
+  index::add_run_tags(db_, record_.run, tags);
+  record_.tags = index::load_run(db_, record_.run).tags;
+}
+
+void RunContext::set_note(const std::string& note) {
+  if (follower_) return;
+  index::set_run_note(db_, record_.run, note);
+  record_.note = note.empty() ? std::nullopt : std::optional<std::string>(note);
+}
+
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,
                                     const image::GridOptions& options) {
   check_artifact_name(name);

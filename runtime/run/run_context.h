@@ -70,6 +70,10 @@ class RunContext {
   void log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time);
   bool pause_due() const { return pause_due_; }
   void merge_summary(const nlohmann::json& values);
+  // Tags the run and sets (empty: removes) its note, in the index (index::add_run_tags, index::set_run_note) and
+  // record(); nothing on a follower.
+  void add_tags(const std::vector<std::string>& tags);
+  void set_note(const std::string& note);
   // Saves a sample grid as images/<name>-<step>.png in the run directory and records the artifact;
   // returns the file's path. `name`: letters, digits, '_', '-', '.'.
   std::string save_images(const std::string& name, int64_t step, const at::Tensor& images,

@@ -133,7 +133,9 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
                     {"sweep", sweep != sweep_names.end() ? nlohmann::json(sweep->second) : nlohmann::json(nullptr)},
                     {"trial", record.trial ? nlohmann::json(*record.trial) : nlohmann::json(nullptr)},
                     {"metrics", metrics},
-                    {"summary", record.summary}});
+                    {"summary", record.summary},
+                    {"tags", record.tags},
+                    {"note", record.note ? nlohmann::json(*record.note) : nlohmann::json(nullptr)}});
     durations[record.id] = index::duration_seconds(record, now);
   }
   nlohmann::json page = {{"runs", runs}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}};
@@ -153,7 +155,8 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
                                     {"metrics", run["metrics"]},     {"checkpoints", run["checkpoints"]},
                                     {"artifacts", run["artifacts"]}, {"attempts", run["attempts"]},
                                     {"error", run["error"]},         {"summary", run["summary"]},
-                                    {"ended_at", run["ended_at"]},   {"config", run["config"]}};
+                                    {"ended_at", run["ended_at"]},   {"config", run["config"]},
+                                    {"tags", run["tags"]},           {"note", run["note"]}};
   std::set<std::string> keys;
   for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
   return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);

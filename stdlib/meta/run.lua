@@ -84,6 +84,19 @@ function Run:images(name, images, options) end
 ---@param values table<string, number|string|boolean|Tensor>
 function Run:set_summary(values) end
 
+--- Tags the run: names to find it by (`runner runs --where "tag = 'baseline'"`), shown by `runner runs`, `runner
+--- show`, the report and the dashboard. Each is 1 to 100 letters, digits, '_', '-' and '.' (as run names); a tag the
+--- run has already is kept once. `runner tag RUN TAG...` does the same from the shell (-d removes).
+--- Example: `run:tag("baseline", "cifar")`
+---@param tag string
+---@param ... string
+function Run:tag(tag, ...) end
+
+--- Sets the run's note, a text for people shown beside its tags (`runner note RUN TEXT` from the shell); an empty
+--- text removes it.
+---@param text string
+function Run:note(text) end
+
 --- Returns once every value logged so far is committed to the index.
 function Run:flush() end
 

@@ -131,6 +131,16 @@ function Run:set_summary(values)
   self.native:merge_summary(values)
 end
 
+--- run:tag(tag, ...): names for finding the run again (`runner runs --where "tag = 'baseline'"`).
+function Run:tag(...)
+  self.native:tag(...)
+end
+
+--- run:note(text): a line about the run for people, shown by `runner runs`, `runner show` and the dashboard.
+function Run:note(text)
+  self.native:note(text)
+end
+
 --- run:flush(): returns once every value logged so far is in the index.
 function Run:flush()
   self.native:flush()

@@ -644,6 +644,123 @@ class IndexCommands(IndexTest):
         self.assertEqual(self.sql("SELECT name FROM runs ORDER BY name"), [("broken-1",), ("train-2",)])
 
 
+class TagsAndNotes(IndexTest):
+    def three_runs(self):
+        self.train("lr=0.01", "label=a")
+        self.train("lr=0.04", "label=b")
+        self.script("broken.lua", "runner.start() error('boom')")
+        self.runner("broken.lua", check=1)
+
+    def names(self, *args):
+        return [row["name"] for row in json.loads(self.runner("runs", *args, "--json", check=0).stdout)]
+
+    def test_tag_untag_and_note_a_run_and_runs_and_show_list_them(self):
+        self.three_runs()
+        first_id = self.sql("SELECT id FROM runs WHERE name = 'train-1'")[0][0]
+        self.assertEqual(self.runner("tag", "train-1", "baseline", "cifar-10", check=0).stdout,
+                         f"train-1 ({first_id}): tags baseline, cifar-10\n")
+        self.assertEqual(self.runner("tag", "train-1", "baseline", "v1.2", check=0).stdout,
+                         f"train-1 ({first_id}): tags baseline, cifar-10, v1.2\n")
+        self.runner("tag", "train-2", "v1.2", check=0)
+        self.assertEqual(self.runner("note", "train-1", "lr too low; rerun with 0.02", check=0).stdout,
+                         f"train-1 ({first_id}): note set\n")
+        self.assertEqual(self.sql("SELECT r.name, t.tag FROM run_tags t JOIN runs r ON r.run = t.run ORDER BY r.name, t.tag"),
+                         [("train-1", "baseline"), ("train-1", "cifar-10"), ("train-1", "v1.2"), ("train-2", "v1.2")])
+        self.assertEqual(self.sql("SELECT name, note FROM runs ORDER BY name"),
+                         [("broken-1", None), ("train-1", "lr too low; rerun with 0.02"), ("train-2", None)])
+
+        table = self.runner("runs", check=0).stdout.splitlines()
+        self.assertEqual(table[0].split(), ["id", "name", "status", "started", "duration", "step", "ranks", "tags",
+                                            "final_loss", "note"])
+        self.assertRegex(table[4], r"^\S+ +train-1 .* 1  baseline cifar-10 v1\.2 +0\.0333333  lr too low; rerun with 0\.02$")
+        self.assertRegex(table[3], r" 1  v1\.2 +0\.133333  -$")
+        listed = json.loads(self.runner("runs", "--json", check=0).stdout)
+        self.assertEqual([(r["name"], r["tags"], r["note"]) for r in listed],
+                         [("broken-1", None, None), ("train-2", "v1.2", None),
+                          ("train-1", "baseline cifar-10 v1.2", "lr too low; rerun with 0.02")])
+        self.assertIn("tags      baseline, cifar-10, v1.2\nnote      lr too low; rerun with 0.02\n",
+                      self.runner("show", "train-1", check=0).stdout)
+        shown = json.loads(self.runner("show", "train-1", "--json", check=0).stdout)
+        self.assertEqual((shown["tags"], shown["note"]), (["baseline", "cifar-10", "v1.2"], "lr too low; rerun with 0.02"))
+
+        self.assertEqual(self.runner("tag", "train-1", "-d", "cifar-10", "v1.2", check=0).stdout,
+                         f"train-1 ({first_id}): tags baseline\n")
+        self.assertEqual(self.runner("tag", "train-2", "--remove", "v1.2", check=0).stdout.split(": ")[1], "no tags\n")
+        self.assertEqual(self.runner("note", "train-1", "", check=0).stdout, f"train-1 ({first_id}): note removed\n")
+        self.assertEqual(self.sql("SELECT r.name, t.tag, r.note FROM run_tags t JOIN runs r ON r.run = t.run"),
+                         [("train-1", "baseline", None)])
+        table = self.runner("runs", check=0).stdout.splitlines()
+        self.assertEqual(table[0].split(), ["id", "name", "status", "started", "duration", "step", "ranks", "tags",
+                                            "final_loss"])
+        self.runner("rm", "train-1", check=0)
+        self.assertEqual(self.sql("SELECT count(*) FROM run_tags"), [(0,)])
+
+    def test_bad_tags_and_references_are_errors_that_change_nothing(self):
+        self.three_runs()
+        self.runner("tag", "train-1", "baseline", check=0)
+        result = self.runner("tag", "train-1", "good", "not good", check=2)
+        self.assertEqual(result.stderr, "runner tag: tag name 'not good' is not allowed: use letters, digits, '_', '-' "
+                                        "and '.'\nsee 'runner tag --help'\n")
+        result = self.runner("tag", "train-1", "-d", "baseline", "cifar", check=1)
+        self.assertEqual(result.stderr, "runner tag: run train-1 has no tag 'cifar' (its tags: baseline)\n")
+        result = self.runner("tag", "train-9", "x", check=1)
+        self.assertTrue(result.stderr.startswith("runner tag: no run matches 'train-9'"), result.stderr)
+        self.assertTrue(self.runner("tag", "train-1", check=2).stderr.startswith(
+            "runner tag: expected a RUN and one or more TAGs\n"))
+        self.assertTrue(self.runner("note", "train-1", check=2).stderr.startswith(
+            "runner note: expected a RUN and the note's TEXT in quotes (\"\" removes the note)\n"))
+        self.assertEqual(self.sql("SELECT tag FROM run_tags"), [("baseline",)])
+        self.assertEqual(self.sql("SELECT count(*) FROM runs WHERE note IS NOT NULL"), [(0,)])
+
+    def test_where_filters_by_config_metrics_tags_status_and_name(self):
+        self.three_runs()
+        self.runner("tag", "train-1", "baseline", check=0)
+        self.runner("tag", "broken-1", "baseline", check=0)
+        self.assertEqual(self.names("--where", "lr < 0.02 and tag = 'baseline'"), ["train-1"])
+        self.assertEqual(self.names("--where", "tag = 'baseline'"), ["broken-1", "train-1"])
+        self.assertEqual(self.names("--where", "not tag = 'baseline'"), ["train-2"])
+        self.assertEqual(self.names("--where", "tag != 'baseline' or status = 'failed'"), ["broken-1", "train-2"])
+        self.assertEqual(self.names("--where", "label = 'b'"), ["train-2"])
+        self.assertEqual(self.names("--where", "final_loss > 0.1"), ["train-2"])  # the summary's value
+        self.assertEqual(self.names("--where", "extra3 >= 90 and (loss < 0.05 or name = 'train-2')"),
+                         ["train-2", "train-1"])  # latest logged values
+        self.assertEqual(self.names("--where", "lr >= 0.01", "--status", "finished", "--sort", "lr", "--desc"),
+                         ["train-2", "train-1"])
+        self.assertEqual(self.runner("runs", "--where", "lr > 1", check=0).stdout, "no runs match\n")
+
+        unknown = self.runner("runs", "--where", "lrr < 1e-3 and tag = 'baseline'", check=2)
+        self.assertEqual(unknown.stderr,
+                         "runner runs: --where 'lrr < 1e-3 and tag = 'baseline'': unknown key 'lrr' at column 1 (not a "
+                         "config key or metric of any run, nor tag, status or name); did you mean 'lr'?\n"
+                         "see 'runner runs --help'\n")
+        self.assertEqual(unknown.stdout, "")
+        syntax = self.runner("runs", "--where", "lr < 1e-3 and tag == 'x'", check=2)
+        self.assertEqual(syntax.stderr.splitlines()[0],
+                         "runner runs: --where 'lr < 1e-3 and tag == 'x'': expected a number or a quoted text after "
+                         "'tag =', found = at column 20")
+        tag_order = self.runner("runs", "--where", "tag > 'a'", check=2)
+        self.assertEqual(tag_order.stderr.splitlines()[0],
+                         "runner runs: --where 'tag > 'a'': tag is compared with = or != (a run has the tag or not), "
+                         "not > at column 5")
+
+    def test_a_script_tags_its_run_and_sets_its_note(self):
+        self.script("tagged.lua", """
+local run = runner.start()
+run:tag("baseline", "small")
+run:tag("baseline")
+run:note("first try")
+run:log { loss = 1 }
+""")
+        self.runner("tagged.lua", check=0)
+        self.assertEqual(self.names("--where", "tag = 'small' and loss = 1"), ["tagged-1"])
+        shown = json.loads(self.runner("show", "tagged-1", "--json", check=0).stdout)
+        self.assertEqual((shown["tags"], shown["note"]), (["baseline", "small"], "first try"))
+        self.script("bad_tag.lua", "local run = runner.start()\nrun:log { loss = 1 }\nrun:tag('a b')\n")
+        result = self.runner("bad_tag.lua", check=1)
+        self.assertIn("bad_tag.lua:3: tag name 'a b' is not allowed: use letters, digits, '_', '-' and '.'",
+                      result.stderr)
+
+
 class BadIndexFiles(IndexTest):
     def assert_one_line_error(self, args, status, message):
         result = self.runner(*args)
@@ -712,7 +829,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (9); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (10); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -757,6 +874,8 @@ class BadIndexFiles(IndexTest):
         db.execute("DROP TABLE inputs")
         db.execute("DROP TABLE trial_rungs")
         db.execute("DROP TABLE sweep_workers")
+        db.execute("DROP TABLE run_tags")
+        db.execute("ALTER TABLE runs DROP COLUMN note")
         for column in ("ended_at", "error"):
             db.execute(f"ALTER TABLE sweeps DROP COLUMN {column}")
         for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at", "retries"):
@@ -765,7 +884,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(9,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(10,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
@@ -790,6 +909,8 @@ class BadIndexFiles(IndexTest):
         db.execute("DROP TABLE inputs")
         for column in ("host", "pid", "slurm_job"):  # schema 9's
             db.execute(f"ALTER TABLE sweep_workers DROP COLUMN {column}")
+        db.execute("DROP TABLE run_tags")  # schema 10's
+        db.execute("ALTER TABLE runs DROP COLUMN note")
         db.execute("INSERT INTO sweeps (sweep, name, script, spec, status, created_at) VALUES (1, 's', 'x.lua', '{}', "
                    "'running', 0)")
         for trial, name, status, rung in ((1, first["name"], "paused", 1), (2, second["name"], "pruned", 2)):
@@ -803,7 +924,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         self.runner("runs", check=0)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(9,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(10,)])
         self.assertEqual(self.sql("SELECT r.status, t.status FROM runs r JOIN trials t ON t.run = r.run ORDER BY t.trial"),
                          [("paused", "paused"), ("pruned", "pruned")])
         self.assertEqual(self.sql("SELECT trial, rung, step FROM trial_rungs ORDER BY trial, rung"),
@@ -972,6 +1093,7 @@ PostgresAttempts = on_postgresql(Attempts)
 PostgresConcurrentWriters = on_postgresql(ConcurrentWriters)
 PostgresControlCharactersInData = on_postgresql(ControlCharactersInData)
 PostgresIndexCommands = on_postgresql(IndexCommands)
+PostgresTagsAndNotes = on_postgresql(TagsAndNotes)
 
 
 if __name__ == "__main__":

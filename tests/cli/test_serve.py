@@ -219,6 +219,27 @@ class Dashboard(unittest.TestCase):
                          "box.dispatchEvent(new Event('input'))")
         self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), 1)
 
+    def test_tags_and_notes_show_in_the_runs_table_and_on_the_run_page_and_the_filter_matches_tags(self):
+        env = {**home_env(self.home), "OMP_NUM_THREADS": "1"}
+        for command in (["tag", "train-2", "baseline", "lr-high"], ["note", "train-2", "diverges <late>"]):
+            subprocess.run([RUNNER, *command], env=env, check=True, capture_output=True, timeout=120)
+        browser = self.page("/")
+        row = ("[...document.querySelectorAll('tbody tr')].find((tr) => tr.querySelector('td:nth-child(2)')"
+               "?.textContent === 'train-2')")
+        tags = browser.wait_for(f"[...({row})?.querySelectorAll('.tag') ?? []].map((t) => t.textContent).join(' ')",
+                                timeout=60)
+        self.assertEqual(tags, "baseline lr-high")
+        self.assertEqual(browser.evaluate(f"({row}).querySelector('.run-note').textContent"), "diverges <late>")
+        browser.evaluate("const box = document.querySelector('input[type=search]'); box.value = 'lr-HIGH';"
+                         "box.dispatchEvent(new Event('input'))")
+        names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
+        self.assertEqual(names, ["train-2"])
+        browser = self.page("/run/train-2")
+        tags = browser.wait_for("[...document.querySelectorAll('h1 + p .tag')].map((t) => t.textContent).join(' ')",
+                                timeout=60)
+        self.assertEqual(tags, "baseline lr-high")
+        self.assertEqual(browser.evaluate("document.querySelector('p.run-note').textContent"), "diverges <late>")
+
     def test_run_page_draws_the_reports_curves_with_hover_and_the_grids_by_step(self):
         browser = self.page("/run/train-1")
         browser.wait_for("document.querySelectorAll('figure.chart svg polyline').length >= 2")

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -617,6 +618,98 @@ INDEX_TEST_CASE("finish_run, merge_summary and record_heartbeat update the run",
   CHECK(loaded.error == std::optional<std::string>("out of memory"));
   REQUIRE(loaded.ended_at.has_value());
   CHECK(*loaded.ended_at >= loaded.started_at);
+}
+
+INDEX_TEST_CASE("runs keep tags once each, lose the ones removed, and a note", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  const RunRecord other = create_run(db, new_run(), tmp.path);
+  CHECK(load_run(db, run.run).tags.empty());
+  add_run_tags(db, run.run, {"baseline", "cifar-10"});
+  add_run_tags(db, run.run, {"baseline", "v1.2"});
+  add_run_tags(db, other.run, {"other"});
+  CHECK(load_run(db, run.run).tags == std::vector<std::string>{"baseline", "cifar-10", "v1.2"});
+  CHECK(resolve_run(db, run.id).tags == std::vector<std::string>{"baseline", "cifar-10", "v1.2"});
+  const std::vector<RunRecord> listed = list_runs(db, {});
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].tags == std::vector<std::string>{"other"});
+  CHECK(listed[1].tags == std::vector<std::string>{"baseline", "cifar-10", "v1.2"});
+
+  CHECK(index_error([&] {
+          add_run_tags(db, run.run, {"fine", "not fine"});
+        }) == "tag name 'not fine' is not allowed: use letters, digits, '_', '-' and '.'");
+  CHECK(index_error([&] {
+          remove_run_tags(db, run.run, {"v1.2", "cifar"});
+        }) == "run " + run.name + " has no tag 'cifar' (its tags: baseline, cifar-10, v1.2)");
+  CHECK(load_run(db, run.run).tags == std::vector<std::string>{"baseline", "cifar-10", "v1.2"});  // nothing changed
+  remove_run_tags(db, run.run, {"v1.2", "baseline"});
+  CHECK(load_run(db, run.run).tags == std::vector<std::string>{"cifar-10"});
+
+  CHECK_FALSE(load_run(db, run.run).note.has_value());
+  set_run_note(db, run.run, std::string("lr too high; diverged at 3k"));
+  CHECK(load_run(db, run.run).note == std::optional<std::string>("lr too high; diverged at 3k"));
+  set_run_note(db, run.run, std::string());
+  CHECK_FALSE(load_run(db, run.run).note.has_value());
+
+  Statement remove = db.prepare("DELETE FROM runs WHERE run = ?");
+  remove.bind(1, run.run);
+  remove.run();
+  CHECK(scalar(db, "SELECT count(*) FROM run_tags") == 1);  // the other run's
+}
+
+namespace {
+
+// Each table's columns with their types, "table.column type", in order: the schema as both backends describe it.
+std::vector<std::string> table_columns(Database& db) {
+  Statement statement = db.prepare(
+      db.backend() == Backend::postgresql
+          ? "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name != 'runner_schema' ORDER BY table_name, ordinal_position"
+          : "SELECT m.name, p.name, p.type FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table' "
+            "ORDER BY m.name, p.cid");
+  std::vector<std::string> columns;
+  while (statement.step()) columns.push_back(statement.text(0) + "." + statement.text(1) + " " + statement.text(2));
+  return columns;
+}
+
+}  // namespace
+
+INDEX_TEST_CASE("an index of schema 9 gains the tags table and the note column, and nothing else changes", "[index]") {
+  TempHome tmp;
+  const std::string url = runner::core::launch_context().index_url;
+  std::vector<std::string> before;
+  {
+    Database db =
+        url.empty() ? Database(index_path(tmp.path), OpenMode::read_write_create) : Database::postgresql(url, false);
+    const auto migrations = schema_migrations();
+    REQUIRE(migrations[migrations.size() - 2].version == 9);
+    CHECK(migrate(db, migrations.first(migrations.size() - 1)) == 9);
+    db.execute(
+        "INSERT INTO runs (id, name, status, config, host, pid, dir, started_at, heartbeat_at, step) VALUES "
+        "('abcd1234', 'old-1', 'finished', '{\"lr\":0.1}', 'host', 1, 'old-1', 100, 150, 30)");
+    before = table_columns(db);
+  }
+  Database db = open_index_for_writing(tmp.path);
+  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 10);
+  std::vector<std::string> after = table_columns(db);
+  const std::string note = url.empty() ? "runs.note TEXT" : "runs.note text";
+  const std::vector<std::string> tags = url.empty()
+                                            ? std::vector<std::string>{"run_tags.run INTEGER", "run_tags.tag TEXT"}
+                                            : std::vector<std::string>{"run_tags.run bigint", "run_tags.tag text"};
+  std::vector<std::string> expected = before;
+  for (const std::string& column : tags) expected.push_back(column);
+  expected.push_back(note);
+  std::sort(expected.begin(), expected.end());
+  std::sort(after.begin(), after.end());
+  CHECK(after == expected);
+  const RunRecord old = resolve_run(db, "old-1");
+  CHECK(old.tags.empty());
+  CHECK_FALSE(old.note.has_value());
+  CHECK(old.config == nlohmann::json({{"lr", 0.1}}));
+  CHECK(old.step == 30);
+  add_run_tags(db, old.run, {"archived"});
+  CHECK(load_run(db, old.run).tags == std::vector<std::string>{"archived"});
 }
 
 INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with and how it ended", "[index]") {

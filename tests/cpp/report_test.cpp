@@ -117,6 +117,22 @@ TEST_CASE("run names, config and summary entries are HTML-escaped", "[report]") 
   CHECK(escape_html("a<b>&\"'") == "a&lt;b&gt;&amp;&quot;&#39;");
 }
 
+TEST_CASE("the run table shows tags and notes, escaped, only when a run has them", "[report]") {
+  ReportRun tagged = make_run("aaaa1111", "quickstart-3");
+  tagged.tags = {"baseline", "cifar"};
+  tagged.note = "lr <too> high";
+  const ReportRun plain = make_run("bbbb2222", "quickstart-4");
+  const std::string html = render_html_report({tagged, plain}, {});
+  CHECK(html.find("<th>tags</th>") != std::string::npos);
+  CHECK(html.find("<th>note</th>") != std::string::npos);
+  CHECK(html.find("<td><span class=\"tag\">baseline</span><span class=\"tag\">cifar</span></td>") != std::string::npos);
+  CHECK(html.find("<td class=\"note\">lr &lt;too&gt; high</td>") != std::string::npos);
+  CHECK(html.find("<td class=\"note\">-</td>") != std::string::npos);
+  const std::string untagged = render_html_report({plain}, {});
+  CHECK(untagged.find("<th>tags</th>") == std::string::npos);
+  CHECK(untagged.find("<th>note</th>") == std::string::npos);
+}
+
 TEST_CASE("the page is self-contained and has the run table, charts and config", "[report]") {
   ReportRun first = make_run("aaaa1111", "quickstart-3");
   ReportRun second = make_run("bbbb2222", "quickstart-4");

@@ -142,6 +142,28 @@ describe("Run", function()
     end, "image name '../escape' is not allowed", true)
   end)
 
+  it("tags the run and sets its note in the index", function()
+    local run = runner.start({})
+    run:tag("baseline", "cifar-10")
+    run:tag("baseline", "v1.2")
+    run:note("first try")
+    run:note("second try")
+    local tags = runner.query("SELECT t.tag FROM run_tags t JOIN runs r ON r.run = t.run WHERE r.id = ? ORDER BY t.tag",
+      run.id)
+    expect_list({ tags[1].tag, tags[2].tag, tags[3].tag }, { "baseline", "cifar-10", "v1.2" })
+    expect_eq(#tags, 3)
+    expect_eq(runner.query("SELECT note FROM runs WHERE id = ?", run.id)[1].note, "second try")
+    run:note("")
+    expect_eq(runner.query("SELECT note FROM runs WHERE id = ?", run.id)[1].note, nil)
+    expect_error(function() run:tag("fine", "not fine") end,
+      here(-1) .. "tag name 'not fine' is not allowed: use letters, digits, '_', '-' and '.'")
+    expect_error(function() run:tag() end, here() .. "run:tag expects one or more tag names")
+    expect_error(function() run:tag("a", 3) end, here() .. "run:tag expects tag names (strings), got a number as argument 2")
+    expect_error(function() run:note() end, "string expected", true)
+    expect_eq(#runner.query("SELECT tag FROM run_tags t JOIN runs r ON r.run = t.run WHERE r.id = ?", run.id), 3)
+    run:finish()
+  end)
+
   it("rejects values that cannot be metrics, naming the script line", function()
     local run = runner.start({})
     expect_error(function() run:log { loss = "high" } end,

@@ -46,6 +46,10 @@ function formatDuration(seconds) {
   return `${Math.floor(seconds / 86400)}d ${Math.floor(seconds / 3600) % 24}h`;
 }
 
+function tagList(tags) {
+  return el("span", { class: "tags" }, tags.map((tag) => el("span", { class: "tag" }, tag)));
+}
+
 function statusBadge(status) {
   const known = ["running", "finished", "failed", "interrupted", "paused", "pruned"];
   return el("span", { class: `status status-${known.includes(status) ? status : "other"}` }, status);
@@ -294,7 +298,8 @@ function runsPage() {
   function draw() {
     if (!data) return;
     const runs = data.runs.filter((run) =>
-      (!filters.text || `${run.name} ${run.id} ${run.script}`.toLowerCase().includes(filters.text.toLowerCase())) &&
+      (!filters.text || `${run.name} ${run.id} ${run.script} ${run.tags.join(" ")} ${run.note || ""}`.toLowerCase()
+        .includes(filters.text.toLowerCase())) &&
       (!filters.status || run.status === filters.status) &&
       (!filters.sweep || (run.sweep || "(none)") === filters.sweep) &&
       (!filters.world || String(run.world_size) === filters.world));
@@ -304,6 +309,8 @@ function runsPage() {
       { title: "name", value: (run) => run.name, cell: (run) => runLink(run.id, run.name) },
       { title: "id", value: (run) => run.id, cell: (run) => el("span", { class: "mono" }, run.id) },
       { title: "status", value: (run) => run.status, cell: (run) => statusBadge(run.status) },
+      { title: "tags", value: (run) => run.tags.join(" ") || null, cell: (run) => tagList(run.tags) },
+      { title: "note", value: (run) => run.note, cell: (run) => run.note ? el("span", { class: "run-note", title: run.note }, run.note) : "-" },
       { title: "sweep", value: (run) => run.sweep, cell: (run) => run.sweep ? el("a", { href: `/sweep/${encodeURIComponent(run.sweep)}` }, `${run.sweep} #${run.trial}`) : "-" },
       { title: "world size", value: (run) => run.world_size },
       { title: "step", value: (run) => run.step },
@@ -316,7 +323,7 @@ function runsPage() {
   }
 
   function drawControls() {
-    const text = el("input", { type: "search", placeholder: "filter by name, id or script", value: filters.text,
+    const text = el("input", { type: "search", placeholder: "filter by name, id, script, tag or note", value: filters.text,
       oninput: (event) => { filters.text = event.target.value; draw(); } });
     const compare = el("button", { disabled: selected.size < 1,
       onclick: () => { location.href = `/compare?${query({ run: [...selected] })}`; } }, `compare selected (${selected.size})`);
@@ -438,7 +445,9 @@ function runPage(reference) {
     header.replaceChildren(el("h1", {}, run.name, " ", statusBadge(run.status)),
       el("p", { class: "meta" }, el("span", { class: "mono" }, run.id), ` \u00b7 ${run.script} \u00b7 step ${run.step}`,
         ` \u00b7 ${formatDuration(run.duration)} \u00b7 ${run.device} \u00b7 world size ${run.world_size}`,
-        run.sweep_name ? [" \u00b7 ", el("a", { href: `/sweep/${encodeURIComponent(run.sweep_name)}` }, `sweep ${run.sweep_name} trial ${run.trial}`)] : ""));
+        run.sweep_name ? [" \u00b7 ", el("a", { href: `/sweep/${encodeURIComponent(run.sweep_name)}` }, `sweep ${run.sweep_name} trial ${run.trial}`)] : "",
+        run.tags.length ? [" \u00b7 ", tagList(run.tags)] : ""),
+      run.note ? el("p", { class: "run-note" }, run.note) : "");
     error.replaceChildren(run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "");
     drawCharts();
     drawSamples();
