@@ -152,6 +152,20 @@ void read_seed(lua_State* L, const char* key, run::StartRequest& request) {
   request.seed = static_cast<int64_t>(value);
 }
 
+// system_metrics: seconds between samples, or false (or 0) for none.
+void read_system_metrics(lua_State* L, const char* key, run::StartRequest& request) {
+  if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+    request.system_metrics_seconds = 0;
+    return;
+  }
+  const bool number = lua_type(L, -1) == LUA_TNUMBER;
+  const double seconds = number ? lua_tonumber(L, -1) : -1;
+  if (!(seconds >= 0) || std::isinf(seconds))
+    raise_error(L, fmt::format("runner.start: {} must be a number of seconds, or false for none, got {}", key,
+                               number ? fmt::format("{}", seconds) : std::string(luaL_typename(L, -1))));
+  request.system_metrics_seconds = seconds;
+}
+
 void read_json(lua_State* L, const char* key, nlohmann::json& target) { target = to_json(L, lua_gettop(L), key); }
 
 const OptionTable<run::StartRequest> kStartOptions(
@@ -171,6 +185,7 @@ const OptionTable<run::StartRequest> kStartOptions(
                                        [](lua_State* L, const char* key, run::StartRequest& r) {
                                          read_option_value(L, key, r.writer.heartbeat_seconds);
                                        }),
+        option_with<run::StartRequest>("system_metrics", read_system_metrics),
     });
 
 // runner._run.start(options, {script, script_text, config, versions}) -> Run

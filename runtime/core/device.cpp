@@ -92,7 +92,8 @@ CudaMemory cuda_memory(int index) {
   const auto stats =
       c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));
   const auto& all = stats.allocated_bytes[0];  // the aggregate over the small and large pools
-  return {static_cast<double>(all.current), static_cast<double>(all.peak)};
+  return {static_cast<double>(all.current), static_cast<double>(all.peak),
+          static_cast<double>(stats.reserved_bytes[0].current)};
 }
 
 void reset_cuda_peak_memory(int index) {

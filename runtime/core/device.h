@@ -31,11 +31,12 @@ bool stream_capturing(const c10::Device& device);
 void set_tf32(bool enabled);
 bool tf32_enabled();
 
-// Bytes held by tensors on CUDA device `index`, now and at most since the last reset (the caching allocator's
-// counts); reset_cuda_peak_memory starts a new peak.
+// Bytes held by tensors on CUDA device `index`, now and at most since the last reset, and bytes the caching
+// allocator holds from the driver (the caching allocator's counts); reset_cuda_peak_memory starts a new peak.
 struct CudaMemory {
   double allocated = 0;
   double peak_allocated = 0;
+  double reserved = 0;
 };
 CudaMemory cuda_memory(int index);
 void reset_cuda_peak_memory(int index);

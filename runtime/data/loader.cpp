@@ -149,9 +149,16 @@ struct Loader::Impl {
   std::optional<StagedBatch> staged;
   std::optional<c10::Stream> copy_stream;
 
-  // Statistics and skip reports (calling thread only).
+  // Statistics, written by the calling thread and read by any (a run's system metrics) under `stats_mutex`.
+  mutable std::mutex stats_mutex;
   LoaderStats stats;
   std::optional<Clock::time_point> first_request;
+  void add_wait(double seconds) {
+    std::lock_guard stats_lock(stats_mutex);
+    stats.wait_seconds += seconds;
+  }
+
+  // Skip reports (calling thread only).
   std::set<std::string> reported_files;
   std::vector<SkippedSample> skip_reports;
   std::size_t skip_reports_taken = 0;
@@ -334,7 +341,7 @@ struct Loader::Impl {
     if (synchronous) {
       const auto start = Clock::now();
       HostBatch batch = make_batch(seed, position);
-      stats.wait_seconds += seconds_since(start);
+      add_wait(seconds_since(start));
       return batch;
     }
     std::unique_lock lock(mutex);
@@ -347,9 +354,12 @@ struct Loader::Impl {
       batch_done.wait_for(lock, std::chrono::milliseconds(50));
       if (core::interrupt_requested()) throw core::Interrupted();
     }
-    stats.wait_seconds += seconds_since(wait_start);
     auto node = ready.extract(position);
-    stats.queue_depth = static_cast<int>(ready.size());
+    {
+      std::lock_guard stats_lock(stats_mutex);
+      stats.wait_seconds += seconds_since(wait_start);
+      stats.queue_depth = static_cast<int>(ready.size());
+    }
     return std::move(node.mapped());
   }
 
@@ -385,14 +395,20 @@ struct Loader::Impl {
   }
 
   void note_skipped(std::vector<SkippedSample>& skipped) {
-    stats.skipped += static_cast<std::int64_t>(skipped.size());
+    {
+      std::lock_guard stats_lock(stats_mutex);
+      stats.skipped += static_cast<std::int64_t>(skipped.size());
+    }
     for (SkippedSample& sample : skipped) {
       if (reported_files.insert(sample.path).second) skip_reports.push_back(std::move(sample));
     }
   }
 
   Batch next() {
-    if (!first_request) first_request = Clock::now();
+    {
+      std::lock_guard stats_lock(stats_mutex);
+      if (!first_request) first_request = Clock::now();
+    }
     Batch batch;
     if (staged && staged->batch.position == position) {
       batch = hand_over(std::move(*staged));
@@ -413,8 +429,11 @@ struct Loader::Impl {
       }
     }
     ++position;
-    ++stats.batches;
-    stats.samples += batch.data.size(0);
+    {
+      std::lock_guard stats_lock(stats_mutex);
+      ++stats.batches;
+      stats.samples += batch.data.size(0);
+    }
     if (cuda && !synchronous) stage_next_if_ready();
     return batch;
   }
@@ -532,6 +551,7 @@ void Loader::restore(const LoaderState& state) {
 }
 
 LoaderStats Loader::stats() const {
+  std::lock_guard stats_lock(impl_->stats_mutex);
   LoaderStats stats = impl_->stats;
   stats.elapsed_seconds = impl_->first_request ? seconds_since(*impl_->first_request) : 0.0;
   return stats;

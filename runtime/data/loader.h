@@ -111,7 +111,7 @@ class Loader {
   LoaderState state() const;
   // Throws std::invalid_argument naming the mismatch when the state was saved by a different setup.
   void restore(const LoaderState& state);
-  LoaderStats stats() const;
+  LoaderStats stats() const;  // from any thread
   // The bad samples skipped over the loader's life, one per file, in the order they were met.
   const std::vector<SkippedSample>& skip_reports() const;
   // Those of skip_reports() not taken by an earlier call (for logging each once).

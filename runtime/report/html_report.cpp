@@ -52,10 +52,12 @@ const std::string& run_colour(std::size_t run_index) {
 }
 
 std::vector<std::string> ordered_metric_keys(std::set<std::string> keys) {
-  std::vector<std::string> ordered, timings;
+  std::vector<std::string> ordered, timings, system;
   if (keys.erase("loss")) ordered.push_back("loss");
-  for (const std::string& key : keys) (key.starts_with("time/") ? timings : ordered).push_back(key);
+  for (const std::string& key : keys)
+    (key.starts_with("time/") ? timings : key.starts_with("sys/") ? system : ordered).push_back(key);
   ordered.insert(ordered.end(), timings.begin(), timings.end());
+  ordered.insert(ordered.end(), system.begin(), system.end());
   return ordered;
 }
 

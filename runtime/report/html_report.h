@@ -67,7 +67,8 @@ std::string base64_encode(std::string_view bytes);
 const std::string& run_colour(std::size_t run_index);
 
 // The order metrics are shown in (the report's charts, the dashboard's columns and charts): "loss" first when
-// present, then the script's other metrics by name, then runner's own timings (the trainer's time/*) by name.
+// present, then the script's other metrics by name, then runner's own timings (the trainer's time/*) by name, then
+// the run's system metrics (sys/*, run/system_metrics.h) by name.
 std::vector<std::string> ordered_metric_keys(std::set<std::string> keys);
 // Metric keys of all runs, in that order.
 std::vector<std::string> metric_keys(const std::vector<ReportRun>& runs);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/device.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
@@ -108,6 +109,11 @@ RunContext::RunContext(const RunStart& start, Database db)
                   fmt::format("attempt {} of run {} changes {}", record_.attempts, record_.name, changes));
     }
     writer_ = std::make_unique<MetricWriter>(home_, record_.run, start.writer);
+    if (start.system_metrics_seconds > 0)
+      system_metrics_ = std::make_unique<SystemMetrics>(
+          *writer_, [this] { return step(); },
+          SystemMetricsOptions{start.system_metrics_seconds, core::parse_device(record_.device),
+                               static_cast<int>(record_.world_size)});
   } catch (const std::exception& error) {
     finish_run(db_, record_.run, "failed", std::string("the run could not start: ") + error.what());
     core::detach_log_file();
@@ -231,6 +237,7 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
   std::string final_status = status;
   std::optional<std::string> final_error = error;
   std::string lost;  // what could not be recorded
+  if (system_metrics_) system_metrics_->stop();
   try {
     writer_->close();
   } catch (const std::exception& failure) {
@@ -270,8 +277,10 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
 }
 
 std::optional<std::string> RunContext::withdraw() {
-  if (finished_ || follower_ || recorded_ || step_ != attempt_start_step_ || writer_->values_logged() != 0)
-    return std::nullopt;
+  if (finished_ || follower_ || recorded_ || step_ != attempt_start_step_) return std::nullopt;
+  // The system metrics are not the script's records: an attempt that logged only them is taken back too.
+  if (system_metrics_) system_metrics_->stop();
+  if (writer_->values_logged() != (system_metrics_ ? system_metrics_->values_logged() : 0)) return std::nullopt;
   const std::string name = fmt::format("{} ({})", record_.name, record_.id);
   const std::string why = "stopped on a usage error before its first step";
   try {

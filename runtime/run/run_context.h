@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
+#include "runtime/run/system_metrics.h"
 
 namespace runner::run {
 
@@ -22,6 +24,7 @@ struct RunStart {
   index::NewRun run;        // script, config, name, device, seed, versions, parent
   std::string script_text;  // copied into the run directory as script.lua
   index::MetricWriterOptions writer;
+  double system_metrics_seconds = 10;     // between samples of the run's system metrics (system_metrics.h); 0: none
   std::optional<int64_t> resume;          // an ended run to continue (reopen_run) instead of a new one
   std::optional<index::RunRecord> fork;   // the run whose checkpoint a new run starts from
   std::optional<core::SweepPause> pause;  // a sweep trial's next ASHA rung (the launch context's sweep_pause)
@@ -31,8 +34,8 @@ class RunContext {
  public:
   // Creates the index row (status running) with its first attempt, the directory <home>/<name>/ with
   // script.lua, config.json and log.txt (the process's log from now on, from a line with the attempt's config),
-  // and starts the metric writer. Stale runs of dead processes are marked interrupted on the way. With
-  // `resume`, the existing run is reopened instead as a new attempt: its row is running again, script.lua and
+  // and starts the metric writer and the system metrics. Stale runs of dead processes are marked interrupted on the
+  // way. With `resume`, the existing run is reopened instead as a new attempt: its row is running again, script.lua and
   // config.json are rewritten, log.txt is appended to, and what the attempt changes (config, world size,
   // hosts) is logged. `db` is the index opened for writing at `start.home`.
   RunContext(const RunStart& start, index::Database db);
@@ -57,12 +60,14 @@ class RunContext {
   bool follower() const { return follower_; }
 
   // The step metrics, images and checkpoints are recorded at (the trainer's step once one is attached).
-  int64_t step() const { return step_; }
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }  // from any thread
   void set_step(int64_t step);
   // The step a restored checkpoint continues from: set_step, and the attempt's start step in the index.
   void continue_from(int64_t step);
 
   index::MetricWriter& metrics() { return *writer_; }
+  // The thread that records sys/* metrics; nullptr on a follower or when RunStart::system_metrics_seconds is 0.
+  SystemMetrics* system_metrics() { return system_metrics_.get(); }
   // Records a value through metrics() (nothing on a follower). In a sweep trial with an ASHA rung ahead
   // (RunStart::pause), logging the sweep's metric at or after the rung's step makes pause_due() true: the
   // training run then stops after this step with a checkpoint, for the sweep to decide whether it goes on.
@@ -102,7 +107,8 @@ class RunContext {
   index::RunRecord record_;
   std::optional<index::RunRecord> fork_;
   std::unique_ptr<index::MetricWriter> writer_;
-  int64_t step_ = 0;
+  std::unique_ptr<SystemMetrics> system_metrics_;  // logs through writer_: declared after it, so stopped first
+  std::atomic<int64_t> step_ = 0;
   int64_t attempt_start_step_ = 0;
   bool recorded_ = false;  // an image, file or summary (metrics and checkpoints count through the writer)
   std::optional<std::string> previous_script_;  // a resumed run's script.lua before this attempt replaced it

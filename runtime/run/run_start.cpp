@@ -66,6 +66,7 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
   start.home = home;
   start.script_text = request.script_text;
   start.writer = request.writer;
+  start.system_metrics_seconds = request.system_metrics_seconds;
   start.pause = launch.sweep_pause;
   index::NewRun& run = start.run;
   run.script = request.script;

@@ -33,6 +33,7 @@ struct StartRequest {
   std::string fork;             // a run reference: a new run that starts from that run's checkpoint
   ResumeRequest resume = true;
   index::MetricWriterOptions writer;
+  double system_metrics_seconds = 10;  // RunStart::system_metrics_seconds
 };
 
 // The script's repository revision and whether tracked files differ from it; both empty outside a git

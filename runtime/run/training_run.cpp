@@ -70,6 +70,7 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
   trainer_->set_before_step([this] { before_next_step(); });
   // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.
   if (loader_ && !distributed()) loader_->set_before_next([this] { before_next_step(); });
+  if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(loader_);
   core::set_graceful_stop(true);
 }
 
@@ -77,6 +78,7 @@ TrainingRun::~TrainingRun() {
   trainer_->set_step_observer(nullptr);
   trainer_->set_before_step(nullptr);
   if (loader_) loader_->set_before_next(nullptr);
+  if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(nullptr);
   core::set_graceful_stop(false);
   saver_->wait();
 }

@@ -1,4 +1,5 @@
-// A run that trains: the trainer, loader and named state a checkpoint holds, attached to a RunContext.
+// A run that trains: the trainer, loader and named state a checkpoint holds, attached to a RunContext (whose system
+// metrics sample the loader while attached).
 // It saves checkpoints (the stall on the training thread, the files on a background thread), restores the
 // newest good one, reports finished saves, and acts on a stop request (SIGINT/SIGTERM/SIGUSR1/SIGHUP) when
 // the script asks for its next step or next batch, so the loop body of the last step (its metrics) has run:

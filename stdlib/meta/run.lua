@@ -41,6 +41,16 @@ function runner.start(cfg, options) end
 ---@field resume? boolean|string       default true (see above)
 ---@field flush_interval? number       seconds between metric commits (default 1)
 ---@field heartbeat? number            seconds between heartbeats (default 5)
+---@field system_metrics? number|false seconds between samples of the system metrics (default 10; false or 0: none):
+---                                    sys/cpu_percent and sys/host_cpu_percent (100 = one core; the host's: all cores),
+---                                    sys/rss_mib, sys/peak_rss_mib, sys/host_memory_used_mib and
+---                                    sys/host_memory_available_mib, sys/steps_per_second; with a loader given to
+---                                    run:restore sys/loader_queue_depth, sys/data_wait_percent,
+---                                    sys/samples_per_second; on CUDA the allocator's sys/cuda_allocated_mib,
+---                                    sys/cuda_reserved_mib, sys/cuda_peak_allocated_mib and, from the driver (NVML),
+---                                    sys/gpu_percent, sys/gpu_memory_used_mib, sys/gpu_power_watts,
+---                                    sys/gpu_temperature_celsius. Logged by rank 0 at run.step, the first one interval
+---                                    after the start (a shorter run has none).
 
 ---@class Run
 ---@field id string       # 8 characters of [0-9a-z]; what `runner show` takes (or a unique prefix of it)

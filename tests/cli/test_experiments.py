@@ -150,7 +150,9 @@ class Experiments(TempDirTest):
         self.assertIn("lr 2.00e-04", stdout)  # warmup over
         run = last_run(self.dir)
         out = run["path"]
-        self.assertEqual(sorted(run["metrics"]), ["grad_norm", "loss", "lr", "time/batch_wait_ms",
+        # The script's and the trainer's metrics; the run's sys/* ones come every 10 s, if it lasts that long.
+        logged = sorted(key for key in run["metrics"] if not key.startswith("sys/"))
+        self.assertEqual(logged, ["grad_norm", "loss", "lr", "time/batch_wait_ms",
                                                  "time/between_steps_ms", "time/checkpoint_stall_ms", "time/ema_ms",
                                                  "time/forward_backward_ms", "time/optimizer_ms"])
         self.assertTrue((out / "checkpoints" / "step-0000004" / "ema.safetensors").exists(), stdout)

@@ -24,10 +24,11 @@ import test_sweep
 from runner_process import RUNNER, home_env, write_script
 
 # late_at > 0: the run holds before step late_at, where late_metric starts, until the file page-open exists.
-# A trainer steps too, for runner's own time/* metrics (logged at step 25 and the last).
+# A trainer steps too, for runner's own time/* metrics (logged at step 25 and the last); the run's sys/* metrics come
+# every `system_metrics` seconds.
 TRAINING_SCRIPT = """
-local cfg = config { steps = 30, lr = 0.01, sleep = 0.0, late_at = 0 }
-local run = runner.start(cfg)
+local cfg = config { steps = 30, lr = 0.01, sleep = 0.0, late_at = 0, system_metrics = 10.0 }
+local run = runner.start(cfg, { system_metrics = cfg.system_metrics })
 local model = nn.Linear(2, 1)
 local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.001 }, steps = cfg.steps, progress = false }
 for step in run:steps(cfg.steps) do
@@ -197,13 +198,15 @@ class Dashboard(unittest.TestCase):
         headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
         for column in ("name", "status", "sweep", "world size", "loss", "score"):
             self.assertIn(column, headers)
-        # The metrics' columns: the scripts' own (loss first, then by name), then runner's timings (time/*).
+        # The metrics' columns: the scripts' own (loss first, then by name), then runner's timings (time/*), then the
+        # system metrics (sys/*) of runs that lasted a sampling interval.
         keys = [key for (key,) in self.sql("SELECT DISTINCT key FROM metrics")]
         timings = sorted(key for key in keys if key.startswith("time/"))
         self.assertIn("time/forward_backward_ms", timings)
-        ours = sorted(key for key in keys if key not in timings and key != "loss")
+        system = sorted(key for key in keys if key.startswith("sys/"))
+        ours = sorted(key for key in keys if key not in timings and key not in system and key != "loss")
         self.assertIn("val_loss", ours)  # after time/ by name
-        self.assertEqual(headers[headers.index("duration") + 1:], ["loss", *ours, *timings])
+        self.assertEqual(headers[headers.index("duration") + 1:], ["loss", *ours, *timings, *system])
         loss = headers.index("loss")
         browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")
         names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
@@ -351,7 +354,8 @@ class Dashboard(unittest.TestCase):
 
     def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
         # The job holds before step 25 until the page is up: the clock starts with the browser there.
-        job = subprocess.Popen([RUNNER, str(self.dir / "train.lua"), "steps=60", "sleep=0.1", "late_at=25"],
+        job = subprocess.Popen([RUNNER, str(self.dir / "train.lua"), "steps=60", "sleep=0.1", "late_at=25",
+                                "system_metrics=0.2"],
                                cwd=self.dir, env={**home_env(self.home), "OMP_NUM_THREADS": "1"},
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -376,16 +380,25 @@ class Dashboard(unittest.TestCase):
             charted = browser.evaluate("[...document.querySelectorAll('#page > .charts svg')].map((s) => s.getAttribute('aria-label'))")
             self.assertEqual(charted, ["loss", *sorted(key for key in charted if key != "loss")])
             self.assertIn("lr", charted)
-            # runner's timings (logged from step 25 too) come after them, in a group that stays collapsed, their
-            # charts not drawn, until it is opened.
-            timing_picks = "[...document.querySelectorAll('details.metric-group label')].map((l) => l.textContent.trim())"
-            browser.wait_for(f"{timing_picks}.includes('time/forward_backward_ms')", timeout=60)
-            self.assertTrue(all(key.startswith("time/") for key in browser.evaluate(timing_picks)))
-            self.assertFalse(browser.evaluate("document.querySelector('details.metric-group').open"))
+            # runner's timings (logged from step 25 too) and the system metrics (sampled while the job held) come
+            # after them, each in a group that stays collapsed, its charts not drawn, until it is opened.
+            timings = 'details.metric-group[data-prefix="time/"]'
+            system = 'details.metric-group[data-prefix="sys/"]'
+            picks = "[...document.querySelectorAll('{} label')].map((l) => l.textContent.trim())"
+            browser.wait_for(f"{picks.format(timings)}.includes('time/forward_backward_ms')", timeout=60)
+            browser.wait_for(f"{picks.format(system)}.includes('sys/cpu_percent')", timeout=60)
+            self.assertTrue(all(key.startswith("time/") for key in browser.evaluate(picks.format(timings))))
+            self.assertTrue(all(key.startswith("sys/") for key in browser.evaluate(picks.format(system))))
+            self.assertIn("sys/rss_mib", browser.evaluate(picks.format(system)))
+            self.assertEqual(browser.evaluate("[...document.querySelectorAll('details.metric-group')].map((d) => d.open)"),
+                             [False, False])
             self.assertEqual(browser.evaluate("document.querySelectorAll('details.metric-group figure').length"), 0)
-            self.assertFalse(any(key.startswith("time/") for key in charted))
-            browser.evaluate("document.querySelector('details.metric-group summary').click()")
-            browser.wait_for("!!document.querySelector('details.metric-group svg[aria-label=\"time/forward_backward_ms\"]')")
+            self.assertFalse(any(key.startswith(("time/", "sys/")) for key in charted))
+            browser.evaluate(f"document.querySelector('{timings} summary').click()")
+            browser.wait_for(f"!!document.querySelector('{timings} svg[aria-label=\"time/forward_backward_ms\"]')")
+            self.assertEqual(browser.evaluate(f"document.querySelectorAll('{system} figure').length"), 0)
+            browser.evaluate(f"document.querySelector('{system} summary').click()")
+            browser.wait_for(f"!!document.querySelector('{system} svg[aria-label=\"sys/cpu_percent\"]')")
             browser.wait_for(f"document.querySelector('figure.chart g.series').dataset.steps.split(' ').length > {first_steps}")
             browser.wait_for("document.querySelector('h1 .status')?.textContent === 'finished'", timeout=60)
             self.assertTrue(browser.evaluate("window.loadedOnce === true"))

@@ -2,6 +2,7 @@
 after kill -9 and stop signals, damaged checkpoints, a full disk during a save or while metrics are written,
 leftovers of dead checkpoint writers, checkpoints read by Python."""
 import json
+import os
 import random
 import resource
 import signal
@@ -461,6 +462,112 @@ for batch in loader:iter { to = cfg.steps } do
   while runner.clock() - t < cfg.busy do end
 end
 """
+
+
+# Trains with a loader until the file `release` exists or, given `seconds`, for that long; the run's system metrics
+# every `interval` seconds (0: none, as runner.start's system_metrics = false).
+SAMPLED = """
+local cfg = config { interval = 0.2, release = "release", seconds = 0 }
+local run = runner.start(cfg, { system_metrics = cfg.interval > 0 and cfg.interval or false })
+local model = nn.Linear(3 * 8 * 8, 1)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.01 }, progress = false }
+local loader = runner.data.loader(runner.data.shapes { size = 8, count = 16 }, { batch = 4, workers = 1 })
+run:restore { trainer = train, loader = loader }
+local start = runner.clock()
+for batch in loader:iter { to = 1000000000 } do
+  train:step(batch, function(micro) return model(micro.data:flatten(2)):pow(2):mean() end)
+  if cfg.seconds > 0 then
+    if runner.clock() - start > cfg.seconds then break end
+  else
+    local release = io.open(cfg.release)
+    if release then release:close() break end
+  end
+end
+print("trained to step " .. run.step)
+"""
+
+SYSTEM_KEYS = ["sys/cpu_percent", "sys/data_wait_percent", "sys/host_cpu_percent", "sys/host_memory_available_mib",
+               "sys/host_memory_used_mib", "sys/loader_queue_depth", "sys/peak_rss_mib", "sys/rss_mib",
+               "sys/samples_per_second", "sys/steps_per_second"]
+CUDA_KEYS = ["sys/cuda_allocated_mib", "sys/cuda_peak_allocated_mib", "sys/cuda_reserved_mib", "sys/gpu_memory_used_mib",
+             "sys/gpu_percent", "sys/gpu_power_watts", "sys/gpu_temperature_celsius"]
+
+
+class SystemMetrics(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.script("sampled.lua", SAMPLED)
+
+    def system_rows(self, name):
+        with sqlite3.connect(f"file:{self.home / 'index.db'}?mode=ro", uri=True) as db:
+            return db.execute("SELECT m.key, m.step, m.value FROM metrics m JOIN runs r USING (run) "
+                              "WHERE r.name = ? AND m.key LIKE 'sys/%' ORDER BY m.key, m.step", (name,)).fetchall()
+
+    def logged(self, name, key):
+        """Whether run `name` has a value of `key` in the index (False before the index and its tables exist)."""
+        try:
+            return any(row[0] == key for row in self.system_rows(name))
+        except sqlite3.OperationalError:  # no index yet, or its schema is being created
+            return False
+
+    def test_a_run_records_its_system_metrics_at_its_steps(self):
+        job = subprocess.Popen([RUNNER, "sampled.lua"], cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            # The loader's metrics come from the second sample after run:restore attached it: once they are in
+            # the index (flushed each second), every key has been sampled.
+            deadline = time.monotonic() + 120
+            while not self.logged("sampled-1", "sys/samples_per_second"):
+                self.assertIsNone(job.poll(), job.stderr.read() if job.poll() is not None else "")
+                self.assertLess(time.monotonic(), deadline, "no system metrics reached the index")
+                time.sleep(0.1)
+        finally:
+            (self.dir / "release").touch()
+            stdout, stderr = job.communicate(timeout=120)
+        self.assertEqual(job.returncode, 0, stderr)
+        last_step = int(stdout.split("trained to step ")[1])
+        rows = self.system_rows("sampled-1")
+        cuda = torch.cuda.is_available()
+        self.assertEqual(sorted({key for key, _, _ in rows}), sorted(SYSTEM_KEYS + (CUDA_KEYS if cuda else [])))
+        self.assertTrue(all(0 <= step <= last_step for _, step, _ in rows))
+        latest = {key: value for key, _, value in rows}  # at the highest step of each key
+        cores = os.cpu_count()
+        self.assertGreaterEqual(latest["sys/cpu_percent"], 0)
+        self.assertLessEqual(latest["sys/cpu_percent"], 100 * cores + 10)
+        self.assertGreaterEqual(latest["sys/host_cpu_percent"], 0)
+        self.assertLessEqual(latest["sys/host_cpu_percent"], 100)
+        self.assertGreater(latest["sys/rss_mib"], 10)
+        self.assertGreaterEqual(latest["sys/peak_rss_mib"], latest["sys/rss_mib"])
+        self.assertGreater(latest["sys/host_memory_available_mib"], 0)
+        self.assertGreater(latest["sys/host_memory_used_mib"], latest["sys/rss_mib"])
+        self.assertGreaterEqual(latest["sys/steps_per_second"], 0)
+        self.assertGreaterEqual(latest["sys/samples_per_second"], 0)
+        self.assertIn(latest["sys/loader_queue_depth"], [0, 1, 2])  # one worker: 2 batches in flight
+        self.assertGreaterEqual(latest["sys/data_wait_percent"], 0)
+        if cuda:
+            self.assertGreater(latest["sys/cuda_reserved_mib"], 0)
+            self.assertGreaterEqual(latest["sys/cuda_peak_allocated_mib"], latest["sys/cuda_allocated_mib"])
+            self.assertGreater(latest["sys/gpu_memory_used_mib"], latest["sys/cuda_allocated_mib"])
+            self.assertLess(latest["sys/gpu_temperature_celsius"], 120)
+        # The run's page and runner show list them with the rest.
+        shown = json.loads(self.runner("show", "sampled-1", "--json", check=0).stdout)
+        self.assertIn("sys/rss_mib", shown["metrics"])
+
+    def test_system_metrics_false_records_none(self):
+        # Longer than the default interval (10 s), which would otherwise have sampled once.
+        result = self.runner("sampled.lua", "interval=0", "seconds=11", check=0)
+        self.assertIn("trained to step", result.stdout)
+        self.assertEqual(self.system_rows("sampled-1"), [])
+
+    def test_a_bad_interval_is_an_error_naming_the_option(self):
+        self.script("bad.lua", 'runner.start({}, { system_metrics = "often" })')
+        result = self.runner("bad.lua", check=1)
+        self.assertIn("bad.lua:1: runner.start: system_metrics must be a number of seconds, or false for none, "
+                      "got string", result.stderr)
+        self.script("negative.lua", "runner.start({}, { system_metrics = -1 })")
+        result = self.runner("negative.lua", check=1)
+        self.assertIn("runner.start: system_metrics must be a number of seconds, or false for none, got -1",
+                      result.stderr)
 
 
 class Profiling(RunnerHomeTest):

@@ -349,19 +349,25 @@ TEST_CASE("an unreadable or non-PNG image throws naming its path, and no report 
   CHECK(read_bytes(report) == render_html_report({run}, {}));
 }
 
-TEST_CASE("metric keys put loss first and runner's timings last, durations read as hours, minutes and seconds",
-          "[report]") {
+TEST_CASE(
+    "metric keys put loss first, runner's timings and then its system metrics last, durations read as hours, minutes "
+    "and seconds",
+    "[report]") {
   ReportRun a, b;
   a.metrics["lr"] = {{0, 1.0}};
   a.metrics["loss"] = {{0, 1.0}};
   a.metrics["time/forward_backward_ms"] = {{0, 1.0}};
+  a.metrics["sys/cpu_percent"] = {{0, 1.0}};
+  b.metrics["sys/rss_mib"] = {{0, 1.0}};
   b.metrics["eval/swd"] = {{0, 1.0}};
   b.metrics["grad_norm"] = {{0, 1.0}};
   b.metrics["val_loss"] = {{0, 1.0}};
   b.metrics["time/batch_wait_ms"] = {{0, 1.0}};
   CHECK(metric_keys({a, b}) == std::vector<std::string>{"loss", "eval/swd", "grad_norm", "lr", "val_loss",
-                                                        "time/batch_wait_ms", "time/forward_backward_ms"});
-  CHECK(metric_keys({b}) == std::vector<std::string>{"eval/swd", "grad_norm", "val_loss", "time/batch_wait_ms"});
+                                                        "time/batch_wait_ms", "time/forward_backward_ms",
+                                                        "sys/cpu_percent", "sys/rss_mib"});
+  CHECK(metric_keys({b}) ==
+        std::vector<std::string>{"eval/swd", "grad_norm", "val_loss", "time/batch_wait_ms", "sys/rss_mib"});
   // The report writes durations as everything else does (runner::core::duration_text).
   CHECK(runner::core::duration_text(0) == "0s");
   CHECK(runner::core::duration_text(45.4) == "45s");

@@ -52,7 +52,7 @@ describe("runner.start", function()
 
   it("refuses unknown options and a second active run", function()
     expect_error(function() runner.start({}, { nmae = "x" }) end,
-      "unknown option 'nmae' to 'runner.start' (known: device, flush_interval, fork, heartbeat, name, parent, resume, seed)", true)
+      "unknown option 'nmae' to 'runner.start' (known: device, flush_interval, fork, heartbeat, name, parent, resume, seed, system_metrics)", true)
     local run = runner.start({})
     expect_error(function() runner.start({}) end,
       here(-1) .. "run '" .. run.name .. "' is still active in this process: call run:finish() before starting another")

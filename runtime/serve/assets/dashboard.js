@@ -272,10 +272,13 @@ function metricChartUrl(runs, key) {
   return (view) => `/chart/metric.svg?${query({ run: runs, key, ...view })}`;
 }
 
-// runner's own timings (the trainer's time/* metrics): the server lists them after the script's metrics; the run
-// page groups them.
-const TIMING_PREFIX = "time/";
-const isTiming = (key) => key.startsWith(TIMING_PREFIX);
+// runner's own metrics: the trainer's timings (time/*) and the run's system metrics (sys/*). The server lists them
+// after the script's metrics; the run page shows each prefix in a group of its own, collapsed.
+const METRIC_GROUPS = [
+  { prefix: "time/", title: "runner's timings" },
+  { prefix: "sys/", title: "system metrics" },
+];
+const groupOf = (key) => METRIC_GROUPS.find((group) => key.startsWith(group.prefix));
 
 // ---- pages ----------------------------------------------------------------------------------------
 
@@ -351,35 +354,41 @@ function runPage(reference) {
   const error = el("div");
   const picks = el("div", { class: "metric-picks" });
   const chartHolder = el("div", { class: "charts" });
-  // runner's timings, collapsed until opened (their charts are drawn only while it is open)
-  const timingPicks = el("div", { class: "metric-picks" });
-  const timingCharts = el("div", { class: "charts" });
-  const timingTitle = el("summary");
-  const timings = el("details", { class: "metric-group", hidden: true, ontoggle: () => run && drawCharts() },
-    timingTitle, timingPicks, timingCharts);
+  // runner's metric groups, collapsed until opened (their charts are drawn only while one is open)
+  const groups = new Map(METRIC_GROUPS.map((group) => {
+    const picks = el("div", { class: "metric-picks" });
+    const charts = el("div", { class: "charts" });
+    const title = el("summary");
+    const details = el("details", { class: "metric-group", "data-prefix": group.prefix, hidden: true,
+      ontoggle: () => run && drawCharts() }, title, picks, charts);
+    return [group, { picks, charts, title, details }];
+  }));
   const samples = el("div");
   const details = el("div");
   page.replaceChildren(header, error, el("h2", {}, "Metrics"), picks,
-    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder, timings,
+    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder,
+    ...[...groups.values()].map((parts) => parts.details),
     el("h2", {}, "Samples"), samples, details);
 
-  // A chart for every metric, new ones as they arrive, but those turned off and the timings while collapsed.
+  // A chart for every metric, new ones as they arrive, but those turned off and those of collapsed groups.
   function drawCharts() {
     const keys = metricKeys;
     const pick = (key) => el("label", {}, el("input", { type: "checkbox", checked: !hidden.has(key),
       onchange: (event) => { if (event.target.checked) hidden.delete(key); else hidden.add(key); drawCharts(); } }), ` ${key}`);
-    const timingKeys = keys.filter(isTiming);
-    picks.replaceChildren(...keys.filter((key) => !isTiming(key)).map(pick));
-    timingPicks.replaceChildren(...timingKeys.map(pick));
-    timingTitle.textContent = `runner's timings (${timingKeys.length}: ${TIMING_PREFIX}*)`;
-    timings.hidden = !timingKeys.length;
-    const charted = (key) => !hidden.has(key) && (!isTiming(key) || timings.open);
+    picks.replaceChildren(...keys.filter((key) => !groupOf(key)).map(pick));
+    for (const [group, parts] of groups) {
+      const groupKeys = keys.filter((key) => groupOf(key) === group);
+      parts.picks.replaceChildren(...groupKeys.map(pick));
+      parts.title.textContent = `${group.title} (${groupKeys.length}: ${group.prefix}*)`;
+      parts.details.hidden = !groupKeys.length;
+    }
+    const charted = (key) => !hidden.has(key) && (!groupOf(key) || groups.get(groupOf(key)).details.open);
     for (const [key, figure] of charts) if (!charted(key)) { figure.remove(); charts.delete(key); }
     for (const key of keys) {
       if (!charted(key)) continue;
       if (charts.has(key)) charts.get(key).load();
       else charts.set(key, chartFigure(metricChartUrl([run.id], key), view));
-      (isTiming(key) ? timingCharts : chartHolder).append(charts.get(key));
+      (groupOf(key) ? groups.get(groupOf(key)).charts : chartHolder).append(charts.get(key));
     }
   }
 

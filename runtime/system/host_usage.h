@@ -1,0 +1,39 @@
+// The host's and this process's CPU time and memory as Linux reports them in /proc: the readings a run's system
+// metrics (runtime/run/system_metrics.h) turn into percentages and sizes. Each parse_* function reads the text of
+// its file, so that a test can give it any text; read_* reads the real file.
+#pragma once
+
+#include <string>
+
+namespace runner::system {
+
+// Seconds of CPU time the process has used, user and system together (fields 14 and 15 of /proc/self/stat).
+double parse_process_cpu_seconds(const std::string& stat_text, const std::string& where);
+double read_process_cpu_seconds();
+
+// The host's CPU time over all cores since boot (the first "cpu" line of /proc/stat), in seconds: busy (all but
+// idle and iowait) and in total. Their changes over an interval give the share of the host that was busy.
+struct HostCpuTimes {
+  double busy_seconds = 0;
+  double total_seconds = 0;
+};
+HostCpuTimes parse_host_cpu_times(const std::string& stat_text, const std::string& where);
+HostCpuTimes read_host_cpu_times();
+
+// The process's resident memory now and at its peak (VmRSS and VmHWM of /proc/self/status), in bytes.
+struct ProcessMemory {
+  double resident_bytes = 0;
+  double peak_resident_bytes = 0;
+};
+ProcessMemory parse_process_memory(const std::string& status_text, const std::string& where);
+ProcessMemory read_process_memory();
+
+// The host's memory (MemTotal and MemAvailable of /proc/meminfo), in bytes; used is total less available.
+struct HostMemory {
+  double total_bytes = 0;
+  double available_bytes = 0;
+};
+HostMemory parse_host_memory(const std::string& meminfo_text, const std::string& where);
+HostMemory read_host_memory();
+
+}  // namespace runner::system
