@@ -94,11 +94,11 @@ class Attach(RunnerHomeTest):
         self.assertTrue(terminal.read_until(b"\n> ", 30), terminal.seen)
         return terminal
 
-    def start_endless_chunk(self, terminal):
-        """Types a chunk that never returns; returns once the client says it waits for the answer (its Ctrl-C
-        handler is in place then)."""
+    def start_endless_chunk(self, terminal, chunk="while true do end"):
+        """Types a chunk that does not return soon; returns once the client says it waits for the answer (its
+        Ctrl-C handler is in place then)."""
         start = len(terminal.seen)
-        terminal.type(b"while true do end\n")
+        terminal.type(chunk.encode() + b"\n")
         self.assertTrue(terminal.read_until(b"(waiting: the run answers between two steps)", 60),
                         terminal.seen[start:])
         return start
@@ -218,8 +218,18 @@ class Attach(RunnerHomeTest):
         self.assertIn("interrupted by Ctrl-C in runner attach; the run goes on\r\nstack traceback:\r\n\tstdin:1: in main chunk", text)
         found, text = terminal.ask("print('after' .. ' ctrl-c')", "after ctrl-c")
         self.assertTrue(found, text)
-        terminal.type(b".detach\n")
-        self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
+        # A pcall in the chunk cannot go on with the stop.
+        start = self.start_endless_chunk(terminal, "while true do pcall(function() while true do end end) end")
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"\n> ", 60), terminal.seen[start:])
+        self.assertIn("interrupted by Ctrl-C in runner attach; the run goes on", terminal.seen[start:].decode())
+        # A chunk inside one C function (os.execute waits for its child) stops when it returns; Ctrl-C again
+        # meanwhile detaches, and the run goes on.
+        start = self.start_endless_chunk(terminal, "os.execute('sleep 5')")
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"Ctrl-C again detaches", 60), terminal.seen[start:])
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"detached from run live (it goes on)", 60), terminal.seen[start:])
         self.assertEqual(terminal.wait(10), 0)
         self.assertEqual(self.finish_training(training), "finished,300,")
 
@@ -264,14 +274,14 @@ class Attach(RunnerHomeTest):
         self.assertEqual(self.finish_training(training), "finished,300,")
 
     def test_rank_0_of_a_data_parallel_job_stops_a_chunk_before_the_other_ranks_time_out(self):
-        self.env["RUNNER_DIST_TIMEOUT"] = "30"
+        self.env["RUNNER_DIST_TIMEOUT"] = "60"
         training, _ = self.start_training("--nproc", "2")
         terminal = self.attach()
-        self.assertIn("rank 0 of 2; chunks may run 15s after a step (half of RUNNER_DIST_TIMEOUT: the other ranks "
+        self.assertIn("rank 0 of 2; chunks may run 30s after a step (half of RUNNER_DIST_TIMEOUT: the other ranks "
                       "wait), then they are stopped", terminal.seen.decode())
         start = self.start_endless_chunk(terminal)
         self.assertTrue(terminal.read_until(b"\n> ", 120), terminal.seen[start:])
-        self.assertIn("stopped: rank 0 has answered runner attach for 15s since its step, the most a job of 2 ranks "
+        self.assertIn("stopped: rank 0 has answered runner attach for 30s since its step, the most a job of 2 ranks "
                       "allows (half of RUNNER_DIST_TIMEOUT: the other ranks wait for rank 0 meanwhile); the run goes "
                       "on", terminal.seen[start:].decode(errors="replace"))
         found, text = terminal.ask("=1 + 1", "2")
