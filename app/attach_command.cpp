@@ -1,8 +1,11 @@
 // `runner attach RUN`: the run is resolved through the index to its folder, whose socket (runtime/attach) the
 // training process listens on; the REPL's lines (app/repl.cpp) go to it as eval requests and what the chunks print
 // comes back (the training side: bindings/attach_session.cpp). Ctrl-D or `.detach` detaches; the run goes on.
+// Ctrl-C while a chunk runs stops the chunk; pressed again before it answers, it detaches.
 #include "app/attach_command.h"
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 #include "app/repl.h"
 #include "runtime/attach/attach_socket.h"
 #include "runtime/cli/command_line.h"
+#include "runtime/core/clock.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/terminal_text.h"
@@ -26,12 +30,39 @@ A REPL in a running training process (RUN: an id, a unique id prefix, a name or 
 rank 0 runs. Each chunk runs in the script between two steps (where train:step returns), with the script's
 locals and train, model, loader, batch, loss, out (the step's result) and run: `=model.net[1].weight:norm()`,
 `train:set_lr(1e-4)`, `run:checkpoint()`, `run:stop()`. The training waits only while a chunk runs.
-`.detach` or Ctrl-D detaches; the run goes on as if never attached. Exit status: 0 detached or the run
-ended, 1 the run cannot be reached, 2 a usage error.
+Ctrl-C stops a running chunk (the run goes on); pressed again before the chunk stops (a long tensor operation),
+it detaches. `.detach` or Ctrl-D detaches; the run goes on as if never attached. A session that sends nothing
+for RUNNER_ATTACH_IDLE_TIMEOUT seconds (default 1800) is disconnected, so that another can attach. In a job of
+several ranks, rank 0 answers chunks for at most half of RUNNER_DIST_TIMEOUT after a step (the other ranks wait
+for it); a chunk still running then is stopped. Exit status: 0 detached, disconnected or the run ended, 1 the run
+cannot be reached, 2 a usage error.
 )";
 
 // A wait longer than this for an answer says why nothing comes yet.
 constexpr double kPatienceSeconds = 2.0;
+
+volatile std::sig_atomic_t ctrl_c_pressed = 0;
+
+void on_ctrl_c(int) { ctrl_c_pressed = 1; }
+
+// While one lives (a chunk's answer is awaited), Ctrl-C only sets ctrl_c_pressed and ends the wait (no
+// SA_RESTART: poll returns EINTR).
+class CtrlCWhileWaiting {
+ public:
+  CtrlCWhileWaiting() {
+    ctrl_c_pressed = 0;
+    struct sigaction action {};
+    action.sa_handler = on_ctrl_c;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~CtrlCWhileWaiting() { sigaction(SIGINT, &previous_, nullptr); }
+  CtrlCWhileWaiting(const CtrlCWhileWaiting&) = delete;
+  CtrlCWhileWaiting& operator=(const CtrlCWhileWaiting&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
 
 class AttachedTarget : public ReplTarget {
  public:
@@ -39,6 +70,8 @@ class AttachedTarget : public ReplTarget {
 
   bindings::ReplOutcome run_chunk(const std::string& chunk) override {
     bindings::ReplOutcome outcome;
+    const CtrlCWhileWaiting ctrl_c;
+    interrupt_sent_ = false;
     if (!send({"eval", chunk})) return outcome;
     while (std::optional<attach::Message> reply = receive()) {
       if (reply->kind == "output") {
@@ -103,20 +136,42 @@ class AttachedTarget : public ReplTarget {
   }
 
   // The next message, with a word after a while that the training is still in its step; nothing once the training
-  // process has ended the connection (said).
+  // process has ended the connection (said) or a second Ctrl-C detached.
   std::optional<attach::Message> receive() {
-    if (!client_.wait_readable(kPatienceSeconds)) {
-      std::fprintf(stderr, "(waiting: the run answers between two steps)\n");
-      std::fflush(stderr);
+    const double start = core::steady_seconds();
+    bool said_waiting = false;
+    while (
+        !client_.wait_readable(said_waiting ? -1 : std::max(0.0, start + kPatienceSeconds - core::steady_seconds()))) {
+      if (ctrl_c_pressed) {
+        ctrl_c_pressed = 0;
+        if (!take_ctrl_c()) return std::nullopt;
+      } else if (!said_waiting) {
+        std::fprintf(stderr, "(waiting: the run answers between two steps)\n");
+        std::fflush(stderr);
+        said_waiting = true;
+      }
     }
     std::optional<attach::Message> message = client_.receive();
-    if (message && message->kind != "ended") return message;
+    if (message && message->kind != "ended" && message->kind != "disconnected") return message;
     gone_ = true;
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n",
                  message ? core::terminal_text(message->text).c_str()
                          : "the training process closed the connection (the run ended)");
     return std::nullopt;
+  }
+
+  // Ctrl-C while waiting: the first asks the training process to stop the chunk; the next detaches (returns
+  // false), for a chunk that does not stop (inside one long C function).
+  bool take_ctrl_c() {
+    if (!interrupt_sent_ && send({"interrupt", ""})) {
+      interrupt_sent_ = true;
+      std::fprintf(stderr, "\nstopping the chunk (Ctrl-C again detaches; the run goes on)\n");
+      std::fflush(stderr);
+      return true;
+    }
+    detached_ = true;
+    return false;
   }
 
   bool receive_end() {
@@ -128,6 +183,7 @@ class AttachedTarget : public ReplTarget {
   attach::AttachClient& client_;
   bool detached_ = false;
   bool gone_ = false;
+  bool interrupt_sent_ = false;  // for the chunk that runs
 };
 
 int attach(const std::string& reference) {

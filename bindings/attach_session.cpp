@@ -3,18 +3,25 @@
 #include "bindings/attach_session.h"
 
 #include <lua.hpp>
+#include <poll.h>
 
+#include <atomic>
 #include <cstring>
 #include <fmt/format.h>
+#include <limits>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "bindings/binding.h"
 #include "bindings/lua_host.h"
 #include "bindings/repl_session.h"
+#include "runtime/core/clock.h"
+#include "runtime/core/duration_text.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/launch_context.h"
+#include "runtime/dist/process_group.h"
 
 namespace runner::bindings {
 namespace {
@@ -108,33 +115,114 @@ void write_back_locals(lua_State* L, int scope, int originals, const ScriptLocal
   }
 }
 
-void answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, const std::string& chunk, int scope,
-                 int originals, const ScriptLocals& locals) {
-  attached_chunk_running = true;
-  const ReplOutcome outcome = run_attached_chunk(host, chunk, scope);
-  attached_chunk_running = false;
+// What stopped a chunk before it returned.
+enum class StopCause { none, client, stop_signal, time_limit };
+
+// Beside a running chunk (on a thread of its own), watches for what must stop it: the client's interrupt or
+// hang-up (its connection becomes readable: only AttachServer::poll reads it, after the chunk), a stop signal to
+// the run, and the end of the time rank 0 may serve in a job of several ranks. Then stops it with the reason.
+class ChunkWatch {
+ public:
+  ChunkWatch(StoppableCode& code, int client, double deadline)
+      : thread_([this, &code, client, deadline] { watch(code, client, deadline); }) {}
+  ~ChunkWatch() { finish(); }
+  ChunkWatch(const ChunkWatch&) = delete;
+  ChunkWatch& operator=(const ChunkWatch&) = delete;
+
+  // Ends the watch (the chunk returned); what stopped the chunk, if anything did.
+  StopCause finish() {
+    finished_ = true;
+    if (thread_.joinable()) thread_.join();
+    return cause_;
+  }
+  static std::string reason(StopCause cause, int signal_number) {
+    switch (cause) {
+      case StopCause::client:
+        return "interrupted by Ctrl-C in runner attach; the run goes on";
+      case StopCause::stop_signal:
+        return fmt::format("the run received {}: the chunk stopped, the run stops after this step with a checkpoint",
+                           core::signal_name(signal_number));
+      case StopCause::time_limit:
+        return fmt::format(
+            "stopped: rank 0 has answered runner attach for {} since its step, the most a job of {} ranks allows "
+            "(half of RUNNER_DIST_TIMEOUT: the other ranks wait for rank 0 meanwhile); the run goes on",
+            core::duration_text(attached_chunks_time_limit()), core::launch_context().world_size);
+      case StopCause::none:
+        break;
+    }
+    return "";
+  }
+
+ private:
+  static constexpr int kWatchMilliseconds = 50;
+
+  void watch(StoppableCode& code, int client, double deadline) {
+    while (!finished_) {
+      pollfd readable{client, POLLIN, 0};
+      const bool client_spoke = ::poll(&readable, 1, kWatchMilliseconds) > 0;
+      if (finished_) return;
+      const int signal_number = core::stop_signal();
+      const StopCause cause = client_spoke                        ? StopCause::client
+                              : signal_number != 0                ? StopCause::stop_signal
+                              : core::steady_seconds() > deadline ? StopCause::time_limit
+                                                                  : StopCause::none;
+      if (cause == StopCause::none) continue;
+      cause_ = cause;
+      code.stop(reason(cause, signal_number));
+      return;
+    }
+  }
+
+  std::atomic<bool> finished_{false};
+  std::atomic<StopCause> cause_{StopCause::none};
+  std::thread thread_;  // last: it starts once the members above are made
+};
+
+// Runs an eval request's chunk and answers it. Returns whether to go on answering requests (not after a stop
+// signal or the time limit stopped the chunk: the run must take its next step).
+bool answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, const std::string& chunk, int scope,
+                 int originals, const ScriptLocals& locals, double deadline) {
+  if (server.interrupt_waiting()) {  // Ctrl-C came before the chunk ran: it does not run
+    server.send({"error", ChunkWatch::reason(StopCause::client, 0)});
+    return true;
+  }
+  ReplOutcome outcome;
+  StopCause cause = StopCause::none;
+  {
+    StoppableCode code(host);
+    ChunkWatch watch(code, server.client_descriptor(), deadline);
+    attached_chunk_running = true;
+    outcome = run_attached_chunk(host, chunk, scope);
+    attached_chunk_running = false;
+    cause = watch.finish();
+  }
   write_back_locals(L, scope, originals, locals);
   if (!outcome.output.empty()) server.send({"output", outcome.output});
   switch (outcome.kind) {
     case ReplOutcome::Kind::incomplete:
       server.send({"incomplete", ""});
-      return;
+      return true;
     case ReplOutcome::Kind::syntax_error:
       server.send({"syntax_error", outcome.message});
-      return;
+      return true;
     case ReplOutcome::Kind::ran:
       break;
   }
   if (outcome.status == core::kExitOk) {
     server.send({"done", ""});
-    return;
+    return true;
   }
   if (host.exit_requested()) {
     server.send({"error", fmt::format("os.exit({}) ends the run", host.exit_status())});
     throw core::ExitRequest(host.exit_status(), "os.exit in runner attach");
   }
+  // The reason, with the traceback of where the chunk was stopped (an error handler of the chunk's that the stop
+  // reached leaves the reason alone).
+  const std::string reason = ChunkWatch::reason(cause, core::stop_signal());
+  if (cause != StopCause::none && outcome.message.rfind(reason, 0) != 0) outcome.message = reason;
   server.send({"error", outcome.message});
   if (core::is_interrupt_status(outcome.status)) throw core::Interrupted();
+  return cause == StopCause::none || cause == StopCause::client;
 }
 
 std::string joined_lines(const std::vector<std::string>& lines) {
@@ -153,10 +241,13 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
   push_scope(L, values, locals);
   const int scope = top + 1;
   const int originals = top + 2;
+  const double deadline = core::steady_seconds() + attached_chunks_time_limit();
   for (std::optional<attach::Message> request = std::move(first); request; request = server.poll()) {
-    if (request->kind == "eval")
-      answer_eval(L, host, server, request->text, scope, originals, locals);
-    else if (request->kind == "complete")
+    if (request->kind == "eval") {
+      if (!answer_eval(L, host, server, request->text, scope, originals, locals, deadline)) break;
+    } else if (request->kind == "interrupt") {
+      // A Ctrl-C that came after its chunk returned: nothing runs to stop.
+    } else if (request->kind == "complete")
       server.send({"completions", joined_lines(repl_completions(host, request->text, scope))});
     else
       server.send({"error", fmt::format("runner attach: unknown request '{}'", request->kind)});
@@ -165,6 +256,12 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
 }
 
 bool attached_chunk_is_running() { return attached_chunk_running; }
+
+double attached_chunks_time_limit() {
+  const dist::ProcessGroup* group = dist::process_group();
+  if (core::launch_context().world_size <= 1 || !group) return std::numeric_limits<double>::infinity();
+  return std::chrono::duration<double>(group->timeout()).count() / 2;
+}
 
 void refuse_on_one_rank(const char* what) {
   const int ranks = core::launch_context().world_size;

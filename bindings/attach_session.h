@@ -16,11 +16,19 @@ namespace runner::bindings {
 // ones win); assigning one of those locals writes it back into the script's frame, other names are globals.
 // os.exit is refused there. An interrupt (Ctrl-C of the training) or an os.exit reached through a script function
 // is answered, then continued in the script.
+// A running chunk is stopped (an error naming why, at its next Lua instruction, however it loops) by the client's
+// `interrupt` or hang-up (the run goes on), by a stop signal to the run (which then stops after this step with a
+// checkpoint, as it would have), and in a job of several ranks once this call has run attached_chunks_time_limit()
+// (the ranks then take their next step); after the last two nothing more is answered until the next step.
 void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::Message first, int values);
 
 // While an attached chunk runs in a data-parallel job: throws std::logic_error saying that `what` (train:set_lr,
 // run:checkpoint) is refused, because it would change rank 0 alone and the ranks would disagree. Else nothing.
 void refuse_on_one_rank(const char* what);
+
+// How long one serve_attached_client may answer chunks: half of the job's collective timeout (RUNNER_DIST_TIMEOUT)
+// in a job of several ranks, which wait for rank 0 at the next step meanwhile; infinity with one rank.
+double attached_chunks_time_limit();
 
 // Whether an attached client's chunk is running now (os.exit is refused then, by every path to it).
 bool attached_chunk_is_running();

@@ -1,6 +1,7 @@
 // The Lua host: state set-up, script loading, error reporting, os.exit and Ctrl-C handling.
 #include "bindings/lua_host.h"
 
+#include <atomic>
 #include <climits>
 #include <csignal>
 #include <sys/time.h>
@@ -33,6 +34,8 @@ lua_State* active_state = nullptr;
 volatile std::sig_atomic_t interrupt_signal = SIGINT;  // the signal behind the pending interrupt
 volatile std::sig_atomic_t held_signal = 0;            // the first stop signal while a run is being recorded
 volatile std::sig_atomic_t traces_interruptible = 0;   // interrupt_compiled_loops(true) is in effect
+std::atomic<const char*> stop_message{nullptr};        // StoppableCode::stop's, raised at every instruction
+static_assert(std::atomic<const char*>::is_always_lock_free);
 constexpr int kStopSignals[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 const char* exit_key = "runner.exit";
 const char* host_key = "runner.host";
@@ -155,6 +158,34 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   if (core::take_interrupt()) raise_interrupt(L);
 }
 
+// StoppableCode's hook: stays set, raising its message again wherever the code goes on (an interrupt outranks it).
+void stop_hook(lua_State* L, lua_Debug*) {
+  if (core::take_interrupt()) raise_interrupt(L);
+  const char* message = stop_message.load(std::memory_order_acquire);
+  if (!message) {
+    lua_sethook(L, nullptr, 0, 0);
+    return;
+  }
+  lua_pushstring(L, message);
+  lua_error(L);
+}
+
+// What a call() leaves when it returns: StoppableCode's hook while it stops the code around the call, else none.
+void reset_hook(lua_State* L) {
+  if (stop_message.load(std::memory_order_acquire))
+    lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1);
+  else
+    lua_sethook(L, nullptr, 0, 0);
+}
+
+// SIGUSR2 sent to the Lua thread by StoppableCode::stop: sets the hook there (lua_sethook is meant for signal
+// handlers; from another thread it would race the interpreter).
+void on_stop_code_signal(int) {
+  if (!stop_message.load(std::memory_order_acquire) || !active_state) return;
+  lua_sethook(active_state, stop_hook, LUA_MASKCOUNT, 1);
+  if (traces_interruptible) std::raise(SIGPROF);
+}
+
 // SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGUSR1 stop the script at the next Lua instruction or blocking runtime call,
 // so that the run is marked interrupted and its metrics flushed.
 void on_stop_signal(int signal_number) {
@@ -253,6 +284,32 @@ void LuaHost::interrupt_compiled_loops(bool enabled) {
   }
 }
 
+bool LuaHost::compiled_loops_interruptible() const { return traces_interruptible != 0; }
+
+StoppableCode::StoppableCode(LuaHost& host) : host_(host), lua_thread_(pthread_self()) {
+  enabled_compiled_loops_ = !host_.compiled_loops_interruptible();
+  host_.interrupt_compiled_loops(true);
+  struct sigaction action {};
+  action.sa_handler = on_stop_code_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &action, &previous_handler_);
+}
+
+StoppableCode::~StoppableCode() {
+  stop_message.store(nullptr, std::memory_order_release);
+  lua_sethook(host_.state(), nullptr, 0, 0);
+  sigaction(SIGUSR2, &previous_handler_, nullptr);
+  if (enabled_compiled_loops_) host_.interrupt_compiled_loops(false);
+}
+
+void StoppableCode::stop(const std::string& message) {
+  if (stopping_.exchange(true)) return;
+  message_ = message;
+  stop_message.store(message_.c_str(), std::memory_order_release);
+  pthread_kill(lua_thread_, SIGUSR2);
+}
+
 void LuaHost::request_exit(int status) {
   exit_requested_ = true;
   exit_status_ = status;
@@ -340,7 +397,7 @@ int LuaHost::call(int nargs, int nresults, AfterCall after) {
   } else {
     for (int i = 0; i < 4; ++i) std::signal(kStopSignals[i], holding_signals_ ? hold_stop_signal : previous[i]);
   }
-  lua_sethook(L_, nullptr, 0, 0);
+  reset_hook(L_);
   lua_remove(L_, function_index);
   if (status == 0) return kExitOk;
   return report_failure(status);

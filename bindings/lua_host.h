@@ -2,6 +2,10 @@
 // REPL under a traceback handler, maps errors, os.exit and Ctrl-C to exit statuses.
 #pragma once
 
+#include <pthread.h>
+
+#include <atomic>
+#include <csignal>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +41,7 @@ class LuaHost {
   // For the REPL: Ctrl-C and the other stop signals also stop a loop of pure Lua that LuaJIT compiled (whose
   // code runs no hooks). Flushes the compiled code; while enabled, LuaJIT's profiler is taken.
   void interrupt_compiled_loops(bool enabled);
+  bool compiled_loops_interruptible() const;
   // For `runner --print-config` and sweeps: the script ends (exit status 0) at its config { ... } (after
   // checking the overrides) or at runner.start, and reported_config() then holds its keys as JSON
   // {"keys": {name: {"default": value, "integer": bool}}}.
@@ -84,6 +89,30 @@ class LuaHost {
   int exit_status_ = kExitOk;
   bool holding_signals_ = false;
   void (*held_previous_[4])(int) = {};  // the handlers before the script, restored by release_held_signals
+};
+
+// For runner attach: while one lives, another thread can stop the Lua code that the host runs (in call()) on the
+// thread that made it. stop(message) makes that code raise `message`, an ordinary error, at its next Lua instruction
+// (a loop that LuaJIT compiled too: interrupt_compiled_loops is on meanwhile) and again at every later one until
+// this ends, so that a pcall in it cannot go on. Code inside one C function (a tensor operation) stops when it
+// returns to Lua. The signal that reaches the Lua thread is SIGUSR2, handled only while one lives.
+class StoppableCode {
+ public:
+  explicit StoppableCode(LuaHost& host);
+  ~StoppableCode();
+  StoppableCode(const StoppableCode&) = delete;
+  StoppableCode& operator=(const StoppableCode&) = delete;
+
+  // Any thread; the first call counts.
+  void stop(const std::string& message);
+
+ private:
+  LuaHost& host_;
+  pthread_t lua_thread_;
+  bool enabled_compiled_loops_ = false;
+  std::atomic<bool> stopping_{false};
+  std::string message_;
+  struct sigaction previous_handler_ {};
 };
 
 }  // namespace runner::bindings

@@ -17,6 +17,7 @@
 #include "bindings/tensor_binding.h"
 #include "bindings/data_binding.h"
 #include "bindings/train_binding.h"
+#include "runtime/core/duration_text.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
@@ -67,8 +68,13 @@ void close_attach(RunBox& box, const std::string& status) {
 // The banner of runner attach.
 std::string attach_greeting(const run::RunContext& context) {
   const core::LaunchContext& launch = core::launch_context();
+  const double limit = attached_chunks_time_limit();
   return fmt::format("attached to run {} ({}) at step {}{}", context.record().name, context.record().id, context.step(),
-                     launch.world_size > 1 ? fmt::format(", rank 0 of {}", launch.world_size) : "");
+                     launch.world_size > 1
+                         ? fmt::format(", rank 0 of {}; chunks may run {} after a step (half of RUNNER_DIST_TIMEOUT: "
+                                       "the other ranks wait), then they are stopped",
+                                       launch.world_size, std::isfinite(limit) ? core::duration_text(limit) : "-")
+                         : "");
 }
 
 // Listens for runner attach in the run's folder (rank 0 only); a run goes on without it when the socket cannot
@@ -76,9 +82,10 @@ std::string attach_greeting(const run::RunContext& context) {
 void start_attach(RunBox& box) {
   if (box.context->follower()) return;
   const run::RunContext* context = box.context.get();
+  const double idle_timeout = attach::idle_timeout_from_environment();
   try {
-    box.attach =
-        std::make_unique<attach::AttachServer>(context->directory(), [context] { return attach_greeting(*context); });
+    box.attach = std::make_unique<attach::AttachServer>(
+        context->directory(), [context] { return attach_greeting(*context); }, idle_timeout);
   } catch (const attach::AttachError& error) {
     core::log(core::LogLevel::warn, fmt::format("runner attach will not reach this run: {}", error.what()));
   }

@@ -9,10 +9,11 @@
 
 namespace runner::attach {
 
-// What a message is. From the client: eval (a chunk), complete (text to complete), detach. From the training
-// process: hello (the banner), busy (another client is attached), output (what the chunk printed), done (the
-// chunk ran), error (its error and traceback), incomplete (the chunk needs more lines), syntax_error (the
-// compiler's message), completions (one per line), ended (the run ended; why).
+// What a message is. From the client: eval (a chunk), complete (text to complete), interrupt (stop the running
+// chunk: Ctrl-C), detach. From the training process: hello (the banner), busy (another client is attached),
+// output (what the chunk printed), done (the chunk ran), error (its error and traceback), incomplete (the chunk
+// needs more lines), syntax_error (the compiler's message), completions (one per line), disconnected (the client
+// was idle too long; why), ended (the run ended; why).
 struct Message {
   std::string kind;
   std::string text;

@@ -12,6 +12,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <utility>
+
+#include "runtime/core/clock.h"
+#include "runtime/core/duration_text.h"
+#include "runtime/core/environment_seconds.h"
 
 namespace runner::attach {
 namespace {
@@ -43,10 +48,17 @@ std::string folder_of(const std::string& path) {
 
 std::string attach_socket_path(const std::string& run_directory) { return run_directory + "/attach/" + kSocketName; }
 
+double idle_timeout_from_environment() {
+  return core::seconds_from_environment("RUNNER_ATTACH_IDLE_TIMEOUT", kDefaultIdleTimeoutSeconds);
+}
+
 // ---- the training process's end ------------------------------------------------------------------
 
-AttachServer::AttachServer(const std::string& run_directory, std::function<std::string()> greeting)
-    : socket_path_(attach_socket_path(run_directory)), greeting_(std::move(greeting)) {
+AttachServer::AttachServer(const std::string& run_directory, std::function<std::string()> greeting,
+                           double idle_timeout_seconds)
+    : socket_path_(attach_socket_path(run_directory)),
+      greeting_(std::move(greeting)),
+      idle_timeout_seconds_(idle_timeout_seconds) {
   folder_ = folder_of(socket_path_);
   if (::mkdir(folder_.c_str(), 0700) != 0 && errno != EEXIST)
     throw AttachError(fmt::format("{}: cannot create the folder: {}", folder_, error_text(errno)));
@@ -98,6 +110,7 @@ void AttachServer::accept_waiting() {
       continue;
     }
     client_ = fd;
+    last_activity_ = core::steady_seconds();
     incoming_ = MessageReader();
     outgoing_.clear();
     send({"hello", greeting_ ? greeting_() : std::string()});
@@ -116,6 +129,16 @@ void AttachServer::flush() {
   }
 }
 
+void AttachServer::say_and_drop(const Message& message) {
+  send(message);
+  for (int tries = 0; tries < 10 && client_ >= 0 && !outgoing_.empty(); ++tries) {
+    pollfd writable{client_, POLLOUT, 0};
+    ::poll(&writable, 1, 100);
+    flush();
+  }
+  drop_client();
+}
+
 void AttachServer::drop_client() {
   if (client_ >= 0) ::close(client_);
   client_ = -1;
@@ -132,6 +155,7 @@ std::optional<Message> AttachServer::poll() {
     const ssize_t count = ::recv(client_, buffer, sizeof buffer, MSG_DONTWAIT);
     if (count > 0) {
       incoming_.feed(buffer, static_cast<std::size_t>(count));
+      last_activity_ = core::steady_seconds();
       continue;
     }
     if (count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -154,6 +178,11 @@ std::optional<Message> AttachServer::poll() {
       drop_client();
       return std::nullopt;
     }
+    if (!request && core::steady_seconds() - last_activity_ > idle_timeout_seconds_)
+      say_and_drop({"disconnected", fmt::format("runner attach: disconnected after {} without a request "
+                                                "(RUNNER_ATTACH_IDLE_TIMEOUT), so that another session can attach; "
+                                                "the run goes on",
+                                                core::duration_text(idle_timeout_seconds_))});
     return request;
   } catch (const ProtocolError& error) {
     send({"error", std::string("runner attach: ") + error.what() + "; disconnected"});
@@ -163,22 +192,27 @@ std::optional<Message> AttachServer::poll() {
   }
 }
 
+bool AttachServer::interrupt_waiting() const {
+  MessageReader unread = incoming_;
+  try {
+    while (std::optional<Message> message = unread.next())
+      if (message->kind == "interrupt") return true;
+  } catch (const ProtocolError&) {
+    // poll answers it
+  }
+  return false;
+}
+
 void AttachServer::send(const Message& message) {
   if (client_ < 0) return;
+  last_activity_ = core::steady_seconds();
   outgoing_ += encode_message(message);
   flush();
   if (outgoing_.size() > kMaxMessageBytes) drop_client();
 }
 
 void AttachServer::close(const std::string& reason) {
-  if (client_ >= 0 && !reason.empty()) {
-    send({"ended", reason});
-    for (int tries = 0; tries < 10 && client_ >= 0 && !outgoing_.empty(); ++tries) {
-      pollfd writable{client_, POLLOUT, 0};
-      ::poll(&writable, 1, 100);
-      flush();
-    }
-  }
+  if (client_ >= 0 && !reason.empty()) say_and_drop({"ended", reason});
   drop_client();
   if (listener_ >= 0) {
     ::close(listener_);
@@ -238,11 +272,14 @@ void AttachClient::send(const Message& message) {
 }
 
 bool AttachClient::wait_readable(double seconds) {
+  if (!arrived_) arrived_ = incoming_.next();
+  if (arrived_ || closed_) return true;
   pollfd readable{fd_, POLLIN, 0};
-  return ::poll(&readable, 1, static_cast<int>(seconds * 1000)) > 0;
+  return ::poll(&readable, 1, seconds < 0 ? -1 : static_cast<int>(seconds * 1000)) > 0;
 }
 
 std::optional<Message> AttachClient::receive() {
+  if (arrived_) return std::exchange(arrived_, std::nullopt);
   while (true) {
     if (std::optional<Message> message = incoming_.next()) return message;
     if (closed_) return std::nullopt;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdint>
+#include <fmt/format.h>
 
 namespace runner::core {
 namespace {
@@ -45,5 +46,20 @@ bool repeated_stop(int signal_number) noexcept {
          monotonic_nanoseconds() - stop_requested_at.load(std::memory_order_relaxed) < kSameStopNanoseconds;
 }
 int stop_signal() noexcept { return stop_signal_number.load(std::memory_order_relaxed); }
+
+std::string signal_name(int signal_number) {
+  switch (signal_number) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return fmt::format("signal {}", signal_number);
+  }
+}
 
 }  // namespace runner::core

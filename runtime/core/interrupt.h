@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace runner::core {
 
@@ -29,5 +30,8 @@ int stop_signal() noexcept;
 // the same stop delivered twice (Slurm signals every process of a job, and a sweep worker or `runner --nproc`
 // forwards the signal to its children as well), not a second one that stops at once.
 bool repeated_stop(int signal_number) noexcept;
+
+// "SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1"; another as "signal N".
+std::string signal_name(int signal_number);
 
 }  // namespace runner::core

@@ -1,5 +1,6 @@
 // The c10d process group: TCPStore rendezvous, Gloo and NCCL backends, and the collectives runner uses.
 #include "runtime/dist/process_group.h"
+#include "runtime/core/environment_seconds.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -278,13 +279,7 @@ ProcessGroup* process_group() { return the_group.get(); }
 void join_process_group(c10::Device device) {
   const core::LaunchContext& context = core::launch_context();
   if (!context.distributed() || the_group) return;
-  double seconds = 300;
-  if (const char* text = std::getenv("RUNNER_DIST_TIMEOUT"); text && *text) {
-    char* end = nullptr;
-    seconds = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(seconds > 0))
-      throw std::invalid_argument(fmt::format("RUNNER_DIST_TIMEOUT='{}' is not a number of seconds > 0", text));
-  }
+  const double seconds = core::seconds_from_environment("RUNNER_DIST_TIMEOUT", 300);
   the_group = std::make_unique<ProcessGroup>(context, device,
                                              std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)));
 }

@@ -24,20 +24,7 @@ namespace {
 constexpr int kStopRequested = 1000;
 
 std::string signal_name(int signal_number) {
-  switch (signal_number) {
-    case kStopRequested:
-      return "run:stop()";
-    case SIGINT:
-      return "SIGINT";
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGUSR1:
-      return "SIGUSR1";
-    default:
-      return fmt::format("signal {}", signal_number);
-  }
+  return signal_number == kStopRequested ? "run:stop()" : core::signal_name(signal_number);
 }
 
 void log_rejected(const std::vector<std::string>& rejected, const std::string& of) {

@@ -2,6 +2,8 @@
 import os
 import pathlib
 import pty
+import signal
+import socket
 import stat
 import subprocess
 import time
@@ -91,6 +93,21 @@ class Attach(RunnerHomeTest):
         self.addCleanup(terminal.close)
         self.assertTrue(terminal.read_until(b"\n> ", 30), terminal.seen)
         return terminal
+
+    def start_endless_chunk(self, terminal, chunk="while true do end"):
+        """Types a chunk that does not return soon; returns once the client says it waits for the answer (its
+        Ctrl-C handler is in place then)."""
+        start = len(terminal.seen)
+        terminal.type(chunk.encode() + b"\n")
+        self.assertTrue(terminal.read_until(b"(waiting: the run answers between two steps)", 60),
+                        terminal.seen[start:])
+        return start
+
+    def finish_training(self, training):
+        (self.dir / "hold").unlink()
+        self.assertEqual(training.wait(120), 0, (self.dir / "training.log").read_text())
+        return self.runner("query", "SELECT status, step, error FROM runs WHERE name = 'live'", "--csv",
+                           check=0).stdout.splitlines()[1]
 
     def metric(self, key, step):
         result = self.runner("query", f"SELECT value FROM metrics JOIN runs r USING (run) WHERE r.name = 'live' "
@@ -189,6 +206,90 @@ class Attach(RunnerHomeTest):
         shown = self.runner("query", "SELECT status, error FROM runs WHERE name = 'live'", "--csv", check=0).stdout
         self.assertRegex(shown.splitlines()[1], r"^interrupted,stopped by run:stop\(\) at step \d+ after saving a "
                                                  r"checkpoint$")
+
+    def test_ctrl_c_stops_an_endless_chunk_and_the_session_and_the_run_go_on(self):
+        training, _ = self.start_training()
+        terminal = self.attach()
+        start = self.start_endless_chunk(terminal)
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"\n> ", 60), terminal.seen[start:])
+        text = terminal.seen[start:].decode(errors="replace")
+        self.assertIn("stopping the chunk (Ctrl-C again detaches; the run goes on)", text)
+        self.assertIn("interrupted by Ctrl-C in runner attach; the run goes on\r\nstack traceback:\r\n\tstdin:1: in main chunk", text)
+        found, text = terminal.ask("print('after' .. ' ctrl-c')", "after ctrl-c")
+        self.assertTrue(found, text)
+        # A pcall in the chunk cannot go on with the stop.
+        start = self.start_endless_chunk(terminal, "while true do pcall(function() while true do end end) end")
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"\n> ", 60), terminal.seen[start:])
+        self.assertIn("interrupted by Ctrl-C in runner attach; the run goes on", terminal.seen[start:].decode())
+        # A chunk inside one C function (os.execute waits for its child) stops when it returns; Ctrl-C again
+        # meanwhile detaches, and the run goes on.
+        start = self.start_endless_chunk(terminal, "os.execute('sleep 5')")
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"Ctrl-C again detaches", 60), terminal.seen[start:])
+        terminal.type(b"\x03")
+        self.assertTrue(terminal.read_until(b"detached from run live (it goes on)", 60), terminal.seen[start:])
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(self.finish_training(training), "finished,300,")
+
+    def test_sigterm_to_the_run_stops_an_endless_chunk_and_the_run_stops_with_a_checkpoint(self):
+        training, _ = self.start_training()
+        terminal = self.attach()
+        start = self.start_endless_chunk(terminal)
+        training.send_signal(signal.SIGTERM)
+        self.assertTrue(terminal.read_until(b"\n> ", 60), terminal.seen[start:])
+        self.assertIn("the run received SIGTERM: the chunk stopped, the run stops after this step with a checkpoint",
+                      terminal.seen[start:].decode(errors="replace"))
+        (self.dir / "hold").unlink()
+        self.assertTrue(b"the run ended (interrupted)" in terminal.seen[start:]
+                        or terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen[start:])
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(training.wait(120), 0, (self.dir / "training.log").read_text())
+        status, step, error = self.runner("query", "SELECT status, step, error FROM runs WHERE name = 'live'",
+                                          "--csv", check=0).stdout.splitlines()[1].split(",")
+        self.assertEqual((status, error), ("interrupted", f"stopped by SIGTERM at step {step} after saving a checkpoint"))
+        self.assertTrue((self.home / "live" / "checkpoints" / f"step-{int(step):07d}").is_dir())
+
+    def test_an_idle_client_is_disconnected_and_the_session_is_free_again(self):
+        self.env["RUNNER_ATTACH_IDLE_TIMEOUT"] = "3"
+        training, socket_path = self.start_training()
+        # A client that connects and says nothing.
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.connect(str(socket_path))
+        silent.settimeout(60)
+        received = b""
+        while chunk := silent.recv(4096):
+            received += chunk
+        notice = (b"runner attach: disconnected after 3s without a request (RUNNER_ATTACH_IDLE_TIMEOUT), so that "
+                  b"another session can attach; the run goes on")
+        self.assertTrue(received.startswith(b"hello "), received)
+        self.assertTrue(received.endswith(b"disconnected %d\n%s" % (len(notice), notice)), received)
+        # The session is free: runner attach gets it, and is itself disconnected when it sends nothing.
+        terminal = self.attach()
+        self.assertIn("attached to run live", terminal.seen.decode())
+        self.assertTrue(terminal.read_until(notice, 60), terminal.seen)
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(self.finish_training(training), "finished,300,")
+
+    def test_rank_0_of_a_data_parallel_job_stops_a_chunk_before_the_other_ranks_time_out(self):
+        self.env["RUNNER_DIST_TIMEOUT"] = "60"
+        training, _ = self.start_training("--nproc", "2")
+        terminal = self.attach()
+        self.assertIn("rank 0 of 2; chunks may run 30s after a step (half of RUNNER_DIST_TIMEOUT: the other ranks "
+                      "wait), then they are stopped", terminal.seen.decode())
+        start = self.start_endless_chunk(terminal)
+        self.assertTrue(terminal.read_until(b"\n> ", 120), terminal.seen[start:])
+        self.assertIn("stopped: rank 0 has answered runner attach for 30s since its step, the most a job of 2 ranks "
+                      "allows (half of RUNNER_DIST_TIMEOUT: the other ranks wait for rank 0 meanwhile); the run goes "
+                      "on", terminal.seen[start:].decode(errors="replace"))
+        found, text = terminal.ask("=1 + 1", "2")
+        self.assertTrue(found, text)
+        terminal.type(b".detach\n")
+        self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(self.finish_training(training), "finished,300,")
 
     def test_a_run_that_is_not_there_is_named(self):
         self.runner("-e", "runner.start({}, { name = 'other' })", check=0)

@@ -107,6 +107,58 @@ TEST_CASE("the attach socket is the owner's, answers one client and goes with th
   CHECK_THROWS_AS(AttachClient(path), AttachError);
 }
 
+TEST_CASE(
+    "an interrupt sent with its chunk is waiting before the chunk runs, and an answer read with another is there at "
+    "once",
+    "[attach]") {
+  runner::testing::TempDir run_directory("attach");
+  AttachServer server(run_directory.path, [] { return std::string("attached"); });
+  AttachClient client(server.socket_path());
+  CHECK_FALSE(server.poll());
+  CHECK(client.receive()->kind == "hello");
+
+  client.send({"eval", "while true do end"});
+  client.send({"interrupt", ""});
+  std::optional<Message> request = server.poll();
+  REQUIRE(request);
+  CHECK(request->kind == "eval");
+  CHECK(server.interrupt_waiting());
+  CHECK(server.poll()->kind == "interrupt");
+  CHECK_FALSE(server.interrupt_waiting());
+
+  server.send({"output", "x"});
+  server.send({"done", ""});
+  REQUIRE(client.wait_readable(5));
+  CHECK(client.receive()->kind == "output");
+  CHECK(client.wait_readable(0));  // came in the same read as the output
+  CHECK(client.receive()->kind == "done");
+}
+
+TEST_CASE("a client silent for the idle timeout is told why and dropped, and the session is free", "[attach]") {
+  runner::testing::TempDir run_directory("attach");
+  AttachServer server(
+      run_directory.path, [] { return std::string("attached"); }, 1.0);
+  AttachClient silent(server.socket_path());
+  CHECK_FALSE(server.poll());
+  CHECK(silent.receive()->kind == "hello");
+  for (int tries = 0; tries < 1000 && server.has_client(); ++tries) {
+    CHECK_FALSE(server.poll());
+    silent.wait_readable(0.01);
+  }
+  REQUIRE_FALSE(server.has_client());
+  std::optional<Message> notice = silent.receive();
+  REQUIRE(notice);
+  CHECK(notice->kind == "disconnected");
+  CHECK(notice->text ==
+        "runner attach: disconnected after 1s without a request (RUNNER_ATTACH_IDLE_TIMEOUT), so that another "
+        "session can attach; the run goes on");
+  CHECK_FALSE(silent.receive());  // closed
+
+  AttachClient next(server.socket_path());
+  CHECK_FALSE(server.poll());
+  CHECK(next.receive()->kind == "hello");
+}
+
 TEST_CASE("a run folder past the length of a socket address still gets its socket", "[attach]") {
   runner::testing::TempDir root("attach");
   const std::string deep = root.path + "/" + std::string(60, 'a') + "/" + std::string(60, 'b');
