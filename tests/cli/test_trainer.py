@@ -289,9 +289,12 @@ class TrainerTest(RunnerHomeTest):
         before = {p.name: p.read_bytes() for p in first.iterdir()}
         biggest = max(len(b) for b in before.values())
 
-        # stop policy: the run fails with the cause; the previous checkpoint and nothing else is on disk.
-        failed = self.runner("--resume", "full", script, "name=full", "steps=8", "every=2", check=1,
+        # stop policy: the run fails with the cause and exit status 75 (a sweep continues such a trial); the previous
+        # checkpoint and nothing else is on disk.
+        failed = self.runner("--resume", "full", script, "name=full", "steps=8", "every=2", check=75,
                              preexec_fn=small_disk(biggest // 2))
+        self.assertIn("runner: exit status 75: a write failed for want of space (a sweep continues the trial)",
+                      failed.stderr)
         self.assertRegex(failed.stderr, r"checkpoint checkpoints/step-00000(06|08) could not be saved: .*File too large.* "
                                         r"\(the previous checkpoint is intact\)")
         self.assertEqual({p.name: p.read_bytes() for p in first.iterdir()}, before)
