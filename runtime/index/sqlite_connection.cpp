@@ -29,12 +29,10 @@ std::string file_uri(const std::string& path, std::string_view parameters) {
 
 bool is_damage(int code) { return (code & 0xff) == SQLITE_NOTADB || (code & 0xff) == SQLITE_CORRUPT; }
 
-// A write that failed for want of space: SQLITE_FULL (ENOSPC), or an I/O error whose errno is EDQUOT or EFBIG.
-void note_storage_error(sqlite3* db, int code) {
-  if ((code & 0xff) == SQLITE_FULL)
-    core::note_write_error(ENOSPC);
-  else if ((code & 0xff) == SQLITE_IOERR && db)
-    core::note_write_error(sqlite3_system_errno(db));
+// A write that failed for want of space: SQLITE_FULL (ENOSPC), or SQLite's failed write, which is how it reports
+// EDQUOT and EFBIG (its errno is not kept reliably, so every failed write of the index counts).
+void note_storage_error(int code) {
+  if ((code & 0xff) == SQLITE_FULL || code == SQLITE_IOERR_WRITE) core::note_write_error(ENOSPC);
 }
 
 class SqliteConnection;
@@ -114,7 +112,7 @@ class SqliteConnection final : public Connection {
 
   // Throws IndexError "<path>: <context>: <sqlite message>" for a non-OK result code.
   [[noreturn]] void fail(int code, std::string_view context) const {
-    note_storage_error(db_, code);
+    note_storage_error(code);
     std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(code);
     if ((code & 0xff) == SQLITE_NOTADB) message = "the file is not an SQLite database (damaged or of another kind)";
     if ((code & 0xff) == SQLITE_CORRUPT) message = "the database file is damaged (" + message + ")";
@@ -128,7 +126,7 @@ class SqliteConnection final : public Connection {
     if (code != SQLITE_OK) {
       const std::string message = error ? error : sqlite3_errstr(code);
       sqlite3_free(error);
-      note_storage_error(db_, code);
+      note_storage_error(code);
       if (is_damage(code)) fail(code, "cannot read the index");
       throw IndexError(fmt::format("{}: {}", path_, message));
     }
