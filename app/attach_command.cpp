@@ -5,11 +5,15 @@
 #include "app/attach_command.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <string>
+#include <system_error>
+#include <unistd.h>
 
 #include "app/repl.h"
 #include "runtime/attach/attach_socket.h"
@@ -42,25 +46,53 @@ cannot be reached, 2 a usage error.
 constexpr double kPatienceSeconds = 2.0;
 
 volatile std::sig_atomic_t ctrl_c_pressed = 0;
+volatile std::sig_atomic_t ctrl_c_wake_writer = -1;
 
-void on_ctrl_c(int) { ctrl_c_pressed = 1; }
+void on_ctrl_c(int) {
+  const int saved_errno = errno;
+  ctrl_c_pressed = 1;
+  if (ctrl_c_wake_writer >= 0) {
+    [[maybe_unused]] const ssize_t written = ::write(ctrl_c_wake_writer, "!", 1);  // a full pipe wakes as well
+  }
+  errno = saved_errno;
+}
 
-// While one lives (a chunk's answer is awaited), Ctrl-C only sets ctrl_c_pressed and ends the wait (no
-// SA_RESTART: poll returns EINTR).
+// While one lives (a chunk's answer is awaited), Ctrl-C only sets ctrl_c_pressed and writes to a self-pipe that the
+// wait for the answer watches: the wait ends however the signal falls (just before the wait starts, or on another
+// thread than the one that waits).
 class CtrlCWhileWaiting {
  public:
   CtrlCWhileWaiting() {
+    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
     ctrl_c_pressed = 0;
+    ctrl_c_wake_writer = pipe_[1];
     struct sigaction action {};
     action.sa_handler = on_ctrl_c;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &previous_);
   }
-  ~CtrlCWhileWaiting() { sigaction(SIGINT, &previous_, nullptr); }
+  ~CtrlCWhileWaiting() {
+    sigaction(SIGINT, &previous_, nullptr);
+    ctrl_c_wake_writer = -1;
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+  }
   CtrlCWhileWaiting(const CtrlCWhileWaiting&) = delete;
   CtrlCWhileWaiting& operator=(const CtrlCWhileWaiting&) = delete;
 
+  int wake_descriptor() const { return pipe_[0]; }
+  // Whether Ctrl-C was pressed since the last call; empties the pipe.
+  bool take() {
+    char drained[64];
+    while (::read(pipe_[0], drained, sizeof drained) > 0) {
+    }
+    const bool pressed = ctrl_c_pressed != 0;
+    ctrl_c_pressed = 0;
+    return pressed;
+  }
+
  private:
+  int pipe_[2] = {-1, -1};
   struct sigaction previous_ {};
 };
 
@@ -69,30 +101,16 @@ class AttachedTarget : public ReplTarget {
   explicit AttachedTarget(attach::AttachClient& client) : client_(client) {}
 
   bindings::ReplOutcome run_chunk(const std::string& chunk) override {
-    bindings::ReplOutcome outcome;
-    const CtrlCWhileWaiting ctrl_c;
-    interrupt_sent_ = false;
-    if (!send({"eval", chunk})) return outcome;
-    while (std::optional<attach::Message> reply = receive()) {
-      if (reply->kind == "output") {
-        std::fwrite(reply->text.data(), 1, reply->text.size(), stdout);
-      } else if (reply->kind == "done") {
-        return outcome;
-      } else if (reply->kind == "error") {
-        std::fflush(stdout);
-        std::fprintf(stderr, "%s\n", core::terminal_text(reply->text).c_str());
-        outcome.status = core::kExitError;
-        return outcome;
-      } else if (reply->kind == "incomplete") {
-        outcome.kind = bindings::ReplOutcome::Kind::incomplete;
-        return outcome;
-      } else if (reply->kind == "syntax_error") {
-        outcome.kind = bindings::ReplOutcome::Kind::syntax_error;
-        outcome.message = core::terminal_text(reply->text);
-        return outcome;
-      }
+    CtrlCWhileWaiting ctrl_c;
+    ctrl_c_ = &ctrl_c;
+    try {
+      bindings::ReplOutcome outcome = await_chunk(chunk);
+      ctrl_c_ = nullptr;
+      return outcome;
+    } catch (...) {
+      ctrl_c_ = nullptr;
+      throw;
     }
-    return outcome;
   }
 
   std::vector<std::string> completions(const std::string& text) override {
@@ -126,6 +144,32 @@ class AttachedTarget : public ReplTarget {
   }
 
  private:
+  bindings::ReplOutcome await_chunk(const std::string& chunk) {
+    bindings::ReplOutcome outcome;
+    interrupt_sent_ = false;
+    if (!send({"eval", chunk})) return outcome;
+    while (std::optional<attach::Message> reply = receive()) {
+      if (reply->kind == "output") {
+        std::fwrite(reply->text.data(), 1, reply->text.size(), stdout);
+      } else if (reply->kind == "done") {
+        return outcome;
+      } else if (reply->kind == "error") {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s\n", core::terminal_text(reply->text).c_str());
+        outcome.status = core::kExitError;
+        return outcome;
+      } else if (reply->kind == "incomplete") {
+        outcome.kind = bindings::ReplOutcome::Kind::incomplete;
+        return outcome;
+      } else if (reply->kind == "syntax_error") {
+        outcome.kind = bindings::ReplOutcome::Kind::syntax_error;
+        outcome.message = core::terminal_text(reply->text);
+        return outcome;
+      }
+    }
+    return outcome;
+  }
+
   bool send(const attach::Message& message) {
     try {
       client_.send(message);
@@ -140,10 +184,9 @@ class AttachedTarget : public ReplTarget {
   std::optional<attach::Message> receive() {
     const double start = core::steady_seconds();
     bool said_waiting = false;
-    while (
-        !client_.wait_readable(said_waiting ? -1 : std::max(0.0, start + kPatienceSeconds - core::steady_seconds()))) {
-      if (ctrl_c_pressed) {
-        ctrl_c_pressed = 0;
+    while (!client_.wait_readable(said_waiting ? -1 : std::max(0.0, start + kPatienceSeconds - core::steady_seconds()),
+                                  ctrl_c_ ? ctrl_c_->wake_descriptor() : -1)) {
+      if (ctrl_c_ && ctrl_c_->take()) {
         if (!take_ctrl_c()) return std::nullopt;
       } else if (!said_waiting) {
         std::fprintf(stderr, "(waiting: the run answers between two steps)\n");
@@ -183,7 +226,8 @@ class AttachedTarget : public ReplTarget {
   attach::AttachClient& client_;
   bool detached_ = false;
   bool gone_ = false;
-  bool interrupt_sent_ = false;  // for the chunk that runs
+  bool interrupt_sent_ = false;          // for the chunk that runs
+  CtrlCWhileWaiting* ctrl_c_ = nullptr;  // while a chunk runs
 };
 
 int attach(const std::string& reference) {

@@ -271,11 +271,12 @@ void AttachClient::send(const Message& message) {
   }
 }
 
-bool AttachClient::wait_readable(double seconds) {
+bool AttachClient::wait_readable(double seconds, int wake_descriptor) {
   if (!arrived_) arrived_ = incoming_.next();
   if (arrived_ || closed_) return true;
-  pollfd readable{fd_, POLLIN, 0};
-  return ::poll(&readable, 1, seconds < 0 ? -1 : static_cast<int>(seconds * 1000)) > 0;
+  pollfd watched[2] = {{fd_, POLLIN, 0}, {wake_descriptor, POLLIN, 0}};
+  const int ready = ::poll(watched, wake_descriptor >= 0 ? 2 : 1, seconds < 0 ? -1 : static_cast<int>(seconds * 1000));
+  return ready > 0 && watched[0].revents != 0;
 }
 
 std::optional<Message> AttachClient::receive() {

@@ -87,9 +87,10 @@ class AttachClient {
 
   void send(const Message& message);  // waits until written; AttachError when the process closed the connection
   // Whether a message (or the end of the connection) has arrived within `seconds` (< 0: however long it takes),
-  // including one that an earlier read brought with another; false as well when a signal handler ran meanwhile. Throws
-  // ProtocolError.
-  bool wait_readable(double seconds);
+  // including one that an earlier read brought with another; false as well when a signal handler ran meanwhile or
+  // `wake_descriptor` (>= 0: a self-pipe that a signal handler writes to, whichever thread runs it) is readable.
+  // Throws ProtocolError.
+  bool wait_readable(double seconds, int wake_descriptor = -1);
   // The next message, waiting for it; nothing once the process closed the connection. Throws ProtocolError.
   std::optional<Message> receive();
   int descriptor() const { return fd_; }  // for waiting on it beside the terminal
