@@ -31,15 +31,85 @@ namespace {
 constexpr const char* kRunType = "runner.Run";
 constexpr const char* kActiveRunKey = "runner.active_run";
 
+class AttachedSteps;
+
 struct RunBox {
   std::unique_ptr<run::RunContext> context;
   std::unique_ptr<run::TrainingRun> training;
+  std::shared_ptr<AttachedSteps> attached_steps;  // the Lua side of the steps of the trainer given to run:restore
   int named_state_ref = LUA_NOREF;                // the Lua function that collects the script's named state
   std::unique_ptr<attach::AttachServer> attach;   // runner attach's socket (rank 0), until the run ends
   std::optional<attach::Message> attach_request;  // arrived, to be answered by serve_attach
 };
 
 RunBox& check_box(lua_State* L, int index) { return *check_userdata<RunBox>(L, index, kRunType, "Run"); }
+
+// Lua's math.random seeded from the run's seed and a step, so that a script's Lua draws after a resume are those
+// of the uninterrupted run (at the restore, each checkpoint and each step of the attached trainer).
+void reseed_lua_random(lua_State* L, std::int64_t seed, std::int64_t step) {
+  const double mixed = static_cast<double>(seed) * 1000003.0 + static_cast<double>(step) * 7919.0;
+  const double modulus = 2147483647.0;
+  lua_getglobal(L, "math");
+  lua_getfield(L, -1, "randomseed");
+  lua_pushnumber(L, mixed - std::floor(mixed / modulus) * modulus);
+  lua_call(L, 1, 0);
+  lua_pop(L, 1);
+}
+
+// After each step of the trainer a run was given (run:restore): the Lua generator's reseed, then the chunks a
+// client of runner attach sent, in the scope of train, model, loader, batch, out, loss and run.
+class AttachedSteps : public LuaStepObserver {
+ public:
+  // The run's Lua table, the Lua trainer and the loader (or nil) at those stack indices.
+  AttachedSteps(lua_State* L, RunBox& box, int run, int trainer, int loader)
+      : L_(L), box_(box), run_(reference(run)), trainer_(reference(trainer)), loader_(reference(loader)) {}
+  ~AttachedSteps() override {
+    for (int ref : {run_, trainer_, loader_}) luaL_unref(L_, LUA_REGISTRYINDEX, ref);
+  }
+  AttachedSteps(const AttachedSteps&) = delete;
+  AttachedSteps& operator=(const AttachedSteps&) = delete;
+
+  void after_step(lua_State* L, int batch, int out) override {
+    lua_getfield(L, out, "step");
+    const auto step = static_cast<std::int64_t>(lua_tonumber(L, -1));
+    lua_pop(L, 1);
+    reseed_lua_random(L, box_.context->seed(), step);
+    if (!box_.attach) return;
+    if (!box_.attach_request) box_.attach_request = box_.attach->poll();
+    if (!box_.attach_request) return;
+    attach::Message request = std::move(*box_.attach_request);
+    box_.attach_request.reset();
+    lua_createtable(L, 0, 7);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, trainer_);
+    lua_getfield(L, -1, "model");
+    lua_setfield(L, -3, "model");
+    lua_setfield(L, -2, "train");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, loader_);
+    lua_setfield(L, -2, "loader");
+    if (batch != 0) {
+      lua_pushvalue(L, batch);
+      lua_setfield(L, -2, "batch");
+    }
+    lua_pushvalue(L, out);
+    lua_setfield(L, -2, "out");
+    lua_getfield(L, out, "loss");
+    lua_setfield(L, -2, "loss");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, run_);
+    lua_setfield(L, -2, "run");
+    serve_attached_client(L, *box_.attach, std::move(request), lua_gettop(L));
+    lua_pop(L, 1);
+  }
+
+ private:
+  int reference(int index) {
+    lua_pushvalue(L_, index);
+    return luaL_ref(L_, LUA_REGISTRYINDEX);
+  }
+
+  lua_State* L_;
+  RunBox& box_;
+  int run_, trainer_, loader_;
+};
 
 run::RunContext& check_run(lua_State* L, int index) {
   RunBox& box = check_box(L, index);
@@ -99,6 +169,7 @@ void finish_box(lua_State* L, RunBox& box, const std::string& status, const std:
   if (box.training) {
     save_failure = box.training->finish();
     box.training.reset();
+    box.attached_steps.reset();
   }
   if (box.named_state_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
@@ -403,6 +474,7 @@ int run_restore(lua_State* L) {
   if (box.training) {
     box.training->finish();
     box.training.reset();
+    box.attached_steps.reset();
   }
   if (box.named_state_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
   box.named_state_ref = LUA_NOREF;
@@ -414,6 +486,11 @@ int run_restore(lua_State* L) {
   }
   box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader),
                                                     std::move(named_state), policy);
+  lua_getfield(L, 2, "trainer");
+  lua_getfield(L, 2, "loader");
+  box.attached_steps = std::make_shared<AttachedSteps>(L, box, 6, lua_gettop(L) - 1, lua_gettop(L));
+  lua_pop(L, 2);
+  set_lua_step_observer(L, 3, box.attached_steps);
   const auto restored = box.training->restore();
   lua_pushnumber(L, static_cast<lua_Number>(restored ? restored->step : 0));
   if (restored)
@@ -445,22 +522,9 @@ int run_request_stop(lua_State* L) {
   return 0;
 }
 
-// run:attach_waiting() -> whether a client of runner attach sent a request (never waits)
-int run_attach_waiting(lua_State* L) {
-  RunBox& box = check_box(L, 1);
-  if (box.attach && !box.attach_request) box.attach_request = box.attach->poll();
-  lua_pushboolean(L, box.attach_request.has_value());
-  return 1;
-}
-
-// run:serve_attach(values): answers the waiting requests in the scope of `values` and the script's locals
-int run_serve_attach(lua_State* L) {
-  RunBox& box = check_box(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  if (!box.attach || !box.attach_request) return 0;
-  attach::Message request = std::move(*box.attach_request);
-  box.attach_request.reset();
-  serve_attached_client(L, *box.attach, std::move(request), 2);
+// run:reseed_lua_random(step): math.randomseed from the run's seed and `step` (reseed_lua_random)
+int run_reseed_lua_random(lua_State* L) {
+  reseed_lua_random(L, check_run(L, 1).seed(), check_integer(L, 2));
   return 0;
 }
 
@@ -552,8 +616,7 @@ void open_run(lua_State* L) {
                          {"restore", wrap<run_restore>},
                          {"checkpoint", wrap<run_checkpoint>},
                          {"request_stop", wrap<run_request_stop>},
-                         {"attach_waiting", wrap<run_attach_waiting>},
-                         {"serve_attach", wrap<run_serve_attach>}});
+                         {"reseed_lua_random", wrap<run_reseed_lua_random>}});
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
@@ -561,6 +624,13 @@ void open_run(lua_State* L) {
                 {{"start", wrap<start>}, {"query", wrap<query>}, {"log_text", wrap<log_text>}, {"home", wrap<home>}});
   lua_setfield(L, -2, "_run");
   lua_pop(L, 1);
+}
+
+run::RunContext* active_run(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
+  auto* active = test_userdata<RunBox>(L, -1, kRunType);
+  lua_pop(L, 1);
+  return active && active->context && !active->context->finished() ? active->context.get() : nullptr;
 }
 
 void record_run_input(lua_State* L, const std::string& kind, const std::string& path,
@@ -579,6 +649,7 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
   if (!box || !box->context || box->context->finished()) {
     if (box) {
       box->training.reset();
+      box->attached_steps.reset();
       close_attach(*box, box->context ? box->context->record().status : status);
     }
     return std::nullopt;

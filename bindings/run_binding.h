@@ -10,7 +10,14 @@
 #include <optional>
 #include <string>
 
+namespace runner::run {
+class RunContext;
+}
+
 namespace runner::bindings {
+
+// The run runner.start made in this state while it is active (not finished), or nullptr.
+run::RunContext* active_run(lua_State* L);
 
 // Finishes the run started by runner.start in this state, if one is still active: flushes its metrics
 // and records `status` (finished, failed, interrupted) and the error text. Never throws: returns what could

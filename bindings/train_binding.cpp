@@ -1,5 +1,5 @@
-// runner._train: the trainer as userdata (its options declared once; one call per step with a Lua loss
-// function), the progress display and device memory. stdlib/runner/train.lua builds the friendly API on it.
+// runner._train: the trainer as userdata (its options declared once; one call per step, with a Lua loss function or
+// an objective), its progress line and profiled steps. stdlib/runner/train.lua builds the friendly API on it.
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
@@ -18,33 +18,41 @@
 #include "bindings/lua_json.h"
 #include "bindings/option_table.h"
 #include "bindings/optim_binding.h"
+#include "bindings/run_binding.h"
 #include "bindings/tensor_binding.h"
 #include "bindings/train_binding.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/device.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/launch_context.h"
-#include "runtime/train/progress_display.h"
+#include "runtime/dist/process_group.h"
+#include "runtime/run/run_context.h"
+#include "runtime/run/timing_metrics.h"
+#include "runtime/train/progress_line.h"
 #include "runtime/train/step_profiler.h"
 
 namespace runner::bindings {
 namespace {
 
 constexpr const char* kTrainerType = "runner.Trainer";
-constexpr const char* kProgressType = "runner.Progress";
 
 constexpr const char* kObjectiveType = "runner.Objective";
 
 struct TrainerBox {
   std::shared_ptr<train::Trainer> trainer;
+  // The run runner.start made, as the trainer's step began (nullptr: none): where the step's timing metrics and a
+  // profile's trace go. Shared with those observers, which the trainer may outlive the box with.
+  std::shared_ptr<run::RunContext*> run_at_step = std::make_shared<run::RunContext*>(nullptr);
+  std::shared_ptr<train::ProgressLine> progress;  // rank 0 of a trainer given `steps`, unless progress = false
+  std::weak_ptr<LuaStepObserver> lua_observer;    // held by whoever set it (a run, while it lasts)
 };
+
+TrainerBox& check_trainer_box(lua_State* L, int index) {
+  return *check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer");
+}
 
 struct ObjectiveBox {
   std::shared_ptr<train::Objective> objective;
-};
-
-struct ProgressBox {
-  std::unique_ptr<train::ProgressDisplay> display;
 };
 
 // A list of {name, tensor} pairs at `index`.
@@ -239,18 +247,35 @@ int trainer_new(lua_State* L) {
         "runner.trainer: 'optimizer' must be an optim object or a table such as {\"adamw\", lr = 1e-4}");
   if (options.warmup) options.schedule.warmup_steps = *options.warmup;
   options.schedule = train::with_total_steps(options.schedule, options.steps);
+  options.step.steps = options.steps;
   const c10::Device device = model.parameters.front().second.device();
   if (options.deterministic) train::set_deterministic(true);
   core::set_tf32(options.tf32.value_or(device.is_cuda() && !options.deterministic));
   auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule,
-                                                  std::move(options.emas), options.step, device);
-  new_userdata<TrainerBox>(L, kTrainerType, TrainerBox{std::move(trainer)});
+                                                  std::move(options.emas), options.step, device, dist::process_group());
+  TrainerBox box{std::move(trainer)};
+  box.trainer->add_observer(std::make_shared<run::TimingMetrics>(
+      *box.trainer, [run = box.run_at_step]() -> run::RunContext* { return *run; }));
+  new_userdata<TrainerBox>(L, kTrainerType, std::move(box));
   return 1;
 }
 
-// {loss, grad_norm, loss_scale, skipped, lr, step}
-void push_step_result(lua_State* L, const train::StepResult& result) {
-  lua_createtable(L, 0, 6);
+void push_timing(lua_State* L, const train::StepTiming& timing) {
+  lua_createtable(L, 0, 5);
+  const std::pair<const char*, double> parts[] = {{"forward_backward", timing.forward_backward},
+                                                  {"optimizer", timing.optimizer},
+                                                  {"ema", timing.ema},
+                                                  {"batch_wait", timing.batch_wait},
+                                                  {"between_steps", timing.between_steps}};
+  for (const auto& [name, seconds] : parts) {
+    lua_pushnumber(L, seconds);
+    lua_setfield(L, -2, name);
+  }
+}
+
+// {loss, grad_norm, loss_scale, skipped, lr, step, timing}
+void push_step_result(lua_State* L, train::Trainer& trainer, const train::StepResult& result) {
+  lua_createtable(L, 0, 7);
   push_tensor(L, result.loss);
   lua_setfield(L, -2, "loss");
   push_tensor(L, result.grad_norm);
@@ -265,12 +290,33 @@ void push_step_result(lua_State* L, const train::StepResult& result) {
   lua_setfield(L, -2, "lr");
   lua_pushnumber(L, static_cast<lua_Number>(result.step));
   lua_setfield(L, -2, "step");
+  push_timing(L, trainer.timing());
+  lua_setfield(L, -2, "timing");
 }
 
-// trainer:step(loss_function [, inputs]) -> {loss, grad_norm, loss_scale, skipped, lr, step}
-// loss_function(micro, count) is called once per micro-batch (1-based micro).
+// The loader's wait for the batch table at `index` (its wait_s), 0 without one.
+double batch_wait_seconds(lua_State* L, int index) {
+  if (!lua_istable(L, index)) return 0;
+  lua_getfield(L, index, "wait_s");
+  const double seconds = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 1);
+  return seconds;
+}
+
+// The step's result at the top of the stack; then the bindings' observer of the trainer (`box`), with the batch
+// at `batch` (0: none).
+void finish_lua_step(lua_State* L, TrainerBox& box, const train::StepResult& result, int batch) {
+  push_step_result(L, *box.trainer, result);
+  if (std::shared_ptr<LuaStepObserver> observer = box.lua_observer.lock())
+    observer->after_step(L, batch, lua_gettop(L));
+}
+
+// trainer:step(loss_function [, inputs [, batch]]) -> {loss, grad_norm, loss_scale, skipped, lr, step, timing}
+// loss_function(micro, count) is called once per micro-batch (1-based micro); batch: the table the inputs came from
+// (its wait_s, and what runner attach's chunks see as `batch`).
 int trainer_step(lua_State* L) {
-  train::Trainer& trainer = check_trainer(L, 1);
+  TrainerBox& box = check_trainer_box(L, 1);
+  train::Trainer& trainer = *box.trainer;
   luaL_checktype(L, 2, LUA_TFUNCTION);
   train::NamedTensorList inputs;
   if (lua_istable(L, 3)) {
@@ -306,8 +352,10 @@ int trainer_step(lua_State* L) {
     lua_pop(L, 1);
     return loss;
   };
-  const train::StepResult result = trainer.step(loss_of, inputs);
-  push_step_result(L, result);
+  const int batch = lua_isnoneornil(L, 4) ? 0 : 4;
+  *box.run_at_step = active_run(L);
+  const train::StepResult result = trainer.step(loss_of, inputs, batch ? batch_wait_seconds(L, batch) : 0);
+  finish_lua_step(L, box, result, batch);
   return 1;
 }
 
@@ -361,13 +409,15 @@ int split_batch(lua_State* L) {
   return 1;
 }
 
-// trainer:step_batch(batch) -> {loss, grad_norm, loss_scale, skipped, lr, step}: one step of the trainer's
-// objective over a loader batch.
+// trainer:step_batch(batch [, given]) -> {loss, grad_norm, loss_scale, skipped, lr, step, timing}: one step of the
+// trainer's objective over a loader batch; `given`: what the script passed (an image tensor), for runner attach.
 int trainer_step_batch(lua_State* L) {
-  train::Trainer& trainer = check_trainer(L, 1);
-  const train::Batch batch = check_batch(L, 2);
-  const train::StepResult result = trainer.step(batch);
-  push_step_result(L, result);
+  TrainerBox& box = check_trainer_box(L, 1);
+  train::Batch batch = check_batch(L, 2);
+  batch.wait_seconds = batch_wait_seconds(L, 2);
+  *box.run_at_step = active_run(L);
+  const train::StepResult result = box.trainer->step(batch);
+  finish_lua_step(L, box, result, lua_isnoneornil(L, 3) ? 2 : 3);
   return 1;
 }
 
@@ -379,14 +429,7 @@ int objective_tostring(lua_State* L) {
 }
 
 int trainer_timing(lua_State* L) {
-  const train::StepTiming timing = check_trainer(L, 1).timing();
-  lua_createtable(L, 0, 3);
-  lua_pushnumber(L, timing.forward_backward);
-  lua_setfield(L, -2, "forward_backward");
-  lua_pushnumber(L, timing.optimizer);
-  lua_setfield(L, -2, "optimizer");
-  lua_pushnumber(L, timing.ema);
-  lua_setfield(L, -2, "ema");
+  push_timing(L, check_trainer(L, 1).timing());
   return 1;
 }
 
@@ -479,14 +522,6 @@ int trainer_copy_ema(lua_State* L) {
   return 0;
 }
 
-// runner._train.device_memory(device) -> bytes allocated by tensors on a CUDA device, or nil
-int device_memory(lua_State* L) {
-  const c10::Device device = core::parse_device(check_string(L, 1));
-  if (!device.is_cuda()) return 0;
-  lua_pushnumber(L, core::cuda_memory(device.index() < 0 ? 0 : device.index()).allocated);
-  return 1;
-}
-
 // runner._train.step_range(text) -> first, last (parse_step_range's checks)
 int step_range(lua_State* L) {
   const train::StepRange range = train::parse_step_range(check_string(L, 1));
@@ -503,26 +538,6 @@ int launch_profile(lua_State* L) {
   return 1;
 }
 
-// runner._train.profiler_start(cuda)
-int profiler_start(lua_State* L) {
-  train::start_profiler(lua_toboolean(L, 1) != 0);
-  return 0;
-}
-
-// runner._train.profiler_stop(trace_path, rows) -> the table of the top operators (text)
-int profiler_stop(lua_State* L) {
-  const train::ProfileSummary summary = train::stop_profiler(check_string(L, 1));
-  const std::string text = train::format_profile(summary, static_cast<std::size_t>(opt_integer(L, 2, 15)));
-  lua_pushlstring(L, text.data(), text.size());
-  return 1;
-}
-
-int empty_device_cache(lua_State* L) {
-  if (core::cuda_available()) c10::getDeviceAllocator(c10::DeviceType::CUDA)->emptyCache();
-  (void)L;
-  return 0;
-}
-
 const OptionTable<train::ProgressOptions> kProgressOptions("progress", "ProgressOptions",
                                                            {
                                                                option("total", &train::ProgressOptions::total_steps),
@@ -532,15 +547,51 @@ const OptionTable<train::ProgressOptions> kProgressOptions("progress", "Progress
                                                                       &train::ProgressOptions::line_seconds),
                                                            });
 
-// runner._train.progress(ProgressOptions) -> Progress; terminal defaults to whether stdout is a terminal.
-int progress_new(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
+// trainer:show_progress(ProgressOptions): the progress line after every step from now on; terminal defaults to
+// whether stdout is a terminal.
+int trainer_show_progress(lua_State* L) {
+  TrainerBox& box = check_trainer_box(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
   train::ProgressOptions defaults;
   defaults.terminal = ::isatty(::fileno(stdout)) != 0;
-  const train::ProgressOptions options = kProgressOptions.read(L, 1, defaults);
-  new_userdata<ProgressBox>(L, kProgressType,
-                            ProgressBox{std::make_unique<train::ProgressDisplay>(options, core::steady_seconds())});
-  return 1;
+  const train::ProgressOptions options = kProgressOptions.read(L, 2, defaults);
+  if (box.progress) box.trainer->remove_observer(box.progress.get());
+  box.progress = std::make_shared<train::ProgressLine>(options, box.trainer->device());
+  box.trainer->add_observer(box.progress);
+  return 0;
+}
+
+// trainer:finish_progress(): the final progress line now (nothing without one).
+int trainer_finish_progress(lua_State* L) {
+  TrainerBox& box = check_trainer_box(L, 1);
+  if (box.progress) box.progress->finish(box.trainer->step_count(), box.trainer->next_lr(0));
+  return 0;
+}
+
+// trainer:profile(first, last): profiles steps first..last; the trace goes into the active run's folder (recorded
+// as its artifact) or, without a run, the working directory.
+int trainer_profile(lua_State* L) {
+  TrainerBox& box = check_trainer_box(L, 1);
+  train::Trainer& trainer = *box.trainer;
+  const train::StepRange range{check_integer(L, 2), check_integer(L, 3)};
+  const dist::ProcessGroup* group = trainer.process_group();
+  auto output = [run_at_step = box.run_at_step] {
+    train::ProfileOutput out;
+    if (run::RunContext* run = *run_at_step) {
+      out.directory = run->directory();
+      out.record = [run](const std::string& name, std::int64_t step) { run->record_file("profile", step, name); };
+    }
+    return out;
+  };
+  trainer.add_observer(std::make_shared<train::ProfiledSteps>(range, trainer.device(), group ? group->rank() : 0,
+                                                              group ? group->size() : 1, output));
+  return 0;
+}
+
+int empty_device_cache(lua_State* L) {
+  if (core::cuda_available()) c10::getDeviceAllocator(c10::DeviceType::CUDA)->emptyCache();
+  (void)L;
+  return 0;
 }
 
 // The options of runner.early_stopping and runner.find_batch_size (Lua functions of stdlib/runner/train.lua),
@@ -606,47 +657,13 @@ int find_batch_size_options(lua_State* L) {
   return 2;
 }
 
-// progress:update(step, values, lr, memory_bytes [, final]): values (numbers or one-element tensors) are read
-// only when the line is shown.
-int progress_update(lua_State* L) {
-  auto* box = check_userdata<ProgressBox>(L, 1, kProgressType, "Progress");
-  const std::int64_t step = check_integer(L, 2);
-  const bool final = lua_toboolean(L, 6) != 0;
-  const double now = core::steady_seconds();
-  if (!final && !box->display->tick(step, now)) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
-  train::ProgressSnapshot snapshot;
-  snapshot.step = step;
-  if (lua_istable(L, 3)) {
-    const int count = static_cast<int>(lua_objlen(L, 3));
-    for (int i = 1; i <= count; ++i) {
-      lua_rawgeti(L, 3, i);
-      lua_rawgeti(L, -1, 1);
-      lua_rawgeti(L, -2, 2);
-      double value = NAN;
-      if (lua_type(L, -1) == LUA_TNUMBER)
-        value = lua_tonumber(L, -1);
-      else if (at::Tensor* tensor = test_tensor(L, -1))
-        value = tensor->item<double>();
-      snapshot.values.emplace_back(lua_tostring(L, -2) ? lua_tostring(L, -2) : "?", value);
-      lua_pop(L, 3);
-    }
-  }
-  if (lua_type(L, 4) == LUA_TNUMBER) snapshot.lr = lua_tonumber(L, 4);
-  if (lua_type(L, 5) == LUA_TNUMBER) snapshot.memory_bytes = lua_tonumber(L, 5);
-  if (final)
-    box->display->finish(snapshot, now);
-  else
-    box->display->show(snapshot, now);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
 }  // namespace
 
 train::Trainer& check_trainer(lua_State* L, int index) { return *shared_trainer(L, index); }
+
+void set_lua_step_observer(lua_State* L, int index, const std::shared_ptr<LuaStepObserver>& observer) {
+  check_trainer_box(L, index).lua_observer = observer;
+}
 
 std::shared_ptr<train::Trainer> shared_trainer(lua_State* L, int index) {
   return check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer")->trainer;
@@ -677,6 +694,9 @@ void open_train(lua_State* L) {
                              {"describe_schedule", wrap<trainer_describe_schedule>},
                              {"copy_ema", wrap<trainer_copy_ema>},
                              {"set_objective", wrap<trainer_set_objective>},
+                             {"show_progress", wrap<trainer_show_progress>},
+                             {"finish_progress", wrap<trainer_finish_progress>},
+                             {"profile", wrap<trainer_profile>},
                              {"step_batch", wrap<trainer_step_batch>}});
   lua_pop(L, 1);
   new_metatable<ObjectiveBox>(L, kObjectiveType, {});
@@ -685,21 +705,15 @@ void open_train(lua_State* L) {
   lua_pushcfunction(L, wrap<objective_tostring>);
   lua_setfield(L, -2, "__tostring");
   lua_pop(L, 1);
-  new_metatable<ProgressBox>(L, kProgressType, {{"update", wrap<progress_update>}});
-  lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
   set_functions(L, {{"new", wrap<trainer_new>},
-                    {"progress", wrap<progress_new>},
                     {"early_stopping_options", wrap<early_stopping_options>},
                     {"find_batch_size_options", wrap<find_batch_size_options>},
-                    {"device_memory", wrap<device_memory>},
                     {"empty_device_cache", wrap<empty_device_cache>},
                     {"step_range", wrap<step_range>},
                     {"launch_profile", wrap<launch_profile>},
-                    {"split_batch", wrap<split_batch>},
-                    {"profiler_start", wrap<profiler_start>},
-                    {"profiler_stop", wrap<profiler_stop>}});
+                    {"split_batch", wrap<split_batch>}});
   lua_setfield(L, -2, "_train");
   lua_pop(L, 1);
 }

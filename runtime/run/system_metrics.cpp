@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,8 +88,9 @@ void SystemMetrics::sample() {
   const system::HostCpuTimes host = system::read_host_cpu_times();
   values.emplace_back("sys/cpu_percent", 100 * (process_cpu - previous_process_cpu_) / elapsed);
   const double host_total = host.total_seconds - previous_host_total_;
-  if (host_total > 0)
-    values.emplace_back("sys/host_cpu_percent", 100 * (host.busy_seconds - previous_host_busy_) / host_total);
+  if (host_total > 0)  // the counters are large sums: their differences' rounding may pass 100 by a hair
+    values.emplace_back("sys/host_cpu_percent",
+                        std::clamp(100 * (host.busy_seconds - previous_host_busy_) / host_total, 0.0, 100.0));
   const system::ProcessMemory process_memory = system::read_process_memory();
   values.emplace_back("sys/rss_mib", process_memory.resident_bytes / kMebibyte);
   values.emplace_back("sys/peak_rss_mib", process_memory.peak_resident_bytes / kMebibyte);

@@ -34,6 +34,16 @@ void log_rejected(const std::vector<std::string>& rejected, const std::string& o
 
 }  // namespace
 
+class TrainingRun::Observer : public train::StepObserver {
+ public:
+  explicit Observer(TrainingRun& run) : run_(run) {}
+  void before_step(const train::StepStart&) override { run_.before_next_step(); }
+  void after_step(const train::StepResult& result) override { run_.after_step(result); }
+
+ private:
+  TrainingRun& run_;
+};
+
 CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name) {
   if (name == "stop") return CheckpointFailurePolicy::stop;
   if (name == "continue") return CheckpointFailurePolicy::continue_;
@@ -53,8 +63,8 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
   if (rotation.keep_last == 0 && rotation.keep_best == 0)
     throw std::invalid_argument("keep_last and keep_best cannot both be 0");
   saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
-  trainer_->set_step_observer([this](std::int64_t step) { after_step(step); });
-  trainer_->set_before_step([this] { before_next_step(); });
+  observer_ = std::make_shared<Observer>(*this);
+  trainer_->add_observer(observer_);
   // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.
   if (loader_ && !distributed()) loader_->set_before_next([this] { before_next_step(); });
   if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(loader_);
@@ -62,8 +72,7 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
 }
 
 TrainingRun::~TrainingRun() {
-  trainer_->set_step_observer(nullptr);
-  trainer_->set_before_step(nullptr);
+  trainer_->remove_observer(observer_.get());
   if (loader_) loader_->set_before_next(nullptr);
   if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(nullptr);
   core::set_graceful_stop(false);
@@ -78,7 +87,8 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
     for (const std::string& path : stale.recovered)
       core::log(core::LogLevel::warn, fmt::format("{} moved back into place (its replacement never finished)", path));
   }
-  if (distributed()) dist::process_group()->barrier();  // rank 0 has cleaned up; every rank reads the same checkpoint
+  if (distributed())
+    trainer_->process_group()->barrier();  // rank 0 has cleaned up; every rank reads the same checkpoint
   ckpt::RestoreChoice choice = ckpt::choose_checkpoint(run_.database(), run_.record().run, run_.directory());
   log_rejected(choice.rejected, "");
   if (!choice.checkpoint && run_.fork()) {
@@ -89,7 +99,7 @@ std::optional<TrainingRun::Restored> TrainingRun::restore() {
       throw std::invalid_argument(fmt::format("run {} has no good checkpoint to fork from", source.name));
   }
   if (!choice.checkpoint) return std::nullopt;
-  const dist::ProcessGroup* group = dist::process_group();
+  const dist::ProcessGroup* group = trainer_->process_group();
   RestoredTraining restored =
       restore_training(choice.directory, *trainer_, group ? group->rank() : 0, group ? group->size() : 1);
   if (loader_ && restored.loader) loader_->restore(*restored.loader);
@@ -105,7 +115,7 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
   std::vector<train::NamedTensorList> rank_rng_states;
   if (distributed())
     for (const std::string& bytes :
-         dist::process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
+         trainer_->process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
       rank_rng_states.push_back(train::decode_rng_states(bytes));
   if (run_.follower()) return 0.0;
   report_saves(false);
@@ -165,9 +175,9 @@ void TrainingRun::report_saves(bool wait) {
   }
 }
 
-void TrainingRun::after_step(std::int64_t step) {
+void TrainingRun::after_step(const train::StepResult& result) {
   ++steps_taken_;
-  run_.set_step(step);
+  run_.set_step(result.step);
   report_saves(false);
 }
 
@@ -177,18 +187,15 @@ void TrainingRun::before_next_step() {
   bool pause = run_.pause_due();
   // A stop signal or run:stop() on any rank stops every rank after the same step (they outrank a sweep's pause).
   if (distributed()) {
-    const std::int64_t combined = dist::process_group()->max(signal_number != 0 ? 2 * signal_number : pause ? 1 : 0);
+    const std::int64_t combined = trainer_->process_group()->max(signal_number != 0 ? 2 * signal_number
+                                                                 : pause            ? 1
+                                                                                    : 0);
     signal_number = static_cast<int>(combined / 2);
     pause = combined == 1;
   }
   if (signal_number != 0)
     stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
   if (pause) stop("the sweep's ASHA rung", core::kExitOk, "paused");
-}
-
-bool TrainingRun::distributed() {
-  const dist::ProcessGroup* group = dist::process_group();
-  return group && group->size() > 1;
 }
 
 void TrainingRun::stop(const std::string& name, int exit_status, const std::string& status) {

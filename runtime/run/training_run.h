@@ -70,8 +70,8 @@ class TrainingRun {
   // request ranks it by a metric value.
   double checkpoint(const CheckpointRequest& request = {});
 
-  // After each trainer step (the trainer calls it): the run's step and finished saves.
-  void after_step(std::int64_t step);
+  // After each trainer step (its observer calls it): the run's step and finished saves.
+  void after_step(const train::StepResult& result);
   // Before the trainer's next step and the attached loader's next batch (they call it): a pending stop
   // ends the run here, with a checkpoint when a step was taken since the start.
   void before_next_step();
@@ -84,13 +84,14 @@ class TrainingRun {
   // policy stops on failed saves (the run must then fail with it); under continue_ it is logged.
   std::optional<std::string> finish();
 
-  // Whether this process is one rank of several (a data-parallel job).
-  static bool distributed();
+  // Whether the trainer is one rank of several (a data-parallel job).
+  bool distributed() const { return trainer_->process_group() != nullptr; }
 
   train::Trainer& trainer() { return *trainer_; }
   const CheckpointPolicy& policy() const { return policy_; }
 
  private:
+  class Observer;
   void report_saves(bool wait);
   // Saves a checkpoint (when a step was taken), ends the run with `status` (interrupted, or paused at a sweep's
   // ASHA rung) "stopped by <name> at step N ..." and ends the process with exit_status.
@@ -102,6 +103,7 @@ class TrainingRun {
   NamedStateFunction named_state_;
   CheckpointPolicy policy_;
   std::unique_ptr<ckpt::CheckpointSaver> saver_;
+  std::shared_ptr<Observer> observer_;     // of the trainer's steps, while attached
   std::map<std::int64_t, double> stalls_;  // by step, for the saved messages
   std::int64_t steps_taken_ = 0;           // trainer steps in this process
   std::optional<std::int64_t> last_checkpoint_step_;

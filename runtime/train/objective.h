@@ -19,6 +19,7 @@ using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 struct Batch {
   NamedTensorList tensors;
   std::optional<std::int64_t> epoch;
+  double wait_seconds = 0;  // how long the loop waited for the loader to give it (its wait_s); 0 when unknown
 
   // The tensor of that name, or nullptr.
   const at::Tensor* find(const std::string& name) const;

@@ -1,14 +1,19 @@
 // Kineto profiling of training steps: start/stop, the trace file and the self-time table.
 #include "runtime/train/step_profiler.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <fmt/format.h>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
+
+#include "runtime/core/open_line.h"
+#include "runtime/train/trainer.h"
 
 namespace runner::train {
 namespace {
@@ -146,6 +151,33 @@ std::string format_profile(const ProfileSummary& summary, std::size_t rows) {
     text += fmt::format("CUDA kernel time: {:.3f} ms\n", summary.kernel_ms);
   }
   return text;
+}
+
+ProfiledSteps::ProfiledSteps(StepRange range, c10::Device device, int rank, int world_size,
+                             std::function<ProfileOutput()> output)
+    : range_(range), device_(device), rank_(rank), world_size_(world_size), output_(std::move(output)) {}
+
+void ProfiledSteps::before_step(const StepStart& start) {
+  if (start.step != range_.first || running_) return;
+  start_profiler(device_.is_cuda());
+  running_ = true;
+}
+
+void ProfiledSteps::after_step(const StepResult& result) {
+  if (!running_ || result.step != range_.last) return;
+  running_ = false;
+  if (device_.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device_.has_index() ? device_.index() : 0);
+  const ProfileOutput output = output_ ? output_() : ProfileOutput{};
+  const std::string name = fmt::format("profile-steps-{}-{}{}.json", range_.first, range_.last,
+                                       world_size_ > 1 ? fmt::format("-rank{}", rank_) : std::string());
+  const std::string path = output.directory.empty() ? name : output.directory + "/" + name;
+  const ProfileSummary summary = stop_profiler(path);
+  if (output.record) output.record(name, range_.last);
+  if (rank_ != 0) return;
+  core::end_open_line();
+  std::printf("profile of steps %lld-%lld: %s\n%s\n", static_cast<long long>(range_.first),
+              static_cast<long long>(range_.last), path.c_str(), format_profile(summary, 15).c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace runner::train

@@ -1,8 +1,13 @@
 // Records a range of training steps with LibTorch's Kineto profiler: a Chrome/Perfetto trace and the top operators.
 #pragma once
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "runtime/train/step_observer.h"
 
 namespace runner::train {
 
@@ -41,5 +46,30 @@ ProfileSummary stop_profiler(const std::string& trace_path);
 
 // The `rows` operators with the most self time (and the kernels on CUDA) as an aligned text table.
 std::string format_profile(const ProfileSummary& summary, std::size_t rows);
+
+// Where a profile's trace goes: into `directory` ("": the working directory), then `record(file name, step)` when
+// given (a run records it as an artifact).
+struct ProfileOutput {
+  std::string directory;
+  std::function<void(const std::string& name, std::int64_t step)> record;
+};
+
+// A trainer's steps `range` profiled: the profiler starts before the first and stops after the last, writing
+// profile-steps-A-B.json (-rankR in a job of several ranks) where `output()` says at that moment; rank 0 prints
+// the file's path and the top operators.
+class ProfiledSteps : public StepObserver {
+ public:
+  ProfiledSteps(StepRange range, c10::Device device, int rank, int world_size, std::function<ProfileOutput()> output);
+  void before_step(const StepStart& start) override;
+  void after_step(const StepResult& result) override;
+
+ private:
+  StepRange range_;
+  c10::Device device_;
+  int rank_;
+  int world_size_;
+  std::function<ProfileOutput()> output_;
+  bool running_ = false;
+};
 
 }  // namespace runner::train

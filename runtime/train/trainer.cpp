@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/shape_text.h"
+#include "runtime/dist/process_group.h"
 #include "runtime/train/grad_norm.h"
 #include "runtime/train/step_graph.h"
 
@@ -182,13 +184,14 @@ struct Trainer::PendingStop {
 };
 
 Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
-                 std::vector<EmaOptions> emas, StepOptions options, c10::Device device)
+                 std::vector<EmaOptions> emas, StepOptions options, c10::Device device, dist::ProcessGroup* group)
     : model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       options_(std::move(options)),
       device_(device),
       precision_(resolve_precision(options_.amp, device)),
-      events_(std::make_unique<Events>()) {
+      events_(std::make_unique<Events>()),
+      group_(group && group->size() > 1 ? group : nullptr) {
   if (options_.accumulate < 1)
     throw std::invalid_argument(fmt::format("accumulate must be 1 or more, got {}", options_.accumulate));
   if (options_.clip && !(*options_.clip > 0))
@@ -211,11 +214,11 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   std::vector<at::Tensor> params, buffers;
   for (const auto& [name, tensor] : model_.parameters) params.push_back(tensor);
   for (const auto& [name, tensor] : model_.buffers) buffers.push_back(tensor);
-  if (dist::ProcessGroup* group = dist::process_group(); group && group->size() > 1) {
+  if (group_) {
     // Data parallel: every rank starts from rank 0's weights (the averages start from them too).
     std::vector<at::Tensor> state = params;
     state.insert(state.end(), buffers.begin(), buffers.end());
-    dist::broadcast_from_rank0(*group, state);
+    dist::broadcast_from_rank0(*group_, state);
   }
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
@@ -227,21 +230,14 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (options_.on_nonfinite == NonFinitePolicy::stop)
     stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  if (dist::ProcessGroup* group = dist::process_group(); group && group->size() > 1) {
+  if (group_) {
     // Data parallel: every rank averages its gradients with the others'.
     std::vector<at::Tensor> trainable;
     for (const auto& [name, p] : trainable_) trainable.push_back(p);
-    gradients_ = std::make_unique<dist::GradientAverager>(*group, std::move(trainable), options_.data_parallel);
+    gradients_ = std::make_unique<dist::GradientAverager>(*group_, std::move(trainable), options_.data_parallel);
   }
-  if (options_.graph != GraphMode::off) {
-    if (std::optional<std::string> blocker = device_graph_blocker()) {
-      if (options_.graph == GraphMode::on)
-        throw std::invalid_argument(fmt::format("runner.trainer: graph = true, but {}", *blocker));
-      note_eager(*blocker);
-    } else {
-      captured_steps_ = std::make_unique<CapturedSteps>(device_);
-    }
-  }
+  graphed_ = std::make_unique<GraphedSteps>(options_.graph, device_,
+                                            options_.graph == GraphMode::off ? std::nullopt : device_graph_blocker());
 }
 
 Trainer::~Trainer() = default;
@@ -281,40 +277,7 @@ struct Trainer::DeviceStep {
   std::vector<at::Tensor> grad_norms;  // of the trainable parameters that have a gradient, in order
 };
 
-// The CUDA graphs of the step, one per batch signature, with the buffers their batches are copied into.
-struct Trainer::CapturedSteps {
-  struct Entry {
-    std::size_t id = 0;
-    std::int64_t warmups = 0;
-    bool captured = false;
-    Batch inputs;       // on the device: what the graph reads
-    at::Tensor report;  // float32 [2 + micro-batches + norms]: loss, grad norm, micro-batch losses, gradient norms
-    std::int64_t micro = 0;
-  };
-  explicit CapturedSteps(c10::Device device) : graphs(device) {}
-  void clear() {
-    graphs.clear();
-    entries.clear();
-  }
-  StepGraphs graphs;
-  std::map<std::string, Entry> entries;
-  std::size_t next_id = 0;
-};
-
 namespace {
-
-constexpr const char* kLossFunctionBlocker =
-    "the loss is a function called at every step, which a CUDA graph cannot capture";
-
-// Batch signatures a trainer keeps graphs for; steps of further ones run eagerly.
-constexpr std::size_t kMaxGraphs = 8;
-
-std::string batch_signature(const Batch& batch) {
-  std::string text;
-  for (const auto& [name, tensor] : batch.tensors)
-    text += fmt::format("{} {} {}; ", name, c10::toString(tensor.scalar_type()), core::shape_text(tensor.sizes()));
-  return text;
-}
 
 LossFunction loss_over(Objective& objective, const std::vector<Batch>& micro) {
   return [&objective, &micro](std::int64_t index, std::int64_t) {
@@ -332,26 +295,22 @@ void copy_into(at::Tensor& buffer, const at::Tensor& value) {
 
 }  // namespace
 
-StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs) {
-  if (options_.graph != GraphMode::off && !core::stream_capturing(device_)) {
-    if (options_.graph == GraphMode::on)
-      throw std::invalid_argument(fmt::format(
-          "runner.trainer: graph = true, but {}: give the trainer an objective (e.g. ddpm:objective(model)), or use "
-          "graph = \"auto\" to run such steps eagerly",
-          kLossFunctionBlocker));
-    note_eager(kLossFunctionBlocker);
-  }
+StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inputs, double batch_wait_seconds) {
+  std::optional<std::int64_t> batch_size;
+  for (const auto& [name, tensor] : inputs)
+    if (name == "data" && tensor.dim() > 0) batch_size = tensor.size(0);
+  begin_step(batch_size, batch_wait_seconds);
+  graphed_->decide(nullptr, std::string(), core::stream_capturing(device_));  // eager; says why under "auto"
   return eager_step(loss_of, inputs);
 }
 
 StepResult Trainer::eager_step(const LossFunction& loss_of, const NamedTensorList& inputs) {
-  if (before_step_) before_step_();
   const bool cuda = device_.is_cuda();
   // Captured into a CUDA graph, the step queries and records no events (a query would fail the capture).
-  const bool captured = core::stream_capturing(device_);
+  const bool stream_capturing = core::stream_capturing(device_);
   // A new set of device events only when the previous one has been read (timing() reads completed ones).
-  if (!captured) timing();
-  const bool record = cuda && !captured && !events_->pending;
+  if (!stream_capturing) timing();
+  const bool record = cuda && !stream_capturing && !events_->pending;
   std::optional<c10::impl::VirtualGuardImpl> guard;
   if (record) {
     guard.emplace(c10::DeviceType::CUDA);
@@ -370,7 +329,7 @@ StepResult Trainer::eager_step(const LossFunction& loss_of, const NamedTensorLis
   const double factor = write_step_scalars();
   const DeviceStep done = device_step(loss_of, mark);
   if (record) events_->pending = true;
-  return finish_step(done, factor, inputs, captured);
+  return finish_step(done, factor, inputs, stream_capturing);
 }
 
 double Trainer::next_lr(std::size_t group) const { return base_lrs_.at(group) * schedule_->factor(step_); }
@@ -465,7 +424,8 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
   return DeviceStep{loss_mean, grad_norm, std::move(micro_losses), std::move(grad_norms)};
 }
 
-StepResult Trainer::finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool captured) {
+StepResult Trainer::finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs,
+                                bool stream_capturing) {
   ++step_;
   ++state_version_;
   StepResult result;
@@ -475,40 +435,53 @@ StepResult Trainer::finish_step(const DeviceStep& done, double factor, const Nam
   result.skipped = skipped_;
   result.lr = base_lrs_.empty() ? 0.0 : base_lrs_[0] * factor;
   result.step = step_;
-  if (observer_) observer_(step_);
-  if (options_.on_nonfinite == NonFinitePolicy::stop && !captured) {
+  if (options_.on_nonfinite == NonFinitePolicy::stop && !stream_capturing) {
     raise_pending_stop();  // the previous step's flag, read while this step runs on the device
     watch_for_stop(done.micro_losses, done.grad_norms, inputs);
+    if (step_ == options_.steps) raise_pending_stop();  // no later step reads it
   }
+  for (const std::shared_ptr<StepObserver>& observer : observers_) observer->after_step(result);
+  returned_at_ = core::steady_seconds();
   return result;
 }
 
-StepResult Trainer::graph_step(Objective& objective, const Batch& prepared, const NamedTensorList& inputs) {
-  CapturedSteps& steps = *captured_steps_;
-  const std::int64_t next = step_ + 1;
-  std::string signature = batch_signature(prepared);
-  for (const Ema& ema : emas_)
-    signature += !ema.due(next) ? "ema idle; " : ema.current_decay(next) == 0 ? "ema copy; " : "ema average; ";
-  auto found = steps.entries.find(signature);
-  if (found == steps.entries.end()) {
-    if (steps.entries.size() >= kMaxGraphs) {
-      note_eager(fmt::format("more than {} batch shapes: steps of the shapes beyond them run eagerly", kMaxGraphs));
-      const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
-      return eager_step(loss_over(objective, micro), inputs);
+void Trainer::begin_step(std::optional<std::int64_t> batch_size, double batch_wait_seconds) {
+  const double now = core::steady_seconds();
+  const double outside = returned_at_ ? now - *returned_at_ : 0.0;
+  timing_.batch_wait = std::min(outside, std::max(0.0, batch_wait_seconds));
+  timing_.between_steps = outside - timing_.batch_wait;
+  if (group_ && !announced_ && group_->rank() == 0) {
+    announced_ = true;
+    const int ranks = group_->size();
+    if (!batch_size) {
+      core::log(core::LogLevel::info, fmt::format("data parallel: {} ranks", ranks));
+    } else {
+      const std::string micro = options_.accumulate > 1
+                                    ? fmt::format(" ({} micro-batches of {} per rank)", options_.accumulate,
+                                                  *batch_size / options_.accumulate)
+                                    : std::string();
+      core::log(core::LogLevel::info, fmt::format("data parallel: {} ranks, global batch {} = {} x {}{}", ranks,
+                                                  ranks * *batch_size, ranks, *batch_size, micro));
     }
-    found = steps.entries.emplace(signature, CapturedSteps::Entry{}).first;
-    found->second.id = steps.next_id++;
   }
-  CapturedSteps::Entry& entry = found->second;
-  if (!entry.captured && entry.warmups < kGraphWarmupSteps) {
-    ++entry.warmups;
-    const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
-    StepResult result;
-    steps.graphs.on_side_stream([&] { result = eager_step(loss_over(objective, micro), inputs); });
-    return result;
-  }
+  StepStart start;
+  start.step = step_ + 1;
+  start.batch_size = batch_size;
+  start.batch_wait_seconds = batch_wait_seconds;
+  for (const std::shared_ptr<StepObserver>& observer : observers_) observer->before_step(start);
+}
 
-  if (before_step_) before_step_();
+void Trainer::add_observer(std::shared_ptr<StepObserver> observer) { observers_.push_back(std::move(observer)); }
+
+void Trainer::remove_observer(const StepObserver* observer) {
+  observers_.erase(std::remove_if(observers_.begin(), observers_.end(),
+                                  [observer](const std::shared_ptr<StepObserver>& o) { return o.get() == observer; }),
+                   observers_.end());
+}
+
+StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const Batch& prepared,
+                               const NamedTensorList& inputs) {
+  const std::int64_t next = step_ + 1;
   timing();
   const bool record = !events_->pending;
   c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
@@ -517,65 +490,51 @@ StepResult Trainer::graph_step(Objective& objective, const Batch& prepared, cons
     for (int i = 0; i < 4; ++i) events_->marks.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
   }
   const double factor = write_step_scalars();
-  if (entry.inputs.tensors.empty()) {
+  if (graph.inputs.tensors.empty()) {
     for (const auto& [name, tensor] : prepared.tensors)
-      entry.inputs.tensors.emplace_back(name, at::empty(tensor.sizes(), tensor.options().device(device_)));
+      graph.inputs.tensors.emplace_back(name, at::empty(tensor.sizes(), tensor.options().device(device_)));
   }
-  entry.inputs.epoch = prepared.epoch;
+  graph.inputs.epoch = prepared.epoch;
   for (std::size_t i = 0; i < prepared.tensors.size(); ++i)
-    copy_into(entry.inputs.tensors[i].second, prepared.tensors[i].second);
-  const bool capture_now = !entry.captured;
-  if (capture_now) {
-    const std::vector<Batch> micro = split_batch(entry.inputs, options_.accumulate);
+    copy_into(graph.inputs.tensors[i].second, prepared.tensors[i].second);
+  if (capture) {
+    const std::vector<Batch> micro = split_batch(graph.inputs, options_.accumulate);
     try {
-      steps.graphs.capture(entry.id, [&] {
+      graphed_->graphs().capture(graph.id, [&] {
         const DeviceStep done = device_step(loss_over(objective, micro), [](int) {});
         std::vector<at::Tensor> parts{done.loss.reshape({1}), done.grad_norm.reshape({1})};
         for (const at::Tensor& loss : done.micro_losses) parts.push_back(loss.reshape({1}));
         for (const at::Tensor& norm : done.grad_norms) parts.push_back(norm.reshape({1}).to(at::kFloat));
-        entry.report = at::cat(parts);
-        entry.micro = static_cast<std::int64_t>(done.micro_losses.size());
+        graph.report = at::cat(parts);
+        graph.micro = static_cast<std::int64_t>(done.micro_losses.size());
       });
     } catch (const std::exception& error) {
-      steps.entries.erase(found);
+      graphed_->forget(graph);
       throw std::runtime_error(fmt::format(
           "runner.trainer: capturing step {} in a CUDA graph failed: {} (graph = false runs every step eagerly)", next,
           error.what()));
     }
-    entry.captured = true;
-    ++graph_status_.captured;
+    graph.recorded = true;
+    graphed_->count_capture();
   }
   if (record) events_->marks[0].record(guard.getStream(device_));
-  steps.graphs.replay(entry.id);
+  graphed_->graphs().replay(graph.id);
   if (record) {
     for (int i = 1; i < 4; ++i) events_->marks[i].record(guard.getStream(device_));
     events_->pending = true;
   }
   // The capture counted its own step on the host; a replay counts what the graph's device work did.
-  if (!capture_now) {
+  if (!capture) {
     optimizer_->count_replayed_step();
     for (Ema& ema : emas_) ema.count_replayed_update(next);
   }
-  ++graph_status_.replayed;
+  graphed_->count_replay();
   // The graph's outputs are overwritten by its next replay: the step returns a copy.
-  const at::Tensor report = entry.report.clone();
+  const at::Tensor report = graph.report.clone();
   DeviceStep done{report.select(0, 0), report.select(0, 1), {}, {}};
-  for (std::int64_t i = 0; i < entry.micro; ++i) done.micro_losses.push_back(report.select(0, 2 + i));
-  for (std::int64_t i = 2 + entry.micro; i < report.size(0); ++i) done.grad_norms.push_back(report.select(0, i));
+  for (std::int64_t i = 0; i < graph.micro; ++i) done.micro_losses.push_back(report.select(0, 2 + i));
+  for (std::int64_t i = 2 + graph.micro; i < report.size(0); ++i) done.grad_norms.push_back(report.select(0, i));
   return finish_step(done, factor, inputs, /*captured=*/false);
-}
-
-void Trainer::note_eager(const std::string& reason) {
-  if (graph_status_.eager_reason == reason) return;
-  graph_status_.eager_reason = reason;
-  core::log(device_.is_cuda() ? core::LogLevel::info : core::LogLevel::debug,
-            fmt::format("CUDA graphs: steps run eagerly: {}", reason));
-}
-
-std::optional<std::string> Trainer::graph_blocker(const Objective* objective) const {
-  if (std::optional<std::string> blocker = device_graph_blocker()) return blocker;
-  if (objective == nullptr) return std::string(kLossFunctionBlocker);
-  return objective->capture_blocker();
 }
 
 std::optional<std::string> Trainer::device_graph_blocker() const {
@@ -592,7 +551,7 @@ std::optional<std::string> Trainer::device_graph_blocker() const {
 
 void Trainer::set_objective(std::shared_ptr<Objective> objective) {
   objective_ = std::move(objective);
-  if (captured_steps_) captured_steps_->clear();
+  graphed_->clear();
 }
 
 // The latch after this step goes to the host without blocking; the report's material is kept with it.
@@ -627,15 +586,30 @@ void Trainer::raise_pending_stop() {
 }
 
 StepResult Trainer::step(Objective& objective, const Batch& batch) {
+  const at::Tensor* data = batch.find("data");
+  begin_step(data && data->dim() > 0 ? std::optional<std::int64_t>(data->size(0)) : std::nullopt, batch.wait_seconds);
   const Batch prepared = objective.prepare(batch);
-  if (options_.graph != GraphMode::off && !core::stream_capturing(device_)) {
-    std::optional<std::string> blocker =
-        captured_steps_ ? objective.capture_blocker() : graph_status_.eager_reason.value_or("CUDA graphs are off");
-    if (!blocker) return graph_step(objective, prepared, batch.tensors);
-    if (options_.graph == GraphMode::on)
-      throw std::invalid_argument(
-          fmt::format("runner.trainer: graph = true, but {} (graph = \"auto\" runs such steps eagerly)", *blocker));
-    note_eager(*blocker);
+  std::string signature;
+  if (options_.graph != GraphMode::off) {
+    signature = batch_signature(prepared);
+    const std::int64_t next = step_ + 1;
+    for (const Ema& ema : emas_)
+      signature += !ema.due(next) ? "ema idle; " : ema.current_decay(next) == 0 ? "ema copy; " : "ema average; ";
+  }
+  const GraphedSteps::Decision decision = graphed_->decide(&objective, signature, core::stream_capturing(device_));
+  switch (decision.run) {
+    case GraphedSteps::Run::capture:
+    case GraphedSteps::Run::replay:
+      return graph_step(objective, *decision.graph, decision.run == GraphedSteps::Run::capture, prepared,
+                        batch.tensors);
+    case GraphedSteps::Run::warmup: {
+      const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+      StepResult result;
+      graphed_->graphs().on_side_stream([&] { result = eager_step(loss_over(objective, micro), batch.tensors); });
+      return result;
+    }
+    case GraphedSteps::Run::eager:
+      break;
   }
   const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
   return eager_step(loss_over(objective, micro), batch.tensors);
@@ -680,7 +654,7 @@ void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
   if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
   step_ = step;
   ++state_version_;
-  if (captured_steps_) captured_steps_->clear();
+  graphed_->clear();
 }
 
 void Trainer::set_base_lr(std::size_t group, double lr) {

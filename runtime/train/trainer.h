@@ -20,10 +20,12 @@
 #include "runtime/nn/weight_casts.h"
 #include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
+#include "runtime/train/graphed_step.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/objective.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/step_observer.h"
 
 namespace runner::train {
 
@@ -47,11 +49,6 @@ struct NonFiniteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Whether steps run as CUDA graphs (runner.trainer's `graph`): off (false); on (true: a step that cannot be
-// captured is an error that says why); automatic ("auto": such a step runs eagerly and the reason is logged once;
-// off the GPU every step does).
-enum class GraphMode { off, on, automatic };
-
 // How each step runs: runner.trainer's keys amp, accumulate, clip, on_nonfinite, scaler, data_parallel and graph
 // (the binding reads the whole TrainerOptions table into bindings::TrainerOptions, whose `step` this is).
 struct StepOptions {
@@ -66,13 +63,9 @@ struct StepOptions {
   // and Linear layers multiply with those copies (nn/weight_casts.h), instead of autocast casting each weight at
   // each use: the same numbers.
   bool cast_weights_once = false;
-};
-
-// What graph capture has done so far (train:graphs()).
-struct GraphStatus {
-  std::int64_t captured = 0;                // captures made (one per batch signature, again after a restore)
-  std::int64_t replayed = 0;                // steps replayed from a graph
-  std::optional<std::string> eager_reason;  // why steps run eagerly under GraphMode::automatic; nullopt if none did
+  // runner.trainer's `steps`, the last step: on_nonfinite = "stop" raises a non-finite last step at once (other
+  // steps' stops come one step late), and a training run logs the last step's timings.
+  std::optional<std::int64_t> steps;
 };
 
 // The model as the trainer sees it: every parameter and buffer under its state-dict name.
@@ -84,11 +77,14 @@ struct TrainerModel {
 // Wall time of the parts of a step, in seconds. On a CUDA device the forward/backward, optimizer and EMA
 // parts are measured with device events and are those of the latest step whose events have completed
 // (reading them never waits for the device). A step replayed from a CUDA graph is timed as a whole, under
-// forward_backward.
+// forward_backward. batch_wait and between_steps are the host's time since the previous step returned: waiting
+// for the loader's batch (at most its wait_seconds), and the rest of the loop's own work.
 struct StepTiming {
   double forward_backward = 0;
   double optimizer = 0;
   double ema = 0;
+  double batch_wait = 0;
+  double between_steps = 0;
 };
 
 // What a step returns. The tensors stay on the device: nothing is read back unless the caller reads it.
@@ -109,9 +105,11 @@ class Trainer {
   // The model's tensors are used in place (not copied); the optimizer is shared with whoever made it (its
   // groups must hold parameters of the model; their lr is the base of the schedule). Each EmaOptions adds an
   // average of the parameters (one per decay). Throws std::invalid_argument for bad options (accumulate < 1,
-  // clip <= 0, fp16 on CPU, a parameter not in the model).
+  // clip <= 0, fp16 on CPU, a parameter not in the model). With a `group` of several ranks (data parallel) the
+  // trainer starts from rank 0's weights and averages the gradients over the group at every step; the group
+  // outlives the trainer. nullptr: one process.
   Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrScheduleOptions schedule,
-          std::vector<EmaOptions> emas, StepOptions options, c10::Device device);
+          std::vector<EmaOptions> emas, StepOptions options, c10::Device device, dist::ProcessGroup* group = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -122,22 +120,19 @@ class Trainer {
   // and the EMAs. `inputs` (the batch's tensors, optional) are described in a NonFiniteError report.
   // While the current stream is being captured into a CUDA graph the step records no timing events and leaves
   // the stop latch of on_nonfinite = "stop" on the device (raise_pending_stop reads nothing of a captured step).
-  StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {});
+  // `batch_wait_seconds`: how long the loop waited for the batch these inputs came from (StepTiming::batch_wait).
+  StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {}, double batch_wait_seconds = 0);
   // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of the batch it
   // prepared (Objective::prepare, then split_batch), or of the trainer's own objective (set_objective;
-  // std::logic_error without one).
-  // With graph on or automatic and nothing in the way (graph_blocker), the step runs as a CUDA graph: the first
-  // kGraphWarmupSteps steps of each batch signature (the names, shapes and dtypes of the prepared batch's tensors,
-  // and which EMAs update and how) run eagerly on the graphs' side stream, the next one is captured with the batch
-  // copied into buffers of its own, and later ones copy their batch into those buffers and replay it. A restore
-  // (restore_counters) or a new objective drops the graphs. What the step returns is the same as eager's.
+  // std::logic_error without one). With graph on or automatic, GraphedSteps decides whether it runs as a CUDA
+  // graph (graphed_step.h): the first GraphedSteps::kWarmupSteps steps of each batch signature run eagerly on the
+  // graphs' side stream, the next one is captured with the batch copied into buffers of its own, and later ones
+  // copy their batch into those buffers and replay it. A restore (restore_counters) or a new objective drops the
+  // graphs. What the step returns is the same as eager's.
   StepResult step(Objective& objective, const Batch& batch);
   StepResult step(const Batch& batch);
   void set_objective(std::shared_ptr<Objective> objective);
-  // Why steps with `objective` (nullptr: a loss function) cannot run as CUDA graphs, or nullopt when they can.
-  std::optional<std::string> graph_blocker(const Objective* objective) const;
-  GraphStatus graph_status() const { return graph_status_; }
-  static constexpr std::int64_t kGraphWarmupSteps = 2;
+  GraphStatus graph_status() const { return graphed_->status(); }
   const std::shared_ptr<Objective>& objective() const { return objective_; }
 
   std::int64_t step_count() const { return step_; }
@@ -160,11 +155,13 @@ class Trainer {
   // std::out_of_range for a group that does not exist, std::invalid_argument for a negative or non-finite lr.
   void set_base_lr(std::size_t group, double lr);
 
-  // Called at the end of every completed step with the new step count (a training run attached to the
-  // trainer: its step, checkpoint reports, stop requests). May throw; the step itself is complete by then.
-  void set_step_observer(std::function<void(std::int64_t step)> observer) { observer_ = std::move(observer); }
-  // Called at the start of every step, before any work (a training run's stop request). May throw.
-  void set_before_step(std::function<void()> before) { before_step_ = std::move(before); }
+  // Observers of every step (step_observer.h), called in the order they were added: before_step before any work
+  // of a step (before its objective prepares the batch), after_step once it is complete. The trainer shares each
+  // until it is removed.
+  void add_observer(std::shared_ptr<StepObserver> observer);
+  void remove_observer(const StepObserver* observer);
+  // The group the gradients are averaged over; nullptr for one process (or a group of one).
+  dist::ProcessGroup* process_group() const { return group_; }
 
   // The state a checkpoint holds beyond the model, optimizer, EMAs and schedule (checkpoint_format.h).
   const LossScaler* loss_scaler() const { return scaler_.get(); }
@@ -195,16 +192,19 @@ class Trainer {
   struct Events;
   struct PendingStop;
   struct DeviceStep;
-  struct CapturedSteps;
   // The parts of a step: the host's numbers for the device (learning rates, EMA weights; returns the schedule's
   // factor), the device work (zero_grad to the EMAs; `mark(i)` at the timing points 1 to 3), and the host's
   // bookkeeping after it.
+  // Before any work of a step: its host timing (batch_wait, between_steps), then the observers.
+  void begin_step(std::optional<std::int64_t> batch_size, double batch_wait_seconds);
   double write_step_scalars();
   DeviceStep device_step(const LossFunction& loss_of, const std::function<void(int)>& mark);
-  StepResult finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool captured);
+  // `stream_capturing`: the step is being recorded into a CUDA graph by its caller (nothing is read on the host).
+  StepResult finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool stream_capturing);
   StepResult eager_step(const LossFunction& loss_of, const NamedTensorList& inputs);
-  StepResult graph_step(Objective& objective, const Batch& prepared, const NamedTensorList& inputs);
-  void note_eager(const std::string& reason);
+  // A step captured into `graph` (capture) or replayed from it, as GraphedSteps decided.
+  StepResult graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const Batch& prepared,
+                        const NamedTensorList& inputs);
   std::optional<std::string> device_graph_blocker() const;  // what stops graphs whatever the objective
   std::vector<at::Tensor> trainable_grads() const;
   // float32, 0 without gradients; each gradient's norm into per_tensor when given.
@@ -234,10 +234,11 @@ class Trainer {
   at::Tensor stop_latch_;  // float [1] on the device: a step under on_nonfinite = "stop" failed
   std::unique_ptr<PendingStop> pending_stop_;
   StepTiming timing_;
-  std::function<void(std::int64_t)> observer_;
-  std::function<void()> before_step_;
-  std::unique_ptr<CapturedSteps> captured_steps_;  // graph on or automatic, on CUDA
-  GraphStatus graph_status_;
+  dist::ProcessGroup* group_;  // several ranks, or nullptr
+  std::vector<std::shared_ptr<StepObserver>> observers_;
+  std::optional<double> returned_at_;  // when the previous step returned (steady clock)
+  bool announced_ = false;             // the data-parallel split, said at the first step in this process
+  std::unique_ptr<GraphedSteps> graphed_;
 };
 
 // Deterministic algorithms (errors for ops without one), deterministic cuDNN without autotuning, and the

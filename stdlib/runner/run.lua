@@ -156,16 +156,6 @@ end
 -- After every step of the attached trainer, every checkpoint save and every restore, math.random restarts from
 -- (seed, step): a run resumed from any checkpoint (also one that a stop signal saved between two run:checkpoint
 -- calls) draws what an uninterrupted one draws.
-local function reseed_lua_random(run, step)
-  math.randomseed(((run.seed or 0) * 1000003 + step * 7919) % 2147483647)
-end
-
--- Called by train:step after each step (stdlib/runner/train.lua).
-function Run:_trainer_stepped(trainer, step)
-  local attached = rawget(self, "_attached")
-  if attached and attached.trainer == trainer then reseed_lua_random(self, step) end
-end
-
 --- run:restore(RestoreOptions) -> step (the keys and defaults: ---@class RestoreOptions in stdlib/meta/run.lua).
 --- Attaches what checkpoints hold and continues from the newest good checkpoint of this run (or of the run it
 --- forks), skipping damaged ones with a warning; 0 when there is none.
@@ -182,14 +172,16 @@ function Run:restore(options)
       return states
     end
   end
-  local step, saved = self.native:restore(options, trainer.native, loader, collect)
+  -- From here on, after each step of this trainer the run reseeds math.random and answers runner attach
+  -- (bindings/run_binding.cpp).
+  local step, saved = self.native:restore(options, trainer.native, loader, collect, self)
   rawset(self, "_attached", { trainer = trainer, loader = loader, state = state })
   if saved then
     for name, object in pairs(state or {}) do
       if saved[name] ~= nil then object:load_state(saved[name]) end
     end
   end
-  reseed_lua_random(self, step)
+  self.native:reseed_lua_random(step)
   return step
 end
 
@@ -199,21 +191,11 @@ function Run:stop()
   self.native:request_stop()
 end
 
--- Called by train:step when it returns: answers a client of `runner attach` in the script's scope when one sent
--- something (a few system calls when none did; bindings/attach_session.h).
-function Run:_serve_attached(trainer, batch, out)
-  local native = rawget(self, "native")
-  if not native:attach_waiting() then return end
-  local attached = rawget(self, "_attached")
-  native:serve_attach { train = trainer, model = trainer.model, loader = attached and attached.loader, batch = batch,
-                        out = out, loss = out and out.loss, run = self }
-end
-
 --- run:checkpoint([CheckpointOptions]) -> stall seconds. Saves the trainer, loader and state given
 --- to run:restore at run.step; the files are written by a background thread.
 function Run:checkpoint(options)
   local stall = self.native:checkpoint(options)
-  reseed_lua_random(self, self.step)
+  self.native:reseed_lua_random(self.step)
   return stall
 end
 

@@ -63,10 +63,6 @@ local function profile_range(options)
   return { first = first, last = last }
 end
 
--- Step-time breakdown logged as metrics of the active run: means over the steps since the last log.
-local TIME_KEYS = { "batch_wait", "between_steps", "forward_backward", "optimizer", "ema" }
-local TIME_LOG_EVERY = 25
-
 --- runner.trainer(TrainerOptions) -> Trainer (the keys and defaults: ---@class TrainerOptions in
 --- stdlib/meta/train.lua; the options are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
@@ -101,12 +97,13 @@ function runner.trainer(options)
   if nn.is_module(ema_models) then ema_models = { ema_models } end
   local trainer = setmetatable({
     native = trainer_native, model = model, optimizer = optimizer, device = device, accumulate = trainer_native:accumulate(),
-    ema_models = ema_models or {}, ema_synced = {}, last_return = nil, profile = profile_range(options),
-    time_sums = {}, time_count = 0, total_steps = options.steps, has_objective = objective ~= nil,
+    ema_models = ema_models or {}, ema_synced = {}, total_steps = options.steps, has_objective = objective ~= nil,
     loss_fn = type(objective) == "function" and objective or nil,
   }, Trainer)
+  local profile = profile_range(options)
+  if profile then trainer_native:profile(profile.first, profile.last) end
   if options.progress ~= false and type(options.steps) == "number" and runner.dist.is_main then
-    trainer.progress = native.progress { total = options.steps, batch = options.batch }
+    trainer_native:show_progress { total = options.steps, batch = options.batch }
   end
   return trainer
 end
@@ -139,25 +136,6 @@ local function batch_inputs(batch)
   return inputs
 end
 
--- Said once by rank 0 at the trainer's first step in this process (also after a resume) when there are several
--- ranks: how many, and how the global batch (the loader's `batch`) splits over them, e.g. "data parallel: 2 ranks,
--- global batch 32 = 2 x 16". Each rank's batch is measured on the batch itself; a step without a batch
--- (loss_fn(i, n)) says only the ranks.
-local function announce_data_parallel(self, batch)
-  if rawget(self, "announced") or runner.dist.world_size == 1 or not runner.dist.is_main then return end
-  rawset(self, "announced", true)
-  local ranks = runner.dist.world_size
-  local data = torch.is_tensor(batch) and batch or type(batch) == "table" and batch.data or nil
-  if not torch.is_tensor(data) or data:dim() == 0 then
-    runner.log.info("data parallel: %d ranks", ranks)
-    return
-  end
-  local per_rank = data:size(1)
-  local micro = self.accumulate > 1 and string.format(" (%d micro-batches of %d per rank)", self.accumulate,
-    math.floor(per_rank / self.accumulate)) or ""
-  runner.log.info("data parallel: %d ranks, global batch %d = %d x %d%s", ranks, ranks * per_rank, ranks, per_rank, micro)
-end
-
 --- train:step(batch) -> {loss, grad_norm, lr, loss_scale, skipped, step, timing}: one step of the trainer's
 --- objective (runner.trainer { objective = ... }) over a loader batch, split into `accumulate` micro-batches.
 --- train:step([batch,] loss_fn): the same with a loss function: loss_fn(micro_batch) for each micro-batch of
@@ -173,65 +151,18 @@ function Trainer:step(batch, loss_fn)
   end
   if loss_fn == nil and batch == nil then error("train:step expects (batch), (batch, loss_function) or (loss_function)", 2) end
   if loss_fn ~= nil and type(loss_fn) ~= "function" then error("train:step expects ([batch,] loss_function)", 2) end
-  announce_data_parallel(self, batch)
   local call = loss_fn
   if batch ~= nil and loss_fn ~= nil then
     local micro = split_batch(batch, self.accumulate)
     call = function(i) return loss_fn(micro[i]) end
   end
-  local started = runner.clock()
-  local profile = rawget(self, "profile")
-  if profile and self.native:step_count() + 1 == profile.first then native.profiler_start(self.device:find("^cuda") ~= nil) end
-  local out
+  -- The trainer's observers (bindings/train_binding.cpp, runtime/run/training_run.cpp) do the rest in C++: the
+  -- run's step and saves, stop requests, timing metrics, the progress line, the profiler and runner attach.
   if call == nil then
-    out = self.native:step_batch(torch.is_tensor(batch) and { data = batch } or batch)
-  else
-    out = self.native:step(call, batch_inputs(batch))
+    if torch.is_tensor(batch) then return self.native:step_batch({ data = batch }, batch) end
+    return self.native:step_batch(batch)
   end
-  if runner.run then runner.run:_trainer_stepped(self, out.step) end
-  if out.step == self.total_steps then self.native:raise_pending_stop() end
-  if profile and out.step == profile.last then self:finish_profile(profile) end
-  local timing = self.native:timing()
-  -- Since the previous step returned: getting this batch from the loader, and the rest of the loop's own work.
-  local outside = self.last_return and (started - self.last_return) or 0
-  timing.batch_wait = math.min(outside, type(batch) == "table" and tonumber(batch.wait_s) or 0)
-  timing.between_steps = outside - timing.batch_wait
-  out.timing = timing
-  self:log_timing(timing, out.step)
-  if self.progress then
-    self.progress:update(out.step, { { "loss", out.loss } }, out.lr, native.device_memory(self.device))
-  end
-  self.last_return = runner.clock()
-  if runner.run then runner.run:_serve_attached(self, batch, out) end
-  return out
-end
-
--- Stops the profiler after the last profiled step: the trace goes into the run directory (or the working
--- directory without a run) as profile-steps-A-B.json, recorded as an artifact; rank 0 prints the top operators.
-function Trainer:finish_profile(profile)
-  if self.device:find("^cuda") then torch.cuda.synchronize() end
-  local name = string.format("profile-steps-%d-%d%s.json", profile.first, profile.last,
-    runner.dist.world_size > 1 and "-rank" .. runner.dist.rank or "")
-  local run = runner.run
-  local table_text = native.profiler_stop(run and (run.dir .. "/" .. name) or name, 15)
-  if run then run.native:record_file("profile", name, profile.last) end
-  if runner.dist.is_main then
-    print(string.format("profile of steps %d-%d: %s%s\n%s", profile.first, profile.last,
-      run and (run.dir .. "/") or "", name, table_text))
-  end
-  self.profile = nil
-end
-
-function Trainer:log_timing(timing, step)
-  local run = runner.run
-  if run == nil then return end
-  for _, key in ipairs(TIME_KEYS) do self.time_sums[key] = (self.time_sums[key] or 0) + timing[key] end
-  self.time_count = self.time_count + 1
-  if step % TIME_LOG_EVERY ~= 0 and step ~= self.total_steps then return end
-  local values = {}
-  for _, key in ipairs(TIME_KEYS) do values["time/" .. key .. "_ms"] = 1000 * self.time_sums[key] / self.time_count end
-  run:log(values, step)
-  self.time_sums, self.time_count = {}, 0
+  return self.native:step(call, batch_inputs(batch), batch)
 end
 
 --- train:ema_model([i = 1]) -> the i-th EMA model (ema_model option) holding the current average.
@@ -268,7 +199,7 @@ function Trainer:graphs() return self.native:graphs() end
 
 --- train:finish_progress(): prints the final progress line (runs by itself at the last step).
 function Trainer:finish_progress()
-  if self.progress then self.progress:update(self.step_count, {}, self:lr(), native.device_memory(self.device), true) end
+  self.native:finish_progress()
 end
 
 -- Early stopping ---------------------------------------------------------------------------------------

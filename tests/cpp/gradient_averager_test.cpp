@@ -1,6 +1,7 @@
 // Tests of runtime/dist/gradient_averager on 2 ranks over Gloo (two threads, each its own process group): the
 // gradients are views of the bucket buffers and keep their addresses across steps, and the averaged gradients
-// equal one process's on the whole batch, with and without accumulation and when a step replaces a .grad.
+// equal one process's on the whole batch, with and without accumulation and when a step replaces a .grad; and
+// trainers given those groups (one process holding trainers of two groups) train as one process does.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -22,6 +23,7 @@
 #include "runtime/core/launch_context.h"
 #include "runtime/dist/gradient_averager.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/train/trainer.h"
 
 using runner::dist::GradientAverager;
 using runner::dist::GradientAveragingOptions;
@@ -228,4 +230,59 @@ TEST_CASE("gradient averager: a replaced .grad is copied into its bucket and the
   const auto ranks = data_parallel(steps, 2, small_buckets(true), tamper);
   check_views_stay_put(ranks);
   check_equals_one_process(ranks, steps);
+}
+
+TEST_CASE("trainers given two ranks' groups average over them: their SGD steps equal one process's", "[dist]") {
+  constexpr int kSteps = 3;
+  // One process on the whole batch, with the same SGD.
+  std::vector<at::Tensor> expected = make_parameters();
+  for (int step = 0; step < kSteps; ++step) {
+    for (at::Tensor& p : expected) p.mutable_grad().reset();
+    loss_of(expected, 0, kBatch).backward();
+    sgd(expected);
+  }
+  ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);  // see data_parallel
+  const int port = free_port();
+  std::vector<std::vector<at::Tensor>> trained(kRanks);
+  std::vector<std::exception_ptr> errors(kRanks);
+  auto rank_main = [&](int rank) {
+    try {
+      runner::core::LaunchContext context;
+      context.rank = rank;
+      context.world_size = kRanks;
+      context.master_addr = "127.0.0.1";
+      context.master_port = port;
+      runner::dist::ProcessGroup group(context, at::kCPU, std::chrono::seconds(30));
+      std::vector<at::Tensor> parameters = make_parameters();
+      if (rank == 1)  // the trainer starts every rank from rank 0's weights
+        for (at::Tensor& p : parameters) p.detach().add_(1.0);
+      runner::train::TrainerModel model;
+      runner::train::ParamGroup sgd_group = runner::train::default_param_group(runner::train::OptimizerKind::sgd);
+      sgd_group.lr = kLearningRate;
+      for (std::size_t i = 0; i < parameters.size(); ++i) {
+        model.parameters.emplace_back("p" + std::to_string(i), parameters[i]);
+        sgd_group.params.push_back(parameters[i]);
+      }
+      auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::sgd,
+                                                                  std::vector<runner::train::ParamGroup>{sgd_group});
+      runner::train::Trainer trainer(model, optimizer, {}, {}, {}, at::kCPU, &group);
+      REQUIRE(trainer.process_group() == &group);
+      for (int step = 0; step < kSteps; ++step)
+        trainer.step(
+            [&](std::int64_t, std::int64_t) { return loss_of(parameters, rank * kBatch / kRanks, kBatch / kRanks); });
+      for (const at::Tensor& p : parameters) trained[rank].push_back(p.detach().clone());
+    } catch (...) {
+      errors[rank] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kRanks; ++rank) ranks.emplace_back(rank_main, rank);
+  for (std::thread& thread : ranks) thread.join();
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+  for (int rank = 0; rank < kRanks; ++rank)
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      INFO("rank " << rank << ", parameter " << i);
+      CHECK(at::allclose(trained[rank][i], expected[i].detach(), 1e-5, 1e-7));
+    }
 }

@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <memory>
 #include <cstdlib>
@@ -23,7 +25,9 @@
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
 #include "runtime/run/run_start.h"
+#include "runtime/run/timing_metrics.h"
 #include "runtime/run/training_run.h"
+#include "runtime/train/progress_line.h"
 #include "tests/cpp/temp_directory.h"
 
 namespace {
@@ -46,7 +50,7 @@ struct Setup {
   TwoLayers net;
   std::shared_ptr<train::Trainer> trainer;
   std::shared_ptr<data::Loader> loader;
-  explicit Setup(uint64_t seed) {
+  explicit Setup(uint64_t seed, train::StepOptions step_options = {}) {
     at::manual_seed(seed);
     net = TwoLayers();
     train::ParamGroup group = train::default_param_group(train::OptimizerKind::adamw);
@@ -56,9 +60,9 @@ struct Setup {
         std::make_shared<train::Optimizer>(train::OptimizerKind::adamw, std::vector<train::ParamGroup>{group});
     train::EmaOptions ema;
     ema.decay = 0.9;
-    trainer = std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{},
-                                               std::vector<train::EmaOptions>{ema}, train::StepOptions{},
-                                               c10::Device(c10::kCPU));
+    trainer =
+        std::make_shared<train::Trainer>(net.model(), optimizer, train::LrScheduleOptions{},
+                                         std::vector<train::EmaOptions>{ema}, step_options, c10::Device(c10::kCPU));
     data::LoaderOptions options;
     options.batch = 4;
     options.workers = 0;
@@ -421,4 +425,54 @@ TEST_CASE("a run pauses at the ASHA rung of the launch context it was started wi
   unpaused->log_metric("loss", 100, 0.5, 0.0);
   CHECK_FALSE(unpaused->pause_due());
   unpaused->finish("finished");
+}
+
+TEST_CASE("the steps of a training run from C++ alone: the run's step, timing metrics and the progress line", "[run]") {
+  testing::TempDir tmp("observed-steps");
+  const std::string home = tmp.path + "/home";
+  core::LaunchContext launch;
+  train::StepOptions options;
+  options.steps = 30;
+  Setup setup(1, options);
+  const std::string progress_path = tmp.path + "/progress.txt";
+  std::FILE* progress_file = std::fopen(progress_path.c_str(), "w");
+  REQUIRE(progress_file != nullptr);
+  train::ProgressOptions progress;
+  progress.total_steps = 30;
+  progress.batch = 4;
+  progress.line_seconds = 1e9;  // plain lines: the first and the last step
+  setup.trainer->add_observer(std::make_shared<train::ProgressLine>(progress, c10::Device(c10::kCPU), progress_file));
+  auto context = run::start_run(request("observed"), launch, home);
+  setup.trainer->add_observer(
+      std::make_shared<run::TimingMetrics>(*setup.trainer, [&context] { return context.get(); }));
+  {
+    run::TrainingRun training(*context, setup.trainer, setup.loader, {}, keep_two());
+    for (int i = 0; i < 30; ++i) setup.step();
+    CHECK(context->step() == 30);
+    training.finish();
+  }
+  context->finish("finished", std::nullopt);
+  std::fclose(progress_file);
+
+  // time/<part>_ms: the means over steps 1-25, then over 26-30 (the last step), for each part of the step.
+  index::Database db = index::open_index_for_reading(home);
+  auto logged = db.prepare("SELECT key, step FROM metrics WHERE run = ? AND key LIKE 'time/%' ORDER BY key, step");
+  logged.bind(1, context->record().run);
+  std::vector<std::string> rows;
+  while (logged.step()) rows.push_back(logged.text(0) + "@" + std::to_string(logged.integer(1)));
+  CHECK(rows == std::vector<std::string>{"time/batch_wait_ms@25", "time/batch_wait_ms@30", "time/between_steps_ms@25",
+                                         "time/between_steps_ms@30", "time/ema_ms@25", "time/ema_ms@30",
+                                         "time/forward_backward_ms@25", "time/forward_backward_ms@30",
+                                         "time/optimizer_ms@25", "time/optimizer_ms@30"});
+  auto forward = db.prepare("SELECT value FROM metrics WHERE run = ? AND key = 'time/forward_backward_ms'");
+  forward.bind(1, context->record().run);
+  while (forward.step()) CHECK(forward.real(0) > 0);
+
+  // The progress line: the first step and the last, with the loss and the learning rate.
+  std::ifstream in(progress_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Contains("step  1/30"));
+  CHECK_THAT(text, Contains("step 30/30 100%"));
+  CHECK_THAT(text, Contains("loss "));
+  CHECK_THAT(text, Contains("lr 1.00e-02"));
 }
