@@ -675,7 +675,10 @@ std::vector<std::string> table_columns(Database& db) {
 
 }  // namespace
 
-INDEX_TEST_CASE("an index of schema 9 gains the tags table and the note column, and nothing else changes", "[index]") {
+INDEX_TEST_CASE(
+    "an index of schema 9 gains the tags table, the note column, the trials' generation and claim and the runs' "
+    "start key, and nothing else changes",
+    "[index]") {
   TempHome tmp;
   const std::string url = runner::core::launch_context().index_url;
   std::vector<std::string> before;
@@ -683,23 +686,26 @@ INDEX_TEST_CASE("an index of schema 9 gains the tags table and the note column, 
     Database db =
         url.empty() ? Database(index_path(tmp.path), OpenMode::read_write_create) : Database::postgresql(url, false);
     const auto migrations = schema_migrations();
-    REQUIRE(migrations[migrations.size() - 2].version == 9);
-    CHECK(migrate(db, migrations.first(migrations.size() - 1)) == 9);
+    const auto through_9 =
+        std::find_if(migrations.begin(), migrations.end(), [](const Migration& m) { return m.version == 9; });
+    REQUIRE(through_9 != migrations.end());
+    CHECK(migrate(db, migrations.first(static_cast<size_t>(through_9 - migrations.begin()) + 1)) == 9);
     db.execute(
         "INSERT INTO runs (id, name, status, config, host, pid, dir, started_at, heartbeat_at, step) VALUES "
         "('abcd1234', 'old-1', 'finished', '{\"lr\":0.1}', 'host', 1, 'old-1', 100, 150, 30)");
     before = table_columns(db);
   }
   Database db = open_index_for_writing(tmp.path);
-  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 10);
+  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 12);
   std::vector<std::string> after = table_columns(db);
-  const std::string note = url.empty() ? "runs.note TEXT" : "runs.note text";
-  const std::vector<std::string> tags = url.empty()
-                                            ? std::vector<std::string>{"run_tags.run INTEGER", "run_tags.tag TEXT"}
-                                            : std::vector<std::string>{"run_tags.run bigint", "run_tags.tag text"};
+  const std::vector<std::string> added =
+      url.empty() ? std::vector<std::string>{"runs.note TEXT",    "run_tags.run INTEGER",
+                                             "run_tags.tag TEXT", "trials.generation INTEGER",
+                                             "trials.claim TEXT", "runs.start_key TEXT"}
+                  : std::vector<std::string>{"runs.note text",           "run_tags.run bigint", "run_tags.tag text",
+                                             "trials.generation bigint", "trials.claim text",   "runs.start_key text"};
   std::vector<std::string> expected = before;
-  for (const std::string& column : tags) expected.push_back(column);
-  expected.push_back(note);
+  for (const std::string& column : added) expected.push_back(column);
   std::sort(expected.begin(), expected.end());
   std::sort(after.begin(), after.end());
   CHECK(after == expected);
@@ -746,15 +752,16 @@ INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with
 
   // A third attempt taken back leaves the run as the second one ended it.
   reopen_run(db, run.run, new_run());
-  const RunRecord restored = drop_latest_attempt(db, run.run);
+  const RunRecord restored = drop_latest_attempt(db, run.run, 3);
   CHECK(restored.status == "interrupted");
   CHECK(restored.attempts == 2);
   CHECK(restored.config["batch"] == 128);
   CHECK(restored.world_size == 2);
   CHECK(restored.ended_at == attempts[1].ended_at);
   CHECK(run_attempts(db, run.run).size() == 2);
+  CHECK(drop_latest_attempt(db, run.run, 3).attempts == 2);  // taken back already: nothing changes
   const RunRecord single = create_run(db, new_run(), tmp.path);
-  CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run); }), Contains("has no attempt before attempt 1"));
+  CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run, 1); }), Contains("has no attempt before attempt 1"));
 }
 
 // ---------------------------------------------------------------------------------------------------------
