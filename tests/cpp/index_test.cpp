@@ -1191,6 +1191,52 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
   CHECK(create_run(waiter, new_run("experiments/waiter.lua"), tmp.path).name == "waiter-1");
 }
 
+TEST_CASE("a transaction held between its round trips holds up no writer of another run", "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  const RunRecord first = create_run(db, new_run(), tmp.path);
+  const RunRecord second = create_run(db, new_run(), tmp.path);
+  // A summary of the first run whose client stalls inside its transaction (a slow client, a paused host): held at the
+  // start of its body until the other run's writes are done.
+  Database stalled = open_index_for_writing(tmp.path);
+  std::promise<void> inside, go_on;
+  std::shared_future<void> released = go_on.get_future().share();
+  stalled.set_write_check([&](Database&) {
+    inside.set_value();
+    released.wait();
+  });
+  std::future<void> held = std::async(std::launch::async, [&] {
+    merge_summary(stalled, first.run, nlohmann::json{{"held", 1}});
+  });
+  inside.get_future().wait();
+  std::string failure;
+  try {  // a wait for the stalled transaction's lock ends with the statement timeout (5 s)
+    merge_summary(db, second.run, nlohmann::json{{"score", 2}});
+    CheckpointRecord checkpoint;
+    checkpoint.run = second.run;
+    checkpoint.step = 10;
+    checkpoint.path = "checkpoints/step-0000010";
+    checkpoint.hash = "abc";
+    add_checkpoint(db, checkpoint);
+    finish_run(db, second.run, "finished", std::nullopt);
+  } catch (const IndexError& error) {
+    failure = error.what();
+  }
+  go_on.set_value();
+  held.get();
+  CHECK(failure == "");
+  CHECK(load_run(db, second.run).status == "finished");
+  CHECK(load_run(db, second.run).summary == nlohmann::json{{"score", 2}});
+  CHECK(checkpoints(db, second.run).size() == 1);
+  CHECK(load_run(db, first.run).summary == nlohmann::json{{"held", 1}});
+}
+
 TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
           "[index][postgresql]") {
   const PostgresIndex server;
