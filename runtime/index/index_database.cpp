@@ -630,8 +630,9 @@ int migrate(Database& db, std::span<const Migration> migrations) {
   check_is_index(db, version);
   for (const Migration& migration : migrations) {
     if (migration.version <= version) continue;
-    // Retried after a lost connection: a try whose commit went through (its answer lost) left the version recorded,
-    // which the retry reads as another process's migration.
+    // Under the index lock: a schema change may touch every table. Retried after a lost connection: a try whose
+    // commit went through (its answer lost) left the version recorded, which the retry reads as another process's
+    // migration.
     version = with_transaction(db, [&] {
       const int current = user_version(db);  // another process may have migrated meanwhile
       if (current >= migration.version) return current;
