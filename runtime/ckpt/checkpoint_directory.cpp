@@ -124,7 +124,7 @@ std::string checkpoint_path(int64_t step) { return fmt::format("checkpoints/step
 
 WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
                                    const std::vector<CheckpointFileContent>& files,
-                                   const nlohmann::json& manifest_extra) {
+                                   const nlohmann::json& manifest_extra, const std::function<void()>& before_publish) {
   if (step < 0) throw std::invalid_argument(fmt::format("checkpoint step must be >= 0, got {}", step));
   for (size_t i = 0; i < files.size(); ++i) {
     check_file_name(files[i].name);
@@ -170,6 +170,7 @@ WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
     written.files.push_back(manifest_record);
     sync_directory(partial);
 
+    if (before_publish) before_publish();
     // An older checkpoint of this step stays whole until the new one is complete.
     const std::string replaced = fmt::format("{}/.replaced-{:07d}-{}", folder, step, ::getpid());
     const bool had_previous = exists(final_dir);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -46,10 +47,12 @@ std::string checkpoint_path(int64_t step);
 // Writes each file (fsynced) into <run_dir>/checkpoints/.partial-<step>-<pid>/, hashes them, writes
 // manifest.json ({"step", "files": [{name, bytes, sha256}], plus `manifest_extra`}), fsyncs the directory,
 // then renames it to checkpoints/step-<N> (an existing one of that step is replaced only now) and fsyncs
-// the parent. The caller records the result in the index after this returns.
+// the parent. The caller records the result in the index after this returns. `before_publish`, when given, runs just
+// before the rename (a sweep trial's process checks there that its trial is still its own: index/trial_fence.h).
 WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
                                    const std::vector<CheckpointFileContent>& files,
-                                   const nlohmann::json& manifest_extra = nlohmann::json::object());
+                                   const nlohmann::json& manifest_extra = nlohmann::json::object(),
+                                   const std::function<void()>& before_publish = {});
 
 // Leftovers of checkpoint writers that died mid-write (kill -9, power loss) in <run_dir>/checkpoints.
 struct StaleWrites {

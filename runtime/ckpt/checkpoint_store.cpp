@@ -10,6 +10,7 @@
 #include "runtime/core/clock.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
+#include "runtime/index/trial_fence.h"
 
 namespace runner::ckpt {
 namespace {
@@ -65,7 +66,9 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
   report.path = checkpoint_path(request.step);
   try {
     if (request.wait_ready) request.wait_ready();
-    const WrittenCheckpoint written = write_checkpoint(run_dir_, request.step, request.files, request.manifest_extra);
+    index::Database db = index::open_index_for_writing(home_);
+    const WrittenCheckpoint written = write_checkpoint(run_dir_, request.step, request.files, request.manifest_extra,
+                                                       [&] { index::check_write_access(db); });
     report.bytes = written.bytes;
     const auto problems = verify_checkpoint(run_dir_, written.path, written.files);
     if (!problems.empty())
@@ -73,7 +76,6 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
           fmt::format("{}/{} does not read back as written: {}", run_dir_, written.path, fmt::join(problems, "; ")));
 
     if (request.before_record) request.before_record();
-    index::Database db = index::open_index_for_writing(home_);
     index::CheckpointRecord record;
     record.run = run_;
     record.step = request.step;

@@ -102,6 +102,10 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
     read_integer(env, {"RUNNER_TRIAL"}, id, 0, INT64_MAX);
     context.trial = id;
   }
+  if (lookup(env, {"RUNNER_TRIAL_GENERATION"}, &which)) {
+    read_integer(env, {"RUNNER_TRIAL_GENERATION"}, id, 1, INT64_MAX);
+    context.trial_generation = id;
+  }
   if (auto pause = lookup(env, {"RUNNER_SWEEP_PAUSE"}, &which)) {
     const auto at = pause->rfind('@');
     std::int64_t step = 0;

@@ -30,24 +30,26 @@ struct LaunchContext {
   ResumePolicy resume = ResumePolicy::script;
   std::string resume_run;  // with ResumePolicy::run: an id, id prefix, name or "last"
   std::string log_level = "info";
-  std::string profile;                    // --profile A:B (checked): the steps runner.trainer profiles unless its own
-                                          // `profile` option says otherwise; "" for none
-  int rank = 0;                           // RANK (or SLURM_PROCID)
-  int world_size = 1;                     // WORLD_SIZE (or SLURM_NTASKS)
-  int local_rank = 0;                     // LOCAL_RANK (or SLURM_LOCALID): the GPU of this process on its node
-  int local_world_size = 1;               // LOCAL_WORLD_SIZE (or SLURM_NTASKS_PER_NODE)
-  std::string master_addr;                // MASTER_ADDR, else the first host of SLURM_JOB_NODELIST: the rendezvous host
-  int master_port = 0;                    // MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
-  std::optional<std::int64_t> sweep;      // RUNNER_SWEEP: the sweep this process runs a trial of
-  std::optional<std::int64_t> trial;      // RUNNER_TRIAL
-  std::optional<SweepPause> sweep_pause;  // RUNNER_SWEEP_PAUSE=metric@step
-  int cores = 0;                          // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
-  int slurm_cpus = 0;                     // SLURM_CPUS_ON_NODE: the CPUs of this node in the Slurm allocation (0: none)
-  std::string failure_file;               // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
-  bool rank_variables = false;            // RANK or WORLD_SIZE is set (to anything): a launcher started this process
-  std::string repl_history;               // RUNNER_HISTORY, else $HOME/.runner_history, else "" (no history kept)
-  bool agent_store = false;               // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at
-                                          // MASTER_PORT, so every rank joins it as a client (as torch.distributed does)
+  std::string profile;                // --profile A:B (checked): the steps runner.trainer profiles unless its own
+                                      // `profile` option says otherwise; "" for none
+  int rank = 0;                       // RANK (or SLURM_PROCID)
+  int world_size = 1;                 // WORLD_SIZE (or SLURM_NTASKS)
+  int local_rank = 0;                 // LOCAL_RANK (or SLURM_LOCALID): the GPU of this process on its node
+  int local_world_size = 1;           // LOCAL_WORLD_SIZE (or SLURM_NTASKS_PER_NODE)
+  std::string master_addr;            // MASTER_ADDR, else the first host of SLURM_JOB_NODELIST: the rendezvous host
+  int master_port = 0;                // MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
+  std::optional<std::int64_t> sweep;  // RUNNER_SWEEP: the sweep this process runs a trial of
+  std::optional<std::int64_t> trial;  // RUNNER_TRIAL
+  std::optional<std::int64_t> trial_generation;  // RUNNER_TRIAL_GENERATION: the claim of the trial this process runs
+                                                 // (index/trial_fence.h: its writes stop once the trial is taken over)
+  std::optional<SweepPause> sweep_pause;         // RUNNER_SWEEP_PAUSE=metric@step
+  int cores = 0;                // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
+  int slurm_cpus = 0;           // SLURM_CPUS_ON_NODE: the CPUs of this node in the Slurm allocation (0: none)
+  std::string failure_file;     // RUNNER_FAILURE_FILE: where this rank reports its failure (runner --nproc)
+  bool rank_variables = false;  // RANK or WORLD_SIZE is set (to anything): a launcher started this process
+  std::string repl_history;     // RUNNER_HISTORY, else $HOME/.runner_history, else "" (no history kept)
+  bool agent_store = false;     // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves the store at
+                                // MASTER_PORT, so every rank joins it as a client (as torch.distributed does)
   std::optional<std::vector<std::string>> given_gpus;  // the GPUs this process was given: CUDA_VISIBLE_DEVICES
                                                        // (Slurm sets it for a GPU allocation), else Slurm's
                                                        // SLURM_JOB_GPUS, else the first SLURM_GPUS_ON_NODE;

@@ -20,7 +20,10 @@ Database Database::postgresql(const std::string& url, bool read_only) {
 Database::~Database() = default;
 
 Database::Database(Database&& other) noexcept
-    : connection_(std::move(other.connection_)), path_(std::move(other.path_)), read_only_(other.read_only_) {}
+    : connection_(std::move(other.connection_)),
+      path_(std::move(other.path_)),
+      read_only_(other.read_only_),
+      write_check_(std::move(other.write_check_)) {}
 
 void Database::execute(std::string_view sql) { connection_->execute(sql); }
 
@@ -36,6 +39,10 @@ std::string Database::greatest(std::string_view a, std::string_view b) const {
 const char* Database::lock_rows_skipping_locked() const {
   return backend() == Backend::postgresql ? " FOR UPDATE SKIP LOCKED" : "";
 }
+
+const char* Database::lock_rows() const { return backend() == Backend::postgresql ? " FOR UPDATE" : ""; }
+
+const char* Database::lock_rows_shared() const { return backend() == Backend::postgresql ? " FOR SHARE" : ""; }
 
 Statement::Statement(std::unique_ptr<StatementImpl> impl) : impl_(std::move(impl)) {}
 Statement::Statement(Database& db, std::string_view sql) : impl_(db.connection().prepare(sql)) {}
@@ -105,6 +112,12 @@ std::optional<std::string> Statement::optional_text(int column) const {
 
 Transaction::Transaction(Database& db, TransactionScope scope) : db_(db) {
   db.connection().begin(scope);
+  try {
+    db.run_write_check();
+  } catch (...) {
+    db.connection().rollback();
+    throw;
+  }
   open_ = true;
 }
 

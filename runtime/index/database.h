@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -38,9 +39,11 @@ enum class OpenMode { read_only, read_only_immutable, read_write, read_write_cre
 enum class Backend { sqlite, postgresql };
 
 // Who else may write while a transaction runs. `index`: none (SQLite's BEGIN IMMEDIATE; on PostgreSQL an
-// advisory lock that every such transaction takes), so that read-then-write logic (names, claims) sees what
-// it changes. `own_rows`: a transaction that only writes rows of its own run or worker (metric batches,
-// heartbeats), which on PostgreSQL runs beside the others under row locks; SQLite still serialises it.
+// advisory lock that every such transaction takes, held until its commit, round trips included), for the few whose
+// decision reads the whole index (a run's generated name, the schema, removals). `own_rows`: a transaction that
+// writes only rows of its own run, trial or worker, or that locks the rows its decision reads (Database::lock_rows:
+// a sweep's row for its claims, a trial's row for its end, a run's row for its resume), which on PostgreSQL runs
+// beside the others under row locks; SQLite still serialises it.
 enum class TransactionScope { index, own_rows };
 
 // A value bound to a parameter.
@@ -138,12 +141,27 @@ class Database {
   // Appended to a SELECT whose rows the transaction will change: FOR UPDATE SKIP LOCKED on PostgreSQL (rows
   // another transaction is changing are left to it), nothing on SQLite (whose writers never overlap).
   const char* lock_rows_skipping_locked() const;
+  // Appended to a SELECT of rows that must not change before the transaction commits: FOR SHARE on PostgreSQL (a
+  // writer of those rows waits for this transaction, and this one reads what such a writer committed), nothing on
+  // SQLite.
+  const char* lock_rows_shared() const;
+  // Appended to a SELECT of rows the transaction decides on and changes: FOR UPDATE on PostgreSQL (others that lock
+  // or change them wait for this transaction's commit), nothing on SQLite.
+  const char* lock_rows() const;
+
+  // A check run at the start of every write transaction on this connection, once it holds its locks, before its
+  // body (index/trial_fence.h installs one in a sweep trial's process). What it throws ends the transaction.
+  void set_write_check(std::function<void(Database&)> check) { write_check_ = std::move(check); }
+  void run_write_check() {
+    if (write_check_) write_check_(*this);
+  }
 
  private:
   Database(std::unique_ptr<Connection> connection, std::string path, bool read_only);
   std::unique_ptr<Connection> connection_;
   std::string path_;
   bool read_only_ = false;
+  std::function<void(Database&)> write_check_;
 };
 
 // A prepared statement. bind() positions are 1-based as in SQLite; column() positions 0-based.

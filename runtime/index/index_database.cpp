@@ -13,6 +13,7 @@
 
 #include "runtime/core/launch_context.h"
 #include "runtime/index/connection.h"
+#include "runtime/index/trial_fence.h"
 
 namespace runner::index {
 namespace {
@@ -463,6 +464,27 @@ CREATE TABLE run_tags (
 );
 CREATE INDEX run_tags_by_tag ON run_tags (tag);
 )sql"},
+    // Fencing of sweep trials (index/trial_fence.h): each claim or takeover of a trial gives it a new generation,
+    // which the trial's process checks in every write transaction.
+    {11, R"sql(
+ALTER TABLE trials ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+)sql",
+     R"sql(
+ALTER TABLE trials ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+)sql"},
+    // Keys that clients make for the writes they may have to retry after a lost connection (its commit's answer lost):
+    // a trial's latest claim (its key, reason, pause step and the run it continues) and the latest start or resume of
+    // a run, so that the retry finds what its first try did instead of doing it again.
+    {12, R"sql(
+ALTER TABLE trials ADD COLUMN claim TEXT;
+ALTER TABLE runs ADD COLUMN start_key TEXT;
+CREATE UNIQUE INDEX runs_by_start_key ON runs (start_key);
+)sql",
+     R"sql(
+ALTER TABLE trials ADD COLUMN claim TEXT;
+ALTER TABLE runs ADD COLUMN start_key TEXT;
+CREATE UNIQUE INDEX runs_by_start_key ON runs (start_key);
+)sql"},
 };
 
 bool postgresql(const Database& db) { return db.backend() == Backend::postgresql; }
@@ -608,26 +630,26 @@ int migrate(Database& db, std::span<const Migration> migrations) {
   check_is_index(db, version);
   for (const Migration& migration : migrations) {
     if (migration.version <= version) continue;
-    Transaction transaction(db);
-    const int current = user_version(db);  // another process may have migrated meanwhile
-    if (current >= migration.version) {
-      version = current;
-      continue;
-    }
-    check_is_index(db, current);
-    if (postgresql(db)) {
-      if (migration.postgresql) db.execute(migration.postgresql);
-      db.execute(
-          fmt::format("CREATE TABLE IF NOT EXISTS runner_schema (version INTEGER NOT NULL); DELETE FROM runner_schema; "
-                      "INSERT INTO runner_schema (version) VALUES ({})",
-                      migration.version));
-    } else {
-      db.execute(migration.sql);
-      db.execute(
-          fmt::format("PRAGMA user_version = {}; PRAGMA application_id = {}", migration.version, kApplicationId));
-    }
-    transaction.commit();
-    version = migration.version;
+    // Under the index lock: a schema change may touch every table. Retried after a lost connection: a try whose
+    // commit went through (its answer lost) left the version recorded, which the retry reads as another process's
+    // migration.
+    version = with_transaction(db, [&] {
+      const int current = user_version(db);  // another process may have migrated meanwhile
+      if (current >= migration.version) return current;
+      check_is_index(db, current);
+      if (postgresql(db)) {
+        if (migration.postgresql) db.execute(migration.postgresql);
+        db.execute(fmt::format(
+            "CREATE TABLE IF NOT EXISTS runner_schema (version INTEGER NOT NULL); DELETE FROM runner_schema; "
+            "INSERT INTO runner_schema (version) VALUES ({})",
+            migration.version));
+      } else {
+        db.execute(migration.sql);
+        db.execute(
+            fmt::format("PRAGMA user_version = {}; PRAGMA application_id = {}", migration.version, kApplicationId));
+      }
+      return migration.version;
+    });
   }
   return version;
 }
@@ -637,6 +659,7 @@ Database open_index_for_writing(const std::string& home) {
   if (const std::string url = index_url(); !url.empty()) {
     Database db = Database::postgresql(url, false);
     migrate(db, schema_migrations());
+    fence_this_process(db);
     return db;
   }
   Database db(index_path(home), OpenMode::read_write_create);
@@ -654,6 +677,7 @@ Database open_index_for_writing(const std::string& home) {
   db.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON");
   migrate(db, schema_migrations());
   if (application_id(db) != kApplicationId) db.execute(fmt::format("PRAGMA application_id = {}", kApplicationId));
+  fence_this_process(db);
   return db;
 }
 

@@ -65,11 +65,14 @@ int64_t count_rows(Database& db, const char* table, int64_t run) {
 }
 
 void delete_run_rows(Database& db, int64_t run) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare("DELETE FROM runs WHERE run = ?");
-    statement.bind(1, run);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare("DELETE FROM runs WHERE run = ?");  // its other rows cascade
+        statement.bind(1, run);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
 std::string trash_directory(const std::string& home) { return home + "/.trash"; }

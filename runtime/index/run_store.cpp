@@ -155,6 +155,16 @@ std::string random_id() {
   return id;
 }
 
+}  // namespace
+
+std::string client_key() {
+  std::string key;
+  for (int i = 0; i < 3; ++i) key += random_id();
+  return key;
+}
+
+namespace {
+
 bool exists_on_disk(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
@@ -239,9 +249,20 @@ double wall_seconds(const RunRecord& run, double now) {
 RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) {
   if (!spec.name.empty()) check_name(spec.name);
   const double now = now_seconds();
+  const std::string key = client_key();
   for (int attempt = 0;; ++attempt) {
     std::optional<int64_t> inserted;
+    // Under the index lock: the generated name reads the numbers given to the script's runs and the names in use
+    // across the index, which another run's start must not take meanwhile.
     with_transaction(db, [&] {
+      // A retry whose first try committed (its answer lost) finds the run it created.
+      Statement created = db.prepare("SELECT run FROM runs WHERE start_key = ?");
+      created.bind(1, key);
+      if (created.step()) {
+        inserted = created.integer(0);
+        return;
+      }
+      created.reset();
       std::string name = spec.name;
       if (name.empty()) {
         // The next number after the highest ever given (run_name_numbers) or in use: a removed run's name is
@@ -286,8 +307,8 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       Statement insert = db.prepare(
           "INSERT INTO runs (id, name, status, script, script_hash, config, git_revision, git_dirty, host, pid, "
           "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, "
-          "sweep, trial) "
-          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run");
+          "sweep, trial, start_key) "
+          "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run");
       insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty)
@@ -297,6 +318,7 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
       insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
       insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
+      insert.bind(22, key);
       insert.step();
       inserted = insert.integer(0);
       insert.reset();
@@ -308,49 +330,58 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
 }
 
 void release_run_name(Database& db, const std::string& name) {
-  with_transaction(db, [&] {
-    Statement release = db.prepare("UPDATE run_name_numbers SET last = last - 1 WHERE stem || '-' || last = ?");
-    release.bind(1, name);
-    release.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement release = db.prepare("UPDATE run_name_numbers SET last = last - 1 WHERE stem || '-' || last = ?");
+        release.bind(1, name);
+        release.run();
+      },
+      TransactionScope::own_rows);
 }
 
 RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
-  with_transaction(db, [&] {
-    Statement read = db.prepare("SELECT status, pid, host, heartbeat_at FROM runs WHERE run = ?");
-    read.bind(1, run);
-    if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
-    RunRecord current;
-    current.status = read.text(0);
-    current.pid = read.integer(1);
-    current.host = read.text(2);
-    current.heartbeat_at = read.real(3);
-    if (effective_status(current, now_seconds()) == "running")
-      throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice", db.path(),
-                                   current.pid, current.host));
-    // An attempt whose process died without ending it counts up to its last heartbeat.
-    Statement fold = db.prepare("UPDATE runs SET " + fold_attempt(db, "heartbeat_at") + " WHERE run = ?");
-    fold.bind(1, run);
-    fold.run();
-    const double now = now_seconds();
-    Statement update = db.prepare(
-        "UPDATE runs SET status = 'running', error = NULL, ended_at = NULL, host = ?, pid = ?, heartbeat_at = ?, "
-        "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ?, "
-        "attempts = attempts + 1, attempt_started_at = ?, world_size = ?, hosts = ? WHERE run = ?");
-    update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
-    update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
-    if (spec.git_dirty)
-      update.bind(7, static_cast<int64_t>(*spec.git_dirty));
-    else
-      update.bind_null(7);
-    update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
-    update.bind(12, hosts_json(spec)).bind(13, run);
-    update.run();
-    Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
-    count.bind(1, run);
-    count.step();
-    insert_attempt(db, run, count.integer(0), spec, now);
-  });
+  const std::string key = client_key();
+  with_transaction(
+      db,
+      [&] {
+        Statement read = db.prepare(
+            std::string("SELECT status, pid, host, heartbeat_at, start_key FROM runs WHERE run = ?") + db.lock_rows());
+        read.bind(1, run);
+        if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+        if (read.optional_text(4) == key) return;  // a retry whose first try committed (its answer lost)
+        RunRecord current;
+        current.status = read.text(0);
+        current.pid = read.integer(1);
+        current.host = read.text(2);
+        current.heartbeat_at = read.real(3);
+        if (effective_status(current, now_seconds()) == "running")
+          throw IndexError(fmt::format("{}: the run is still running (pid {} on {}); it cannot be resumed twice",
+                                       db.path(), current.pid, current.host));
+        // An attempt whose process died without ending it counts up to its last heartbeat.
+        Statement fold = db.prepare("UPDATE runs SET " + fold_attempt(db, "heartbeat_at") + " WHERE run = ?");
+        fold.bind(1, run);
+        fold.run();
+        const double now = now_seconds();
+        Statement update = db.prepare(
+            "UPDATE runs SET status = 'running', error = NULL, ended_at = NULL, host = ?, pid = ?, heartbeat_at = ?, "
+            "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ?, "
+            "attempts = attempts + 1, attempt_started_at = ?, world_size = ?, hosts = ?, start_key = ? WHERE run = ?");
+        update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
+        update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
+        if (spec.git_dirty)
+          update.bind(7, static_cast<int64_t>(*spec.git_dirty));
+        else
+          update.bind_null(7);
+        update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
+        update.bind(12, hosts_json(spec)).bind(13, key).bind(14, run);
+        update.run();
+        Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
+        count.bind(1, run);
+        count.step();
+        insert_attempt(db, run, count.integer(0), spec, now);
+      },
+      TransactionScope::own_rows);
   return load_run(db, run);
 }
 
@@ -401,63 +432,81 @@ std::vector<AttemptRecord> run_attempts(Database& db, int64_t run) {
 }
 
 void set_attempt_start(Database& db, int64_t run, int64_t step) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare(
-        "UPDATE attempts SET start_step = ?1, end_step = ?1 WHERE run = ?2 AND attempt = "
-        "(SELECT attempts FROM runs WHERE run = ?2)");
-    statement.bind(1, step).bind(2, run);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare(
+            "UPDATE attempts SET start_step = ?1, end_step = ?1 WHERE run = ?2 AND attempt = "
+            "(SELECT attempts FROM runs WHERE run = ?2)");
+        statement.bind(1, step).bind(2, run);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
-RunRecord drop_latest_attempt(Database& db, int64_t run) {
-  with_transaction(db, [&] {
-    Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
-    count.bind(1, run);
-    if (!count.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
-    const int64_t latest = count.integer(0);
-    count.reset();
-    Statement earlier = db.prepare("SELECT 1 FROM attempts WHERE run = ? AND attempt = ?");
-    earlier.bind(1, run).bind(2, latest - 1);
-    if (!earlier.step())
-      throw IndexError(fmt::format("{}: run {} has no attempt before attempt {} on record", db.path(), run, latest));
-    Statement restore = db.prepare(
-        "UPDATE runs SET (status, error, ended_at, heartbeat_at, config, world_size, hosts, host, pid, device, "
-        "script_hash, git_revision, git_dirty, versions) = (SELECT a.status, a.error, a.ended_at, "
-        "coalesce(a.ended_at, runs.heartbeat_at), a.config, a.world_size, a.hosts, a.host, a.pid, a.device, "
-        "a.script_hash, a.git_revision, a.git_dirty, a.versions FROM attempts a WHERE a.run = ?1 AND a.attempt = ?2), "
-        "attempts = ?2, attempt_started_at = NULL WHERE run = ?1");
-    restore.bind(1, run).bind(2, latest - 1);
-    restore.run();
-    Statement drop = db.prepare("DELETE FROM attempts WHERE run = ? AND attempt = ?");
-    drop.bind(1, run).bind(2, latest);
-    drop.run();
-  });
+RunRecord drop_latest_attempt(Database& db, int64_t run, int64_t attempt) {
+  with_transaction(
+      db,
+      [&] {
+        Statement count = db.prepare(std::string("SELECT attempts FROM runs WHERE run = ?") + db.lock_rows());
+        count.bind(1, run);
+        if (!count.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+        const int64_t latest = count.integer(0);
+        count.reset();
+        if (latest < attempt) return;  // a retry whose first try committed (its answer lost)
+        if (latest != attempt)
+          throw IndexError(fmt::format("{}: run {} has attempt {} after attempt {}, which is not taken back", db.path(),
+                                       run, latest, attempt));
+        Statement earlier = db.prepare("SELECT 1 FROM attempts WHERE run = ? AND attempt = ?");
+        earlier.bind(1, run).bind(2, latest - 1);
+        if (!earlier.step())
+          throw IndexError(
+              fmt::format("{}: run {} has no attempt before attempt {} on record", db.path(), run, latest));
+        Statement restore = db.prepare(
+            "UPDATE runs SET (status, error, ended_at, heartbeat_at, config, world_size, hosts, host, pid, device, "
+            "script_hash, git_revision, git_dirty, versions) = (SELECT a.status, a.error, a.ended_at, "
+            "coalesce(a.ended_at, runs.heartbeat_at), a.config, a.world_size, a.hosts, a.host, a.pid, a.device, "
+            "a.script_hash, a.git_revision, a.git_dirty, a.versions FROM attempts a WHERE a.run = ?1 AND a.attempt = "
+            "?2), "
+            "attempts = ?2, attempt_started_at = NULL WHERE run = ?1");
+        restore.bind(1, run).bind(2, latest - 1);
+        restore.run();
+        Statement drop = db.prepare("DELETE FROM attempts WHERE run = ? AND attempt = ?");
+        drop.bind(1, run).bind(2, latest);
+        drop.run();
+      },
+      TransactionScope::own_rows);
   return load_run(db, run);
 }
 
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " +
-                                     fold_attempt(db, "?3") + " WHERE run = ?4");
-    const double now = now_seconds();
-    statement.bind(1, status).bind(2, error).bind(3, now).bind(4, run);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, heartbeat_at = ?3, " +
+                                         fold_attempt(db, "?3") + " WHERE run = ?4");
+        const double now = now_seconds();
+        statement.bind(1, status).bind(2, error).bind(3, now).bind(4, run);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
 void merge_summary(Database& db, int64_t run, const nlohmann::json& values) {
-  with_transaction(db, [&] {
-    Statement read = db.prepare("SELECT summary FROM runs WHERE run = ?");
-    read.bind(1, run);
-    if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
-    nlohmann::json summary = parse_json_column(read, 0);
-    if (!summary.is_object()) summary = nlohmann::json::object();
-    summary.update(values);
-    Statement write = db.prepare("UPDATE runs SET summary = ? WHERE run = ?");
-    write.bind(1, summary.dump()).bind(2, run);
-    write.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement read = db.prepare(std::string("SELECT summary FROM runs WHERE run = ?") + db.lock_rows());
+        read.bind(1, run);
+        if (!read.step()) throw IndexError(fmt::format("{}: run {} is not in the index", db.path(), run));
+        nlohmann::json summary = parse_json_column(read, 0);
+        if (!summary.is_object()) summary = nlohmann::json::object();
+        summary.update(values);
+        Statement write = db.prepare("UPDATE runs SET summary = ? WHERE run = ?");
+        write.bind(1, summary.dump()).bind(2, run);
+        write.run();
+      },
+      TransactionScope::own_rows);
 }
 
 void record_heartbeat(Database& db, int64_t run, int64_t step, double now) {
@@ -469,37 +518,47 @@ void record_heartbeat(Database& db, int64_t run, int64_t step, double now) {
 
 void add_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags) {
   for (const std::string& tag : tags) check_name(tag, "tag");
-  with_transaction(db, [&] {
-    load_run(db, run);  // the run is in the index
-    for (const std::string& tag : tags) {
-      Statement insert = db.prepare("INSERT INTO run_tags (run, tag) VALUES (?, ?) ON CONFLICT DO NOTHING");
-      insert.bind(1, run).bind(2, tag);
-      insert.run();
-    }
-  });
+  with_transaction(
+      db,
+      [&] {
+        load_run(db, run);  // the run is in the index
+        for (const std::string& tag : tags) {
+          Statement insert = db.prepare("INSERT INTO run_tags (run, tag) VALUES (?, ?) ON CONFLICT DO NOTHING");
+          insert.bind(1, run).bind(2, tag);
+          insert.run();
+        }
+      },
+      TransactionScope::own_rows);
 }
 
 void remove_run_tags(Database& db, int64_t run, const std::vector<std::string>& tags) {
-  with_transaction(db, [&] {
-    const RunRecord record = load_run(db, run);
-    for (const std::string& tag : tags)
-      if (std::find(record.tags.begin(), record.tags.end(), tag) == record.tags.end())
-        throw IndexError(fmt::format("run {} has no tag '{}' (its tags: {})", record.name, tag,
-                                     record.tags.empty() ? "none" : fmt::format("{}", fmt::join(record.tags, ", "))));
-    for (const std::string& tag : tags) {
-      Statement remove = db.prepare("DELETE FROM run_tags WHERE run = ? AND tag = ?");
-      remove.bind(1, run).bind(2, tag);
-      remove.run();
-    }
-  });
+  // Checked before the transaction, so that its retry after a lost answer does not find the tags gone.
+  const RunRecord record = load_run(db, run);
+  for (const std::string& tag : tags)
+    if (std::find(record.tags.begin(), record.tags.end(), tag) == record.tags.end())
+      throw IndexError(fmt::format("run {} has no tag '{}' (its tags: {})", record.name, tag,
+                                   record.tags.empty() ? "none" : fmt::format("{}", fmt::join(record.tags, ", "))));
+  with_transaction(
+      db,
+      [&] {
+        for (const std::string& tag : tags) {
+          Statement remove = db.prepare("DELETE FROM run_tags WHERE run = ? AND tag = ?");
+          remove.bind(1, run).bind(2, tag);
+          remove.run();
+        }
+      },
+      TransactionScope::own_rows);
 }
 
 void set_run_note(Database& db, int64_t run, const std::optional<std::string>& note) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare("UPDATE runs SET note = ? WHERE run = ?");
-    statement.bind(1, note && !note->empty() ? note : std::nullopt).bind(2, run);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare("UPDATE runs SET note = ? WHERE run = ?");
+        statement.bind(1, note && !note->empty() ? note : std::nullopt).bind(2, run);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
 RunRecord load_run(Database& db, int64_t run) {
@@ -574,24 +633,30 @@ int reap_stale_runs(Database& db, double now, const std::string& home) {
     if (effective_status(run, now) != "interrupted") continue;
     if (const std::optional<FinalStatus> recorded = read_final_status(home + "/" + run.dir)) {
       // The process wrote its final status beside the index, which could not take it then.
-      with_transaction(db, [&] {
-        Statement statement =
-            db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt(db, "?3") +
-                       " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
-        statement.bind(1, recorded->status)
-            .bind(2, recorded->error)
-            .bind(3, recorded->ended_at)
-            .bind(4, run.run)
-            .bind(5, run.heartbeat_at);
-        statement.run();
-        reaped += db.changes();
-      });
+      with_transaction(
+          db,
+          [&] {
+            Statement statement =
+                db.prepare("UPDATE runs SET status = ?1, error = ?2, ended_at = ?3, " + fold_attempt(db, "?3") +
+                           " WHERE run = ?4 AND status = 'running' AND heartbeat_at = ?5");
+            statement.bind(1, recorded->status)
+                .bind(2, recorded->error)
+                .bind(3, recorded->ended_at)
+                .bind(4, run.run)
+                .bind(5, run.heartbeat_at);
+            statement.run();
+            reaped += db.changes();
+          },
+          TransactionScope::own_rows);
       continue;
     }
-    with_transaction(db, [&] {
-      reaped += interrupt_silent_run(db, run.run, run.heartbeat_at,
-                                     "the process stopped without finishing the run (killed or crashed)");
-    });
+    with_transaction(
+        db,
+        [&] {
+          reaped += interrupt_silent_run(db, run.run, run.heartbeat_at,
+                                         "the process stopped without finishing the run (killed or crashed)");
+        },
+        TransactionScope::own_rows);
   }
   return reaped;
 }
@@ -629,43 +694,52 @@ std::vector<MetricPoint> metric_series(Database& db, int64_t run, const std::str
 }
 
 int64_t add_checkpoint(Database& db, const CheckpointRecord& checkpoint) {
-  return with_transaction(db, [&] {
-    Statement replaced = db.prepare("DELETE FROM checkpoints WHERE run = ? AND path = ?");
-    replaced.bind(1, checkpoint.run).bind(2, checkpoint.path);
-    replaced.run();
-    Statement insert = db.prepare(
-        "INSERT INTO checkpoints (run, step, path, bytes, hash, metric, metric_value, kept, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING checkpoint");
-    insert.bind(1, checkpoint.run).bind(2, checkpoint.step).bind(3, checkpoint.path).bind(4, checkpoint.bytes);
-    insert.bind(5, checkpoint.hash).bind(6, checkpoint.metric).bind(7, checkpoint.metric_value);
-    insert.bind(8, static_cast<int64_t>(checkpoint.kept))
-        .bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
-    insert.step();
-    const int64_t id = insert.integer(0);
-    insert.reset();
-    Statement file = db.prepare("INSERT INTO checkpoint_files (checkpoint, name, bytes, hash) VALUES (?, ?, ?, ?)");
-    for (const auto& f : checkpoint.files) {
-      file.bind(1, id).bind(2, f.name).bind(3, f.bytes).bind(4, f.hash);
-      file.run();
-    }
-    return id;
-  });
+  return with_transaction(
+      db,
+      [&] {
+        Statement replaced = db.prepare("DELETE FROM checkpoints WHERE run = ? AND path = ?");
+        replaced.bind(1, checkpoint.run).bind(2, checkpoint.path);
+        replaced.run();
+        Statement insert = db.prepare(
+            "INSERT INTO checkpoints (run, step, path, bytes, hash, metric, metric_value, kept, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING checkpoint");
+        insert.bind(1, checkpoint.run).bind(2, checkpoint.step).bind(3, checkpoint.path).bind(4, checkpoint.bytes);
+        insert.bind(5, checkpoint.hash).bind(6, checkpoint.metric).bind(7, checkpoint.metric_value);
+        insert.bind(8, static_cast<int64_t>(checkpoint.kept))
+            .bind(9, checkpoint.created_at ? checkpoint.created_at : now_seconds());
+        insert.step();
+        const int64_t id = insert.integer(0);
+        insert.reset();
+        Statement file = db.prepare("INSERT INTO checkpoint_files (checkpoint, name, bytes, hash) VALUES (?, ?, ?, ?)");
+        for (const auto& f : checkpoint.files) {
+          file.bind(1, id).bind(2, f.name).bind(3, f.bytes).bind(4, f.hash);
+          file.run();
+        }
+        return id;
+      },
+      TransactionScope::own_rows);
 }
 
 void set_checkpoint_kept(Database& db, int64_t checkpoint, bool kept) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare("UPDATE checkpoints SET kept = ? WHERE checkpoint = ?");
-    statement.bind(1, static_cast<int64_t>(kept)).bind(2, checkpoint);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare("UPDATE checkpoints SET kept = ? WHERE checkpoint = ?");
+        statement.bind(1, static_cast<int64_t>(kept)).bind(2, checkpoint);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
 void delete_checkpoint(Database& db, int64_t checkpoint) {
-  with_transaction(db, [&] {
-    Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
-    statement.bind(1, checkpoint);
-    statement.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement statement = db.prepare("DELETE FROM checkpoints WHERE checkpoint = ?");
+        statement.bind(1, checkpoint);
+        statement.run();
+      },
+      TransactionScope::own_rows);
 }
 
 std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run) {
@@ -698,18 +772,25 @@ std::vector<CheckpointRecord> checkpoints(Database& db, int64_t run) {
 }
 
 int64_t add_artifact(Database& db, const ArtifactRecord& artifact) {
-  return with_transaction(db, [&] {
-    Statement insert = db.prepare(
-        "INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-        "RETURNING artifact");
-    insert.bind(1, artifact.run).bind(2, artifact.step).bind(3, artifact.kind).bind(4, artifact.name);
-    insert.bind(5, artifact.path).bind(6, artifact.bytes);
-    insert.bind(7, artifact.created_at ? artifact.created_at : now_seconds());
-    insert.step();
-    const int64_t id = insert.integer(0);
-    insert.reset();
-    return id;
-  });
+  return with_transaction(
+      db,
+      [&] {
+        // One row per file, as for checkpoints: a retry after a lost answer replaces its first try's.
+        Statement replaced = db.prepare("DELETE FROM artifacts WHERE run = ? AND path = ?");
+        replaced.bind(1, artifact.run).bind(2, artifact.path);
+        replaced.run();
+        Statement insert = db.prepare(
+            "INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "RETURNING artifact");
+        insert.bind(1, artifact.run).bind(2, artifact.step).bind(3, artifact.kind).bind(4, artifact.name);
+        insert.bind(5, artifact.path).bind(6, artifact.bytes);
+        insert.bind(7, artifact.created_at ? artifact.created_at : now_seconds());
+        insert.step();
+        const int64_t id = insert.integer(0);
+        insert.reset();
+        return id;
+      },
+      TransactionScope::own_rows);
 }
 
 namespace {
@@ -735,23 +816,27 @@ std::vector<ArtifactRecord> artifacts(Database& db, int64_t run) {
 }
 
 void add_input(Database& db, int64_t run, const InputRecord& input) {
-  with_transaction(db, [&] {
-    Statement insert = db.prepare(
-        "INSERT INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run, attempt, kind, path) DO UPDATE SET bytes = excluded.bytes, "
-        "modified_at = excluded.modified_at, detail = excluded.detail, recorded_at = excluded.recorded_at");
-    insert.bind(1, run).bind(2, input.attempt).bind(3, input.kind).bind(4, input.path);
-    if (input.bytes)
-      insert.bind(5, *input.bytes);
-    else
-      insert.bind_null(5);
-    if (input.modified_at)
-      insert.bind(6, *input.modified_at);
-    else
-      insert.bind_null(6);
-    insert.bind(7, input.detail.dump()).bind(8, now_seconds());
-    insert.run();
-  });
+  with_transaction(
+      db,
+      [&] {
+        Statement insert = db.prepare(
+            "INSERT INTO inputs (run, attempt, kind, path, bytes, modified_at, detail, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run, attempt, kind, path) DO UPDATE SET bytes = "
+            "excluded.bytes, "
+            "modified_at = excluded.modified_at, detail = excluded.detail, recorded_at = excluded.recorded_at");
+        insert.bind(1, run).bind(2, input.attempt).bind(3, input.kind).bind(4, input.path);
+        if (input.bytes)
+          insert.bind(5, *input.bytes);
+        else
+          insert.bind_null(5);
+        if (input.modified_at)
+          insert.bind(6, *input.modified_at);
+        else
+          insert.bind_null(6);
+        insert.bind(7, input.detail.dump()).bind(8, now_seconds());
+        insert.run();
+      },
+      TransactionScope::own_rows);
 }
 
 std::vector<InputRecord> run_inputs(Database& db, int64_t run) {

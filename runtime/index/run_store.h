@@ -97,6 +97,11 @@ void check_name(const std::string& name, std::string_view what = "run");
 // (`quickstart-3`) is given to the next run, when it was the last one given.
 void release_run_name(Database& db, const std::string& name);
 
+// A random key (24 characters of [0-9a-z]) that a client makes for a write it may retry: stored with what the write
+// made, it lets the retry of a transaction whose commit went through (its answer lost) find that instead of doing it
+// again.
+std::string client_key();
+
 // Inserts a running run for this process, with a fresh id and (when none is given) a generated name that
 // is free both in the index and as a directory under `home`, and its first attempt. A given name that exists
 // is an IndexError.
@@ -138,8 +143,9 @@ std::vector<AttemptRecord> run_attempts(Database& db, int64_t run);
 void set_attempt_start(Database& db, int64_t run, int64_t step);
 // Takes back the latest attempt of a resumed run: deletes its row and puts the run's row back as the attempt
 // before left it (status, error, end, config, world size, hosts, device, versions, script and git state).
-// An IndexError when there is no earlier attempt on record.
-RunRecord drop_latest_attempt(Database& db, int64_t run);
+// An IndexError when there is no earlier attempt on record. `attempt` is the attempt to take back: nothing changes
+// when the run has fewer (it was taken back already).
+RunRecord drop_latest_attempt(Database& db, int64_t run, int64_t attempt);
 // status: finished, failed or interrupted.
 void finish_run(Database& db, int64_t run, const std::string& status, const std::optional<std::string>& error);
 // Merges `values` into the summary object.

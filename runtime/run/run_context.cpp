@@ -294,7 +294,7 @@ std::optional<std::string> RunContext::withdraw() {
     }
     core::log_to_file(core::LogLevel::info, fmt::format("attempt {} is taken back: it {}", record_.attempts, why));
     core::detach_log_file();
-    record_ = drop_latest_attempt(db_, record_.run);
+    record_ = drop_latest_attempt(db_, record_.run, record_.attempts);
     finished_ = true;
     write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
     if (previous_script_) write_text_file(directory_ + "/script.lua", *previous_script_);

@@ -38,11 +38,14 @@ RemovedSweep remove_sweep(index::Database& db, const std::string& home, const Sw
     removed.checkpoints += gone.checkpoints;
     removed.bytes += gone.bytes;
   }
-  index::with_transaction(db, [&] {
-    index::Statement remove = db.prepare("DELETE FROM sweeps WHERE sweep = ?");  // trials, rungs, workers cascade
-    remove.bind(1, sweep.sweep);
-    remove.run();
-  });
+  index::with_transaction(
+      db,
+      [&] {
+        index::Statement remove = db.prepare("DELETE FROM sweeps WHERE sweep = ?");  // trials, rungs, workers cascade
+        remove.bind(1, sweep.sweep);
+        remove.run();
+      },
+      index::TransactionScope::own_rows);
   const std::string output = home + "/sweeps/" + sweep.name;
   struct stat info {};
   if (::lstat(output.c_str(), &info) == 0) {

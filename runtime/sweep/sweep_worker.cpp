@@ -34,6 +34,7 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
+#include "runtime/index/trial_fence.h"
 #include "runtime/sweep/host_leases.h"
 
 namespace runner::sweep {
@@ -46,6 +47,8 @@ constexpr int kStorageFullWaitSeconds = 10;
 
 struct Running {
   std::int64_t trial = 0;
+  std::int64_t generation = 0;  // of the claim it runs under
+  bool lost = false;            // taken over by another worker while this one was silent
   pid_t pid = -1;
   std::optional<std::int64_t> pause_step;
   std::string log_path;
@@ -147,6 +150,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   child.environment = {{"RUNNER_HOME", home},
                        {"RUNNER_SWEEP", std::to_string(sweep.sweep)},
                        {"RUNNER_TRIAL", std::to_string(claim.trial.trial)},
+                       {"RUNNER_TRIAL_GENERATION", std::to_string(claim.trial.generation)},
                        {"OMP_NUM_THREADS", std::to_string(lease.threads())},
                        {"RUNNER_CORES", std::to_string(lease.threads())},
                        {"RUNNER_NO_BROWSER", "1"}};
@@ -161,6 +165,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
 
   Running running;
   running.trial = claim.trial.trial;
+  running.generation = claim.trial.generation;
   running.pause_step = claim.pause_step;
   running.log_path = fmt::format("{}/trial-{:04d}.log", log_directory, claim.trial.trial);
   const int fd = ::open(running.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
@@ -428,6 +433,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
   bool failure_limit = false;
   double next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
   double next_claim = 0;  // after a trial could not start: not before this
+  // A trial this worker lost (its process here had `pid`): who took it over.
+  auto lost_text = [&](std::int64_t number, pid_t pid) {
+    return retried("reading the trials", [&] {
+      const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+      const auto trial =
+          std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == number; });
+      return fmt::format("trial {} was taken over {} (generation {})", number,
+                         index::taken_over_by(db, sweep.sweep, number, pid),
+                         trial == trials.end() ? 0 : trial->generation);
+    });
+  };
   auto running_count = [&] {
     int count = 0;
     for (const auto& r : running) count += r ? 1 : 0;
@@ -464,7 +480,8 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
         if (const std::optional<std::string> unreachable = unreachable_checkpoints(home, *claim, db)) {
           TrialEnd end;
           end.failure = *unreachable;
-          retried("recording a trial's end", [&] { return end_trial(db, sweep, claim->trial.trial, end); });
+          retried("recording a trial's end",
+                  [&] { return end_trial(db, sweep, claim->trial.trial, end, claim->trial.generation); });
           say(*unreachable);
           continue;
         }
@@ -474,7 +491,8 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
           // Handed back as stopped, so that this worker or another continues it.
           TrialEnd end;
           end.stopped_by_sweep = true;
-          retried("handing back a trial", [&] { return end_trial(db, sweep, claim->trial.trial, end); });
+          retried("handing back a trial",
+                  [&] { return end_trial(db, sweep, claim->trial.trial, end, claim->trial.generation); });
           say(fmt::format("trial {} could not start: {}; trying again in 30 s", claim->trial.trial, error.what()));
           next_claim = index::now_seconds() + 30;
           break;
@@ -514,8 +532,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
           end.killed_by = WTERMSIG(status);
         else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128)
           end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
-        const TrialRecord trial =
-            retried("recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end); });
+        const std::optional<TrialRecord> recorded = retried(
+            "recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end, slot->generation); });
+        if (!recorded) {
+          say(
+              fmt::format("{} while this worker was silent: its process here {} and its end is not recorded here | "
+                          "{}",
+                          lost_text(slot->trial, slot->pid), core::how_it_ended(status), counts()));
+          slot.reset();
+          continue;
+        }
+        const TrialRecord& trial = *recorded;
         say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
         if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
         slot.reset();
@@ -538,10 +565,17 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
     }
 
     if (index::now_seconds() >= next_heartbeat) {
-      std::vector<std::int64_t> trials;
+      std::vector<HeldTrial> trials;
       for (const auto& r : running)
-        if (r) trials.push_back(r->trial);
-      retried("a heartbeat", [&] { heartbeat_trials(db, sweep, worker, trials); });
+        if (r && !r->lost) trials.push_back({r->trial, r->generation});
+      const std::vector<std::int64_t> lost =
+          retried("a heartbeat", [&] { return heartbeat_trials(db, sweep, worker, trials); });
+      for (auto& r : running)
+        if (r && std::find(lost.begin(), lost.end(), r->trial) != lost.end()) {
+          r->lost = true;
+          say(fmt::format("{} while this worker was silent: its process here stops at its next write to the index",
+                          lost_text(r->trial, r->pid)));
+        }
       next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
     }
   }
@@ -550,12 +584,16 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
   // over the ones this worker handed back).
   std::int64_t other_workers = 0;
   const std::vector<TrialRecord> trials = retried("ending the worker", [&] {
-    index::with_transaction(db, [&] {
-      remove_worker(db, sweep.sweep, worker);
-      const std::vector<WorkerRecord> others = list_workers(db, sweep);
-      other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
-      if (stop_signal != 0 && other_workers == 0) set_sweep_status(db, sweep.sweep, "stopped");
-    });
+    index::with_transaction(
+        db,
+        [&] {
+          lock_sweep(db, sweep.sweep);
+          remove_worker(db, sweep.sweep, worker);
+          const std::vector<WorkerRecord> others = list_workers(db, sweep);
+          other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
+          if (stop_signal != 0 && other_workers == 0) set_sweep_status(db, sweep.sweep, "stopped");
+        },
+        index::TransactionScope::own_rows);
     return list_trials(db, sweep.sweep);
   });
   stop_signals.reset();

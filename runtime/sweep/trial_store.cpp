@@ -24,7 +24,8 @@ using index::Statement;
 using nlohmann::json;
 
 constexpr const char* kTrialColumns =
-    "trial, params, run, status, rung, metric, step, worker, error, segments, created_at, ended_at, retries";
+    "trial, params, run, status, rung, metric, step, worker, error, segments, created_at, ended_at, retries, "
+    "generation";
 
 TrialRecord read_trial(Statement& row) {
   TrialRecord trial;
@@ -41,6 +42,7 @@ TrialRecord read_trial(Statement& row) {
   trial.created_at = row.optional_real(10).value_or(0);
   trial.ended_at = row.optional_real(11);
   trial.retries = static_cast<int>(row.integer(12));
+  trial.generation = row.integer(13);
   return trial;
 }
 
@@ -117,16 +119,42 @@ std::vector<RungResult> results_at(Database& db, std::int64_t sweep, int rung) {
   return results;
 }
 
-void mark_running(Database& db, std::int64_t sweep, std::int64_t trial, const std::string& worker) {
+// Returns the claim's generation.
+std::int64_t mark_running(Database& db, std::int64_t sweep, std::int64_t trial, const std::string& worker) {
   Statement update = db.prepare(
       "UPDATE trials SET status = 'running', worker = ?, heartbeat_at = ?, segments = segments + 1, error = NULL, "
-      "ended_at = NULL WHERE sweep = ? AND trial = ?");
+      "ended_at = NULL, generation = generation + 1 WHERE sweep = ? AND trial = ? RETURNING generation");
   update.bind(1, worker).bind(2, index::now_seconds()).bind(3, sweep).bind(4, trial);
-  update.run();
+  update.step();
+  const std::int64_t generation = update.integer(0);
+  update.reset();
+  return generation;
 }
 
 std::int64_t failed_count(const std::vector<TrialRecord>& trials) {
   return std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
+}
+
+// The claim that `worker` made with `key`, as claim_trial returned it (the trials.claim column keeps it).
+std::optional<Claim> claim_made(Database& db, const SweepRecord& sweep, const std::string& worker,
+                                const std::string& key) {
+  Statement select = db.prepare(fmt::format(
+      "SELECT {}, claim FROM trials WHERE sweep = ? AND worker = ? AND status = 'running' AND claim IS NOT NULL",
+      kTrialColumns));
+  select.bind(1, sweep.sweep).bind(2, worker);
+  while (select.step()) {
+    const json claim = json::parse(select.text(14), nullptr, false);
+    if (!claim.is_object() || claim.value("key", "") != key) continue;
+    Claim made;
+    made.trial = read_trial(select);
+    if (claim["resume_run"].is_number_integer()) made.resume_run = claim["resume_run"].get<std::int64_t>();
+    if (claim["pause_step"].is_number_integer()) made.pause_step = claim["pause_step"].get<std::int64_t>();
+    made.reason = claim.value("reason", "");
+    select.reset();
+    if (made.resume_run) made.trial.step = index::load_run(db, *made.resume_run).step;
+    return made;
+  }
+  return std::nullopt;
 }
 
 // end_trial inside the caller's transaction.
@@ -182,6 +210,12 @@ std::string describe_difference(const json& stored, const json& wanted) {
 
 }  // namespace
 
+void lock_sweep(Database& db, std::int64_t sweep) {
+  Statement lock = db.prepare(std::string("SELECT sweep FROM sweeps WHERE sweep = ?") + db.lock_rows());
+  lock.bind(1, sweep);
+  lock.run();
+}
+
 std::string worker_name() { return fmt::format("{}:{}", index::host_name(), static_cast<long long>(::getpid())); }
 
 std::optional<SweepRecord> same_definition(Database& db, const SweepSpec& spec) {
@@ -201,6 +235,8 @@ std::optional<SweepRecord> same_definition(Database& db, const SweepSpec& spec) 
 
 SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
   const json wanted = sweep_json(spec);
+  // Under the index lock: the name is looked up before the sweep is created, and no other start may create it
+  // meanwhile (there is no row to lock yet).
   return index::with_transaction(db, [&] {
     if (std::optional<SweepRecord> stored = same_definition(db, spec)) return *stored;
     Statement insert = db.prepare(
@@ -266,117 +302,136 @@ void set_sweep_status(Database& db, std::int64_t sweep, const std::string& statu
 std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const std::string& worker,
                                  std::vector<TrialRecord>* ended_unwatched) {
   const SweepSpec& spec = sweep.spec;
-  return index::with_transaction(db, [&]() -> std::optional<Claim> {
-    if (ended_unwatched) ended_unwatched->clear();
-    const double now = index::now_seconds();
-    {
-      // A running trial whose row another transaction holds (its worker's heartbeat) is alive: skipped, not
-      // waited for (PostgreSQL; SQLite's writers never overlap).
-      Statement running = db.prepare(
-          std::string("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'") +
-          db.lock_rows_skipping_locked());
-      running.bind(1, sweep.sweep);
-      std::vector<std::int64_t> orphans;
-      while (running.step())
-        if (running.optional_text(1) != worker &&
-            worker_gone(spec, running.optional_text(1), running.optional_real(2), now))
-          orphans.push_back(running.integer(0));
-      for (std::int64_t trial : orphans) {
-        Statement stop =
-            db.prepare("UPDATE trials SET status = 'stopped', worker = NULL WHERE sweep = ? AND trial = ?");
-        stop.bind(1, sweep.sweep).bind(2, trial);
-        stop.run();
-      }
-    }
-    std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
-    if (failed_count(trials) >= spec.max_failures) return std::nullopt;
-
-    // Locks the row of a trial to take (FOR UPDATE SKIP LOCKED on PostgreSQL): false when another session holds it.
-    auto lockable = [&](const TrialRecord& trial) {
-      Statement lock = db.prepare(std::string("SELECT trial FROM trials WHERE sweep = ? AND trial = ? AND status = ?") +
-                                  db.lock_rows_skipping_locked());
-      lock.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.status);
-      return lock.step();
-    };
-    auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason, bool to_the_end = false) {
-      mark_running(db, sweep.sweep, trial.trial, worker);
-      if (run) trial.step = index::load_run(db, *run).step;
-      trial.status = "running";
-      trial.worker = worker;
-      ++trial.segments;
-      return Claim{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
-    };
-
-    // A stopped trial whose run ended on its own while no worker watched it (its worker was killed as the run ran
-    // its last step or reached its rung, so the end was never recorded): that end is recorded as the worker would
-    // have, from the run. Continuing it would run a finished run again, from step 0 when it kept no checkpoint.
-    bool recorded = false;
-    for (const TrialRecord& trial : trials) {
-      if (trial.status != "stopped") continue;
-      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if (!run) continue;
-      const std::string run_status = index::load_run(db, *run).status;
-      if ((run_status != "finished" && run_status != "paused") || !lockable(trial)) continue;
-      TrialEnd end;
-      end.exited_ok = true;
-      end.stopped_by_sweep = true;  // paused short of its rung's value: stays stopped, and is continued below
-      end.pause_step = pause_for(spec, trial.rung);
-      const TrialRecord ended = record_end(db, sweep, trial.trial, end);
-      if (ended.status == "stopped") continue;
-      recorded = true;
-      if (ended_unwatched) ended_unwatched->push_back(ended);
-    }
-    if (recorded) {
-      trials = list_trials(db, sweep.sweep);
-      if (failed_count(trials) >= spec.max_failures) return std::nullopt;
-    }
-
-    for (const TrialRecord& trial : trials) {
-      if (trial.status != "stopped") continue;
-      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
-      if (!lockable(trial)) continue;
-      if (trial.error)  // end_trial notes why a trial killed by a signal is retried
-        return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
-      return claim(trial, run, "continued");
-    }
-
-    if (spec.asha) {
-      for (int rung = static_cast<int>(rung_steps(*spec.asha).size()); rung >= 1; --rung) {
-        const std::vector<RungResult> results = results_at(db, sweep.sweep, rung);
-        for (const TrialRecord& trial : trials) {
-          if (trial.status != "paused" || trial.rung != rung) continue;
-          if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
-          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) continue;
-          return claim(trial, run, fmt::format("promoted past rung {}", rung));
+  const std::string key = index::client_key();
+  return index::with_transaction(
+      db,
+      [&]() -> std::optional<Claim> {
+        if (ended_unwatched) ended_unwatched->clear();
+        lock_sweep(db, sweep.sweep);
+        // A retry whose first try committed (its answer lost): the trial that try claimed, not another one.
+        if (std::optional<Claim> made = claim_made(db, sweep, worker, key)) return made;
+        const double now = index::now_seconds();
+        {
+          // A running trial whose row another transaction holds (its worker's heartbeat) is alive: skipped, not
+          // waited for (PostgreSQL; SQLite's writers never overlap).
+          Statement running = db.prepare(
+              std::string("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'") +
+              db.lock_rows_skipping_locked());
+          running.bind(1, sweep.sweep);
+          std::vector<std::int64_t> orphans;
+          while (running.step())
+            if (running.optional_text(1) != worker &&
+                worker_gone(spec, running.optional_text(1), running.optional_real(2), now))
+              orphans.push_back(running.integer(0));
+          for (std::int64_t trial : orphans) {
+            Statement stop = db.prepare(
+                "UPDATE trials SET status = 'stopped', worker = NULL, generation = generation + 1 WHERE sweep = ? AND "
+                "trial = ?");
+            stop.bind(1, sweep.sweep).bind(2, trial);
+            stop.run();
+          }
         }
-      }
-    }
+        std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+        if (failed_count(trials) >= spec.max_failures) return std::nullopt;
 
-    if (static_cast<std::int64_t>(trials.size()) >= spec.trials) {
-      const std::optional<LastPromotion> last = last_promotion(db, sweep, trials);
-      if (!last) return std::nullopt;
-      const TrialRecord& trial =
-          *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
-      const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-      if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) return std::nullopt;
-      return claim(trial, run, last->reason, true);
-    }
-    std::vector<Observation> history;
-    for (const TrialRecord& trial : trials)
-      if (trial.metric && std::isfinite(*trial.metric) && trial.status != "running" && trial.status != "failed")
-        history.push_back({trial.params, *trial.metric});
-    TrialRecord trial;
-    trial.trial = static_cast<std::int64_t>(trials.size()) + 1;
-    trial.params = suggest(spec, trial.trial - 1, history);
-    trial.created_at = now;
-    Statement insert =
-        db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
-    insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.params.dump()).bind(4, now);
-    insert.run();
-    return claim(trial, std::nullopt, "new");
-  });
+        // Locks the row of a trial to take (FOR UPDATE SKIP LOCKED on PostgreSQL): false when another session holds it.
+        auto lockable = [&](const TrialRecord& trial) {
+          Statement lock =
+              db.prepare(std::string("SELECT trial FROM trials WHERE sweep = ? AND trial = ? AND status = ?") +
+                         db.lock_rows_skipping_locked());
+          lock.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.status);
+          return lock.step();
+        };
+        auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason,
+                         bool to_the_end = false) {
+          trial.generation = mark_running(db, sweep.sweep, trial.trial, worker);
+          if (run) trial.step = index::load_run(db, *run).step;
+          trial.status = "running";
+          trial.worker = worker;
+          ++trial.segments;
+          Claim made{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
+          Statement record = db.prepare("UPDATE trials SET claim = ? WHERE sweep = ? AND trial = ?");
+          record.bind(1, json{{"key", key},
+                              {"reason", made.reason},
+                              {"resume_run", made.resume_run ? json(*made.resume_run) : json()},
+                              {"pause_step", made.pause_step ? json(*made.pause_step) : json()}}
+                             .dump());
+          record.bind(2, sweep.sweep).bind(3, trial.trial);
+          record.run();
+          return made;
+        };
+
+        // A stopped trial whose run ended on its own while no worker watched it (its worker was killed as the run ran
+        // its last step or reached its rung, so the end was never recorded): that end is recorded as the worker would
+        // have, from the run. Continuing it would run a finished run again, from step 0 when it kept no checkpoint.
+        bool recorded = false;
+        for (const TrialRecord& trial : trials) {
+          if (trial.status != "stopped") continue;
+          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+          if (!run) continue;
+          const std::string run_status = index::load_run(db, *run).status;
+          if ((run_status != "finished" && run_status != "paused") || !lockable(trial)) continue;
+          TrialEnd end;
+          end.exited_ok = true;
+          end.stopped_by_sweep = true;  // paused short of its rung's value: stays stopped, and is continued below
+          end.pause_step = pause_for(spec, trial.rung);
+          const TrialRecord ended = record_end(db, sweep, trial.trial, end);
+          if (ended.status == "stopped") continue;
+          recorded = true;
+          if (ended_unwatched) ended_unwatched->push_back(ended);
+        }
+        if (recorded) {
+          trials = list_trials(db, sweep.sweep);
+          if (failed_count(trials) >= spec.max_failures) return std::nullopt;
+        }
+
+        for (const TrialRecord& trial : trials) {
+          if (trial.status != "stopped") continue;
+          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+          if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
+          if (!lockable(trial)) continue;
+          if (trial.error)  // end_trial notes why a trial killed by a signal is retried
+            return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
+          return claim(trial, run, "continued");
+        }
+
+        if (spec.asha) {
+          for (int rung = static_cast<int>(rung_steps(*spec.asha).size()); rung >= 1; --rung) {
+            const std::vector<RungResult> results = results_at(db, sweep.sweep, rung);
+            for (const TrialRecord& trial : trials) {
+              if (trial.status != "paused" || trial.rung != rung) continue;
+              if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
+              const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+              if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) continue;
+              return claim(trial, run, fmt::format("promoted past rung {}", rung));
+            }
+          }
+        }
+
+        if (static_cast<std::int64_t>(trials.size()) >= spec.trials) {
+          const std::optional<LastPromotion> last = last_promotion(db, sweep, trials);
+          if (!last) return std::nullopt;
+          const TrialRecord& trial =
+              *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
+          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+          if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) return std::nullopt;
+          return claim(trial, run, last->reason, true);
+        }
+        std::vector<Observation> history;
+        for (const TrialRecord& trial : trials)
+          if (trial.metric && std::isfinite(*trial.metric) && trial.status != "running" && trial.status != "failed")
+            history.push_back({trial.params, *trial.metric});
+        TrialRecord trial;
+        trial.trial = static_cast<std::int64_t>(trials.size()) + 1;
+        trial.params = suggest(spec, trial.trial - 1, history);
+        trial.created_at = now;
+        Statement insert =
+            db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
+        insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.params.dump()).bind(4, now);
+        insert.run();
+        return claim(trial, std::nullopt, "new");
+      },
+      index::TransactionScope::own_rows);
 }
 
 std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int64_t trial) {
@@ -389,26 +444,29 @@ std::optional<std::int64_t> trial_run(Database& db, std::int64_t sweep, std::int
 
 void add_worker(Database& db, const SweepRecord& record, const std::string& worker, const std::string& slurm_job) {
   const std::int64_t sweep = record.sweep;
-  index::with_transaction(db, [&] {
-    const double now = index::now_seconds();
-    Statement select = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
-    select.bind(1, sweep);
-    std::vector<std::string> gone;
-    while (select.step())
-      if (worker_gone(record.spec, select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
-    select.reset();
-    for (const std::string& name : gone) remove_worker(db, sweep, name);
-    const auto colon = worker.rfind(':');
-    Statement insert = db.prepare(
-        "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at, host, pid, slurm_job) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep, worker) DO UPDATE SET started_at = excluded.started_at, "
-        "heartbeat_at = excluded.heartbeat_at, host = excluded.host, pid = excluded.pid, slurm_job = "
-        "excluded.slurm_job");
-    insert.bind(1, sweep).bind(2, worker).bind(3, now).bind(4, now).bind(5, worker.substr(0, colon));
-    insert.bind(6, static_cast<std::int64_t>(std::stoll(worker.substr(colon + 1))));
-    insert.bind(7, slurm_job.empty() ? std::nullopt : std::optional<std::string>(slurm_job));
-    insert.run();
-  });
+  index::with_transaction(
+      db,
+      [&] {
+        const double now = index::now_seconds();
+        Statement select = db.prepare("SELECT worker, heartbeat_at FROM sweep_workers WHERE sweep = ?");
+        select.bind(1, sweep);
+        std::vector<std::string> gone;
+        while (select.step())
+          if (worker_gone(record.spec, select.text(0), select.optional_real(1), now)) gone.push_back(select.text(0));
+        select.reset();
+        for (const std::string& name : gone) remove_worker(db, sweep, name);
+        const auto colon = worker.rfind(':');
+        Statement insert = db.prepare(
+            "INSERT INTO sweep_workers (sweep, worker, started_at, heartbeat_at, host, pid, slurm_job) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sweep, worker) DO UPDATE SET started_at = excluded.started_at, "
+            "heartbeat_at = excluded.heartbeat_at, host = excluded.host, pid = excluded.pid, slurm_job = "
+            "excluded.slurm_job");
+        insert.bind(1, sweep).bind(2, worker).bind(3, now).bind(4, now).bind(5, worker.substr(0, colon));
+        insert.bind(6, static_cast<std::int64_t>(std::stoll(worker.substr(colon + 1))));
+        insert.bind(7, slurm_job.empty() ? std::nullopt : std::optional<std::string>(slurm_job));
+        insert.run();
+      },
+      index::TransactionScope::own_rows);
 }
 
 std::vector<WorkerRecord> list_workers(Database& db, const SweepRecord& sweep) {
@@ -461,8 +519,9 @@ WorkerPresence worker_presence(Database& db, const SweepRecord& sweep) {
   return presence;
 }
 
-void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker,
-                      const std::vector<std::int64_t>& trials) {
+std::vector<std::int64_t> heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string& worker,
+                                           const std::vector<HeldTrial>& trials) {
+  std::vector<std::int64_t> lost;
   index::with_transaction(
       db,
       [&] {
@@ -472,7 +531,8 @@ void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string&
             "ON CONFLICT (sweep, worker) DO UPDATE SET heartbeat_at = excluded.heartbeat_at");
         beat.bind(1, sweep.sweep).bind(2, worker).bind(3, now).bind(4, now);
         beat.run();
-        for (std::int64_t trial : trials) {
+        lost.clear();
+        for (const auto& [trial, generation] : trials) {
           const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial);
           std::int64_t step = 0;
           std::optional<double> metric;
@@ -482,21 +542,42 @@ void heartbeat_trials(Database& db, const SweepRecord& sweep, const std::string&
           }
           Statement update = db.prepare(
               "UPDATE trials SET heartbeat_at = ?1, run = coalesce(?2, run), step = " + db.greatest("step", "?3") +
-              ", metric = coalesce(?4, metric) WHERE sweep = ?5 AND trial = ?6 AND status = 'running'");
+              ", metric = coalesce(?4, metric) WHERE sweep = ?5 AND trial = ?6 AND status = 'running' AND "
+              "generation = ?7");
           update.bind(1, index::now_seconds())
               .bind(2, run)
               .bind(3, step)
               .bind(4, metric)
               .bind(5, sweep.sweep)
-              .bind(6, trial);
+              .bind(6, trial)
+              .bind(7, generation);
           update.run();
+          if (db.changes() > 0) continue;
+          Statement current = db.prepare("SELECT generation FROM trials WHERE sweep = ? AND trial = ?");
+          current.bind(1, sweep.sweep).bind(2, trial);
+          if (!current.step() || current.integer(0) != generation) lost.push_back(trial);
         }
       },
       index::TransactionScope::own_rows);
+  return lost;
 }
 
-TrialRecord end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end) {
-  return index::with_transaction(db, [&] { return record_end(db, sweep, trial, end); });
+std::optional<TrialRecord> end_trial(Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end,
+                                     std::int64_t generation) {
+  return index::with_transaction(
+      db,
+      [&]() -> std::optional<TrialRecord> {
+        Statement current = db.prepare(
+            fmt::format("SELECT {} FROM trials WHERE sweep = ? AND trial = ?{}", kTrialColumns, db.lock_rows()));
+        current.bind(1, sweep.sweep).bind(2, trial);
+        if (!current.step()) return std::nullopt;
+        const TrialRecord recorded = read_trial(current);
+        current.reset();
+        if (recorded.generation != generation) return std::nullopt;
+        if (recorded.status != "running") return recorded;
+        return record_end(db, sweep, trial, end);
+      },
+      index::TransactionScope::own_rows);
 }
 
 namespace {
@@ -569,10 +650,8 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
       "= ?, "
       "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
   update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
-  if (ended)
-    update.bind(7, index::now_seconds());
-  else
-    update.bind_null(7);
+  updated.ended_at = ended ? std::optional<double>(index::now_seconds()) : std::nullopt;
+  update.bind(7, updated.ended_at);
   update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
   update.run();
   updated.status = status;
@@ -587,36 +666,43 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
 }  // namespace
 
 bool finish_if_done(Database& db, const SweepRecord& sweep) {
-  return index::with_transaction(db, [&] {
-    const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
-    if (failed_count(trials) >= sweep.spec.max_failures) {
-      if (std::none_of(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "running"; })) {
-        Statement update = db.prepare("UPDATE sweeps SET status = 'failed', ended_at = ?, error = ? WHERE sweep = ?");
-        update.bind(1, index::now_seconds())
-            .bind(2, fmt::format("{} trials failed (max_failures = {})", failed_count(trials), sweep.spec.max_failures))
-            .bind(3, sweep.sweep);
+  return index::with_transaction(
+      db,
+      [&] {
+        lock_sweep(db, sweep.sweep);
+        const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+        if (failed_count(trials) >= sweep.spec.max_failures) {
+          if (std::none_of(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "running"; })) {
+            Statement update =
+                db.prepare("UPDATE sweeps SET status = 'failed', ended_at = ?, error = ? WHERE sweep = ?");
+            update.bind(1, index::now_seconds())
+                .bind(2, fmt::format("{} trials failed (max_failures = {})", failed_count(trials),
+                                     sweep.spec.max_failures))
+                .bind(3, sweep.sweep);
+            update.run();
+          }
+          return true;
+        }
+        if (static_cast<std::int64_t>(trials.size()) < sweep.spec.trials) return false;
+        for (const TrialRecord& trial : trials)
+          if (trial.status == "running" || trial.status == "stopped") return false;
+        if (last_promotion(db, sweep, trials)) return false;
+        Statement prune_runs = db.prepare(
+            "UPDATE runs SET status = 'pruned' WHERE status = 'paused' AND run IN "
+            "(SELECT run FROM trials WHERE sweep = ? AND status = 'paused')");
+        prune_runs.bind(1, sweep.sweep);
+        prune_runs.run();
+        Statement prune =
+            db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
+        prune.bind(1, index::now_seconds()).bind(2, sweep.sweep);
+        prune.run();
+        Statement update =
+            db.prepare("UPDATE sweeps SET status = 'finished', ended_at = ?, error = NULL WHERE sweep = ?");
+        update.bind(1, index::now_seconds()).bind(2, sweep.sweep);
         update.run();
-      }
-      return true;
-    }
-    if (static_cast<std::int64_t>(trials.size()) < sweep.spec.trials) return false;
-    for (const TrialRecord& trial : trials)
-      if (trial.status == "running" || trial.status == "stopped") return false;
-    if (last_promotion(db, sweep, trials)) return false;
-    Statement prune_runs = db.prepare(
-        "UPDATE runs SET status = 'pruned' WHERE status = 'paused' AND run IN "
-        "(SELECT run FROM trials WHERE sweep = ? AND status = 'paused')");
-    prune_runs.bind(1, sweep.sweep);
-    prune_runs.run();
-    Statement prune =
-        db.prepare("UPDATE trials SET status = 'pruned', ended_at = ? WHERE sweep = ? AND status = 'paused'");
-    prune.bind(1, index::now_seconds()).bind(2, sweep.sweep);
-    prune.run();
-    Statement update = db.prepare("UPDATE sweeps SET status = 'finished', ended_at = ?, error = NULL WHERE sweep = ?");
-    update.bind(1, index::now_seconds()).bind(2, sweep.sweep);
-    update.run();
-    return true;
-  });
+        return true;
+      },
+      index::TransactionScope::own_rows);
 }
 
 SweepCounts count_trials(const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {

@@ -33,6 +33,7 @@ struct TrialRecord {
   int retries = 0;   // times it was continued after a signal killed it
   double created_at = 0;
   std::optional<double> ended_at;
+  std::int64_t generation = 0;  // raised by each claim and takeover (index/trial_fence.h)
 };
 
 struct SweepRecord {
@@ -62,7 +63,12 @@ void set_sweep_status(index::Database& db, std::int64_t sweep, const std::string
 // This worker: "host:pid".
 std::string worker_name();
 
-// A trial a worker is to run now.
+// Locks the sweep's row until the caller's transaction ends (FOR UPDATE on PostgreSQL): claims of the sweep, its end
+// and a worker's end decide on all of its trials, so they take it in turn, while other sweeps' claims and the runs'
+// writes go on beside them.
+void lock_sweep(index::Database& db, std::int64_t sweep);
+
+// A trial a worker is to run now. trial.generation is the claim's: its process gets it as RUNNER_TRIAL_GENERATION.
 struct Claim {
   TrialRecord trial;
   std::optional<std::int64_t> resume_run;  // continue this run from its checkpoint; none: a new run
@@ -71,7 +77,8 @@ struct Claim {
 };
 
 // In one transaction: trials of dead workers (worker_gone: their process on this host ended, or no heartbeat for
-// the sweep's takeover_after) become stopped; then the first of: a stopped trial (whose run is not still running:
+// the sweep's takeover_after) become stopped, under a new generation (so their processes, should they resume, write
+// nothing more: index/trial_fence.h); then the first of: a stopped trial (whose run is not still running:
 // its process on this host, or on another a heartbeat within takeover_after; a run judged gone is marked
 // interrupted), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
 // the sweep's sampler), and once no trial runs and every trial has started, ASHA's last promotion: the best
@@ -80,7 +87,7 @@ struct Claim {
 // it runs to the end without pausing. None when the failure limit is reached or nothing can start now.
 // Before that, a stopped trial whose run ended on its own (finished, or paused at its rung) while no worker
 // watched it has that end recorded, as end_trial records an exit status 0, rather than being run again; those
-// trials, as recorded, are put in `ended_unwatched` when given.
+// trials, as recorded, are put in `ended_unwatched` when given. The claimed trial gets the next generation.
 std::optional<Claim> claim_trial(index::Database& db, const SweepRecord& sweep, const std::string& worker,
                                  std::vector<TrialRecord>* ended_unwatched = nullptr);
 
@@ -106,9 +113,15 @@ struct WorkerRecord {
 // The sweep's workers by host, then pid.
 std::vector<WorkerRecord> list_workers(index::Database& db, const SweepRecord& sweep);
 
+// A trial a worker runs: its number and the generation of the worker's claim.
+struct HeldTrial {
+  std::int64_t trial = 0;
+  std::int64_t generation = 0;
+};
 // Refreshes this worker's heartbeat and its running trials': heartbeat, run, step and latest objective value.
-void heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::string& worker,
-                      const std::vector<std::int64_t>& trials);
+// Returns the trials that are no longer this worker's: taken over (a new generation) while it was silent.
+std::vector<std::int64_t> heartbeat_trials(index::Database& db, const SweepRecord& sweep, const std::string& worker,
+                                           const std::vector<HeldTrial>& trials);
 
 // Whether a worker holds the sweep: one of its workers (or of its running trials' workers) has its process on
 // this host, or on another host a heartbeat within the sweep's takeover_after. `last_seen`: the newest heartbeat of its
@@ -131,8 +144,11 @@ struct TrialEnd {
 // Records the end from the trial's run in the index: finished (its objective's final value), paused at a
 // rung (the value at the first step >= pause_step), stopped, or failed. A trial killed by a signal the
 // worker did not send, or failed for want of disk space, is stopped, to be continued from its checkpoint, while it
-// has retries left (spec.retries); then failed. Returns the trial as recorded.
-TrialRecord end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial, const TrialEnd& end);
+// has retries left (spec.retries); then failed. Returns the trial as recorded; none when the trial is no longer the
+// claim of `generation` (taken over by another worker: nothing is recorded). A trial that is no longer running under
+// that generation (its end already recorded, by this call's transaction whose answer was lost) is returned unchanged.
+std::optional<TrialRecord> end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial,
+                                     const TrialEnd& end, std::int64_t generation);
 
 // Whether every trial has ended (paused ones included) and no more can start: then the paused trials become
 // pruned and the sweep finished (true returned). Also true when the failure limit was reached (sweep failed).

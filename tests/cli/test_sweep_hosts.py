@@ -12,6 +12,7 @@ import time
 import unittest
 
 import postgres_server
+from lossy_proxy import LossyProxy
 from runner_process import RUNNER, RunnerHomeTest
 from test_sweep import CHECKPOINTING, SweepTest, holding, score
 
@@ -48,11 +49,11 @@ class SweepOnTwoHosts(RunnerHomeTest):
                 worker.wait()
         super().tearDown()
 
-    def on_host(self, host, *args, log):
+    def on_host(self, host, *args, log, env=None):
         """`runner ARGS` as host `host`: its own UTS namespace and process group."""
         worker = subprocess.Popen(["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"', RUNNER, *args],
-                                  cwd=self.dir, env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=True)
+                                  cwd=self.dir, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
         self.workers.append(worker)
         return worker
 
@@ -209,6 +210,63 @@ class SweepOnTwoHosts(RunnerHomeTest):
         self.assertGreaterEqual(resumed, 5)
         self.assertEqual(after, list(range(resumed + 1, 41)))
 
+    def test_a_host_that_resumes_after_its_trial_was_taken_over_writes_nothing_more(self):
+        """Issue 50, item 5: alpha (its worker and its trial) is stopped past takeover_after, beta takes the trial over
+        and finishes it, then alpha resumes: its trial's process stops at its first write, with the reason, and its
+        worker reports the trial lost, not finished. The trial's metric `writer` says which host logged each step."""
+        self.script("synthetic.lua", holding(CHECKPOINTING).replace(
+            "run:log { score =", 'run:log { writer = tonumber(os.getenv("TEST_WRITER")), score ='))
+        self.script("fence.lua", """return runner.sweep {
+          script = "synthetic.lua", parameters = { width = { 1 } },
+          fixed = { steps = 30, sleep = 0.1, checkpoint_every = 5, hold_at = 7 }, method = "grid", metric = "score",
+          takeover_after = 10,
+        }
+        """)
+        alpha_log = open(self.dir / "alpha.log", "w+")
+        beta_log = open(self.dir / "beta.log", "w+")
+        self.addCleanup(alpha_log.close)
+        self.addCleanup(beta_log.close)
+        alpha = self.on_host("alpha", "sweep", "fence.lua", log=alpha_log, env={"TEST_WRITER": "1"})
+        (pid,), = self.wait_until("SELECT r.pid FROM runs r JOIN metrics m USING (run) WHERE m.key = 'writer' "
+                                  "AND m.step = 7", "alpha's trial held at step 7")
+        groups = (alpha.pid, int(pid))  # alpha's worker and its trial, each in its own process group
+        for group in groups:
+            os.killpg(group, signal.SIGSTOP)  # alpha stops as a paused host does
+        self.addCleanup(lambda: [os.killpg(group, signal.SIGCONT) for group in groups if alpha.poll() is None])
+        stopped = time.time()
+        beta = self.on_host("beta", "sweep", "--join", "fence", log=beta_log, env={"TEST_WRITER": "2"})
+        self.wait_until("SELECT attempt FROM attempts WHERE host = 'beta'", "beta taking the trial over", timeout=120)
+        self.release_held_trials()
+        beta.wait(timeout=180)
+        beta_log.seek(0)
+        self.assertEqual(beta.returncode, 0, beta_log.read())
+        # Claimed by alpha (generation 1), stopped as alpha's (2), claimed by beta (3).
+        self.assertEqual(self.sql("SELECT status, step, generation FROM trials"), [["finished", "30", "3"]])
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)
+        alpha.wait(timeout=120)
+        alpha_log.seek(0)
+        output = alpha_log.read()
+        self.assertEqual(alpha.returncode, 0, output)
+        self.assertIn("trial 1 was taken over by host beta (generation 3) while this worker was silent: its process "
+                      "here exited with status 76 and its end is not recorded here", output)
+        self.assertNotIn("trial 1 finished", output)
+        trial_log = (self.home / "sweeps" / "fence" / "trial-0001.log").read_text()
+        self.assertIn("runner: trial 1 of sweep fence was taken over by host beta (generation 3, this process has 1); "
+                      "this process stops without writing\n", trial_log)
+        # Nothing alpha's process did after the takeover reached the index: beta logged every step after its
+        # checkpoint of step 5; alpha's rows are the steps before, logged before alpha stopped.
+        writers = self.sql("SELECT step, value, time FROM metrics WHERE key = 'writer' ORDER BY step")
+        self.assertEqual([(int(s), float(v)) for s, v, _ in writers],
+                         [(s, 1.0) for s in range(1, 6)] + [(s, 2.0) for s in range(6, 31)])
+        self.assertTrue(all(float(t) < stopped for s, v, t in writers if float(v) == 1.0))
+        self.assertEqual(self.sql("SELECT host, status, start_step, end_step FROM attempts ORDER BY attempt"),
+                         [["alpha", "interrupted", "0", "7"], ["beta", "finished", "5", "30"]])
+        self.assertEqual(self.sql("SELECT r.host, r.status, r.step, r.attempts FROM runs r"),
+                         [["beta", "finished", "30", "2"]])
+        shown = json.loads(self.runner("sweep", "show", "fence", "--json", check=0).stdout)
+        self.assertEqual([(s["trial"], s["status"], s["step"]) for s in shown], [(1, "finished", 30)])
+
 
 @unittest.skipUnless(postgres_server.available(), "needs PostgreSQL's server programs")
 class DryRunOnPostgres(SweepTest):
@@ -248,6 +306,38 @@ class DryRunOnPostgres(SweepTest):
         result = self.runner("sweep", "--dry-run", "first.lua", check=1)
         self.assertEqual(result.stderr, f"runner sweep: {self.server.url(other)}: not a runner index (a PostgreSQL "
                                         "database without the runner schema)\n")
+
+
+@unittest.skipUnless(postgres_server.available(), "needs PostgreSQL's server programs")
+class LostCommitsOnPostgres(SweepTest):
+    """Issue 50, item 8: a transaction whose commit went through but whose answer was lost is retried without being
+    done twice: the schema's creation, a trial's claim and a run's creation each meet it once, through a proxy that
+    cuts the connection between the commit and its answer."""
+
+    def setUp(self):
+        super().setUp()
+        self.server = postgres_server.shared_server()
+        self.database = self.server.new_database().rsplit("/", 1)[1]
+        self.proxy = LossyProxy(self.server.port, ["CREATE TABLE sweeps", "INSERT INTO trials", "INSERT INTO runs ("])
+        self.addCleanup(self.proxy.close)
+        self.env = {**self.env, "RUNNER_INDEX": f"postgresql://runner@127.0.0.1:{self.proxy.port}/{self.database}"}
+
+    def sql(self, query):
+        return [line.split("|") for line in self.server.sql(query, self.database).splitlines() if line]
+
+    def test_a_lost_answer_to_a_commit_does_not_repeat_the_schema_a_claim_or_a_run(self):
+        self.sweep_file("lost.lua", 'name = "lost", script = "synthetic.lua", parameters = { width = { 1, 2 } },\n'
+                                    '  fixed = { steps = 3 }, method = "grid", metric = "score",')
+        result = self.runner("sweep", "lost.lua", check=0, timeout=240)
+        self.assertIn("sweep lost finished: running 0, queued 0, done 2", result.stdout)
+        self.assertEqual(self.proxy.cuts, ["CREATE TABLE sweeps", "INSERT INTO trials", "INSERT INTO runs ("])
+        # No phantom trial (claimed twice), no ghost run (created twice): one finished run per finished trial.
+        self.assertEqual(self.sql("SELECT t.trial, t.status, t.generation, r.status, r.attempts FROM trials t "
+                                  "JOIN runs r ON r.run = t.run ORDER BY t.trial"),
+                         [["1", "finished", "1", "finished", "1"], ["2", "finished", "1", "finished", "1"]])
+        self.assertEqual(self.sql("SELECT count(*), count(DISTINCT trial) FROM runs"), [["2", "2"]])
+        shown = json.loads(self.runner("sweep", "show", "lost", "--json", check=0).stdout)
+        self.assertEqual(sorted((s["trial"], s["status"]) for s in shown), [(1, "finished"), (2, "finished")])
 
 
 if __name__ == "__main__":

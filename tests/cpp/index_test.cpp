@@ -675,7 +675,10 @@ std::vector<std::string> table_columns(Database& db) {
 
 }  // namespace
 
-INDEX_TEST_CASE("an index of schema 9 gains the tags table and the note column, and nothing else changes", "[index]") {
+INDEX_TEST_CASE(
+    "an index of schema 9 gains the tags table, the note column, the trials' generation and claim and the runs' "
+    "start key, and nothing else changes",
+    "[index]") {
   TempHome tmp;
   const std::string url = runner::core::launch_context().index_url;
   std::vector<std::string> before;
@@ -683,23 +686,26 @@ INDEX_TEST_CASE("an index of schema 9 gains the tags table and the note column, 
     Database db =
         url.empty() ? Database(index_path(tmp.path), OpenMode::read_write_create) : Database::postgresql(url, false);
     const auto migrations = schema_migrations();
-    REQUIRE(migrations[migrations.size() - 2].version == 9);
-    CHECK(migrate(db, migrations.first(migrations.size() - 1)) == 9);
+    const auto through_9 =
+        std::find_if(migrations.begin(), migrations.end(), [](const Migration& m) { return m.version == 9; });
+    REQUIRE(through_9 != migrations.end());
+    CHECK(migrate(db, migrations.first(static_cast<size_t>(through_9 - migrations.begin()) + 1)) == 9);
     db.execute(
         "INSERT INTO runs (id, name, status, config, host, pid, dir, started_at, heartbeat_at, step) VALUES "
         "('abcd1234', 'old-1', 'finished', '{\"lr\":0.1}', 'host', 1, 'old-1', 100, 150, 30)");
     before = table_columns(db);
   }
   Database db = open_index_for_writing(tmp.path);
-  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 10);
+  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 12);
   std::vector<std::string> after = table_columns(db);
-  const std::string note = url.empty() ? "runs.note TEXT" : "runs.note text";
-  const std::vector<std::string> tags = url.empty()
-                                            ? std::vector<std::string>{"run_tags.run INTEGER", "run_tags.tag TEXT"}
-                                            : std::vector<std::string>{"run_tags.run bigint", "run_tags.tag text"};
+  const std::vector<std::string> added =
+      url.empty() ? std::vector<std::string>{"runs.note TEXT",    "run_tags.run INTEGER",
+                                             "run_tags.tag TEXT", "trials.generation INTEGER",
+                                             "trials.claim TEXT", "runs.start_key TEXT"}
+                  : std::vector<std::string>{"runs.note text",           "run_tags.run bigint", "run_tags.tag text",
+                                             "trials.generation bigint", "trials.claim text",   "runs.start_key text"};
   std::vector<std::string> expected = before;
-  for (const std::string& column : tags) expected.push_back(column);
-  expected.push_back(note);
+  for (const std::string& column : added) expected.push_back(column);
   std::sort(expected.begin(), expected.end());
   std::sort(after.begin(), after.end());
   CHECK(after == expected);
@@ -746,15 +752,16 @@ INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with
 
   // A third attempt taken back leaves the run as the second one ended it.
   reopen_run(db, run.run, new_run());
-  const RunRecord restored = drop_latest_attempt(db, run.run);
+  const RunRecord restored = drop_latest_attempt(db, run.run, 3);
   CHECK(restored.status == "interrupted");
   CHECK(restored.attempts == 2);
   CHECK(restored.config["batch"] == 128);
   CHECK(restored.world_size == 2);
   CHECK(restored.ended_at == attempts[1].ended_at);
   CHECK(run_attempts(db, run.run).size() == 2);
+  CHECK(drop_latest_attempt(db, run.run, 3).attempts == 2);  // taken back already: nothing changes
   const RunRecord single = create_run(db, new_run(), tmp.path);
-  CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run); }), Contains("has no attempt before attempt 1"));
+  CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run, 1); }), Contains("has no attempt before attempt 1"));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1182,6 +1189,52 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
   // The failed BEGIN was rolled back: the waiter's next transaction runs once the lock is free.
   held.reset();
   CHECK(create_run(waiter, new_run("experiments/waiter.lua"), tmp.path).name == "waiter-1");
+}
+
+TEST_CASE("a transaction held between its round trips holds up no writer of another run", "[index][postgresql]") {
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+  TempHome tmp;
+  Database db = open_index_for_writing(tmp.path);
+  const RunRecord first = create_run(db, new_run(), tmp.path);
+  const RunRecord second = create_run(db, new_run(), tmp.path);
+  // A summary of the first run whose client stalls inside its transaction (a slow client, a paused host): held at the
+  // start of its body until the other run's writes are done.
+  Database stalled = open_index_for_writing(tmp.path);
+  std::promise<void> inside, go_on;
+  std::shared_future<void> released = go_on.get_future().share();
+  stalled.set_write_check([&](Database&) {
+    inside.set_value();
+    released.wait();
+  });
+  std::future<void> held = std::async(std::launch::async, [&] {
+    merge_summary(stalled, first.run, nlohmann::json{{"held", 1}});
+  });
+  inside.get_future().wait();
+  std::string failure;
+  try {  // a wait for the stalled transaction's lock ends with the statement timeout (5 s)
+    merge_summary(db, second.run, nlohmann::json{{"score", 2}});
+    CheckpointRecord checkpoint;
+    checkpoint.run = second.run;
+    checkpoint.step = 10;
+    checkpoint.path = "checkpoints/step-0000010";
+    checkpoint.hash = "abc";
+    add_checkpoint(db, checkpoint);
+    finish_run(db, second.run, "finished", std::nullopt);
+  } catch (const IndexError& error) {
+    failure = error.what();
+  }
+  go_on.set_value();
+  held.get();
+  CHECK(failure == "");
+  CHECK(load_run(db, second.run).status == "finished");
+  CHECK(load_run(db, second.run).summary == nlohmann::json{{"score", 2}});
+  CHECK(checkpoints(db, second.run).size() == 1);
+  CHECK(load_run(db, first.run).summary == nlohmann::json{{"held", 1}});
 }
 
 TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",

@@ -227,6 +227,38 @@ TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken
                     Contains("a sweep named 's' exists with another definition (trials differ)"));
 }
 
+TEST_CASE("a trial taken over is no longer its old worker's: its heartbeat and its end record nothing") {
+  runner::testing::TempDir home("sweep-fence");
+  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  const SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1})}}}, {"method", "grid"}, {"metric", "m"}});
+  const SweepRecord sweep = open_sweep(db, spec);
+  const auto first = claim_trial(db, sweep, "host-a:1");
+  REQUIRE(first);
+  CHECK(first->trial.generation == 1);
+  CHECK(heartbeat_trials(db, sweep, "host-a:1", {{1, 1}}).empty());
+  // host-a:1 falls silent past takeover_after: host-b:1 stops its trial (generation 2) and continues it (3).
+  db.execute("UPDATE trials SET heartbeat_at = heartbeat_at - 3600 WHERE trial = 1");
+  const auto taken = claim_trial(db, sweep, "host-b:1");
+  REQUIRE(taken);
+  CHECK(taken->trial.generation == 3);
+  // host-a:1 comes back: its heartbeat finds the trial lost, and its end of the trial records nothing.
+  CHECK(heartbeat_trials(db, sweep, "host-a:1", {{1, 1}}) == std::vector<std::int64_t>{1});
+  TrialEnd failed;
+  failed.failure = "exited with status 1";
+  CHECK_FALSE(end_trial(db, sweep, 1, failed, 1));
+  const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
+  CHECK(trials[0].status == "running");
+  CHECK(trials[0].worker == "host-b:1");
+  // The new owner's end is recorded once: the same end again (a retry after a lost answer) changes nothing.
+  const auto ended = end_trial(db, sweep, 1, failed, 3);
+  REQUIRE(ended);
+  CHECK(ended->status == "failed");
+  const auto again = end_trial(db, sweep, 1, failed, 3);
+  REQUIRE(again);
+  CHECK(again->status == "failed");
+  CHECK(again->ended_at == ended->ended_at);
+}
+
 TEST_CASE("two workers claiming at once through their own connections never get the same trial") {
   runner::testing::TempDir home("sweep-race");
   constexpr int kTrials = 100;
@@ -357,7 +389,7 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
   TrialEnd killed;
   killed.killed_by = 9;
   killed.failure = "was killed by signal 9 (SIGKILL)";
-  TrialRecord ended = end_trial(db, sweep, 7, killed);
+  TrialRecord ended = *end_trial(db, sweep, 7, killed, list_trials(db, sweep.sweep)[6].generation);
   CHECK(ended.status == "stopped");
   CHECK(ended.retries == 1);
   CHECK(ended.error == "killed by signal 9 (SIGKILL) at step 0");
@@ -366,7 +398,7 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
   CHECK(retry->trial.trial == 7);
   CHECK(retry->reason == "retry 1 of 1: killed by signal 9 (SIGKILL) at step 0");
   // Killed again: no retries left, it fails.
-  ended = end_trial(db, sweep, 7, killed);
+  ended = *end_trial(db, sweep, 7, killed, retry->trial.generation);
   CHECK(ended.status == "failed");
   CHECK(ended.error == "was killed by signal 9 (SIGKILL) (after 1 retry)");
   // Rung 2's best failed, and nothing has finished: the best of rung 2 that waits, trial 5, runs to the end.
