@@ -436,12 +436,14 @@ int run_checkpoint(lua_State* L) {
   run::TrainingRun& training = check_training(L, 1, "run:checkpoint");
   const run::CheckpointRequest request = kCheckpointOptions.read(L, 2);
   lua_pushnumber(L, training.checkpoint(request));
+  note_attached_change("run:checkpoint()");
   return 1;
 }
 
 // run:request_stop(): run:stop()
 int run_request_stop(lua_State* L) {
   check_training(L, 1, "run:stop").request_stop();
+  note_attached_change("run:stop()");
   return 0;
 }
 
@@ -460,7 +462,7 @@ int run_serve_attach(lua_State* L) {
   if (!box.attach || !box.attach_request) return 0;
   attach::Message request = std::move(*box.attach_request);
   box.attach_request.reset();
-  serve_attached_client(L, *box.attach, std::move(request), 2);
+  serve_attached_client(L, *box.attach, check_run(L, 1), std::move(request), 2);
   return 0;
 }
 

@@ -455,6 +455,8 @@ int trainer_set_lr(lua_State* L) {
       throw std::out_of_range(fmt::format("parameter group {} does not exist (groups count from 1)", group));
     trainer.set_base_lr(static_cast<std::size_t>(group - 1), lr);
   }
+  note_attached_change(lua_isnoneornil(L, 3) ? fmt::format("train:set_lr({})", lr)
+                                             : fmt::format("train:set_lr({}, {})", lr, lua_tointeger(L, 3)));
   return 0;
 }
 

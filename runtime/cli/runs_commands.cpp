@@ -406,6 +406,10 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   for (const auto& a : index::artifacts(db, run.run))
     artifacts.push_back({{"step", a.step}, {"kind", a.kind}, {"name", a.name}, {"path", a.path}, {"bytes", a.bytes}});
   out["artifacts"] = artifacts;
+  nlohmann::json interventions = nlohmann::json::array();
+  for (const index::InterventionRecord& i : index::interventions(db, run.run))
+    interventions.push_back({{"step", i.step}, {"time", i.time}, {"chunk", i.chunk}, {"changes", i.changes}});
+  out["interventions"] = interventions;
   return out;
 }
 
@@ -515,6 +519,10 @@ int show_command(int argc, char** argv) {
                   : Cell(std::monostate{})});
   }
   print_section("checkpoints", checkpoints);
+  Table interventions{{"step", "time", "changed", "chunk"}, {}};
+  for (const index::InterventionRecord& i : index::interventions(db, run.run))
+    interventions.rows.push_back({i.step, format_time(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
+  print_section("interventions (runner attach)", interventions);
   Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
   for (const auto& a : index::artifacts(db, run.run))
     artifacts.rows.push_back({a.step, a.kind, a.name, a.path, core::byte_size_text(static_cast<uint64_t>(a.bytes))});

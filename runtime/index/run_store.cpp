@@ -772,4 +772,32 @@ std::vector<InputRecord> run_inputs(Database& db, int64_t run) {
   return inputs;
 }
 
+void add_intervention(Database& db, int64_t run, const InterventionRecord& intervention) {
+  with_transaction(db, [&] {
+    Statement insert = db.prepare("INSERT INTO interventions (run, step, time, chunk, changes) VALUES (?, ?, ?, ?, ?)");
+    insert.bind(1, run).bind(2, intervention.step).bind(3, intervention.time).bind(4, intervention.chunk);
+    insert.bind(5, nlohmann::json(intervention.changes).dump());
+    insert.run();
+  });
+}
+
+std::vector<InterventionRecord> interventions(Database& db, int64_t run) {
+  Statement select =
+      db.prepare("SELECT step, time, chunk, changes FROM interventions WHERE run = ? ORDER BY time, intervention");
+  select.bind(1, run);
+  std::vector<InterventionRecord> records;
+  while (select.step()) {
+    InterventionRecord record;
+    record.step = select.integer(0);
+    record.time = select.real(1);
+    record.chunk = select.text(2);
+    const nlohmann::json changes = nlohmann::json::parse(select.text(3), nullptr, false);
+    if (changes.is_array())
+      for (const nlohmann::json& change : changes)
+        record.changes.push_back(change.is_string() ? change.get<std::string>() : change.dump());
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
 }  // namespace runner::index

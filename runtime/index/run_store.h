@@ -232,6 +232,18 @@ void add_input(Database& db, int64_t run, const InputRecord& input);
 // Attempt by attempt, in the order they were recorded.
 std::vector<InputRecord> run_inputs(Database& db, int64_t run);
 
+// A chunk of `runner attach` that changed a running run (the interventions table): the step after which it ran,
+// when, its text, and what it changed ("train:set_lr(0.01)", "local lr", "config.lr = 0.01", ...).
+struct InterventionRecord {
+  int64_t step = 0;
+  double time = 0;
+  std::string chunk;
+  std::vector<std::string> changes;
+};
+void add_intervention(Database& db, int64_t run, const InterventionRecord& intervention);
+// In the order they happened.
+std::vector<InterventionRecord> interventions(Database& db, int64_t run);
+
 struct ArtifactRecord {
   int64_t artifact = 0;
   int64_t run = 0;

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -182,6 +183,23 @@ void RunContext::set_note(const std::string& note) {
   if (follower_) return;
   index::set_run_note(db_, record_.run, note);
   record_.note = note.empty() ? std::nullopt : std::optional<std::string>(note);
+}
+
+void RunContext::record_intervention(const std::string& chunk, const std::vector<std::string>& changes) {
+  if (follower_) return;
+  recorded_ = true;
+  const int64_t at = step();
+  std::string text = chunk;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  std::string indented;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    indented += "\n  " + text.substr(start, end - start);
+    start = end + 1;
+  }
+  core::log(core::LogLevel::info,
+            fmt::format("runner attach after step {} changed {}:{}", at, fmt::join(changes, ", "), indented));
+  index::add_intervention(db_, record_.run, {at, index::now_seconds(), chunk, changes});
 }
 
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/core/launch_context.h"
 #include "runtime/image/image_grid.h"
@@ -79,6 +80,9 @@ class RunContext {
   // record(); nothing on a follower.
   void add_tags(const std::vector<std::string>& tags);
   void set_note(const std::string& note);
+  // Records a chunk of `runner attach` that changed the run (index::InterventionRecord: its text and what it
+  // changed) at the run's step, in the index and in log.txt; nothing on a follower.
+  void record_intervention(const std::string& chunk, const std::vector<std::string>& changes);
   // Saves a sample grid as images/<name>-<step>.png in the run directory and records the artifact;
   // returns the file's path. `name`: letters, digits, '_', '-', '.'.
   std::string save_images(const std::string& name, int64_t step, const at::Tensor& images,

@@ -151,12 +151,19 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
     const auto names = sweep::sweep_names(db);
     if (const auto found = names.find(*record.sweep); found != names.end()) run["sweep_name"] = found->second;
   }
-  const nlohmann::json signature = {{"status", run["status"]},       {"step", run["step"]},
-                                    {"metrics", run["metrics"]},     {"checkpoints", run["checkpoints"]},
-                                    {"artifacts", run["artifacts"]}, {"attempts", run["attempts"]},
-                                    {"error", run["error"]},         {"summary", run["summary"]},
-                                    {"ended_at", run["ended_at"]},   {"config", run["config"]},
-                                    {"tags", run["tags"]},           {"note", run["note"]}};
+  const nlohmann::json signature = {{"status", run["status"]},
+                                    {"step", run["step"]},
+                                    {"metrics", run["metrics"]},
+                                    {"checkpoints", run["checkpoints"]},
+                                    {"artifacts", run["artifacts"]},
+                                    {"attempts", run["attempts"]},
+                                    {"error", run["error"]},
+                                    {"summary", run["summary"]},
+                                    {"ended_at", run["ended_at"]},
+                                    {"config", run["config"]},
+                                    {"tags", run["tags"]},
+                                    {"note", run["note"]},
+                                    {"interventions", run["interventions"]}};
   std::set<std::string> keys;
   for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
   return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);

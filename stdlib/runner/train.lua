@@ -198,6 +198,8 @@ function Trainer:step(batch, loss_fn)
   timing.between_steps = outside - timing.batch_wait
   out.timing = timing
   self:log_timing(timing, out.step)
+  -- The learning rate of every step is a metric of the run, so a change (a schedule's, train:set_lr's) is on a curve.
+  if runner.run then runner.run:log({ lr = out.lr }, out.step) end
   if self.progress then
     self.progress:update(out.step, { { "loss", out.loss } }, out.lr, native.device_memory(self.device))
   end

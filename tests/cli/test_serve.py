@@ -352,6 +352,51 @@ class Dashboard(unittest.TestCase):
             "!!(document.querySelector('.run-error').compareDocumentPosition(document.querySelector('figure.chart')) "
             "& Node.DOCUMENT_POSITION_FOLLOWING)"), "the error is below a chart")
 
+    def test_a_change_made_through_runner_attach_is_listed_on_the_run_page_and_marked_on_its_charts(self):
+        # A script of its own, so that its run (attached-1) leaves the names of train.lua's runs as they are.
+        write_script(self.dir, "attached.lua", TRAINING_SCRIPT)
+        name = "attached-1"
+        job = subprocess.Popen([RUNNER, str(self.dir / "attached.lua"), "steps=400", "sleep=0.02"], cwd=self.dir,
+                               env={**home_env(self.home), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            socket_path = self.home / name / "attach" / "socket"
+            while not socket_path.exists():
+                self.assertLess(time.monotonic(), deadline, "the job opened no attach socket")
+                time.sleep(0.1)
+            # runner attach's protocol: a header line "KIND LENGTH" and the text; the job answers between two steps.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.connect(str(socket_path))
+                client.settimeout(60)
+                chunk = b"train:set_lr(0.02)"
+                client.sendall(b"eval %d\n%s" % (len(chunk), chunk))
+                received = b""
+                while b"done 0\n" not in received:
+                    data = client.recv(4096)
+                    self.assertTrue(data, received)
+                    received += data
+                client.sendall(b"detach 0\n")
+            (step,) = self.sql("SELECT i.step FROM interventions i JOIN runs r USING (run) WHERE r.name = ?", name)[0]
+            browser = self.page(f"/run/{name}")
+            browser.wait_for("document.querySelectorAll('.interventions tbody tr').length === 1", timeout=60)
+            cells = browser.evaluate("[...document.querySelectorAll('.interventions tbody td')].map((td) => td.textContent)")
+            self.assertEqual((cells[0], cells[2], cells[3]), (str(step), "train:set_lr(0.02)", "train:set_lr(0.02)"))
+            # The charts whose steps reach it mark it at its step (loss and lr from step 1), with what changed as the
+            # mark's title.
+            browser.wait_for("['loss', 'lr'].every((key) => document.querySelector(`figure.chart svg[aria-label=\"${key}\"] "
+                             "line.intervention-mark`))", timeout=60)
+            marks = browser.evaluate("[...document.querySelectorAll('line.intervention-mark')].map((l) => "
+                                     "[l.dataset.step, l.querySelector('title').textContent])")
+            self.assertTrue(all(mark == [str(step), f"step {step}: train:set_lr(0.02)\ntrain:set_lr(0.02)"]
+                                for mark in marks), marks)
+            self.assertEqual(job.wait(timeout=300), 0, job.stderr.read())
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stderr.close()
+
     def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
         # The job holds before step 25 until the page is up: the clock starts with the browser there.
         job = subprocess.Popen([RUNNER, str(self.dir / "train.lua"), "steps=60", "sleep=0.1", "late_at=25",

@@ -125,8 +125,9 @@ function keyValueTable(object) {
 const hover = document.getElementById("hover");
 
 // A figure showing the SVG at url(view), where view = { scale, smoothing, from, to } is shared by a page's charts.
-// Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again.
-function chartFigure(url, view) {
+// Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again. marks(), if
+// given, lists the steps to mark on the plot with a dashed line and a tooltip: [{ step, title }].
+function chartFigure(url, view, marks) {
   const figure = el("figure", { class: "chart" });
   let zoom = {};  // this chart's own zoom
   let drag = null;
@@ -134,8 +135,27 @@ function chartFigure(url, view) {
   async function load() {
     try {
       figure.innerHTML = await fetchText(url({ ...view, ...zoom }));
+      drawMarks();
     } catch (error) {
       figure.replaceChildren(el("p", { class: "error" }, error.message));
+    }
+  }
+
+  function drawMarks() {
+    const f = frame();
+    if (!f || !marks) return;
+    for (const mark of marks()) {
+      if (mark.step < f.x0 || mark.step > f.x1) continue;
+      const x = f.left + (mark.step - f.x0) / (f.x1 - f.x0) * f.width;
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+      line.setAttribute("class", "intervention-mark");
+      line.setAttribute("data-step", mark.step);
+      line.setAttribute("x1", x); line.setAttribute("x2", x);
+      line.setAttribute("y1", f.top); line.setAttribute("y2", f.top + f.height);
+      const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+      title.textContent = mark.title;
+      line.append(title);
+      f.svg.append(line);
     }
   }
 
@@ -364,11 +384,12 @@ function runPage(reference) {
     return [group, { picks, charts, title, details }];
   }));
   const samples = el("div");
+  const interventions = el("div", { class: "interventions" });
   const details = el("div");
   page.replaceChildren(header, error, el("h2", {}, "Metrics"), picks,
     chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder,
     ...[...groups.values()].map((parts) => parts.details),
-    el("h2", {}, "Samples"), samples, details);
+    el("h2", {}, "Samples"), samples, el("h2", {}, "Interventions (runner attach)"), interventions, details);
 
   // A chart for every metric, new ones as they arrive, but those turned off and those of collapsed groups.
   function drawCharts() {
@@ -387,7 +408,7 @@ function runPage(reference) {
     for (const key of keys) {
       if (!charted(key)) continue;
       if (charts.has(key)) charts.get(key).load();
-      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view));
+      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view, interventionMarks));
       (groupOf(key) ? groups.get(groupOf(key)).charts : chartHolder).append(charts.get(key));
     }
   }
@@ -425,6 +446,20 @@ function runPage(reference) {
     samples.replaceChildren(...blocks);
   }
 
+  // What runner attach changed, marked on every chart at the step after which it ran.
+  function interventionMarks() {
+    return (run ? run.interventions : []).map((i) => ({ step: i.step, title: `step ${i.step}: ${i.changes.join(", ")}\n${i.chunk}` }));
+  }
+
+  function drawInterventions() {
+    interventions.replaceChildren(run.interventions.length ? sortableTable([
+      { title: "step", value: (i) => i.step },
+      { title: "time", value: (i) => i.time, cell: (i) => new Date(i.time * 1000).toLocaleString() },
+      { title: "changed", value: (i) => i.changes.join(", ") },
+      { title: "chunk", value: (i) => i.chunk, cell: (i) => el("pre", { class: "chunk" }, i.chunk) },
+    ], run.interventions, { redraw: drawInterventions }) : el("p", { class: "note" }, "none: nothing was changed through runner attach"));
+  }
+
   function drawDetails() {
     const attempts = run.attempt_history || [];
     const sort = { column: undefined, redraw: drawDetails };
@@ -460,6 +495,7 @@ function runPage(reference) {
     error.replaceChildren(run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "");
     drawCharts();
     drawSamples();
+    drawInterventions();
     drawDetails();
   });
 }
