@@ -56,7 +56,8 @@ WhereValue where_value(index::Database& db, const index::RunRecord& run, const s
   return {};
 }
 
-// The runs that `where` matches; its keys must be config keys or metrics of one of `runs`.
+}  // namespace
+
 std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
                                          double now) {
   if (runs.empty()) return runs;
@@ -80,6 +81,8 @@ std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index:
   }
   return kept;
 }
+
+namespace {
 
 std::string tags_text(const index::RunRecord& run) { return fmt::format("{}", fmt::join(run.tags, " ")); }
 

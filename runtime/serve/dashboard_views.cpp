@@ -10,7 +10,9 @@
 #include <system_error>
 
 #include "runtime/cli/command_support.h"
+#include "runtime/cli/command_line.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/cli/run_where.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/svg_chart.h"
@@ -60,9 +62,10 @@ index::RunRecord find_run(index::Database& db, const std::string& reference) {
   }
 }
 
-report::SweepReport find_sweep(index::Database& db, const std::string& reference) {
+report::SweepReport find_sweep(index::Database& db, const std::string& reference,
+                               report::XAxis curves_x = report::XAxis::step) {
   try {
-    return cli::load_sweep_report(db, reference);
+    return cli::load_sweep_report(db, reference, curves_x);
   } catch (const index::IndexError& error) {
     throw NotFound(error.what());
   }
@@ -72,7 +75,7 @@ nlohmann::json number_or_text(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(cli::format_number(value));
 }
 
-// The chart options a request gives: scale, smoothing, from/to and width, with hover data.
+// The chart options a request gives: x axis, scale, smoothing, from/to and width, with hover data.
 report::ChartOptions chart_options(const QueryParameters& parameters) {
   report::ChartOptions options;
   options.hover_data = true;
@@ -83,6 +86,13 @@ report::ChartOptions chart_options(const QueryParameters& parameters) {
     options.y_scale = report::YScale::linear;
   else if (scale != "auto")
     throw BadRequest(fmt::format("parameter 'scale': expected auto, linear or log, got '{}'", scale));
+  const std::string x = one_of(parameters, "x").value_or("step");
+  if (x == "time")
+    options.x_axis = report::XAxis::wall_time;
+  else if (x == "relative")
+    options.x_axis = report::XAxis::relative_time;
+  else if (x != "step")
+    throw BadRequest(fmt::format("parameter 'x': expected step, time or relative, got '{}'", x));
   options.smoothing = number_parameter(parameters, "smoothing", 0);
   if (!(options.smoothing >= 0 && options.smoothing < 1))
     throw BadRequest(fmt::format("parameter 'smoothing': expected a number in [0, 1), got {}", options.smoothing));
@@ -109,12 +119,20 @@ std::string digest(const std::string& text) {
   return fmt::format("{:016x}", hash);
 }
 
-nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
+nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters) {
   const double now = index::now_seconds();
   const std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
   nlohmann::json runs = nlohmann::json::array(), durations = nlohmann::json::object();
   std::set<std::string> keys;
-  for (const index::RunRecord& record : index::list_runs(db, {})) {
+  std::vector<index::RunRecord> records = index::list_runs(db, {});
+  if (const std::optional<std::string> where = one_of(parameters, "where")) {
+    try {
+      records = cli::runs_where(db, std::move(records), cli::RunWhere(*where), now);
+    } catch (const cli::UsageError& error) {
+      throw BadRequest(error.what());
+    }
+  }
+  for (const index::RunRecord& record : records) {
     nlohmann::json metrics = nlohmann::json::object();
     for (const index::LatestMetric& latest : index::latest_metrics(db, record.run)) {
       metrics[latest.key] = number_or_text(latest.point.value);
@@ -134,6 +152,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
                     {"trial", record.trial ? nlohmann::json(*record.trial) : nlohmann::json(nullptr)},
                     {"metrics", metrics},
                     {"summary", record.summary},
+                    {"config", record.config},
                     {"tags", record.tags},
                     {"note", record.note ? nlohmann::json(*record.note) : nlohmann::json(nullptr)}});
     durations[record.id] = index::duration_seconds(record, now);
@@ -280,15 +299,18 @@ std::string metric_chart(index::Database& db, const std::string& home, const Que
   const std::vector<std::string> references = all_of(parameters, "run");
   if (references.empty()) throw BadRequest("a metric chart needs one or more run=RUN parameters");
   const double now = index::now_seconds();
+  const report::ChartOptions options = chart_options(parameters);
   std::vector<report::ReportRun> runs;
   for (const std::string& reference : references)
-    runs.push_back(cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now));
-  return report::render_metric_chart(runs, key, chart_options(parameters));
+    runs.push_back(
+        cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
+  return report::render_metric_chart(runs, key, options);
 }
 
 std::string sweep_chart(index::Database& db, const QueryParameters& parameters) {
-  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"));
   const std::string chart = required(parameters, "chart");
+  const report::ChartOptions options = chart_options(parameters);
+  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"), options.x_axis);
   if (chart == "importance") return report::importance_chart(sweep);
   if (chart == "parallel") return report::parallel_coordinates_chart(sweep);
   if (chart == "rungs") {
@@ -297,7 +319,7 @@ std::string sweep_chart(index::Database& db, const QueryParameters& parameters) 
     throw NotFound(fmt::format("sweep {} has no ASHA rung results: {}", sweep.name,
                                sweep.asha ? "no trial has reached a rung yet" : "it does not prune with ASHA"));
   }
-  if (chart == "curves") return report::curves_chart(sweep, chart_options(parameters));
+  if (chart == "curves") return report::curves_chart(sweep, options);
   if (chart == "objective") {
     const std::string name = required(parameters, "param");
     const std::vector<std::string> charts = report::objective_charts(sweep);

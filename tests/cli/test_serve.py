@@ -206,7 +206,14 @@ class Dashboard(unittest.TestCase):
         system = sorted(key for key in keys if key.startswith("sys/"))
         ours = sorted(key for key in keys if key not in timings and key not in system and key != "loss")
         self.assertIn("val_loss", ours)  # after time/ by name
-        self.assertEqual(headers[headers.index("duration") + 1:], ["loss", *ours, *timings, *system])
+        # Before them, the config keys that differ between the runs shown (a key some runs lack included).
+        configs = [json.loads(config) for (config,) in self.sql("SELECT config FROM runs")]
+        differing = sorted(key for key in set().union(*configs)
+                           if len({json.dumps(config.get(key)) for config in configs}) > 1)
+        self.assertIn("lr", differing)
+        self.assertIn("mode", differing)  # the sweep's trials have it, the other runs not
+        self.assertEqual(headers[headers.index("duration") + 1:],
+                         [*(f"config.{key}" for key in differing), "loss", *ours, *timings, *system])
         loss = headers.index("loss")
         browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")
         names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
@@ -221,6 +228,42 @@ class Dashboard(unittest.TestCase):
         browser.evaluate("const box = document.querySelector('input[type=search]'); box.value = 'train-2';"
                          "box.dispatchEvent(new Event('input'))")
         self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), 1)
+
+    def test_runs_table_has_the_differing_config_keys_as_columns_to_sort_and_filter_by(self):
+        browser = self.page("/")
+        runs = self.sql("SELECT count(*) FROM runs")[0][0]
+        browser.wait_for(f"document.querySelectorAll('tbody tr').length === {runs}")
+        headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
+        column = headers.index("config.lr")
+        names = "[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)"
+        cells = f"[...document.querySelectorAll('tbody tr td:nth-child({column + 1})')].map((td) => td.textContent)"
+        browser.evaluate(f"document.querySelectorAll('thead th')[{column}].click()")
+        by_lr = [(json.loads(config).get("lr"), name) for (name, config) in self.sql("SELECT name, config FROM runs")]
+        with_lr = sorted((lr, name) for lr, name in by_lr if lr is not None)
+        shown = browser.evaluate(names)
+        self.assertEqual(set(shown[:len(with_lr)]), {name for lr, name in with_lr})
+        self.assertEqual(set(shown[len(with_lr):]), {name for lr, name in by_lr if lr is None})  # broken-1: last
+        self.assertEqual(browser.evaluate(cells)[:len(with_lr)], [f"{lr:.6g}" for lr, name in with_lr])
+        # The filter is `runner runs --where`'s expression over the config, metrics, tags, status and name; the table
+        # then shows the keys that differ between the runs left: train-1 and train-2 differ in lr alone.
+        where = "document.querySelector('input.where')"
+        browser.evaluate(f"{where}.value = \"steps = 30 and name != 'nosuch' and lr >= 0.01\";"
+                         f"{where}.dispatchEvent(new Event('change'))")
+        browser.wait_for(f"document.querySelectorAll('tbody tr').length === 2", timeout=30)
+        self.assertEqual(sorted(browser.evaluate(names)), ["train-1", "train-2"])
+        headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
+        self.assertEqual([header for header in headers if header.startswith("config.")], ["config.lr"])
+        # The sort by config.lr holds.
+        self.assertEqual(browser.evaluate(names), ["train-1", "train-2"])
+        # A bad expression is the CLI's error, shown under the filter.
+        browser.evaluate(f"{where}.value = 'steps >'; {where}.dispatchEvent(new Event('change'))")
+        error = browser.wait_for("(() => { const p = document.querySelector('.where-error');"
+                                 " return !p.hidden && p.textContent; })()", timeout=30)
+        cli = subprocess.run([RUNNER, "runs", "--where", "steps >"], env=home_env(self.home), capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(error, cli.stderr.splitlines()[0].removeprefix("runner runs: "))
+        self.assertEqual(error, "--where 'steps >': expected a number or a quoted text after 'steps >', found the end "
+                                "at column 8")
 
     def test_tags_and_notes_show_in_the_runs_table_and_on_the_run_page_and_the_filter_matches_tags(self):
         env = {**home_env(self.home), "OMP_NUM_THREADS": "1"}
@@ -263,7 +306,13 @@ class Dashboard(unittest.TestCase):
             svg.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: frame.right - 1, clientY: frame.top + 20 }));
         })()""")
         self.assertEqual(browser.evaluate("document.getElementById('hover').hidden"), False)
-        self.assertIn("train-1: 0.0333333", browser.evaluate("document.getElementById('hover').textContent"))
+        # Smoothing is on from the start: the hover shows the smoothed value, the debiased moving average (weight
+        # 0.6) of 1/step up to step 30.
+        self.assertEqual(browser.evaluate("document.querySelector('.controls input[type=range]').value"), "0.6")
+        average = weight = 0
+        for step in range(1, 31):
+            average, weight = average * 0.6 + 0.4 * (1 / step), weight * 0.6 + 0.4
+        self.assertIn(f"train-1: {average / weight:.6g}", browser.evaluate("document.getElementById('hover').textContent"))
         # The slider goes through the grids by step; each image is one the index lists.
         grids = browser.evaluate("""(() => {
             const input = document.querySelector('.grid-slider input');
@@ -279,7 +328,7 @@ class Dashboard(unittest.TestCase):
         png = browser.screenshot(self.dir / "run.png")
         self.assertGreater(report_screenshot.count_colour(png, "#1f77b4", tolerance=40), 300)
         # Log scale and smoothing redraw the chart through the server.
-        browser.evaluate("const s = document.querySelector('.controls select'); s.value = 'log';"
+        browser.evaluate("const s = document.querySelector('.controls select.y-scale'); s.value = 'log';"
                          "s.dispatchEvent(new Event('change'))")
         browser.wait_for("document.querySelector('figure.chart svg text.scale')?.textContent === 'log'")
 
@@ -300,6 +349,34 @@ class Dashboard(unittest.TestCase):
         steps = [int(s) for s in steps.split()]
         self.assertGreaterEqual(min(steps), 14)
         self.assertLessEqual(max(steps), 26)
+
+    def test_curves_can_take_wall_clock_or_relative_time_as_x(self):
+        browser = self.page("/run/train-1")
+        loss = "document.querySelector('figure.chart svg[aria-label=\"loss\"]')"
+        browser.wait_for(f"!!{loss}?.querySelector('g.series')")
+        (started,) = self.sql("SELECT started_at FROM runs WHERE name = 'train-1'")[0]
+        times = [time for (time,) in self.sql("SELECT m.time FROM metrics m JOIN runs r USING (run) "
+                                              "WHERE r.name = 'train-1' AND m.key = 'loss' ORDER BY m.step")]
+        for axis, title, expected in (("relative", "time since the start", [t - started for t in times]),
+                                      ("time", "time", times)):
+            browser.evaluate(f"(() => {{ const x = document.querySelector('select.x-axis'); x.value = '{axis}';"
+                             "x.dispatchEvent(new Event('change')); })()")
+            browser.wait_for(f"[...{loss}.querySelectorAll('text')].some((t) => t.textContent === '{title}')")
+            drawn = [float(x) for x in browser.evaluate(f"{loss}.querySelector('g.series').dataset.steps").split()]
+            self.assertEqual(len(drawn), len(expected))
+            for x, want in zip(drawn, expected):
+                self.assertAlmostEqual(x, want, places=3)
+            first, last = map(float, browser.evaluate(f"{loss}.querySelector('rect.plot-frame').dataset.x").split())
+            self.assertLessEqual(first, min(expected))
+            self.assertGreaterEqual(last, max(expected))
+        # The hover names the time under the mouse instead of the step.
+        browser.evaluate(f"""(() => {{
+            const frame = {loss}.querySelector('rect.plot-frame').getBoundingClientRect();
+            {loss}.dispatchEvent(new MouseEvent('mousemove', {{ bubbles: true, clientX: frame.right - 1, clientY: frame.top + 20 }}));
+        }})()""")
+        self.assertNotIn("step", browser.evaluate("document.querySelector('#hover .step').textContent"))
+        status, _, body = self.fetch("chart/metric.svg?run=train-1&key=loss&x=epoch")
+        self.assertEqual((status, body.decode().strip()), (400, "parameter 'x': expected step, time or relative, got 'epoch'"))
 
     def test_compare_overlays_the_runs_and_marks_config_differences(self):
         browser = self.page("/compare?run=train-1&run=train-2")
