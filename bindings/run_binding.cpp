@@ -19,6 +19,7 @@
 #include "bindings/train_binding.h"
 #include "runtime/core/duration_text.h"
 #include "runtime/core/launch_context.h"
+#include "runtime/core/shape_text.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
@@ -243,10 +244,17 @@ int run_log(lua_State* L) {
     if (lua_type(L, -1) == LUA_TNUMBER) {
       context.log_metric(std::string_view(key, length), step, lua_tonumber(L, -1), now);
     } else if (at::Tensor* tensor = test_tensor(L, -1)) {
-      context.log_metric(std::string_view(key, length), step, *tensor, now);
+      if (tensor->numel() == 0)
+        throw std::invalid_argument(fmt::format("run:log: '{}' is an empty tensor (shape {}): nothing to log", key,
+                                                core::shape_text(tensor->sizes())));
+      if (tensor->numel() == 1)
+        context.log_metric(std::string_view(key, length), step, *tensor, now);
+      else
+        context.log_histogram(std::string(key, length), step, *tensor, now);
     } else {
-      throw std::invalid_argument(fmt::format("run:log: metric '{}' must be a number or a one-element tensor, got a {}",
-                                              key, luaL_typename(L, -1)));
+      throw std::invalid_argument(
+          fmt::format("run:log: '{}' must be a number or a tensor (one element: a metric; more: a histogram), got a {}",
+                      key, luaL_typename(L, -1)));
     }
     lua_pop(L, 1);
   }

@@ -413,6 +413,7 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   for (const index::InterventionRecord& i : index::interventions(db, run.run))
     interventions.push_back({{"step", i.step}, {"time", i.time}, {"chunk", i.chunk}, {"changes", i.changes}});
   out["interventions"] = interventions;
+  out["histograms"] = index::histogram_steps(db, run.run);
   return out;
 }
 
@@ -526,6 +527,10 @@ int show_command(int argc, char** argv) {
   for (const index::InterventionRecord& i : index::interventions(db, run.run))
     interventions.rows.push_back({i.step, format_time(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
   print_section("interventions (runner attach)", interventions);
+  Table histograms{{"histogram", "steps", "first", "last"}, {}};
+  for (const auto& [key, steps] : index::histogram_steps(db, run.run))
+    histograms.rows.push_back({key, static_cast<int64_t>(steps.size()), steps.front(), steps.back()});
+  print_section("histograms", histograms);
   Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
   for (const auto& a : index::artifacts(db, run.run))
     artifacts.rows.push_back({a.step, a.kind, a.name, a.path, core::byte_size_text(static_cast<uint64_t>(a.bytes))});

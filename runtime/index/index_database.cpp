@@ -487,6 +487,33 @@ CREATE TABLE interventions (
 );
 CREATE INDEX interventions_by_run ON interventions (run, step);
 )sql"},
+    // Histograms of tensors logged with run:log: equal bins over [low, high] with their counts (a JSON array).
+    {12, R"sql(
+CREATE TABLE histograms (
+  run INTEGER NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  time REAL NOT NULL,
+  low REAL,
+  high REAL,
+  counts TEXT NOT NULL DEFAULT '[]',
+  nonfinite INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (run, key, step)
+) WITHOUT ROWID;
+)sql",
+     R"sql(
+CREATE TABLE histograms (
+  run BIGINT NOT NULL REFERENCES runs (run) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  step BIGINT NOT NULL,
+  time DOUBLE PRECISION NOT NULL,
+  low DOUBLE PRECISION,
+  high DOUBLE PRECISION,
+  counts TEXT NOT NULL DEFAULT '[]',
+  nonfinite BIGINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (run, key, step)
+);
+)sql"},
 };
 
 bool postgresql(const Database& db) { return db.backend() == Backend::postgresql; }

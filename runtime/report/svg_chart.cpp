@@ -715,4 +715,50 @@ std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& opt
   return svg;
 }
 
+std::string render_histogram_chart(double low, double high, const std::vector<int64_t>& counts,
+                                   const HistogramOptions& options) {
+  const int width = std::max(options.width, 240);
+  const double height = kMarginTop + options.plot_height + kXAxisBand + 8;
+  Frame frame{kMarginLeft, width - kMarginRight, kMarginTop, kMarginTop + options.plot_height, low, high, 0, 1};
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart histogram\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 escape_html(options.title));
+  int64_t largest = 0;
+  for (int64_t count : counts) largest = std::max(largest, count);
+  if (counts.empty() || !(high > low) || !std::isfinite(low) || !std::isfinite(high)) {
+    fmt::format_to(out,
+                   "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#888\">no finite values</text>\n",
+                   (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
+    svg += "</svg>\n";
+    return svg;
+  }
+  const AxisTicks y_ticks = nice_ticks(0, static_cast<double>(std::max<int64_t>(largest, 1)), 4);
+  frame.y_high = y_ticks.values.back();
+  Ticks y_labels, x_labels;
+  for (double v : y_ticks.values) y_labels.emplace_back(v, format_linear_tick(v, y_ticks.step, frame.y_high));
+  const AxisTicks x_ticks = ticks_within(nice_ticks(low, high, 6), low, high);
+  const double x_largest = std::max(std::abs(x_ticks.values.front()), std::abs(x_ticks.values.back()));
+  for (double v : x_ticks.values) x_labels.emplace_back(v, format_linear_tick(v, x_ticks.step, x_largest));
+  append_axes(svg, frame, x_labels, y_labels, "value");
+  const double bin = (high - low) / static_cast<double>(counts.size());
+  svg += "<g class=\"bins\">\n";
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const double from = low + bin * static_cast<double>(i), to = from + bin;
+    const double top = frame.axis_y(static_cast<double>(counts[i]));
+    fmt::format_to(out,
+                   "<rect class=\"bin\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+                   "data-count=\"{}\"><title>[{:.6g}, {:.6g}{}: {}</title></rect>\n",
+                   frame.x(from), top, std::max(0.0, frame.x(to) - frame.x(from) - 0.5), frame.bottom - top,
+                   escape_html(options.colour), counts[i], from, to, i + 1 == counts.size() ? "]" : ")", counts[i]);
+  }
+  svg += "</g>\n</svg>\n";
+  return svg;
+}
+
 }  // namespace runner::report

@@ -146,4 +146,17 @@ struct BarOptions {
 // One <svg> element: a horizontal bar per entry, labelled on the left, its value written after it.
 std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& options);
 
+struct HistogramOptions {
+  std::string title;
+  std::string colour = "#1f77b4";
+  int width = 580;
+  int plot_height = 200;
+};
+
+// One <svg> element: a histogram (TensorBoard's, one step of it): a bar per count in equal bins over [low, high]
+// (x: the value, y: the count), each a <rect class="bin" data-count="N"> titled with its interval; "no finite
+// values" without bins or a range.
+std::string render_histogram_chart(double low, double high, const std::vector<int64_t>& counts,
+                                   const HistogramOptions& options);
+
 }  // namespace runner::report

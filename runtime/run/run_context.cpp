@@ -23,6 +23,7 @@
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
+#include "runtime/run/tensor_histogram.h"
 
 namespace runner::run {
 
@@ -144,6 +145,14 @@ void RunContext::log_metric(std::string_view key, int64_t step, double value, do
   if (follower_) return;
   writer_->log(key, step, value, time);
   note_pause(key, step);
+}
+
+void RunContext::log_histogram(const std::string& key, int64_t step, const at::Tensor& values, double time) {
+  if (follower_) return;
+  const TensorHistogram histogram = tensor_histogram(values);
+  recorded_ = true;
+  index::add_histogram(db_, record_.run,
+                       {key, step, time, histogram.low, histogram.high, histogram.counts, histogram.nonfinite});
 }
 
 void RunContext::log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time) {

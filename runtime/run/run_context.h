@@ -74,6 +74,9 @@ class RunContext {
   // training run then stops after this step with a checkpoint, for the sweep to decide whether it goes on.
   void log_metric(std::string_view key, int64_t step, double value, double time);
   void log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time);
+  // Records the histogram of a tensor of more than one element (tensor_histogram.h) in the index, at once;
+  // nothing on a follower.
+  void log_histogram(const std::string& key, int64_t step, const at::Tensor& values, double time);
   bool pause_due() const { return pause_due_; }
   void merge_summary(const nlohmann::json& values);
   // Tags the run and sets (empty: removes) its note, in the index (index::add_run_tags, index::set_run_note) and

@@ -182,7 +182,8 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
                                     {"config", run["config"]},
                                     {"tags", run["tags"]},
                                     {"note", run["note"]},
-                                    {"interventions", run["interventions"]}};
+                                    {"interventions", run["interventions"]},
+                                    {"histograms", run["histograms"]}};
   std::set<std::string> keys;
   for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
   return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);
@@ -205,12 +206,17 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
     }
     if (record.config.is_object())
       for (const auto& [key, value] : record.config.items()) config_keys.insert(key);
+    nlohmann::json images = nlohmann::json::array();
+    for (const index::ArtifactRecord& artifact : index::artifacts(db, record.run))
+      if (artifact.kind == "image")
+        images.push_back({{"name", artifact.name}, {"step", artifact.step}, {"path", artifact.path}});
     runs.push_back({{"id", record.id},
                     {"name", record.name},
                     {"status", index::effective_status(record, now)},
                     {"step", record.step},
                     {"colour", report::run_colour(i)},
-                    {"metrics", metrics}});
+                    {"metrics", metrics},
+                    {"images", images}});
   }
   nlohmann::json config = nlohmann::json::array();
   for (const std::string& key : config_keys) {
@@ -305,6 +311,27 @@ std::string metric_chart(index::Database& db, const std::string& home, const Que
     runs.push_back(
         cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
   return report::render_metric_chart(runs, key, options);
+}
+
+std::string histogram_chart(index::Database& db, const QueryParameters& parameters) {
+  const index::RunRecord record = find_run(db, required(parameters, "run"));
+  const std::string key = required(parameters, "key");
+  const double step = number_parameter(parameters, "step", 0);
+  if (!one_of(parameters, "step") || step != std::floor(step))
+    throw BadRequest(
+        fmt::format("parameter 'step': expected a whole number, got '{}'", one_of(parameters, "step").value_or("")));
+  const std::optional<index::HistogramRecord> histogram =
+      index::load_histogram(db, record.run, key, static_cast<int64_t>(step));
+  if (!histogram)
+    throw NotFound(
+        fmt::format("run {} has no histogram '{}' at step {}", record.name, key, static_cast<int64_t>(step)));
+  report::HistogramOptions options;
+  options.title = histogram->nonfinite
+                      ? fmt::format("{} at step {} ({} not finite)", key, histogram->step, histogram->nonfinite)
+                      : fmt::format("{} at step {}", key, histogram->step);
+  options.width = static_cast<int>(std::clamp(number_parameter(parameters, "width", 580), 240.0, 2400.0));
+  return report::render_histogram_chart(histogram->low.value_or(0), histogram->high.value_or(0), histogram->counts,
+                                        options);
 }
 
 std::string sweep_chart(index::Database& db, const QueryParameters& parameters) {

@@ -37,7 +37,7 @@ for step in run:steps(cfg.steps) do
   end
   train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
   local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
-  if step % 10 == 0 then values.val_loss = 1.1 * values.loss end
+  if step % 10 == 0 then values.val_loss, values.weights = 1.1 * values.loss, torch.linspace(-1, 1, 100) * step end
   if cfg.late_at > 0 and step >= cfg.late_at then values.late_metric = step end
   run:log(values)
   if run:every(10) then run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4) * step / 30) end
@@ -170,6 +170,11 @@ class Dashboard(unittest.TestCase):
     def sql(self, query, *parameters):
         with sqlite3.connect(self.home / "index.db") as db:
             return db.execute(query, parameters).fetchall()
+
+    def runner_output(self, *args):
+        """The standard output of `runner ARGS...` over the test's index."""
+        return subprocess.run([RUNNER, *args], env=home_env(self.home), check=True, capture_output=True, text=True,
+                              timeout=120).stdout
 
     def fetch(self, path, **options):
         """get() of url + path with the server's token."""
@@ -389,6 +394,46 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(differing, ["lr"])
         png = browser.screenshot(self.dir / "compare.png")
         self.assertGreater(report_screenshot.count_colour(png, "#ff7f0e", tolerance=40), 300)
+
+    def test_compare_shows_the_runs_sample_grids_of_one_step_side_by_side(self):
+        browser = self.page("/compare?run=train-1&run=train-2&run=broken-1")
+        block = "document.querySelector('.grid-compare[data-name=\"samples\"]')"
+        cells = (f"[...{block}.querySelectorAll('figure.grid-cell')].map((f) => [f.querySelector('.grid-run').textContent,"
+                 " f.querySelector('img')?.getAttribute('src') ?? f.querySelector('.note').textContent])")
+        browser.wait_for(f"{block}?.querySelectorAll('figure.grid-cell img').length === 2")
+
+        def shown():
+            return [(run, re.sub(r"^/image\?run=(\w+)&path=images%2F", "", src)) for run, src in browser.evaluate(cells)]
+
+        ids = dict(self.sql("SELECT name, id FROM runs WHERE name IN ('train-1', 'train-2')"))
+        self.assertEqual(shown(), [("train-1", "samples-0000030.png"), ("train-2", "samples-0000030.png"),
+                                   ("broken-1", "no grid at step 30")])
+        self.assertEqual([src.split("&")[0] for _, src in browser.evaluate(cells)[:2]],
+                         [f"/image?run={ids['train-1']}", f"/image?run={ids['train-2']}"])
+        browser.evaluate(f"(() => {{ const input = {block}.querySelector('input'); input.value = 0;"
+                         " input.dispatchEvent(new Event('input')); })()")
+        self.assertEqual(shown()[:2], [("train-1", "samples-0000010.png"), ("train-2", "samples-0000010.png")])
+        browser.wait_for(f"[...{block}.querySelectorAll('img')].every((img) => img.naturalWidth > 0)")
+
+    def test_a_tensor_logged_is_a_histogram_on_the_run_page_with_a_slider_through_its_steps(self):
+        rows = self.sql("SELECT h.step, h.low, h.high, h.counts FROM histograms h JOIN runs r USING (run) "
+                        "WHERE r.name = 'train-1' AND h.key = 'weights' ORDER BY h.step")
+        self.assertEqual([(step, low, high) for step, low, high, _ in rows], [(10, -10, 10), (20, -20, 20), (30, -30, 30)])
+        self.assertTrue(all(sum(json.loads(counts)) == 100 and len(json.loads(counts)) == 64 for *_, counts in rows))
+        self.assertFalse(self.sql("SELECT 1 FROM metrics WHERE key = 'weights'"))
+        shown = self.runner_output("show", "train-1")
+        self.assertRegex(shown, r"\nhistograms\n  histogram +steps +first +last\n  -+ +-+ +-+ +-+\n  weights +3 +10 +30\n")
+        browser = self.page("/run/train-1")
+        svg = "document.querySelector('.histogram-slider[data-key=\"weights\"] svg')"
+        browser.wait_for(f"{svg}?.getAttribute('aria-label') === 'weights at step 30'")
+        counts = f"[...{svg}.querySelectorAll('rect.bin')].map((r) => Number(r.dataset.count))"
+        self.assertEqual(browser.evaluate(counts), json.loads(rows[2][3]))
+        browser.evaluate("(() => { const input = document.querySelector('.histogram-slider input'); input.value = 0;"
+                         " input.dispatchEvent(new Event('input')); })()")
+        browser.wait_for(f"{svg}?.getAttribute('aria-label') === 'weights at step 10'")
+        self.assertEqual(browser.evaluate(counts), json.loads(rows[0][3]))
+        status, _, body = self.fetch("chart/histogram.svg?run=train-1&key=weights&step=11")
+        self.assertEqual((status, body.decode().strip()), (404, "run train-1 has no histogram 'weights' at step 11"))
 
     def test_sweep_page_shows_trials_importance_parallel_coordinates_and_rungs(self):
         browser = self.page("/sweeps")

@@ -677,9 +677,20 @@ std::vector<std::string> table_columns(Database& db) {
 std::vector<std::string> columns_after_version_10(bool postgresql) {
   const std::string integer = postgresql ? "bigint" : "INTEGER", real = postgresql ? "double precision" : "REAL",
                     text = postgresql ? "text" : "TEXT";
-  return {"interventions.intervention " + integer, "interventions.run " + integer,
-          "interventions.step " + integer,         "interventions.time " + real,
-          "interventions.chunk " + text,           "interventions.changes " + text};
+  return {"interventions.intervention " + integer,
+          "interventions.run " + integer,
+          "interventions.step " + integer,
+          "interventions.time " + real,
+          "interventions.chunk " + text,
+          "interventions.changes " + text,
+          "histograms.run " + integer,
+          "histograms.key " + text,
+          "histograms.step " + integer,
+          "histograms.time " + real,
+          "histograms.low " + real,
+          "histograms.high " + real,
+          "histograms.counts " + text,
+          "histograms.nonfinite " + integer};
 }
 
 // The migrations up to and including `version`.

@@ -435,12 +435,15 @@ function runPage(reference) {
     return [group, { picks, charts, title, details }];
   }));
   const samples = el("div");
+  const histograms = el("div", { class: "histograms" });
+  const histogramSliders = new Map();  // key -> { index, follow }
   const interventions = el("div", { class: "interventions" });
   const details = el("div");
   page.replaceChildren(header, error, el("h2", {}, "Metrics"), picks,
     chartControls(view, (resetZoom) => charts.forEach((figure) => figure.load(resetZoom))), chartHolder,
     ...[...groups.values()].map((parts) => parts.details),
-    el("h2", {}, "Samples"), samples, el("h2", {}, "Interventions (runner attach)"), interventions, details);
+    el("h2", {}, "Samples"), samples, el("h2", {}, "Histograms"), histograms,
+    el("h2", {}, "Interventions (runner attach)"), interventions, details);
 
   // A chart for every metric, new ones as they arrive, but those turned off and those of collapsed groups.
   function drawCharts() {
@@ -497,6 +500,37 @@ function runPage(reference) {
     samples.replaceChildren(...blocks);
   }
 
+  // A histogram per tensor logged (run:log { weights = t }), one step at a time: the newest, or the slider's.
+  function drawHistograms() {
+    const keys = Object.keys(run.histograms || {}).sort();
+    if (!keys.length) { histograms.replaceChildren(el("p", { class: "note" }, "none: run:log { name = tensor } logs one")); return; }
+    histograms.replaceChildren(...keys.map((key) => {
+      const steps = run.histograms[key];
+      const previous = histogramSliders.get(key);
+      const follow = !previous || previous.follow;
+      const index = follow ? steps.length - 1 : Math.min(previous.index, steps.length - 1);
+      const figure = el("figure", { class: "chart" });
+      const caption = el("span");
+      const input = el("input", { type: "range", min: 0, max: steps.length - 1, value: index });
+      let shown = null;
+      const show = async () => {
+        const chosen = Number(input.value);
+        caption.textContent = ` step ${steps[chosen]} (${chosen + 1} of ${steps.length})`;
+        histogramSliders.set(key, { index: chosen, follow: chosen === steps.length - 1 });
+        if (shown === steps[chosen]) return;
+        shown = steps[chosen];
+        try {
+          figure.innerHTML = await fetchText(`/chart/histogram.svg?${query({ run: run.id, key, step: shown })}`);
+        } catch (error) {
+          figure.replaceChildren(el("p", { class: "error" }, error.message));
+        }
+      };
+      input.addEventListener("input", show);
+      show();
+      return el("div", { class: "histogram-slider", "data-key": key }, el("h3", {}, key), input, caption, figure);
+    }));
+  }
+
   // What runner attach changed, marked on every chart at the step after which it ran.
   function interventionMarks() {
     return (run ? run.interventions : []).map((i) => ({ step: i.step, x: { step: i.step, time: i.time, relative: i.time - run.started_at },
@@ -547,6 +581,7 @@ function runPage(reference) {
     error.replaceChildren(run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "");
     drawCharts();
     drawSamples();
+    drawHistograms();
     drawInterventions();
     drawDetails();
   });
@@ -559,10 +594,44 @@ function comparePage() {
   const legend = el("div", { class: "controls" });
   const chartHolder = el("div", { class: "charts" });
   const config = el("div");
+  const samples = el("div");
+  const sampleSteps = new Map();  // grid name -> the step chosen, or null to follow the newest
   let showAll = false;
   let data = null;
   page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, (resetZoom) => charts.forEach((f) => f.load(resetZoom))),
-    chartHolder, el("h2", {}, "Config"), config);
+    chartHolder, el("h2", {}, "Samples"), samples, el("h2", {}, "Config"), config);
+
+  // Each grid name's images side by side, one per run, at one step that the slider chooses among the steps any run
+  // has a grid of; a run without a grid at that step says so.
+  function drawSamples() {
+    const names = [...new Set(data.runs.flatMap((run) => run.images.map((image) => image.name)))].sort();
+    if (!names.length) { samples.replaceChildren(el("p", { class: "note" }, "no sample grids")); return; }
+    samples.replaceChildren(...names.map((name) => {
+      const steps = [...new Set(data.runs.flatMap((run) => run.images.filter((i) => i.name === name).map((i) => i.step)))]
+        .sort((a, b) => a - b);
+      const chosen = sampleSteps.get(name);
+      const index = chosen === null || chosen === undefined || !steps.includes(chosen) ? steps.length - 1 : steps.indexOf(chosen);
+      const input = el("input", { type: "range", min: 0, max: steps.length - 1, value: index });
+      const caption = el("span");
+      const row = el("div", { class: "grid-row" });
+      const show = () => {
+        const step = steps[Number(input.value)];
+        sampleSteps.set(name, Number(input.value) === steps.length - 1 ? null : step);
+        caption.textContent = ` step ${step} (${Number(input.value) + 1} of ${steps.length})`;
+        row.replaceChildren(...data.runs.map((run) => {
+          const image = run.images.find((i) => i.name === name && i.step === step);
+          const title = el("div", { class: "grid-run" }, el("span", { class: "swatch", style: `background:${run.colour}` }), run.name);
+          if (!image) return el("figure", { class: "grid-cell", "data-run": run.id }, title, el("p", { class: "note" }, `no grid at step ${step}`));
+          const img = el("img", { alt: `${run.name} ${name} step ${step}`, src: `/image?${query({ run: run.id, path: image.path })}`,
+            onload: () => { img.width = img.naturalWidth * Math.max(1, Math.floor(256 / img.naturalWidth)); } });
+          return el("figure", { class: "grid-cell", "data-run": run.id }, title, img);
+        }));
+      };
+      input.addEventListener("input", show);
+      show();
+      return el("div", { class: "grid-compare", "data-name": name }, el("h3", {}, name), input, caption, row);
+    }));
+  }
 
   function drawConfig() {
     const rows = data.config.filter((row) => showAll || row.differs);
@@ -583,6 +652,7 @@ function comparePage() {
       if (charts.has(key)) charts.get(key).load();
       else chartHolder.append(charts.set(key, chartFigure(metricChartUrl(runs, key), view)).get(key));
     }
+    drawSamples();
     drawConfig();
   });
 }
