@@ -5,6 +5,7 @@
 #include <lua.hpp>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bindings/binding.h"
 #include "bindings/lua_host.h"
@@ -22,11 +24,13 @@
 #include "runtime/core/interrupt.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/run/run_context.h"
 
 namespace runner::bindings {
 namespace {
 
 bool attached_chunk_running = false;
+std::vector<std::string> attached_changes;  // what the running chunk changed, in order, each once
 
 // A local of a script frame that a chunk may assign: where it lives on the stack, counted from the serving
 // function (whose callers do not change while it serves).
@@ -73,6 +77,8 @@ void add_locals(lua_State* L, int level, int scope, int originals, ScriptLocals&
   }
 }
 
+int assign_global(lua_State* L);
+
 // Pushes the scope of attached chunks and the table of the locals' values it started with.
 void push_scope(lua_State* L, int values, ScriptLocals& locals) {
   lua_newtable(L);
@@ -92,9 +98,19 @@ void push_scope(lua_State* L, int values, ScriptLocals& locals) {
   lua_newtable(L);
   lua_pushvalue(L, LUA_GLOBALSINDEX);
   lua_setfield(L, -2, "__index");
-  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  lua_pushcfunction(L, assign_global);
   lua_setfield(L, -2, "__newindex");
   lua_setmetatable(L, scope);
+}
+
+// The scope's __newindex(scope, name, value): assigns the global and notes the change.
+int assign_global(lua_State* L) {
+  lua_settop(L, 3);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  lua_settable(L, LUA_GLOBALSINDEX);
+  if (lua_type(L, 2) == LUA_TSTRING) note_attached_change(fmt::format("global {}", lua_tostring(L, 2)));
+  return 0;
 }
 
 // Writes the locals a chunk assigned back into the script's frames.
@@ -111,8 +127,71 @@ void write_back_locals(lua_State* L, int scope, int originals, const ScriptLocal
     }
     lua_pushvalue(L, -1);
     lua_setfield(L, originals, name.c_str());
-    if (!lua_setlocal(L, &frame, where.index)) lua_pop(L, 1);
+    if (lua_setlocal(L, &frame, where.index))
+      note_attached_change("local " + name);
+    else
+      lua_pop(L, 1);
   }
+}
+
+// A config value as a change names it: numbers, booleans and strings as Lua writes them.
+std::string config_value_text(lua_State* L, int index) {
+  switch (lua_type(L, index)) {
+    case LUA_TNUMBER:
+      return fmt::format("{}", lua_tonumber(L, index));
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, index) ? "true" : "false";
+    case LUA_TSTRING:
+      return fmt::format("\"{}\"", lua_tostring(L, index));
+    case LUA_TNIL:
+      return "nil";
+    default:
+      return fmt::format("a {}", lua_typename(L, lua_type(L, index)));
+  }
+}
+
+// Pushes a copy of the script's config (runner.config's keys and values; an empty table without one).
+void push_config_copy(lua_State* L) {
+  lua_newtable(L);
+  lua_getglobal(L, "runner");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "config");
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      while (lua_next(L, -2) != 0) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -6);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+// Notes each config key whose value differs from the copy at `before` (push_config_copy) as "config.KEY = VALUE".
+void note_config_changes(lua_State* L, int before) {
+  push_config_copy(L);
+  const int after = lua_gettop(L);
+  std::map<std::string, std::string> changed;
+  for (const auto& [from, to] : {std::pair{before, after}, std::pair{after, before}}) {
+    lua_pushnil(L);
+    while (lua_next(L, from) != 0) {
+      lua_pushvalue(L, -2);
+      lua_rawget(L, to);
+      const bool same = lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+      if (!same && lua_type(L, -2) == LUA_TSTRING) {
+        lua_pushvalue(L, -2);
+        lua_rawget(L, after);
+        changed[lua_tostring(L, -3)] = config_value_text(L, -1);
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  for (const auto& [key, value] : changed) note_attached_change(fmt::format("config.{} = {}", key, value));
 }
 
 // What stopped a chunk before it returned.
@@ -180,23 +259,31 @@ class ChunkWatch {
 
 // Runs an eval request's chunk and answers it. Returns whether to go on answering requests (not after a stop
 // signal or the time limit stopped the chunk: the run must take its next step).
-bool answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, const std::string& chunk, int scope,
-                 int originals, const ScriptLocals& locals, double deadline) {
+bool answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, run::RunContext& run,
+                 const std::string& chunk, int scope, int originals, const ScriptLocals& locals, double deadline) {
   if (server.interrupt_waiting()) {  // Ctrl-C came before the chunk ran: it does not run
     server.send({"error", ChunkWatch::reason(StopCause::client, 0)});
     return true;
   }
   ReplOutcome outcome;
   StopCause cause = StopCause::none;
+  push_config_copy(L);
+  const int config_before = lua_gettop(L);
+  attached_changes.clear();
   {
     StoppableCode code(host);
     ChunkWatch watch(code, server.client_descriptor(), deadline);
     attached_chunk_running = true;
     outcome = run_attached_chunk(host, chunk, scope);
-    attached_chunk_running = false;
     cause = watch.finish();
   }
   write_back_locals(L, scope, originals, locals);
+  note_config_changes(L, config_before);
+  attached_chunk_running = false;
+  lua_remove(L, config_before);
+  // Recorded before the answer, so the client's next look at the run finds it.
+  if (outcome.kind == ReplOutcome::Kind::ran && !attached_changes.empty())
+    run.record_intervention(chunk, attached_changes);
   if (!outcome.output.empty()) server.send({"output", outcome.output});
   switch (outcome.kind) {
     case ReplOutcome::Kind::incomplete:
@@ -233,7 +320,8 @@ std::string joined_lines(const std::vector<std::string>& lines) {
 
 }  // namespace
 
-void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::Message first, int values) {
+void serve_attached_client(lua_State* L, attach::AttachServer& server, run::RunContext& run, attach::Message first,
+                           int values) {
   if (values < 0) values = lua_gettop(L) + values + 1;
   LuaHost& host = LuaHost::of(L);
   const int top = lua_gettop(L);
@@ -244,7 +332,7 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
   const double deadline = core::steady_seconds() + attached_chunks_time_limit();
   for (std::optional<attach::Message> request = std::move(first); request; request = server.poll()) {
     if (request->kind == "eval") {
-      if (!answer_eval(L, host, server, request->text, scope, originals, locals, deadline)) break;
+      if (!answer_eval(L, host, server, run, request->text, scope, originals, locals, deadline)) break;
     } else if (request->kind == "interrupt") {
       // A Ctrl-C that came after its chunk returned: nothing runs to stop.
     } else if (request->kind == "complete")
@@ -256,6 +344,12 @@ void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::M
 }
 
 bool attached_chunk_is_running() { return attached_chunk_running; }
+
+void note_attached_change(const std::string& what) {
+  if (!attached_chunk_running) return;
+  if (std::find(attached_changes.begin(), attached_changes.end(), what) == attached_changes.end())
+    attached_changes.push_back(what);
+}
 
 double attached_chunks_time_limit() {
   const dist::ProcessGroup* group = dist::process_group();

@@ -2,9 +2,15 @@
 // between two steps, and what they print and their errors go back to it (the socket: runtime/attach).
 #pragma once
 
+#include <string>
+
 #include "runtime/attach/attach_socket.h"
 
 struct lua_State;
+
+namespace runner::run {
+class RunContext;
+}
 
 namespace runner::bindings {
 
@@ -20,7 +26,14 @@ namespace runner::bindings {
 // `interrupt` or hang-up (the run goes on), by a stop signal to the run (which then stops after this step with a
 // checkpoint, as it would have), and in a job of several ranks once this call has run attached_chunks_time_limit()
 // (the ranks then take their next step); after the last two nothing more is answered until the next step.
-void serve_attached_client(lua_State* L, attach::AttachServer& server, attach::Message first, int values);
+// A chunk that changes the run (note_attached_change) is recorded in `run` (RunContext::record_intervention)
+// before it is answered.
+void serve_attached_client(lua_State* L, attach::AttachServer& server, run::RunContext& run, attach::Message first,
+                           int values);
+
+// While an attached chunk runs: notes `what` as a change it made to the run ("train:set_lr(0.01)", "run:stop()").
+// The session notes assigned locals and globals and changed config values itself. Else nothing.
+void note_attached_change(const std::string& what);
 
 // While an attached chunk runs in a data-parallel job: throws std::logic_error saying that `what` (train:set_lr,
 // run:checkpoint) is refused, because it would change rank 0 alone and the ranks would disagree. Else nothing.

@@ -19,6 +19,7 @@
 #include "bindings/train_binding.h"
 #include "runtime/core/duration_text.h"
 #include "runtime/core/launch_context.h"
+#include "runtime/core/shape_text.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
@@ -96,7 +97,7 @@ class AttachedSteps : public LuaStepObserver {
     lua_setfield(L, -2, "loss");
     lua_rawgeti(L, LUA_REGISTRYINDEX, run_);
     lua_setfield(L, -2, "run");
-    serve_attached_client(L, *box_.attach, std::move(request), lua_gettop(L));
+    serve_attached_client(L, *box_.attach, *box_.context, std::move(request), lua_gettop(L));
     lua_pop(L, 1);
   }
 
@@ -314,10 +315,17 @@ int run_log(lua_State* L) {
     if (lua_type(L, -1) == LUA_TNUMBER) {
       context.log_metric(std::string_view(key, length), step, lua_tonumber(L, -1), now);
     } else if (at::Tensor* tensor = test_tensor(L, -1)) {
-      context.log_metric(std::string_view(key, length), step, *tensor, now);
+      if (tensor->numel() == 0)
+        throw std::invalid_argument(fmt::format("run:log: '{}' is an empty tensor (shape {}): nothing to log", key,
+                                                core::shape_text(tensor->sizes())));
+      if (tensor->numel() == 1)
+        context.log_metric(std::string_view(key, length), step, *tensor, now);
+      else
+        context.log_histogram(std::string(key, length), step, *tensor, now);
     } else {
-      throw std::invalid_argument(fmt::format("run:log: metric '{}' must be a number or a one-element tensor, got a {}",
-                                              key, luaL_typename(L, -1)));
+      throw std::invalid_argument(
+          fmt::format("run:log: '{}' must be a number or a tensor (one element: a metric; more: a histogram), got a {}",
+                      key, luaL_typename(L, -1)));
     }
     lua_pop(L, 1);
   }
@@ -513,12 +521,14 @@ int run_checkpoint(lua_State* L) {
   run::TrainingRun& training = check_training(L, 1, "run:checkpoint");
   const run::CheckpointRequest request = kCheckpointOptions.read(L, 2);
   lua_pushnumber(L, training.checkpoint(request));
+  note_attached_change("run:checkpoint()");
   return 1;
 }
 
 // run:request_stop(): run:stop()
 int run_request_stop(lua_State* L) {
   check_training(L, 1, "run:stop").request_stop();
+  note_attached_change("run:stop()");
   return 0;
 }
 

@@ -27,7 +27,7 @@
 #include "runtime/core/launch_context.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/run/run_context.h"
-#include "runtime/run/timing_metrics.h"
+#include "runtime/run/step_metrics.h"
 #include "runtime/train/progress_line.h"
 #include "runtime/train/step_profiler.h"
 
@@ -254,7 +254,7 @@ int trainer_new(lua_State* L) {
   auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule,
                                                   std::move(options.emas), options.step, device, dist::process_group());
   TrainerBox box{std::move(trainer)};
-  box.trainer->add_observer(std::make_shared<run::TimingMetrics>(
+  box.trainer->add_observer(std::make_shared<run::StepMetrics>(
       *box.trainer, [run = box.run_at_step]() -> run::RunContext* { return *run; }));
   new_userdata<TrainerBox>(L, kTrainerType, std::move(box));
   return 1;
@@ -498,6 +498,8 @@ int trainer_set_lr(lua_State* L) {
       throw std::out_of_range(fmt::format("parameter group {} does not exist (groups count from 1)", group));
     trainer.set_base_lr(static_cast<std::size_t>(group - 1), lr);
   }
+  note_attached_change(lua_isnoneornil(L, 3) ? fmt::format("train:set_lr({})", lr)
+                                             : fmt::format("train:set_lr({}, {})", lr, lua_tointeger(L, 3)));
   return 0;
 }
 

@@ -129,8 +129,22 @@ int query_command(int argc, char** argv) {
   return 0;
 }
 
+report::SeriesPoints metric_points(index::Database& db, const index::RunRecord& record, const std::string& key,
+                                   report::XAxis x) {
+  report::SeriesPoints points;
+  for (const index::MetricPoint& point : index::metric_series(db, record.run, key)) {
+    const double at = x == report::XAxis::step        ? static_cast<double>(point.step)
+                      : x == report::XAxis::wall_time ? point.time
+                                                      : point.time - record.started_at;
+    points.emplace_back(at, point.value);
+  }
+  if (x != report::XAxis::step)  // a resumed run's repeated steps were logged later than the steps after them
+    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return points;
+}
+
 report::ReportRun load_report_run(index::Database& db, const std::string& home, const index::RunRecord& record,
-                                  const std::optional<std::vector<std::string>>& keys, double now) {
+                                  const std::optional<std::vector<std::string>>& keys, double now, report::XAxis x) {
   report::ReportRun run;
   run.id = record.id;
   run.name = record.name;
@@ -149,7 +163,7 @@ report::ReportRun load_report_run(index::Database& db, const std::string& home, 
     for (const auto& latest : index::latest_metrics(db, record.run)) chosen.push_back(latest.key);
   for (const auto& key : chosen) {
     auto& series = run.metrics[key];
-    for (const auto& point : index::metric_series(db, record.run, key)) series.emplace_back(point.step, point.value);
+    series = metric_points(db, record, key, x);
     if (series.empty()) run.metrics.erase(key);
   }
   if (run.status != "finished") run.error = record.error;

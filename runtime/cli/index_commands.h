@@ -15,6 +15,8 @@
 
 namespace runner::cli {
 
+class RunWhere;
+
 bool is_index_command(const std::string& name);
 // argv[0] is the command name. Prints results on stdout and one-line errors on stderr
 // ("runner show: no run matches 'x' ..."). Returns 0, 1 (an error) or 2 (a usage error).
@@ -48,13 +50,26 @@ void write_sweep_report(index::Database& db, const std::string& reference, const
 // `runner show RUN --json`: the run's row, attempts, inputs, latest metrics, checkpoints and artifacts, with its
 // status and durations as of `now` (runs_commands.cpp); also the dashboard's run page.
 nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double now);
+// A run's values of metric `key` over `x`: the steps, or (the dashboard's time axes) the time each was logged or the
+// seconds since the run started; sorted by x.
+report::SeriesPoints metric_points(index::Database& db, const index::RunRecord& record, const std::string& key,
+                                   report::XAxis x);
 // What `runner report` and `runner serve` show of a run: its row, the series of `keys` (none: every key it
-// logged) and its image files (under `home`), with the status and duration as of `now` (index_commands.cpp).
+// logged) over `x` (metric_points) and its image files (under `home`), with the status and duration as of `now`
+// (index_commands.cpp).
 report::ReportRun load_report_run(index::Database& db, const std::string& home, const index::RunRecord& record,
-                                  const std::optional<std::vector<std::string>>& keys, double now);
+                                  const std::optional<std::vector<std::string>>& keys, double now,
+                                  report::XAxis x = report::XAxis::step);
+
+// The runs among `runs` that `where` matches (`runner runs --where`, the dashboard's runs filter); a key of
+// `where` that is no config key or metric of any of them is a UsageError (runs_commands.cpp).
+std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
+                                         double now);
 // What `runner report SWEEP` and `runner serve` show of a sweep: its summary, trials in the table's order with
-// their curves, rungs, parameter importances and the best trial's command (sweep_commands.cpp).
-report::SweepReport load_sweep_report(index::Database& db, const std::string& reference);
+// their curves (over curves_x: metric_points), rungs, parameter importances and the best trial's command
+// (sweep_commands.cpp).
+report::SweepReport load_sweep_report(index::Database& db, const std::string& reference,
+                                      report::XAxis curves_x = report::XAxis::step);
 
 // The usage text of all index commands, for `runner --help`.
 const char* index_commands_usage();

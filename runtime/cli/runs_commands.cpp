@@ -56,7 +56,8 @@ WhereValue where_value(index::Database& db, const index::RunRecord& run, const s
   return {};
 }
 
-// The runs that `where` matches; its keys must be config keys or metrics of one of `runs`.
+}  // namespace
+
 std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
                                          double now) {
   if (runs.empty()) return runs;
@@ -80,6 +81,8 @@ std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index:
   }
   return kept;
 }
+
+namespace {
 
 std::string tags_text(const index::RunRecord& run) { return fmt::format("{}", fmt::join(run.tags, " ")); }
 
@@ -406,6 +409,11 @@ nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double
   for (const auto& a : index::artifacts(db, run.run))
     artifacts.push_back({{"step", a.step}, {"kind", a.kind}, {"name", a.name}, {"path", a.path}, {"bytes", a.bytes}});
   out["artifacts"] = artifacts;
+  nlohmann::json interventions = nlohmann::json::array();
+  for (const index::InterventionRecord& i : index::interventions(db, run.run))
+    interventions.push_back({{"step", i.step}, {"time", i.time}, {"chunk", i.chunk}, {"changes", i.changes}});
+  out["interventions"] = interventions;
+  out["histograms"] = index::histogram_steps(db, run.run);
   return out;
 }
 
@@ -515,6 +523,14 @@ int show_command(int argc, char** argv) {
                   : Cell(std::monostate{})});
   }
   print_section("checkpoints", checkpoints);
+  Table interventions{{"step", "time", "changed", "chunk"}, {}};
+  for (const index::InterventionRecord& i : index::interventions(db, run.run))
+    interventions.rows.push_back({i.step, format_time(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
+  print_section("interventions (runner attach)", interventions);
+  Table histograms{{"histogram", "steps", "first", "last"}, {}};
+  for (const auto& [key, steps] : index::histogram_steps(db, run.run))
+    histograms.rows.push_back({key, static_cast<int64_t>(steps.size()), steps.front(), steps.back()});
+  print_section("histograms", histograms);
   Table artifacts{{"step", "kind", "name", "path", "size"}, {}};
   for (const auto& a : index::artifacts(db, run.run))
     artifacts.rows.push_back({a.step, a.kind, a.name, a.path, core::byte_size_text(static_cast<uint64_t>(a.bytes))});

@@ -234,7 +234,7 @@ bool is_sweep_reference(index::Database& db, const std::string& reference) {
   }
 }
 
-report::SweepReport load_sweep_report(index::Database& db, const std::string& reference) {
+report::SweepReport load_sweep_report(index::Database& db, const std::string& reference, report::XAxis curves_x) {
   const sweep::SweepRecord record = sweep::load_sweep(db, reference);
   const sweep::SweepSpec& spec = record.spec;
   std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
@@ -283,9 +283,9 @@ report::SweepReport load_sweep_report(index::Database& db, const std::string& re
     row.params = trial.params;
     row.error = trial.error.value_or("");
     if (trial.run) {
-      row.run_id = index::load_run(db, *trial.run).id;
-      for (const index::MetricPoint& point : index::metric_series(db, *trial.run, spec.metric))
-        row.curve.emplace_back(point.step, point.value);
+      const index::RunRecord run = index::load_run(db, *trial.run);
+      row.run_id = run.id;
+      row.curve = metric_points(db, run, spec.metric, curves_x);
     }
     page.trials.push_back(std::move(row));
   }

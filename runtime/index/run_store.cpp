@@ -857,4 +857,72 @@ std::vector<InputRecord> run_inputs(Database& db, int64_t run) {
   return inputs;
 }
 
+void add_intervention(Database& db, int64_t run, const InterventionRecord& intervention) {
+  with_transaction(db, [&] {
+    Statement insert = db.prepare("INSERT INTO interventions (run, step, time, chunk, changes) VALUES (?, ?, ?, ?, ?)");
+    insert.bind(1, run).bind(2, intervention.step).bind(3, intervention.time).bind(4, intervention.chunk);
+    insert.bind(5, nlohmann::json(intervention.changes).dump());
+    insert.run();
+  });
+}
+
+void add_histogram(Database& db, int64_t run, const HistogramRecord& histogram) {
+  with_transaction(db, [&] {
+    Statement insert = db.prepare(
+        "INSERT INTO histograms (run, key, step, time, low, high, counts, nonfinite) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run, key, step) DO UPDATE SET time = excluded.time, low = excluded.low, high = excluded.high, "
+        "counts = excluded.counts, nonfinite = excluded.nonfinite");
+    insert.bind(1, run).bind(2, histogram.key).bind(3, histogram.step).bind(4, histogram.time);
+    if (histogram.low && histogram.high) {
+      insert.bind(5, *histogram.low).bind(6, *histogram.high);
+    } else {
+      insert.bind_null(5);
+      insert.bind_null(6);
+    }
+    insert.bind(7, nlohmann::json(histogram.counts).dump()).bind(8, histogram.nonfinite);
+    insert.run();
+  });
+}
+
+std::map<std::string, std::vector<int64_t>> histogram_steps(Database& db, int64_t run) {
+  Statement select = db.prepare("SELECT key, step FROM histograms WHERE run = ? ORDER BY key, step");
+  select.bind(1, run);
+  std::map<std::string, std::vector<int64_t>> steps;
+  while (select.step()) steps[select.text(0)].push_back(select.integer(1));
+  return steps;
+}
+
+std::optional<HistogramRecord> load_histogram(Database& db, int64_t run, const std::string& key, int64_t step) {
+  Statement select =
+      db.prepare("SELECT time, low, high, counts, nonfinite FROM histograms WHERE run = ? AND key = ? AND step = ?");
+  select.bind(1, run).bind(2, key).bind(3, step);
+  if (!select.step()) return std::nullopt;
+  HistogramRecord histogram{
+      key, step, select.real(0), select.optional_real(1), select.optional_real(2), {}, select.integer(4)};
+  const nlohmann::json counts = nlohmann::json::parse(select.text(3), nullptr, false);
+  if (counts.is_array())
+    for (const nlohmann::json& count : counts)
+      if (count.is_number_integer()) histogram.counts.push_back(count.get<int64_t>());
+  return histogram;
+}
+
+std::vector<InterventionRecord> interventions(Database& db, int64_t run) {
+  Statement select =
+      db.prepare("SELECT step, time, chunk, changes FROM interventions WHERE run = ? ORDER BY time, intervention");
+  select.bind(1, run);
+  std::vector<InterventionRecord> records;
+  while (select.step()) {
+    InterventionRecord record;
+    record.step = select.integer(0);
+    record.time = select.real(1);
+    record.chunk = select.text(2);
+    const nlohmann::json changes = nlohmann::json::parse(select.text(3), nullptr, false);
+    if (changes.is_array())
+      for (const nlohmann::json& change : changes)
+        record.changes.push_back(change.is_string() ? change.get<std::string>() : change.dump());
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
 }  // namespace runner::index

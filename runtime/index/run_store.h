@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -237,6 +238,34 @@ struct InputRecord {
 void add_input(Database& db, int64_t run, const InputRecord& input);
 // Attempt by attempt, in the order they were recorded.
 std::vector<InputRecord> run_inputs(Database& db, int64_t run);
+
+// A chunk of `runner attach` that changed a running run (the interventions table): the step after which it ran,
+// when, its text, and what it changed ("train:set_lr(0.01)", "local lr", "config.lr = 0.01", ...).
+struct InterventionRecord {
+  int64_t step = 0;
+  double time = 0;
+  std::string chunk;
+  std::vector<std::string> changes;
+};
+void add_intervention(Database& db, int64_t run, const InterventionRecord& intervention);
+// In the order they happened.
+std::vector<InterventionRecord> interventions(Database& db, int64_t run);
+
+// A histogram of a tensor logged with run:log (the histograms table): `counts` in equal bins over [low, high]
+// (none, and no counts, when no value was finite), and how many values were NaN or infinite.
+struct HistogramRecord {
+  std::string key;
+  int64_t step = 0;
+  double time = 0;
+  std::optional<double> low, high;
+  std::vector<int64_t> counts;
+  int64_t nonfinite = 0;
+};
+// Replaces the histogram of the same key and step.
+void add_histogram(Database& db, int64_t run, const HistogramRecord& histogram);
+// Each key's steps with a histogram, in order.
+std::map<std::string, std::vector<int64_t>> histogram_steps(Database& db, int64_t run);
+std::optional<HistogramRecord> load_histogram(Database& db, int64_t run, const std::string& key, int64_t step);
 
 struct ArtifactRecord {
   int64_t artifact = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <iterator>
 #include <limits>
 #include <stdexcept>
@@ -246,13 +247,65 @@ void append_series(std::string& svg, const ChartSeries& series, const SeriesPoin
   if (!run.empty()) append_polyline(svg, series, run, faded);
 }
 
+using Ticks = std::vector<std::pair<double, std::string>>;  // (axis value, label)
+
+const char* x_axis_title(XAxis axis) {
+  switch (axis) {
+    case XAxis::wall_time:
+      return "time";
+    case XAxis::relative_time:
+      return "time since the start";
+    case XAxis::step:
+      break;
+  }
+  return "step";
+}
+
+// A time axis counts in the largest of seconds, minutes, hours and days that its range holds twice.
+double time_unit(double range) {
+  for (const double unit : {86400.0, 3600.0, 60.0})
+    if (range >= 2 * unit) return unit;
+  return 1;
+}
+
+// The x ticks and their labels: steps as numbers; relative time as durations ("30s", "1.5h"); wall time as local
+// clock times at round multiples of its unit ("14:05", "11-27 14:00" for days).
+Ticks x_tick_labels(XAxis axis, double low, double high) {
+  Ticks labels;
+  if (axis == XAxis::step) {
+    const AxisTicks ticks = ticks_within(nice_ticks(low, high, 6), low, high);
+    for (double v : ticks.values)
+      labels.emplace_back(v, format_linear_tick(v, ticks.step, std::abs(ticks.values.back())));
+    return labels;
+  }
+  const double unit = time_unit(high - low);
+  const AxisTicks ticks = ticks_within(nice_ticks(low / unit, high / unit, 6), low / unit, high / unit);
+  const double largest = std::max(std::abs(ticks.values.front()), std::abs(ticks.values.back()));
+  for (double v : ticks.values) {
+    if (axis == XAxis::relative_time) {
+      const char* suffix = unit == 86400 ? "d" : unit == 3600 ? "h" : unit == 60 ? "m" : "s";
+      labels.emplace_back(v * unit, format_linear_tick(v, ticks.step, largest) + suffix);
+      continue;
+    }
+    const double seconds = v * unit;
+    const auto whole = static_cast<std::time_t>(std::floor(seconds));
+    std::tm local{};
+    localtime_r(&whole, &local);
+    char text[32];
+    std::strftime(text, sizeof text, unit >= 86400 ? "%m-%d %H:%M" : unit == 1 ? "%H:%M:%S" : "%H:%M", &local);
+    std::string label = text;
+    if (unit == 1 && ticks.step < 1) label += fmt::format("{:.1f}", seconds - std::floor(seconds)).substr(1);
+    labels.emplace_back(seconds, label);
+  }
+  return labels;
+}
+
 // The points within the zoomed step range (all without one).
 SeriesPoints points_in_range(const SeriesPoints& points, const std::optional<StepRange>& range) {
   if (!range) return points;
   SeriesPoints inside;
   for (const auto& point : points)
-    if (static_cast<double>(point.first) >= range->first && static_cast<double>(point.first) <= range->last)
-      inside.push_back(point);
+    if (point.first >= range->first && point.first <= range->last) inside.push_back(point);
   return inside;
 }
 
@@ -291,7 +344,6 @@ DrawnSeries drawn_series(const ChartSeries& series, const ChartOptions& options)
 }
 
 // Grid lines, the two axes, tick labels and the x axis's label; ticks are (axis value, label).
-using Ticks = std::vector<std::pair<double, std::string>>;
 void append_axes(std::string& svg, const Frame& frame, const Ticks& x_ticks, const Ticks& y_ticks,
                  const std::string& x_label) {
   auto out = std::back_inserter(svg);
@@ -376,18 +428,18 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
                    frame.left, frame.top, frame.right - frame.left, frame.bottom - frame.top,
                    (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
   } else {
-    // x: integer steps (the zoomed range when given); a short range is widened to a few steps so a single point
-    // sits mid-axis.
+    // x (the zoomed range when given): a short range is widened to a few steps (a second of time) so a single
+    // point sits mid-axis.
     double x_low = options.step_range ? options.step_range->first : steps.low;
     double x_high = options.step_range ? options.step_range->last : steps.high;
-    if (x_high - x_low < 4) {
-      x_low = std::floor((x_low + x_high) / 2 - 2);
+    const double shortest = options.x_axis == XAxis::step ? 4 : 1;
+    if (x_high - x_low < shortest) {
+      x_low = options.x_axis == XAxis::step ? std::floor((x_low + x_high) / 2 - 2) : (x_low + x_high - shortest) / 2;
       if (steps.low >= 0) x_low = std::max(0.0, x_low);
-      x_high = x_low + 4;
+      x_high = x_low + shortest;
     }
     frame.x_low = x_low;
     frame.x_high = x_high;
-    const AxisTicks x_ticks = ticks_within(nice_ticks(x_low, x_high, 6), x_low, x_high);
 
     // y: (value or log10 value, label) pairs.
     std::vector<std::pair<double, std::string>> y_ticks;
@@ -423,10 +475,7 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
       frame.y_high = y_high;
     }
 
-    Ticks x_labels;
-    for (double v : x_ticks.values)
-      x_labels.emplace_back(v, format_linear_tick(v, x_ticks.step, std::abs(x_ticks.values.back())));
-    append_axes(svg, frame, x_labels, y_ticks, "step");
+    append_axes(svg, frame, x_tick_labels(options.x_axis, x_low, x_high), y_ticks, x_axis_title(options.x_axis));
     if (options.hover_data) {
       fmt::format_to(out,
                      "<rect class=\"plot-frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
@@ -663,6 +712,52 @@ std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& opt
         y + kRowHeight / 2, value);
   }
   svg += "</svg>\n";
+  return svg;
+}
+
+std::string render_histogram_chart(double low, double high, const std::vector<int64_t>& counts,
+                                   const HistogramOptions& options) {
+  const int width = std::max(options.width, 240);
+  const double height = kMarginTop + options.plot_height + kXAxisBand + 8;
+  Frame frame{kMarginLeft, width - kMarginRight, kMarginTop, kMarginTop + options.plot_height, low, high, 0, 1};
+  std::string svg;
+  auto out = std::back_inserter(svg);
+  fmt::format_to(out,
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart histogram\" width=\"{0}\" height=\"{1}\" "
+                 "viewBox=\"0 0 {0} {1}\" role=\"img\" aria-label=\"{2}\" font-family=\"system-ui, sans-serif\" "
+                 "font-size=\"11\">\n",
+                 width, height, escape_html(options.title));
+  fmt::format_to(out, "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\" fill=\"#222\">{}</text>\n",
+                 escape_html(options.title));
+  int64_t largest = 0;
+  for (int64_t count : counts) largest = std::max(largest, count);
+  if (counts.empty() || !(high > low) || !std::isfinite(low) || !std::isfinite(high)) {
+    fmt::format_to(out,
+                   "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#888\">no finite values</text>\n",
+                   (frame.left + frame.right) / 2, (frame.top + frame.bottom) / 2);
+    svg += "</svg>\n";
+    return svg;
+  }
+  const AxisTicks y_ticks = nice_ticks(0, static_cast<double>(std::max<int64_t>(largest, 1)), 4);
+  frame.y_high = y_ticks.values.back();
+  Ticks y_labels, x_labels;
+  for (double v : y_ticks.values) y_labels.emplace_back(v, format_linear_tick(v, y_ticks.step, frame.y_high));
+  const AxisTicks x_ticks = ticks_within(nice_ticks(low, high, 6), low, high);
+  const double x_largest = std::max(std::abs(x_ticks.values.front()), std::abs(x_ticks.values.back()));
+  for (double v : x_ticks.values) x_labels.emplace_back(v, format_linear_tick(v, x_ticks.step, x_largest));
+  append_axes(svg, frame, x_labels, y_labels, "value");
+  const double bin = (high - low) / static_cast<double>(counts.size());
+  svg += "<g class=\"bins\">\n";
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const double from = low + bin * static_cast<double>(i), to = from + bin;
+    const double top = frame.axis_y(static_cast<double>(counts[i]));
+    fmt::format_to(out,
+                   "<rect class=\"bin\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+                   "data-count=\"{}\"><title>[{:.6g}, {:.6g}{}: {}</title></rect>\n",
+                   frame.x(from), top, std::max(0.0, frame.x(to) - frame.x(from) - 0.5), frame.bottom - top,
+                   escape_html(options.colour), counts[i], from, to, i + 1 == counts.size() ? "]" : ")", counts[i]);
+  }
+  svg += "</g>\n</svg>\n";
   return svg;
 }
 

@@ -12,7 +12,8 @@
 
 namespace runner::report {
 
-using SeriesPoints = std::vector<std::pair<int64_t, double>>;  // (step, value), sorted by step
+// (x, value), sorted by x: the step, or seconds on a time axis (XAxis).
+using SeriesPoints = std::vector<std::pair<double, double>>;
 
 // Escapes &, <, >, " and ' so the text is safe both as element content and as a quoted attribute value
 // (in HTML and in inline SVG).
@@ -29,9 +30,13 @@ struct ChartSeries {
 enum class YScale { automatic, linear, log };
 
 struct StepRange {
-  double first = 0;  // the steps shown, both included
+  double first = 0;  // the x values shown (steps, or seconds on a time axis), both included
   double last = 0;
 };
+
+// What a line chart's x is: the step; the time, Unix seconds drawn as local clock times (W&B's "wall time"); or
+// seconds since the run started, drawn as a duration (its "relative time").
+enum class XAxis { step, wall_time, relative_time };
 
 struct ChartOptions {
   std::string title;
@@ -42,9 +47,10 @@ struct ChartOptions {
   // In [0, 1): each series is drawn faded and, over it, its exponential moving average with this weight,
   // debiased at the start (TensorBoard's and W&B's smoothing); 0 draws the values only.
   double smoothing = 0;
-  std::optional<StepRange> step_range;  // zoom: only these steps; none: all
+  XAxis x_axis = XAxis::step;
+  std::optional<StepRange> step_range;  // zoom: only these x values; none: all
   // For the dashboard's hover and zoom: the plot area as an unpainted <rect class="plot-frame"> with its axes'
-  // ranges (data-x: first and last step, data-y: lowest and highest value, in log10 units when data-log is 1), and
+  // ranges (data-x: first and last x, data-y: lowest and highest value, in log10 units when data-log is 1), and
   // each series in a <g class="series"> with data-label, data-colour, data-steps and data-values (the values drawn:
   // smoothed ones with smoothing). The drawing is the same without them.
   bool hover_data = false;
@@ -139,5 +145,18 @@ struct BarOptions {
 
 // One <svg> element: a horizontal bar per entry, labelled on the left, its value written after it.
 std::string render_bar_chart(const std::vector<Bar>& bars, const BarOptions& options);
+
+struct HistogramOptions {
+  std::string title;
+  std::string colour = "#1f77b4";
+  int width = 580;
+  int plot_height = 200;
+};
+
+// One <svg> element: a histogram (TensorBoard's, one step of it): a bar per count in equal bins over [low, high]
+// (x: the value, y: the count), each a <rect class="bin" data-count="N"> titled with its interval; "no finite
+// values" without bins or a range.
+std::string render_histogram_chart(double low, double high, const std::vector<int64_t>& counts,
+                                   const HistogramOptions& options);
 
 }  // namespace runner::report

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
+#include "runtime/run/tensor_histogram.h"
 
 namespace runner::run {
 
@@ -145,6 +147,14 @@ void RunContext::log_metric(std::string_view key, int64_t step, double value, do
   note_pause(key, step);
 }
 
+void RunContext::log_histogram(const std::string& key, int64_t step, const at::Tensor& values, double time) {
+  if (follower_) return;
+  const TensorHistogram histogram = tensor_histogram(values);
+  recorded_ = true;
+  index::add_histogram(db_, record_.run,
+                       {key, step, time, histogram.low, histogram.high, histogram.counts, histogram.nonfinite});
+}
+
 void RunContext::log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time) {
   if (follower_) return;
   writer_->log(key, step, value, time);
@@ -182,6 +192,23 @@ void RunContext::set_note(const std::string& note) {
   if (follower_) return;
   index::set_run_note(db_, record_.run, note);
   record_.note = note.empty() ? std::nullopt : std::optional<std::string>(note);
+}
+
+void RunContext::record_intervention(const std::string& chunk, const std::vector<std::string>& changes) {
+  if (follower_) return;
+  recorded_ = true;
+  const int64_t at = step();
+  std::string text = chunk;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  std::string indented;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    indented += "\n  " + text.substr(start, end - start);
+    start = end + 1;
+  }
+  core::log(core::LogLevel::info,
+            fmt::format("runner attach after step {} changed {}:{}", at, fmt::join(changes, ", "), indented));
+  index::add_intervention(db_, record_.run, {at, index::now_seconds(), chunk, changes});
 }
 
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/core/launch_context.h"
 #include "runtime/image/image_grid.h"
@@ -73,12 +74,18 @@ class RunContext {
   // training run then stops after this step with a checkpoint, for the sweep to decide whether it goes on.
   void log_metric(std::string_view key, int64_t step, double value, double time);
   void log_metric(std::string_view key, int64_t step, const at::Tensor& value, double time);
+  // Records the histogram of a tensor of more than one element (tensor_histogram.h) in the index, at once;
+  // nothing on a follower.
+  void log_histogram(const std::string& key, int64_t step, const at::Tensor& values, double time);
   bool pause_due() const { return pause_due_; }
   void merge_summary(const nlohmann::json& values);
   // Tags the run and sets (empty: removes) its note, in the index (index::add_run_tags, index::set_run_note) and
   // record(); nothing on a follower.
   void add_tags(const std::vector<std::string>& tags);
   void set_note(const std::string& note);
+  // Records a chunk of `runner attach` that changed the run (index::InterventionRecord: its text and what it
+  // changed) at the run's step, in the index and in log.txt; nothing on a follower.
+  void record_intervention(const std::string& chunk, const std::vector<std::string>& changes);
   // Saves a sample grid as images/<name>-<step>.png in the run directory and records the artifact;
   // returns the file's path. `name`: letters, digits, '_', '-', '.'.
   std::string save_images(const std::string& name, int64_t step, const at::Tensor& images,

@@ -203,6 +203,11 @@ struct DashboardServer::State {
         response.set_content(sweep_chart(db, query_parameters(request)), "image/svg+xml");
       });
     });
+    http.Get("/chart/histogram.svg", [this](const httplib::Request& request, httplib::Response& response) {
+      with_index(response, [&](index::Database& db) {
+        response.set_content(histogram_chart(db, query_parameters(request)), "image/svg+xml");
+      });
+    });
     http.Get("/image", [this](const httplib::Request& request, httplib::Response& response) {
       with_index(response, [&](index::Database& db) {
         const std::string path = image_file(db, options.home, query_parameters(request));

@@ -10,7 +10,9 @@
 #include <system_error>
 
 #include "runtime/cli/command_support.h"
+#include "runtime/cli/command_line.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/cli/run_where.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/svg_chart.h"
@@ -60,9 +62,10 @@ index::RunRecord find_run(index::Database& db, const std::string& reference) {
   }
 }
 
-report::SweepReport find_sweep(index::Database& db, const std::string& reference) {
+report::SweepReport find_sweep(index::Database& db, const std::string& reference,
+                               report::XAxis curves_x = report::XAxis::step) {
   try {
-    return cli::load_sweep_report(db, reference);
+    return cli::load_sweep_report(db, reference, curves_x);
   } catch (const index::IndexError& error) {
     throw NotFound(error.what());
   }
@@ -72,7 +75,7 @@ nlohmann::json number_or_text(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(cli::format_number(value));
 }
 
-// The chart options a request gives: scale, smoothing, from/to and width, with hover data.
+// The chart options a request gives: x axis, scale, smoothing, from/to and width, with hover data.
 report::ChartOptions chart_options(const QueryParameters& parameters) {
   report::ChartOptions options;
   options.hover_data = true;
@@ -83,6 +86,13 @@ report::ChartOptions chart_options(const QueryParameters& parameters) {
     options.y_scale = report::YScale::linear;
   else if (scale != "auto")
     throw BadRequest(fmt::format("parameter 'scale': expected auto, linear or log, got '{}'", scale));
+  const std::string x = one_of(parameters, "x").value_or("step");
+  if (x == "time")
+    options.x_axis = report::XAxis::wall_time;
+  else if (x == "relative")
+    options.x_axis = report::XAxis::relative_time;
+  else if (x != "step")
+    throw BadRequest(fmt::format("parameter 'x': expected step, time or relative, got '{}'", x));
   options.smoothing = number_parameter(parameters, "smoothing", 0);
   if (!(options.smoothing >= 0 && options.smoothing < 1))
     throw BadRequest(fmt::format("parameter 'smoothing': expected a number in [0, 1), got {}", options.smoothing));
@@ -109,12 +119,20 @@ std::string digest(const std::string& text) {
   return fmt::format("{:016x}", hash);
 }
 
-nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
+nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters) {
   const double now = index::now_seconds();
   const std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
   nlohmann::json runs = nlohmann::json::array(), durations = nlohmann::json::object();
   std::set<std::string> keys;
-  for (const index::RunRecord& record : index::list_runs(db, {})) {
+  std::vector<index::RunRecord> records = index::list_runs(db, {});
+  if (const std::optional<std::string> where = one_of(parameters, "where")) {
+    try {
+      records = cli::runs_where(db, std::move(records), cli::RunWhere(*where), now);
+    } catch (const cli::UsageError& error) {
+      throw BadRequest(error.what());
+    }
+  }
+  for (const index::RunRecord& record : records) {
     nlohmann::json metrics = nlohmann::json::object();
     for (const index::LatestMetric& latest : index::latest_metrics(db, record.run)) {
       metrics[latest.key] = number_or_text(latest.point.value);
@@ -134,6 +152,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters&) {
                     {"trial", record.trial ? nlohmann::json(*record.trial) : nlohmann::json(nullptr)},
                     {"metrics", metrics},
                     {"summary", record.summary},
+                    {"config", record.config},
                     {"tags", record.tags},
                     {"note", record.note ? nlohmann::json(*record.note) : nlohmann::json(nullptr)}});
     durations[record.id] = index::duration_seconds(record, now);
@@ -151,12 +170,20 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
     const auto names = sweep::sweep_names(db);
     if (const auto found = names.find(*record.sweep); found != names.end()) run["sweep_name"] = found->second;
   }
-  const nlohmann::json signature = {{"status", run["status"]},       {"step", run["step"]},
-                                    {"metrics", run["metrics"]},     {"checkpoints", run["checkpoints"]},
-                                    {"artifacts", run["artifacts"]}, {"attempts", run["attempts"]},
-                                    {"error", run["error"]},         {"summary", run["summary"]},
-                                    {"ended_at", run["ended_at"]},   {"config", run["config"]},
-                                    {"tags", run["tags"]},           {"note", run["note"]}};
+  const nlohmann::json signature = {{"status", run["status"]},
+                                    {"step", run["step"]},
+                                    {"metrics", run["metrics"]},
+                                    {"checkpoints", run["checkpoints"]},
+                                    {"artifacts", run["artifacts"]},
+                                    {"attempts", run["attempts"]},
+                                    {"error", run["error"]},
+                                    {"summary", run["summary"]},
+                                    {"ended_at", run["ended_at"]},
+                                    {"config", run["config"]},
+                                    {"tags", run["tags"]},
+                                    {"note", run["note"]},
+                                    {"interventions", run["interventions"]},
+                                    {"histograms", run["histograms"]}};
   std::set<std::string> keys;
   for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
   return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);
@@ -179,12 +206,17 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
     }
     if (record.config.is_object())
       for (const auto& [key, value] : record.config.items()) config_keys.insert(key);
+    nlohmann::json images = nlohmann::json::array();
+    for (const index::ArtifactRecord& artifact : index::artifacts(db, record.run))
+      if (artifact.kind == "image")
+        images.push_back({{"name", artifact.name}, {"step", artifact.step}, {"path", artifact.path}});
     runs.push_back({{"id", record.id},
                     {"name", record.name},
                     {"status", index::effective_status(record, now)},
                     {"step", record.step},
                     {"colour", report::run_colour(i)},
-                    {"metrics", metrics}});
+                    {"metrics", metrics},
+                    {"images", images}});
   }
   nlohmann::json config = nlohmann::json::array();
   for (const std::string& key : config_keys) {
@@ -273,15 +305,39 @@ std::string metric_chart(index::Database& db, const std::string& home, const Que
   const std::vector<std::string> references = all_of(parameters, "run");
   if (references.empty()) throw BadRequest("a metric chart needs one or more run=RUN parameters");
   const double now = index::now_seconds();
+  const report::ChartOptions options = chart_options(parameters);
   std::vector<report::ReportRun> runs;
   for (const std::string& reference : references)
-    runs.push_back(cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now));
-  return report::render_metric_chart(runs, key, chart_options(parameters));
+    runs.push_back(
+        cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
+  return report::render_metric_chart(runs, key, options);
+}
+
+std::string histogram_chart(index::Database& db, const QueryParameters& parameters) {
+  const index::RunRecord record = find_run(db, required(parameters, "run"));
+  const std::string key = required(parameters, "key");
+  const double step = number_parameter(parameters, "step", 0);
+  if (!one_of(parameters, "step") || step != std::floor(step))
+    throw BadRequest(
+        fmt::format("parameter 'step': expected a whole number, got '{}'", one_of(parameters, "step").value_or("")));
+  const std::optional<index::HistogramRecord> histogram =
+      index::load_histogram(db, record.run, key, static_cast<int64_t>(step));
+  if (!histogram)
+    throw NotFound(
+        fmt::format("run {} has no histogram '{}' at step {}", record.name, key, static_cast<int64_t>(step)));
+  report::HistogramOptions options;
+  options.title = histogram->nonfinite
+                      ? fmt::format("{} at step {} ({} not finite)", key, histogram->step, histogram->nonfinite)
+                      : fmt::format("{} at step {}", key, histogram->step);
+  options.width = static_cast<int>(std::clamp(number_parameter(parameters, "width", 580), 240.0, 2400.0));
+  return report::render_histogram_chart(histogram->low.value_or(0), histogram->high.value_or(0), histogram->counts,
+                                        options);
 }
 
 std::string sweep_chart(index::Database& db, const QueryParameters& parameters) {
-  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"));
   const std::string chart = required(parameters, "chart");
+  const report::ChartOptions options = chart_options(parameters);
+  const report::SweepReport sweep = find_sweep(db, required(parameters, "sweep"), options.x_axis);
   if (chart == "importance") return report::importance_chart(sweep);
   if (chart == "parallel") return report::parallel_coordinates_chart(sweep);
   if (chart == "rungs") {
@@ -290,7 +346,7 @@ std::string sweep_chart(index::Database& db, const QueryParameters& parameters) 
     throw NotFound(fmt::format("sweep {} has no ASHA rung results: {}", sweep.name,
                                sweep.asha ? "no trial has reached a rung yet" : "it does not prune with ASHA"));
   }
-  if (chart == "curves") return report::curves_chart(sweep, chart_options(parameters));
+  if (chart == "curves") return report::curves_chart(sweep, options);
   if (chart == "objective") {
     const std::string name = required(parameters, "param");
     const std::vector<std::string> charts = report::objective_charts(sweep);

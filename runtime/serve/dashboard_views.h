@@ -36,9 +36,11 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
 nlohmann::json sweeps_page(index::Database& db, const QueryParameters& parameters);
 nlohmann::json sweep_page(index::Database& db, const QueryParameters& parameters);  // sweep=NAME
 
-// The SVG of a metric over runs: run=REF (several), key=K, scale=auto|linear|log, smoothing=0..0.99,
-// from=STEP&to=STEP (zoom), width=PX. The report's chart (report::render_metric_chart) with hover data.
+// The SVG of a metric over runs: run=REF (several), key=K, x=step|time|relative, scale=auto|linear|log,
+// smoothing=0..0.99, from=X&to=X (zoom), width=PX. The report's chart (report::render_metric_chart) with hover data.
 std::string metric_chart(index::Database& db, const std::string& home, const QueryParameters& parameters);
+// The SVG of one step's histogram of a tensor a run logged: run=REF, key=K, step=N (report::render_histogram_chart).
+std::string histogram_chart(index::Database& db, const QueryParameters& parameters);
 // The SVG of a sweep's chart: sweep=NAME, chart=objective (param=NAME) | importance | parallel | rungs | curves
 // (with curves: scale, smoothing, from, to). The sweep report's charts.
 std::string sweep_chart(index::Database& db, const QueryParameters& parameters);

@@ -66,6 +66,9 @@ local Run = {}
 --- tensor is read by the background writer, so logging a CUDA loss does not wait for the GPU. The call only
 --- queues: rows reach the index in one transaction per flush (every flush_interval seconds, default 1, or
 --- every 50,000 values). Logging a name again at the same step replaces the value.
+--- A tensor of more than one element (`run:log { weights = model.fc.weight }`) is a histogram, as TensorBoard's:
+--- 64 equal bins over the range of its finite values (NaN and infinities counted apart), counted on its device
+--- and written to the index (the histograms table) before the call returns; the dashboard's run page draws it.
 ---@param values table<string, number|Tensor>
 ---@param step? integer
 function Run:log(values, step) end

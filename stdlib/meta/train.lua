@@ -110,7 +110,8 @@
 ---@class StepOutput
 ---@field loss Tensor          mean of the micro-batch losses (float32, on the device; reading it waits for the device)
 ---@field grad_norm Tensor     global L2 norm of the gradients before clipping
----@field lr number            the learning rate this step used (first group)
+---@field lr number            the learning rate this step used (first group); with a run started, logged as the
+---                            metric lr at every step
 ---@field loss_scale? Tensor   fp16 only
 ---@field skipped Tensor       optimizer steps skipped so far (non-finite values, fp16 overflow)
 ---@field step integer         optimizer steps done

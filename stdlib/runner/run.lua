@@ -82,7 +82,8 @@ function runner.start(cfg, options)
   return run
 end
 
---- run:log(values [, step]): records each name = number or one-element tensor at `step` (default run.step).
+--- run:log(values [, step]): records each name = number or one-element tensor at `step` (default run.step); a
+--- tensor of more elements is a histogram.
 --- Tensors are read by the writer thread, so logging a GPU loss does not wait for the GPU.
 function Run:log(values, step)
   if type(values) ~= "table" then error("run:log expects a table of name = value", 2) end

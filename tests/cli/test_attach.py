@@ -1,4 +1,5 @@
 """`runner attach`: a REPL on a pseudo-terminal in a training process that runs, between its steps."""
+import json
 import os
 import pathlib
 import pty
@@ -73,8 +74,8 @@ class AttachTerminal(Terminal):
 
 
 class Attach(RunnerHomeTest):
-    def start_training(self, *options):
-        self.script("train.lua", TRAINING_SCRIPT)
+    def start_training(self, *options, script=TRAINING_SCRIPT):
+        self.script("train.lua", script)
         (self.dir / "hold").touch()
         log = open(self.dir / "training.log", "w")
         self.addCleanup(log.close)
@@ -180,6 +181,60 @@ class Attach(RunnerHomeTest):
         late = self.runner("attach", "live", check=1)
         self.assertEqual(late.stderr,
                          "runner attach: run live is finished, not running: runner attach reaches a run while it trains\n")
+
+    def test_chunks_that_change_the_run_are_recorded_with_their_step_and_the_trainer_logs_the_lr(self):
+        # The script does not log the learning rate itself: the trainer does.
+        script = TRAINING_SCRIPT.replace("run:log { loss = out.loss, lr = out.lr }", "run:log { loss = out.loss }")
+        self.assertNotEqual(script, TRAINING_SCRIPT)
+        training, _ = self.start_training(script=script)
+        terminal = self.attach()
+        # Reading, and a chunk's own locals, change nothing: not recorded.
+        for chunk, token in (("=run.step > 0, train:lr()", "true"), ("local x = 5; print(x * 2)", "10")):
+            found, text = terminal.ask(chunk, token)
+            self.assertTrue(found, text)
+        found, text = terminal.ask("train:set_lr(0.0123); print('set' .. ' at', run.step)", "set at")
+        self.assertTrue(found, text)
+        set_at = int(text.split("set at")[1].split()[0])
+        # A config value set to what it was is no change; a global, a script local and a config value are.
+        found, text = terminal.ask("helper = 1; sample_every = 7; cfg.hold_at = 200; cfg.lr = 0.5; "
+                                   "print('assign' .. 'ed at', run.step)", "assigned at")
+        self.assertTrue(found, text)
+        assigned_at = int(text.split("assigned at")[1].split()[0])
+        found, text = terminal.ask("run:stop(); print('stop' .. ' at', run.step)", "stop at")
+        self.assertTrue(found, text)
+        stop_at = int(text.split("stop at")[1].split()[0])
+        (self.dir / "hold").unlink()
+        self.assertTrue(terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen)
+        self.assertEqual(terminal.wait(10), 0)
+        self.assertEqual(training.wait(120), 0, (self.dir / "training.log").read_text())
+
+        rows = self.runner("query", "SELECT i.step, i.chunk, i.changes FROM interventions i JOIN runs r USING (run) "
+                           "WHERE r.name = 'live' ORDER BY i.time", "--json", check=0).stdout
+        self.assertEqual([(row["step"], row["chunk"], json.loads(row["changes"])) for row in json.loads(rows)], [
+            (set_at, "train:set_lr(0.0123); print('set' .. ' at', run.step)", ["train:set_lr(0.0123)"]),
+            (assigned_at, "helper = 1; sample_every = 7; cfg.hold_at = 200; cfg.lr = 0.5; print('assign' .. 'ed at', "
+                          "run.step)", ["global helper", "local sample_every", "config.lr = 0.5"]),
+            (stop_at, "run:stop(); print('stop' .. ' at', run.step)", ["run:stop()"]),
+        ])
+        # In the run's log, with the step and the chunk.
+        log = (self.home / "live" / "log.txt").read_text()
+        self.assertIn(f"runner attach after step {set_at} changed train:set_lr(0.0123):\n"
+                      f"  train:set_lr(0.0123); print('set' .. ' at', run.step)\n", log)
+        self.assertIn(f"runner attach after step {assigned_at} changed global helper, local sample_every, "
+                      f"config.lr = 0.5:\n", log)
+        # runner show lists them; --json carries them.
+        shown = self.runner("show", "live", check=0).stdout
+        section = shown[shown.index("\ninterventions (runner attach)\n"):]
+        self.assertRegex(section, rf"\n +{set_at}  \S+ \S+ +train:set_lr\(0\.0123\) +train:set_lr\(0\.0123\); print")
+        self.assertRegex(section, rf"\n +{stop_at}  \S+ \S+ +run:stop\(\) +run:stop\(\); print")
+        shown = json.loads(self.runner("show", "live", "--json", check=0).stdout)
+        self.assertEqual([(i["step"], i["changes"]) for i in shown["interventions"]],
+                         [(set_at, ["train:set_lr(0.0123)"]),
+                          (assigned_at, ["global helper", "local sample_every", "config.lr = 0.5"]),
+                          (stop_at, ["run:stop()"])])
+        # The trainer's lr metric shows the change at the step after the chunk.
+        self.assertEqual(self.metric("lr", set_at), 0.01)
+        self.assertEqual(self.metric("lr", set_at + 1), 0.0123)
 
     def test_rank_0_of_a_data_parallel_job_refuses_what_the_ranks_would_disagree_on_and_stops_them_all(self):
         training, _ = self.start_training("--nproc", "2")

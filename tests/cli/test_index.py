@@ -147,7 +147,8 @@ class RunsRecordedByScripts(IndexTest):
             run:log { loss = "high" }
         """)
         result = self.runner("bad_metric.lua", check=1)
-        self.assertIn("bad_metric.lua:2: run:log: metric 'loss' must be a number or a one-element tensor, got a string",
+        self.assertIn("bad_metric.lua:2: run:log: 'loss' must be a number or a tensor (one element: a metric; more: a "
+                      "histogram), got a string",
                       result.stderr)
         self.script("twice.lua", "runner.start() runner.start()")
         result = self.runner("twice.lua", check=1)
@@ -829,7 +830,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (12); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (14); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -878,6 +879,8 @@ class BadIndexFiles(IndexTest):
         db.execute("ALTER TABLE runs DROP COLUMN note")
         db.execute("DROP INDEX runs_by_start_key")
         db.execute("ALTER TABLE runs DROP COLUMN start_key")
+        db.execute("DROP TABLE interventions")
+        db.execute("DROP TABLE histograms")
         for column in ("ended_at", "error"):
             db.execute(f"ALTER TABLE sweeps DROP COLUMN {column}")
         for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at", "retries",
@@ -887,7 +890,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(12,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(14,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
@@ -918,6 +921,8 @@ class BadIndexFiles(IndexTest):
             db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         db.execute("DROP INDEX runs_by_start_key")
         db.execute("ALTER TABLE runs DROP COLUMN start_key")
+        db.execute("DROP TABLE interventions")  # schema 13's
+        db.execute("DROP TABLE histograms")  # schema 14's
         db.execute("INSERT INTO sweeps (sweep, name, script, spec, status, created_at) VALUES (1, 's', 'x.lua', '{}', "
                    "'running', 0)")
         for trial, name, status, rung in ((1, first["name"], "paused", 1), (2, second["name"], "pruned", 2)):
@@ -931,7 +936,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         self.runner("runs", check=0)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(12,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(14,)])
         self.assertEqual(self.sql("SELECT r.status, t.status FROM runs r JOIN trials t ON t.run = r.run ORDER BY t.trial"),
                          [("paused", "paused"), ("pruned", "pruned")])
         self.assertEqual(self.sql("SELECT trial, rung, step FROM trial_rungs ORDER BY trial, rung"),

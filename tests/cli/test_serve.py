@@ -37,7 +37,7 @@ for step in run:steps(cfg.steps) do
   end
   train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
   local values = { loss = 1 / step * cfg.lr * 100, lr = cfg.lr }
-  if step % 10 == 0 then values.val_loss = 1.1 * values.loss end
+  if step % 10 == 0 then values.val_loss, values.weights = 1.1 * values.loss, torch.linspace(-1, 1, 100) * step end
   if cfg.late_at > 0 and step >= cfg.late_at then values.late_metric = step end
   run:log(values)
   if run:every(10) then run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4) * step / 30) end
@@ -171,6 +171,11 @@ class Dashboard(unittest.TestCase):
         with sqlite3.connect(self.home / "index.db") as db:
             return db.execute(query, parameters).fetchall()
 
+    def runner_output(self, *args):
+        """The standard output of `runner ARGS...` over the test's index."""
+        return subprocess.run([RUNNER, *args], env=home_env(self.home), check=True, capture_output=True, text=True,
+                              timeout=120).stdout
+
     def fetch(self, path, **options):
         """get() of url + path with the server's token."""
         return get(self.url + path, token=self.token, **options)
@@ -206,7 +211,14 @@ class Dashboard(unittest.TestCase):
         system = sorted(key for key in keys if key.startswith("sys/"))
         ours = sorted(key for key in keys if key not in timings and key not in system and key != "loss")
         self.assertIn("val_loss", ours)  # after time/ by name
-        self.assertEqual(headers[headers.index("duration") + 1:], ["loss", *ours, *timings, *system])
+        # Before them, the config keys that differ between the runs shown (a key some runs lack included).
+        configs = [json.loads(config) for (config,) in self.sql("SELECT config FROM runs")]
+        differing = sorted(key for key in set().union(*configs)
+                           if len({json.dumps(config.get(key)) for config in configs}) > 1)
+        self.assertIn("lr", differing)
+        self.assertIn("mode", differing)  # the sweep's trials have it, the other runs not
+        self.assertEqual(headers[headers.index("duration") + 1:],
+                         [*(f"config.{key}" for key in differing), "loss", *ours, *timings, *system])
         loss = headers.index("loss")
         browser.evaluate(f"document.querySelectorAll('thead th')[{loss}].click()")
         names = browser.evaluate("[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)")
@@ -221,6 +233,42 @@ class Dashboard(unittest.TestCase):
         browser.evaluate("const box = document.querySelector('input[type=search]'); box.value = 'train-2';"
                          "box.dispatchEvent(new Event('input'))")
         self.assertEqual(browser.evaluate("document.querySelectorAll('tbody tr').length"), 1)
+
+    def test_runs_table_has_the_differing_config_keys_as_columns_to_sort_and_filter_by(self):
+        browser = self.page("/")
+        runs = self.sql("SELECT count(*) FROM runs")[0][0]
+        browser.wait_for(f"document.querySelectorAll('tbody tr').length === {runs}")
+        headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
+        column = headers.index("config.lr")
+        names = "[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)"
+        cells = f"[...document.querySelectorAll('tbody tr td:nth-child({column + 1})')].map((td) => td.textContent)"
+        browser.evaluate(f"document.querySelectorAll('thead th')[{column}].click()")
+        by_lr = [(json.loads(config).get("lr"), name) for (name, config) in self.sql("SELECT name, config FROM runs")]
+        with_lr = sorted((lr, name) for lr, name in by_lr if lr is not None)
+        shown = browser.evaluate(names)
+        self.assertEqual(set(shown[:len(with_lr)]), {name for lr, name in with_lr})
+        self.assertEqual(set(shown[len(with_lr):]), {name for lr, name in by_lr if lr is None})  # broken-1: last
+        self.assertEqual(browser.evaluate(cells)[:len(with_lr)], [f"{lr:.6g}" for lr, name in with_lr])
+        # The filter is `runner runs --where`'s expression over the config, metrics, tags, status and name; the table
+        # then shows the keys that differ between the runs left: train-1 and train-2 differ in lr alone.
+        where = "document.querySelector('input.where')"
+        browser.evaluate(f"{where}.value = \"steps = 30 and name != 'nosuch' and lr >= 0.01\";"
+                         f"{where}.dispatchEvent(new Event('change'))")
+        browser.wait_for(f"document.querySelectorAll('tbody tr').length === 2", timeout=30)
+        self.assertEqual(sorted(browser.evaluate(names)), ["train-1", "train-2"])
+        headers = browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)")
+        self.assertEqual([header for header in headers if header.startswith("config.")], ["config.lr"])
+        # The sort by config.lr holds.
+        self.assertEqual(browser.evaluate(names), ["train-1", "train-2"])
+        # A bad expression is the CLI's error, shown under the filter.
+        browser.evaluate(f"{where}.value = 'steps >'; {where}.dispatchEvent(new Event('change'))")
+        error = browser.wait_for("(() => { const p = document.querySelector('.where-error');"
+                                 " return !p.hidden && p.textContent; })()", timeout=30)
+        cli = subprocess.run([RUNNER, "runs", "--where", "steps >"], env=home_env(self.home), capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(error, cli.stderr.splitlines()[0].removeprefix("runner runs: "))
+        self.assertEqual(error, "--where 'steps >': expected a number or a quoted text after 'steps >', found the end "
+                                "at column 8")
 
     def test_tags_and_notes_show_in_the_runs_table_and_on_the_run_page_and_the_filter_matches_tags(self):
         env = {**home_env(self.home), "OMP_NUM_THREADS": "1"}
@@ -263,7 +311,13 @@ class Dashboard(unittest.TestCase):
             svg.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: frame.right - 1, clientY: frame.top + 20 }));
         })()""")
         self.assertEqual(browser.evaluate("document.getElementById('hover').hidden"), False)
-        self.assertIn("train-1: 0.0333333", browser.evaluate("document.getElementById('hover').textContent"))
+        # Smoothing is on from the start: the hover shows the smoothed value, the debiased moving average (weight
+        # 0.6) of 1/step up to step 30.
+        self.assertEqual(browser.evaluate("document.querySelector('.controls input[type=range]').value"), "0.6")
+        average = weight = 0
+        for step in range(1, 31):
+            average, weight = average * 0.6 + 0.4 * (1 / step), weight * 0.6 + 0.4
+        self.assertIn(f"train-1: {average / weight:.6g}", browser.evaluate("document.getElementById('hover').textContent"))
         # The slider goes through the grids by step; each image is one the index lists.
         grids = browser.evaluate("""(() => {
             const input = document.querySelector('.grid-slider input');
@@ -279,7 +333,7 @@ class Dashboard(unittest.TestCase):
         png = browser.screenshot(self.dir / "run.png")
         self.assertGreater(report_screenshot.count_colour(png, "#1f77b4", tolerance=40), 300)
         # Log scale and smoothing redraw the chart through the server.
-        browser.evaluate("const s = document.querySelector('.controls select'); s.value = 'log';"
+        browser.evaluate("const s = document.querySelector('.controls select.y-scale'); s.value = 'log';"
                          "s.dispatchEvent(new Event('change'))")
         browser.wait_for("document.querySelector('figure.chart svg text.scale')?.textContent === 'log'")
 
@@ -301,6 +355,34 @@ class Dashboard(unittest.TestCase):
         self.assertGreaterEqual(min(steps), 14)
         self.assertLessEqual(max(steps), 26)
 
+    def test_curves_can_take_wall_clock_or_relative_time_as_x(self):
+        browser = self.page("/run/train-1")
+        loss = "document.querySelector('figure.chart svg[aria-label=\"loss\"]')"
+        browser.wait_for(f"!!{loss}?.querySelector('g.series')")
+        (started,) = self.sql("SELECT started_at FROM runs WHERE name = 'train-1'")[0]
+        times = [time for (time,) in self.sql("SELECT m.time FROM metrics m JOIN runs r USING (run) "
+                                              "WHERE r.name = 'train-1' AND m.key = 'loss' ORDER BY m.step")]
+        for axis, title, expected in (("relative", "time since the start", [t - started for t in times]),
+                                      ("time", "time", times)):
+            browser.evaluate(f"(() => {{ const x = document.querySelector('select.x-axis'); x.value = '{axis}';"
+                             "x.dispatchEvent(new Event('change')); })()")
+            browser.wait_for(f"[...{loss}.querySelectorAll('text')].some((t) => t.textContent === '{title}')")
+            drawn = [float(x) for x in browser.evaluate(f"{loss}.querySelector('g.series').dataset.steps").split()]
+            self.assertEqual(len(drawn), len(expected))
+            for x, want in zip(drawn, expected):
+                self.assertAlmostEqual(x, want, places=3)
+            first, last = map(float, browser.evaluate(f"{loss}.querySelector('rect.plot-frame').dataset.x").split())
+            self.assertLessEqual(first, min(expected))
+            self.assertGreaterEqual(last, max(expected))
+        # The hover names the time under the mouse instead of the step.
+        browser.evaluate(f"""(() => {{
+            const frame = {loss}.querySelector('rect.plot-frame').getBoundingClientRect();
+            {loss}.dispatchEvent(new MouseEvent('mousemove', {{ bubbles: true, clientX: frame.right - 1, clientY: frame.top + 20 }}));
+        }})()""")
+        self.assertNotIn("step", browser.evaluate("document.querySelector('#hover .step').textContent"))
+        status, _, body = self.fetch("chart/metric.svg?run=train-1&key=loss&x=epoch")
+        self.assertEqual((status, body.decode().strip()), (400, "parameter 'x': expected step, time or relative, got 'epoch'"))
+
     def test_compare_overlays_the_runs_and_marks_config_differences(self):
         browser = self.page("/compare?run=train-1&run=train-2")
         browser.wait_for("document.querySelectorAll('figure.chart').length >= 2 && "
@@ -312,6 +394,46 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(differing, ["lr"])
         png = browser.screenshot(self.dir / "compare.png")
         self.assertGreater(report_screenshot.count_colour(png, "#ff7f0e", tolerance=40), 300)
+
+    def test_compare_shows_the_runs_sample_grids_of_one_step_side_by_side(self):
+        browser = self.page("/compare?run=train-1&run=train-2&run=broken-1")
+        block = "document.querySelector('.grid-compare[data-name=\"samples\"]')"
+        cells = (f"[...{block}.querySelectorAll('figure.grid-cell')].map((f) => [f.querySelector('.grid-run').textContent,"
+                 " f.querySelector('img')?.getAttribute('src') ?? f.querySelector('.note').textContent])")
+        browser.wait_for(f"{block}?.querySelectorAll('figure.grid-cell img').length === 2")
+
+        def shown():
+            return [(run, re.sub(r"^/image\?run=(\w+)&path=images%2F", "", src)) for run, src in browser.evaluate(cells)]
+
+        ids = dict(self.sql("SELECT name, id FROM runs WHERE name IN ('train-1', 'train-2')"))
+        self.assertEqual(shown(), [("train-1", "samples-0000030.png"), ("train-2", "samples-0000030.png"),
+                                   ("broken-1", "no grid at step 30")])
+        self.assertEqual([src.split("&")[0] for _, src in browser.evaluate(cells)[:2]],
+                         [f"/image?run={ids['train-1']}", f"/image?run={ids['train-2']}"])
+        browser.evaluate(f"(() => {{ const input = {block}.querySelector('input'); input.value = 0;"
+                         " input.dispatchEvent(new Event('input')); })()")
+        self.assertEqual(shown()[:2], [("train-1", "samples-0000010.png"), ("train-2", "samples-0000010.png")])
+        browser.wait_for(f"[...{block}.querySelectorAll('img')].every((img) => img.naturalWidth > 0)")
+
+    def test_a_tensor_logged_is_a_histogram_on_the_run_page_with_a_slider_through_its_steps(self):
+        rows = self.sql("SELECT h.step, h.low, h.high, h.counts FROM histograms h JOIN runs r USING (run) "
+                        "WHERE r.name = 'train-1' AND h.key = 'weights' ORDER BY h.step")
+        self.assertEqual([(step, low, high) for step, low, high, _ in rows], [(10, -10, 10), (20, -20, 20), (30, -30, 30)])
+        self.assertTrue(all(sum(json.loads(counts)) == 100 and len(json.loads(counts)) == 64 for *_, counts in rows))
+        self.assertFalse(self.sql("SELECT 1 FROM metrics WHERE key = 'weights'"))
+        shown = self.runner_output("show", "train-1")
+        self.assertRegex(shown, r"\nhistograms\n  histogram +steps +first +last\n  -+ +-+ +-+ +-+\n  weights +3 +10 +30\n")
+        browser = self.page("/run/train-1")
+        svg = "document.querySelector('.histogram-slider[data-key=\"weights\"] svg')"
+        browser.wait_for(f"{svg}?.getAttribute('aria-label') === 'weights at step 30'")
+        counts = f"[...{svg}.querySelectorAll('rect.bin')].map((r) => Number(r.dataset.count))"
+        self.assertEqual(browser.evaluate(counts), json.loads(rows[2][3]))
+        browser.evaluate("(() => { const input = document.querySelector('.histogram-slider input'); input.value = 0;"
+                         " input.dispatchEvent(new Event('input')); })()")
+        browser.wait_for(f"{svg}?.getAttribute('aria-label') === 'weights at step 10'")
+        self.assertEqual(browser.evaluate(counts), json.loads(rows[0][3]))
+        status, _, body = self.fetch("chart/histogram.svg?run=train-1&key=weights&step=11")
+        self.assertEqual((status, body.decode().strip()), (404, "run train-1 has no histogram 'weights' at step 11"))
 
     def test_sweep_page_shows_trials_importance_parallel_coordinates_and_rungs(self):
         browser = self.page("/sweeps")
@@ -351,6 +473,51 @@ class Dashboard(unittest.TestCase):
         self.assertTrue(browser.evaluate(
             "!!(document.querySelector('.run-error').compareDocumentPosition(document.querySelector('figure.chart')) "
             "& Node.DOCUMENT_POSITION_FOLLOWING)"), "the error is below a chart")
+
+    def test_a_change_made_through_runner_attach_is_listed_on_the_run_page_and_marked_on_its_charts(self):
+        # A script of its own, so that its run (attached-1) leaves the names of train.lua's runs as they are.
+        write_script(self.dir, "attached.lua", TRAINING_SCRIPT)
+        name = "attached-1"
+        job = subprocess.Popen([RUNNER, str(self.dir / "attached.lua"), "steps=400", "sleep=0.02"], cwd=self.dir,
+                               env={**home_env(self.home), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            socket_path = self.home / name / "attach" / "socket"
+            while not socket_path.exists():
+                self.assertLess(time.monotonic(), deadline, "the job opened no attach socket")
+                time.sleep(0.1)
+            # runner attach's protocol: a header line "KIND LENGTH" and the text; the job answers between two steps.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.connect(str(socket_path))
+                client.settimeout(60)
+                chunk = b"train:set_lr(0.02)"
+                client.sendall(b"eval %d\n%s" % (len(chunk), chunk))
+                received = b""
+                while b"done 0\n" not in received:
+                    data = client.recv(4096)
+                    self.assertTrue(data, received)
+                    received += data
+                client.sendall(b"detach 0\n")
+            (step,) = self.sql("SELECT i.step FROM interventions i JOIN runs r USING (run) WHERE r.name = ?", name)[0]
+            browser = self.page(f"/run/{name}")
+            browser.wait_for("document.querySelectorAll('.interventions tbody tr').length === 1", timeout=60)
+            cells = browser.evaluate("[...document.querySelectorAll('.interventions tbody td')].map((td) => td.textContent)")
+            self.assertEqual((cells[0], cells[2], cells[3]), (str(step), "train:set_lr(0.02)", "train:set_lr(0.02)"))
+            # The charts whose steps reach it mark it at its step (loss and lr from step 1), with what changed as the
+            # mark's title.
+            browser.wait_for("['loss', 'lr'].every((key) => document.querySelector(`figure.chart svg[aria-label=\"${key}\"] "
+                             "line.intervention-mark`))", timeout=60)
+            marks = browser.evaluate("[...document.querySelectorAll('line.intervention-mark')].map((l) => "
+                                     "[l.dataset.step, l.querySelector('title').textContent])")
+            self.assertTrue(all(mark == [str(step), f"step {step}: train:set_lr(0.02)\ntrain:set_lr(0.02)"]
+                                for mark in marks), marks)
+            self.assertEqual(job.wait(timeout=300), 0, job.stderr.read())
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stderr.close()
 
     def test_a_metric_logged_by_a_running_job_appears_on_the_open_page_without_reload(self):
         # The job holds before step 25 until the page is up: the clock starts with the browser there.

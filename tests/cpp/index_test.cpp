@@ -673,11 +673,41 @@ std::vector<std::string> table_columns(Database& db) {
   return columns;
 }
 
+// The columns of the tables that schema versions 13 (interventions) and 14 (histograms) add, as table_columns()
+// writes them.
+std::vector<std::string> columns_of_versions_13_and_14(bool postgresql) {
+  const std::string integer = postgresql ? "bigint" : "INTEGER", real = postgresql ? "double precision" : "REAL",
+                    text = postgresql ? "text" : "TEXT";
+  return {"interventions.intervention " + integer,
+          "interventions.run " + integer,
+          "interventions.step " + integer,
+          "interventions.time " + real,
+          "interventions.chunk " + text,
+          "interventions.changes " + text,
+          "histograms.run " + integer,
+          "histograms.key " + text,
+          "histograms.step " + integer,
+          "histograms.time " + real,
+          "histograms.low " + real,
+          "histograms.high " + real,
+          "histograms.counts " + text,
+          "histograms.nonfinite " + integer};
+}
+
+// The migrations up to and including `version`.
+std::span<const Migration> migrations_to(int version) {
+  const auto migrations = schema_migrations();
+  for (std::size_t i = 0; i < migrations.size(); ++i)
+    if (migrations[i].version == version) return migrations.first(i + 1);
+  FAIL("no migration to version " << version);
+  return {};
+}
+
 }  // namespace
 
 INDEX_TEST_CASE(
-    "an index of schema 9 gains the tags table, the note column, the trials' generation and claim and the runs' "
-    "start key, and nothing else changes",
+    "an index of schema 9 gains the tags table, the note column, the trials' generation and claim, the runs' "
+    "start key and the interventions and histograms tables, and nothing else changes",
     "[index]") {
   TempHome tmp;
   const std::string url = runner::core::launch_context().index_url;
@@ -685,18 +715,14 @@ INDEX_TEST_CASE(
   {
     Database db =
         url.empty() ? Database(index_path(tmp.path), OpenMode::read_write_create) : Database::postgresql(url, false);
-    const auto migrations = schema_migrations();
-    const auto through_9 =
-        std::find_if(migrations.begin(), migrations.end(), [](const Migration& m) { return m.version == 9; });
-    REQUIRE(through_9 != migrations.end());
-    CHECK(migrate(db, migrations.first(static_cast<size_t>(through_9 - migrations.begin()) + 1)) == 9);
+    CHECK(migrate(db, migrations_to(9)) == 9);
     db.execute(
         "INSERT INTO runs (id, name, status, config, host, pid, dir, started_at, heartbeat_at, step) VALUES "
         "('abcd1234', 'old-1', 'finished', '{\"lr\":0.1}', 'host', 1, 'old-1', 100, 150, 30)");
     before = table_columns(db);
   }
   Database db = open_index_for_writing(tmp.path);
-  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == 12);
+  CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == schema_version());
   std::vector<std::string> after = table_columns(db);
   const std::vector<std::string> added =
       url.empty() ? std::vector<std::string>{"runs.note TEXT",    "run_tags.run INTEGER",
@@ -706,6 +732,7 @@ INDEX_TEST_CASE(
                                              "trials.generation bigint", "trials.claim text",   "runs.start_key text"};
   std::vector<std::string> expected = before;
   for (const std::string& column : added) expected.push_back(column);
+  for (const std::string& column : columns_of_versions_13_and_14(!url.empty())) expected.push_back(column);
   std::sort(expected.begin(), expected.end());
   std::sort(after.begin(), after.end());
   CHECK(after == expected);

@@ -25,7 +25,7 @@
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
 #include "runtime/run/run_start.h"
-#include "runtime/run/timing_metrics.h"
+#include "runtime/run/step_metrics.h"
 #include "runtime/run/training_run.h"
 #include "runtime/train/progress_line.h"
 #include "tests/cpp/temp_directory.h"
@@ -427,7 +427,7 @@ TEST_CASE("a run pauses at the ASHA rung of the launch context it was started wi
   unpaused->finish("finished");
 }
 
-TEST_CASE("the steps of a training run from C++ alone: the run's step, timing metrics and the progress line", "[run]") {
+TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and timing metrics, the progress line", "[run]") {
   testing::TempDir tmp("observed-steps");
   const std::string home = tmp.path + "/home";
   core::LaunchContext launch;
@@ -444,7 +444,7 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, timing me
   setup.trainer->add_observer(std::make_shared<train::ProgressLine>(progress, c10::Device(c10::kCPU), progress_file));
   auto context = run::start_run(request("observed"), launch, home);
   setup.trainer->add_observer(
-      std::make_shared<run::TimingMetrics>(*setup.trainer, [&context] { return context.get(); }));
+      std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
   {
     run::TrainingRun training(*context, setup.trainer, setup.loader, {}, keep_two());
     for (int i = 0; i < 30; ++i) setup.step();
@@ -464,6 +464,13 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, timing me
                                          "time/between_steps_ms@30", "time/ema_ms@25", "time/ema_ms@30",
                                          "time/forward_backward_ms@25", "time/forward_backward_ms@30",
                                          "time/optimizer_ms@25", "time/optimizer_ms@30"});
+  // lr at every step.
+  auto lr = db.prepare("SELECT count(*), min(value), max(value) FROM metrics WHERE run = ? AND key = 'lr'");
+  lr.bind(1, context->record().run);
+  REQUIRE(lr.step());
+  CHECK(lr.integer(0) == 30);
+  CHECK(lr.real(1) == 1e-2);
+  CHECK(lr.real(2) == 1e-2);
   auto forward = db.prepare("SELECT value FROM metrics WHERE run = ? AND key = 'time/forward_backward_ms'");
   forward.bind(1, context->record().run);
   while (forward.step()) CHECK(forward.real(0) > 0);

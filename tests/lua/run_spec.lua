@@ -167,10 +167,38 @@ describe("Run", function()
   it("rejects values that cannot be metrics, naming the script line", function()
     local run = runner.start({})
     expect_error(function() run:log { loss = "high" } end,
-      here(-1) .. "run:log: metric 'loss' must be a number or a one-element tensor, got a string")
-    expect_error(function() run:log { v = torch.ones(3) } end,
-      "metric 'v' must be a number or a one-element tensor, got 3 elements", true)
+      here(-1) .. "run:log: 'loss' must be a number or a tensor (one element: a metric; more: a histogram), got a string")
+    expect_error(function() run:log { v = torch.ones(0, 3) } end,
+      here(-1) .. "run:log: 'v' is an empty tensor (shape [0, 3]): nothing to log")
     expect_error(function() run:log(5) end, here() .. "run:log expects a table of name = value")
+    run:finish()
+  end)
+
+  it("records a tensor of more than one element as a histogram of 64 bins, and a one-element one as a metric", function()
+    local run = runner.start({})
+    run:log({ w = torch.tensor({ { 1, 2 }, { 3, 4 } }), s = torch.tensor({ 5 }) }, 3)
+    run:log({ w = torch.tensor({ 7, 7, 0 / 0, 1 / 0 }) }, 4)
+    run:flush()
+    local rows = runner.query("SELECT h.step, h.low, h.high, h.counts, h.nonfinite FROM histograms h JOIN runs r "
+      .. "ON r.run = h.run WHERE r.id = ? ORDER BY h.step", run.id)
+    expect_eq(#rows, 2)
+    -- bin = floor((x - low) * 64 / (high - low)), the highest value in the last bin: 1, 2, 3, 4 in bins 0, 21, 42, 63
+    local counts = {}
+    for i = 1, 64 do counts[i] = 0 end
+    counts[1], counts[22], counts[43], counts[64] = 1, 1, 1, 1
+    expect_eq(rows[1].low, 1)
+    expect_eq(rows[1].high, 4)
+    expect_eq(rows[1].counts, "[" .. table.concat(counts, ",") .. "]")
+    expect_eq(rows[1].nonfinite, 0)
+    -- All finite values equal: a range of 1 around them, both in the middle bin; NaN and inf counted apart.
+    expect_eq(rows[2].low, 6.5)
+    expect_eq(rows[2].high, 7.5)
+    for i = 1, 64 do counts[i] = i == 33 and 2 or 0 end
+    expect_eq(rows[2].counts, "[" .. table.concat(counts, ",") .. "]")
+    expect_eq(rows[2].nonfinite, 2)
+    local metrics = runner.query("SELECT m.key, m.value FROM metrics m JOIN runs r ON r.run = m.run WHERE r.id = ?", run.id)
+    expect_eq(#metrics, 1)
+    expect_eq(metrics[1].key .. "=" .. metrics[1].value, "s=5")
     run:finish()
   end)
 end)

@@ -63,11 +63,14 @@ function runLink(id, name) {
 
 const live = document.getElementById("live");
 
-function poll(url, render) {
+// url: the page's JSON, or a function that gives it (asked again at each tick). A request that fails is shown by
+// failed(error) when that returns true, else by the live indicator.
+function poll(url, render, failed) {
   let version = "";
   async function tick() {
+    const address = typeof url === "function" ? url() : url;
     try {
-      const answer = JSON.parse(await fetchText(`${url}${url.includes("?") ? "&" : "?"}${query({ since: version })}`));
+      const answer = JSON.parse(await fetchText(`${address}${address.includes("?") ? "&" : "?"}${query({ since: version })}`));
       if (!answer.unchanged) {
         version = answer.version;
         render(answer);
@@ -75,8 +78,10 @@ function poll(url, render) {
       live.textContent = `live \u00b7 ${new Date().toLocaleTimeString()}`;
       live.classList.remove("stale");
     } catch (error) {
-      live.textContent = `not updating: ${error.message}`;
-      live.classList.add("stale");
+      if (!(failed && failed(error))) {
+        live.textContent = `not updating: ${error.message}`;
+        live.classList.add("stale");
+      }
     }
     setTimeout(tick, 1000);
   }
@@ -124,9 +129,23 @@ function keyValueTable(object) {
 
 const hover = document.getElementById("hover");
 
-// A figure showing the SVG at url(view), where view = { scale, smoothing, from, to } is shared by a page's charts.
-// Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again.
-function chartFigure(url, view) {
+// The x axes of line charts (the server's `x`): the step, the wall-clock time, the time since the run started.
+const X_AXES = { step: "step", time: "wall time", relative: "relative time" };
+
+// An x value as the hover writes it.
+function formatX(x, axis) {
+  if (axis === "time") return new Date(x * 1000).toLocaleString();
+  if (axis === "relative") return `${formatDuration(x)} since the start`;
+  return `step ${x}`;
+}
+
+// The initial view of a page's line charts: steps on x, smoothing on (W&B's default weight).
+const defaultView = () => ({ x: "step", scale: "auto", smoothing: 0.6 });
+
+// A figure showing the SVG at url(view), where view = { x, scale, smoothing } is shared by a page's charts.
+// Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again. marks(), if
+// given, lists what to mark on the plot with a dashed line and a tooltip: [{ step, x: { step, time, relative }, title }].
+function chartFigure(url, view, marks) {
   const figure = el("figure", { class: "chart" });
   let zoom = {};  // this chart's own zoom
   let drag = null;
@@ -134,8 +153,28 @@ function chartFigure(url, view) {
   async function load() {
     try {
       figure.innerHTML = await fetchText(url({ ...view, ...zoom }));
+      drawMarks();
     } catch (error) {
       figure.replaceChildren(el("p", { class: "error" }, error.message));
+    }
+  }
+
+  function drawMarks() {
+    const f = frame();
+    if (!f || !marks) return;
+    for (const mark of marks()) {
+      const at = mark.x[view.x || "step"];
+      if (at < f.x0 || at > f.x1) continue;
+      const x = f.left + (at - f.x0) / (f.x1 - f.x0) * f.width;
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+      line.setAttribute("class", "intervention-mark");
+      line.setAttribute("data-step", mark.step);
+      line.setAttribute("x1", x); line.setAttribute("x2", x);
+      line.setAttribute("y1", f.top); line.setAttribute("y2", f.top + f.height);
+      const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+      title.textContent = mark.title;
+      line.append(title);
+      f.svg.append(line);
     }
   }
 
@@ -192,7 +231,7 @@ function chartFigure(url, view) {
       if (shownStep === null) shownStep = data._steps[i];
       rows.push(el("div", {}, el("span", { class: "swatch", style: `background:${group.dataset.colour}` }),
         `${group.dataset.label}: ${Number.isNaN(data._values[i]) ? "nan" : formatValue(data._values[i])}`,
-        data._steps[i] !== shownStep ? el("span", { class: "step" }, ` (step ${data._steps[i]})`) : null));
+        data._steps[i] !== shownStep ? el("span", { class: "step" }, ` (${formatX(data._steps[i], view.x)})`) : null));
     }
     if (!rows.length) return;
     if (!line) {
@@ -203,7 +242,7 @@ function chartFigure(url, view) {
     const x = f.left + (shownStep - f.x0) / (f.x1 - f.x0) * f.width;
     line.setAttribute("x1", x); line.setAttribute("x2", x);
     line.setAttribute("y1", f.top); line.setAttribute("y2", f.top + f.height);
-    hover.replaceChildren(el("div", { class: "step" }, `step ${shownStep}`), ...rows);
+    hover.replaceChildren(el("div", { class: "step" }, formatX(shownStep, view.x)), ...rows);
     hover.hidden = false;
     hover.style.left = `${Math.min(event.clientX + 14, window.innerWidth - hover.offsetWidth - 8)}px`;
     hover.style.top = `${event.clientY + 14}px`;
@@ -239,10 +278,12 @@ function chartFigure(url, view) {
   });
   window.addEventListener("mouseup", () => {
     if (!drag) return;
-    const [from, to] = [Math.floor(Math.min(drag.step0, drag.step1)), Math.ceil(Math.max(drag.step0, drag.step1))];
+    const f = frame();
+    let [from, to] = [Math.min(drag.step0, drag.step1), Math.max(drag.step0, drag.step1)];
+    if (!view.x || view.x === "step") [from, to] = [Math.floor(from), Math.ceil(to)];
     drag.box.remove();
     drag = null;
-    if (to - from >= 2) {
+    if (view.x && view.x !== "step" ? f && to - from > (f.x1 - f.x0) / 100 : to - from >= 2) {
       zoom = { from, to };
       load();
     }
@@ -251,20 +292,26 @@ function chartFigure(url, view) {
     zoom = {};
     load();
   });
-  figure.load = load;
+  figure.load = (resetZoom) => {
+    if (resetZoom) zoom = {};
+    return load();
+  };
   load();
   return figure;
 }
 
-// Scale and smoothing for a page's line charts; onchange() redraws them.
+// The x axis, scale and smoothing of a page's line charts; onchange() redraws them (a new x axis drops their zoom).
 function chartControls(view, onchange) {
-  const scale = el("select", { onchange: () => { view.scale = scale.value; onchange(); } },
+  const x = el("select", { class: "x-axis", onchange: () => { view.x = x.value; onchange(true); } },
+    Object.entries(X_AXES).map(([name, title]) => el("option", { value: name, selected: view.x === name }, title)));
+  const scale = el("select", { class: "y-scale", onchange: () => { view.scale = scale.value; onchange(); } },
     ["auto", "linear", "log"].map((name) => el("option", { value: name, selected: view.scale === name }, name)));
   const shown = el("span", {}, String(view.smoothing));
   const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
     oninput: () => { shown.textContent = smoothing.value; },
     onchange: () => { view.smoothing = Number(smoothing.value); onchange(); } });
-  return el("div", { class: "controls" }, el("label", {}, "y scale ", scale), el("label", {}, "smoothing ", smoothing, " ", shown),
+  return el("div", { class: "controls" }, el("label", {}, "x axis ", x), el("label", {}, "y scale ", scale),
+    el("label", {}, "smoothing ", smoothing, " ", shown),
     el("span", { class: "note" }, "drag across a chart to zoom, double-click to zoom out"));
 }
 
@@ -284,14 +331,26 @@ const groupOf = (key) => METRIC_GROUPS.find((group) => key.startsWith(group.pref
 
 const page = document.getElementById("page");
 
+// The config keys whose values are not the same in every one of `runs` (a key some lack included), sorted.
+function differingConfigKeys(runs) {
+  const keys = new Set(runs.flatMap((run) => Object.keys(run.config || {})));
+  const valueOf = (run, key) => (run.config && key in run.config ? JSON.stringify(run.config[key]) : undefined);
+  return [...keys].filter((key) => runs.some((run) => valueOf(run, key) !== valueOf(runs[0], key))).sort();
+}
+
 function runsPage() {
-  const filters = { text: "", status: "", sweep: "", world: "" };
-  const sort = { column: undefined, descending: false };
+  const filters = { text: "", status: "", sweep: "", world: "", where: "" };
+  const sort = { column: undefined, title: undefined, descending: false };
   const selected = new Set();
   let data = null;
   const controls = el("div", { class: "controls" });
+  // `runner runs --where`'s expression, evaluated by the server: config keys, metrics, tag, status, name.
+  const whereError = el("p", { class: "error where-error", hidden: true });
+  const where = el("input", { type: "text", class: "where", size: 48,
+    placeholder: "where: lr < 1e-3 and (tag = 'baseline' or status = 'failed')",
+    onchange: () => { filters.where = where.value.trim(); whereError.hidden = true; } });
   const tableHolder = el("div", { class: "runs-table" });
-  page.replaceChildren(el("h1", {}, "Runs"), controls, tableHolder);
+  page.replaceChildren(el("h1", {}, "Runs"), controls, el("div", { class: "controls" }, where), whereError, tableHolder);
 
   function select(name, values, label) {
     return el("label", {}, `${label} `, el("select", { onchange: (event) => { filters[name] = event.target.value; draw(); } },
@@ -319,9 +378,15 @@ function runsPage() {
       { title: "step", value: (run) => run.step },
       { title: "started", value: (run) => run.started_at, cell: (run) => run.started },
       { title: "duration", value: (run) => data.durations[run.id], cell: (run) => formatDuration(data.durations[run.id]) },
+      // The config keys that differ between the runs shown (as W&B's table), then the metrics.
+      ...differingConfigKeys(runs).map((key) => ({ title: `config.${key}`, config: true,
+        value: (run) => (run.config && key in run.config ? run.config[key] : null) })),
       ...data.metric_keys.map((key) => ({ title: key, value: (run) => run.metrics[key] })),
     ];
-    sort.redraw = draw;
+    // The sorted column is kept by its title: the config columns come and go with the runs shown.
+    const sorted = columns.findIndex((column) => column.title === sort.title);
+    sort.column = sorted >= 0 ? sorted : undefined;
+    sort.redraw = () => { sort.title = columns[sort.column].title; draw(); };
     tableHolder.replaceChildren(runs.length ? sortableTable(columns, runs, sort) : el("p", { class: "note" }, "no runs match"));
   }
 
@@ -335,16 +400,22 @@ function runsPage() {
       select("world", new Set(data.runs.map((r) => String(r.world_size))), "world size"), compare);
   }
 
-  poll("/api/runs", (answer) => {
+  poll(() => `/api/runs?${query({ where: filters.where })}`, (answer) => {
     const first = !data;
     data = answer;
+    whereError.hidden = true;
     if (first || !controls.contains(document.activeElement)) drawControls();
     draw();
+  }, (error) => {
+    if (!error.message.startsWith("400: ")) return false;  // a bad expression; other failures are the indicator's
+    whereError.textContent = error.message.slice(5);
+    whereError.hidden = false;
+    return true;
   });
 }
 
 function runPage(reference) {
-  const view = { scale: "auto", smoothing: 0 };
+  const view = defaultView();
   const hidden = new Set();      // metric keys whose chart was turned off; every other metric has one
   const charts = new Map();      // key -> figure
   const sliders = new Map();     // image name -> { input, follow }
@@ -364,11 +435,15 @@ function runPage(reference) {
     return [group, { picks, charts, title, details }];
   }));
   const samples = el("div");
+  const histograms = el("div", { class: "histograms" });
+  const histogramSliders = new Map();  // key -> { index, follow }
+  const interventions = el("div", { class: "interventions" });
   const details = el("div");
   page.replaceChildren(header, error, el("h2", {}, "Metrics"), picks,
-    chartControls(view, () => charts.forEach((figure) => figure.load())), chartHolder,
+    chartControls(view, (resetZoom) => charts.forEach((figure) => figure.load(resetZoom))), chartHolder,
     ...[...groups.values()].map((parts) => parts.details),
-    el("h2", {}, "Samples"), samples, details);
+    el("h2", {}, "Samples"), samples, el("h2", {}, "Histograms"), histograms,
+    el("h2", {}, "Interventions (runner attach)"), interventions, details);
 
   // A chart for every metric, new ones as they arrive, but those turned off and those of collapsed groups.
   function drawCharts() {
@@ -387,7 +462,7 @@ function runPage(reference) {
     for (const key of keys) {
       if (!charted(key)) continue;
       if (charts.has(key)) charts.get(key).load();
-      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view));
+      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view, interventionMarks));
       (groupOf(key) ? groups.get(groupOf(key)).charts : chartHolder).append(charts.get(key));
     }
   }
@@ -425,6 +500,52 @@ function runPage(reference) {
     samples.replaceChildren(...blocks);
   }
 
+  // A histogram per tensor logged (run:log { weights = t }), one step at a time: the newest, or the slider's.
+  function drawHistograms() {
+    const keys = Object.keys(run.histograms || {}).sort();
+    if (!keys.length) { histograms.replaceChildren(el("p", { class: "note" }, "none: run:log { name = tensor } logs one")); return; }
+    histograms.replaceChildren(...keys.map((key) => {
+      const steps = run.histograms[key];
+      const previous = histogramSliders.get(key);
+      const follow = !previous || previous.follow;
+      const index = follow ? steps.length - 1 : Math.min(previous.index, steps.length - 1);
+      const figure = el("figure", { class: "chart" });
+      const caption = el("span");
+      const input = el("input", { type: "range", min: 0, max: steps.length - 1, value: index });
+      let shown = null;
+      const show = async () => {
+        const chosen = Number(input.value);
+        caption.textContent = ` step ${steps[chosen]} (${chosen + 1} of ${steps.length})`;
+        histogramSliders.set(key, { index: chosen, follow: chosen === steps.length - 1 });
+        if (shown === steps[chosen]) return;
+        shown = steps[chosen];
+        try {
+          figure.innerHTML = await fetchText(`/chart/histogram.svg?${query({ run: run.id, key, step: shown })}`);
+        } catch (error) {
+          figure.replaceChildren(el("p", { class: "error" }, error.message));
+        }
+      };
+      input.addEventListener("input", show);
+      show();
+      return el("div", { class: "histogram-slider", "data-key": key }, el("h3", {}, key), input, caption, figure);
+    }));
+  }
+
+  // What runner attach changed, marked on every chart at the step after which it ran.
+  function interventionMarks() {
+    return (run ? run.interventions : []).map((i) => ({ step: i.step, x: { step: i.step, time: i.time, relative: i.time - run.started_at },
+      title: `step ${i.step}: ${i.changes.join(", ")}\n${i.chunk}` }));
+  }
+
+  function drawInterventions() {
+    interventions.replaceChildren(run.interventions.length ? sortableTable([
+      { title: "step", value: (i) => i.step },
+      { title: "time", value: (i) => i.time, cell: (i) => new Date(i.time * 1000).toLocaleString() },
+      { title: "changed", value: (i) => i.changes.join(", ") },
+      { title: "chunk", value: (i) => i.chunk, cell: (i) => el("pre", { class: "chunk" }, i.chunk) },
+    ], run.interventions, { redraw: drawInterventions }) : el("p", { class: "note" }, "none: nothing was changed through runner attach"));
+  }
+
   function drawDetails() {
     const attempts = run.attempt_history || [];
     const sort = { column: undefined, redraw: drawDetails };
@@ -460,21 +581,57 @@ function runPage(reference) {
     error.replaceChildren(run.error ? el("div", { class: "run-error" }, el("h3", {}, "Error"), el("pre", {}, run.error)) : "");
     drawCharts();
     drawSamples();
+    drawHistograms();
+    drawInterventions();
     drawDetails();
   });
 }
 
 function comparePage() {
   const runs = new URLSearchParams(location.search).getAll("run");
-  const view = { scale: "auto", smoothing: 0 };
+  const view = defaultView();
   const charts = new Map();
   const legend = el("div", { class: "controls" });
   const chartHolder = el("div", { class: "charts" });
   const config = el("div");
+  const samples = el("div");
+  const sampleSteps = new Map();  // grid name -> the step chosen, or null to follow the newest
   let showAll = false;
   let data = null;
-  page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, () => charts.forEach((f) => f.load())),
-    chartHolder, el("h2", {}, "Config"), config);
+  page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, (resetZoom) => charts.forEach((f) => f.load(resetZoom))),
+    chartHolder, el("h2", {}, "Samples"), samples, el("h2", {}, "Config"), config);
+
+  // Each grid name's images side by side, one per run, at one step that the slider chooses among the steps any run
+  // has a grid of; a run without a grid at that step says so.
+  function drawSamples() {
+    const names = [...new Set(data.runs.flatMap((run) => run.images.map((image) => image.name)))].sort();
+    if (!names.length) { samples.replaceChildren(el("p", { class: "note" }, "no sample grids")); return; }
+    samples.replaceChildren(...names.map((name) => {
+      const steps = [...new Set(data.runs.flatMap((run) => run.images.filter((i) => i.name === name).map((i) => i.step)))]
+        .sort((a, b) => a - b);
+      const chosen = sampleSteps.get(name);
+      const index = chosen === null || chosen === undefined || !steps.includes(chosen) ? steps.length - 1 : steps.indexOf(chosen);
+      const input = el("input", { type: "range", min: 0, max: steps.length - 1, value: index });
+      const caption = el("span");
+      const row = el("div", { class: "grid-row" });
+      const show = () => {
+        const step = steps[Number(input.value)];
+        sampleSteps.set(name, Number(input.value) === steps.length - 1 ? null : step);
+        caption.textContent = ` step ${step} (${Number(input.value) + 1} of ${steps.length})`;
+        row.replaceChildren(...data.runs.map((run) => {
+          const image = run.images.find((i) => i.name === name && i.step === step);
+          const title = el("div", { class: "grid-run" }, el("span", { class: "swatch", style: `background:${run.colour}` }), run.name);
+          if (!image) return el("figure", { class: "grid-cell", "data-run": run.id }, title, el("p", { class: "note" }, `no grid at step ${step}`));
+          const img = el("img", { alt: `${run.name} ${name} step ${step}`, src: `/image?${query({ run: run.id, path: image.path })}`,
+            onload: () => { img.width = img.naturalWidth * Math.max(1, Math.floor(256 / img.naturalWidth)); } });
+          return el("figure", { class: "grid-cell", "data-run": run.id }, title, img);
+        }));
+      };
+      input.addEventListener("input", show);
+      show();
+      return el("div", { class: "grid-compare", "data-name": name }, el("h3", {}, name), input, caption, row);
+    }));
+  }
 
   function drawConfig() {
     const rows = data.config.filter((row) => showAll || row.differs);
@@ -495,6 +652,7 @@ function comparePage() {
       if (charts.has(key)) charts.get(key).load();
       else chartHolder.append(charts.set(key, chartFigure(metricChartUrl(runs, key), view)).get(key));
     }
+    drawSamples();
     drawConfig();
   });
 }
@@ -520,7 +678,7 @@ function sweepsPage() {
 }
 
 function sweepPage(name) {
-  const view = { scale: "auto", smoothing: 0 };
+  const view = defaultView();
   const figures = [];
   const sort = { column: undefined };
   const header = el("div");
@@ -549,7 +707,7 @@ function sweepPage(name) {
         rungs === "none" ? "" : el("h2", {}, "ASHA rungs"),
         rungs === "chart" ? el("div", { class: "charts rungs" }, make(sweepChart("rungs"))) : "",
         rungs === "waiting" ? el("p", { class: "note" }, "no trial has reached a rung yet") : "",
-        el("h2", {}, "Learning curves"), chartControls(view, () => figures.forEach((f) => f.load())),
+        el("h2", {}, "Learning curves"), chartControls(view, (resetZoom) => figures.forEach((f) => f.load(resetZoom))),
         el("div", { class: "charts" }, make(sweepChart("curves"))));
     } else {
       figures.forEach((figure) => figure.load());
