@@ -1,8 +1,10 @@
--- runner.diffusion: noise schedules, the training loss and DDPM/DDIM sampling with classifier-free guidance
--- (natives in bindings/diffusion_binding.cpp; the math is defined in docs/models-and-diffusion.md).
+-- runner.diffusion: noise schedules, the training loss and DDPM/DDIM sampling with classifier-free guidance, and flow
+-- matching beside it (natives in bindings/diffusion_binding.cpp and flow_binding.cpp; the math is defined in
+-- docs/models-and-diffusion.md).
 local native = runner._diffusion
 runner._diffusion = nil
 local methods = native.methods
+local flow_methods = native.flow_methods
 
 local diffusion = {}
 
@@ -21,6 +23,12 @@ function diffusion.gaussian(options)
   return native.new(options, torch.initial_seed())
 end
 diffusion.ddpm = diffusion.gaussian
+
+--- runner.diffusion.flow(FlowOptions) -> Flow: SiT's flow matching (---@class FlowOptions in
+--- stdlib/meta/diffusion.lua). Its loss, objective, state and sample work as the Gaussian diffusion's.
+function diffusion.flow(options)
+  return native.new_flow(options, torch.initial_seed())
+end
 
 --- d:loss(model, batch [, DiffusionLossOptions]) -> loss, details
 --- batch: a loader batch ({data, label, index, epoch}) or an image tensor [B, C, H, W]. Labels come from
@@ -130,6 +138,11 @@ end
 
 function methods:info()
   return self:_info()
+end
+
+-- The flow shares the Lua side of loss, objective, state and sample: its natives take the same arguments.
+for _, name in ipairs({ "loss", "objective", "state", "load_state", "sample", "info" }) do
+  flow_methods[name] = methods[name]
 end
 
 diffusion.sampling_timesteps = native.sampling_timesteps

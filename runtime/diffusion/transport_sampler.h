@@ -1,0 +1,43 @@
+// Sampling a flow-matching model (runtime/diffusion/transport.h) as SiT's transport Sampler does: the probability-flow
+// ODE with fixed-step Euler or Heun, or the SDE with Euler-Maruyama or Heun and SiT's last steps, with classifier-free
+// guidance as SiT's forward_with_cfg.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/diffusion/gaussian_diffusion.h"
+#include "runtime/diffusion/sampler.h"
+#include "runtime/diffusion/transport.h"
+
+namespace runner::diffusion {
+
+struct FlowSampleOptions {
+  std::string sampler = "euler";  // the ODE's or the SDE's: euler or heun (torchdiffeq's euler and heun2 for the ODE)
+  bool sde = false;               // false: the ODE
+  // ODE: steps of the grid linspace(t0, t1, steps + 1) (SiT's num_sampling_steps is steps + 1);
+  // SDE: steps - 1 steps over linspace(t0, t1, steps), then the last step (SiT's num_sampling_steps).
+  std::int64_t steps = 50;
+  std::string diffusion_form = "sigma";           // SDE: w(t), see DiffusionForm
+  double diffusion_norm = 1.0;                    // SDE: its scale
+  std::string last_step = "mean";                 // SDE: mean, tweedie, euler or none
+  double last_step_size = 0.04;                   // SDE: the last step's size (t1 = 1 - last_step_size)
+  double guidance = 1.0;                          // classifier-free guidance scale; 1 runs the conditional model alone
+  std::optional<std::int64_t> guidance_channels;  // the channels guided (default all; SiT's forward_with_cfg: 3)
+  std::optional<std::int64_t> null_label;         // the unconditional class id, required when guidance != 1
+  bool keep_trajectory = false;
+  bool autocast = false;  // true: the model runs under the caller's autocast state; false: autocast off
+};
+
+// Integrates from x_T [B, C, ...] (noise at t0, converted to float32) to data without gradients; the model sees
+// times t in [0, 1] (float32 [B], as SiT's model) and its first C output channels are its prediction. The SDE draws
+// its step noise from `noise` (step k of steps - 1). The trajectory holds x_T then x after every step (steps + 1
+// entries). Checks Ctrl-C between steps. Throws std::invalid_argument naming the bad option.
+SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::Tensor x_T,
+                         const std::optional<at::Tensor>& labels, const FlowSampleOptions& options,
+                         const NoiseSource& noise = {});
+
+}  // namespace runner::diffusion
