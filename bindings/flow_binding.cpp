@@ -197,6 +197,8 @@ const OptionTable<diff::FlowSampleOptions> kFlowSampleOptions(
         option("diffusion_norm", &diff::FlowSampleOptions::diffusion_norm),
         option("last_step", &diff::FlowSampleOptions::last_step),
         option("last_step_size", &diff::FlowSampleOptions::last_step_size),
+        option("rtol", &diff::FlowSampleOptions::rtol),
+        option("atol", &diff::FlowSampleOptions::atol),
         option("guidance", &diff::FlowSampleOptions::guidance),
         option("guidance_channels", &diff::FlowSampleOptions::guidance_channels),
         lua_option<diff::FlowSampleOptions>("seed"),

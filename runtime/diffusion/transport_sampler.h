@@ -1,6 +1,6 @@
 // Sampling a flow-matching model (runtime/diffusion/transport.h) as SiT's transport Sampler does: the probability-flow
-// ODE with fixed-step Euler or Heun, or the SDE with Euler-Maruyama or Heun and SiT's last steps, with classifier-free
-// guidance as SiT's forward_with_cfg.
+// ODE with fixed-step Euler or Heun or adaptive dopri5, or the SDE with Euler-Maruyama or Heun and SiT's last steps,
+// with classifier-free guidance as SiT's forward_with_cfg.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,15 +16,19 @@
 namespace runner::diffusion {
 
 struct FlowSampleOptions {
-  std::string sampler = "euler";  // the ODE's or the SDE's: euler or heun (torchdiffeq's euler and heun2 for the ODE)
-  bool sde = false;               // false: the ODE
+  // The ODE's: euler, heun (torchdiffeq's euler and heun2) or dopri5 (torchdiffeq's adaptive dopri5, the solution
+  // interpolated at the grid's times); the SDE's: euler (Euler-Maruyama) or heun.
+  std::string sampler = "euler";
+  bool sde = false;  // false: the ODE
   // ODE: steps of the grid linspace(t0, t1, steps + 1) (SiT's num_sampling_steps is steps + 1);
   // SDE: steps - 1 steps over linspace(t0, t1, steps), then the last step (SiT's num_sampling_steps).
   std::int64_t steps = 50;
-  std::string diffusion_form = "sigma";           // SDE: w(t), see DiffusionForm
-  double diffusion_norm = 1.0;                    // SDE: its scale
-  std::string last_step = "mean";                 // SDE: mean, tweedie, euler or none
-  double last_step_size = 0.04;                   // SDE: the last step's size (t1 = 1 - last_step_size)
+  std::string diffusion_form = "sigma";  // SDE: w(t), see DiffusionForm
+  double diffusion_norm = 1.0;           // SDE: its scale
+  std::string last_step = "mean";        // SDE: mean, tweedie, euler or none
+  double last_step_size = 0.04;          // SDE: the last step's size (t1 = 1 - last_step_size)
+  double rtol = 1e-3;                    // dopri5: relative and absolute tolerances (SiT's defaults)
+  double atol = 1e-6;
   double guidance = 1.0;                          // classifier-free guidance scale; 1 runs the conditional model alone
   std::optional<std::int64_t> guidance_channels;  // the channels guided (default all; SiT's forward_with_cfg: 3)
   std::optional<std::int64_t> null_label;         // the unconditional class id, required when guidance != 1

@@ -209,7 +209,10 @@ function Flow:sample(model, options) end
 ---@field n? integer                samples to draw (default: the number of labels, else 16)
 ---@field labels? Tensor|integer[]|integer  class ids, one per sample or one for all
 ---@field steps? integer            steps (default 50; the SDE's include its last step)
----@field sampler? string           "euler" (default) or "heun"
+---@field sampler? string           "euler" (default), "heun" or (the ODE's) "dopri5": torchdiffeq's adaptive
+---                                 Dormand-Prince, its solution interpolated at the steps + 1 grid times
+---@field rtol? number              dopri5's relative tolerance (default 1e-3, SiT's)
+---@field atol? number              dopri5's absolute tolerance (default 1e-6, SiT's)
 ---@field sde? boolean              true: SiT's SDE sampler (default false: the ODE)
 ---@field diffusion_form? string    SDE: "sigma" (default), "sbdm", "constant", "linear", "decreasing" or
 ---                                 "increasing-decreasing" (SiT's diffusion_form, SBDM written in lower case)

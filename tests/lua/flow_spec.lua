@@ -215,6 +215,40 @@ describe("options", function()
   end)
 end)
 
+describe("sampler options", function()
+  local flow = runner.diffusion.flow { seed = 2 }
+  local model = function(x) return x * 0.5 end
+  local x_T = torch.randn(2, 3, 4, 4)
+
+  it("reports bad options with exact texts", function()
+    expect_error(function() flow:sample(model, { x_T = x_T, sampler = "ddim" }) end,
+      here(-1) .. "sampler must be \"euler\", \"heun\" or \"dopri5\", got \"ddim\"")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, sampler = "dopri5" }) end,
+      here(-1) .. "sampler must be \"euler\", \"heun\" (the SDE's), got \"dopri5\"")
+    expect_error(function() flow:sample(model, { x_T = x_T, rtol = 1e-4 }) end,
+      here(-1) .. "rtol and atol apply to the adaptive sampler (sampler = \"dopri5\")")
+    expect_error(function() flow:sample(model, { x_T = x_T, last_step = "tweedie" }) end,
+      here(-1) .. "diffusion_form, diffusion_norm, last_step and last_step_size apply to the SDE sampler (sde = true)")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, steps = 1 }) end,
+      here(-1) .. "steps must be at least 2 with sde (a step and the last step), got 1")
+    expect_error(function() flow:sample(model, { x_T = x_T, steps = 0 }) end, here() .. "steps must be at least 1, got 0")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, last_step = "Mean" }) end,
+      here(-1) .. "last_step must be \"mean\", \"tweedie\", \"euler\" or \"none\", got \"Mean\"")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, diffusion_form = "SBDM" }) end,
+      here(-1) .. "diffusion_form must be \"sigma\", \"sbdm\", \"constant\", \"linear\", \"decreasing\" or "
+      .. "\"increasing-decreasing\", got \"SBDM\"")
+    expect_error(function() flow:sample(model, { x_T = x_T, guidance = 2 }) end,
+      here(-1) .. "guidance 2 needs class labels (classifier-free guidance)")
+  end)
+
+  it("the ODE of a constant velocity field moves x_T by that velocity times the interval, with every sampler", function()
+    for _, sampler in ipairs({ "euler", "heun", "dopri5" }) do
+      local x = flow:sample(function(x) return torch.ones(x.shape) end, { x_T = x_T, sampler = sampler, steps = 3 })
+      expect_close(x, x_T + 1, 1e-5, 0, sampler)
+    end
+  end)
+end)
+
 describe("sampling trajectories against the reference", function()
   local S, meta = reference.load("flow/sampling.safetensors")
   local models = {}
@@ -224,8 +258,8 @@ describe("sampling trajectories against the reference", function()
   end
   local cases = literal(meta.cases)
 
-  it("the reference holds the ten cases", function()
-    expect_eq(#cases, 10)
+  it("the reference holds the twelve cases", function()
+    expect_eq(#cases, 12)
   end)
 
   -- |runner - reference| <= 1e-4 + 1e-4 |reference| elementwise over the whole trajectory: the same float32 steps on
@@ -240,6 +274,7 @@ describe("sampling trajectories against the reference", function()
         guidance = s.guidance, guidance_channels = s.guidance_channels > 0 and s.guidance_channels or nil,
         noise = s.noise ~= "none" and S[s.noise] or nil, trajectory = true,
       }
+      if s.sampler == "dopri5" then options.rtol, options.atol = s.rtol, s.atol end
       if s.sde then
         options.sde = true
         options.diffusion_form, options.diffusion_norm = s.diffusion_form, s.diffusion_norm
@@ -249,7 +284,20 @@ describe("sampling trajectories against the reference", function()
       local expected = S[case .. ".trajectory"]
       expect_eq(trajectory.shape[1], s.steps + 1, case .. ": steps + 1 entries")
       expect_true(not expected:isnan():any():item(), case .. ": the reference trajectory is finite")
-      expect_close(trajectory, expected, 1e-4, 1e-4, case .. " trajectory")
+      if s.sampler == "dopri5" then
+        -- Adaptive steps: the error estimate of a step well inside the tolerance is float32 rounding noise, so the
+        -- step sizes (and with them the solution) differ from torchdiffeq's within the tolerance. Each solution is
+        -- within about one tolerance unit of the true one, so the two agree within a few, in the solver's own norm:
+        -- RMS over the batch of |runner - torchdiffeq| / (atol + rtol |torchdiffeq|) <= 3 at every grid time
+        -- (measured: at most 2.0, at the end of ode_dopri5, whose last steps overshoot t = 1 and interpolate back).
+        for k = 1, expected.shape[1] do
+          local units = ((trajectory[k] - expected[k]):abs() / (expected[k]:abs() * s.rtol + s.atol)):pow(2):mean()
+            :sqrt():item()
+          expect_true(units <= 3, string.format("%s: grid time %d differs by %.2f tolerance units", case, k, units))
+        end
+      else
+        expect_close(trajectory, expected, 1e-4, 1e-4, case .. " trajectory")
+      end
       expect_true(x:equal(trajectory[-1]), case .. ": the sample is the trajectory's last entry")
     end)
   end

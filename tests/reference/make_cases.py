@@ -293,7 +293,7 @@ def flow_loss_cases(out_dir, args):
 
 FLOW_SAMPLING_DEFAULTS = {"path": "linear", "prediction": "velocity", "sde": False, "sampler": "euler",
                           "diffusion_form": "sigma", "diffusion_norm": 1.0, "last_step": "mean",
-                          "last_step_size": 0.04, "guidance": 1.0, "guidance_channels": 0}
+                          "last_step_size": 0.04, "guidance": 1.0, "guidance_channels": 0, "rtol": 1e-3, "atol": 1e-6}
 
 FLOW_SAMPLING_CASES = [
     # name, model case, settings (FLOW_SAMPLING_DEFAULTS fill the rest; guidance_channels 0 = all)
@@ -301,6 +301,9 @@ FLOW_SAMPLING_CASES = [
     ("ode_heun_cfg", "dit_class", {"sampler": "heun", "steps": 4, "guidance": 4.0}),
     ("ode_euler_gvp_noise", "unet_uncond", {"path": "gvp", "prediction": "noise", "steps": 4}),
     ("ode_heun_vp_score", "dit_class", {"path": "vp", "prediction": "score", "sampler": "heun", "steps": 3}),
+    ("ode_dopri5", "unet_uncond", {"sampler": "dopri5", "steps": 4}),
+    ("ode_dopri5_cfg_noise", "dit_class", {"prediction": "noise", "sampler": "dopri5", "steps": 2, "guidance": 3.0,
+                                           "rtol": 1e-4, "atol": 1e-4}),
     ("sde_euler", "unet_uncond", {"sde": True, "steps": 5}),
     ("sde_heun_gvp_sbdm_tweedie", "dit_class", {"path": "gvp", "prediction": "noise", "sde": True, "sampler": "heun", "steps": 4,
                                                 "diffusion_form": "sbdm", "last_step": "tweedie", "guidance": 2.0,
@@ -354,6 +357,9 @@ def flow_sampling_cases(out_dir, args, built):
             trajectory = transport.sample_sde(field, x_T, t0, t1, steps, settings["sampler"],
                                               settings["diffusion_form"], settings["diffusion_norm"],
                                               settings["last_step"], last_size, noise.to(device))
+        elif settings["sampler"] == "dopri5":
+            t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps)
+            trajectory = transport.sample_ode_dopri5(field, x_T, t0, t1, steps, settings["rtol"], settings["atol"])
         else:
             t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps)
             trajectory = transport.sample_ode(field, x_T, t0, t1, steps, settings["sampler"])
@@ -364,7 +370,8 @@ def flow_sampling_cases(out_dir, args, built):
     save(tensors, out_dir / "flow" / "sampling.safetensors",
          base_metadata(args, **meta, notes=(
              "<case>.trajectory is [steps + 1, B, C, H, W]: x_T then x after each step (SDE: steps - 1 noisy steps, "
-             "step k with <case>.noise[k], then the last step); models as in diffusion/sampling.safetensors; "
+             "step k with <case>.noise[k], then the last step; dopri5: torchdiffeq.odeint at the steps + 1 grid times "
+             "with the case's rtol and atol); models as in diffusion/sampling.safetensors; "
              "SiT's default train and sample eps for the path and prediction")))
 
 

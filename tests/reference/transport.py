@@ -190,6 +190,14 @@ def sample_ode(field, x, t0, t1, steps, method):
 
 
 @torch.no_grad()
+def sample_ode_dopri5(field, x, t0, t1, steps, rtol, atol):
+    """torchdiffeq's adaptive dopri5 (what SiT's ODE sampler calls) through the grid linspace(t0, t1, steps + 1)."""
+    from torchdiffeq import odeint
+    grid = torch.linspace(t0, t1, steps + 1)
+    return list(odeint(lambda t, y: field.velocity(y, t.item()), x, grid, method="dopri5", rtol=rtol, atol=atol))
+
+
+@torch.no_grad()
 def sample_sde(field, x, t0, t1, steps, method, form, norm, last_step, last_step_size, noise):
     """Euler-Maruyama or Heun over linspace(t0, t1, steps) (steps - 1 steps, step k with noise[k]), then the last
     step to t1 (SiT's Sampler.sample_sde)."""
