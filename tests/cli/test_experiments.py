@@ -184,6 +184,13 @@ class Experiments(TempDirTest):
                   "hidden=65 is not a multiple of heads=2"),
                  ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "depth=-1"),
                   "depth=-1: give a positive number (0: the size's)"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "objective=flw"),
+                  "objective must be ddpm or flow, got 'flw'"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "objective=flow", "path=cosine"),
+                  'path must be "linear", "gvp" or "vp", got "cosine"'),
+                 ("quickstart.lua", ("objective=flw",), "objective must be ddpm or flow, got 'flw'"),
+                 ("quickstart.lua", ("objective=flow", "flow_prediction=eps"),
+                  'prediction must be "velocity", "noise" or "score", got "eps"'),
                  ("quickstart.lua", ("schedule=cosin",), "schedule must be linear, cosine or scaled_linear, got 'cosin'")]
         for script, overrides, message in cases:
             result = run(str(EXPERIMENTS / script), *overrides, cwd=self.dir, timeout=60, env=home_env(self.dir / "runs"))
@@ -211,6 +218,22 @@ class Experiments(TempDirTest):
         weights = load_file(str(out / "ema.safetensors"))
         self.assertEqual(weights["y_embedder.embedding_table.weight"].shape, (11, 384))
         self.assertEqual(weights["final_layer.linear.weight"].shape, (4 * 4 * 8, 384))
+
+    def test_dit_trains_and_samples_with_objective_flow(self):
+        rng = np.random.default_rng(3)
+        np.save(self.dir / "latents.npy", rng.standard_normal((8, 4, 8, 8)).astype(np.float32))
+        np.save(self.dir / "latents.labels.npy", rng.integers(0, 10, 8).astype(np.int64))
+        stdout = run_experiment("dit.lua", "data=latents.npy", "labels=latents.labels.npy", "depth=1", "hidden=32",
+                                "heads=2", "patch=4", "classes=10", "batch=4", "steps=2", "sample_every=2",
+                                "sample_steps=3", "sample_classes=1,2", "log_every=1", "workers=1", "objective=flow",
+                                "time=logit_normal", cwd=self.dir)
+        self.assertIn("step       2  loss", stdout)
+        run = last_run(self.dir)
+        self.assertEqual(run["config"]["objective"], "flow")
+        samples = load_file(str(run["path"] / "samples-0000002.safetensors"))
+        self.assertEqual(samples["latents"].shape, (2, 4, 8, 8))
+        self.assertTrue(np.isfinite(samples["latents"]).all())
+        self.assertEqual([a["path"] for a in run["artifacts"]], ["images/samples-0000002.png"])
 
     def test_dit_is_made_small_from_the_command_line(self):
         rng = np.random.default_rng(2)
