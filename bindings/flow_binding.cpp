@@ -2,6 +2,7 @@
 // objective and the ODE/SDE samplers), wrapped by stdlib/runner/diffusion.lua.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <optional>
@@ -227,6 +228,58 @@ int flow_sample(lua_State* L) {
   return 2;
 }
 
+const OptionTable<diff::FlowLikelihoodOptions> kFlowLikelihoodOptions(
+    "likelihood", "FlowLikelihoodOptions",
+    {
+        lua_option<diff::FlowLikelihoodOptions>("labels"),
+        option("steps", &diff::FlowLikelihoodOptions::steps),
+        option("sampler", &diff::FlowLikelihoodOptions::sampler),
+        option("rtol", &diff::FlowLikelihoodOptions::rtol),
+        option("atol", &diff::FlowLikelihoodOptions::atol),
+        lua_option<diff::FlowLikelihoodOptions>("seed"),
+        lua_option<diff::FlowLikelihoodOptions>("probes"),
+        option("autocast", &diff::FlowLikelihoodOptions::autocast),
+    });
+
+// flow:_likelihood(model, x, labels|nil, options, seed) -> logp, z. options.probes: the Rademacher probes
+// [evaluations, B, ...] of the model evaluations in order; without it they come from a generator seeded with seed.
+int flow_likelihood(lua_State* L) {
+  diff::FlowTraining& flow = check_flow(L, 1);
+  const diff::Denoiser model = denoiser_at(L, 2);
+  const at::Tensor x = check_tensor(L, 3);
+  const std::optional<at::Tensor> labels = opt_tensor(L, 4);
+  const diff::FlowLikelihoodOptions o = kFlowLikelihoodOptions.read(L, 5);
+  lua_getfield(L, 5, "probes");
+  const std::optional<at::Tensor> given = opt_tensor(L, -1);
+  lua_pop(L, 1);
+  diff::NoiseSource probes;
+  if (given) {
+    const at::Tensor all = *given;
+    probes = [all](std::int64_t evaluation, const at::Tensor& like) {
+      if (all.dim() != like.dim() + 1 || all[0].sizes() != like.sizes())
+        throw std::invalid_argument(fmt::format("likelihood: probes must be [evaluations, {}], got [{}]",
+                                                fmt::join(like.sizes(), ", "), fmt::join(all.sizes(), ", ")));
+      if (evaluation >= all.size(0))
+        throw std::invalid_argument(fmt::format(
+            "likelihood: the solver evaluated the model more than the {} times the probes cover", all.size(0)));
+      return all[evaluation].to(like.options());
+    };
+  } else {
+    auto generator = at::globalContext().defaultGenerator(x.device()).clone();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_current_seed(check_seed(L, 6) ^ 0x9b0be5ULL);
+    }
+    probes = [generator](std::int64_t, const at::Tensor& like) {
+      return at::randint(0, 2, like.sizes(), generator, like.options()).mul_(2).sub_(1);
+    };
+  }
+  const auto result = diff::flow_likelihood(flow.transport, model, x, labels, o, probes);
+  push_tensor(L, result.logp);
+  push_tensor(L, result.z);
+  return 2;
+}
+
 int flow_info(lua_State* L) {
   const diff::FlowTraining& flow = check_flow(L, 1);
   const diff::TransportOptions& o = flow.transport.options();
@@ -274,6 +327,7 @@ void add_flow(lua_State* L) {
                                      {"training_loss", wrap<flow_training_loss>},
                                      {"path", wrap<flow_path>},
                                      {"_sample", wrap<flow_sample>},
+                                     {"_likelihood", wrap<flow_likelihood>},
                                      {"_info", wrap<flow_info>},
                                      {"stream_counter", wrap<flow_stream_counter>}});
   lua_setfield(L, -2, "flow_methods");

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -92,27 +93,70 @@ std::vector<double> time_grid(double t0, double t1, std::int64_t count) {
   return {values, values + count};
 }
 
-// RMS over every element (torchdiffeq's _rms_norm), read on the host.
-double rms(const at::Tensor& x) { return x.square().mean().sqrt().item<double>(); }
+// An ODE's state: one tensor, or several integrated together (the likelihood's sample and log-density), as
+// torchdiffeq's tuple states.
+using OdeState = std::vector<at::Tensor>;
+using OdeField = std::function<OdeState(const OdeState& y, double t)>;
+
+// a + sum_j w_j dt k_j, component by component (zero weights skipped).
+OdeState add_stages(const OdeState& a, const std::vector<OdeState>& k, const double* w, std::size_t count, double dt) {
+  OdeState out = a;
+  for (std::size_t c = 0; c < a.size(); ++c) {
+    at::Tensor sum;
+    for (std::size_t j = 0; j < count; ++j) {
+      if (w[j] == 0) continue;
+      const at::Tensor term = k[j][c] * (w[j] * dt);
+      sum = sum.defined() ? sum + term : term;
+    }
+    if (sum.defined()) out[c] = a.empty() || !a[c].defined() ? sum : a[c] + sum;
+  }
+  return out;
+}
+
+// Fixed steps over the grid: Euler, or Heun (torchdiffeq's heun2). The state after every step, the first included.
+std::vector<OdeState> fixed_steps(const OdeField& f, OdeState y, const std::vector<double>& grid, bool heun) {
+  std::vector<OdeState> out{y};
+  for (std::size_t i = 0; i + 1 < grid.size(); ++i) {
+    if (core::interrupt_requested()) throw core::Interrupted();
+    const double t = grid[i];
+    const double dt = static_cast<double>(static_cast<float>(grid[i + 1] - grid[i]));
+    const OdeState k1 = f(y, t);
+    if (heun) {
+      OdeState predicted = y;
+      for (std::size_t c = 0; c < y.size(); ++c) predicted[c] = y[c] + dt * k1[c];
+      const OdeState k2 = f(predicted, t + dt);
+      for (std::size_t c = 0; c < y.size(); ++c) y[c] = y[c] + dt * (0.5 * k1[c] + 0.5 * k2[c]);
+    } else {
+      for (std::size_t c = 0; c < y.size(); ++c) y[c] = y[c] + dt * k1[c];
+    }
+    out.push_back(y);
+  }
+  return out;
+}
+
+// torchdiffeq's norm of a state: the largest RMS over its components (_mixed_norm; _rms_norm for one), on the host.
+double state_norm(const OdeState& y) {
+  double norm = 0;
+  for (const at::Tensor& c : y) norm = std::max(norm, c.square().mean().sqrt().item<double>());
+  return norm;
+}
 
 // torchdiffeq's dopri5 (Dormand-Prince 5(4), Shampine's coefficients): its first step (Hairer, Norsett & Wanner
-// II.4), step control (safety 0.9, factors in [0.2, 10], error ratio the RMS over the whole batch of
+// II.4), step control (safety 0.9, factors in [0.2, 10], error ratio the norm over the whole batch of
 // error / (atol + rtol max(|y0|, |y1|))) and the 4th-order interpolant at each grid time after the first; the steps
 // do not stop at the grid's times. The state is float32 and the times double.
 class Dopri5 {
  public:
-  using Field = std::function<at::Tensor(const at::Tensor& y, double t)>;
-
-  Dopri5(Field f, double rtol, double atol) : f_(std::move(f)), rtol_(rtol), atol_(atol) {}
+  Dopri5(OdeField f, double rtol, double atol) : f_(std::move(f)), rtol_(rtol), atol_(atol) {}
 
   // y at each grid time (grid[0] is y0's).
-  std::vector<at::Tensor> solve(const at::Tensor& y0, const std::vector<double>& grid) {
+  std::vector<OdeState> solve(const OdeState& y0, const std::vector<double>& grid) {
     y_ = y0;
     t_ = grid[0];
     t_start_ = t_;
     f0_ = f_(y_, t_);
     dt_ = first_step();
-    std::vector<at::Tensor> out{y0};
+    std::vector<OdeState> out{y0};
     for (std::size_t i = 1; i < grid.size(); ++i) {
       while (grid[i] > t_) {
         if (core::interrupt_requested()) throw core::Interrupted();
@@ -146,50 +190,57 @@ class Dopri5 {
                                      11237099.0 / 235043384 / 2};
 
   double first_step() {
-    const at::Tensor scale = atol_ + y_.abs() * rtol_;
-    const double d0 = rms(y_ / scale);
-    const double d1 = rms(f0_ / scale);
+    OdeState scaled_y, scaled_f, y1;
+    std::vector<at::Tensor> scales;
+    for (std::size_t c = 0; c < y_.size(); ++c) {
+      scales.push_back(atol_ + y_[c].abs() * rtol_);
+      scaled_y.push_back(y_[c] / scales[c]);
+      scaled_f.push_back(f0_[c] / scales[c]);
+    }
+    const double d0 = state_norm(scaled_y);
+    const double d1 = state_norm(scaled_f);
     const double h0 = d0 < 1e-5 || d1 < 1e-5 ? 1e-6 : 0.01 * d0 / d1;
-    const at::Tensor f1 = f_(y_ + h0 * f0_, t_ + h0);
-    const double d2 = rms((f1 - f0_) / scale) / h0;
+    for (std::size_t c = 0; c < y_.size(); ++c) y1.push_back(y_[c] + h0 * f0_[c]);
+    const OdeState f1 = f_(y1, t_ + h0);
+    OdeState change;
+    for (std::size_t c = 0; c < y_.size(); ++c) change.push_back((f1[c] - f0_[c]) / scales[c]);
+    const double d2 = state_norm(change) / h0;
     const double h1 =
         d1 <= 1e-15 && d2 <= 1e-15 ? std::max(1e-6, h0 * 1e-3) : std::pow(0.01 / std::max(d1, d2), 1.0 / 5);
     return std::min(100 * h0, h1);
-  }
-
-  // The weighted sum of the stages with weights w (dt included), as a change of y.
-  static at::Tensor combine(const std::vector<at::Tensor>& k, const double* w, std::size_t count, double dt) {
-    at::Tensor sum = k[0] * (w[0] * dt);
-    for (std::size_t j = 1; j < count; ++j)
-      if (w[j] != 0) sum = sum + k[j] * (w[j] * dt);
-    return sum;
   }
 
   void step() {
     const double dt = std::isfinite(dt_) ? dt_ : 0.0;
     const double t1 = t_ + dt;
     if (!(t1 > t_)) throw std::runtime_error(fmt::format("dopri5: the step size underflowed at t = {}", t_));
-    std::vector<at::Tensor> k{f0_};
-    at::Tensor y1;
+    std::vector<OdeState> k{f0_};
+    OdeState y1;
     for (std::size_t i = 0; i < 6; ++i) {
       const double ti = kAlpha[i] == 1.0 ? t1 : t_ + kAlpha[i] * dt;
-      const at::Tensor yi = y_ + combine(k, kBeta[i], i + 1, dt);
-      k.push_back(f_(yi, ti));
-      y1 = yi;
+      y1 = add_stages(y_, k, kBeta[i], i + 1, dt);
+      k.push_back(f_(y1, ti));
     }
-    const at::Tensor error = combine(k, kError, 7, dt);
-    const double ratio = rms(error / (atol_ + rtol_ * at::max(y_.abs(), y1.abs())));
+    const OdeState error = add_stages(OdeState(y_.size()), k, kError, 7, dt);
+    OdeState relative;
+    for (std::size_t c = 0; c < y_.size(); ++c)
+      relative.push_back(error[c] / (atol_ + rtol_ * at::max(y_[c].abs(), y1[c].abs())));
+    const double ratio = state_norm(relative);
     if (ratio <= 1) {
-      const at::Tensor y_mid = y_ + combine(k, kMid, 7, dt);
-      const at::Tensor& f0 = k[0];
-      const at::Tensor& f1 = k[6];
-      coefficients_ = {y_, dt * f0, dt * (f1 - 4 * f0) - 11 * y_ - 5 * y1 + 16 * y_mid,
-                       dt * (5 * f0 - 3 * f1) + 18 * y_ + 14 * y1 - 32 * y_mid,
-                       2 * dt * (f1 - f0) - 8 * (y1 + y_) + 16 * y_mid};
+      const OdeState y_mid = add_stages(y_, k, kMid, 7, dt);
+      coefficients_.clear();
+      for (std::size_t c = 0; c < y_.size(); ++c) {
+        const at::Tensor& y0 = y_[c];
+        const at::Tensor& f0 = k[0][c];
+        const at::Tensor& f1 = k[6][c];
+        coefficients_.push_back({y0, dt * f0, dt * (f1 - 4 * f0) - 11 * y0 - 5 * y1[c] + 16 * y_mid[c],
+                                 dt * (5 * f0 - 3 * f1) + 18 * y0 + 14 * y1[c] - 32 * y_mid[c],
+                                 2 * dt * (f1 - f0) - 8 * (y1[c] + y0) + 16 * y_mid[c]});
+      }
       t_start_ = t_;
       t_ = t1;
       y_ = y1;
-      f0_ = f1;
+      f0_ = k[6];
     }
     if (ratio == 0) {
       dt_ = dt * 10;
@@ -199,25 +250,36 @@ class Dopri5 {
     }
   }
 
-  at::Tensor interpolate(double t) const {
-    if (t == t_start_ && coefficients_.empty()) return y_;
+  OdeState interpolate(double t) const {
+    if (coefficients_.empty()) return y_;
     const double x = (t - t_start_) / (t_ - t_start_);
-    at::Tensor total = coefficients_[0] + x * coefficients_[1];
-    double power = x;
-    for (std::size_t i = 2; i < coefficients_.size(); ++i) {
-      power *= x;
-      total = total + power * coefficients_[i];
+    OdeState out;
+    for (const std::vector<at::Tensor>& c : coefficients_) {
+      at::Tensor total = c[0] + x * c[1];
+      double power = x;
+      for (std::size_t i = 2; i < c.size(); ++i) {
+        power *= x;
+        total = total + power * c[i];
+      }
+      out.push_back(total);
     }
-    return total;
+    return out;
   }
 
-  Field f_;
+  OdeField f_;
   double rtol_;
   double atol_;
-  at::Tensor y_, f0_;
+  OdeState y_, f0_;
   double t_ = 0, t_start_ = 0, dt_ = 0;
-  std::vector<at::Tensor> coefficients_;  // e, d, c, b, a of the last accepted step
+  std::vector<std::vector<at::Tensor>> coefficients_;  // per component: e, d, c, b, a of the last accepted step
 };
+
+// The ODE from y0 over the grid with the named sampler: the state at every grid time.
+std::vector<OdeState> solve_ode(const OdeField& f, const OdeState& y0, const std::vector<double>& grid,
+                                const std::string& sampler, double rtol, double atol) {
+  if (sampler == "dopri5") return Dopri5(f, rtol, atol).solve(y0, grid);
+  return fixed_steps(f, y0, grid, sampler == "heun");
+}
 
 }  // namespace
 
@@ -246,27 +308,11 @@ SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::
   if (!options.sde) {
     const TimeInterval interval = transport.sampling_interval(false, form, 0);
     const std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
-    if (options.sampler == "dopri5") {
-      Dopri5 solver([&](const at::Tensor& y, double t) { return field.velocity(y, t); }, options.rtol, options.atol);
-      std::vector<at::Tensor> points = solver.solve(x, grid);
-      result.x = points.back();
-      if (options.keep_trajectory) result.trajectory = std::move(points);
-      return result;
-    }
-    for (std::int64_t i = 0; i < options.steps; ++i) {
-      if (core::interrupt_requested()) throw core::Interrupted();
-      const double t = grid[i];
-      const double dt = static_cast<double>(static_cast<float>(grid[i + 1] - grid[i]));
-      const at::Tensor k1 = field.velocity(x, t);
-      if (heun) {
-        const at::Tensor k2 = field.velocity(x + dt * k1, t + dt);
-        x = x + dt * (0.5 * k1 + 0.5 * k2);
-      } else {
-        x = x + dt * k1;
-      }
-      keep(x);
-    }
-    result.x = x;
+    const OdeField velocity = [&](const OdeState& y, double t) { return OdeState{field.velocity(y[0], t)}; };
+    const std::vector<OdeState> states = solve_ode(velocity, {x}, grid, options.sampler, options.rtol, options.atol);
+    result.x = states.back()[0];
+    if (options.keep_trajectory)
+      for (std::size_t i = 1; i < states.size(); ++i) result.trajectory.push_back(states[i][0]);
     return result;
   }
 
@@ -314,6 +360,45 @@ SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::
   keep(x);
   result.x = x;
   return result;
+}
+
+FlowLikelihood flow_likelihood(const Transport& transport, const Denoiser& model, const at::Tensor& x,
+                               const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
+                               const NoiseSource& probes) {
+  if (options.sampler != "euler" && options.sampler != "heun" && options.sampler != "dopri5")
+    throw std::invalid_argument(
+        fmt::format("sampler must be \"euler\", \"heun\" or \"dopri5\", got \"{}\"", options.sampler));
+  if (options.steps < 1) throw std::invalid_argument(fmt::format("steps must be at least 1, got {}", options.steps));
+  if (!(options.rtol > 0) || !(options.atol > 0))
+    throw std::invalid_argument(
+        fmt::format("rtol and atol must be positive numbers, got {} and {}", options.rtol, options.atol));
+  check_sampling_inputs(x, labels, Guidance{});
+  std::optional<AutocastDisabled> autocast_off;
+  if (!options.autocast) autocast_off.emplace(x.device().type());
+
+  const FlowField field(transport, model, labels, Guidance{});
+  std::int64_t evaluation = 0;
+  const OdeField reverse = [&](const OdeState& y, double s) {
+    const double t = 1.0 - static_cast<double>(static_cast<float>(s));
+    const at::Tensor probe = draw_step_noise(probes, evaluation++, y[0]);
+    at::AutoGradMode grad_on(true);
+    const at::Tensor x_in = y[0].detach().requires_grad_(true);
+    const at::Tensor v = field.velocity(x_in, t);
+    const at::Tensor grad = torch::autograd::grad({(v * probe).sum()}, {x_in})[0];
+    return OdeState{-v.detach(), (grad * probe).flatten(1).sum(1).detach()};
+  };
+  const TimeInterval interval = transport.sampling_interval(false, DiffusionForm::sigma, 0);
+  const std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
+  const at::Tensor start = x.to(at::kFloat).detach();
+  const OdeState end = solve_ode(reverse, {start, at::zeros({start.size(0)}, start.options())}, grid, options.sampler,
+                                 options.rtol, options.atol)
+                           .back();
+  FlowLikelihood out;
+  out.z = end[0];
+  const double elements = static_cast<double>(start[0].numel());
+  const at::Tensor prior = -elements / 2 * std::log(2 * M_PI) - out.z.square().flatten(1).sum(1) / 2;
+  out.logp = prior - end[1];
+  return out;
 }
 
 }  // namespace runner::diffusion

@@ -44,4 +44,26 @@ SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::
                          const std::optional<at::Tensor>& labels, const FlowSampleOptions& options,
                          const NoiseSource& noise = {});
 
+struct FlowLikelihoodOptions {
+  std::string sampler = "euler";  // euler, heun or dopri5, as the ODE sampler's
+  std::int64_t steps = 50;        // steps of the grid linspace(t0, t1, steps + 1)
+  double rtol = 1e-3;             // dopri5's tolerances
+  double atol = 1e-6;
+  bool autocast = false;
+};
+
+struct FlowLikelihood {
+  at::Tensor logp;  // float32 [B]: log p(x) in nats, summed over a sample's elements
+  at::Tensor z;     // float32 [B, C, ...]: where the reverse ODE takes x (noise)
+};
+
+// The log-likelihood of data x [B, C, ...] as SiT's sample_ode_likelihood computes it: the probability-flow ODE run
+// backwards from data (model time 1 - s for s over the sampling interval) together with the Hutchinson estimate of
+// its divergence, probe . d(v . probe)/dx with a Rademacher probe per model evaluation (`probes`: evaluation k's),
+// then log N(z; 0, I) - the integrated divergence. No guidance (SiT refuses it). Throws std::invalid_argument for
+// bad options.
+FlowLikelihood flow_likelihood(const Transport& transport, const Denoiser& model, const at::Tensor& x,
+                               const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
+                               const NoiseSource& probes);
+
 }  // namespace runner::diffusion

@@ -230,6 +230,25 @@ function Flow:sample(model, options) end
 ---@field null_label? integer       the unconditional label (default: the model's)
 ---@field autocast? boolean         keep the caller's autocast (default false: autocast off)
 
+--- The log-likelihood of data x as SiT's sample_ode_likelihood computes it: the probability-flow ODE run backwards
+--- from x to noise z (the model at time 1 - s) with the Hutchinson estimate of its divergence (a Rademacher probe per
+--- model evaluation), log p(x) = log N(z; 0, I) - the integrated divergence, in nats summed over a sample. No
+--- guidance (SiT refuses it). The model runs in eval mode.
+---@param x Tensor  data [B, C, H, W]
+---@param options? FlowLikelihoodOptions
+---@return Tensor logp, Tensor z  logp float32 [B]; z the noise x maps to
+function Flow:likelihood(model, x, options) end
+
+---@class FlowLikelihoodOptions
+---@field labels? Tensor|integer[]|integer  class ids for a class-conditional model
+---@field steps? integer      steps of the grid linspace(t0, t1, steps + 1) (default 50)
+---@field sampler? string     "euler" (default), "heun" or "dopri5"
+---@field rtol? number        dopri5's relative tolerance (default 1e-3)
+---@field atol? number        dopri5's absolute tolerance (default 1e-6)
+---@field seed? integer       seeds the probes (default: the flow's seed)
+---@field probes? Tensor      the probes instead, [evaluations, B, C, H, W] of +-1, evaluation k taking the k-th
+---@field autocast? boolean   keep the caller's autocast (default false: autocast off)
+
 --- {objective = "flow", path, prediction, loss_weight, time, logit_mean, logit_std, train_eps, sample_eps, seed}
 ---@return table
 function Flow:info() end

@@ -140,6 +140,25 @@ function methods:info()
   return self:_info()
 end
 
+--- flow:likelihood(model, x, FlowLikelihoodOptions) -> logp [B], z: SiT's ODE log-likelihood of data x (---@class
+--- FlowLikelihoodOptions in stdlib/meta/diffusion.lua). The model runs in eval mode.
+function flow_methods:likelihood(model, x, options)
+  options = options or {}
+  if type(options) ~= "table" then error("likelihood: expected an options table, got " .. type(options), 2) end
+  if not torch.is_tensor(x) then error("likelihood: x must be a tensor [B, C, ...] of data", 2) end
+  local info = model_info(model)
+  local labels = labels_tensor(options.labels, x.shape[1], x.device)
+  if info and info.classes > 0 and labels == nil then
+    error(string.format("likelihood: the model is class-conditional (%d classes): give labels", info.classes), 2)
+  end
+  local was_training = nn.is_module(model) and model:is_training()
+  if was_training then model:eval() end
+  local ok, logp, z = pcall(self._likelihood, self, model, x, labels, options, options.seed or self:_info().seed)
+  if was_training then model:train() end
+  if not ok then error(logp, 0) end
+  return logp, z
+end
+
 -- The flow shares the Lua side of loss, objective, state and sample: its natives take the same arguments.
 for _, name in ipairs({ "loss", "objective", "state", "load_state", "sample", "info" }) do
   flow_methods[name] = methods[name]

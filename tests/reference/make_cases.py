@@ -367,11 +367,30 @@ def flow_sampling_cases(out_dir, args, built):
         meta[name] = lua({"model": case, "x_T": x_T_name, "labels": "none" if labels is None else f"{case}.labels",
                           "noise": f"{name}.noise" if settings["sde"] else "none", **settings})
     meta["cases"] = lua([name for name, _, _ in FLOW_SAMPLING_CASES])
+    likelihoods = []
+    data = torch.randint(0, 256, tuple(tensors["x_T"].shape), generator=g).float() / 127.5 - 1
+    tensors["likelihood.x"] = data
+    probes = torch.randint(0, 2, (2000, *data.shape), generator=g).float() * 2 - 1
+    tensors["likelihood.probes"] = probes
+    for name, path, prediction, method, steps, tol in (("likelihood_euler", "linear", "velocity", "euler", 4, None),
+                                                       ("likelihood_heun_gvp_noise", "gvp", "noise", "heun", 3, None),
+                                                       ("likelihood_dopri5", "linear", "velocity", "dopri5", 2, 1e-2)):
+        field = transport.Field(path, prediction, lambda x, t, y, model=inputs["unet_uncond"]: model(x.to(dtype), t, y).float())
+        _, sample_eps = transport.default_eps(path, prediction)
+        t0, t1 = transport.sampling_interval(path, prediction, sample_eps)
+        logp, z = transport.likelihood(field, data.to(device), t0, t1, steps, method, probes.to(device),
+                                       rtol=tol or 1e-3, atol=tol or 1e-6)
+        tensors[f"{name}.logp"], tensors[f"{name}.z"] = logp.float().cpu(), z.float().cpu()
+        meta[name] = lua({"path": path, "prediction": prediction, "sampler": method, "steps": steps,
+                          "rtol": tol or 1e-3, "atol": tol or 1e-6})
+        likelihoods.append(name)
+    meta["likelihoods"] = lua(likelihoods)
     save(tensors, out_dir / "flow" / "sampling.safetensors",
          base_metadata(args, **meta, notes=(
              "<case>.trajectory is [steps + 1, B, C, H, W]: x_T then x after each step (SDE: steps - 1 noisy steps, "
              "step k with <case>.noise[k], then the last step; dopri5: torchdiffeq.odeint at the steps + 1 grid times "
-             "with the case's rtol and atol); models as in diffusion/sampling.safetensors; "
+             "with the case's rtol and atol); <likelihood case>.logp [B] and .z: SiT's ODE likelihood of likelihood.x "
+             "under unet_uncond, model evaluation k with the Rademacher likelihood.probes[k]; models as in diffusion/sampling.safetensors; "
              "SiT's default train and sample eps for the path and prediction")))
 
 
