@@ -194,6 +194,7 @@ const OptionTable<diff::FlowSampleOptions> kFlowSampleOptions(
         option("steps", &diff::FlowSampleOptions::steps),
         option("sampler", &diff::FlowSampleOptions::sampler),
         option("sde", &diff::FlowSampleOptions::sde),
+        option("reverse", &diff::FlowSampleOptions::reverse),
         option("diffusion_form", &diff::FlowSampleOptions::diffusion_form),
         option("diffusion_norm", &diff::FlowSampleOptions::diffusion_norm),
         option("last_step", &diff::FlowSampleOptions::last_step),

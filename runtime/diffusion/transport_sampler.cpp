@@ -45,6 +45,7 @@ void check_options(const FlowSampleOptions& o) {
     throw std::invalid_argument(fmt::format("diffusion_norm must be a number >= 0, got {}", o.diffusion_norm));
   if (!(o.last_step_size >= 0 && o.last_step_size < 1))
     throw std::invalid_argument(fmt::format("last_step_size must be in [0, 1), got {}", o.last_step_size));
+  if (o.sde && o.reverse) throw std::invalid_argument("reverse applies to the ODE sampler (sde = false)");
   if (!o.sde) {
     if (o.diffusion_form != defaults.diffusion_form || o.diffusion_norm != defaults.diffusion_norm ||
         o.last_step != defaults.last_step || o.last_step_size != defaults.last_step_size)
@@ -306,9 +307,15 @@ SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::
   };
 
   if (!options.sde) {
-    const TimeInterval interval = transport.sampling_interval(false, form, 0);
-    const std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
-    const OdeField velocity = [&](const OdeState& y, double t) { return OdeState{field.velocity(y[0], t)}; };
+    TimeInterval interval = transport.sampling_interval(false, form, 0);
+    if (options.reverse) interval = {1 - interval.t0, 1 - interval.t1};
+    std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
+    OdeField velocity = [&](const OdeState& y, double t) { return OdeState{field.velocity(y[0], t)}; };
+    if (options.reverse && options.sampler == "dopri5") {
+      // As torchdiffeq solves on decreasing times: forward in -t with the field negated.
+      for (double& t : grid) t = -t;
+      velocity = [&](const OdeState& y, double t) { return OdeState{-field.velocity(y[0], -t)}; };
+    }
     const std::vector<OdeState> states = solve_ode(velocity, {x}, grid, options.sampler, options.rtol, options.atol);
     result.x = states.back()[0];
     if (options.keep_trajectory)

@@ -19,7 +19,8 @@ struct FlowSampleOptions {
   // The ODE's: euler, heun (torchdiffeq's euler and heun2) or dopri5 (torchdiffeq's adaptive dopri5, the solution
   // interpolated at the grid's times); the SDE's: euler (Euler-Maruyama) or heun.
   std::string sampler = "euler";
-  bool sde = false;  // false: the ODE
+  bool sde = false;      // false: the ODE
+  bool reverse = false;  // the ODE from data to noise over the reversed interval (SiT's --reverse)
   // ODE: steps of the grid linspace(t0, t1, steps + 1) (SiT's num_sampling_steps is steps + 1);
   // SDE: steps - 1 steps over linspace(t0, t1, steps), then the last step (SiT's num_sampling_steps).
   std::int64_t steps = 50;

@@ -214,6 +214,7 @@ function Flow:sample(model, options) end
 ---@field rtol? number              dopri5's relative tolerance (default 1e-3, SiT's)
 ---@field atol? number              dopri5's absolute tolerance (default 1e-6, SiT's)
 ---@field sde? boolean              true: SiT's SDE sampler (default false: the ODE)
+---@field reverse? boolean          the ODE backwards, x_T being data, to the noise it comes from (SiT's --reverse)
 ---@field diffusion_form? string    SDE: "sigma" (default), "sbdm", "constant", "linear", "decreasing" or
 ---                                 "increasing-decreasing" (SiT's diffusion_form, SBDM written in lower case)
 ---@field diffusion_norm? number    SDE: the diffusion coefficient's scale (default 1)

@@ -237,6 +237,8 @@ describe("sampler options", function()
     expect_error(function() flow:sample(model, { x_T = x_T, sde = true, diffusion_form = "SBDM" }) end,
       here(-1) .. "diffusion_form must be \"sigma\", \"sbdm\", \"constant\", \"linear\", \"decreasing\" or "
       .. "\"increasing-decreasing\", got \"SBDM\"")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, reverse = true }) end,
+      here(-1) .. "reverse applies to the ODE sampler (sde = false)")
     expect_error(function() flow:sample(model, { x_T = x_T, guidance = 2 }) end,
       here(-1) .. "guidance 2 needs class labels (classifier-free guidance)")
   end)
@@ -258,8 +260,8 @@ describe("sampling trajectories against the reference", function()
   end
   local cases = literal(meta.cases)
 
-  it("the reference holds the twelve cases", function()
-    expect_eq(#cases, 12)
+  it("the reference holds the fourteen cases", function()
+    expect_eq(#cases, 14)
   end)
 
   -- |runner - reference| <= 1e-4 + 1e-4 |reference| elementwise over the whole trajectory: the same float32 steps on
@@ -275,6 +277,7 @@ describe("sampling trajectories against the reference", function()
         noise = s.noise ~= "none" and S[s.noise] or nil, trajectory = true,
       }
       if s.sampler == "dopri5" then options.rtol, options.atol = s.rtol, s.atol end
+      if s.reverse then options.reverse = true end
       if s.sde then
         options.sde = true
         options.diffusion_form, options.diffusion_norm = s.diffusion_form, s.diffusion_norm
@@ -316,6 +319,7 @@ describe("likelihood against the reference", function()
       local flow = runner.diffusion.flow { path = s.path, prediction = s.prediction }
       local options = { sampler = s.sampler, steps = s.steps, probes = S["likelihood.probes"] }
       if s.sampler == "dopri5" then options.rtol, options.atol = s.rtol, s.atol end
+      if s.reverse then options.reverse = true end
       local logp, z = flow:likelihood(model, S["likelihood.x"], options)
       expect_eq(logp.dtype, "float32")
       expect_eq(logp.shape[1], S["likelihood.x"].shape[1])

@@ -293,7 +293,7 @@ def flow_loss_cases(out_dir, args):
 
 FLOW_SAMPLING_DEFAULTS = {"path": "linear", "prediction": "velocity", "sde": False, "sampler": "euler",
                           "diffusion_form": "sigma", "diffusion_norm": 1.0, "last_step": "mean",
-                          "last_step_size": 0.04, "guidance": 1.0, "guidance_channels": 0, "rtol": 1e-3, "atol": 1e-6}
+                          "last_step_size": 0.04, "guidance": 1.0, "guidance_channels": 0, "rtol": 1e-3, "atol": 1e-6, "reverse": False}
 
 FLOW_SAMPLING_CASES = [
     # name, model case, settings (FLOW_SAMPLING_DEFAULTS fill the rest; guidance_channels 0 = all)
@@ -304,6 +304,9 @@ FLOW_SAMPLING_CASES = [
     ("ode_dopri5", "unet_uncond", {"sampler": "dopri5", "steps": 4}),
     ("ode_dopri5_cfg_noise", "dit_class", {"prediction": "noise", "sampler": "dopri5", "steps": 2, "guidance": 3.0,
                                            "rtol": 1e-4, "atol": 1e-4}),
+    ("ode_heun_reverse_gvp_noise", "unet_uncond", {"path": "gvp", "prediction": "noise", "sampler": "heun",
+                                                   "steps": 3, "reverse": True}),
+    ("ode_dopri5_reverse", "dit_class", {"sampler": "dopri5", "steps": 2, "reverse": True}),
     ("sde_euler", "unet_uncond", {"sde": True, "steps": 5}),
     ("sde_heun_gvp_sbdm_tweedie", "dit_class", {"path": "gvp", "prediction": "noise", "sde": True, "sampler": "heun", "steps": 4,
                                                 "diffusion_form": "sbdm", "last_step": "tweedie", "guidance": 2.0,
@@ -357,12 +360,14 @@ def flow_sampling_cases(out_dir, args, built):
             trajectory = transport.sample_sde(field, x_T, t0, t1, steps, settings["sampler"],
                                               settings["diffusion_form"], settings["diffusion_norm"],
                                               settings["last_step"], last_size, noise.to(device))
-        elif settings["sampler"] == "dopri5":
-            t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps)
-            trajectory = transport.sample_ode_dopri5(field, x_T, t0, t1, steps, settings["rtol"], settings["atol"])
         else:
             t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps)
-            trajectory = transport.sample_ode(field, x_T, t0, t1, steps, settings["sampler"])
+            if settings["reverse"]:  # SiT's check_interval(reverse=True)
+                t0, t1 = 1 - t0, 1 - t1
+            if settings["sampler"] == "dopri5":
+                trajectory = transport.sample_ode_dopri5(field, x_T, t0, t1, steps, settings["rtol"], settings["atol"])
+            else:
+                trajectory = transport.sample_ode(field, x_T, t0, t1, steps, settings["sampler"])
         tensors[f"{name}.trajectory"] = torch.stack(trajectory).float().cpu()
         meta[name] = lua({"model": case, "x_T": x_T_name, "labels": "none" if labels is None else f"{case}.labels",
                           "noise": f"{name}.noise" if settings["sde"] else "none", **settings})
