@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "bindings/bindings.h"
+#include "bindings/diffusion_binding.h"
 #include "bindings/data_binding.h"
 #include "bindings/nn_binding.h"
 #include "bindings/option_table.h"
@@ -20,20 +21,8 @@
 #include "runtime/diffusion/sampler.h"
 
 namespace runner::bindings {
-namespace {
 
 namespace diff = runner::diffusion;
-
-constexpr const char* kDiffusionType = "runner.Diffusion";
-
-struct DiffusionBox {
-  diff::DiffusionTraining training;
-  std::string schedule_kind;
-};
-
-DiffusionBox& check_diffusion(lua_State* L, int index) {
-  return *check_userdata<DiffusionBox>(L, index, kDiffusionType, "Diffusion");
-}
 
 // A seed given as a Lua number: an integer in [0, 2^64). A process that never called torch.manual_seed has a random
 // 64-bit default seed, which torch.initial_seed() (the default seed of diffusion.gaussian) returns rounded to a
@@ -82,6 +71,84 @@ diff::Denoiser denoiser_at(lua_State* L, int index) {
     lua_pop(L, 1);
     return result;
   };
+}
+
+// What the model at `index` takes as labels: a built-in denoiser's, or the fields of the table `info` at
+// info_index (model:info() of a Lua module); unknown (nullopt) for a plain function.
+diff::ModelLabels denoiser_labels(const runner::nn::Denoiser& model) {
+  diff::ModelLabels labels{model.classes(), model.class_dropout(), std::nullopt};
+  if (model.has_null_label()) labels.null_label = model.classes();
+  return labels;
+}
+
+std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_index) {
+  if (auto native = test_denoiser(L, index)) return denoiser_labels(*native);
+  if (!lua_istable(L, info_index)) return std::nullopt;
+  diff::ModelLabels labels;
+  lua_getfield(L, info_index, "classes");
+  labels.classes = lua_isnumber(L, -1) ? static_cast<std::int64_t>(lua_tonumber(L, -1)) : 0;
+  lua_getfield(L, info_index, "class_dropout");
+  labels.class_dropout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0.0;
+  lua_getfield(L, info_index, "null_label");
+  if (lua_isnumber(L, -1)) labels.null_label = static_cast<std::int64_t>(lua_tonumber(L, -1));
+  lua_pop(L, 3);
+  return labels;
+}
+
+ObjectiveModel objective_model(lua_State* L, int index, const char* loss_call) {
+  std::shared_ptr<runner::nn::Denoiser> native = test_denoiser(L, index);
+  if (!native) {
+    throw std::invalid_argument(fmt::format(
+        "objective: the model must be a built-in denoiser (nn.UNet, nn.DiT); for another model give the trainer a "
+        "loss function: train:step(batch, function(micro) return {}(model, micro) end)",
+        loss_call));
+  }
+  ObjectiveModel out;
+  out.model = [native](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
+    return native->forward(x, t, labels);
+  };
+  out.labels = denoiser_labels(*native);
+  out.capture_check = [native]() -> std::optional<std::string> {
+    if (!native->checkpointing()) return std::nullopt;
+    return "the model recomputes activations (checkpoint = true), whose random-state swaps a CUDA graph cannot hold";
+  };
+  return out;
+}
+
+diff::NoiseSource sample_noise(lua_State* L, int options_index, int seed_index, const at::Tensor& x_T) {
+  lua_getfield(L, options_index, "noise");
+  const std::optional<at::Tensor> given_noise = opt_tensor(L, -1);
+  lua_pop(L, 1);
+  if (given_noise) {
+    const at::Tensor given = *given_noise;
+    return [given](std::int64_t step, const at::Tensor& like) {
+      if (given.dim() != like.dim() + 1 || step >= given.size(0) || given[step].sizes() != like.sizes()) {
+        throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]",
+                                                fmt::join(like.sizes(), ", "), fmt::join(given.sizes(), ", ")));
+      }
+      return given[step].to(like.options());
+    };
+  }
+  auto generator = at::globalContext().defaultGenerator(x_T.device()).clone();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(check_seed(L, seed_index) ^ 0x5a17c0de5a17c0deULL);
+  }
+  return
+      [generator](std::int64_t, const at::Tensor& like) { return at::randn(like.sizes(), generator, like.options()); };
+}
+
+namespace {
+
+constexpr const char* kDiffusionType = "runner.Diffusion";
+
+struct DiffusionBox {
+  diff::DiffusionTraining training;
+  std::string schedule_kind;
+};
+
+DiffusionBox& check_diffusion(lua_State* L, int index) {
+  return *check_userdata<DiffusionBox>(L, index, kDiffusionType, "Diffusion");
 }
 
 // The options of runner.diffusion.gaussian.
@@ -173,28 +240,6 @@ int diffusion_new(lua_State* L) {
   return 1;
 }
 
-// What the model at `index` takes as labels: a built-in denoiser's, or the fields of the table `info` at
-// info_index (model:info() of a Lua module); unknown (nullopt) for a plain function.
-diff::ModelLabels denoiser_labels(const runner::nn::Denoiser& model) {
-  diff::ModelLabels labels{model.classes(), model.class_dropout(), std::nullopt};
-  if (model.has_null_label()) labels.null_label = model.classes();
-  return labels;
-}
-
-std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_index) {
-  if (auto native = test_denoiser(L, index)) return denoiser_labels(*native);
-  if (!lua_istable(L, info_index)) return std::nullopt;
-  diff::ModelLabels labels;
-  lua_getfield(L, info_index, "classes");
-  labels.classes = lua_isnumber(L, -1) ? static_cast<std::int64_t>(lua_tonumber(L, -1)) : 0;
-  lua_getfield(L, info_index, "class_dropout");
-  labels.class_dropout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0.0;
-  lua_getfield(L, info_index, "null_label");
-  if (lua_isnumber(L, -1)) labels.null_label = static_cast<std::int64_t>(lua_tonumber(L, -1));
-  lua_pop(L, 3);
-  return labels;
-}
-
 // d:loss's options: labels replace the batch's; label_dropout defaults to the model's class_dropout.
 struct DiffusionLossOptions {
   std::optional<at::Tensor> labels;
@@ -246,22 +291,9 @@ int diffusion_loss(lua_State* L) {
 int diffusion_objective(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
   const ObjectiveOptions o = kObjectiveOptions.read(L, 3);
-  std::shared_ptr<runner::nn::Denoiser> native = test_denoiser(L, 2);
-  if (!native) {
-    throw std::invalid_argument(
-        "objective: the model must be a built-in denoiser (nn.UNet, nn.DiT); for another model give the trainer a loss "
-        "function: train:step(batch, function(micro) return d:loss(model, micro) end)");
-  }
-  const diff::Denoiser model = [native](const at::Tensor& x, const at::Tensor& t,
-                                        const std::optional<at::Tensor>& labels) {
-    return native->forward(x, t, labels);
-  };
-  const diff::CaptureCheck capture_check = [native]() -> std::optional<std::string> {
-    if (!native->checkpointing()) return std::nullopt;
-    return "the model recomputes activations (checkpoint = true), whose random-state swaps a CUDA graph cannot hold";
-  };
-  push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, model, denoiser_labels(*native),
-                                                               o.label_dropout, capture_check));
+  ObjectiveModel native = objective_model(L, 2, "d:loss");
+  push_objective(L, std::make_shared<diff::DiffusionObjective>(box.training, native.model, native.labels,
+                                                               o.label_dropout, native.capture_check));
   return 1;
 }
 
@@ -322,29 +354,7 @@ int diffusion_sample(lua_State* L) {
   if (!lua_isnoneornil(L, 7)) defaults.null_label = check_integer(L, 7);
   diff::SampleOptions o = kSampleOptions.read(L, 5, defaults);
   o.prediction = box.training.loss.prediction;
-  diff::NoiseSource noise;
-  lua_getfield(L, 5, "noise");
-  const std::optional<at::Tensor> given_noise = opt_tensor(L, -1);
-  lua_pop(L, 1);
-  if (given_noise) {
-    const at::Tensor given = *given_noise;
-    noise = [given](std::int64_t step, const at::Tensor& like) {
-      if (given.dim() != like.dim() + 1 || step >= given.size(0) || given[step].sizes() != like.sizes()) {
-        throw std::invalid_argument(fmt::format("sample: noise must be [steps, {}], got [{}]",
-                                                fmt::join(like.sizes(), ", "), fmt::join(given.sizes(), ", ")));
-      }
-      return given[step].to(like.options());
-    };
-  } else {
-    auto generator = at::globalContext().defaultGenerator(x_T.device()).clone();
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(check_seed(L, 6) ^ 0x5a17c0de5a17c0deULL);
-    }
-    noise = [generator](std::int64_t, const at::Tensor& like) {
-      return at::randn(like.sizes(), generator, like.options());
-    };
-  }
+  const diff::NoiseSource noise = sample_noise(L, 5, 6, x_T);
   const auto result = diff::sample(box.training.schedule, model, x_T, labels, o, noise);
   push_tensor(L, result.x);
   if (!o.keep_trajectory) return 1;
@@ -456,6 +466,7 @@ void open_diffusion(lua_State* L) {
   lua_getfield(L, -1, "__index");
   lua_setfield(L, -3, "methods");
   lua_pop(L, 1);
+  add_flow(L);
   lua_setfield(L, -2, "_diffusion");
   lua_pop(L, 1);
 }

@@ -1,4 +1,5 @@
--- Class-conditional DiT (Peebles & Xie 2023) on latents: the posteriors `runner data encode` writes (a new
+-- Class-conditional DiT (Peebles & Xie 2023) on latents, or with objective=flow the same backbone trained as SiT
+-- (Ma et al. 2024: flow matching, linear path, velocity prediction, sampled by the ODE): the posteriors `runner data encode` writes (a new
 -- latent drawn from each image's posterior at every read, its labels beside it), or any .npy of [N, 4, 32, 32]
 -- float latents (already scaled) with int64 labels [N]. Learned sigma, linear schedule of 1000 steps, AdamW at
 -- 1e-4 without weight decay, EMA 0.9999, label dropout 0.1 for classifier-free guidance; samples are drawn with
@@ -33,10 +34,14 @@ local cfg = config {
   lr = 1e-4,
   ema = 0.9999,
   class_dropout = 0.1,
-  timesteps = 1000,
-  schedule = "linear",
+  objective = "ddpm",        -- ddpm (DiT's Gaussian diffusion) or flow (SiT's flow matching)
+  timesteps = 1000,          -- ddpm
+  schedule = "linear",       -- ddpm
+  path = "linear",           -- flow: linear, gvp or vp
+  flow_prediction = "velocity", -- flow: velocity, noise or score
+  time = "uniform",          -- flow: training times uniform or logit_normal
   guidance = 4.0,            -- classifier-free guidance scale for the samples
-  sample_steps = 250,        -- DDPM steps for the samples
+  sample_steps = 250,        -- steps for the samples (ddpm: DDPM; flow: the ODE's Euler steps)
   sample_every = 50000,
   sample_classes = { 207, 360, 387, 974, 88, 979, 417, 279 },
   checkpoint = false,        -- activation checkpointing (less memory, about a third more compute)
@@ -77,7 +82,19 @@ local preset_kept = architecture.depth == preset.depth and architecture.hidden =
                     architecture.heads == preset.heads and architecture.patch == preset.patch
 local model_name = preset_kept and cfg.size or string.format("DiT (depth %d, hidden %d, heads %d, patch %d)",
   architecture.depth, architecture.hidden, architecture.heads, architecture.patch)
-local diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
+local diffusion
+if cfg.objective == "ddpm" then
+  diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
+elseif cfg.objective == "flow" then
+  diffusion = runner.diffusion.flow { path = cfg.path, prediction = cfg.flow_prediction, time = cfg.time, seed = cfg.seed }
+else
+  runner.usage_error(string.format("objective must be ddpm or flow, got '%s'", cfg.objective))
+end
+-- Guided EMA samples of `labels`: DDPM's ancestral sampler, or the flow's ODE.
+local function draw_samples(model, labels, seed)
+  return diffusion:sample(model, { labels = labels, guidance = cfg.guidance, steps = cfg.sample_steps, seed = seed,
+                                   sampler = cfg.objective == "ddpm" and "ddpm" or "euler" })
+end
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
@@ -112,8 +129,7 @@ print(string.format("%s: %.1fM parameters on %s; %s", model_name, model:num_para
 local function write_samples(step)
   local labels = {}
   for i, class in ipairs(cfg.sample_classes) do labels[i] = class % cfg.classes end
-  local samples = diffusion:sample(train.ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
-                                          steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = draw_samples(train.ema, labels, cfg.seed)
   local stem = string.format("%s/samples-%07d", run.dir, step)
   torch.save({ latents = samples, labels = torch.tensor(labels, { dtype = "int64" }) }, stem .. ".safetensors")
   if vae then
@@ -133,8 +149,7 @@ local function evaluate_fid(step)
     local n = math.min(cfg.batch, cfg.fid_samples - done)
     local labels = {}
     for i = 1, n do labels[i] = (done + i - 1) % cfg.classes end
-    local latents = diffusion:sample(train.ema, { labels = labels, guidance = cfg.guidance, sampler = "ddpm",
-                                                   steps = cfg.sample_steps, seed = cfg.seed + step + done })
+    local latents = draw_samples(train.ema, labels, cfg.seed + step + done)
     images[#images + 1] = torch.no_grad(function() return vae:decode(latents:to(device) / scale + shift):clamp(-1, 1):cpu() end)
     done = done + n
   end

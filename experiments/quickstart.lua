@@ -1,4 +1,4 @@
--- Quickstart: a small DDPM UNet learns the built-in `shapes` images (16x16 white circles, squares and triangles,
+-- Quickstart: a small DDPM UNet (or with objective=flow, the same UNet trained by flow matching) learns the built-in `shapes` images (16x16 white circles, squares and triangles,
 -- upright, on black) in about four minutes on a 2-core CPU, faster on a GPU with the same script: its last sample
 -- grid shows the three shapes. `colours=true rotate=true` trains on the harder variant (random colours, any
 -- rotation), whose corners take far longer: in four minutes it draws blobs of the right colours, and with seven
@@ -20,13 +20,16 @@ local cfg = config {
   colours = false,         -- shapes in random colours on backgrounds of other colours (else white on black)
   rotate = false,          -- shapes at any rotation (else upright: squares axis-aligned, triangles pointing up)
   channels = 32,           -- UNet base width
-  timesteps = 1000,        -- diffusion steps
-  schedule = "cosine",     -- noise schedule: linear, cosine or scaled_linear
-  prediction = "v",        -- what the model predicts: eps, x0 or v
-  min_snr = 5,             -- min-SNR loss weighting gamma (faster convergence); 0: off
+  objective = "ddpm",      -- what the model learns: ddpm (Gaussian diffusion) or flow (SiT's flow matching)
+  timesteps = 1000,        -- diffusion steps (ddpm)
+  schedule = "cosine",     -- noise schedule (ddpm): linear, cosine or scaled_linear
+  prediction = "v",        -- what the model predicts (ddpm): eps, x0 or v
+  min_snr = 5,             -- min-SNR loss weighting gamma (ddpm; faster convergence); 0: off
+  path = "linear",         -- interpolant (flow): linear (rectified flow), gvp or vp
+  flow_prediction = "velocity", -- what the model predicts (flow): velocity, noise or score
   timestep_sampling = "logit_normal", -- how training draws noise levels: uniform, or logit_normal (more of the
                            -- middle levels, where a 16x16 image's shape is decided; the ends are near-trivial)
-  sample_steps = 50,       -- DDIM steps when sampling
+  sample_steps = 50,       -- sampling steps (ddpm: DDIM; flow: the ODE's Euler steps)
   sample_every = 600,      -- write a sample grid every this many steps (and at the end)
   checkpoint_every = 300,  -- save a checkpoint every this many steps (and at the end)
   metric_samples = 256,    -- generated and real images compared by the quality metric
@@ -35,10 +38,19 @@ local cfg = config {
   graph = true,            -- on CUDA, replay each training step from a CUDA graph (no effect on the CPU)
 }
 
--- Made before the run starts, so that a mistake in its settings leaves no run behind.
-local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
-                                         min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
-                                         timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
+-- Made before the run starts, so that a mistake in its settings leaves no run behind. Both objectives train, sample
+-- and checkpoint through the same calls.
+local diffusion
+if cfg.objective == "ddpm" then
+  diffusion = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, prediction = cfg.prediction,
+                                          min_snr = cfg.min_snr > 0 and cfg.min_snr or nil,
+                                          timestep_sampling = cfg.timestep_sampling, seed = cfg.seed }
+elseif cfg.objective == "flow" then
+  diffusion = runner.diffusion.flow { path = cfg.path, prediction = cfg.flow_prediction, time = cfg.timestep_sampling,
+                                      seed = cfg.seed }
+else
+  runner.usage_error(string.format("objective must be ddpm or flow, got '%s'", cfg.objective))
+end
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
@@ -57,12 +69,12 @@ local model = make_model():to(device)
 -- The trainer runs each step in C++ (the diffusion loss, AdamW, EMA, progress display); the EMA model is what samples
 -- come from.
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 }, warmup = cfg.warmup,
-                               objective = ddpm:objective(model),
+                               objective = diffusion:objective(model),
                                ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch,
                                graph = cfg.graph and "auto" or false }
 -- Continues from the latest checkpoint when the same command runs again after a stop or a failure (or with --resume).
-run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
+run:restore { trainer = train, loader = loader, state = { [cfg.objective] = diffusion } }
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
 
@@ -80,7 +92,7 @@ if run.step == 0 then run:images("real", real:narrow(1, 1, math.min(64, cfg.metr
 -- next step) and prints the paths of the files it writes; the others return nil.
 local function evaluate()
   if not runner.dist.is_main then return nil end
-  local samples = ddpm:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = diffusion:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples:narrow(1, 1, math.min(64, cfg.metric_samples)))
   local distance = runner.eval.sliced_wasserstein(samples, real)
   run:log { swd = distance }

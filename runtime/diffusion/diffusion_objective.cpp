@@ -58,13 +58,19 @@ KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser&
   KeyedLoss out;
   out.t = streams.timesteps(keys, training.schedule.timesteps(), x0.device(), training.timestep_sampling);
   const at::Tensor noise = streams.noise(keys, x0.sizes().slice(1), x0.options());
+  out.terms =
+      training_loss(training.schedule, model, x0, out.t, noise, dropped_labels(streams, labels, keys), training.loss);
+  return out;
+}
+
+std::optional<at::Tensor> dropped_labels(const SampleStreams& streams, const TrainingLabels& labels,
+                                         const at::Tensor& keys) {
   std::optional<at::Tensor> model_labels = labels.labels;
   if (model_labels && labels.dropout > 0) {
     const at::Tensor drop = streams.label_drop(keys, labels.dropout, model_labels->device());
     model_labels = at::where(drop, at::full_like(*model_labels, *labels.null_label), *model_labels);
   }
-  out.terms = training_loss(training.schedule, model, x0, out.t, noise, model_labels, training.loss);
-  return out;
+  return model_labels;
 }
 
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
@@ -75,10 +81,9 @@ KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser&
   return keyed_training_loss(training, model, x0, labels, training_keys(*training.streams, x0.size(0), indices, epoch));
 }
 
-DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
-                                       std::optional<double> label_dropout, CaptureCheck capture_check)
-    : training_(std::move(training)),
-      model_(std::move(model)),
+KeyedObjective::KeyedObjective(std::shared_ptr<SampleStreams> streams, ModelLabels labels,
+                               std::optional<double> label_dropout, CaptureCheck capture_check)
+    : streams_(std::move(streams)),
       labels_(labels),
       label_dropout_(label_dropout),
       capture_check_(std::move(capture_check)) {
@@ -87,37 +92,49 @@ DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser mode
   require_null_label(labels_.classes > 0, label_dropout_.value_or(labels_.class_dropout), labels_.null_label);
 }
 
-at::Tensor DiffusionObjective::loss(const train::Batch& micro) {
-  const at::Tensor* x0 = micro.find("data");
-  if (x0 == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
-  if (training_.schedule.betas.device() != x0->device()) training_.schedule = training_.schedule.on(x0->device());
+at::Tensor KeyedObjective::loss(const train::Batch& micro) {
+  const at::Tensor* x = micro.find("data");
+  if (x == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
   const at::Tensor* label = micro.find("label");
   const TrainingLabels labels = training_labels(labels_, label ? std::optional<at::Tensor>(*label) : std::nullopt,
-                                                std::nullopt, label_dropout_, x0->device());
-  if (const at::Tensor* keys = micro.find(kSampleKeys)) {
-    if (x0->dim() < 2)
-      throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0->dim()));
-    return keyed_training_loss(training_, model_, *x0, labels, *keys).terms.loss;
-  }
-  return keyed_training_loss(training_, model_, *x0, labels, micro.find("index"), micro.epoch).terms.loss;
+                                                std::nullopt, label_dropout_, x->device());
+  if (x->dim() < 2)
+    throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x->dim()));
+  if (const at::Tensor* keys = micro.find(kSampleKeys)) return keyed_loss(*x, labels, *keys);
+  return keyed_loss(*x, labels, training_keys(*streams_, x->size(0), micro.find("index"), micro.epoch));
 }
 
-train::Batch DiffusionObjective::prepare(const train::Batch& batch) {
+train::Batch KeyedObjective::prepare(const train::Batch& batch) {
   const at::Tensor* x0 = batch.find("data");
   if (x0 == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
   if (x0->dim() < 2)
     throw std::invalid_argument(fmt::format("loss: x0 must be a batch [B, C, ...], got {} dimensions", x0->dim()));
   if (batch.find(kSampleKeys) != nullptr)
-    throw std::invalid_argument(fmt::format(
-        "loss: the batch has a tensor named '{}', a name the diffusion objective keeps for itself", kSampleKeys));
+    throw std::invalid_argument(
+        fmt::format("loss: the batch has a tensor named '{}', a name the objective keeps for itself", kSampleKeys));
   train::Batch prepared = batch;
-  prepared.tensors.emplace_back(kSampleKeys,
-                                training_keys(*training_.streams, x0->size(0), batch.find("index"), batch.epoch));
+  prepared.tensors.emplace_back(kSampleKeys, training_keys(*streams_, x0->size(0), batch.find("index"), batch.epoch));
   return prepared;
 }
 
-std::optional<std::string> DiffusionObjective::capture_blocker() const {
+std::optional<std::string> KeyedObjective::capture_blocker() const {
   return capture_check_ ? capture_check_() : std::nullopt;
+}
+
+std::string KeyedObjective::labels_description() const {
+  if (labels_.classes == 0) return "";
+  return fmt::format(", {} classes, label dropout {}", labels_.classes, label_dropout_.value_or(labels_.class_dropout));
+}
+
+DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
+                                       std::optional<double> label_dropout, CaptureCheck capture_check)
+    : KeyedObjective(training.streams, labels, label_dropout, std::move(capture_check)),
+      training_(std::move(training)),
+      model_(std::move(model)) {}
+
+at::Tensor DiffusionObjective::keyed_loss(const at::Tensor& x, const TrainingLabels& labels, const at::Tensor& keys) {
+  if (training_.schedule.betas.device() != x.device()) training_.schedule = training_.schedule.on(x.device());
+  return keyed_training_loss(training_, model_, x, labels, keys).terms.loss;
 }
 
 std::string DiffusionObjective::describe() const {
@@ -125,10 +142,7 @@ std::string DiffusionObjective::describe() const {
       fmt::format("diffusion loss ({} prediction, {} timesteps", prediction_name(training_.loss.prediction),
                   timestep_sampling_name(training_.timestep_sampling.kind));
   if (training_.loss.min_snr_gamma) text += fmt::format(", min-SNR {}", *training_.loss.min_snr_gamma);
-  if (labels_.classes > 0)
-    text +=
-        fmt::format(", {} classes, label dropout {}", labels_.classes, label_dropout_.value_or(labels_.class_dropout));
-  return text + ")";
+  return text + labels_description() + ")";
 }
 
 }  // namespace runner::diffusion

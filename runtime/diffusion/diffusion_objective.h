@@ -59,6 +59,10 @@ struct KeyedLoss {
 at::Tensor training_keys(SampleStreams& streams, std::int64_t size, const at::Tensor* indices,
                          std::optional<std::int64_t> epoch);
 
+// The labels the model sees: each sample's label replaced by the null label where its keyed label-dropout draw says.
+std::optional<at::Tensor> dropped_labels(const SampleStreams& streams, const TrainingLabels& labels,
+                                         const at::Tensor& keys);
+
 // Timestep, noise and label dropout of each sample drawn from its key (any device), then training_loss.
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor& keys);
@@ -70,26 +74,48 @@ KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser&
 // Why a model cannot be captured in a CUDA graph now (e.g. its activation checkpointing), or nullopt.
 using CaptureCheck = std::function<std::optional<std::string>()>;
 
-// The loss of a denoiser on loader batches ({data, label, index} and the epoch) as a trainer objective: the same
-// numbers as d:loss(model, batch) with the same streams. prepare() adds the batch's keys as the int64 tensor
-// "sample_keys" [B] (a batch that has one already is refused); loss() of a micro-batch with them draws from them
-// and reads nothing on the host, so it can be captured unless `capture_check` says otherwise.
-class DiffusionObjective : public train::Objective {
+// What the trainer's objectives of keyed draws share (the diffusion objective below, the flow objective of
+// transport.h): loader batches ({data, label, index} and the epoch), d:loss's label rules, and the keys.
+// prepare() adds the batch's keys as the int64 tensor "sample_keys" [B] (a batch that has one already is refused);
+// loss() of a micro-batch with them draws from them and reads nothing on the host, so it can be captured unless
+// `capture_check` says otherwise.
+class KeyedObjective : public train::Objective {
+ public:
+  KeyedObjective(std::shared_ptr<SampleStreams> streams, ModelLabels labels, std::optional<double> label_dropout,
+                 CaptureCheck capture_check);
+
+  at::Tensor loss(const train::Batch& micro) final;
+  train::Batch prepare(const train::Batch& batch) final;
+  std::optional<std::string> capture_blocker() const final;
+
+ protected:
+  // The loss of images x [B, C, ...] with their labels and the keys of their draws.
+  virtual at::Tensor keyed_loss(const at::Tensor& x, const TrainingLabels& labels, const at::Tensor& keys) = 0;
+  // ", N classes, label dropout p" for a class-conditional model, else "".
+  std::string labels_description() const;
+
+ private:
+  std::shared_ptr<SampleStreams> streams_;
+  ModelLabels labels_;
+  std::optional<double> label_dropout_;
+  CaptureCheck capture_check_;
+};
+
+// The loss of a denoiser on loader batches as a trainer objective: the same numbers as d:loss(model, batch) with the
+// same streams.
+class DiffusionObjective : public KeyedObjective {
  public:
   DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
                      std::optional<double> label_dropout, CaptureCheck capture_check = {});
 
-  at::Tensor loss(const train::Batch& micro) override;
   std::string describe() const override;
-  train::Batch prepare(const train::Batch& batch) override;
-  std::optional<std::string> capture_blocker() const override;
+
+ protected:
+  at::Tensor keyed_loss(const at::Tensor& x, const TrainingLabels& labels, const at::Tensor& keys) override;
 
  private:
   DiffusionTraining training_;
   Denoiser model_;
-  ModelLabels labels_;
-  std::optional<double> label_dropout_;
-  CaptureCheck capture_check_;
 };
 
 }  // namespace runner::diffusion

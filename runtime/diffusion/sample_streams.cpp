@@ -83,8 +83,17 @@ SampleStreams::SampleStreams(std::uint64_t seed) : seed_(seed) {}
 
 at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
                                     const TimestepSampling& sampling) const {
-  const at::Tensor k = checked_keys(keys, device);
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
+  return unit_times(keys, device, sampling)
+      .mul_(static_cast<double>(timesteps))
+      .floor_()
+      .to(at::kLong)
+      .clamp_max_(timesteps - 1);
+}
+
+at::Tensor SampleStreams::unit_times(const at::Tensor& keys, at::Device device,
+                                     const TimestepSampling& sampling) const {
+  const at::Tensor k = checked_keys(keys, device);
   const auto words = sample_words(seed_, kTimestepStream, k, 1);
   at::Tensor u;
   if (sampling.kind == TimestepSampling::Kind::uniform) {
@@ -95,7 +104,7 @@ at::Tensor SampleStreams::timesteps(const at::Tensor& keys, std::int64_t timeste
     const at::Tensor normal = radius * at::cos(uniform53(words[2], words[3]).mul_(2 * M_PI));
     u = at::sigmoid(normal.mul_(sampling.logit_std).add_(sampling.logit_mean));
   }
-  return u.mul_(static_cast<double>(timesteps)).floor_().to(at::kLong).clamp_max_(timesteps - 1).reshape({-1});
+  return u.reshape({-1});
 }
 
 at::Tensor SampleStreams::label_drop(const at::Tensor& keys, double p, at::Device device) const {

@@ -17,24 +17,6 @@
 namespace runner::diffusion {
 namespace {
 
-// Turns autocast off for one device type and restores the previous state on exit.
-class AutocastDisabled {
- public:
-  explicit AutocastDisabled(at::DeviceType type) : type_(type) {
-    active_ = at::autocast::is_autocast_available(type) && at::autocast::is_autocast_enabled(type);
-    if (active_) at::autocast::set_autocast_enabled(type, false);
-  }
-  ~AutocastDisabled() {
-    if (active_) at::autocast::set_autocast_enabled(type_, true);
-  }
-  AutocastDisabled(const AutocastDisabled&) = delete;
-  AutocastDisabled& operator=(const AutocastDisabled&) = delete;
-
- private:
-  at::DeviceType type_;
-  bool active_ = false;
-};
-
 // One step of the respaced chain, from timestep t to the previously visited one (abar_prev = 1 after
 // the last), with the respaced beta and log variances.
 struct Step {
@@ -92,8 +74,37 @@ void check_options(const SampleOptions& options, const at::Tensor& x_T, const st
     throw std::invalid_argument(
         fmt::format("variance applies to the ddpm sampler only (ddim takes eta), got '{}' with ddim", variance));
   }
-  if (!std::isfinite(options.guidance)) {
-    throw std::invalid_argument(fmt::format("guidance must be a finite number, got {}", options.guidance));
+  check_sampling_inputs(x_T, labels, Guidance{options.guidance, options.null_label, std::nullopt});
+}
+
+// The model's output for x at timestep t.
+at::Tensor run_model(const Denoiser& model, const at::Tensor& x, std::int64_t t,
+                     const std::optional<at::Tensor>& labels, const SampleOptions& options) {
+  const at::Tensor timesteps = at::full({x.size(0)}, t, at::TensorOptions().dtype(at::kLong).device(x.device()));
+  return guided_output(model, x, timesteps, labels, Guidance{options.guidance, options.null_label, std::nullopt});
+}
+
+}  // namespace
+
+at::Tensor draw_step_noise(const NoiseSource& noise, std::int64_t step, const at::Tensor& like) {
+  if (!noise) return at::randn_like(like);
+  const at::Tensor z = noise(step, like);
+  if (!z.defined() || z.sizes() != like.sizes()) {
+    std::ostringstream message;
+    message << "sampling noise for step " << step << " has shape ";
+    if (z.defined())
+      message << z.sizes();
+    else
+      message << "(undefined)";
+    message << ", expected " << like.sizes();
+    throw std::invalid_argument(message.str());
+  }
+  return z.to(like.options());
+}
+
+void check_sampling_inputs(const at::Tensor& x_T, const std::optional<at::Tensor>& labels, const Guidance& guidance) {
+  if (!std::isfinite(guidance.scale)) {
+    throw std::invalid_argument(fmt::format("guidance must be a finite number, got {}", guidance.scale));
   }
   if (!x_T.defined() || x_T.dim() < 2) {
     std::ostringstream shape;
@@ -111,62 +122,51 @@ void check_options(const SampleOptions& options, const at::Tensor& x_T, const st
           y.defined() ? core::dtype_name(y.scalar_type()) + " " + shape.str() : std::string("an undefined tensor")));
     }
   }
-  if (options.guidance != 1) {
+  if (guidance.scale != 1) {
     if (!labels) {
       throw std::invalid_argument(
-          fmt::format("guidance {} needs class labels (classifier-free guidance)", options.guidance));
+          fmt::format("guidance {} needs class labels (classifier-free guidance)", guidance.scale));
     }
-    if (!options.null_label) {
+    if (!guidance.null_label) {
       throw std::invalid_argument(
-          fmt::format("guidance {} needs null_label, the unconditional class id", options.guidance));
+          fmt::format("guidance {} needs null_label, the unconditional class id", guidance.scale));
     }
   }
+  if (guidance.channels && *guidance.channels < 1)
+    throw std::invalid_argument(fmt::format("guidance_channels must be at least 1, got {}", *guidance.channels));
 }
 
-// The model's output for x at timestep t, in float32; with guidance != 1 the first C channels are
-// uncond + s (cond - uncond) from one run on the doubled batch, the rest from the conditional half.
-at::Tensor run_model(const Denoiser& model, const at::Tensor& x, std::int64_t t,
-                     const std::optional<at::Tensor>& labels, const SampleOptions& options) {
-  const std::int64_t batch = x.size(0);
-  const auto timestep_options = at::TensorOptions().dtype(at::kLong).device(x.device());
-  if (options.guidance == 1) {
-    const at::Tensor output = model(x, at::full({batch}, t, timestep_options), labels);
+AutocastDisabled::AutocastDisabled(at::DeviceType type) : type_(type) {
+  active_ = at::autocast::is_autocast_available(type) && at::autocast::is_autocast_enabled(type);
+  if (active_) at::autocast::set_autocast_enabled(type, false);
+}
+
+AutocastDisabled::~AutocastDisabled() {
+  if (active_) at::autocast::set_autocast_enabled(type_, true);
+}
+
+at::Tensor guided_output(const Denoiser& model, const at::Tensor& x, const at::Tensor& t,
+                         const std::optional<at::Tensor>& labels, const Guidance& guidance) {
+  if (guidance.scale == 1) {
+    const at::Tensor output = model(x, t, labels);
     learns_sigma(output, x);
     return output.to(at::kFloat);
   }
+  const std::int64_t batch = x.size(0);
   const at::Tensor& y = *labels;
   const at::Tensor doubled_x = at::cat({x, x});
-  const at::Tensor doubled_labels = at::cat({y, at::full_like(y, *options.null_label)});
-  const at::Tensor output = model(doubled_x, at::full({2 * batch}, t, timestep_options), doubled_labels);
-  const bool learned = learns_sigma(output, doubled_x);
+  const at::Tensor doubled_labels = at::cat({y, at::full_like(y, *guidance.null_label)});
+  const at::Tensor output = model(doubled_x, at::cat({t, t}), doubled_labels);
+  learns_sigma(output, doubled_x);
   const at::Tensor out = output.to(at::kFloat);
-  const std::int64_t channels = x.size(1);
+  const std::int64_t guided = std::min(guidance.channels.value_or(x.size(1)), out.size(1));
   const at::Tensor cond = out.narrow(0, 0, batch);
   const at::Tensor uncond = out.narrow(0, batch, batch);
-  const at::Tensor cond_mean = cond.narrow(1, 0, channels);
-  const at::Tensor uncond_mean = uncond.narrow(1, 0, channels);
-  const at::Tensor guided = uncond_mean + options.guidance * (cond_mean - uncond_mean);
-  if (!learned) return guided;
-  return at::cat({guided, cond.narrow(1, channels, channels)}, 1);
+  const at::Tensor cond_guided = cond.narrow(1, 0, guided);
+  const at::Tensor mixed = uncond.narrow(1, 0, guided) + guidance.scale * (cond_guided - uncond.narrow(1, 0, guided));
+  if (guided == out.size(1)) return mixed;
+  return at::cat({mixed, cond.narrow(1, guided, out.size(1) - guided)}, 1);
 }
-
-at::Tensor draw_noise(const NoiseSource& noise, std::int64_t step, const at::Tensor& like) {
-  if (!noise) return at::randn_like(like);
-  const at::Tensor z = noise(step, like);
-  if (!z.defined() || z.sizes() != like.sizes()) {
-    std::ostringstream message;
-    message << "sampling noise for step " << step << " has shape ";
-    if (z.defined())
-      message << z.sizes();
-    else
-      message << "(undefined)";
-    message << ", expected " << like.sizes();
-    throw std::invalid_argument(message.str());
-  }
-  return z.to(like.options());
-}
-
-}  // namespace
 
 std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_t steps) {
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
@@ -237,7 +237,7 @@ SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Te
           options.eta * std::sqrt((1 - step.abar_prev) / (1 - step.abar)) * std::sqrt(1 - step.abar / step.abar_prev);
       const double eps_scale = std::sqrt(std::max(0.0, 1 - step.abar_prev - sigma * sigma));
       next = x0 * std::sqrt(step.abar_prev) + eps_scale * eps;
-      if (!last && sigma > 0) next = next + sigma * draw_noise(noise, step_index, x);
+      if (!last && sigma > 0) next = next + sigma * draw_step_noise(noise, step_index, x);
     } else {
       const double coef1 = step.beta * std::sqrt(step.abar_prev) / (1 - step.abar);
       const double coef2 = (1 - step.abar_prev) * std::sqrt(1 - step.beta) / (1 - step.abar);
@@ -245,7 +245,7 @@ SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Te
       if (!last) {
         const std::string& variance = options.variance;
         const bool use_learned = variance == "learned" || (variance == "auto" && learned);
-        const at::Tensor z = draw_noise(noise, step_index, x);
+        const at::Tensor z = draw_step_noise(noise, step_index, x);
         if (use_learned) {
           const at::Tensor fraction = (output.narrow(1, channels, channels) + 1) / 2;
           const at::Tensor log_variance = fraction * std::log(step.beta) + (1 - fraction) * step.log_variance_small;

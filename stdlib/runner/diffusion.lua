@@ -1,8 +1,10 @@
--- runner.diffusion: noise schedules, the training loss and DDPM/DDIM sampling with classifier-free guidance
--- (natives in bindings/diffusion_binding.cpp; the math is defined in docs/models-and-diffusion.md).
+-- runner.diffusion: noise schedules, the training loss and DDPM/DDIM sampling with classifier-free guidance, and flow
+-- matching beside it (natives in bindings/diffusion_binding.cpp and flow_binding.cpp; the math is defined in
+-- docs/models-and-diffusion.md).
 local native = runner._diffusion
 runner._diffusion = nil
 local methods = native.methods
+local flow_methods = native.flow_methods
 
 local diffusion = {}
 
@@ -21,6 +23,12 @@ function diffusion.gaussian(options)
   return native.new(options, torch.initial_seed())
 end
 diffusion.ddpm = diffusion.gaussian
+
+--- runner.diffusion.flow(FlowOptions) -> Flow: SiT's flow matching (---@class FlowOptions in
+--- stdlib/meta/diffusion.lua). Its loss, objective, state and sample work as the Gaussian diffusion's.
+function diffusion.flow(options)
+  return native.new_flow(options, torch.initial_seed())
+end
 
 --- d:loss(model, batch [, DiffusionLossOptions]) -> loss, details
 --- batch: a loader batch ({data, label, index, epoch}) or an image tensor [B, C, H, W]. Labels come from
@@ -130,6 +138,30 @@ end
 
 function methods:info()
   return self:_info()
+end
+
+--- flow:likelihood(model, x, FlowLikelihoodOptions) -> logp [B], z: SiT's ODE log-likelihood of data x (---@class
+--- FlowLikelihoodOptions in stdlib/meta/diffusion.lua). The model runs in eval mode.
+function flow_methods:likelihood(model, x, options)
+  options = options or {}
+  if type(options) ~= "table" then error("likelihood: expected an options table, got " .. type(options), 2) end
+  if not torch.is_tensor(x) then error("likelihood: x must be a tensor [B, C, ...] of data", 2) end
+  local info = model_info(model)
+  local labels = labels_tensor(options.labels, x.shape[1], x.device)
+  if info and info.classes > 0 and labels == nil then
+    error(string.format("likelihood: the model is class-conditional (%d classes): give labels", info.classes), 2)
+  end
+  local was_training = nn.is_module(model) and model:is_training()
+  if was_training then model:eval() end
+  local ok, logp, z = pcall(self._likelihood, self, model, x, labels, options, options.seed or self:_info().seed)
+  if was_training then model:train() end
+  if not ok then error(logp, 0) end
+  return logp, z
+end
+
+-- The flow shares the Lua side of loss, objective, state and sample: its natives take the same arguments.
+for _, name in ipairs({ "loss", "objective", "state", "load_state", "sample", "info" }) do
+  flow_methods[name] = methods[name]
 end
 
 diffusion.sampling_timesteps = native.sampling_timesteps

@@ -864,6 +864,25 @@ class Example(SweepTest):
                        "ORDER BY m.step", finished[0])
         self.assertEqual(swd, [(4,), (8,)])
 
+    def test_a_sweep_searches_the_flow_objectives_settings(self):
+        self.sweep_file("flows.lua", f"""
+          script = "{self.SOURCE / 'experiments' / 'quickstart.lua'}",
+          parameters = {{ path = {{ "linear", "gvp" }}, flow_prediction = {{ "velocity", "noise" }} }},
+          fixed = {{ objective = "flow", steps = 4, sample_every = 4, checkpoint_every = 4, metric_samples = 16,
+                    sample_steps = 3, channels = 8, batch = 8 }},
+          method = "grid", metric = "swd",
+        """)
+        result = self.runner("sweep", "flows.lua", check=0, timeout=900)
+        trials = self.trials("flows")
+        self.assertEqual([t[1] for t in trials], ["finished"] * 4, result.stdout)
+        points = sorted((json.loads(t[5])["path"], json.loads(t[5])["flow_prediction"]) for t in trials)
+        self.assertEqual(points, [("gvp", "noise"), ("gvp", "velocity"), ("linear", "noise"), ("linear", "velocity")])
+        configs = [json.loads(row[0]) for row in self.sql("SELECT config FROM runs WHERE trial IS NOT NULL")]
+        self.assertEqual(sorted((c["objective"], c["path"], c["flow_prediction"]) for c in configs),
+                         [("flow", p, q) for p, q in points])
+        for trial in trials:
+            self.assertIsNotNone(trial[2], f"trial {trial[0]} logged swd")
+
 
 if __name__ == "__main__":
     unittest.main()

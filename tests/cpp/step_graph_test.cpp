@@ -64,9 +64,8 @@ TEST_CASE("the diffusion objective prepares a batch's keys on the host and refus
   const at::Tensor direct = setup.objective->loss(b);
   const at::Tensor from_keys = setup.objective->loss(prepared);
   CHECK(at::equal(direct, from_keys));
-  CHECK_THROWS_WITH(
-      setup.objective->prepare(prepared),
-      "loss: the batch has a tensor named 'sample_keys', a name the diffusion objective keeps for itself");
+  CHECK_THROWS_WITH(setup.objective->prepare(prepared),
+                    "loss: the batch has a tensor named 'sample_keys', a name the objective keeps for itself");
 }
 
 TEST_CASE("a step replayed from a CUDA graph equals the eager step; new shapes and restores capture again",

@@ -234,11 +234,12 @@ end)
 describe("runner.trainer { graph = ... }", function()
   -- On the CPU every step runs eagerly and train:graphs() says why; on CUDA (device=cuda) the objective's steps are
   -- replayed from a graph after the warm-up steps, with the eager steps' losses.
-  local function losses(graph)
+  local function losses(graph, objective)
     torch.manual_seed(5)
     local model = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4, dropout = 0,
                             classes = 3, class_dropout = 0.3 }:to(test.device)
-    local d = runner.diffusion.gaussian { timesteps = 100, seed = 9 }
+    local d = objective == "flow" and runner.diffusion.flow { seed = 9, time = "logit_normal" }
+      or runner.diffusion.gaussian { timesteps = 100, seed = 9 }
     local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, objective = d:objective(model),
                                    amp = "fp32", tf32 = false, ema = 0.99, accumulate = 2, graph = graph,
                                    progress = false }
@@ -252,20 +253,22 @@ describe("runner.trainer { graph = ... }", function()
     return out, train:graphs()
   end
 
-  it("runs the objective's steps as the eager ones do", function()
-    local eager = losses(false)
-    local replayed, status = losses("auto")
-    for i = 1, #eager do expect_near(replayed[i], eager[i], 1e-5 * math.abs(eager[i]), "step " .. i) end
-    if test.device == "cpu" then
-      expect_eq(status.captured, 0)
-      expect_eq(status.replayed, 0)
-      expect_eq(status.eager_reason, "CUDA graphs need a CUDA device; the model is on cpu")
-    else
-      expect_eq(status.captured, 1, "one batch shape (after the EMA's first step and two warm-up steps)")
-      expect_eq(status.replayed, 5, "steps 4 to 8")
-      expect_eq(status.eager_reason, nil)
-    end
-  end)
+  for _, objective in ipairs({ "ddpm", "flow" }) do
+    it("runs the objective's steps as the eager ones do (" .. objective .. ")", function()
+      local eager = losses(false, objective)
+      local replayed, status = losses("auto", objective)
+      for i = 1, #eager do expect_near(replayed[i], eager[i], 1e-5 * math.abs(eager[i]), "step " .. i) end
+      if test.device == "cpu" then
+        expect_eq(status.captured, 0)
+        expect_eq(status.replayed, 0)
+        expect_eq(status.eager_reason, "CUDA graphs need a CUDA device; the model is on cpu")
+      else
+        expect_eq(status.captured, 1, "one batch shape (after the EMA's first step and two warm-up steps)")
+        expect_eq(status.replayed, 5, "steps 4 to 8")
+        expect_eq(status.eager_reason, nil)
+      end
+    end)
+  end
 end)
 
 describe("runner.early_stopping", function()

@@ -6,6 +6,8 @@ Writes
     OUT_DIR/diffusion/schedules.safetensors
     OUT_DIR/diffusion/losses.safetensors
     OUT_DIR/diffusion/sampling.safetensors
+    OUT_DIR/flow/losses.safetensors
+    OUT_DIR/flow/sampling.safetensors
 Every file's metadata says what it holds; option and setting tables are Lua table literals.
 The output is a deterministic function of the code (fixed seeds).
 """
@@ -21,6 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import diffusion  # noqa: E402
 import models  # noqa: E402
+import transport  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -263,6 +266,139 @@ def sampling_cases(out_dir, args, built):
              "outputs (else large); the null label is the model's `classes`")))
 
 
+def flow_loss_cases(out_dir, args):
+    device, dtype = args.device, DTYPES[args.dtype]
+    g = torch.Generator().manual_seed(5)
+    x1 = torch.randint(0, 256, (4, 3, 8, 8), generator=g).float() / 127.5 - 1
+    t = torch.tensor([0.001, 0.999, 0.37, 0.5])  # the ends of the noise and score predictions' training interval
+    noise = torch.randn(4, 3, 8, 8, generator=g)
+    out = torch.randn(4, 3, 8, 8, generator=g)
+    tensors = {"x1": x1, "t": t, "noise": noise, "out": out}
+    cases = []
+    for path in transport.PATHS:
+        for prediction in transport.PREDICTIONS:
+            for weight in (("none",) if prediction == "velocity" else transport.WEIGHTS):
+                name = f"{path}.{prediction}.{weight}"
+                loss, mse, x_t = transport.training_loss(path, prediction, weight, lambda x, tt, y: out.to(device),
+                                                         x1.to(device, dtype), t.to(device), noise.to(device, dtype))
+                tensors[f"loss.{name}"], tensors[f"mse.{name}"] = loss.float().cpu(), mse.float().cpu()
+                tensors[f"x_t.{path}"] = x_t.float().cpu()
+                cases.append(name)
+    save(tensors, out_dir / "flow" / "losses.safetensors",
+         base_metadata(args, cases=lua(cases), notes=(
+             "SiT's training loss for x1, noise (x0) and times t with the model output fixed to `out`: "
+             "loss.<path>.<prediction>.<weighting> (scalar) and mse.* (per-sample weighted mean squared errors); "
+             "x_t.<path> the model's input alpha x1 + sigma x0")))
+
+
+FLOW_SAMPLING_DEFAULTS = {"path": "linear", "prediction": "velocity", "sde": False, "sampler": "euler",
+                          "diffusion_form": "sigma", "diffusion_norm": 1.0, "last_step": "mean",
+                          "last_step_size": 0.04, "guidance": 1.0, "guidance_channels": 0, "rtol": 1e-3, "atol": 1e-6, "reverse": False}
+
+FLOW_SAMPLING_CASES = [
+    # name, model case, settings (FLOW_SAMPLING_DEFAULTS fill the rest; guidance_channels 0 = all)
+    ("ode_euler", "unet_uncond", {"steps": 5}),
+    ("ode_heun_cfg", "dit_class", {"sampler": "heun", "steps": 4, "guidance": 4.0}),
+    ("ode_euler_gvp_noise", "unet_uncond", {"path": "gvp", "prediction": "noise", "steps": 4}),
+    ("ode_heun_vp_score", "dit_class", {"path": "vp", "prediction": "score", "sampler": "heun", "steps": 3}),
+    ("ode_dopri5", "unet_uncond", {"sampler": "dopri5", "steps": 4}),
+    ("ode_dopri5_cfg_noise", "dit_class", {"prediction": "noise", "sampler": "dopri5", "steps": 2, "guidance": 3.0,
+                                           "rtol": 1e-4, "atol": 1e-4}),
+    ("ode_heun_reverse_gvp_noise", "unet_uncond", {"path": "gvp", "prediction": "noise", "sampler": "heun",
+                                                   "steps": 3, "reverse": True}),
+    ("ode_dopri5_reverse", "dit_class", {"sampler": "dopri5", "steps": 2, "reverse": True}),
+    ("sde_euler", "unet_uncond", {"sde": True, "steps": 5}),
+    ("sde_heun_gvp_sbdm_tweedie", "dit_class", {"path": "gvp", "prediction": "noise", "sde": True, "sampler": "heun", "steps": 4,
+                                                "diffusion_form": "sbdm", "last_step": "tweedie", "guidance": 2.0,
+                                                "guidance_channels": 3}),
+    ("sde_euler_vp_noise", "unet_uncond", {"path": "vp", "prediction": "noise", "sde": True, "steps": 4,
+                                           "diffusion_form": "linear", "diffusion_norm": 0.5, "last_step": "euler"}),
+    ("sde_euler_score_none", "unet_uncond", {"prediction": "score", "sde": True, "steps": 3,
+                                             "diffusion_form": "constant", "last_step": "none"}),
+    ("sde_euler_decreasing", "dit_class", {"path": "gvp", "prediction": "noise", "sde": True, "steps": 3,
+                                           "diffusion_form": "decreasing", "last_step_size": 0.1}),
+    ("sde_heun_incdec", "unet_uncond", {"sde": True, "sampler": "heun", "steps": 3,
+                                        "diffusion_form": "increasing-decreasing"}),
+]
+
+
+def flow_sampling_cases(out_dir, args, built):
+    device, dtype = args.device, DTYPES[args.dtype]
+    g = torch.Generator().manual_seed(6)
+    tensors, meta, inputs = {}, {}, {}
+    for case, (x_T_name, batch, labels) in SAMPLING_INPUTS.items():
+        kind, options, params = built[case]
+        model = models.build(kind, options)
+        model.load_state_dict({n[len("param."):]: v for n, v in params.items()})
+        inputs[case] = model.to(device=device, dtype=dtype).eval()
+        image = options["image"]
+        tensors[x_T_name] = torch.randn(batch, options.get("in_channels", 3), image, image, generator=g)
+        if labels is not None:
+            tensors[f"{case}.labels"] = torch.tensor(labels)
+        meta[f"model.{case}"] = f"models/{case}.safetensors"
+    for name, case, settings in FLOW_SAMPLING_CASES:
+        settings = {**FLOW_SAMPLING_DEFAULTS, **settings}
+        model = inputs[case]
+        x_T_name, _, labels = SAMPLING_INPUTS[case]
+        x_T = tensors[x_T_name].to(device)
+
+        def model_fn(x, t, y, model=model):
+            return model(x.to(dtype), t, y).float()
+
+        field = transport.Field(settings["path"], settings["prediction"], model_fn,
+                                labels=None if labels is None else tensors[f"{case}.labels"].to(device),
+                                guidance=settings["guidance"], null_label=model.classes if model.has_null else None,
+                                channels=settings["guidance_channels"] or None)
+        _, sample_eps = transport.default_eps(settings["path"], settings["prediction"])
+        steps = settings["steps"]
+        if settings["sde"]:
+            last_size = 0.0 if settings["last_step"] == "none" else settings["last_step_size"]
+            t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps, sde=True,
+                                                 form=settings["diffusion_form"], last_step_size=last_size)
+            noise = torch.randn(steps, *x_T.shape, generator=g)
+            tensors[f"{name}.noise"] = noise
+            trajectory = transport.sample_sde(field, x_T, t0, t1, steps, settings["sampler"],
+                                              settings["diffusion_form"], settings["diffusion_norm"],
+                                              settings["last_step"], last_size, noise.to(device))
+        else:
+            t0, t1 = transport.sampling_interval(settings["path"], settings["prediction"], sample_eps)
+            if settings["reverse"]:  # SiT's check_interval(reverse=True)
+                t0, t1 = 1 - t0, 1 - t1
+            if settings["sampler"] == "dopri5":
+                trajectory = transport.sample_ode_dopri5(field, x_T, t0, t1, steps, settings["rtol"], settings["atol"])
+            else:
+                trajectory = transport.sample_ode(field, x_T, t0, t1, steps, settings["sampler"])
+        tensors[f"{name}.trajectory"] = torch.stack(trajectory).float().cpu()
+        meta[name] = lua({"model": case, "x_T": x_T_name, "labels": "none" if labels is None else f"{case}.labels",
+                          "noise": f"{name}.noise" if settings["sde"] else "none", **settings})
+    meta["cases"] = lua([name for name, _, _ in FLOW_SAMPLING_CASES])
+    likelihoods = []
+    data = torch.randint(0, 256, tuple(tensors["x_T"].shape), generator=g).float() / 127.5 - 1
+    tensors["likelihood.x"] = data
+    probes = torch.randint(0, 2, (2000, *data.shape), generator=g).float() * 2 - 1
+    tensors["likelihood.probes"] = probes
+    for name, path, prediction, method, steps, tol in (("likelihood_euler", "linear", "velocity", "euler", 4, None),
+                                                       ("likelihood_heun_gvp_noise", "gvp", "noise", "heun", 3, None),
+                                                       ("likelihood_dopri5", "linear", "velocity", "dopri5", 2, 1e-2)):
+        field = transport.Field(path, prediction, lambda x, t, y, model=inputs["unet_uncond"]: model(x.to(dtype), t, y).float())
+        _, sample_eps = transport.default_eps(path, prediction)
+        t0, t1 = transport.sampling_interval(path, prediction, sample_eps)
+        logp, z = transport.likelihood(field, data.to(device), t0, t1, steps, method, probes.to(device),
+                                       rtol=tol or 1e-3, atol=tol or 1e-6)
+        tensors[f"{name}.logp"], tensors[f"{name}.z"] = logp.float().cpu(), z.float().cpu()
+        meta[name] = lua({"path": path, "prediction": prediction, "sampler": method, "steps": steps,
+                          "rtol": tol or 1e-3, "atol": tol or 1e-6})
+        likelihoods.append(name)
+    meta["likelihoods"] = lua(likelihoods)
+    save(tensors, out_dir / "flow" / "sampling.safetensors",
+         base_metadata(args, **meta, notes=(
+             "<case>.trajectory is [steps + 1, B, C, H, W]: x_T then x after each step (SDE: steps - 1 noisy steps, "
+             "step k with <case>.noise[k], then the last step; dopri5: torchdiffeq.odeint at the steps + 1 grid times "
+             "with the case's rtol and atol); <likelihood case>.logp [B] and .z: SiT's ODE likelihood of likelihood.x "
+             "under unet_uncond, model evaluation k with the Rademacher likelihood.probes[k]; models as in diffusion/sampling.safetensors; "
+             "SiT's default train and sample eps for the path and prediction")))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=pathlib.Path)
@@ -272,10 +408,13 @@ def main():
     torch.set_num_threads(1)  # small tensors: threads only add overhead, and one thread fixes the reduction order
     start = time.time()
     (args.out_dir / "diffusion").mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "flow").mkdir(parents=True, exist_ok=True)
     built = model_cases(args.out_dir, args)
     schedule_cases(args.out_dir, args)
     loss_cases(args.out_dir, args)
     sampling_cases(args.out_dir, args, built)
+    flow_loss_cases(args.out_dir, args)
+    flow_sampling_cases(args.out_dir, args, built)
     print(f"wrote {args.out_dir} in {time.time() - start:.1f} s")
 
 
