@@ -71,8 +71,7 @@ const OptionTable<train::ParamGroup>& options_of(train::OptimizerKind kind) {
 int optim_new(lua_State* L) {
   const train::OptimizerKind kind = train::parse_optimizer_kind(check_string(L, 1));
   const OptionTable<train::ParamGroup>& table = options_of(kind);
-  if (kind == train::OptimizerKind::sgd && !has_field(L, 3, "lr"))
-    throw std::invalid_argument(fmt::format("{}: option 'lr' is required", table.function()));
+  const bool default_lr = has_field(L, 3, "lr");
   const train::ParamGroup defaults = table.read(L, 3, train::default_param_group(kind));
   luaL_checktype(L, 2, LUA_TTABLE);
   std::vector<train::ParamGroup> groups;
@@ -80,6 +79,13 @@ int optim_new(lua_State* L) {
   for (int i = 1; i <= count; ++i) {
     lua_rawgeti(L, 2, i);
     const int group_index = lua_gettop(L);
+    // One rule for every optimizer and the trainer's {"adamw", lr = ...}: the learning rate is given, never
+    // torch.optim's default 1e-3 taken in silence.
+    if (!default_lr && !has_field(L, group_index, "lr"))
+      throw std::invalid_argument(
+          count == 1 ? fmt::format("{}: option 'lr' is required", table.function())
+                     : fmt::format("{}: option 'lr' is required (in the options, or in parameter group {})",
+                                   table.function(), i));
     train::ParamGroup group = table.read(L, group_index, defaults);
     lua_getfield(L, group_index, "params");
     group.params = check_tensor_list(L, lua_gettop(L));

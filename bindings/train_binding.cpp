@@ -254,8 +254,8 @@ int trainer_new(lua_State* L) {
   auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule,
                                                   std::move(options.emas), options.step, device, dist::process_group());
   TrainerBox box{std::move(trainer)};
-  box.trainer->add_observer(std::make_shared<run::StepMetrics>(
-      *box.trainer, [run = box.run_at_step]() -> run::RunContext* { return *run; }));
+  box.trainer->add_observer(
+      std::make_shared<run::StepMetrics>(*box.trainer, [run = box.run_at_step]() -> run::RunContext* { return *run; }));
   new_userdata<TrainerBox>(L, kTrainerType, std::move(box));
   return 1;
 }

@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/disk_usage.h"
 #include "runtime/core/sha256.h"
 #include "runtime/core/storage_full.h"
-#include "runtime/index/run_removal.h"
 
 namespace runner::ckpt {
 namespace {
@@ -100,13 +100,13 @@ StaleWrites clean_stale_writes(const std::string& run_dir, bool dry_run) {
     const std::string path = folder + "/" + name;
     const std::string relative = "checkpoints/" + name;
     if (parse_writer_entry(name, ".partial-", step, pid) && pid != self) {
-      stale.bytes += index::disk_usage(path);
+      stale.bytes += core::disk_usage(path);
       stale.removed.push_back(relative);
       if (!dry_run) remove_flat_directory(path);
     } else if (parse_writer_entry(name, ".replaced-", step, pid) && pid != self) {
       const std::string final_dir = run_dir + "/" + checkpoint_path(step);
       if (exists(final_dir)) {
-        stale.bytes += index::disk_usage(path);
+        stale.bytes += core::disk_usage(path);
         stale.removed.push_back(relative);
         if (!dry_run) remove_flat_directory(path);
       } else {

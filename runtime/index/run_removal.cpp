@@ -13,22 +13,13 @@
 #include <set>
 #include <utility>
 
+#include "runtime/core/disk_usage.h"
+
 namespace runner::index {
 namespace {
 
-thread_local uint64_t usage_total = 0;
-thread_local std::map<std::pair<dev_t, ino_t>, nlink_t> usage_links;  // links seen of files with several
 thread_local int removal_error = 0;
 thread_local std::string removal_failed_path;
-
-// The blocks a file holds, counted once its last link in the tree is seen: a file linked from elsewhere too is
-// not freed by deleting the tree.
-int add_usage(const char*, const struct stat* info, int type, struct FTW*) {
-  if (type != FTW_F && type != FTW_SL && type != FTW_D && type != FTW_DP) return 0;
-  if (type == FTW_F && info->st_nlink > 1 && ++usage_links[{info->st_dev, info->st_ino}] < info->st_nlink) return 0;
-  usage_total += static_cast<uint64_t>(info->st_blocks) * 512;
-  return 0;
-}
 
 int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
   const int result = (type == FTW_DP || type == FTW_D) ? ::rmdir(path) : ::unlink(path);
@@ -79,13 +70,6 @@ std::string trash_directory(const std::string& home) { return home + "/.trash"; 
 
 }  // namespace
 
-uint64_t disk_usage(const std::string& path) {
-  usage_total = 0;
-  usage_links.clear();
-  ::nftw(path.c_str(), add_usage, 16, FTW_PHYS);
-  return usage_total;
-}
-
 void remove_tree(const std::string& path) {
   removal_error = 0;
   if (::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && removal_error != 0)
@@ -103,7 +87,7 @@ RemovedRun remove_run(Database& db, const std::string& home, const RunRecord& ru
   const std::string trash = trash_directory(home);
   const std::string trashed = trash + "/" + run.id + "-" + run.dir;
   if (is_directory(directory)) {
-    removed.bytes = disk_usage(directory);
+    removed.bytes = core::disk_usage(directory);
     if (::mkdir(trash.c_str(), 0777) != 0 && errno != EEXIST)
       throw IndexError(fmt::format("{}: cannot create the directory: {}", trash, std::strerror(errno)));
     if (::rename(directory.c_str(), trashed.c_str()) != 0)
@@ -135,7 +119,7 @@ void drop_checkpoints(Database& db, const std::string& home, const RunRecord& ru
     const bool on_disk = ::lstat(path.c_str(), &info) == 0;
     if (on_disk) {  // else rotation deleted its files and not yet its rows (an index from before it did both)
       report.dropped_checkpoints.push_back(run.dir + "/" + checkpoint.path);
-      report.bytes_freed += disk_usage(path);
+      report.bytes_freed += core::disk_usage(path);
     }
     if (dry_run) continue;
     if (checkpoint.kept) set_checkpoint_kept(db, checkpoint.checkpoint, false);  // never restored from once half gone
@@ -156,7 +140,7 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
   for (const std::string& entry : list_directory(trash)) {
     const std::string path = trash + "/" + entry;
     report.finished_removals.push_back(entry);
-    report.bytes_freed += disk_usage(path);
+    report.bytes_freed += core::disk_usage(path);
     if (dry_run) continue;
     const std::string id = entry.substr(0, entry.find('-'));
     Statement find = db.prepare("SELECT run FROM runs WHERE id = ?");
@@ -189,7 +173,7 @@ GarbageReport collect_garbage(Database& db, const std::string& home, bool dry_ru
       continue;
     report.orphan_directories.push_back(entry);
     if (!remove_orphans) continue;
-    report.bytes_freed += disk_usage(path);
+    report.bytes_freed += core::disk_usage(path);
     if (!dry_run) remove_tree(path);
   }
 

@@ -45,9 +45,6 @@ std::set<int64_t> unneeded_checkpoints(Database& db, const RunRecord& run);
 // before its rows, adding their paths and the space freed to `report` (dry_run: only that).
 void drop_checkpoints(Database& db, const std::string& home, const RunRecord& run, bool dry_run, GarbageReport& report);
 
-// The disk space deleting a file or directory tree frees (allocated blocks; a file with links outside the tree
-// counts nothing; 0 when missing). Links are not followed.
-uint64_t disk_usage(const std::string& path);
 // Deletes a directory tree without following links; throws IndexError naming the path on failure.
 void remove_tree(const std::string& path);
 

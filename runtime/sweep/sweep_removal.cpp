@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "runtime/core/disk_usage.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 
@@ -57,7 +58,7 @@ RemovedSweep remove_sweep(index::Database& db, const std::string& home, const Sw
     if (::rename(output.c_str(), trashed.c_str()) != 0)
       throw index::IndexError(
           fmt::format("{}: cannot move the sweep's folder aside: {}", output, std::strerror(errno)));
-    removed.bytes += index::disk_usage(trashed);
+    removed.bytes += core::disk_usage(trashed);
     index::remove_tree(trashed);
   }
   return removed;

@@ -34,7 +34,7 @@ function Optimizer:kind() end
 
 ---@class AdamOptions
 ---@field params? ParamsOrGroups  in a group table: the group's parameters
----@field lr? number              default 1e-3
+---@field lr number               required (here or in every group table)
 ---@field betas? number[]         default {0.9, 0.999}
 ---@field eps? number             default 1e-8
 ---@field weight_decay? number    L2 term added to the gradient (default 0)
@@ -42,7 +42,7 @@ function Optimizer:kind() end
 
 ---@class AdamWOptions
 ---@field params? ParamsOrGroups  in a group table: the group's parameters
----@field lr? number              default 1e-3
+---@field lr number               required (here or in every group table)
 ---@field betas? number[]         default {0.9, 0.999}
 ---@field eps? number             default 1e-8
 ---@field weight_decay? number    decoupled weight decay (default 1e-2, as torch.optim.AdamW)
@@ -50,21 +50,22 @@ function Optimizer:kind() end
 
 --- The optimizers are PyTorch's (torch.optim with foreach=True off CUDA, fused=True on CUDA: the same results,
 --- bit for bit on the CPU), and they are the trainer's: runner.trainer{optimizer = optim.AdamW(model, ...)}.
---- Group tables override the defaults given in `options` for their parameters.
+--- Group tables override the defaults given in `options` for their parameters. Every optimizer needs its learning
+--- rate (`lr` in `options`, or in every group table): runner takes no default learning rate in silence.
 
 --- SGD; lr is required.
 ---@param params ParamsOrGroups
 ---@param options SGDOptions
 ---@return Optimizer
 function optim.SGD(params, options) end
---- Adam.
+--- Adam; lr is required.
 ---@param params ParamsOrGroups
----@param options? AdamOptions
+---@param options AdamOptions
 ---@return Optimizer
 function optim.Adam(params, options) end
---- AdamW, decoupled weight decay.
+--- AdamW, decoupled weight decay; lr is required.
 ---@param params ParamsOrGroups
----@param options? AdamWOptions
+---@param options AdamWOptions
 ---@return Optimizer
 function optim.AdamW(params, options) end
 

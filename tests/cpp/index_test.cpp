@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/disk_usage.h"
 #include "runtime/core/launch_context.h"
 #include "tests/cpp/temp_directory.h"
 #include "runtime/index/final_status.h"
@@ -1602,8 +1603,8 @@ TEST_CASE("the space freed is the blocks released: a file also linked from elsew
   REQUIRE(::lstat(tree.c_str(), &folder) == 0);
   REQUIRE(::lstat((tree + "/a.bin").c_str(), &file) == 0);
   CHECK(file.st_blocks * 512 >= 10000);
-  CHECK(disk_usage(tree) == static_cast<uint64_t>(folder.st_blocks + file.st_blocks) * 512);
-  CHECK(disk_usage(tmp.path + "/missing") == 0);
+  CHECK(runner::core::disk_usage(tree) == static_cast<uint64_t>(folder.st_blocks + file.st_blocks) * 512);
+  CHECK(runner::core::disk_usage(tmp.path + "/missing") == 0);
 }
 
 TEST_CASE("a paused sweep trial's run keeps only its latest checkpoint, a pruned one none", "[index]") {

@@ -427,7 +427,8 @@ TEST_CASE("a run pauses at the ASHA rung of the launch context it was started wi
   unpaused->finish("finished");
 }
 
-TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and timing metrics, the progress line", "[run]") {
+TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and timing metrics, the progress line",
+          "[run]") {
   testing::TempDir tmp("observed-steps");
   const std::string home = tmp.path + "/home";
   core::LaunchContext launch;
@@ -443,8 +444,7 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and ti
   progress.line_seconds = 1e9;  // plain lines: the first and the last step
   setup.trainer->add_observer(std::make_shared<train::ProgressLine>(progress, c10::Device(c10::kCPU), progress_file));
   auto context = run::start_run(request("observed"), launch, home);
-  setup.trainer->add_observer(
-      std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
+  setup.trainer->add_observer(std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
   {
     run::TrainingRun training(*context, setup.trainer, setup.loader, {}, keep_two());
     for (int i = 0; i < 30; ++i) setup.step();

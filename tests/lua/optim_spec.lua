@@ -71,7 +71,11 @@ describe("optimizer API", function()
     expect_error(function() optim.AdamW(model, { learning_rate = 1 }) end,
       here(-1) .. "unknown option 'learning_rate' to 'AdamW' (known: amsgrad, betas, eps, lr, params, weight_decay)")
     expect_error(function() optim.SGD(model, {}) end, here() .. "SGD: option 'lr' is required")
-    expect_error(function() optim.Adam({ torch.ones(2) }, {}) end,
+    -- Every optimizer: no silent default learning rate.
+    expect_error(function() optim.AdamW(model) end, here() .. "AdamW: option 'lr' is required")
+    expect_error(function() optim.Adam({ { params = { model.weight }, lr = 1e-3 }, { params = { model.bias } } }) end,
+      here(-1) .. "Adam: option 'lr' is required (in the options, or in parameter group 2)")
+    expect_error(function() optim.Adam({ torch.ones(2) }, { lr = 1e-3 }) end,
       here(-1) .. "parameter group 1 holds a tensor that is not a leaf requiring grad")
   end)
 
