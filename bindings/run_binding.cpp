@@ -32,12 +32,10 @@ namespace {
 constexpr const char* kRunType = "runner.Run";
 constexpr const char* kActiveRunKey = "runner.active_run";
 
-class AttachedSteps;
-
 struct RunBox {
   std::unique_ptr<run::RunContext> context;
   std::unique_ptr<run::TrainingRun> training;
-  std::shared_ptr<AttachedSteps> attached_steps;  // the Lua side of the steps of the trainer given to run:restore
+  int loader_ref = LUA_NOREF;                     // the loader given to run:restore, for runner attach's `loader`
   int named_state_ref = LUA_NOREF;                // the Lua function that collects the script's named state
   std::unique_ptr<attach::AttachServer> attach;   // runner attach's socket (rank 0), until the run ends
   std::optional<attach::Message> attach_request;  // arrived, to be answered by serve_attach
@@ -56,61 +54,6 @@ void reseed_lua_random(lua_State* L, std::int64_t seed, std::int64_t step) {
   lua_call(L, 1, 0);
   lua_pop(L, 1);
 }
-
-// After each step of the trainer a run was given (run:restore): the Lua generator's reseed, then the chunks a
-// client of runner attach sent, in the scope of train, model, loader, batch, out, loss and run.
-class AttachedSteps : public LuaStepObserver {
- public:
-  // The run's Lua table, the Lua trainer and the loader (or nil) at those stack indices.
-  AttachedSteps(lua_State* L, RunBox& box, int run, int trainer, int loader)
-      : L_(L), box_(box), run_(reference(run)), trainer_(reference(trainer)), loader_(reference(loader)) {}
-  ~AttachedSteps() override {
-    for (int ref : {run_, trainer_, loader_}) luaL_unref(L_, LUA_REGISTRYINDEX, ref);
-  }
-  AttachedSteps(const AttachedSteps&) = delete;
-  AttachedSteps& operator=(const AttachedSteps&) = delete;
-
-  void after_step(lua_State* L, int batch, int out) override {
-    lua_getfield(L, out, "step");
-    const auto step = static_cast<std::int64_t>(lua_tonumber(L, -1));
-    lua_pop(L, 1);
-    reseed_lua_random(L, box_.context->seed(), step);
-    if (!box_.attach) return;
-    if (!box_.attach_request) box_.attach_request = box_.attach->poll();
-    if (!box_.attach_request) return;
-    attach::Message request = std::move(*box_.attach_request);
-    box_.attach_request.reset();
-    lua_createtable(L, 0, 7);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, trainer_);
-    lua_getfield(L, -1, "model");
-    lua_setfield(L, -3, "model");
-    lua_setfield(L, -2, "train");
-    lua_rawgeti(L, LUA_REGISTRYINDEX, loader_);
-    lua_setfield(L, -2, "loader");
-    if (batch != 0) {
-      lua_pushvalue(L, batch);
-      lua_setfield(L, -2, "batch");
-    }
-    lua_pushvalue(L, out);
-    lua_setfield(L, -2, "out");
-    lua_getfield(L, out, "loss");
-    lua_setfield(L, -2, "loss");
-    lua_rawgeti(L, LUA_REGISTRYINDEX, run_);
-    lua_setfield(L, -2, "run");
-    serve_attached_client(L, *box_.attach, *box_.context, std::move(request), lua_gettop(L));
-    lua_pop(L, 1);
-  }
-
- private:
-  int reference(int index) {
-    lua_pushvalue(L_, index);
-    return luaL_ref(L_, LUA_REGISTRYINDEX);
-  }
-
-  lua_State* L_;
-  RunBox& box_;
-  int run_, trainer_, loader_;
-};
 
 run::RunContext& check_run(lua_State* L, int index) {
   RunBox& box = check_box(L, index);
@@ -170,7 +113,6 @@ void finish_box(lua_State* L, RunBox& box, const std::string& status, const std:
   if (box.training) {
     save_failure = box.training->finish();
     box.training.reset();
-    box.attached_steps.reset();
   }
   if (box.named_state_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
@@ -482,7 +424,6 @@ int run_restore(lua_State* L) {
   if (box.training) {
     box.training->finish();
     box.training.reset();
-    box.attached_steps.reset();
   }
   if (box.named_state_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, box.named_state_ref);
   box.named_state_ref = LUA_NOREF;
@@ -494,11 +435,9 @@ int run_restore(lua_State* L) {
   }
   box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader),
                                                     std::move(named_state), policy);
-  lua_getfield(L, 2, "trainer");
+  if (box.loader_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, box.loader_ref);
   lua_getfield(L, 2, "loader");
-  box.attached_steps = std::make_shared<AttachedSteps>(L, box, 6, lua_gettop(L) - 1, lua_gettop(L));
-  lua_pop(L, 2);
-  set_lua_step_observer(L, 3, box.attached_steps);
+  box.loader_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   const auto restored = box.training->restore();
   lua_pushnumber(L, static_cast<lua_Number>(restored ? restored->step : 0));
   if (restored)
@@ -636,6 +575,45 @@ void open_run(lua_State* L) {
   lua_pop(L, 1);
 }
 
+void after_trainer_step(lua_State* L, const train::Trainer& trainer, int trainer_table, int batch, int out) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
+  auto* box = test_userdata<RunBox>(L, -1, kRunType);
+  lua_pop(L, 1);
+  if (!box || !box->context || box->context->finished()) return;
+  if (box->training && &box->training->trainer() == &trainer) {
+    lua_getfield(L, out, "step");
+    const auto step = static_cast<std::int64_t>(lua_tonumber(L, -1));
+    lua_pop(L, 1);
+    reseed_lua_random(L, box->context->seed(), step);
+  }
+  if (!box->attach) return;
+  if (!box->attach_request) box->attach_request = box->attach->poll();
+  if (!box->attach_request) return;
+  attach::Message request = std::move(*box->attach_request);
+  box->attach_request.reset();
+  lua_createtable(L, 0, 7);
+  lua_pushvalue(L, trainer_table);
+  lua_setfield(L, -2, "train");
+  lua_getfield(L, trainer_table, "model");
+  lua_setfield(L, -2, "model");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, box->loader_ref);  // nil without one
+  lua_setfield(L, -2, "loader");
+  if (batch != 0) {
+    lua_pushvalue(L, batch);
+    lua_setfield(L, -2, "batch");
+  }
+  lua_pushvalue(L, out);
+  lua_setfield(L, -2, "out");
+  lua_getfield(L, out, "loss");
+  lua_setfield(L, -2, "loss");
+  lua_getglobal(L, "runner");
+  lua_getfield(L, -1, "run");
+  lua_remove(L, -2);
+  lua_setfield(L, -2, "run");
+  serve_attached_client(L, *box->attach, *box->context, std::move(request), lua_gettop(L));
+  lua_pop(L, 1);
+}
+
 run::RunContext* active_run(lua_State* L) {
   lua_getfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
   auto* active = test_userdata<RunBox>(L, -1, kRunType);
@@ -659,7 +637,6 @@ std::optional<std::string> end_active_run(lua_State* L, const std::string& statu
   if (!box || !box->context || box->context->finished()) {
     if (box) {
       box->training.reset();
-      box->attached_steps.reset();
       close_attach(*box, box->context ? box->context->record().status : status);
     }
     return std::nullopt;

@@ -13,11 +13,21 @@
 namespace runner::run {
 class RunContext;
 }
+namespace runner::train {
+class Trainer;
+}
 
 namespace runner::bindings {
 
 // The run runner.start made in this state while it is active (not finished), or nullptr.
 run::RunContext* active_run(lua_State* L);
+
+// The active run's part of every trainer step, in the script's Lua state (trainer:step and trainer:step_batch call it
+// once the step has returned): Lua's generator reseeded from the run's seed and the step when `trainer` is the one
+// given to run:restore, then the chunks a client of runner attach sent, run in the scope of train (the Lua trainer
+// at `trainer_table`), model, loader, batch (at `batch`; 0: none), out (the result at `out`), loss and run. Nothing
+// without an active run.
+void after_trainer_step(lua_State* L, const train::Trainer& trainer, int trainer_table, int batch, int out);
 
 // Finishes the run started by runner.start in this state, if one is still active: flushes its metrics
 // and records `status` (finished, failed, interrupted) and the error text. Never throws: returns what could

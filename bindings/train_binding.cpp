@@ -44,7 +44,6 @@ struct TrainerBox {
   // profile's trace go. Shared with those observers, which the trainer may outlive the box with.
   std::shared_ptr<run::RunContext*> run_at_step = std::make_shared<run::RunContext*>(nullptr);
   std::shared_ptr<train::ProgressLine> progress;  // rank 0 of a trainer given `steps`, unless progress = false
-  std::weak_ptr<LuaStepObserver> lua_observer;    // held by whoever set it (a run, while it lasts)
 };
 
 TrainerBox& check_trainer_box(lua_State* L, int index) {
@@ -303,17 +302,16 @@ double batch_wait_seconds(lua_State* L, int index) {
   return seconds;
 }
 
-// The step's result at the top of the stack; then the bindings' observer of the trainer (`box`), with the batch
-// at `batch` (0: none).
-void finish_lua_step(lua_State* L, TrainerBox& box, const train::StepResult& result, int batch) {
+// The step's result at the top of the stack; then the active run's part of the step (after_trainer_step), with the
+// Lua trainer at `trainer_table` (0: none given) and the batch at `batch` (0: none).
+void finish_lua_step(lua_State* L, TrainerBox& box, const train::StepResult& result, int trainer_table, int batch) {
   push_step_result(L, *box.trainer, result);
-  if (std::shared_ptr<LuaStepObserver> observer = box.lua_observer.lock())
-    observer->after_step(L, batch, lua_gettop(L));
+  if (trainer_table != 0) after_trainer_step(L, *box.trainer, trainer_table, batch, lua_gettop(L));
 }
 
-// trainer:step(loss_function [, inputs [, batch]]) -> {loss, grad_norm, loss_scale, skipped, lr, step, timing}
-// loss_function(micro, count) is called once per micro-batch (1-based micro); batch: the table the inputs came from
-// (its wait_s, and what runner attach's chunks see as `batch`).
+// trainer:step(loss_function [, inputs [, batch [, trainer]]]) -> {loss, grad_norm, loss_scale, skipped, lr, step,
+// timing}. loss_function(micro, count) is called once per micro-batch (1-based micro); batch: what the inputs came
+// from (its wait_s, and runner attach's `batch`); trainer: the Lua trainer (runner attach's `train`).
 int trainer_step(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
   train::Trainer& trainer = *box.trainer;
@@ -352,10 +350,10 @@ int trainer_step(lua_State* L) {
     lua_pop(L, 1);
     return loss;
   };
-  const int batch = lua_isnoneornil(L, 4) ? 0 : 4;
+  const int batch = lua_toboolean(L, 4) ? 4 : 0;
   *box.run_at_step = active_run(L);
   const train::StepResult result = trainer.step(loss_of, inputs, batch ? batch_wait_seconds(L, batch) : 0);
-  finish_lua_step(L, box, result, batch);
+  finish_lua_step(L, box, result, lua_istable(L, 5) ? 5 : 0, batch);
   return 1;
 }
 
@@ -409,15 +407,16 @@ int split_batch(lua_State* L) {
   return 1;
 }
 
-// trainer:step_batch(batch [, given]) -> {loss, grad_norm, loss_scale, skipped, lr, step, timing}: one step of the
-// trainer's objective over a loader batch; `given`: what the script passed (an image tensor), for runner attach.
+// trainer:step_batch(batch [, given [, trainer]]) -> {loss, grad_norm, loss_scale, skipped, lr, step, timing}: one
+// step of the trainer's objective over a loader batch; given: what the script passed (the batch, or an image tensor),
+// and trainer: the Lua trainer, for runner attach.
 int trainer_step_batch(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
   train::Batch batch = check_batch(L, 2);
   batch.wait_seconds = batch_wait_seconds(L, 2);
   *box.run_at_step = active_run(L);
   const train::StepResult result = box.trainer->step(batch);
-  finish_lua_step(L, box, result, lua_isnoneornil(L, 3) ? 2 : 3);
+  finish_lua_step(L, box, result, lua_istable(L, 4) ? 4 : 0, lua_isnoneornil(L, 3) ? 2 : 3);
   return 1;
 }
 
@@ -662,10 +661,6 @@ int find_batch_size_options(lua_State* L) {
 }  // namespace
 
 train::Trainer& check_trainer(lua_State* L, int index) { return *shared_trainer(L, index); }
-
-void set_lua_step_observer(lua_State* L, int index, const std::shared_ptr<LuaStepObserver>& observer) {
-  check_trainer_box(L, index).lua_observer = observer;
-}
 
 std::shared_ptr<train::Trainer> shared_trainer(lua_State* L, int index) {
   return check_userdata<TrainerBox>(L, index, kTrainerType, "Trainer")->trainer;

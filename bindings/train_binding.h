@@ -9,19 +9,6 @@
 
 namespace runner::bindings {
 
-// What the bindings do in the script's Lua state after each step of a trainer (runner attach's chunks, the Lua
-// random generator's reseed): trainer:step and trainer:step_batch call it once the trainer's step has returned,
-// with the batch at stack index `batch` (0: none) and the step's result table at `out`.
-class LuaStepObserver {
- public:
-  virtual ~LuaStepObserver() = default;
-  virtual void after_step(lua_State* L, int batch, int out) = 0;
-};
-
-// Gives the trainer at `index` its Lua-side observer (replacing the one it had), held weakly: it ends when its
-// owner drops it.
-void set_lua_step_observer(lua_State* L, int index, const std::shared_ptr<LuaStepObserver>& observer);
-
 // The trainer held by the userdata at `index`; raises a Lua type error for anything else.
 runner::train::Trainer& check_trainer(lua_State* L, int index);
 // The same, shared (a training run keeps the trainer it is attached to).

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::data {
 namespace {
@@ -31,7 +31,7 @@ BatchOrder::BatchOrder(const BatchOrderOptions& options) : options_(options) {
 std::vector<std::int64_t> BatchOrder::permutation(std::uint64_t seed, std::int64_t epoch, std::int64_t size) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(size));
   std::iota(order.begin(), order.end(), 0);
-  SampleRng rng(seed, kPermutationStream, static_cast<std::uint64_t>(epoch));
+  core::SampleRng rng(seed, kPermutationStream, static_cast<std::uint64_t>(epoch));
   for (std::int64_t i = size - 1; i > 0; --i) std::swap(order[i], order[rng.below(static_cast<std::uint64_t>(i + 1))]);
   return order;
 }

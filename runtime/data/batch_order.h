@@ -20,7 +20,7 @@ struct BatchOrderOptions {
   bool drop_last = false;
 };
 
-// Epoch e's order is the identity, or with shuffle a Fisher-Yates shuffle drawn from SampleRng(seed, the
+// Epoch e's order is the identity, or with shuffle a Fisher-Yates shuffle drawn from core::SampleRng(seed, the
 // permutation stream, e). Batch position p is batch p % per_epoch of epoch p / per_epoch: global_batch
 // consecutive samples of that order, rank r taking the r-th of world_size equal parts. The last, partial batch
 // of an epoch (without drop_last) is split as evenly as it goes; a rank left without a sample repeats one from

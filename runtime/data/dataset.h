@@ -9,6 +9,10 @@
 
 #include "runtime/data/image_decoder.h"
 
+namespace runner::core {
+class SampleRng;
+}  // namespace runner::core
+
 namespace runner::data {
 
 enum class SampleKind {
@@ -22,13 +26,11 @@ struct Sample {
   std::int64_t label = -1;
 };
 
-class SampleRng;
-
 // What the transform will use of an image, so that decoding can take shortcuts (JPEG DCT scaling, decoding
 // only the window a crop keeps); and the sample's keyed random stream for datasets that draw (latent
 // posteriors), null outside the loader.
 struct ReadHint : DecodeHint {
-  SampleRng* rng = nullptr;
+  core::SampleRng* rng = nullptr;
 };
 
 class Dataset {

@@ -10,7 +10,7 @@
 #include "runtime/data/mapped_file.h"
 #include "runtime/data/npy.h"
 #include "runtime/data/pack.h"
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::data {
 namespace {
@@ -69,8 +69,8 @@ class LatentDataset final : public Dataset {
   std::vector<std::string> classes() const override { return classes_; }
 
   void read(std::int64_t index, const ReadHint& hint, Sample& out) const override {
-    SampleRng own(0, kPosteriorStream, static_cast<std::uint64_t>(index));
-    SampleRng& rng = hint.rng ? *hint.rng : own;
+    core::SampleRng own(0, kPosteriorStream, static_cast<std::uint64_t>(index));
+    core::SampleRng& rng = hint.rng ? *hint.rng : own;
     const at::Tensor row = data_.copy_rows(index, 1)[0];  // [F, 2, C, h, w]
     const std::int64_t flip =
         row.size(0) > 1 ? static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(row.size(0)))) : 0;

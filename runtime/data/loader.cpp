@@ -23,7 +23,7 @@
 #include "runtime/core/shape_text.h"
 #include "runtime/data/batch_order.h"
 #include "runtime/data/data_error.h"
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::data {
 namespace {
@@ -201,8 +201,8 @@ struct Loader::Impl {
       const std::int64_t index = indices[static_cast<std::size_t>(j)];
       try {
         sample.label = -1;
-        SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch),
-                      static_cast<std::uint64_t>(index));
+        core::SampleRng rng(batch_seed, kAugmentStream ^ static_cast<std::uint64_t>(batch.epoch),
+                            static_cast<std::uint64_t>(index));
         if (dataset->kind() == SampleKind::image) {
           const Placement placement = read_and_place(*dataset, index, spec, rng, sample);
           const std::vector<std::int64_t> shape{sample.image.channels, placement.height, placement.width};

@@ -91,7 +91,7 @@ PackResult pack_image_folder(const std::string& root, const std::string& out_pat
   auto work = [&] {
     Sample sample;
     std::vector<std::uint8_t> row(row_bytes);
-    SampleRng unused(0, 0, 0);  // a center crop draws nothing
+    core::SampleRng unused(0, 0, 0);  // a center crop draws nothing
     while (!failed) {
       const std::int64_t index = next++;
       if (index >= total) return;

@@ -3,7 +3,7 @@
 
 #include "runtime/data/data_error.h"
 #include "runtime/data/datasets.h"
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::data {
 namespace {
@@ -58,7 +58,7 @@ class ShapesDataset final : public Dataset {
   std::vector<std::string> classes() const override { return {"circle", "square", "triangle"}; }
 
   void read(std::int64_t index, const ReadHint&, Sample& out) const override {
-    SampleRng rng(seed_, kShapesStream, static_cast<std::uint64_t>(index));
+    core::SampleRng rng(seed_, kShapesStream, static_cast<std::uint64_t>(index));
     Shape shape{};
     shape.type = static_cast<int>(rng.below(3));
     std::uint8_t background[3];

@@ -253,7 +253,8 @@ void resized_size(int height, int width, int target, int& out_height, int& out_w
   }
 }
 
-Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const SampleOrigin& origin) {
+Placement place_sample(const TransformSpec& spec, int height, int width, core::SampleRng& rng,
+                       const SampleOrigin& origin) {
   Placement p;
   if (spec.resize > 0) {
     resized_size(height, width, spec.resize, p.resized_height, p.resized_width);
@@ -292,7 +293,7 @@ PixelWindow source_window(const Placement& p, int height, int width) {
   return PixelWindow{row_lo, col_lo, row_hi - row_lo, col_hi - col_lo};
 }
 
-Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, SampleRng& rng,
+Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, core::SampleRng& rng,
                          Sample& sample) {
   std::optional<Placement> placed;
   const SampleOrigin origin = [&] { return dataset.source(index); };

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/data/dataset.h"
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::data {
 
@@ -42,14 +42,15 @@ using SampleOrigin = std::function<std::string()>;
 
 // Draws the crop offset and flip for a source of height x width; `origin` names the sample in errors
 // (a crop larger than the resized image).
-Placement place_sample(const TransformSpec& spec, int height, int width, SampleRng& rng, const SampleOrigin& origin);
+Placement place_sample(const TransformSpec& spec, int height, int width, core::SampleRng& rng,
+                       const SampleOrigin& origin);
 
 // The part of a height x width source that rendering through `placement` reads.
 PixelWindow source_window(const Placement& placement, int height, int width);
 
 // Reads image sample `index` and draws its placement; decoding is told the window the placement keeps,
 // so a JPEG is decoded only as far as the crop needs.
-Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, SampleRng& rng,
+Placement read_and_place(const Dataset& dataset, std::int64_t index, const TransformSpec& spec, core::SampleRng& rng,
                          Sample& sample);
 
 // Renders an interleaved 8-bit image (which may be a window of the full image: see DecodedImage) through

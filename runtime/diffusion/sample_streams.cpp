@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 #include "runtime/diffusion/philox.h"
 
 namespace runner::diffusion {
@@ -46,7 +46,7 @@ at::Tensor checked_keys(const at::Tensor& keys, at::Device device) {
 
 // The Philox key of one of a seed's streams.
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t stream) {
-  return data::splitmix64(data::splitmix64(seed) ^ stream);
+  return core::splitmix64(core::splitmix64(seed) ^ stream);
 }
 
 // The words of element blocks [0, blocks) of each key: four int64 tensors [B, blocks] of 32-bit words.

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,9 +61,7 @@ void SystemMetrics::run_thread() {
   try {
     previous_time_ = core::steady_seconds();
     previous_process_cpu_ = system::read_process_cpu_seconds();
-    const system::HostCpuTimes host = system::read_host_cpu_times();
-    previous_host_busy_ = host.busy_seconds;
-    previous_host_total_ = host.total_seconds;
+    previous_host_ = system::read_host_cpu_times();
     previous_step_ = step_();
     const auto interval = std::chrono::duration<double>(options_.interval_seconds);
     std::unique_lock lock(mutex_);
@@ -87,10 +84,8 @@ void SystemMetrics::sample() {
   const double process_cpu = system::read_process_cpu_seconds();
   const system::HostCpuTimes host = system::read_host_cpu_times();
   values.emplace_back("sys/cpu_percent", 100 * (process_cpu - previous_process_cpu_) / elapsed);
-  const double host_total = host.total_seconds - previous_host_total_;
-  if (host_total > 0)  // the counters are large sums: their differences' rounding may pass 100 by a hair
-    values.emplace_back("sys/host_cpu_percent",
-                        std::clamp(100 * (host.busy_seconds - previous_host_busy_) / host_total, 0.0, 100.0));
+  if (const std::optional<double> busy = system::host_busy_percent(previous_host_, host))
+    values.emplace_back("sys/host_cpu_percent", *busy);
   const system::ProcessMemory process_memory = system::read_process_memory();
   values.emplace_back("sys/rss_mib", process_memory.resident_bytes / kMebibyte);
   values.emplace_back("sys/peak_rss_mib", process_memory.peak_resident_bytes / kMebibyte);
@@ -138,8 +133,7 @@ void SystemMetrics::sample() {
   values_logged_ += values.size();
   previous_time_ = now;
   previous_process_cpu_ = process_cpu;
-  previous_host_busy_ = host.busy_seconds;
-  previous_host_total_ = host.total_seconds;
+  previous_host_ = host;
   previous_step_ = step;
 }
 

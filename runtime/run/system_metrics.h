@@ -28,6 +28,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/system/gpu_usage.h"
+#include "runtime/system/host_usage.h"
 
 namespace runner::run {
 
@@ -71,8 +72,7 @@ class SystemMetrics {
   // The previous sample's readings (thread only), which the rates are taken over.
   double previous_time_ = 0;
   double previous_process_cpu_ = 0;
-  double previous_host_busy_ = 0;
-  double previous_host_total_ = 0;
+  system::HostCpuTimes previous_host_;
   std::int64_t previous_step_ = 0;
   data::LoaderStats previous_loader_;
 

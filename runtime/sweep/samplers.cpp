@@ -10,13 +10,13 @@
 #include <fmt/format.h>
 #include <limits>
 
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 
 namespace runner::sweep {
 namespace {
 
 using nlohmann::json;
-using Rng = data::SampleRng;
+using Rng = core::SampleRng;
 
 constexpr int kCandidates = 24;
 constexpr double kPi = 3.14159265358979323846;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace runner::system {
@@ -77,15 +78,22 @@ HostCpuTimes parse_host_cpu_times(const std::string& stat_text, const std::strin
   std::string label;
   fields >> label;
   // user nice system idle iowait irq softirq steal (guest and guest_nice are counted in user and nice already)
-  std::vector<double> ticks;
-  for (double value; ticks.size() < 8 && fields >> value;) ticks.push_back(value);
+  std::vector<std::uint64_t> ticks;
+  for (std::uint64_t value; ticks.size() < 8 && fields >> value;) ticks.push_back(value);
   if (label != "cpu" || ticks.size() < 4)
     throw std::runtime_error(
         fmt::format("{}: the first line is not 'cpu <user> <nice> <system> <idle> ...': '{}'", where, line));
-  double total = 0;
-  for (double value : ticks) total += value;
-  const double idle = ticks[3] + (ticks.size() > 4 ? ticks[4] : 0);
-  return {(total - idle) / clock_ticks_per_second(), total / clock_ticks_per_second()};
+  std::uint64_t total = 0;
+  for (std::uint64_t value : ticks) total += value;
+  const std::uint64_t idle = ticks[3] + (ticks.size() > 4 ? ticks[4] : 0);
+  return {total - idle, total};
+}
+
+std::optional<double> host_busy_percent(const HostCpuTimes& before, const HostCpuTimes& after) {
+  if (after.total_ticks <= before.total_ticks) return std::nullopt;
+  const std::uint64_t total = after.total_ticks - before.total_ticks;
+  const std::uint64_t busy = after.busy_ticks >= before.busy_ticks ? after.busy_ticks - before.busy_ticks : 0;
+  return 100.0 * static_cast<double>(std::min(busy, total)) / static_cast<double>(total);
 }
 
 HostCpuTimes read_host_cpu_times() {

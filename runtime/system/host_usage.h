@@ -3,6 +3,8 @@
 // its file, so that a test can give it any text; read_* reads the real file.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace runner::system {
@@ -11,14 +13,17 @@ namespace runner::system {
 double parse_process_cpu_seconds(const std::string& stat_text, const std::string& where);
 double read_process_cpu_seconds();
 
-// The host's CPU time over all cores since boot (the first "cpu" line of /proc/stat), in seconds: busy (all but
+// The host's CPU time over all cores since boot (the first "cpu" line of /proc/stat), in clock ticks: busy (all but
 // idle and iowait) and in total. Their changes over an interval give the share of the host that was busy.
 struct HostCpuTimes {
-  double busy_seconds = 0;
-  double total_seconds = 0;
+  std::uint64_t busy_ticks = 0;
+  std::uint64_t total_ticks = 0;
 };
 HostCpuTimes parse_host_cpu_times(const std::string& stat_text, const std::string& where);
 HostCpuTimes read_host_cpu_times();
+// The share of the host that was busy between two readings, in percent (0 to 100, exactly: the counts are whole
+// ticks); nullopt when no tick passed.
+std::optional<double> host_busy_percent(const HostCpuTimes& before, const HostCpuTimes& after);
 
 // The process's resident memory now and at its peak (VmRSS and VmHWM of /proc/self/status), in bytes.
 struct ProcessMemory {

@@ -173,9 +173,8 @@ function Run:restore(options)
       return states
     end
   end
-  -- From here on, after each step of this trainer the run reseeds math.random and answers runner attach
-  -- (bindings/run_binding.cpp).
-  local step, saved = self.native:restore(options, trainer.native, loader, collect, self)
+  -- From here on, after each step of this trainer the run reseeds math.random (bindings/run_binding.cpp).
+  local step, saved = self.native:restore(options, trainer.native, loader, collect)
   rawset(self, "_attached", { trainer = trainer, loader = loader, state = state })
   if saved then
     for name, object in pairs(state or {}) do

@@ -159,10 +159,9 @@ function Trainer:step(batch, loss_fn)
   -- The trainer's observers (bindings/train_binding.cpp, runtime/run/training_run.cpp) do the rest in C++: the
   -- run's step and saves, stop requests, timing metrics, the progress line, the profiler and runner attach.
   if call == nil then
-    if torch.is_tensor(batch) then return self.native:step_batch({ data = batch }, batch) end
-    return self.native:step_batch(batch)
+    return self.native:step_batch(torch.is_tensor(batch) and { data = batch } or batch, batch, self)
   end
-  return self.native:step(call, batch_inputs(batch), batch)
+  return self.native:step(call, batch_inputs(batch), batch or false, self)
 end
 
 --- train:ema_model([i = 1]) -> the i-th EMA model (ema_model option) holding the current average.

@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <future>
 #include <limits>
 #include <optional>
@@ -1768,4 +1770,174 @@ TEST_CASE("save_images writes the grid under images/ and records the artifact", 
   CHECK(recorded[0].bytes == static_cast<int64_t>(png.size()));
   CHECK(recorded[1].step == 1234567);
   context.finish("finished");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The schema held together: SQLite's and PostgreSQL's texts (index_database.cpp) describe the same index.
+
+namespace {
+
+std::string joined_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+// A backend's schema in common words, one line each, sorted: "column T.C family [not null]", "primary key T (C, ...)",
+// "index T (C, ...) [unique]" (created indexes and unique constraints), "foreign key T (C) -> T2 (C2) on delete
+// RULE" and "trigger NAME on T". Type families: integer, real, text, blob; a key column counts as not null on SQLite
+// (which does not say so of INTEGER PRIMARY KEY) as it is on PostgreSQL.
+std::vector<std::string> describe_schema(Database& db) {
+  std::vector<std::string> lines;
+  auto family = [](std::string type) {
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (type == "integer" || type == "bigint") return std::string("integer");
+    if (type == "real" || type == "double precision") return std::string("real");
+    if (type == "text") return std::string("text");
+    if (type == "blob" || type == "bytea") return std::string("blob");
+    return "unknown type " + type;
+  };
+  auto rows = [&db](const std::string& sql) {
+    std::vector<std::vector<std::string>> out;
+    Statement statement = db.prepare(sql);
+    while (statement.step()) {
+      std::vector<std::string> row;
+      for (int i = 0; i < statement.column_count(); ++i) row.push_back(statement.text(i));
+      out.push_back(row);
+    }
+    return out;
+  };
+  auto joined = [](const std::vector<std::string>& parts) {
+    std::string text;
+    for (const std::string& part : parts) text += (text.empty() ? "" : ", ") + part;
+    return text;
+  };
+  if (db.backend() == Backend::postgresql) {
+    for (const auto& r : rows("SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
+                              "WHERE table_schema = current_schema() AND table_name != 'runner_schema'"))
+      lines.push_back("column " + r[0] + "." + r[1] + " " + family(r[2]) + (r[3] == "NO" ? " not null" : ""));
+    std::map<std::string, std::vector<std::string>> keys;  // constraint -> its columns in order
+    std::map<std::string, std::string> key_tables;
+    for (const auto& r :
+         rows("SELECT c.constraint_name, c.table_name, k.column_name FROM information_schema.table_constraints c "
+              "JOIN information_schema.key_column_usage k USING (constraint_schema, constraint_name) WHERE "
+              "c.table_schema = current_schema() AND c.constraint_type = 'PRIMARY KEY' ORDER BY c.constraint_name, "
+              "k.ordinal_position")) {
+      keys[r[0]].push_back(r[2]);
+      key_tables[r[0]] = r[1];
+    }
+    for (const auto& [name, columns] : keys)
+      lines.push_back("primary key " + key_tables[name] + " (" + joined(columns) + ")");
+    // Indexes other than the primary keys': their columns from the catalogue, in order.
+    for (const auto& r :
+         rows("SELECT t.relname, i.indisunique, string_agg(a.attname, ', ' ORDER BY k.n) FROM pg_index i JOIN pg_class "
+              "t ON t.oid = i.indrelid JOIN pg_namespace s ON s.oid = t.relnamespace CROSS JOIN LATERAL "
+              "unnest(i.indkey) "
+              "WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum WHERE "
+              "s.nspname = current_schema() AND NOT i.indisprimary AND t.relname != 'runner_schema' GROUP BY "
+              "i.indexrelid, "
+              "t.relname, i.indisunique"))
+      lines.push_back("index " + r[0] + " (" + r[2] + ")" +
+                      (r[1] == "1" || r[1] == "t" || r[1] == "true" ? " unique" : ""));
+    for (const auto& r :
+         rows("SELECT k.table_name, k.column_name, u.table_name, u.column_name, f.delete_rule FROM "
+              "information_schema.referential_constraints f JOIN information_schema.key_column_usage k ON "
+              "k.constraint_schema = f.constraint_schema AND k.constraint_name = f.constraint_name JOIN "
+              "information_schema.key_column_usage u ON u.constraint_schema = f.unique_constraint_schema AND "
+              "u.constraint_name = f.unique_constraint_name AND u.ordinal_position = k.position_in_unique_constraint "
+              "WHERE f.constraint_schema = current_schema()")) {
+      std::string rule = r[4];
+      std::transform(rule.begin(), rule.end(), rule.begin(), [](unsigned char c) { return std::tolower(c); });
+      lines.push_back("foreign key " + r[0] + " (" + r[1] + ") -> " + r[2] + " (" + r[3] + ") on delete " + rule);
+    }
+    for (const auto& r : rows("SELECT DISTINCT trigger_name, event_object_table FROM information_schema.triggers WHERE "
+                              "trigger_schema = current_schema()"))
+      lines.push_back("trigger " + r[0] + " on " + r[1]);
+  } else {
+    for (const auto& table : rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")) {
+      const std::string& t = table[0];
+      std::vector<std::pair<int, std::string>> key;
+      for (const auto& r : rows("SELECT name, type, \"notnull\", pk FROM pragma_table_info('" + t + "')")) {
+        lines.push_back("column " + t + "." + r[0] + " " + family(r[1]) +
+                        (r[2] == "1" || r[3] != "0" ? " not null" : ""));
+        if (r[3] != "0") key.emplace_back(std::stoi(r[3]), r[0]);
+      }
+      std::sort(key.begin(), key.end());
+      std::vector<std::string> key_columns;
+      for (const auto& [position, column] : key) key_columns.push_back(column);
+      if (!key_columns.empty()) lines.push_back("primary key " + t + " (" + joined(key_columns) + ")");
+      for (const auto& index : rows("SELECT name, \"unique\", origin FROM pragma_index_list('" + t + "')")) {
+        if (index[2] == "pk") continue;
+        std::vector<std::string> columns;
+        for (const auto& c : rows("SELECT name FROM pragma_index_info('" + index[0] + "') ORDER BY seqno"))
+          columns.push_back(c[0]);
+        lines.push_back("index " + t + " (" + joined(columns) + ")" + (index[1] == "1" ? " unique" : ""));
+      }
+      for (const auto& r :
+           rows("SELECT \"from\", \"table\", \"to\", on_delete FROM pragma_foreign_key_list('" + t + "')")) {
+        std::string rule = r[3];
+        std::transform(rule.begin(), rule.end(), rule.begin(), [](unsigned char c) { return std::tolower(c); });
+        lines.push_back("foreign key " + t + " (" + r[0] + ") -> " + r[1] + " (" + r[2] + ") on delete " + rule);
+      }
+    }
+    for (const auto& r : rows("SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'"))
+      lines.push_back("trigger " + r[0] + " on " + r[1]);
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh index has the same tables, columns, keys, indexes and triggers on SQLite and on PostgreSQL",
+          "[index][postgresql]") {
+  TempHome tmp;
+  std::vector<std::string> sqlite;
+  {
+    Database db(index_path(tmp.path), OpenMode::read_write_create);
+    migrate(db, schema_migrations());
+    sqlite = describe_schema(db);
+  }
+  REQUIRE_FALSE(sqlite.empty());
+  const PostgresIndex server;
+  if (!server.available()) {
+    WARN("SKIP: " << server.reason());
+    return;
+  }
+  Database db = open_index_for_writing(tmp.path + "/postgresql");
+  const std::vector<std::string> postgresql = describe_schema(db);
+  std::vector<std::string> only_sqlite, only_postgresql;
+  std::set_difference(sqlite.begin(), sqlite.end(), postgresql.begin(), postgresql.end(),
+                      std::back_inserter(only_sqlite));
+  std::set_difference(postgresql.begin(), postgresql.end(), sqlite.begin(), sqlite.end(),
+                      std::back_inserter(only_postgresql));
+  INFO("only on SQLite:\n" << joined_lines(only_sqlite) << "only on PostgreSQL:\n" << joined_lines(only_postgresql));
+  CHECK(only_sqlite.empty());
+  CHECK(only_postgresql.empty());
+}
+
+INDEX_TEST_CASE("an index migrated from the first schema equals a fresh one, table for table", "[index]") {
+  TempHome tmp;
+  const std::string url = runner::core::launch_context().index_url;
+  std::vector<std::string> fresh;
+  {
+    Database db = open_index_for_writing(tmp.path + "/fresh");
+    fresh = describe_schema(db);
+  }
+  std::vector<std::string> migrated;
+  {
+    // SQLite's first schema is version 1; PostgreSQL's, version 8.
+    const int first = url.empty() ? 1 : 8;
+    std::filesystem::create_directories(tmp.path + "/old");
+    Database old = url.empty() ? Database(index_path(tmp.path + "/old"), OpenMode::read_write_create)
+                               : Database::postgresql(url, false);
+    if (!url.empty()) {
+      // The fresh index took the database; the old one gets a schema of its own.
+      old.execute("CREATE SCHEMA old_index; SET search_path TO old_index");
+    }
+    CHECK(migrate(old, migrations_to(first)) == first);
+    CHECK(migrate(old, schema_migrations()) == schema_version());
+    migrated = describe_schema(old);
+  }
+  CHECK(joined_lines(migrated) == joined_lines(fresh));
 }

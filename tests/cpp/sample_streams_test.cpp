@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/data/sample_rng.h"
+#include "runtime/core/sample_rng.h"
 #include "runtime/diffusion/philox.h"
 #include "runtime/diffusion/sample_streams.h"
 #include "tests/cpp/cuda_skip.h"
@@ -50,7 +50,7 @@ constexpr std::uint64_t kTimestep = 0x74696d6573746570ull, kNoise = 0x6e6f697365
 std::array<std::uint32_t, 4> reference_words(std::uint64_t seed, std::uint64_t stream, std::int64_t key,
                                              std::uint32_t block) {
   const auto k = static_cast<std::uint64_t>(key);
-  using runner::data::splitmix64;
+  using runner::core::splitmix64;
   return reference_philox({block, 0, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)},
                           splitmix64(splitmix64(seed) ^ stream));
 }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -30,12 +31,14 @@ TEST_CASE("the process's and the host's CPU time read from /proc give percentage
   const double process_percent = 100 * process_seconds / wall;
   CHECK(process_percent > 0);
   CHECK(process_percent <= 100 * cores + 5);  // a tick of rounding
-  const double host_total = host_after.total_seconds - host_before.total_seconds;
-  REQUIRE(host_total > 0);
-  const double host_percent = 100 * (host_after.busy_seconds - host_before.busy_seconds) / host_total;
-  CHECK(host_percent > 0);
-  CHECK(host_percent <= 100);
-  CHECK(host_after.busy_seconds <= host_after.total_seconds);
+  const std::optional<double> host_percent = host_busy_percent(host_before, host_after);
+  REQUIRE(host_percent.has_value());
+  CHECK(*host_percent > 0);
+  CHECK(*host_percent <= 100);
+  CHECK(host_after.busy_ticks <= host_after.total_ticks);
+  // Every tick busy is 100 exactly, whatever the counts (no rounding of large sums).
+  CHECK(host_busy_percent({7'000'000'001, 9'000'000'003}, {7'300'000'004, 9'300'000'006}) == 100.0);
+  CHECK_FALSE(host_busy_percent(host_after, host_after).has_value());
 }
 
 TEST_CASE("the process's resident memory and its peak read from /proc follow what it touches", "[system]") {
@@ -64,8 +67,8 @@ TEST_CASE("the /proc parsers read fields after a command name with spaces and na
   REQUIRE_THROWS_WITH(parse_process_cpu_seconds("42 runner R", "/proc/self/stat"),
                       "/proc/self/stat: no ')' ends the command name: '42 runner R'");
   const HostCpuTimes host = parse_host_cpu_times("cpu  100 10 40 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n", "stat");
-  CHECK(host.busy_seconds == Approx(150 / ticks));
-  CHECK(host.total_seconds == Approx(1000 / ticks));
+  CHECK(host.busy_ticks == 150);
+  CHECK(host.total_ticks == 1000);
   REQUIRE_THROWS_WITH(parse_host_cpu_times("intr 1 2 3\n", "/proc/stat"),
                       "/proc/stat: the first line is not 'cpu <user> <nice> <system> <idle> ...': 'intr 1 2 3'");
   const ProcessMemory memory = parse_process_memory("Name:\trunner\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n", "status");

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-namespace runner::data {
+namespace runner::core {
 
 inline std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -36,4 +36,4 @@ class SampleRng {
   std::uint64_t state_;
 };
 
-}  // namespace runner::data
+}  // namespace runner::core
