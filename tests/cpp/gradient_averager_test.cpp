@@ -107,63 +107,71 @@ struct RankStep {
 // Called between micro-batches (micro > 0) and before a step's first one (micro == 0) to play a user's part.
 using Tamper = std::function<void(std::vector<at::Tensor>& parameters, int step, std::int64_t micro)>;
 
-// Trains `steps` SGD steps on kRanks ranks as the trainer drives the averager; returns each rank's steps.
-std::vector<std::vector<RankStep>> data_parallel(int steps, std::int64_t accumulate, GradientAveragingOptions options,
-                                                 const Tamper& tamper = {}) {
-  // The ranks are threads of one process here. c10d's flight recorder (on by default, a process-wide singleton) adds
-  // a process group's status to a map outside its lock at the group's first collective, which the two groups then
-  // race on (a crash in 1 of 2 runs). A rank of a real job is a process of its own; this test records no trace.
+// Runs `rank_main(group, rank)` on kRanks threads, each rank with its own Gloo group of the kRanks; rethrows the first
+// rank's error. The ranks are threads of one process here. c10d's flight recorder (on by default, a process-wide
+// singleton) adds a process group's status to a map outside its lock at the group's first collective, which the
+// groups then race on (a crash in 1 of 2 runs). A rank of a real job is a process of its own; this test records no
+// trace.
+void on_ranks(const std::function<void(runner::dist::ProcessGroup& group, int rank)>& rank_main) {
   ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
   const int port = free_port();
-  std::vector<std::vector<RankStep>> seen(kRanks);
   std::vector<std::exception_ptr> errors(kRanks);
-  auto rank_main = [&](int rank) {
-    try {
-      runner::core::LaunchContext context;
-      context.rank = rank;
-      context.world_size = kRanks;
-      context.master_addr = "127.0.0.1";
-      context.master_port = port;
-      runner::dist::ProcessGroup group(context, at::kCPU, std::chrono::seconds(30));
-      std::vector<at::Tensor> parameters = make_parameters();
-      GradientAverager averager(group, parameters, options);
-      const std::int64_t rows = kBatch / kRanks / accumulate;
-      for (int step = 0; step < steps; ++step) {
-        averager.start_step();
-        for (std::int64_t micro = 0; micro < accumulate; ++micro) {
-          if (tamper) tamper(parameters, step, micro);
-          if (micro == accumulate - 1) averager.expect_last_backward();
-          const at::Tensor loss = loss_of(parameters, rank * kBatch / kRanks + micro * rows, rows);
-          (loss / static_cast<double>(accumulate)).backward();
-        }
-        averager.average();
-        RankStep record;
-        for (const at::Tensor& p : parameters) {
-          const at::Tensor& grad = p.grad();
-          record.gradients.push_back(grad.clone());
-          record.addresses.push_back(grad.data_ptr());
-          bool inside = false;
-          for (std::size_t b = 0; b < averager.bucket_count(); ++b) {
-            const at::Tensor& bucket = averager.bucket_gradients(b);
-            const auto* begin = static_cast<const char*>(bucket.data_ptr());
-            const auto* address = static_cast<const char*>(grad.data_ptr());
-            inside = inside || (grad.storage().is_alias_of(bucket.storage()) && address >= begin &&
-                                address + grad.numel() * grad.element_size() <= begin + bucket.nbytes());
-          }
-          record.in_a_bucket.push_back(inside);
-        }
-        seen[rank].push_back(record);
-        sgd(parameters);
-      }
-    } catch (...) {
-      errors[rank] = std::current_exception();
-    }
-  };
   std::vector<std::thread> ranks;
-  for (int rank = 0; rank < kRanks; ++rank) ranks.emplace_back(rank_main, rank);
+  for (int rank = 0; rank < kRanks; ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        runner::core::LaunchContext context;
+        context.rank = rank;
+        context.world_size = kRanks;
+        context.master_addr = "127.0.0.1";
+        context.master_port = port;
+        runner::dist::ProcessGroup group(context, at::kCPU, std::chrono::seconds(30));
+        rank_main(group, rank);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
   for (std::thread& thread : ranks) thread.join();
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
+}
+
+// Trains `steps` SGD steps on kRanks ranks as the trainer drives the averager; returns each rank's steps.
+std::vector<std::vector<RankStep>> data_parallel(int steps, std::int64_t accumulate, GradientAveragingOptions options,
+                                                 const Tamper& tamper = {}) {
+  std::vector<std::vector<RankStep>> seen(kRanks);
+  on_ranks([&](runner::dist::ProcessGroup& group, int rank) {
+    std::vector<at::Tensor> parameters = make_parameters();
+    GradientAverager averager(group, parameters, options);
+    const std::int64_t rows = kBatch / kRanks / accumulate;
+    for (int step = 0; step < steps; ++step) {
+      averager.start_step();
+      for (std::int64_t micro = 0; micro < accumulate; ++micro) {
+        if (tamper) tamper(parameters, step, micro);
+        if (micro == accumulate - 1) averager.expect_last_backward();
+        const at::Tensor loss = loss_of(parameters, rank * kBatch / kRanks + micro * rows, rows);
+        (loss / static_cast<double>(accumulate)).backward();
+      }
+      averager.average();
+      RankStep record;
+      for (const at::Tensor& p : parameters) {
+        const at::Tensor& grad = p.grad();
+        record.gradients.push_back(grad.clone());
+        record.addresses.push_back(grad.data_ptr());
+        bool inside = false;
+        for (std::size_t b = 0; b < averager.bucket_count(); ++b) {
+          const at::Tensor& bucket = averager.bucket_gradients(b);
+          const auto* begin = static_cast<const char*>(bucket.data_ptr());
+          const auto* address = static_cast<const char*>(grad.data_ptr());
+          inside = inside || (grad.storage().is_alias_of(bucket.storage()) && address >= begin &&
+                              address + grad.numel() * grad.element_size() <= begin + bucket.nbytes());
+        }
+        record.in_a_bucket.push_back(inside);
+      }
+      seen[rank].push_back(record);
+      sgd(parameters);
+    }
+  });
   return seen;
 }
 
@@ -241,45 +249,27 @@ TEST_CASE("trainers given two ranks' groups average over them: their SGD steps e
     loss_of(expected, 0, kBatch).backward();
     sgd(expected);
   }
-  ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);  // see data_parallel
-  const int port = free_port();
   std::vector<std::vector<at::Tensor>> trained(kRanks);
-  std::vector<std::exception_ptr> errors(kRanks);
-  auto rank_main = [&](int rank) {
-    try {
-      runner::core::LaunchContext context;
-      context.rank = rank;
-      context.world_size = kRanks;
-      context.master_addr = "127.0.0.1";
-      context.master_port = port;
-      runner::dist::ProcessGroup group(context, at::kCPU, std::chrono::seconds(30));
-      std::vector<at::Tensor> parameters = make_parameters();
-      if (rank == 1)  // the trainer starts every rank from rank 0's weights
-        for (at::Tensor& p : parameters) p.detach().add_(1.0);
-      runner::train::TrainerModel model;
-      runner::train::ParamGroup sgd_group = runner::train::default_param_group(runner::train::OptimizerKind::sgd);
-      sgd_group.lr = kLearningRate;
-      for (std::size_t i = 0; i < parameters.size(); ++i) {
-        model.parameters.emplace_back("p" + std::to_string(i), parameters[i]);
-        sgd_group.params.push_back(parameters[i]);
-      }
-      auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::sgd,
-                                                                  std::vector<runner::train::ParamGroup>{sgd_group});
-      runner::train::Trainer trainer(model, optimizer, {}, {}, {}, at::kCPU, &group);
-      REQUIRE(trainer.process_group() == &group);
-      for (int step = 0; step < kSteps; ++step)
-        trainer.step(
-            [&](std::int64_t, std::int64_t) { return loss_of(parameters, rank * kBatch / kRanks, kBatch / kRanks); });
-      for (const at::Tensor& p : parameters) trained[rank].push_back(p.detach().clone());
-    } catch (...) {
-      errors[rank] = std::current_exception();
+  on_ranks([&](runner::dist::ProcessGroup& group, int rank) {
+    std::vector<at::Tensor> parameters = make_parameters();
+    if (rank == 1)  // the trainer starts every rank from rank 0's weights
+      for (at::Tensor& p : parameters) p.detach().add_(1.0);
+    runner::train::TrainerModel model;
+    runner::train::ParamGroup sgd_group = runner::train::default_param_group(runner::train::OptimizerKind::sgd);
+    sgd_group.lr = kLearningRate;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      model.parameters.emplace_back("p" + std::to_string(i), parameters[i]);
+      sgd_group.params.push_back(parameters[i]);
     }
-  };
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < kRanks; ++rank) ranks.emplace_back(rank_main, rank);
-  for (std::thread& thread : ranks) thread.join();
-  for (const std::exception_ptr& error : errors)
-    if (error) std::rethrow_exception(error);
+    auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::sgd,
+                                                                std::vector<runner::train::ParamGroup>{sgd_group});
+    runner::train::Trainer trainer(model, optimizer, {}, {}, {}, at::kCPU, &group);
+    if (trainer.process_group() != &group) throw std::logic_error("the trainer does not hold the group it was given");
+    for (int step = 0; step < kSteps; ++step)
+      trainer.step(
+          [&](std::int64_t, std::int64_t) { return loss_of(parameters, rank * kBatch / kRanks, kBatch / kRanks); });
+    for (const at::Tensor& p : parameters) trained[rank].push_back(p.detach().clone());
+  });
   for (int rank = 0; rank < kRanks; ++rank)
     for (std::size_t i = 0; i < expected.size(); ++i) {
       INFO("rank " << rank << ", parameter " << i);
