@@ -168,7 +168,7 @@ function Trainer:graphs() end
 ---Prints the final line of the progress display.
 function Trainer:finish_progress() end
 
---- The progress display's options (runner._train.progress, which the trainer makes from its steps and batch).
+--- The progress line's options (runner.trainer gives the native trainer its steps and batch).
 ---@class ProgressOptions
 ---@field total? integer          total steps (0: unknown, no percentage or ETA)
 ---@field batch? integer          images per step, for images/s (0: not shown)
