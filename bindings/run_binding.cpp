@@ -471,6 +471,50 @@ int run_request_stop(lua_State* L) {
   return 0;
 }
 
+// Answers what a client of runner attach sent, if anything, in the scope of train (the Lua trainer at
+// `trainer_table`), model, loader, batch (at `batch`; 0: none), out (at `out`; 0: none), loss and run.
+void answer_attach(lua_State* L, RunBox& box, int trainer_table, int batch, int out) {
+  if (!box.attach) return;
+  if (!box.attach_request) box.attach_request = box.attach->poll();
+  if (!box.attach_request) return;
+  attach::Message request = std::move(*box.attach_request);
+  box.attach_request.reset();
+  lua_createtable(L, 0, 7);
+  if (trainer_table != 0) {
+    lua_pushvalue(L, trainer_table);
+    lua_setfield(L, -2, "train");
+    lua_getfield(L, trainer_table, "model");
+    lua_setfield(L, -2, "model");
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, box.loader_ref);  // nil without one
+  lua_setfield(L, -2, "loader");
+  if (batch != 0) {
+    lua_pushvalue(L, batch);
+    lua_setfield(L, -2, "batch");
+  }
+  if (out != 0) {
+    lua_pushvalue(L, out);
+    lua_setfield(L, -2, "out");
+    lua_getfield(L, out, "loss");
+    lua_setfield(L, -2, "loss");
+  }
+  lua_getglobal(L, "runner");
+  lua_getfield(L, -1, "run");
+  lua_remove(L, -2);
+  lua_setfield(L, -2, "run");
+  serve_attached_client(L, *box.attach, *box.context, std::move(request), lua_gettop(L));
+  lua_pop(L, 1);
+}
+
+// run:serve_attach(trainer, batch, out): answers a client of runner attach now, as the end of train:step does (a
+// script's own safe point, e.g. a loop that waits); trainer, batch and out may be nil.
+int run_serve_attach(lua_State* L) {
+  RunBox& box = check_box(L, 1);
+  if (!box.context || box.context->finished()) return 0;
+  answer_attach(L, box, lua_istable(L, 2) ? 2 : 0, lua_isnoneornil(L, 3) ? 0 : 3, lua_istable(L, 4) ? 4 : 0);
+  return 0;
+}
+
 // run:reseed_lua_random(step): math.randomseed from the run's seed and `step` (reseed_lua_random)
 int run_reseed_lua_random(lua_State* L) {
   reseed_lua_random(L, check_run(L, 1).seed(), check_integer(L, 2));
@@ -565,7 +609,8 @@ void open_run(lua_State* L) {
                          {"restore", wrap<run_restore>},
                          {"checkpoint", wrap<run_checkpoint>},
                          {"request_stop", wrap<run_request_stop>},
-                         {"reseed_lua_random", wrap<run_reseed_lua_random>}});
+                         {"reseed_lua_random", wrap<run_reseed_lua_random>},
+                         {"serve_attach", wrap<run_serve_attach>}});
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
@@ -586,32 +631,7 @@ void after_trainer_step(lua_State* L, const train::Trainer& trainer, int trainer
     lua_pop(L, 1);
     reseed_lua_random(L, box->context->seed(), step);
   }
-  if (!box->attach) return;
-  if (!box->attach_request) box->attach_request = box->attach->poll();
-  if (!box->attach_request) return;
-  attach::Message request = std::move(*box->attach_request);
-  box->attach_request.reset();
-  lua_createtable(L, 0, 7);
-  lua_pushvalue(L, trainer_table);
-  lua_setfield(L, -2, "train");
-  lua_getfield(L, trainer_table, "model");
-  lua_setfield(L, -2, "model");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, box->loader_ref);  // nil without one
-  lua_setfield(L, -2, "loader");
-  if (batch != 0) {
-    lua_pushvalue(L, batch);
-    lua_setfield(L, -2, "batch");
-  }
-  lua_pushvalue(L, out);
-  lua_setfield(L, -2, "out");
-  lua_getfield(L, out, "loss");
-  lua_setfield(L, -2, "loss");
-  lua_getglobal(L, "runner");
-  lua_getfield(L, -1, "run");
-  lua_remove(L, -2);
-  lua_setfield(L, -2, "run");
-  serve_attached_client(L, *box->attach, *box->context, std::move(request), lua_gettop(L));
-  lua_pop(L, 1);
+  answer_attach(L, *box, trainer_table, batch, out);
 }
 
 run::RunContext* active_run(lua_State* L) {

@@ -191,6 +191,12 @@ function Run:stop()
   self.native:request_stop()
 end
 
+-- A script's own safe point for runner attach outside train:step (a loop that waits between steps): answers what a
+-- client sent, as the end of train:step does, with train, batch and out as given (each may be nil).
+function Run:_serve_attached(trainer, batch, out)
+  self.native:serve_attach(trainer, batch, out)
+end
+
 --- run:checkpoint([CheckpointOptions]) -> stall seconds. Saves the trainer, loader and state given
 --- to run:restore at run.step; the files are written by a background thread.
 function Run:checkpoint(options)
