@@ -5,7 +5,6 @@
 #include <ctime>
 #include <fmt/format.h>
 
-#include "runtime/core/duration_text.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -34,17 +33,6 @@ TableFormat table_format(const ParsedArguments& arguments) {
   if (arguments.has("--json")) return TableFormat::json;
   return TableFormat::aligned;
 }
-
-std::string format_time(double unix_seconds) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
-  std::tm local{};
-  ::localtime_r(&seconds, &local);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
-  return buffer;
-}
-
-std::string format_duration(double seconds) { return core::duration_text(seconds); }
 
 Cell json_cell(const nlohmann::json& value) {
   if (value.is_null()) return std::monostate{};

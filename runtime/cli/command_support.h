@@ -1,5 +1,4 @@
-// Shared parts of the index commands: their options, and how times, durations, sizes and
-// values are shown.
+// Shared parts of the index commands: their options, and how JSON values and counts are shown.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +33,6 @@ std::string count_text(std::int64_t count, const char* noun);
 // --csv / --json / aligned
 TableFormat table_format(const ParsedArguments& arguments);
 
-std::string format_time(double unix_seconds);  // local "2026-11-22 14:03:12"
-std::string format_duration(double seconds);   // "3m 12s", "1h 04m", "2d 3h"
 // A JSON value as a table cell: numbers stay numbers, strings text, others compact JSON.
 Cell json_cell(const nlohmann::json& value);
 // "2h", "3d", "45m", "90s" before now, or a date "2026-11-20" / "2026-11-20 14:00" in local time.

@@ -15,8 +15,10 @@
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
+#include "runtime/report/run_loading.h"
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/core/local_time_text.h"
 
 namespace runner::cli {
 namespace {
@@ -104,7 +106,7 @@ void show_times_as_dates(index::QueryResult& result) {
         seconds = static_cast<double>(*integer);
       else
         continue;
-      if (std::isfinite(seconds) && seconds > 0) row[c] = format_time(seconds);
+      if (std::isfinite(seconds) && seconds > 0) row[c] = core::local_time_text(seconds);
     }
   }
 }
@@ -129,50 +131,6 @@ int query_command(int argc, char** argv) {
   return 0;
 }
 
-report::SeriesPoints metric_points(index::Database& db, const index::RunRecord& record, const std::string& key,
-                                   report::XAxis x) {
-  report::SeriesPoints points;
-  for (const index::MetricPoint& point : index::metric_series(db, record.run, key)) {
-    const double at = x == report::XAxis::step        ? static_cast<double>(point.step)
-                      : x == report::XAxis::wall_time ? point.time
-                                                      : point.time - record.started_at;
-    points.emplace_back(at, point.value);
-  }
-  if (x != report::XAxis::step)  // a resumed run's repeated steps were logged later than the steps after them
-    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return points;
-}
-
-report::ReportRun load_report_run(index::Database& db, const std::string& home, const index::RunRecord& record,
-                                  const std::optional<std::vector<std::string>>& keys, double now, report::XAxis x) {
-  report::ReportRun run;
-  run.id = record.id;
-  run.name = record.name;
-  run.status = index::effective_status(record, now);
-  run.started = format_time(record.started_at).substr(0, 16);
-  run.duration_seconds = index::duration_seconds(record, now);
-  run.step = record.step;
-  run.config = record.config;
-  run.summary = record.summary;
-  run.tags = record.tags;
-  run.note = record.note;
-  std::vector<std::string> chosen;
-  if (keys)
-    chosen = *keys;
-  else
-    for (const auto& latest : index::latest_metrics(db, record.run)) chosen.push_back(latest.key);
-  for (const auto& key : chosen) {
-    auto& series = run.metrics[key];
-    series = metric_points(db, record, key, x);
-    if (series.empty()) run.metrics.erase(key);
-  }
-  if (run.status != "finished") run.error = record.error;
-  for (const auto& artifact : index::artifacts(db, record.run))
-    if (artifact.kind == "image")
-      run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
-  return run;
-}
-
 int report_command(int argc, char** argv) {
   const ParsedArguments arguments =
       parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
@@ -190,11 +148,12 @@ int report_command(int argc, char** argv) {
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
   for (const auto& reference : arguments.positional)
-    runs.push_back(load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
+    runs.push_back(
+        report::load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
   report::ReportOptions options;
   options.title = arguments.value("--title").value_or(
       runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
-  options.generated_at = format_time(now);
+  options.generated_at = core::local_time_text(now);
   report::write_html_report(output, runs, options);
   print(fmt::format("wrote {} ({} run{})\n", output, runs.size(), runs.size() == 1 ? "" : "s"));
   return 0;
