@@ -5,6 +5,8 @@
 #include <ctime>
 #include <fmt/format.h>
 
+#include "runtime/core/launch_context.h"
+#include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -18,6 +20,8 @@ ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::strin
   if (parsed.help) throw HelpRequested{};
   return parsed;
 }
+
+index::IndexLocation command_index() { return index::index_location(core::launch_context()); }
 
 std::string count_text(std::int64_t count, const char* noun) {
   return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");

@@ -13,6 +13,7 @@
 
 #include "runtime/cli/command_line.h"
 #include "runtime/cli/text_table.h"
+#include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -23,6 +24,9 @@ using ParsedArguments = CommandLine;
 struct HelpRequested {};
 ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
                                 const std::set<std::string>& flag_options);
+
+// The index the commands read and write: the launch context's (RUNNER_HOME, RUNNER_INDEX or --index).
+index::IndexLocation command_index();
 
 // The commands that take RUNs: `last` is the newest run not started by a sweep, with --sweep the newest of all.
 index::LastAmong last_among(const ParsedArguments& arguments);

@@ -121,7 +121,7 @@ int query_command(int argc, char** argv) {
   if (auto timeout = arguments.value("--timeout"))
     limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
   if (auto limit = arguments.value("--limit")) limits.max_rows = parse_count("--limit", *limit);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
   if (format == TableFormat::aligned) show_times_as_dates(result);
   print(format_table({result.columns, result.rows}, format));
@@ -136,8 +136,9 @@ int report_command(int argc, char** argv) {
       parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_reading(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_reading(where);
   if (arguments.positional.size() == 1 && is_sweep_reference(db, arguments.positional[0])) {
     write_sweep_report(db, arguments.positional[0],
                        arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
@@ -162,8 +163,9 @@ int report_command(int argc, char** argv) {
 int rm_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force", "--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs to delete");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   const double now = index::now_seconds();
   // Every reference is resolved before anything is deleted, so a typo deletes nothing.
   std::vector<index::RunRecord> runs;
@@ -199,7 +201,7 @@ int tag_command(int argc, char** argv) {
       throw UsageError(error.what());
     }
   }
-  index::Database db = index::open_index_for_writing(index::home_directory());
+  index::Database db = index::open_index_for_writing(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   if (arguments.has("-d") || arguments.has("--remove"))
     index::remove_run_tags(db, run.run, tags);
@@ -215,7 +217,7 @@ int note_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--sweep"});
   if (arguments.positional.size() != 2)
     throw UsageError("expected a RUN and the note's TEXT in quotes (\"\" removes the note)");
-  index::Database db = index::open_index_for_writing(index::home_directory());
+  index::Database db = index::open_index_for_writing(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const std::string& text = arguments.positional[1];
   index::set_run_note(db, run.run, text);
@@ -228,8 +230,9 @@ int gc_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--dry-run", "--orphans"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const bool dry_run = arguments.has("--dry-run");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   const index::GarbageReport report = index::collect_garbage(db, home, dry_run, arguments.has("--orphans"));
   const std::string verb = dry_run ? "would " : "";
   for (const auto& entry : report.finished_removals)

@@ -85,7 +85,7 @@ int runs_command(int argc, char** argv) {
   if (auto since = arguments.value("--since")) filter.started_after = parse_since(*since);
   const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
 
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   if (auto sweep = arguments.value("--sweep")) filter.sweep = sweep::load_sweep(db, *sweep).sweep;
   const double now = index::now_seconds();
   std::vector<index::RunRecord> runs = index::list_runs(db, filter);
@@ -330,7 +330,7 @@ Table inputs_table(const std::vector<index::InputRecord>& inputs) {
 int show_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--json", "--sweep"});
   if (arguments.positional.size() != 1) throw UsageError("expected one RUN (an id, id prefix, name or 'last')");
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const double now = index::now_seconds();
   if (arguments.has("--json")) {
@@ -362,7 +362,7 @@ int show_command(int argc, char** argv) {
                       run.device.empty() ? "-" : shown(run.device), run.world_size,
                       run.seed ? fmt::format("   seed {}", *run.seed) : "");
   if (run.hosts.size() > 1) text += fmt::format("hosts     {}\n", shown(fmt::format("{}", fmt::join(run.hosts, ", "))));
-  text += fmt::format("directory {}\n", shown(index::home_directory() + "/" + run.dir));
+  text += fmt::format("directory {}\n", shown(command_index().home + "/" + run.dir));
   if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
   if (!run.tags.empty()) text += fmt::format("tags      {}\n", shown(fmt::format("{}", fmt::join(run.tags, ", "))));
   if (run.note) text += fmt::format("note      {}\n", shown(*run.note));
@@ -406,7 +406,7 @@ int compare_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json", "--sweep"});
   if (arguments.positional.size() < 2) throw UsageError("expected two or more RUNs to compare");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   std::vector<index::RunRecord> runs;
   for (const auto& reference : arguments.positional) {
     runs.push_back(index::resolve_run(db, reference, last_among(arguments)));

@@ -67,7 +67,7 @@ int sweeps_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   Table table;
   table.columns = {"sweep", "name", "status", "method", "trials", "done", "metric", "best", "best_trial", "created"};
   std::string notes;
@@ -96,8 +96,9 @@ int sweeps_command(int argc, char** argv) {
 int sweep_rm_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force"});
   if (arguments.positional.empty()) throw UsageError("expected one or more sweeps to delete (names or numbers)");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   // Every sweep is found before anything is deleted, so a typo deletes nothing.
   std::vector<sweep::SweepRecord> sweeps;
   for (const std::string& reference : arguments.positional) sweeps.push_back(sweep::load_sweep(db, reference));
@@ -114,7 +115,7 @@ int sweep_show_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
   if (arguments.positional.size() != 1) throw UsageError("expected one sweep (a name or number)");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   const sweep::SweepRecord record = sweep::load_sweep(db, arguments.positional[0]);
   const sweep::SweepSpec& spec = record.spec;
   std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);

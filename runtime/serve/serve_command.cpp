@@ -59,7 +59,7 @@ int serve_command(int argc, char** argv) {
   const cli::ParsedArguments arguments = cli::parse_arguments(argc, argv, {"--port", "--host"}, {"--no-token"});
   if (!arguments.positional.empty()) throw cli::UsageError("unexpected argument '" + arguments.positional[0] + "'");
   ServeOptions options;
-  options.home = index::home_directory();
+  options.index = cli::command_index();
   if (auto host = arguments.value("--host")) {
     if (host->empty()) throw cli::UsageError("--host needs an address, e.g. 127.0.0.1 or 0.0.0.0");
     options.host = *host;
@@ -75,7 +75,7 @@ int serve_command(int argc, char** argv) {
     options.port = static_cast<int>(number);
   }
   // Checks the index before listening: a missing or damaged index is the same error as `runner show` gives.
-  index::open_index_for_reading(options.home);
+  index::open_index_for_reading(options.index);
 
   // The signals that stop serving are taken by one thread (sigwait), which the server's threads inherit blocked.
   sigset_t stop_signals;
@@ -101,11 +101,11 @@ int serve_command(int argc, char** argv) {
         "runner serve: listening on %s, which other machines may reach: requests need the token in the URL above "
         "(opening it sets a cookie)\n",
         options.host.c_str());
-  if (index::index_url().empty())
-    std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
+  if (options.index.url.empty())
+    std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.index.home.c_str());
   else
     std::printf("runner serve: the index at %s (run folders in %s), read-only; Ctrl-C stops\n",
-                index::index_location(options.home).c_str(), options.home.c_str());
+                options.index.shown().c_str(), options.index.home.c_str());
   std::fflush(stdout);
   std::thread stopper([&] {
     int signal = 0;
