@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <deque>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <fmt/format.h>
 #include <sstream>
 #include <stdexcept>
@@ -32,22 +35,42 @@
 namespace runner::dist {
 namespace {
 
-int free_port(const std::string& host) {
+// A port that can be bound on `host` now: `port`, or with 0 one the kernel gives from its ephemeral range. Nothing
+// when it is taken; a std::runtime_error when no socket can be made or the bind fails otherwise.
+std::optional<int> bindable_port(const std::string& host, int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error(fmt::format("launcher: no socket for a free port: {}", std::strerror(errno)));
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = 0;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
   if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) address.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t length = sizeof(address);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
     const int error = errno;
     ::close(fd);
+    if (error == EADDRINUSE) return std::nullopt;
     throw std::runtime_error(fmt::format("launcher: cannot find a free port on {}: {}", host, std::strerror(error)));
   }
   ::close(fd);
   return ntohs(address.sin_port);
+}
+
+// The port of the job's store. Chosen below the kernel's ephemeral range (ip_local_port_range), as torchrun's 29500
+// is: the ports in that range are given to every outgoing connection and port-0 bind on the host, so one found free
+// there could be taken before rank 0 binds it.
+int free_port(const std::string& host) {
+  int ephemeral_start = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_start;
+  const int high = ephemeral_start - 1, low = std::max(1024, high - 10000);
+  if (high - low >= 100) {
+    std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> pick(low, high);
+    for (int attempt = 0; attempt < 100; ++attempt)
+      if (const std::optional<int> port = bindable_port(host, pick(random))) return *port;
+  }
+  if (const std::optional<int> port = bindable_port(host, 0)) return *port;
+  throw std::runtime_error(fmt::format("launcher: cannot find a free port on {}", host));
 }
 
 struct Rank {

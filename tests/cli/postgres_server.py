@@ -4,11 +4,12 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from ports import free_port
 
 BIN = pathlib.Path(os.environ.get("RUNNER_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -24,12 +25,6 @@ def missing():
 def available():
     """Whether PostgreSQL's server programs are installed (scripts/setup installs Debian's postgresql)."""
     return missing() is None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:

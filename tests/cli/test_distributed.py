@@ -15,6 +15,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
+from ports import free_port
 from runner_process import RUNNER, RunnerHomeTest
 
 
@@ -225,9 +226,7 @@ class DataParallel(GlooOnTheCpu):
 
 
     def test_the_quickstart_trains_to_the_end_on_two_simulated_nodes_under_torchrun(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
         nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
@@ -284,9 +283,7 @@ class Console(GlooOnTheCpu):
 
     def test_only_rank_0_of_the_quickstart_draws_metric_samples_and_prints_the_paths_it_writes(self):
         # Two ranks as torchrun starts them, each with its own output.
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
         procs = []
         for rank in range(2):

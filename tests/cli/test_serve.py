@@ -21,6 +21,7 @@ from pathlib import Path
 import postgres_server
 import report_screenshot
 import test_sweep
+from ports import free_port
 from runner_process import RUNNER, home_env, write_script
 
 # late_at > 0: the run holds before step late_at, where late_metric starts, until the file page-open exists.
@@ -638,9 +639,7 @@ class Dashboard(unittest.TestCase):
                 client.connect((address, port))
 
     def test_a_second_server_on_the_same_port_fails(self):
-        with socket.socket() as probe:  # a free port, given to both servers
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()  # given to both servers
         first, url = start_serve(self.home, "--port", str(port))
         try:
             second = subprocess.Popen([RUNNER, "serve", "--port", str(port)], env=home_env(self.home),

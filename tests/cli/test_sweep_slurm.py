@@ -11,6 +11,7 @@ import subprocess
 import time
 import unittest
 
+from ports import free_port
 from runner_process import RUNNER
 from test_sweep import CHECKPOINTING, SweepTest, holding
 
@@ -229,12 +230,6 @@ def processes_naming(text):
         except OSError:  # ended meanwhile
             pass
     return pids
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @unittest.skipIf(slurm_missing(), f"no single-node Slurm: {slurm_missing()}")
