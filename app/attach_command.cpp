@@ -18,6 +18,7 @@
 #include "app/repl.h"
 #include "runtime/attach/attach_socket.h"
 #include "runtime/cli/command_line.h"
+#include "runtime/cli/command_support.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
@@ -231,8 +232,8 @@ class AttachedTarget : public ReplTarget {
 };
 
 int attach(const std::string& reference) {
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_reading(home);
+  const index::IndexLocation where = cli::command_index();
+  index::Database db = index::open_index_for_reading(where);
   const index::RunRecord run = index::resolve_run(db, reference);
   const std::string status = index::effective_status(run, static_cast<double>(std::time(nullptr)));
   if (status != "running")
@@ -241,7 +242,7 @@ int attach(const std::string& reference) {
   if (run.host != index::host_name())
     throw std::runtime_error(
         fmt::format("run {} runs on host {}: attach there (its socket is on that host)", run.name, run.host));
-  const std::string socket = attach::attach_socket_path(home + "/" + run.dir);
+  const std::string socket = attach::attach_socket_path(where.home + "/" + run.dir);
   std::unique_ptr<attach::AttachClient> client;
   try {
     client = std::make_unique<attach::AttachClient>(socket);

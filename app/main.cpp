@@ -27,6 +27,7 @@
 #include "runtime/dist/failure_report.h"
 #include "runtime/dist/launcher.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/serve/serve_command.h"
 #include "runtime/train/step_profiler.h"
 
 namespace {
@@ -44,13 +45,13 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
-    {"data", runner::cli::run_data_command, true},     {"runs", runner::cli::run_index_command, false},
-    {"show", runner::cli::run_index_command, false},   {"compare", runner::cli::run_index_command, false},
-    {"query", runner::cli::run_index_command, false},  {"report", runner::cli::run_index_command, false},
-    {"rm", runner::cli::run_index_command, false},     {"gc", runner::cli::run_index_command, false},
-    {"tag", runner::cli::run_index_command, false},    {"note", runner::cli::run_index_command, false},
-    {"sweeps", runner::cli::run_index_command, false}, {"sweep", runner::app::run_sweep_command, true},
-    {"serve", runner::cli::run_serve_command, false},  {"attach", runner::app::run_attach_command, false},
+    {"data", runner::cli::run_data_command, true},      {"runs", runner::cli::run_index_command, false},
+    {"show", runner::cli::run_index_command, false},    {"compare", runner::cli::run_index_command, false},
+    {"query", runner::cli::run_index_command, false},   {"report", runner::cli::run_index_command, false},
+    {"rm", runner::cli::run_index_command, false},      {"gc", runner::cli::run_index_command, false},
+    {"tag", runner::cli::run_index_command, false},     {"note", runner::cli::run_index_command, false},
+    {"sweeps", runner::cli::run_index_command, false},  {"sweep", runner::app::run_sweep_command, true},
+    {"serve", runner::serve::run_serve_command, false}, {"attach", runner::app::run_attach_command, false},
 };
 
 constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value ...] [-- script args]

@@ -17,6 +17,7 @@
 #include "bindings/lua_host.h"
 #include "bindings/sweep_file.h"
 #include "runtime/cli/command_line.h"
+#include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
@@ -87,7 +88,7 @@ std::variant<sweep::SweepSpec, int> checked_sweep(const std::string& file, bool 
   sweep::check_against_config(spec, std::get<sweep::ScriptConfig>(config));
   if (slots_here) sweep::sweep_slots(spec);  // a Slurm job's slots are its allocation's
   try {
-    if (std::optional<index::Database> db = index::open_index_if_any(index::home_directory()))
+    if (std::optional<index::Database> db = index::open_index_if_any(cli::command_index()))
       sweep::same_definition(*db, spec);
   } catch (const index::IndexUnreachable& error) {
     if (!dry_run) throw;
@@ -119,15 +120,15 @@ void print_plan(const sweep::SweepSpec& spec) {
   }
 }
 
-std::string absolute_home() {
-  std::string home = index::home_directory();
-  index::open_index_for_writing(home);  // creates it
-  char* resolved = ::realpath(home.c_str(), nullptr);
-  if (resolved) {
-    home = resolved;
+// The launch's index with its home made absolute (the trials run in other folders), created when missing.
+index::IndexLocation absolute_index() {
+  index::IndexLocation where = cli::command_index();
+  index::open_index_for_writing(where);  // creates it
+  if (char* resolved = ::realpath(where.home.c_str(), nullptr)) {
+    where.home = resolved;
     std::free(resolved);
   }
-  return home;
+  return where;
 }
 
 // --slurm N: the number of workers, 1 or more.
@@ -142,7 +143,7 @@ std::optional<int> slurm_workers(const cli::CommandLine& line) {
 }
 
 // The Slurm job array of `runner sweep FILE --slurm N`, with the absolute paths its tasks need.
-sweep::SlurmJob slurm_job(const sweep::SweepSpec& spec, int workers, const std::string& home,
+sweep::SlurmJob slurm_job(const sweep::SweepSpec& spec, int workers, const index::IndexLocation& where,
                           const std::vector<std::string>& sbatch_options) {
   namespace fs = std::filesystem;
   sweep::SlurmJob job;
@@ -150,9 +151,9 @@ sweep::SlurmJob slurm_job(const sweep::SweepSpec& spec, int workers, const std::
   job.sweep_file = fs::absolute(spec.sweep_file).lexically_normal().string();
   job.workers = workers;
   job.runner = fs::read_symlink("/proc/self/exe").string();
-  job.home = fs::absolute(home).lexically_normal().string();
+  job.home = fs::absolute(where.home).lexically_normal().string();
   while (job.home.size() > 1 && job.home.back() == '/') job.home.pop_back();
-  job.index_url = core::launch_context().index_url;
+  job.index_url = where.url;
   job.working_directory = fs::current_path().string();
   job.sbatch_options = sbatch_options;
   return job;
@@ -183,10 +184,10 @@ int run(int argc, char** argv) {
     throw cli::UsageError("the options after -- are sbatch's: give them with --slurm N");
 
   if (!join.empty()) {
-    const std::string home = absolute_home();
-    index::Database db = index::open_index_for_writing(home);
+    const index::IndexLocation where = absolute_index();
+    index::Database db = index::open_index_for_writing(where);
     const sweep::SweepRecord record = sweep::load_sweep(db, join);
-    return sweep::run_sweep_worker(home, record);
+    return sweep::run_sweep_worker(where, record);
   }
   const auto checked = checked_sweep(file, !slurm, dry_run);
   if (const int* status = std::get_if<int>(&checked)) return *status;
@@ -194,17 +195,18 @@ int run(int argc, char** argv) {
   if (dry_run) {
     print_plan(spec);
     if (slurm) {
-      const sweep::SlurmJob job = slurm_job(spec, *slurm, index::home_directory(), line.passthrough);
+      const sweep::SlurmJob job = slurm_job(spec, *slurm, cli::command_index(), line.passthrough);
       std::printf(
           "\nthe job script (runner sweep --slurm writes it to %s and submits it with sbatch --parsable):\n\n%s",
           sweep::slurm_job_script_path(job).c_str(), sweep::slurm_job_script(job).c_str());
     }
     return core::kExitOk;
   }
-  const std::string home = absolute_home();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = absolute_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   if (slurm) {
-    const sweep::SlurmJob job = slurm_job(spec, *slurm, home, line.passthrough);
+    const sweep::SlurmJob job = slurm_job(spec, *slurm, where, line.passthrough);
     const std::string script = sweep::slurm_job_script(job);  // checks the options before the sweep is recorded
     const sweep::SweepRecord record = sweep::open_sweep(db, spec);
     std::filesystem::create_directories(home + "/sweeps/" + record.name);
@@ -217,7 +219,7 @@ int run(int argc, char** argv) {
     return core::kExitOk;
   }
   const sweep::SweepRecord record = sweep::open_sweep(db, spec);
-  return sweep::run_sweep_worker(home, record);
+  return sweep::run_sweep_worker(where, record);
 }
 
 }  // namespace

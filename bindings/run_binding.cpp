@@ -236,7 +236,7 @@ int start(lua_State* L) {
   }
   if (request.name.empty()) request.name = field_string(L, 2, "name", "");
   auto* box = new_userdata<RunBox>(L, kRunType);
-  box->context = run::start_run(request, core::launch_context(), index::home_directory());
+  box->context = run::start_run(request, core::launch_context());
   start_attach(*box);
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, kActiveRunKey);
@@ -549,7 +549,7 @@ int query(lua_State* L) {
             "runner.query: parameter {} is a {} (numbers, strings, booleans or nil)", i - 1, luaL_typename(L, i)));
     }
   }
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(index::index_location(core::launch_context()));
   const index::QueryResult result = index::run_read_query(db, sql, parameters);
   lua_createtable(L, static_cast<int>(result.rows.size()), 0);
   for (size_t r = 0; r < result.rows.size(); ++r) {
@@ -586,7 +586,7 @@ int log_text(lua_State* L) {
 }
 
 int home(lua_State* L) {
-  lua_pushstring(L, index::home_directory().c_str());
+  lua_pushstring(L, core::launch_context().home.c_str());
   return 1;
 }
 

@@ -5,6 +5,9 @@
 #    repl_session.h and sweep_file.h).
 # 2. Process facts go through core::LaunchContext: app/, bindings/ and stdlib/ read no environment variable
 #    (getenv, os.getenv) and nothing sets one (setenv) for the process to read back.
+# 3. Includes point down: runtime/ includes nothing of bindings/ or app/, bindings/ nothing of app/, and each folder
+#    of runtime/ includes only its own headers and those of the folders below it (runtime_uses_<folder> here), so an
+#    upward include (serve/ from cli/, cli/ or serve/ from report/) fails. A new folder gets its line here.
 cmake_minimum_required(VERSION 3.20)
 set(root ${RUNNER_SOURCE_DIR})
 set(failures "")
@@ -29,8 +32,62 @@ foreach(path ${environment_free_files})
   endforeach()
 endforeach()
 
+# The folders of runtime/, each with the folders whose headers it may include (docs/architecture.md, "Layers").
+set(runtime_uses_core "")
+set(runtime_uses_kernels "")
+set(runtime_uses_system "")
+set(runtime_uses_attach core)
+set(runtime_uses_data core)
+set(runtime_uses_dist core)
+set(runtime_uses_image core)
+set(runtime_uses_index core)
+set(runtime_uses_ckpt core index)
+set(runtime_uses_sweep core index)
+set(runtime_uses_nn core ckpt kernels)
+set(runtime_uses_train core dist nn)
+set(runtime_uses_diffusion core nn train)
+set(runtime_uses_latents core data nn)
+set(runtime_uses_eval core ckpt data nn)
+set(runtime_uses_run core ckpt data dist image index nn system train)
+set(runtime_uses_report core index sweep)
+set(runtime_uses_cli core ckpt data eval index latents report sweep)
+set(runtime_uses_serve core cli index report sweep)
+
+file(GLOB_RECURSE runtime_files RELATIVE ${root}/runtime ${root}/runtime/*.cpp ${root}/runtime/*.h ${root}/runtime/*.cu
+     ${root}/runtime/*.cuh)
+foreach(relative ${runtime_files})
+  if(NOT relative MATCHES "^([a-z_]+)/")
+    continue()
+  endif()
+  set(folder ${CMAKE_MATCH_1})
+  if(NOT DEFINED runtime_uses_${folder})
+    list(APPEND failures "runtime/${folder}/ has no line in tests/layers.cmake: add set(runtime_uses_${folder} ...)")
+    continue()
+  endif()
+  file(STRINGS ${root}/runtime/${relative} lines REGEX "^#include \"(app|bindings|runtime/[a-z_]+)/")
+  foreach(line ${lines})
+    string(REGEX MATCH "\"(app|bindings|runtime/([a-z_]+))/" included "${line}")
+    if(CMAKE_MATCH_1 STREQUAL "app" OR CMAKE_MATCH_1 STREQUAL "bindings")
+      list(APPEND failures "includes point down: runtime/${relative} includes ${CMAKE_MATCH_1}/: ${line}")
+    elseif(NOT CMAKE_MATCH_2 STREQUAL folder AND NOT CMAKE_MATCH_2 IN_LIST runtime_uses_${folder})
+      list(JOIN runtime_uses_${folder} ", " allowed)
+      list(APPEND failures
+           "includes point down: runtime/${relative} includes ${CMAKE_MATCH_2}/ (${folder}/ may use ${allowed}): ${line}")
+    endif()
+  endforeach()
+endforeach()
+
+file(GLOB_RECURSE bindings_files ${root}/bindings/*.cpp ${root}/bindings/*.h)
+foreach(path ${bindings_files})
+  file(STRINGS ${path} lines REGEX "^#include \"app/")
+  foreach(line ${lines})
+    string(REPLACE "${root}/" "" relative ${path})
+    list(APPEND failures "includes point down: ${relative} includes app/: ${line}")
+  endforeach()
+endforeach()
+
 if(failures)
   list(JOIN failures "\n" text)
   message(FATAL_ERROR "${text}")
 endif()
-message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment")
+message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment; includes point down")

@@ -23,8 +23,8 @@ std::vector<CheckpointFileRecord> file_records(const index::CheckpointRecord& re
 
 }  // namespace
 
-CheckpointSaver::CheckpointSaver(std::string home, int64_t run, std::string run_dir, RotationPolicy rotation)
-    : home_(std::move(home)), run_(run), run_dir_(std::move(run_dir)), rotation_(rotation) {}
+CheckpointSaver::CheckpointSaver(index::IndexLocation index, int64_t run, std::string run_dir, RotationPolicy rotation)
+    : index_(std::move(index)), run_(run), run_dir_(std::move(run_dir)), rotation_(rotation) {}
 
 CheckpointSaver::~CheckpointSaver() { wait(); }
 
@@ -66,7 +66,7 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
   report.path = checkpoint_path(request.step);
   try {
     if (request.wait_ready) request.wait_ready();
-    index::Database db = index::open_index_for_writing(home_);
+    index::Database db = index::open_index_for_writing(index_);
     const WrittenCheckpoint written = write_checkpoint(run_dir_, request.step, request.files, request.manifest_extra,
                                                        [&] { index::check_write_access(db); });
     report.bytes = written.bytes;

@@ -16,6 +16,7 @@
 #include "runtime/ckpt/checkpoint_rotation.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
+#include "runtime/index/index_database.h"
 
 namespace runner::ckpt {
 
@@ -49,7 +50,7 @@ struct SaveReport {
 // (kept = 0), then its files, so the index never lists a checkpoint whose files are gone.
 class CheckpointSaver {
  public:
-  CheckpointSaver(std::string home, int64_t run, std::string run_dir, RotationPolicy rotation);
+  CheckpointSaver(index::IndexLocation index, int64_t run, std::string run_dir, RotationPolicy rotation);
   ~CheckpointSaver();  // waits for the save in flight
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
@@ -66,7 +67,7 @@ class CheckpointSaver {
  private:
   SaveReport save(SaveRequest& request);
 
-  std::string home_;
+  index::IndexLocation index_;
   int64_t run_;
   std::string run_dir_;
   RotationPolicy rotation_;

@@ -5,7 +5,8 @@
 #include <ctime>
 #include <fmt/format.h>
 
-#include "runtime/core/duration_text.h"
+#include "runtime/core/launch_context.h"
+#include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -19,6 +20,8 @@ ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::strin
   if (parsed.help) throw HelpRequested{};
   return parsed;
 }
+
+index::IndexLocation command_index() { return index::index_location(core::launch_context()); }
 
 std::string count_text(std::int64_t count, const char* noun) {
   return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
@@ -34,17 +37,6 @@ TableFormat table_format(const ParsedArguments& arguments) {
   if (arguments.has("--json")) return TableFormat::json;
   return TableFormat::aligned;
 }
-
-std::string format_time(double unix_seconds) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_seconds);
-  std::tm local{};
-  ::localtime_r(&seconds, &local);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
-  return buffer;
-}
-
-std::string format_duration(double seconds) { return core::duration_text(seconds); }
 
 Cell json_cell(const nlohmann::json& value) {
   if (value.is_null()) return std::monostate{};

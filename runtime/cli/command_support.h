@@ -1,5 +1,4 @@
-// Shared parts of the index commands: their options, and how times, durations, sizes and
-// values are shown.
+// Shared parts of the index commands: their options, and how JSON values and counts are shown.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +13,7 @@
 
 #include "runtime/cli/command_line.h"
 #include "runtime/cli/text_table.h"
+#include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::cli {
@@ -25,6 +25,9 @@ struct HelpRequested {};
 ParsedArguments parse_arguments(int argc, char** argv, const std::set<std::string>& value_options,
                                 const std::set<std::string>& flag_options);
 
+// The index the commands read and write: the launch context's (RUNNER_HOME, RUNNER_INDEX or --index).
+index::IndexLocation command_index();
+
 // The commands that take RUNs: `last` is the newest run not started by a sweep, with --sweep the newest of all.
 index::LastAmong last_among(const ParsedArguments& arguments);
 
@@ -34,8 +37,6 @@ std::string count_text(std::int64_t count, const char* noun);
 // --csv / --json / aligned
 TableFormat table_format(const ParsedArguments& arguments);
 
-std::string format_time(double unix_seconds);  // local "2026-11-22 14:03:12"
-std::string format_duration(double seconds);   // "3m 12s", "1h 04m", "2d 3h"
 // A JSON value as a table cell: numbers stay numbers, strings text, others compact JSON.
 Cell json_cell(const nlohmann::json& value);
 // "2h", "3d", "45m", "90s" before now, or a date "2026-11-20" / "2026-11-20 14:00" in local time.

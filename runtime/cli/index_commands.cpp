@@ -15,8 +15,10 @@
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
+#include "runtime/report/run_loading.h"
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/core/local_time_text.h"
 
 namespace runner::cli {
 namespace {
@@ -104,7 +106,7 @@ void show_times_as_dates(index::QueryResult& result) {
         seconds = static_cast<double>(*integer);
       else
         continue;
-      if (std::isfinite(seconds) && seconds > 0) row[c] = format_time(seconds);
+      if (std::isfinite(seconds) && seconds > 0) row[c] = core::local_time_text(seconds);
     }
   }
 }
@@ -119,7 +121,7 @@ int query_command(int argc, char** argv) {
   if (auto timeout = arguments.value("--timeout"))
     limits.timeout_seconds = static_cast<double>(parse_count("--timeout", *timeout));
   if (auto limit = arguments.value("--limit")) limits.max_rows = parse_count("--limit", *limit);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   index::QueryResult result = index::run_read_query(db, arguments.positional[0], {}, limits);
   if (format == TableFormat::aligned) show_times_as_dates(result);
   print(format_table({result.columns, result.rows}, format));
@@ -129,57 +131,14 @@ int query_command(int argc, char** argv) {
   return 0;
 }
 
-report::SeriesPoints metric_points(index::Database& db, const index::RunRecord& record, const std::string& key,
-                                   report::XAxis x) {
-  report::SeriesPoints points;
-  for (const index::MetricPoint& point : index::metric_series(db, record.run, key)) {
-    const double at = x == report::XAxis::step        ? static_cast<double>(point.step)
-                      : x == report::XAxis::wall_time ? point.time
-                                                      : point.time - record.started_at;
-    points.emplace_back(at, point.value);
-  }
-  if (x != report::XAxis::step)  // a resumed run's repeated steps were logged later than the steps after them
-    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return points;
-}
-
-report::ReportRun load_report_run(index::Database& db, const std::string& home, const index::RunRecord& record,
-                                  const std::optional<std::vector<std::string>>& keys, double now, report::XAxis x) {
-  report::ReportRun run;
-  run.id = record.id;
-  run.name = record.name;
-  run.status = index::effective_status(record, now);
-  run.started = format_time(record.started_at).substr(0, 16);
-  run.duration_seconds = index::duration_seconds(record, now);
-  run.step = record.step;
-  run.config = record.config;
-  run.summary = record.summary;
-  run.tags = record.tags;
-  run.note = record.note;
-  std::vector<std::string> chosen;
-  if (keys)
-    chosen = *keys;
-  else
-    for (const auto& latest : index::latest_metrics(db, record.run)) chosen.push_back(latest.key);
-  for (const auto& key : chosen) {
-    auto& series = run.metrics[key];
-    series = metric_points(db, record, key, x);
-    if (series.empty()) run.metrics.erase(key);
-  }
-  if (run.status != "finished") run.error = record.error;
-  for (const auto& artifact : index::artifacts(db, record.run))
-    if (artifact.kind == "image")
-      run.images.push_back({artifact.name, artifact.step, home + "/" + record.dir + "/" + artifact.path});
-  return run;
-}
-
 int report_command(int argc, char** argv) {
   const ParsedArguments arguments =
       parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_reading(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_reading(where);
   if (arguments.positional.size() == 1 && is_sweep_reference(db, arguments.positional[0])) {
     write_sweep_report(db, arguments.positional[0],
                        arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
@@ -190,11 +149,12 @@ int report_command(int argc, char** argv) {
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
   for (const auto& reference : arguments.positional)
-    runs.push_back(load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
+    runs.push_back(
+        report::load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
   report::ReportOptions options;
   options.title = arguments.value("--title").value_or(
       runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
-  options.generated_at = format_time(now);
+  options.generated_at = core::local_time_text(now);
   report::write_html_report(output, runs, options);
   print(fmt::format("wrote {} ({} run{})\n", output, runs.size(), runs.size() == 1 ? "" : "s"));
   return 0;
@@ -203,8 +163,9 @@ int report_command(int argc, char** argv) {
 int rm_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force", "--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs to delete");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   const double now = index::now_seconds();
   // Every reference is resolved before anything is deleted, so a typo deletes nothing.
   std::vector<index::RunRecord> runs;
@@ -240,7 +201,7 @@ int tag_command(int argc, char** argv) {
       throw UsageError(error.what());
     }
   }
-  index::Database db = index::open_index_for_writing(index::home_directory());
+  index::Database db = index::open_index_for_writing(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   if (arguments.has("-d") || arguments.has("--remove"))
     index::remove_run_tags(db, run.run, tags);
@@ -256,7 +217,7 @@ int note_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--sweep"});
   if (arguments.positional.size() != 2)
     throw UsageError("expected a RUN and the note's TEXT in quotes (\"\" removes the note)");
-  index::Database db = index::open_index_for_writing(index::home_directory());
+  index::Database db = index::open_index_for_writing(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const std::string& text = arguments.positional[1];
   index::set_run_note(db, run.run, text);
@@ -269,8 +230,9 @@ int gc_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--dry-run", "--orphans"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const bool dry_run = arguments.has("--dry-run");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   const index::GarbageReport report = index::collect_garbage(db, home, dry_run, arguments.has("--orphans"));
   const std::string verb = dry_run ? "would " : "";
   for (const auto& entry : report.finished_removals)

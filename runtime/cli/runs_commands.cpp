@@ -9,13 +9,17 @@
 
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
-#include "runtime/cli/run_where.h"
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/core/did_you_mean.h"
 #include "runtime/index/run_store.h"
+#include "runtime/report/run_loading.h"
+#include "runtime/report/run_where.h"
 #include "runtime/sweep/trial_store.h"
+#include "runtime/core/local_time_text.h"
+#include "runtime/core/number_text.h"
+#include "runtime/core/duration_text.h"
 
 namespace runner::cli {
 namespace {
@@ -42,48 +46,6 @@ std::vector<std::string> split_list(const std::string& text) {
 
 void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-// What --where compares for a config key or metric: the config value, else the summary's, else the latest logged.
-WhereValue where_value(index::Database& db, const index::RunRecord& run, const std::string& key) {
-  const auto from_json = [](const nlohmann::json& value) -> WhereValue {
-    if (value.is_boolean()) return value.get<bool>() ? 1.0 : 0.0;
-    if (value.is_number()) return value.get<double>();
-    if (value.is_string()) return value.get<std::string>();
-    return value.is_null() ? WhereValue{} : WhereValue{value.dump()};
-  };
-  if (run.config.is_object() && run.config.contains(key)) return from_json(run.config[key]);
-  if (run.summary.is_object() && run.summary.contains(key)) return from_json(run.summary[key]);
-  if (const auto latest = index::latest_metric(db, run.run, key)) return *latest;
-  return {};
-}
-
-}  // namespace
-
-std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
-                                         double now) {
-  if (runs.empty()) return runs;
-  std::set<std::string> known;
-  for (const auto& run : runs) {
-    if (run.config.is_object())
-      for (const auto& [key, value] : run.config.items()) known.insert(key);
-    if (run.summary.is_object())
-      for (const auto& [key, value] : run.summary.items()) known.insert(key);
-  }
-  const std::set<std::string> keys = where.keys();
-  if (!std::includes(known.begin(), known.end(), keys.begin(), keys.end()))
-    for (const auto& run : runs)
-      for (const auto& latest : index::latest_metrics(db, run.run)) known.insert(latest.key);
-  where.check_keys(known);
-  std::vector<index::RunRecord> kept;
-  for (auto& run : runs) {
-    const WhereRun facts{run.name, index::effective_status(run, now), run.tags,
-                         [&](const std::string& key) { return where_value(db, run, key); }};
-    if (where.matches(facts)) kept.push_back(std::move(run));
-  }
-  return kept;
-}
-
-namespace {
-
 std::string tags_text(const index::RunRecord& run) { return fmt::format("{}", fmt::join(run.tags, " ")); }
 
 // A note in the aligned table: its first line, cut at 40 characters.
@@ -106,8 +68,12 @@ int runs_command(int argc, char** argv) {
       argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep", "--where"},
       {"--csv", "--json", "--desc"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
-  std::optional<RunWhere> where;
-  if (auto text = arguments.value("--where")) where.emplace(*text);
+  std::optional<report::RunWhere> where;
+  try {
+    if (auto text = arguments.value("--where")) where.emplace(*text);
+  } catch (const report::WhereError& error) {
+    throw UsageError(error.what());
+  }
   const TableFormat format = table_format(arguments);
   index::RunFilter filter;
   if (auto status = arguments.value("--status")) {
@@ -119,11 +85,15 @@ int runs_command(int argc, char** argv) {
   if (auto since = arguments.value("--since")) filter.started_after = parse_since(*since);
   const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
 
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   if (auto sweep = arguments.value("--sweep")) filter.sweep = sweep::load_sweep(db, *sweep).sweep;
   const double now = index::now_seconds();
   std::vector<index::RunRecord> runs = index::list_runs(db, filter);
-  if (where) runs = runs_where(db, std::move(runs), *where, now);
+  try {
+    if (where) runs = report::runs_where(db, std::move(runs), *where, now);
+  } catch (const report::WhereError& error) {
+    throw UsageError(error.what());
+  }
 
   std::vector<std::string> metrics;
   if (auto chosen = arguments.value("--metrics")) {
@@ -225,8 +195,8 @@ int runs_command(int argc, char** argv) {
     std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
     if (filter.sweep) row.insert(row.begin() + 2, run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
     if (aligned) {
-      row.push_back(format_time(run.started_at).substr(0, 16));
-      row.push_back(format_duration(index::duration_seconds(run, now)));
+      row.push_back(core::local_time_text(run.started_at).substr(0, 16));
+      row.push_back(core::duration_text(index::duration_seconds(run, now)));
     } else {
       row.push_back(run.started_at);
       row.push_back(index::duration_seconds(run, now));
@@ -261,43 +231,6 @@ int runs_command(int argc, char** argv) {
 
 namespace {
 
-template <typename T>
-nlohmann::json or_null(const std::optional<T>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
-
-// An attempt's status as users see it: the running attempt of a run whose process is gone is interrupted.
-std::string attempt_status(const index::RunRecord& run, const index::AttemptRecord& attempt, double now) {
-  return attempt.attempt == run.attempts && attempt.status == "running" ? index::effective_status(run, now)
-                                                                        : attempt.status;
-}
-
-nlohmann::json attempts_json(const index::RunRecord& run, const std::vector<index::AttemptRecord>& attempts,
-                             double now) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& a : attempts) {
-    out.push_back({{"attempt", a.attempt},
-                   {"status", attempt_status(run, a, now)},
-                   {"config", a.config},
-                   {"world_size", a.world_size},
-                   {"hosts", a.hosts},
-                   {"host", a.host},
-                   {"pid", a.pid},
-                   {"device", a.device},
-                   {"seed", or_null(a.seed)},
-                   {"script_hash", a.script_hash},
-                   {"git_revision", or_null(a.git_revision)},
-                   {"git_dirty", or_null(a.git_dirty)},
-                   {"versions", a.versions},
-                   {"start_step", or_null(a.start_step)},
-                   {"end_step", or_null(a.end_step)},
-                   {"started_at", or_null(a.started_at)},
-                   {"ended_at", or_null(a.ended_at)},
-                   {"error", or_null(a.error)}});
-  }
-  return out;
-}
-
 // The config keys an attempt changed from the attempt before, as key=value.
 std::string config_changes(const nlohmann::json& before, const nlohmann::json& now) {
   if (!before.is_object() || !now.is_object()) return before == now ? "" : now.dump();
@@ -323,12 +256,12 @@ Table attempts_table(const index::RunRecord& run, const std::vector<index::Attem
   };
   for (size_t i = 0; i < attempts.size(); ++i) {
     const index::AttemptRecord& a = attempts[i];
-    const std::string status = attempt_status(run, a, now);
+    const std::string status = index::effective_attempt_status(run, a, now);
     std::vector<Cell> row = {a.attempt, status};
     if (a.started_at) {
       const double end = a.ended_at ? *a.ended_at : status == "running" ? now : run.heartbeat_at;
-      row.push_back(format_time(*a.started_at));
-      row.push_back(format_duration(std::max(0.0, end - *a.started_at)));
+      row.push_back(core::local_time_text(*a.started_at));
+      row.push_back(core::duration_text(std::max(0.0, end - *a.started_at)));
     } else {
       row.insert(row.end(), {std::monostate{}, std::monostate{}});
     }
@@ -344,78 +277,6 @@ Table attempts_table(const index::RunRecord& run, const std::vector<index::Attem
 }
 
 }  // namespace
-
-nlohmann::json run_json(index::Database& db, const index::RunRecord& run, double now) {
-  nlohmann::json out = {{"id", run.id},
-                        {"name", run.name},
-                        {"status", index::effective_status(run, now)},
-                        {"script", run.script},
-                        {"script_hash", run.script_hash},
-                        {"config", run.config},
-                        {"summary", run.summary},
-                        {"versions", run.versions},
-                        {"host", run.host},
-                        {"pid", run.pid},
-                        {"device", run.device},
-                        {"world_size", run.world_size},
-                        {"hosts", run.hosts},
-                        {"dir", run.dir},
-                        {"started_at", run.started_at},
-                        {"duration", index::duration_seconds(run, now)},
-                        {"wall_seconds", index::wall_seconds(run, now)},
-                        {"attempts", run.attempts},
-                        {"sweep", run.sweep ? nlohmann::json(*run.sweep) : nlohmann::json(nullptr)},
-                        {"trial", run.trial ? nlohmann::json(*run.trial) : nlohmann::json(nullptr)},
-                        {"step", run.step}};
-  out["seed"] = run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr);
-  out["git_revision"] = run.git_revision ? nlohmann::json(*run.git_revision) : nlohmann::json(nullptr);
-  out["git_dirty"] = run.git_dirty ? nlohmann::json(*run.git_dirty) : nlohmann::json(nullptr);
-  out["ended_at"] = run.ended_at ? nlohmann::json(*run.ended_at) : nlohmann::json(nullptr);
-  out["error"] = run.error ? nlohmann::json(*run.error) : nlohmann::json(nullptr);
-  out["parent"] = run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json(nullptr);
-  out["tags"] = run.tags;
-  out["note"] = or_null(run.note);
-  out["attempt_history"] = attempts_json(run, index::run_attempts(db, run.run), now);
-  nlohmann::json inputs = nlohmann::json::array();
-  for (const index::InputRecord& input : index::run_inputs(db, run.run))
-    inputs.push_back({{"attempt", input.attempt},
-                      {"kind", input.kind},
-                      {"path", input.path},
-                      {"bytes", or_null(input.bytes)},
-                      {"modified_at", or_null(input.modified_at)},
-                      {"detail", input.detail}});
-  out["inputs"] = inputs;
-  nlohmann::json metrics = nlohmann::json::object();
-  for (const auto& latest : index::latest_metrics(db, run.run)) {
-    metrics[latest.key] = {
-        {"step", latest.point.step},
-        {"value", std::isfinite(latest.point.value) ? nlohmann::json(latest.point.value)
-                                                    : nlohmann::json(format_number(latest.point.value))}};
-  }
-  out["metrics"] = metrics;
-  nlohmann::json checkpoints = nlohmann::json::array();
-  for (const auto& c : index::checkpoints(db, run.run)) {
-    checkpoints.push_back(
-        {{"step", c.step},
-         {"path", c.path},
-         {"bytes", c.bytes},
-         {"hash", c.hash},
-         {"kept", c.kept},
-         {"metric", c.metric ? nlohmann::json(*c.metric) : nlohmann::json(nullptr)},
-         {"metric_value", c.metric_value ? nlohmann::json(*c.metric_value) : nlohmann::json(nullptr)}});
-  }
-  out["checkpoints"] = checkpoints;
-  nlohmann::json artifacts = nlohmann::json::array();
-  for (const auto& a : index::artifacts(db, run.run))
-    artifacts.push_back({{"step", a.step}, {"kind", a.kind}, {"name", a.name}, {"path", a.path}, {"bytes", a.bytes}});
-  out["artifacts"] = artifacts;
-  nlohmann::json interventions = nlohmann::json::array();
-  for (const index::InterventionRecord& i : index::interventions(db, run.run))
-    interventions.push_back({{"step", i.step}, {"time", i.time}, {"chunk", i.chunk}, {"changes", i.changes}});
-  out["interventions"] = interventions;
-  out["histograms"] = index::histogram_steps(db, run.run);
-  return out;
-}
 
 namespace {
 
@@ -455,7 +316,7 @@ Table inputs_table(const std::vector<index::InputRecord>& inputs) {
     else if (d.contains("sha256") && d["sha256"].is_string())
       identity = "sha256 " + d["sha256"].get<std::string>().substr(0, 12);
     else if (input.modified_at)
-      identity = "modified " + format_time(*input.modified_at);
+      identity = "modified " + core::local_time_text(*input.modified_at);
     table.rows.push_back(
         {input.attempt, input.kind, input.path,
          input.bytes ? Cell(core::byte_size_text(static_cast<uint64_t>(*input.bytes))) : Cell(std::monostate{}),
@@ -469,11 +330,11 @@ Table inputs_table(const std::vector<index::InputRecord>& inputs) {
 int show_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--json", "--sweep"});
   if (arguments.positional.size() != 1) throw UsageError("expected one RUN (an id, id prefix, name or 'last')");
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const double now = index::now_seconds();
   if (arguments.has("--json")) {
-    print(run_json(db, run, now).dump(2) + "\n");
+    print(report::run_json(db, run, now).dump(2) + "\n");
     return 0;
   }
   const std::string status = index::effective_status(run, now);
@@ -486,10 +347,10 @@ int show_command(int argc, char** argv) {
     text += fmt::format("error     {}\n", shown(first_line));
   }
   const double wall = index::wall_seconds(run, now);
-  text += fmt::format("started   {}   duration {}{}   step {}\n", format_time(run.started_at),
-                      format_duration(index::duration_seconds(run, now)),
+  text += fmt::format("started   {}   duration {}{}   step {}\n", core::local_time_text(run.started_at),
+                      core::duration_text(index::duration_seconds(run, now)),
                       run.attempts > 1 ? fmt::format(" in {} attempts ({} from the first start to the end)",
-                                                     run.attempts, format_duration(wall))
+                                                     run.attempts, core::duration_text(wall))
                                        : "",
                       run.step);
   text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : shown(run.script),
@@ -501,7 +362,7 @@ int show_command(int argc, char** argv) {
                       run.device.empty() ? "-" : shown(run.device), run.world_size,
                       run.seed ? fmt::format("   seed {}", *run.seed) : "");
   if (run.hosts.size() > 1) text += fmt::format("hosts     {}\n", shown(fmt::format("{}", fmt::join(run.hosts, ", "))));
-  text += fmt::format("directory {}\n", shown(index::home_directory() + "/" + run.dir));
+  text += fmt::format("directory {}\n", shown(command_index().home + "/" + run.dir));
   if (run.parent_id) text += fmt::format("parent    {}\n", shown(*run.parent_id));
   if (!run.tags.empty()) text += fmt::format("tags      {}\n", shown(fmt::format("{}", fmt::join(run.tags, ", "))));
   if (run.note) text += fmt::format("note      {}\n", shown(*run.note));
@@ -519,13 +380,14 @@ int show_command(int argc, char** argv) {
   for (const auto& c : index::checkpoints(db, run.run)) {
     checkpoints.rows.push_back(
         {c.step, c.path, core::byte_size_text(static_cast<uint64_t>(c.bytes)), c.kept ? "yes" : "no",
-         c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? format_number(*c.metric_value) : "-"))
+         c.metric ? Cell(fmt::format("{} = {}", *c.metric, c.metric_value ? core::number_text(*c.metric_value) : "-"))
                   : Cell(std::monostate{})});
   }
   print_section("checkpoints", checkpoints);
   Table interventions{{"step", "time", "changed", "chunk"}, {}};
   for (const index::InterventionRecord& i : index::interventions(db, run.run))
-    interventions.rows.push_back({i.step, format_time(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
+    interventions.rows.push_back(
+        {i.step, core::local_time_text(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
   print_section("interventions (runner attach)", interventions);
   Table histograms{{"histogram", "steps", "first", "last"}, {}};
   for (const auto& [key, steps] : index::histogram_steps(db, run.run))
@@ -544,7 +406,7 @@ int compare_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json", "--sweep"});
   if (arguments.positional.size() < 2) throw UsageError("expected two or more RUNs to compare");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   std::vector<index::RunRecord> runs;
   for (const auto& reference : arguments.positional) {
     runs.push_back(index::resolve_run(db, reference, last_among(arguments)));
@@ -595,7 +457,7 @@ int compare_command(int argc, char** argv) {
   for (const auto& run : runs) {
     status.push_back(index::effective_status(run, now));
     steps.push_back(run.step);
-    duration.push_back(format == TableFormat::aligned ? Cell(format_duration(index::duration_seconds(run, now)))
+    duration.push_back(format == TableFormat::aligned ? Cell(core::duration_text(index::duration_seconds(run, now)))
                                                       : Cell(index::duration_seconds(run, now)));
   }
   table.rows.insert(table.rows.begin(), {status, steps, duration});

@@ -11,11 +11,14 @@
 #include "runtime/core/byte_size_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
+#include "runtime/report/sweep_loading.h"
 #include "runtime/report/sweep_report.h"
 #include "runtime/sweep/parameter_importance.h"
 #include "runtime/sweep/sweep_removal.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
+#include "runtime/core/local_time_text.h"
+#include "runtime/core/number_text.h"
 
 namespace runner::cli {
 namespace {
@@ -30,61 +33,6 @@ Cell param_cell(const nlohmann::json& params, const std::string& name) {
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number()) return value.get<double>();
   return sweep::override_text(value);
-}
-
-// The table's groups: finished, stopped by ASHA, still going, failed.
-int status_rank(const std::string& status) {
-  if (status == "finished") return 0;
-  if (status == "pruned" || status == "paused") return 1;
-  if (status == "running" || status == "stopped") return 2;
-  return 3;
-}
-
-// Finished trials by the objective, then those ASHA stopped (furthest rung first), then the rest.
-void sort_trials(const sweep::SweepSpec& spec, std::vector<sweep::TrialRecord>& trials) {
-  auto better = [&](const std::optional<double>& a, const std::optional<double>& b) {
-    const bool va = a && !std::isnan(*a), vb = b && !std::isnan(*b);
-    if (va != vb) return va;
-    if (!va) return false;
-    return spec.minimize ? *a < *b : *a > *b;
-  };
-  std::stable_sort(trials.begin(), trials.end(), [&](const sweep::TrialRecord& a, const sweep::TrialRecord& b) {
-    if (status_rank(a.status) != status_rank(b.status)) return status_rank(a.status) < status_rank(b.status);
-    if (a.rung != b.rung && status_rank(a.status) == 1) return a.rung > b.rung;
-    if (better(a.metric, b.metric) != better(b.metric, a.metric)) return better(a.metric, b.metric);
-    return a.trial < b.trial;
-  });
-}
-
-// A sweep's status as shown: a running sweep that no live worker holds (its workers were killed, or died)
-// is stopped, with a note of when a worker was last seen.
-struct ShownStatus {
-  std::string status;
-  std::string note;  // "no live worker since 14:02; run the same command to continue"
-};
-
-ShownStatus shown_status(index::Database& db, const sweep::SweepRecord& record) {
-  if (record.status != "running") return {record.status, ""};
-  const sweep::WorkerPresence presence = sweep::worker_presence(db, record);
-  if (presence.alive) return {record.status, ""};
-  const std::string seen = format_time(presence.last_seen);
-  const bool today = seen.substr(0, 10) == format_time(index::now_seconds()).substr(0, 10);
-  return {"stopped", fmt::format("no live worker since {}; run the same command to continue",
-                                 today ? seen.substr(11, 5) : seen.substr(0, 16))};
-}
-
-std::string summary_line(const sweep::SweepRecord& record, const ShownStatus& shown, const sweep::SweepCounts& counts) {
-  const sweep::SweepSpec& spec = record.spec;
-  std::vector<std::string> names;
-  for (const sweep::Parameter& parameter : spec.parameters) names.push_back(parameter.name);
-  return fmt::format("{}, {}, {} of {} trials done ({} finished, {} pruned, {} failed) over {}; {} ({}){}",
-                     shown.note.empty() ? shown.status : fmt::format("{} ({})", shown.status, shown.note),
-                     sweep::method_name(spec.method), counts.finished + counts.pruned + counts.failed, spec.trials,
-                     counts.finished, counts.pruned, counts.failed, fmt::join(names, ", "), spec.metric,
-                     spec.minimize ? "min" : "max",
-                     spec.asha ? fmt::format("; ASHA rungs from step {} by {} up to {}", spec.asha->min_steps,
-                                             spec.asha->reduction, spec.asha->max_steps)
-                               : "");
 }
 
 // The sweep's workers by host: each one's process, Slurm job, start, last heartbeat and the trials it runs.
@@ -103,10 +51,10 @@ void print_workers(index::Database& db, const sweep::SweepRecord& record,
       if (trial.status == "running" && trial.worker == worker.worker) running.push_back(std::to_string(trial.trial));
     const std::string heartbeat =
         worker.alive ? fmt::format("{:.0f} s ago", std::max(0.0, now - worker.heartbeat_at))
-                     : fmt::format("none since {} (gone)", format_time(worker.heartbeat_at).substr(11, 5));
+                     : fmt::format("none since {} (gone)", core::local_time_text(worker.heartbeat_at).substr(11, 5));
     table.rows.push_back(
         {worker.host, worker.pid, worker.slurm_job ? Cell(*worker.slurm_job) : Cell(std::monostate{}),
-         format_time(worker.started_at).substr(0, 16), heartbeat,
+         core::local_time_text(worker.started_at).substr(0, 16), heartbeat,
          running.empty() ? Cell(std::monostate{}) : Cell(fmt::format("{}", fmt::join(running, ", ")))});
   }
   print(fmt::format("\nworkers ({} on {} host{}):\n", workers.size(), hosts.size(), hosts.size() == 1 ? "" : "s"));
@@ -119,21 +67,21 @@ int sweeps_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   Table table;
   table.columns = {"sweep", "name", "status", "method", "trials", "done", "metric", "best", "best_trial", "created"};
   std::string notes;
   for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) {
     const std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
     const sweep::SweepCounts counts = sweep::count_trials(record, trials);
-    const ShownStatus shown = shown_status(db, record);
+    const report::ShownSweepStatus shown = report::shown_sweep_status(db, record);
     if (!shown.note.empty()) notes += fmt::format("sweep {}: {}\n", record.name, shown.note);
     table.rows.push_back({record.sweep, record.name, shown.status, sweep::method_name(record.spec.method),
                           record.spec.trials, static_cast<int64_t>(counts.finished + counts.pruned + counts.failed),
                           record.spec.metric + (record.spec.minimize ? " (min)" : " (max)"),
                           optional_cell(counts.best_value),
                           counts.best_trial ? Cell(*counts.best_trial) : Cell(std::monostate{}),
-                          format == TableFormat::aligned ? Cell(format_time(record.created_at).substr(0, 16))
+                          format == TableFormat::aligned ? Cell(core::local_time_text(record.created_at).substr(0, 16))
                                                          : Cell(record.created_at)});
   }
   if (format == TableFormat::aligned && table.rows.empty()) {
@@ -148,8 +96,9 @@ int sweeps_command(int argc, char** argv) {
 int sweep_rm_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--force"});
   if (arguments.positional.empty()) throw UsageError("expected one or more sweeps to delete (names or numbers)");
-  const std::string home = index::home_directory();
-  index::Database db = index::open_index_for_writing(home);
+  const index::IndexLocation where = command_index();
+  const std::string& home = where.home;
+  index::Database db = index::open_index_for_writing(where);
   // Every sweep is found before anything is deleted, so a typo deletes nothing.
   std::vector<sweep::SweepRecord> sweeps;
   for (const std::string& reference : arguments.positional) sweeps.push_back(sweep::load_sweep(db, reference));
@@ -166,13 +115,13 @@ int sweep_show_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--csv", "--json"});
   if (arguments.positional.size() != 1) throw UsageError("expected one sweep (a name or number)");
   const TableFormat format = table_format(arguments);
-  index::Database db = index::open_index_for_reading(index::home_directory());
+  index::Database db = index::open_index_for_reading(command_index());
   const sweep::SweepRecord record = sweep::load_sweep(db, arguments.positional[0]);
   const sweep::SweepSpec& spec = record.spec;
   std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
   const sweep::SweepCounts counts = sweep::count_trials(record, trials);
-  const ShownStatus shown = shown_status(db, record);
-  sort_trials(spec, trials);
+  const report::ShownSweepStatus shown = report::shown_sweep_status(db, record);
+  report::sort_trials_for_table(spec, trials);
 
   Table table;
   table.columns = {"best", "trial", "status", spec.metric, "step", "rung", "run"};
@@ -190,7 +139,7 @@ int sweep_show_command(int argc, char** argv) {
     row.push_back(trial.run ? Cell(index::load_run(db, *trial.run).id) : Cell(std::monostate{}));
     for (const sweep::Parameter& parameter : spec.parameters) row.push_back(param_cell(trial.params, parameter.name));
     std::string error = trial.error.value_or("");
-    if (format == TableFormat::aligned && error.size() > 60) error = error.substr(0, 57) + "...";
+    if (format == TableFormat::aligned && error.size() > 60) error.replace(57, std::string::npos, "...");
     if (const auto newline = error.find('\n'); format == TableFormat::aligned && newline != std::string::npos)
       error = error.substr(0, newline);
     row.push_back(error.empty() ? Cell(std::monostate{}) : Cell(error));
@@ -200,7 +149,8 @@ int sweep_show_command(int argc, char** argv) {
     print(format_table(table, format));
     return 0;
   }
-  print(fmt::format("sweep {} ({}): {}\n", record.name, record.sweep, summary_line(record, shown, counts)));
+  print(
+      fmt::format("sweep {} ({}): {}\n", record.name, record.sweep, report::sweep_summary_line(record, shown, counts)));
   print(fmt::format("script {}\n", spec.script));
   if (record.error) print(fmt::format("error: {}\n", *record.error));
   print("\n");
@@ -211,7 +161,7 @@ int sweep_show_command(int argc, char** argv) {
   const std::string best = sweep::best_trial_command(record, sweep::list_trials(db, record.sweep));
   if (!best.empty())
     print(fmt::format("\nbest (trial {}, {} {}): {}\n", *counts.best_trial, spec.metric,
-                      format_number(*counts.best_value), best));
+                      core::number_text(*counts.best_value), best));
   print_workers(db, record, trials);
   return 0;
 }
@@ -234,66 +184,8 @@ bool is_sweep_reference(index::Database& db, const std::string& reference) {
   }
 }
 
-report::SweepReport load_sweep_report(index::Database& db, const std::string& reference, report::XAxis curves_x) {
-  const sweep::SweepRecord record = sweep::load_sweep(db, reference);
-  const sweep::SweepSpec& spec = record.spec;
-  std::vector<sweep::TrialRecord> trials = sweep::list_trials(db, record.sweep);
-  const sweep::SweepCounts counts = sweep::count_trials(record, trials);
-  report::SweepReport page;
-  page.name = record.name;
-  page.title = "runner sweep report: " + record.name;
-  page.generated_at = format_time(index::now_seconds());
-  const ShownStatus shown = shown_status(db, record);
-  page.status = shown.status;
-  page.summary = summary_line(record, shown, counts);
-  page.metric = spec.metric;
-  page.minimize = spec.minimize;
-  page.asha = spec.asha.has_value();
-  page.best_trial = counts.best_trial;
-  page.best_command = sweep::best_trial_command(record, trials);
-  for (const sweep::Parameter& parameter : spec.parameters) {
-    report::SweepReportParameter column;
-    column.name = parameter.name;
-    column.log_scale = parameter.kind == sweep::ParameterKind::log_uniform || parameter.log;
-    if (parameter.kind == sweep::ParameterKind::choice &&
-        !std::all_of(parameter.values.begin(), parameter.values.end(),
-                     [](const nlohmann::json& v) { return v.is_number(); }))
-      for (const nlohmann::json& value : parameter.values)
-        column.categories.push_back(value.is_string() ? value.get<std::string>() : value.dump());
-    std::vector<nlohmann::json> values;
-    std::vector<double> objective;
-    for (const sweep::TrialRecord& trial : trials) {
-      if (trial.status != "finished" || !trial.metric) continue;
-      values.push_back(trial.params.contains(parameter.name) ? trial.params[parameter.name] : nlohmann::json());
-      objective.push_back(*trial.metric);
-    }
-    column.importance = sweep::parameter_importance(values, objective);
-    page.parameters.push_back(std::move(column));
-  }
-  for (const sweep::RungRow& row : sweep::rung_results(db, record.sweep))
-    page.rungs.push_back({row.trial, row.rung, row.step, row.value});
-  sort_trials(spec, trials);
-  for (const sweep::TrialRecord& trial : trials) {
-    report::SweepReportTrial row;
-    row.trial = trial.trial;
-    row.status = trial.status;
-    row.value = trial.metric;
-    row.step = trial.step;
-    row.rung = trial.rung;
-    row.params = trial.params;
-    row.error = trial.error.value_or("");
-    if (trial.run) {
-      const index::RunRecord run = index::load_run(db, *trial.run);
-      row.run_id = run.id;
-      row.curve = metric_points(db, run, spec.metric, curves_x);
-    }
-    page.trials.push_back(std::move(row));
-  }
-  return page;
-}
-
 void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output) {
-  const report::SweepReport page = load_sweep_report(db, reference);
+  const report::SweepReport page = report::load_sweep_report(db, reference);
   report::write_sweep_report(output, page);
   print(fmt::format("wrote {} (sweep {}, {} trials)\n", output, page.name, page.trials.size()));
 }

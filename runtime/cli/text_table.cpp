@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/terminal_text.h"
+#include "runtime/core/number_text.h"
 
 namespace runner::cli {
 namespace {
@@ -32,7 +33,7 @@ std::string csv_field(const Cell& cell) {
   if (std::holds_alternative<std::monostate>(cell)) return "";
   if (auto* integer = std::get_if<int64_t>(&cell)) return std::to_string(*integer);
   if (auto* real = std::get_if<double>(&cell))
-    return std::isfinite(*real) ? fmt::format("{}", *real) : format_number(*real);
+    return std::isfinite(*real) ? fmt::format("{}", *real) : core::number_text(*real);
   const auto& text = std::get<std::string>(cell);
   if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
   std::string quoted = "\"";
@@ -44,29 +45,16 @@ nlohmann::json json_value(const Cell& cell) {
   if (std::holds_alternative<std::monostate>(cell)) return nullptr;
   if (auto* integer = std::get_if<int64_t>(&cell)) return *integer;
   if (auto* real = std::get_if<double>(&cell))
-    return std::isfinite(*real) ? nlohmann::json(*real) : nlohmann::json(format_number(*real));
+    return std::isfinite(*real) ? nlohmann::json(*real) : nlohmann::json(core::number_text(*real));
   return nlohmann::json(std::get<std::string>(cell));
 }
 
 }  // namespace
 
-std::string format_number(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  // Six significant digits, but whole numbers up to 10^15 and large values keep their integer part: a count or
-  // a time in seconds reads as 1795790123, not 1.79579e+09.
-  const double magnitude = std::abs(value);
-  if (magnitude >= 1e6 && magnitude < 1e15) {
-    if (value == std::floor(value)) return fmt::format("{:.0f}", value);
-    return fmt::format("{:.2f}", value);
-  }
-  return fmt::format("{:.6g}", value);
-}
-
 std::string format_cell(const Cell& cell) {
   if (std::holds_alternative<std::monostate>(cell)) return "-";
   if (auto* integer = std::get_if<int64_t>(&cell)) return std::to_string(*integer);
-  if (auto* real = std::get_if<double>(&cell)) return format_number(*real);
+  if (auto* real = std::get_if<double>(&cell)) return core::number_text(*real);
   return std::get<std::string>(cell);
 }
 

@@ -22,8 +22,7 @@ enum class TableFormat { aligned, csv, json };
 // json: an array of objects keyed by column, NULL as null, non-finite reals as strings.
 std::string format_table(const Table& table, TableFormat format);
 
-// 6 significant digits, "nan" / "inf" for non-finite values.
-std::string format_number(double value);
+// As core::number_text for reals, "-" for NULL.
 std::string format_cell(const Cell& cell);
 
 }  // namespace runner::cli

@@ -1,4 +1,4 @@
-// A span of seconds read from an environment variable (RUNNER_DIST_TIMEOUT, RUNNER_ATTACH_IDLE_TIMEOUT).
+// A span of seconds read from an environment variable (RUNNER_ATTACH_IDLE_TIMEOUT, the RUNNER_INDEX_*_TIMEOUT ones).
 #pragma once
 
 namespace runner::core {

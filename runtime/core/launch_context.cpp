@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -142,6 +143,17 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
   else if (auto job = lookup(env, {"SLURM_JOB_ID"}, &which))
     context.slurm_job = *job;
   if (auto index = lookup(env, {"RUNNER_INDEX"}, &which)) context.index_url = *index;
+  if (auto home = lookup(env, {"RUNNER_HOME"}, &which)) {
+    context.home = *home;
+    while (context.home.size() > 1 && context.home.back() == '/') context.home.pop_back();
+  }
+  if (auto timeout = lookup(env, {"RUNNER_DIST_TIMEOUT"}, &which)) {
+    char* end = nullptr;
+    context.dist_timeout_seconds = std::strtod(timeout->c_str(), &end);
+    if (end == timeout->c_str() || *end != '\0' || !(context.dist_timeout_seconds > 0) ||
+        !std::isfinite(context.dist_timeout_seconds))
+      throw LaunchError(fmt::format("RUNNER_DIST_TIMEOUT='{}' is not a number of seconds > 0", *timeout));
+  }
   return context;
 }
 

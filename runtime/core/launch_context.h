@@ -1,8 +1,8 @@
 // What this process is, parsed once from the command line and the environment: the resume policy, the log
 // level, the steps to profile, its place in a distributed job (torchrun / Slurm variables) and in a sweep, the
-// REPL's history file; nothing else reads these facts from the environment or writes them into it. Read by the
-// run start policy, the loader's sharding defaults, device "auto", the trainer (through the binding) and the
-// REPL; it lives in core because those sit below run/.
+// index's location, the collective timeout, the REPL's history file; nothing else reads these facts from the
+// environment or writes them into it. Read by the run start policy, the loader's sharding defaults, device "auto", the
+// trainer (through the binding) and the REPL; it lives in core because those sit below run/.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +54,13 @@ struct LaunchContext {
                                                        // (Slurm sets it for a GPU allocation), else Slurm's
                                                        // SLURM_JOB_GPUS, else the first SLURM_GPUS_ON_NODE;
                                                        // none: every GPU of the host
-  std::string slurm_job;  // the Slurm job this process runs in: "JOB_TASK" in a job array (SLURM_ARRAY_JOB_ID,
-                          // SLURM_ARRAY_TASK_ID), else SLURM_JOB_ID; "" outside Slurm
-  std::string index_url;  // RUNNER_INDEX: the index when it is not RUNNER_HOME's SQLite file ("" for that one)
+  std::string slurm_job;      // the Slurm job this process runs in: "JOB_TASK" in a job array (SLURM_ARRAY_JOB_ID,
+                              // SLURM_ARRAY_TASK_ID), else SLURM_JOB_ID; "" outside Slurm
+  std::string home = "runs";  // RUNNER_HOME (trailing '/' removed), else ./runs: the run folders and, unless
+                              // index_url, the index (index/index_database.h: IndexLocation)
+  std::string
+      index_url;  // RUNNER_INDEX or --index: the index when it is not RUNNER_HOME's SQLite file ("" for that one)
+  double dist_timeout_seconds = 300;  // RUNNER_DIST_TIMEOUT: the rendezvous's and every collective's timeout
 
   bool distributed() const { return world_size > 1; }
 };

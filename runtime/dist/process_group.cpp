@@ -1,6 +1,5 @@
 // The c10d process group: TCPStore rendezvous, Gloo and NCCL backends, and the collectives runner uses.
 #include "runtime/dist/process_group.h"
-#include "runtime/core/environment_seconds.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -279,9 +278,8 @@ ProcessGroup* process_group() { return the_group.get(); }
 void join_process_group(c10::Device device) {
   const core::LaunchContext& context = core::launch_context();
   if (!context.distributed() || the_group) return;
-  const double seconds = core::seconds_from_environment("RUNNER_DIST_TIMEOUT", 300);
-  the_group = std::make_unique<ProcessGroup>(context, device,
-                                             std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)));
+  the_group = std::make_unique<ProcessGroup>(
+      context, device, std::chrono::milliseconds(static_cast<std::int64_t>(context.dist_timeout_seconds * 1000)));
 }
 
 void leave_process_group() { the_group.reset(); }

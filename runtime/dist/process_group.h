@@ -99,8 +99,8 @@ class ProcessGroup {
 // The process's group: made by join_process_group (the program's entry point, when the launch context is
 // distributed); nullptr for a single process.
 ProcessGroup* process_group();
-// Joins the job of the process's launch context; `device` as for ProcessGroup. The collective timeout is
-// RUNNER_DIST_TIMEOUT seconds (default 300).
+// Joins the job of the process's launch context; `device` as for ProcessGroup. The collective timeout is the
+// context's dist_timeout_seconds (RUNNER_DIST_TIMEOUT, default 300).
 void join_process_group(c10::Device device);
 void leave_process_group();
 

@@ -646,29 +646,19 @@ OpenMode reading_mode(const std::string& home, const std::string& path) {
 
 }  // namespace
 
-std::string home_directory() {
-  const char* home = std::getenv("RUNNER_HOME");
-  std::string path = home && *home ? home : "runs";
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
-std::string index_path(const std::string& home) { return home + "/index.db"; }
-
-std::string index_url() {
-  const std::string& url = core::launch_context().index_url;
+IndexLocation index_location(const core::LaunchContext& context) {
+  const std::string& url = context.index_url;
   if (!url.empty() && url.rfind("postgresql://", 0) != 0 && url.rfind("postgres://", 0) != 0)
     throw IndexError(
         fmt::format("RUNNER_INDEX / --index '{}' is not a postgresql:// URL (leave it unset for the SQLite "
                     "index in RUNNER_HOME)",
                     url_without_password(url)));
-  return url;
+  return {context.home, url};
 }
 
-std::string index_location(const std::string& home) {
-  const std::string url = index_url();
-  return url.empty() ? index_path(home) : url_without_password(url);
-}
+std::string index_path(const std::string& home) { return home + "/index.db"; }
+
+std::string IndexLocation::shown() const { return url.empty() ? index_path(home) : url_without_password(url); }
 
 std::span<const Migration> schema_migrations() { return kMigrations; }
 
@@ -705,10 +695,11 @@ int migrate(Database& db, std::span<const Migration> migrations) {
   return version;
 }
 
-Database open_index_for_writing(const std::string& home) {
+Database open_index_for_writing(const IndexLocation& where) {
+  const std::string& home = where.home;
   make_directories(home);
-  if (const std::string url = index_url(); !url.empty()) {
-    Database db = Database::postgresql(url, false);
+  if (!where.url.empty()) {
+    Database db = Database::postgresql(where.url, false);
     migrate(db, schema_migrations());
     fence_this_process(db);
     return db;
@@ -759,10 +750,11 @@ void check_integrity(Database& db) {
   checked.insert(db.path());
 }
 
-Database open_index_for_reading(const std::string& home) {
-  if (const std::string url = index_url(); !url.empty()) {
+Database open_index_for_reading(const IndexLocation& where) {
+  const std::string& home = where.home;
+  if (!where.url.empty()) {
     {
-      Database db = Database::postgresql(url, true);
+      Database db = Database::postgresql(where.url, true);
       const int version = user_version(db);
       check_version(db, version, schema_version());
       check_is_index(db, version);
@@ -773,8 +765,8 @@ Database open_index_for_reading(const std::string& home) {
                         db.path()));
       if (version == schema_version()) return db;
     }
-    open_index_for_writing(home);  // an older schema: migrate, then read
-    return Database::postgresql(url, true);
+    open_index_for_writing(where);  // an older schema: migrate, then read
+    return Database::postgresql(where.url, true);
   }
   const std::string path = index_path(home);
   if (!file_exists(path))
@@ -801,25 +793,25 @@ Database open_index_for_reading(const std::string& home) {
                       "place to read it",
                       path, version, schema_version()));
   }
-  open_index_for_writing(home);  // an older schema: migrate, then read
+  open_index_for_writing(where);  // an older schema: migrate, then read
   Database db(path, mode);
   db.execute("PRAGMA query_only = ON");
   return db;
 }
 
-std::optional<Database> open_index_if_any(const std::string& home) {
-  if (const std::string url = index_url(); !url.empty()) {
+std::optional<Database> open_index_if_any(const IndexLocation& where) {
+  if (!where.url.empty()) {
     {
-      Database db = Database::postgresql(url, true);
+      Database db = Database::postgresql(where.url, true);
       const int version = user_version(db);
       check_version(db, version, schema_version());
       check_is_index(db, version);
       if (version == 0) return std::nullopt;
     }
-    return open_index_for_reading(home);
+    return open_index_for_reading(where);
   }
-  if (!file_exists(index_path(home))) return std::nullopt;
-  return open_index_for_reading(home);
+  if (!file_exists(index_path(where.home))) return std::nullopt;
+  return open_index_for_reading(where);
 }
 
 }  // namespace runner::index

@@ -5,20 +5,24 @@
 #include <span>
 #include <string>
 
+#include "runtime/core/launch_context.h"
 #include "runtime/index/database.h"
 
 namespace runner::index {
 
-// RUNNER_HOME, or ./runs when unset: holds index.db (unless the index is on PostgreSQL) and one directory
-// per run.
-std::string home_directory();
-std::string index_path(const std::string& home);
+// Where the index is, as the launch context says: `home` (RUNNER_HOME, else ./runs) holds one directory per run,
+// and index.db unless `url` (RUNNER_INDEX or --index: a postgresql:// URL) puts the index on a PostgreSQL server.
+struct IndexLocation {
+  std::string home;
+  std::string url;  // "" for the SQLite file in `home`
 
-// The index on a PostgreSQL server: RUNNER_INDEX or --index URL (core::LaunchContext::index_url), a
-// postgresql:// URL; "" for the SQLite file in RUNNER_HOME. Another kind of value is an IndexError.
-std::string index_url();
-// What messages call the index: its file, or its URL without the password.
-std::string index_location(const std::string& home);
+  // What messages call the index: its file, or its URL without the password.
+  std::string shown() const;
+};
+
+// The launch's index (LaunchContext::home and ::index_url); a URL of another kind is an IndexError.
+IndexLocation index_location(const core::LaunchContext& context);
+std::string index_path(const std::string& home);
 
 // One step of the schema: applied in a transaction that also records the version (PRAGMA user_version in
 // SQLite, the runner_schema table in PostgreSQL). `postgresql` is the same step in PostgreSQL's dialect; an
@@ -39,16 +43,16 @@ int schema_version();
 int migrate(Database& db, std::span<const Migration> migrations);
 
 // Opens the index for writing: creates the file (and `home`) when missing, sets WAL mode, synchronous
-// NORMAL, foreign keys, and migrates. Errors are IndexError with the path. With index_url(), connects to that
+// NORMAL, foreign keys, and migrates. Errors are IndexError with the path. With a `url`, connects to that
 // server (creating `home`, where run folders live) and migrates its schema.
-Database open_index_for_writing(const std::string& home);
+Database open_index_for_writing(const IndexLocation& where);
 
 // Opens the index read-only for queries and reports. A missing file, a file that is not a runner index,
 // or a newer schema is an IndexError; an older schema is first migrated through a writable connection.
-Database open_index_for_reading(const std::string& home);
-// The same when there is an index to read; none when RUNNER_HOME has no index.db, or the PostgreSQL database has no
+Database open_index_for_reading(const IndexLocation& where);
+// The same when there is an index to read; none when `home` has no index.db, or the PostgreSQL database has no
 // runner schema yet (one with other tables is refused as open_index_for_reading refuses it).
-std::optional<Database> open_index_if_any(const std::string& home);
+std::optional<Database> open_index_if_any(const IndexLocation& where);
 
 // PRAGMA quick_check of the whole database, once per process and file (about 0.15 s for 2 million metric
 // values): IndexError naming the database and the first problem. Both ways of opening the index run it, so

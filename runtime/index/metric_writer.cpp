@@ -34,10 +34,10 @@ Clock::duration seconds(double value) {
 
 }  // namespace
 
-MetricWriter::MetricWriter(std::string home, int64_t run, MetricWriterOptions options)
-    : home_(std::move(home)), run_(run), options_(options) {
+MetricWriter::MetricWriter(IndexLocation index, int64_t run, MetricWriterOptions options)
+    : index_(std::move(index)), run_(run), options_(options) {
   // Opening here reports a bad index to the caller instead of failing later on the thread.
-  open_index_for_writing(home_);
+  open_index_for_writing(index_);
   // Both buffers start at a batch's size, so the training loop's push never pays for growing the queue
   // while the writer keeps up.
   queued_.reserve(options_.flush_rows);
@@ -176,7 +176,7 @@ void MetricWriter::run_thread() {
     std::exception_ptr failure;
     try {
       if (!db) {
-        db.emplace(open_index_for_writing(home_));
+        db.emplace(open_index_for_writing(index_));
         insert.emplace(db->prepare(metrics_insert(kRowsPerInsert)));
         latest.emplace(*db,
                        "INSERT INTO metric_latest (run, key, step, value, time) VALUES (?, ?, ?, ?, ?) "

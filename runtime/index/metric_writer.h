@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/index/index_database.h"
+
 namespace runner::index {
 
 struct MetricWriterOptions {
@@ -26,8 +28,8 @@ struct MetricWriterOptions {
 
 class MetricWriter {
  public:
-  // Opens its own connection to the index under `home` for run `run`.
-  MetricWriter(std::string home, int64_t run, MetricWriterOptions options = {});
+  // Opens its own connection to the index at `index` for run `run`.
+  MetricWriter(IndexLocation index, int64_t run, MetricWriterOptions options = {});
   ~MetricWriter();  // close() without throwing; an error then is logged
   MetricWriter(const MetricWriter&) = delete;
   MetricWriter& operator=(const MetricWriter&) = delete;
@@ -63,7 +65,7 @@ class MetricWriter {
   void run_thread();
   void write_batch(std::vector<Entry>& batch);
 
-  std::string home_;
+  IndexLocation index_;
   int64_t run_;
   MetricWriterOptions options_;
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "runtime/core/duration_text.h"
+#include "runtime/core/environment_seconds.h"
 #include "runtime/core/logging.h"
 #include "runtime/index/connection.h"
 
@@ -38,14 +39,13 @@ struct SessionLimits {
   double wait = 600;       // RUNNER_INDEX_WAIT: how long a writer waits for a server that is away
 };
 
+// core::seconds_from_environment, its error an IndexError.
 double seconds_from_environment(const char* name, double fallback) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0))
-    throw IndexError(fmt::format("{}='{}' is not a number of seconds > 0", name, text));
-  return seconds;
+  try {
+    return core::seconds_from_environment(name, fallback);
+  } catch (const std::invalid_argument& error) {
+    throw IndexError(error.what());
+  }
 }
 
 SessionLimits session_limits() {

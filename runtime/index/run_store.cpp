@@ -235,6 +235,10 @@ std::string effective_status(const RunRecord& run, double now) {
   return "running";
 }
 
+std::string effective_attempt_status(const RunRecord& run, const AttemptRecord& attempt, double now) {
+  return attempt.attempt == run.attempts && attempt.status == "running" ? effective_status(run, now) : attempt.status;
+}
+
 double duration_seconds(const RunRecord& run, double now) {
   if (!run.attempt_started_at) return run.active_seconds;
   const double end = effective_status(run, now) == "running" ? now : run.heartbeat_at;

@@ -84,6 +84,9 @@ bool is_run_status(std::string_view status);
 // The status users see: a `running` row whose process is gone (same host) or whose heartbeat is stale is
 // `interrupted`.
 std::string effective_status(const RunRecord& run, double now);
+struct AttemptRecord;
+// An attempt's status as users see it: the running attempt of a run whose process is gone is interrupted.
+std::string effective_attempt_status(const RunRecord& run, const AttemptRecord& attempt, double now);
 // Seconds spent running: the ended attempts' time plus the running attempt's so far (to its last heartbeat
 // when its process is gone); the pauses between a stop and its resume do not count.
 double duration_seconds(const RunRecord& run, double now);

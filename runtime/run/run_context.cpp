@@ -81,16 +81,16 @@ std::string attempt_changes(const RunRecord& before, const RunRecord& now) {
 
 }  // namespace
 
-RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.home)) {}
+RunContext::RunContext(const RunStart& start) : RunContext(start, open_index_for_writing(start.index)) {}
 
 RunContext::RunContext(const RunStart& start, Database db)
-    : home_(start.home), db_(std::move(db)), fork_(start.fork), pause_(start.pause) {
-  reap_stale_runs(db_, now_seconds(), home_);
+    : index_(start.index), db_(std::move(db)), fork_(start.fork), pause_(start.pause) {
+  reap_stale_runs(db_, now_seconds(), index_.home);
   resumed_ = start.resume.has_value();
   std::optional<RunRecord> before;
   if (resumed_) before = load_run(db_, *start.resume);
-  record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, home_);
-  directory_ = home_ + "/" + record_.dir;
+  record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, index_.home);
+  directory_ = index_.home + "/" + record_.dir;
   seed_ = start.run.seed.value_or(record_.seed.value_or(0));
   try {
     if (::mkdir(directory_.c_str(), 0777) != 0 && !(resumed_ && errno == EEXIST))
@@ -110,7 +110,7 @@ RunContext::RunContext(const RunStart& start, Database db)
         core::log(core::LogLevel::info,
                   fmt::format("attempt {} of run {} changes {}", record_.attempts, record_.name, changes));
     }
-    writer_ = std::make_unique<MetricWriter>(home_, record_.run, start.writer);
+    writer_ = std::make_unique<MetricWriter>(index_, record_.run, start.writer);
     if (start.system_metrics_seconds > 0)
       system_metrics_ = std::make_unique<SystemMetrics>(
           *writer_, [this] { return step(); },
@@ -124,10 +124,10 @@ RunContext::RunContext(const RunStart& start, Database db)
   }
 }
 
-RunContext::RunContext(const std::string& home, int64_t run, std::optional<int64_t> fork)
-    : home_(home), db_(open_index_for_reading(home)), follower_(true) {
+RunContext::RunContext(const index::IndexLocation& index, int64_t run, std::optional<int64_t> fork)
+    : index_(index), db_(open_index_for_reading(index)), follower_(true) {
   record_ = load_run(db_, run);
-  directory_ = home_ + "/" + record_.dir;
+  directory_ = index_.home + "/" + record_.dir;
   seed_ = record_.seed.value_or(0);
   resumed_ = record_.attempts > 1;
   if (fork) fork_ = load_run(db_, *fork);
@@ -314,7 +314,7 @@ std::optional<std::string> RunContext::withdraw() {
     writer_->close();
     if (!resumed_) {
       core::detach_log_file();
-      remove_run(db_, home_, record_);
+      remove_run(db_, index_.home, record_);
       release_run_name(db_, record_.name);
       finished_ = true;
       return fmt::format("run {} is not kept: it {}", name, why);

@@ -12,6 +12,7 @@
 
 #include "runtime/core/launch_context.h"
 #include "runtime/image/image_grid.h"
+#include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
@@ -21,9 +22,9 @@ namespace runner::run {
 
 // A run to create or reopen, with everything resolved (start_run does the resolving).
 struct RunStart {
-  std::string home;         // RUNNER_HOME (index_database.h: home_directory())
-  index::NewRun run;        // script, config, name, device, seed, versions, parent
-  std::string script_text;  // copied into the run directory as script.lua
+  index::IndexLocation index;  // the launch context's (index_database.h: index_location)
+  index::NewRun run;           // script, config, name, device, seed, versions, parent
+  std::string script_text;     // copied into the run directory as script.lua
   index::MetricWriterOptions writer;
   double system_metrics_seconds = 10;     // between samples of the run's system metrics (system_metrics.h); 0: none
   std::optional<int64_t> resume;          // an ended run to continue (reopen_run) instead of a new one
@@ -38,12 +39,12 @@ class RunContext {
   // and starts the metric writer and the system metrics. Stale runs of dead processes are marked interrupted on the
   // way. With `resume`, the existing run is reopened instead as a new attempt: its row is running again, script.lua and
   // config.json are rewritten, log.txt is appended to, and what the attempt changes (config, world size,
-  // hosts) is logged. `db` is the index opened for writing at `start.home`.
+  // hosts) is logged. `db` is the index opened for writing at `start.index`.
   RunContext(const RunStart& start, index::Database db);
   explicit RunContext(const RunStart& start);  // opens the index itself
   // A rank > 0 of a data-parallel job: the run `run` that rank 0 started (forking `fork`), read from the
-  // index at `home`. It records nothing (no row changes, metrics, images, summary or log file): rank 0 does.
-  RunContext(const std::string& home, int64_t run, std::optional<int64_t> fork);
+  // index at `index`. It records nothing (no row changes, metrics, images, summary or log file): rank 0 does.
+  RunContext(const index::IndexLocation& index, int64_t run, std::optional<int64_t> fork);
   ~RunContext();  // finishes as interrupted if finish() was not called
   RunContext(const RunContext&) = delete;
   RunContext& operator=(const RunContext&) = delete;
@@ -56,7 +57,8 @@ class RunContext {
   index::Database& database() { return db_; }
   // <home>/<name>
   const std::string& directory() const { return directory_; }
-  const std::string& home() const { return home_; }
+  const index::IndexLocation& index_location() const { return index_; }
+  const std::string& home() const { return index_.home; }
   bool finished() const { return finished_; }
   bool follower() const { return follower_; }
 
@@ -108,7 +110,7 @@ class RunContext {
   std::optional<std::string> withdraw();
 
  private:
-  std::string home_;
+  index::IndexLocation index_;
   index::Database db_;
   std::string directory_;
   index::RunRecord record_;

@@ -60,10 +60,10 @@ GitState git_state(const std::string& directory) {
 namespace {
 
 std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, const core::LaunchContext& launch,
-                                               const std::string& home, std::vector<std::string> hosts = {}) {
-  index::Database db = index::open_index_for_writing(home);
+                                               const index::IndexLocation& where, std::vector<std::string> hosts = {}) {
+  index::Database db = index::open_index_for_writing(where);
   RunStart start;
-  start.home = home;
+  start.index = where;
   start.script_text = request.script_text;
   start.writer = request.writer;
   start.system_metrics_seconds = request.system_metrics_seconds;
@@ -121,10 +121,10 @@ std::unique_ptr<RunContext> start_recorded_run(const StartRequest& request, cons
 
 }  // namespace
 
-std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
-                                      const std::string& home) {
+std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch) {
+  const index::IndexLocation where = index::index_location(launch);
   dist::ProcessGroup* group = dist::process_group();
-  if (!group || group->size() == 1) return start_recorded_run(request, launch, home);
+  if (!group || group->size() == 1) return start_recorded_run(request, launch, where);
   // Data parallel: rank 0 starts (or continues) the run and records it; the other ranks follow that run.
   std::vector<std::string> hosts;
   for (const std::string& host : group->all_gather_bytes(index::host_name()))
@@ -132,7 +132,7 @@ std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::L
   if (group->rank() == 0) {
     std::unique_ptr<RunContext> context;
     try {
-      context = start_recorded_run(request, launch, home, std::move(hosts));
+      context = start_recorded_run(request, launch, where, std::move(hosts));
     } catch (const std::exception& error) {
       group->broadcast_text(std::string("!") + error.what(), 0);
       throw;
@@ -147,7 +147,7 @@ std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::L
   long long run = 0, fork = 0;
   if (std::sscanf(message.c_str(), "%lld %lld", &run, &fork) != 2)
     throw std::runtime_error("rank 0 sent a run start this rank cannot read: " + message);
-  return std::make_unique<RunContext>(home, run, fork ? std::optional<int64_t>(fork) : std::nullopt);
+  return std::make_unique<RunContext>(where, run, fork ? std::optional<int64_t>(fork) : std::nullopt);
 }
 
 }  // namespace runner::run

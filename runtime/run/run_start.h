@@ -44,10 +44,9 @@ struct GitState {
 };
 GitState git_state(const std::string& directory);
 
-// Resolves the request in one opening of the index at `home`: the command line's resume policy
-// (launch.resume: --fresh, --resume RUN) wins over request.resume; a fork never resumes unless the command
-// line says so; references that match no run (or several) throw index::IndexError.
-std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch,
-                                      const std::string& home);
+// Resolves the request in one opening of the launch's index (index::index_location(launch)): the command line's
+// resume policy (launch.resume: --fresh, --resume RUN) wins over request.resume; a fork never resumes unless the
+// command line says so; references that match no run (or several) throw index::IndexError.
+std::unique_ptr<RunContext> start_run(const StartRequest& request, const core::LaunchContext& launch);
 
 }  // namespace runner::run

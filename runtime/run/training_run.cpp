@@ -62,7 +62,8 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
     throw std::invalid_argument("keep_last and keep_best must be 0 or more");
   if (rotation.keep_last == 0 && rotation.keep_best == 0)
     throw std::invalid_argument("keep_last and keep_best cannot both be 0");
-  saver_ = std::make_unique<ckpt::CheckpointSaver>(run_.home(), run_.record().run, run_.directory(), rotation);
+  saver_ =
+      std::make_unique<ckpt::CheckpointSaver>(run_.index_location(), run_.record().run, run_.directory(), rotation);
   observer_ = std::make_shared<Observer>(*this);
   trainer_->add_observer(observer_);
   // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.

@@ -138,7 +138,7 @@ struct DashboardServer::State {
   void with_index(httplib::Response& response, Answer answer) {
     response.set_header("Cache-Control", "no-store");
     try {
-      index::Database db = index::open_index_for_reading(options.home);
+      index::Database db = index::open_index_for_reading(options.index);
       answer(db);
     } catch (const BadRequest& error) {
       response.status = 400;
@@ -195,7 +195,7 @@ struct DashboardServer::State {
     json_route("/api/sweep", sweep_page);
     http.Get("/chart/metric.svg", [this](const httplib::Request& request, httplib::Response& response) {
       with_index(response, [&](index::Database& db) {
-        response.set_content(metric_chart(db, options.home, query_parameters(request)), "image/svg+xml");
+        response.set_content(metric_chart(db, options.index.home, query_parameters(request)), "image/svg+xml");
       });
     });
     http.Get("/chart/sweep.svg", [this](const httplib::Request& request, httplib::Response& response) {
@@ -210,7 +210,7 @@ struct DashboardServer::State {
     });
     http.Get("/image", [this](const httplib::Request& request, httplib::Response& response) {
       with_index(response, [&](index::Database& db) {
-        const std::string path = image_file(db, options.home, query_parameters(request));
+        const std::string path = image_file(db, options.index.home, query_parameters(request));
         response.set_content(read_file(path), image_type(path));
       });
     });

@@ -8,12 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "runtime/index/index_database.h"
+
 namespace runner::serve {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";  // the address to listen on
   int port = 8765;                 // 0: a free port
-  std::string home;                // RUNNER_HOME
+  index::IndexLocation index;      // the launch context's (index::index_location)
   bool token = true;  // false: requests need no token (`--no-token`, which the CLI allows on loopback only)
 };
 

@@ -9,16 +9,17 @@
 #include <set>
 #include <system_error>
 
-#include "runtime/cli/command_support.h"
-#include "runtime/cli/command_line.h"
-#include "runtime/cli/index_commands.h"
-#include "runtime/cli/run_where.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
+#include "runtime/report/run_loading.h"
+#include "runtime/report/run_where.h"
 #include "runtime/report/svg_chart.h"
+#include "runtime/report/sweep_loading.h"
 #include "runtime/report/sweep_report.h"
 #include "runtime/sweep/parameter_importance.h"
 #include "runtime/sweep/trial_store.h"
+#include "runtime/core/local_time_text.h"
+#include "runtime/core/number_text.h"
 
 namespace runner::serve {
 namespace {
@@ -65,14 +66,14 @@ index::RunRecord find_run(index::Database& db, const std::string& reference) {
 report::SweepReport find_sweep(index::Database& db, const std::string& reference,
                                report::XAxis curves_x = report::XAxis::step) {
   try {
-    return cli::load_sweep_report(db, reference, curves_x);
+    return report::load_sweep_report(db, reference, curves_x);
   } catch (const index::IndexError& error) {
     throw NotFound(error.what());
   }
 }
 
 nlohmann::json number_or_text(double value) {
-  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(cli::format_number(value));
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(core::number_text(value));
 }
 
 // The chart options a request gives: x axis, scale, smoothing, from/to and width, with hover data.
@@ -127,8 +128,8 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
   std::vector<index::RunRecord> records = index::list_runs(db, {});
   if (const std::optional<std::string> where = one_of(parameters, "where")) {
     try {
-      records = cli::runs_where(db, std::move(records), cli::RunWhere(*where), now);
-    } catch (const cli::UsageError& error) {
+      records = report::runs_where(db, std::move(records), report::RunWhere(*where), now);
+    } catch (const report::WhereError& error) {
       throw BadRequest(error.what());
     }
   }
@@ -144,7 +145,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
                     {"status", index::effective_status(record, now)},
                     {"script", record.script},
                     {"started_at", record.started_at},
-                    {"started", cli::format_time(record.started_at).substr(0, 16)},
+                    {"started", core::local_time_text(record.started_at).substr(0, 16)},
                     {"step", record.step},
                     {"world_size", record.world_size},
                     {"device", record.device},
@@ -165,7 +166,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
 
 nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) {
   const index::RunRecord record = find_run(db, required(parameters, "run"));
-  nlohmann::json run = cli::run_json(db, record, index::now_seconds());
+  nlohmann::json run = report::run_json(db, record, index::now_seconds());
   if (record.sweep) {
     const auto names = sweep::sweep_names(db);
     if (const auto found = names.find(*record.sweep); found != names.end()) run["sweep_name"] = found->second;
@@ -238,7 +239,7 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
 nlohmann::json sweeps_page(index::Database& db, const QueryParameters&) {
   nlohmann::json sweeps = nlohmann::json::array();
   for (const sweep::SweepRecord& record : sweep::list_sweeps(db)) {
-    const report::SweepReport sweep = cli::load_sweep_report(db, record.name);
+    const report::SweepReport sweep = report::load_sweep_report(db, record.name);
     std::map<std::string, int> statuses;
     for (const report::SweepReportTrial& trial : sweep.trials) ++statuses[trial.status];
     nlohmann::json best = nullptr;
@@ -254,7 +255,7 @@ nlohmann::json sweeps_page(index::Database& db, const QueryParameters&) {
                       {"trials", sweep.trials.size()},
                       {"statuses", statuses},
                       {"best", best},
-                      {"created", cli::format_time(record.created_at).substr(0, 16)}});
+                      {"created", core::local_time_text(record.created_at).substr(0, 16)}});
   }
   const nlohmann::json page = {{"sweeps", sweeps}};
   return versioned(page, page);
@@ -309,7 +310,7 @@ std::string metric_chart(index::Database& db, const std::string& home, const Que
   std::vector<report::ReportRun> runs;
   for (const std::string& reference : references)
     runs.push_back(
-        cli::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
+        report::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
   return report::render_metric_chart(runs, key, options);
 }
 

@@ -134,7 +134,7 @@ std::vector<std::string> visible_gpus() {
   return ids;
 }
 
-Running start_trial(const std::string& home, const SweepRecord& sweep, const Claim& claim, TrialLease lease,
+Running start_trial(const index::IndexLocation& where, const SweepRecord& sweep, const Claim& claim, TrialLease lease,
                     const std::string& log_directory, index::Database& db) {
   const SweepSpec& spec = sweep.spec;
   core::ChildProcess child;
@@ -147,7 +147,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   }
   child.arguments.push_back(spec.script);
   for (const std::string& item : trial_overrides(spec, claim.trial.params)) child.arguments.push_back(item);
-  child.environment = {{"RUNNER_HOME", home},
+  child.environment = {{"RUNNER_HOME", where.home},
                        {"RUNNER_SWEEP", std::to_string(sweep.sweep)},
                        {"RUNNER_TRIAL", std::to_string(claim.trial.trial)},
                        {"RUNNER_TRIAL_GENERATION", std::to_string(claim.trial.generation)},
@@ -157,7 +157,7 @@ Running start_trial(const std::string& home, const SweepRecord& sweep, const Cla
   if (!lease.gpus().empty())
     child.environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(lease.gpus(), ","));
   child.cpus = lease.cpus();
-  if (const std::string url = index::index_url(); !url.empty()) child.environment["RUNNER_INDEX"] = url;
+  if (!where.url.empty()) child.environment["RUNNER_INDEX"] = where.url;
   // A trial is one process (or the ranks of its --nproc), not a task of the worker's Slurm job.
   for (const char* task_variable : {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"})
     child.environment[task_variable] = "";
@@ -295,9 +295,10 @@ std::optional<std::string> unreachable_checkpoints(const std::string& home, cons
       claim.trial.trial, index::host_name(), folder, run.host);
 }
 
-int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
+int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep) {
+  const std::string& home = where.home;
   const SweepSpec& spec = sweep.spec;
-  index::Database db = index::open_index_for_writing(home);
+  index::Database db = index::open_index_for_writing(where);
   const std::vector<Slot> slots = sweep_slots(spec);
   // The host's cores and GPUs are leased per trial, shared with every other sweep worker of this user on the host:
   // each trial gets the usable cores divided by the slots of all of them (or an exported OMP_NUM_THREADS).
@@ -486,7 +487,7 @@ int run_sweep_worker(const std::string& home, const SweepRecord& sweep) {
           continue;
         }
         try {
-          running[s] = start_trial(home, sweep, *claim, std::move(*lease), log_directory, db);
+          running[s] = start_trial(where, sweep, *claim, std::move(*lease), log_directory, db);
         } catch (const std::exception& error) {
           // Handed back as stopped, so that this worker or another continues it.
           TrialEnd end;

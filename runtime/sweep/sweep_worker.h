@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "runtime/index/index_database.h"
 #include "runtime/sweep/trial_store.h"
 
 namespace runner::sweep {
@@ -17,11 +18,11 @@ struct Slot {
 };
 std::vector<Slot> sweep_slots(const SweepSpec& spec);
 
-// Runs trials of `sweep` (index at `home`) until none is left, the failure limit is reached or a stop signal
-// arrives (then every running trial is stopped with a checkpoint and the sweep is marked stopped). Trial
-// output goes to <home>/sweeps/<name>/trial-<N>.log. Returns the exit status: 0 done (or stopped by
-// SIGTERM / SIGHUP / SIGUSR1), 130 stopped by Ctrl-C, 1 when the failure limit stopped it.
-int run_sweep_worker(const std::string& home, const SweepRecord& sweep);
+// Runs trials of `sweep` (index at `index`, whose home is absolute: the trials run in other folders) until none is
+// left, the failure limit is reached or a stop signal arrives (then every running trial is stopped with a checkpoint
+// and the sweep is marked stopped). Trial output goes to <home>/sweeps/<name>/trial-<N>.log. Returns the exit status: 0
+// done (or stopped by SIGTERM / SIGHUP / SIGUSR1), 130 stopped by Ctrl-C, 1 when the failure limit stopped it.
+int run_sweep_worker(const index::IndexLocation& index, const SweepRecord& sweep);
 
 // The best finished trial's command line: "runner SCRIPT key=value ...", empty when none finished.
 std::string best_trial_command(const SweepRecord& sweep, const std::vector<TrialRecord>& trials);

@@ -143,6 +143,21 @@ class SweepTest(RunnerHomeTest):
             time.sleep(0.1)
         self.fail(f"trial {trial} did not reach step {step}")
 
+    def wait_for_checkpoint(self, trial, step, timeout=120):
+        """Waits until trial `trial`'s checkpoint of step `step` is recorded in the index: its files were written
+        and read back (checkpoints are saved in the background, so a run past the step may still be saving it)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                rows = self.sql("SELECT count(*) FROM checkpoints c JOIN runs r ON r.run = c.run "
+                                "WHERE r.trial = ? AND c.step = ?", trial, step)
+            except sqlite3.OperationalError:
+                rows = [(0,)]
+            if rows[0][0] > 0:
+                return
+            time.sleep(0.1)
+        self.fail(f"trial {trial}'s checkpoint of step {step} was not recorded")
+
     def trials(self, sweep):
         return self.sql("SELECT t.trial, t.status, t.metric, t.step, t.rung, t.params, r.id FROM trials t "
                         "JOIN sweeps s USING (sweep) LEFT JOIN runs r ON r.run = t.run WHERE s.name = ? ORDER BY t.trial",
@@ -611,6 +626,7 @@ class Failures(SweepTest):
                                    preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
         try:
             self.wait_for_trial_step(1, 7)
+            self.wait_for_checkpoint(1, 5)  # saved in the background: under load it may still be writing at step 7
             (pid,), = self.sql("SELECT pid FROM runs WHERE trial = 1")
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]))
             (self.home / "release").touch()

@@ -34,6 +34,7 @@
 #include "runtime/core/disk_usage.h"
 #include "runtime/core/launch_context.h"
 #include "tests/cpp/temp_directory.h"
+#include "tests/cpp/test_index_location.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
@@ -203,8 +204,8 @@ class PostgresIndex {
 
 // A test case that runs on the SQLite index in its home directory and again, as "<name> (PostgreSQL)" tagged
 // [postgresql], on a fresh database of the test run's PostgreSQL server; without a server that one says why it
-// skips. The body opens the index with open_index_for_writing(home), which takes the server from the launch
-// context, so the same statements run against both.
+// skips. The body opens the index with open_index_for_writing(runner::testing::index_at(home)), which takes the server
+// from the launch context, so the same statements run against both.
 #define INDEX_TEST_CASE(name, tags) INDEX_TEST_CASE_ON_BOTH(name, tags, INTERNAL_CATCH_UNIQUE_NAME(index_case_))
 #define INDEX_TEST_CASE_ON_BOTH(name, tags, body)        \
   static void body();                                    \
@@ -226,7 +227,7 @@ TEST_CASE("a fresh index is created with the current schema, and migrating again
   TempHome tmp;
   const std::string home = tmp.path + "/nested/home";
   {
-    Database db = open_index_for_writing(home);
+    Database db = open_index_for_writing(runner::testing::index_at(home));
     CHECK(db.path() == home + "/index.db");
     CHECK(index_path(home) == home + "/index.db");
     CHECK(scalar(db, "PRAGMA user_version") == schema_version());
@@ -239,7 +240,7 @@ TEST_CASE("a fresh index is created with the current schema, and migrating again
   }
   CHECK(fs::is_directory(home));
 
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   Database observer(index_path(home), OpenMode::read_only);
   const int64_t data_version = scalar(observer, "PRAGMA data_version");
   CHECK(migrate(db, schema_migrations()) == schema_version());
@@ -292,7 +293,7 @@ TEST_CASE("an index from a newer runner is refused and left byte-identical", "[i
   const std::string home = tmp.path;
   const std::string path = index_path(home);
   {
-    Database db = open_index_for_writing(home);
+    Database db = open_index_for_writing(runner::testing::index_at(home));
     create_run(db, new_run(), home);
     db.execute("PRAGMA user_version = " + std::to_string(schema_version() + 5));
   }
@@ -300,12 +301,12 @@ TEST_CASE("an index from a newer runner is refused and left byte-identical", "[i
   const std::string before = read_file(path);
   REQUIRE(!before.empty());
 
-  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  const std::string reading = index_error([&] { open_index_for_reading(runner::testing::index_at(home)); });
   CHECK_THAT(reading, StartsWith(path + ": "));
   CHECK_THAT(reading, Contains("newer than this runner supports"));
   CHECK(read_file(path) == before);
 
-  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  const std::string writing = index_error([&] { open_index_for_writing(runner::testing::index_at(home)); });
   CHECK_THAT(writing, StartsWith(path + ": "));
   CHECK_THAT(writing, Contains("newer than this runner supports"));
   CHECK(read_file(path) == before);
@@ -327,12 +328,12 @@ TEST_CASE("an SQLite file without the runner schema is not an index", "[index]")
   }
   const std::string before = read_file(path);
 
-  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  const std::string reading = index_error([&] { open_index_for_reading(runner::testing::index_at(home)); });
   CHECK_THAT(reading, StartsWith(path + ": "));
   CHECK_THAT(reading, Contains("not a runner index"));
   CHECK(read_file(path) == before);
 
-  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  const std::string writing = index_error([&] { open_index_for_writing(runner::testing::index_at(home)); });
   CHECK_THAT(writing, StartsWith(path + ": "));
   CHECK_THAT(writing, Contains("not a runner index"));
 
@@ -353,7 +354,8 @@ TEST_CASE("an SQLite file without the runner schema is not changed by an attempt
     db.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, caption TEXT); INSERT INTO photos VALUES (1, 'cat')");
   }
   const std::string before = read_file(path);
-  CHECK_THAT(index_error([&] { open_index_for_writing(tmp.path); }), Contains("not a runner index"));
+  CHECK_THAT(index_error([&] { open_index_for_writing(runner::testing::index_at(tmp.path)); }),
+             Contains("not a runner index"));
   CHECK(read_file(path) == before);
   Database db(path, OpenMode::read_only);
   CHECK(scalar_text(db, "PRAGMA journal_mode") == "delete");
@@ -368,12 +370,12 @@ TEST_CASE("a file of random bytes named index.db is reported with its path and l
   for (char& c : bytes) c = static_cast<char>(generator() & 0xff);
   write_file(path, bytes);
 
-  const std::string reading = index_error([&] { open_index_for_reading(home); });
+  const std::string reading = index_error([&] { open_index_for_reading(runner::testing::index_at(home)); });
   CHECK_THAT(reading, StartsWith(path + ": "));
   CHECK_THAT(reading, Contains("not an SQLite database"));
   CHECK(read_file(path) == bytes);
 
-  const std::string writing = index_error([&] { open_index_for_writing(home); });
+  const std::string writing = index_error([&] { open_index_for_writing(runner::testing::index_at(home)); });
   CHECK_THAT(writing, StartsWith(path + ": "));
   CHECK_THAT(writing, Contains("not an SQLite database"));
   CHECK(read_file(path) == bytes);
@@ -382,23 +384,24 @@ TEST_CASE("a file of random bytes named index.db is reported with its path and l
 TEST_CASE("reading an index that does not exist says so and creates nothing", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path + "/nowhere";
-  const std::string message = index_error([&] { open_index_for_reading(home); });
+  const std::string message = index_error([&] { open_index_for_reading(runner::testing::index_at(home)); });
   CHECK_THAT(message, StartsWith(home + "/index.db: no runner index here"));
   CHECK_THAT(message, Contains("'" + home + "'"));
   CHECK_FALSE(exists(home));
 
   // An empty file is not an index either.
   write_file(tmp.path + "/empty/index.db", "");
-  CHECK_THAT(index_error([&] { open_index_for_reading(tmp.path + "/empty"); }), Contains("not a runner index"));
+  CHECK_THAT(index_error([&] { open_index_for_reading(runner::testing::index_at(tmp.path + "/empty")); }),
+             Contains("not a runner index"));
 }
 
 TEST_CASE("an index opened for reading reads but refuses writes", "[index]") {
   TempHome tmp;
   {
-    Database db = open_index_for_writing(tmp.path);
+    Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
     create_run(db, new_run(), tmp.path);
   }
-  Database db = open_index_for_reading(tmp.path);
+  Database db = open_index_for_reading(runner::testing::index_at(tmp.path));
   CHECK(db.read_only());
   CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
   CHECK_THROWS_AS(db.execute("DELETE FROM runs"), IndexError);
@@ -411,7 +414,7 @@ TEST_CASE("an index opened for reading reads but refuses writes", "[index]") {
 INDEX_TEST_CASE("create_run names runs after the script and gives them fresh ids", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
 
   const RunRecord first = create_run(db, new_run("experiments/foo.lua"), home);
   const RunRecord second = create_run(db, new_run("experiments/foo.lua"), home);
@@ -453,7 +456,7 @@ INDEX_TEST_CASE("create_run names runs after the script and gives them fresh ids
 
 INDEX_TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   std::set<std::string> ids;
   for (int i = 0; i < 60; ++i) {
     const RunRecord run = create_run(db, new_run(), tmp.path);
@@ -469,7 +472,7 @@ INDEX_TEST_CASE("run ids are 8 characters of [0-9a-z] and unique", "[index]") {
 INDEX_TEST_CASE("resolve_run finds runs by id, name, last and unique prefix", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
 
   CHECK_THAT(index_error([&] { resolve_run(db, "last"); }), Contains("there are no runs yet"));
 
@@ -523,7 +526,7 @@ INDEX_TEST_CASE("resolve_run finds runs by id, name, last and unique prefix", "[
 TEST_CASE("effective_status shows running rows of dead or silent processes as interrupted", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord live = create_run(db, new_run("live.lua"), home);
   const RunRecord dead = create_run(db, new_run("dead.lua"), home);
   const RunRecord silent = create_run(db, new_run("silent.lua"), home);
@@ -569,7 +572,7 @@ TEST_CASE("effective_status shows running rows of dead or silent processes as in
 TEST_CASE("a final status the index could not take is recorded from the run's reserved file", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord full = create_run(db, new_run("full.lua"), home);
   const RunRecord blank = create_run(db, new_run("blank.lua"), home);
   for (const RunRecord& run : {full, blank}) {
@@ -603,7 +606,7 @@ TEST_CASE("a final status the index could not take is recorded from the run's re
 
 INDEX_TEST_CASE("finish_run, merge_summary and record_heartbeat update the run", "[index]") {
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   const RunRecord run = create_run(db, new_run(), tmp.path);
   merge_summary(db, run.run, {{"fid", 12.5}, {"note", "a"}});
   merge_summary(db, run.run, {{"note", "b"}, {"best_step", 400}});
@@ -625,7 +628,7 @@ INDEX_TEST_CASE("finish_run, merge_summary and record_heartbeat update the run",
 
 INDEX_TEST_CASE("runs keep tags once each, lose the ones removed, and a note", "[index]") {
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   const RunRecord run = create_run(db, new_run(), tmp.path);
   const RunRecord other = create_run(db, new_run(), tmp.path);
   CHECK(load_run(db, run.run).tags.empty());
@@ -724,7 +727,7 @@ INDEX_TEST_CASE(
         "('abcd1234', 'old-1', 'finished', '{\"lr\":0.1}', 'host', 1, 'old-1', 100, 150, 30)");
     before = table_columns(db);
   }
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   CHECK(scalar(db, url.empty() ? "PRAGMA user_version" : "SELECT max(version) FROM runner_schema") == schema_version());
   std::vector<std::string> after = table_columns(db);
   const std::vector<std::string> added =
@@ -750,7 +753,7 @@ INDEX_TEST_CASE(
 
 INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with and how it ended", "[index]") {
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   const RunRecord run = create_run(db, new_run(), tmp.path);
   set_attempt_start(db, run.run, 0);
   finish_run(db, run.run, "failed", std::string("boom"));
@@ -800,10 +803,10 @@ INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with
 INDEX_TEST_CASE("the metric writer stores every logged value", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = create_run(db, new_run(), home);
 
-  MetricWriter writer(home, run.run);
+  MetricWriter writer(runner::testing::index_at(home), run.run);
   const char* keys[] = {"loss", "lr", "grad_norm"};
   const double time = now_seconds();
   for (int i = 0; i < 10000; ++i) writer.log(keys[i % 3], i, i * 0.5, time);
@@ -841,9 +844,9 @@ INDEX_TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL 
                 "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = create_run(db, new_run(), home);
-  MetricWriter writer(home, run.run);
+  MetricWriter writer(runner::testing::index_at(home), run.run);
   const double time = now_seconds();
 
   SECTION("the same step twice in one batch and across batches") {
@@ -957,14 +960,14 @@ INDEX_TEST_CASE("the metric writer keeps the later value of a step, NaN as NULL 
 INDEX_TEST_CASE("the metric writer keeps the run's heartbeat and step fresh", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = create_run(db, new_run(), home);
   const std::string where = " FROM runs WHERE run = " + std::to_string(run.run);
 
   MetricWriterOptions options;
   options.flush_interval_seconds = 0.05;
   options.heartbeat_seconds = 0.05;
-  MetricWriter writer(home, run.run, options);
+  MetricWriter writer(runner::testing::index_at(home), run.run, options);
   writer.set_step(42);
   CHECK(eventually([&] { return scalar(db, "SELECT step" + where) == 42; }));
   const double first = scalar_real(db, "SELECT heartbeat_at" + where);
@@ -982,15 +985,15 @@ TEST_CASE("the metric writer flushes on its timer without flush()", "[index]") {
   const std::string home = tmp.path;
   int64_t run = 0;
   {
-    Database db = open_index_for_writing(home);
+    Database db = open_index_for_writing(runner::testing::index_at(home));
     run = create_run(db, new_run(), home).run;
   }
   MetricWriterOptions options;
   options.flush_interval_seconds = 0.05;
-  MetricWriter writer(home, run, options);
+  MetricWriter writer(runner::testing::index_at(home), run, options);
   for (int i = 0; i < 25; ++i) writer.log("loss", i, 1.0 / (i + 1), now_seconds());
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  Database reader = open_index_for_reading(home);
+  Database reader = open_index_for_reading(runner::testing::index_at(home));
   // 0.5 s is ten flush intervals; allow a loaded machine a little more before failing.
   CHECK(eventually([&] { return count_for_run(reader, "metrics", run) == 25; }, 2.0));
   CHECK(writer.rows_written() == 25);
@@ -999,14 +1002,14 @@ TEST_CASE("the metric writer flushes on its timer without flush()", "[index]") {
 TEST_CASE("the metric writer waits when too much is queued and loses nothing", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = create_run(db, new_run(), home);
   MetricWriterOptions options;
   options.flush_rows = 64;
   options.max_queued_rows = 100;
   options.flush_interval_seconds = 3600;  // the writer wakes only for a full batch, flush() or close()
   options.heartbeat_seconds = 3600;
-  MetricWriter writer(home, run.run, options);
+  MetricWriter writer(runner::testing::index_at(home), run.run, options);
   writer.log("warmup", 0, 0.0, now_seconds());
   writer.flush();
 
@@ -1052,9 +1055,9 @@ TEST_CASE("the metric writer waits when too much is queued and loses nothing", "
 TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = create_run(db, new_run(), home);
-  MetricWriter writer(home, run.run);
+  MetricWriter writer(runner::testing::index_at(home), run.run);
   writer.log("loss", 1, 1.0, now_seconds());
   writer.flush();
   db.execute("DELETE FROM runs");  // e.g. `runner rm` of a live run
@@ -1067,7 +1070,7 @@ TEST_CASE("a metric writer whose run is gone reports the failure on flush", "[in
 INDEX_TEST_CASE("two metric writers on one index from two threads write everything", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord first = create_run(db, new_run(), home);
   const RunRecord second = create_run(db, new_run(), home);
 
@@ -1079,7 +1082,7 @@ INDEX_TEST_CASE("two metric writers on one index from two threads write everythi
       MetricWriterOptions options;
       options.flush_rows = 200;
       options.flush_interval_seconds = 0.01;
-      MetricWriter writer(home, run, options);
+      MetricWriter writer(runner::testing::index_at(home), run, options);
       for (int i = 0; i < kRows; ++i) {
         writer.log(i % 2 ? "loss" : "lr", i, static_cast<double>(i) * (index + 1), now_seconds());
         writer.set_step(i);
@@ -1141,8 +1144,8 @@ TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_ID
   }
   const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "1");
   TempHome tmp;
-  Database silent = open_index_for_writing(tmp.path);
-  Database other = open_index_for_writing(tmp.path);
+  Database silent = open_index_for_writing(runner::testing::index_at(tmp.path));
+  Database other = open_index_for_writing(runner::testing::index_at(tmp.path));
   // The silent writer takes the index lock with its transaction, then sends nothing (a process stopped, a network
   // gone): the other writer's transaction waits for the lock until the server ends the silent session.
   std::optional<Transaction> held(std::in_place, silent);
@@ -1171,7 +1174,7 @@ TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTION
     Database db = Database::postgresql(url, true);
     return scalar_text(db, std::string("SHOW ") + name);
   };
-  const std::string url = index_url();
+  const std::string url = runner::core::launch_context().index_url;
   CHECK(setting(url, "statement_timeout") == "10min");
   CHECK(setting(url, "idle_in_transaction_session_timeout") == "1min");
   {
@@ -1198,8 +1201,8 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
   }
   const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
   TempHome tmp;
-  Database holder = open_index_for_writing(tmp.path);
-  Database waiter = open_index_for_writing(tmp.path);
+  Database holder = open_index_for_writing(runner::testing::index_at(tmp.path));
+  Database waiter = open_index_for_writing(runner::testing::index_at(tmp.path));
   std::optional<Transaction> held(std::in_place, holder);
   std::future<std::string> failure = std::async(std::launch::async, [&]() -> std::string {
     try {
@@ -1213,7 +1216,7 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
   if (!gave_up) held.reset();  // ends the wait, so that the test can fail
   REQUIRE(gave_up);
   CHECK(failure.get() ==
-        index_url() +
+        runner::core::launch_context().index_url +
             ": canceling statement due to statement timeout (RUNNER_INDEX_STATEMENT_TIMEOUT, or statement_timeout in "
             "the URL's options; a wait for another writer's transaction counts)");
   // The failed BEGIN was rolled back: the waiter's next transaction runs once the lock is free.
@@ -1229,12 +1232,12 @@ TEST_CASE("a transaction held between its round trips holds up no writer of anot
   }
   const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   const RunRecord first = create_run(db, new_run(), tmp.path);
   const RunRecord second = create_run(db, new_run(), tmp.path);
   // A summary of the first run whose client stalls inside its transaction (a slow client, a paused host): held at the
   // start of its body until the other run's writes are done.
-  Database stalled = open_index_for_writing(tmp.path);
+  Database stalled = open_index_for_writing(runner::testing::index_at(tmp.path));
   std::promise<void> inside, go_on;
   std::shared_future<void> released = go_on.get_future().share();
   stalled.set_write_check([&](Database&) {
@@ -1276,7 +1279,7 @@ TEST_CASE("a server that stops answering mid-session is given up after the state
   }
   const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
   TempHome tmp;
-  Database db = open_index_for_writing(tmp.path);
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   // The server process of this session stops (a hung server: its host still answers TCP, keepalives included).
   const auto backend = static_cast<pid_t>(scalar(db, "SELECT pg_backend_pid()"));
   REQUIRE(::kill(backend, SIGSTOP) == 0);
@@ -1310,7 +1313,7 @@ TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[
   int64_t run = 0;
   std::string id;
   {
-    Database db = open_index_for_writing(home);
+    Database db = open_index_for_writing(runner::testing::index_at(home));
     const RunRecord record = create_run(db, new_run("q.lua", "query-me"), home);
     run = record.run;
     id = record.id;
@@ -1319,7 +1322,8 @@ TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[
 
   for (bool writable : {false, true}) {
     INFO("writable connection: " << writable);
-    Database db = writable ? open_index_for_writing(home) : open_index_for_reading(home);
+    Database db = writable ? open_index_for_writing(runner::testing::index_at(home))
+                           : open_index_for_reading(runner::testing::index_at(home));
 
     QueryResult result = run_read_query(db, "SELECT 1 AS i, 2.5 AS r, 'text' AS t, NULL AS n, x'4142' AS b");
     REQUIRE(result.columns == std::vector<std::string>{"i", "r", "t", "n", "b"});
@@ -1368,10 +1372,10 @@ TEST_CASE("run_read_query returns columns and typed rows and refuses writes", "[
 TEST_CASE("run_read_query accepts a comment after the statement", "[index]") {
   TempHome tmp;
   {
-    Database db = open_index_for_writing(tmp.path);
+    Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
     create_run(db, new_run(), tmp.path);
   }
-  Database db = open_index_for_reading(tmp.path);
+  Database db = open_index_for_reading(runner::testing::index_at(tmp.path));
   QueryResult result;
   CHECK_NOTHROW(result = run_read_query(db, "SELECT count(*) AS n FROM runs -- how many runs"));
   CHECK(result.rows.size() == 1);
@@ -1401,7 +1405,7 @@ RunRecord populated_run(Database& db, const std::string& home, const std::string
   write_file(dir + "/checkpoints/step-1/model.safetensors", std::string(1000, 'm'));
   write_file(dir + "/checkpoints/step-1/optim.safetensors", std::string(500, 'o'));
   {
-    MetricWriter writer(home, run.run);
+    MetricWriter writer(runner::testing::index_at(home), run.run);
     for (int i = 0; i < 30; ++i) writer.log(i % 2 ? "loss" : "lr", i, i, now_seconds());
   }
   add_artifact(db, {0, run.run, 1, "image", "s", "images/s-0000001.png", 100, 0});
@@ -1453,7 +1457,7 @@ std::string describe(const RowCounts& c) {
 INDEX_TEST_CASE("remove_run deletes the run's rows and directory and nothing else", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord gone = populated_run(db, home, "gone");
   const RunRecord kept = populated_run(db, home, "kept");
   const RowCounts full{1, 30, 2, 1, 1, 2};
@@ -1491,7 +1495,7 @@ INDEX_TEST_CASE("remove_run deletes the run's rows and directory and nothing els
 TEST_CASE("collect_garbage finishes removals, drops rotated checkpoints, finds orphans", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
 
   // A removal that stopped after the directory was moved to the trash.
   const RunRecord half = populated_run(db, home, "half");
@@ -1612,7 +1616,7 @@ TEST_CASE("the space freed is the blocks released: a file also linked from elsew
 TEST_CASE("a paused sweep trial's run keeps only its latest checkpoint, a pruned one none", "[index]") {
   TempHome tmp;
   const std::string home = tmp.path;
-  Database db = open_index_for_writing(home);
+  Database db = open_index_for_writing(runner::testing::index_at(home));
   const RunRecord run = populated_run(db, home, "trial");  // checkpoints/step-1
   write_file(home + "/trial/checkpoints/step-2.safetensors", std::string(300, 'x'));
   CheckpointRecord later;
@@ -1660,7 +1664,7 @@ namespace {
 
 RunStart run_start(const std::string& home, const std::string& name = "") {
   RunStart start;
-  start.home = home;
+  start.index = runner::testing::index_at(home);
   start.run = new_run("experiments/foo.lua", name);
   start.script_text = "local x = 1\n-- ü and a tab\t\nprint(x)\n";
   start.writer.flush_interval_seconds = 0.05;
@@ -1696,7 +1700,7 @@ TEST_CASE("a run context creates the run directory with script, config and log",
     CHECK_THAT(index_error([&] { context.metrics().log("loss", 4, 0.5, now_seconds()); }),
                Catch::Equals("metrics cannot be logged after the run has finished"));
   }
-  Database db = open_index_for_reading(home);
+  Database db = open_index_for_reading(runner::testing::index_at(home));
   const RunRecord run = resolve_run(db, "foo-1");
   CHECK(run.status == "failed");
   CHECK(run.error == std::optional<std::string>("boom"));
@@ -1720,7 +1724,7 @@ TEST_CASE("a run context destroyed before finish records an interrupted run", "[
     context.metrics().log("loss", 1, 0.75, now_seconds());
     context.metrics().set_step(1);
   }
-  Database db = open_index_for_reading(home);
+  Database db = open_index_for_reading(runner::testing::index_at(home));
   const RunRecord run = resolve_run(db, "early");
   CHECK(run.status == "interrupted");
   REQUIRE(run.error.has_value());
@@ -1735,7 +1739,7 @@ TEST_CASE("a run context refuses a name that is taken and leaves the existing ru
   RunContext first(run_start(home, "exp"));
   CHECK_THAT(index_error([&] { RunContext second(run_start(home, "exp")); }), Contains("already exists"));
   first.finish("finished");
-  Database db = open_index_for_reading(home);
+  Database db = open_index_for_reading(runner::testing::index_at(home));
   CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
   CHECK(resolve_run(db, "exp").status == "finished");
 }
@@ -1760,7 +1764,7 @@ TEST_CASE("save_images writes the grid under images/ and records the artifact", 
   CHECK_FALSE(exists(home + "/x-0000006.png"));
   CHECK_FALSE(exists(home + "/pics/x-0000006.png"));
 
-  Database db = open_index_for_reading(home);
+  Database db = open_index_for_reading(runner::testing::index_at(home));
   const auto recorded = artifacts(db, context.record().run);
   REQUIRE(recorded.size() == 2);
   CHECK(recorded[0].kind == "image");
@@ -1904,7 +1908,7 @@ TEST_CASE("a fresh index has the same tables, columns, keys, indexes and trigger
     WARN("SKIP: " << server.reason());
     return;
   }
-  Database db = open_index_for_writing(tmp.path + "/postgresql");
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path + "/postgresql"));
   const std::vector<std::string> postgresql = describe_schema(db);
   std::vector<std::string> only_sqlite, only_postgresql;
   std::set_difference(sqlite.begin(), sqlite.end(), postgresql.begin(), postgresql.end(),
@@ -1921,7 +1925,7 @@ INDEX_TEST_CASE("an index migrated from the first schema equals a fresh one, tab
   const std::string url = runner::core::launch_context().index_url;
   std::vector<std::string> fresh;
   {
-    Database db = open_index_for_writing(tmp.path + "/fresh");
+    Database db = open_index_for_writing(runner::testing::index_at(tmp.path + "/fresh"));
     fresh = describe_schema(db);
   }
   std::vector<std::string> migrated;

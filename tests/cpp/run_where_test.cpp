@@ -1,17 +1,16 @@
-// Tests of the `runner runs --where` language (runtime/cli/run_where): what it matches and its errors' text.
+// Tests of the `runner runs --where` language (runtime/report/run_where): what it matches and its errors' text.
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "runtime/cli/command_line.h"
-#include "runtime/cli/run_where.h"
+#include "runtime/report/run_where.h"
 
-using runner::cli::RunWhere;
-using runner::cli::UsageError;
-using runner::cli::WhereRun;
-using runner::cli::WhereValue;
+using runner::report::RunWhere;
+using runner::report::WhereError;
+using runner::report::WhereRun;
+using runner::report::WhereValue;
 
 namespace {
 
@@ -32,10 +31,10 @@ bool matches(const std::string& text, const WhereRun& which) { return RunWhere(t
 std::string usage_error(const std::string& text, const std::set<std::string>& known = {"lr", "loss"}) {
   try {
     RunWhere(text).check_keys(known);
-  } catch (const UsageError& error) {
+  } catch (const WhereError& error) {
     return error.what();
   }
-  FAIL("expected a UsageError for " << text);
+  FAIL("expected a WhereError for " << text);
   return {};
 }
 

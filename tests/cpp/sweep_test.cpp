@@ -29,6 +29,7 @@
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
 #include "tests/cpp/temp_directory.h"
+#include "tests/cpp/test_index_location.h"
 
 using namespace runner::sweep;
 using Catch::Contains;
@@ -199,7 +200,7 @@ TEST_CASE("ASHA promotes the best floor(n / reduction) of a rung, NaN last") {
 
 TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken over") {
   runner::testing::TempDir home("sweep-claims");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   const SweepSpec spec =
       spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}}, {"method", "grid"}, {"metric", "m"}});
   const SweepRecord sweep = open_sweep(db, spec);
@@ -229,7 +230,7 @@ TEST_CASE("claims hand out trials in order, and a dead worker's trials are taken
 
 TEST_CASE("a trial taken over is no longer its old worker's: its heartbeat and its end record nothing") {
   runner::testing::TempDir home("sweep-fence");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   const SweepSpec spec = spec_of({{"parameters", {{"lr", json::array({1})}}}, {"method", "grid"}, {"metric", "m"}});
   const SweepRecord sweep = open_sweep(db, spec);
   const auto first = claim_trial(db, sweep, "host-a:1");
@@ -265,7 +266,7 @@ TEST_CASE("two workers claiming at once through their own connections never get 
   json points = json::array();
   for (int i = 1; i <= kTrials; ++i) points.push_back(i);
   const SweepSpec spec = spec_of({{"parameters", {{"lr", points}}}, {"method", "grid"}, {"metric", "m"}});
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   const SweepRecord sweep = open_sweep(db, spec);
 
   struct Claimed {
@@ -278,8 +279,9 @@ TEST_CASE("two workers claiming at once through their own connections never get 
     const std::string names[2] = {"worker-a:1", "worker-b:1"};
     std::vector<Claimed> claimed[2];
     std::string errors[2];
-    runner::index::Database connections[2] = {runner::index::open_index_for_writing(home.path),
-                                              runner::index::open_index_for_writing(home.path)};
+    runner::index::Database connections[2] = {
+        runner::index::open_index_for_writing(runner::testing::index_at(home.path)),
+        runner::index::open_index_for_writing(runner::testing::index_at(home.path))};
     std::latch start(2);
     auto work = [&](int w) {
       start.arrive_and_wait();
@@ -364,7 +366,7 @@ TEST_CASE("a rung that fewer than `reduction` trials reach is reported by the de
 
 TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA's last rung runs its best to the end") {
   runner::testing::TempDir home("sweep-last-rung");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   json points = json::array();
   for (int i = 1; i <= 9; ++i) points.push_back(i);
   // The issue's case: 9 points, rungs at 6 and 18 of 54 steps.
@@ -422,7 +424,7 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
 
 TEST_CASE("a running sweep shows whether a worker holds it") {
   runner::testing::TempDir home("sweep-workers");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   const SweepRecord sweep =
       open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
   CHECK_FALSE(worker_presence(db, sweep).alive);
@@ -453,7 +455,7 @@ TEST_CASE("a trial whose run finished after its worker died is recorded as finis
   // recorded the trial's end. The next worker takes the trial over: it must record it finished from its run, not
   // continue it (a resume of a finished run without a checkpoint ran all of its steps again, from step 0).
   runner::testing::TempDir home("sweep-unwatched");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   const SweepRecord sweep =
       open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2})}}}, {"method", "grid"}, {"metric", "m"}}));
   REQUIRE(claim_trial(db, sweep, "gone-host:1"));
@@ -464,7 +466,7 @@ TEST_CASE("a trial whose run finished after its worker died is recorded as finis
     spec.sweep = sweep.sweep;
     spec.trial = trial;
     const runner::index::RunRecord run = runner::index::create_run(db, spec, home.path);
-    runner::index::MetricWriter writer(home.path, run.run);
+    runner::index::MetricWriter writer(runner::testing::index_at(home.path), run.run);
     writer.log("m", 30, 0.25 * static_cast<double>(trial), runner::index::now_seconds());
     writer.close();
     runner::index::record_heartbeat(db, run.run, 30, runner::index::now_seconds());
@@ -509,7 +511,7 @@ TEST_CASE("takeover_after is how long a worker on another host and its trial's r
                     "sweeps/s.lua:2: 'takeover_after' must be a whole number from 10 to 604800, got 2.5");
 
   runner::testing::TempDir home("sweep-takeover");
-  runner::index::Database db = runner::index::open_index_for_writing(home.path);
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
   json fields = {{"parameters", grid}, {"method", "grid"}, {"metric", "m"}, {"takeover_after", 20}};
   const SweepRecord sweep = open_sweep(db, spec_of(fields));
   CHECK(sweep.spec.takeover_after == 20);

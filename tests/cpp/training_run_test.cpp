@@ -29,6 +29,7 @@
 #include "runtime/run/training_run.h"
 #include "runtime/train/progress_line.h"
 #include "tests/cpp/temp_directory.h"
+#include "tests/cpp/test_index_location.h"
 
 namespace {
 
@@ -116,7 +117,7 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
   // Interrupted: 8 steps with checkpoints every 2, then a fresh process continues from the newest.
   {
     Setup first(1);
-    auto context = run::start_run(request("two-layers"), launch, home);
+    auto context = run::start_run(request("two-layers"), testing::launch_at(home, launch));
     run::TrainingRun training(
         *context, first.trainer, first.loader,
         [] {
@@ -132,7 +133,7 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
     training.finish();
     context->finish("interrupted", "stopped by the test");
     // Rotation kept the newest two: steps 6 and 8.
-    index::Database db = index::open_index_for_reading(home);
+    index::Database db = index::open_index_for_reading(runner::testing::index_at(home));
     auto kept = db.prepare("SELECT step FROM checkpoints WHERE kept = 1 ORDER BY step");
     std::vector<int64_t> steps;
     while (kept.step()) steps.push_back(kept.integer(0));
@@ -147,7 +148,7 @@ TEST_CASE("a training run checkpoints, rotates and restores into a fresh trainer
   Setup second(99);  // other initial weights: everything must come from the checkpoint
   run::StartRequest again = request("");
   again.resume = std::string("two-layers");
-  auto context = run::start_run(again, launch, home);
+  auto context = run::start_run(again, testing::launch_at(home, launch));
   CHECK(context->resumed());
   CHECK(context->seed() == 5);
   run::TrainingRun training(*context, second.trainer, second.loader, nullptr, keep_two());
@@ -171,7 +172,7 @@ TEST_CASE("a stop request is taken before the next step: a checkpoint, the run i
   testing::TempDir tmp("training-run");
   const std::string home = tmp.path + "/home";
   Setup setup(2);
-  auto context = run::start_run(request("stopped"), core::LaunchContext{}, home);
+  auto context = run::start_run(request("stopped"), testing::launch_at(home, core::LaunchContext{}));
   run::TrainingRun training(*context, setup.trainer, setup.loader, nullptr, keep_two());
   setup.step();
   REQUIRE(core::graceful_stop_enabled());
@@ -194,7 +195,7 @@ TEST_CASE("rotation drops a checkpoint's row before its files: one it cannot del
   testing::TempDir tmp("training-run");
   const std::string home = tmp.path + "/home";
   Setup setup(4);
-  auto context = run::start_run(request("undeletable"), core::LaunchContext{}, home);
+  auto context = run::start_run(request("undeletable"), testing::launch_at(home, core::LaunchContext{}));
   run::CheckpointPolicy keep_one;
   keep_one.rotation.keep_last = 1;
   run::TrainingRun training(*context, setup.trainer, setup.loader, nullptr, keep_one);
@@ -214,7 +215,7 @@ TEST_CASE("rotation drops a checkpoint's row before its files: one it cannot del
   } unpin{pinned};
   setup.step();
   CHECK_NOTHROW(training.checkpoint({std::nullopt, std::nullopt, /*wait=*/true}));  // the save itself succeeded
-  index::Database db = index::open_index_for_reading(home);
+  index::Database db = index::open_index_for_reading(runner::testing::index_at(home));
   auto rows = db.prepare("SELECT step, path, kept FROM checkpoints ORDER BY step");
   std::vector<std::tuple<int64_t, std::string, int64_t>> listed;
   while (rows.step()) listed.emplace_back(rows.integer(0), rows.text(1), rows.integer(2));
@@ -393,6 +394,29 @@ TEST_CASE("the launch context reads torchrun's and Slurm's variables and refuses
                     "environment variable WORLD_SIZE='two' is not a whole number");
 }
 
+TEST_CASE("the launch context carries the index's location and the collective timeout", "[run]") {
+  const core::LaunchContext unset = core::launch_context_from_environment(std::map<std::string, std::string>{});
+  CHECK(unset.home == "runs");
+  CHECK(unset.index_url == "");
+  CHECK(unset.dist_timeout_seconds == 300);
+  const core::LaunchContext given = core::launch_context_from_environment({{"RUNNER_HOME", "/data/experiments//"},
+                                                                           {"RUNNER_INDEX", "postgresql://u@db:5432/x"},
+                                                                           {"RUNNER_DIST_TIMEOUT", "42.5"}});
+  CHECK(given.dist_timeout_seconds == 42.5);
+  const index::IndexLocation where = index::index_location(given);
+  CHECK(where.home == "/data/experiments");
+  CHECK(where.url == "postgresql://u@db:5432/x");
+  CHECK(where.shown() == "postgresql://u@db:5432/x");
+  CHECK(index::index_location(unset).shown() == "runs/index.db");
+  CHECK_THROWS_WITH(core::launch_context_from_environment({{"RUNNER_DIST_TIMEOUT", "5m"}}),
+                    "RUNNER_DIST_TIMEOUT='5m' is not a number of seconds > 0");
+  core::LaunchContext wrong = unset;
+  wrong.index_url = "mysql://u:secret@db/x";
+  CHECK_THROWS_WITH(index::index_location(wrong),
+                    "RUNNER_INDEX / --index 'mysql://u:***@db/x' is not a postgresql:// URL (leave it unset for the "
+                    "SQLite index in RUNNER_HOME)");
+}
+
 TEST_CASE("the launch context names the REPL's history file and whether a launcher set RANK / WORLD_SIZE", "[run]") {
   const core::LaunchContext plain = core::launch_context_from_environment({{"HOME", "/home/ada"}});
   CHECK(plain.repl_history == "/home/ada/.runner_history");
@@ -413,7 +437,7 @@ TEST_CASE("a run pauses at the ASHA rung of the launch context it was started wi
   core::LaunchContext launch;
   launch.sweep_pause = core::SweepPause{"loss", 4};
   REQUIRE_FALSE(core::launch_context().sweep_pause);  // the process's context has no rung
-  auto paused = run::start_run(request("paused"), launch, home);
+  auto paused = run::start_run(request("paused"), testing::launch_at(home, launch));
   paused->log_metric("loss", 3, 0.5, 0.0);
   CHECK_FALSE(paused->pause_due());
   paused->log_metric("other", 4, 0.5, 0.0);
@@ -421,7 +445,7 @@ TEST_CASE("a run pauses at the ASHA rung of the launch context it was started wi
   paused->log_metric("loss", 4, 0.5, 0.0);
   CHECK(paused->pause_due());
   paused->finish("finished");
-  auto unpaused = run::start_run(request("unpaused"), core::LaunchContext{}, home);
+  auto unpaused = run::start_run(request("unpaused"), testing::launch_at(home, core::LaunchContext{}));
   unpaused->log_metric("loss", 100, 0.5, 0.0);
   CHECK_FALSE(unpaused->pause_due());
   unpaused->finish("finished");
@@ -443,7 +467,7 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and ti
   progress.batch = 4;
   progress.line_seconds = 1e9;  // plain lines: the first and the last step
   setup.trainer->add_observer(std::make_shared<train::ProgressLine>(progress, c10::Device(c10::kCPU), progress_file));
-  auto context = run::start_run(request("observed"), launch, home);
+  auto context = run::start_run(request("observed"), testing::launch_at(home, launch));
   setup.trainer->add_observer(std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
   {
     run::TrainingRun training(*context, setup.trainer, setup.loader, {}, keep_two());
@@ -455,7 +479,7 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and ti
   std::fclose(progress_file);
 
   // time/<part>_ms: the means over steps 1-25, then over 26-30 (the last step), for each part of the step.
-  index::Database db = index::open_index_for_reading(home);
+  index::Database db = index::open_index_for_reading(runner::testing::index_at(home));
   auto logged = db.prepare("SELECT key, step FROM metrics WHERE run = ? AND key LIKE 'time/%' ORDER BY key, step");
   logged.bind(1, context->record().run);
   std::vector<std::string> rows;

@@ -17,11 +17,21 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
 
-namespace runner::cli {
+#include "runtime/index/database.h"
+#include "runtime/index/run_store.h"
+
+namespace runner::report {
+
+// A wrong expression, or a key that no run has: the commands show it as a usage error, the dashboard as a bad
+// request.
+struct WhereError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 // A value a key has for one run: none, a number or a text.
 using WhereValue = std::variant<std::monostate, double, std::string>;
@@ -36,7 +46,7 @@ struct WhereRun {
 
 class RunWhere {
  public:
-  // Parses `text`; a syntax error is a UsageError "--where '<text>': <what> at column N" (columns count from 1).
+  // Parses `text`; a syntax error is a WhereError "--where '<text>': <what> at column N" (columns count from 1).
   explicit RunWhere(std::string text);
   ~RunWhere();
   RunWhere(RunWhere&&) noexcept;
@@ -44,7 +54,7 @@ class RunWhere {
 
   // The config keys and metrics the expression compares (not tag, status or name).
   std::set<std::string> keys() const;
-  // A UsageError "--where '<text>': unknown key 'K' at column N (...)" for the first key not in `known` (the
+  // A WhereError "--where '<text>': unknown key 'K' at column N (...)" for the first key not in `known` (the
   // config keys and metrics of the runs), with a suggestion for a misspelt one.
   void check_keys(const std::set<std::string>& known) const;
   bool matches(const WhereRun& run) const;
@@ -56,4 +66,9 @@ class RunWhere {
   std::unique_ptr<Node> root_;
 };
 
-}  // namespace runner::cli
+// The runs among `runs` that `where` matches (`runner runs --where`, the dashboard's runs filter), their status as
+// of `now`; a key of `where` that is no config key or metric of any of them is a WhereError.
+std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
+                                         double now);
+
+}  // namespace runner::report

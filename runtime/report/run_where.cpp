@@ -1,5 +1,6 @@
-// The `runner runs --where` language: a tokenizer, a recursive-descent parser and the evaluation over one run.
-#include "runtime/cli/run_where.h"
+// The `runner runs --where` language: a tokenizer, a recursive-descent parser, the evaluation over one run, and
+// the filter over the index's runs.
+#include "runtime/report/run_where.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,11 +9,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/cli/command_line.h"
 #include "runtime/core/did_you_mean.h"
 #include "runtime/index/run_store.h"
 
-namespace runner::cli {
+namespace runner::report {
 
 enum class Comparison { less, less_equal, greater, greater_equal, equal, not_equal };
 
@@ -66,7 +66,7 @@ class Parser {
   }
 
   [[noreturn]] void fail(const std::string& what, size_t column) const {
-    throw UsageError(fmt::format("--where '{}': {} at column {}", text_, what, column));
+    throw WhereError(fmt::format("--where '{}': {} at column {}", text_, what, column));
   }
 
  private:
@@ -307,7 +307,7 @@ void RunWhere::check_keys(const std::set<std::string>& known) const {
     if (known.count(node->key)) continue;
     std::vector<std::string> names(known.begin(), known.end());
     names.insert(names.end(), {"name", "status", "tag"});
-    throw UsageError(fmt::format(
+    throw WhereError(fmt::format(
         "--where '{}': unknown key '{}' at column {} (not a config key or metric of any run, nor tag, status or "
         "name){}",
         text_, node->key, node->key_column, core::did_you_mean(node->key, names)));
@@ -316,4 +316,47 @@ void RunWhere::check_keys(const std::set<std::string>& known) const {
 
 bool RunWhere::matches(const WhereRun& run) const { return evaluate(*root_, run); }
 
-}  // namespace runner::cli
+namespace {
+
+// What an expression compares for a config key or metric: the config value, else the summary's, else the latest
+// logged.
+WhereValue where_value(index::Database& db, const index::RunRecord& run, const std::string& key) {
+  const auto from_json = [](const nlohmann::json& value) -> WhereValue {
+    if (value.is_boolean()) return value.get<bool>() ? 1.0 : 0.0;
+    if (value.is_number()) return value.get<double>();
+    if (value.is_string()) return value.get<std::string>();
+    return value.is_null() ? WhereValue{} : WhereValue{value.dump()};
+  };
+  if (run.config.is_object() && run.config.contains(key)) return from_json(run.config[key]);
+  if (run.summary.is_object() && run.summary.contains(key)) return from_json(run.summary[key]);
+  if (const auto latest = index::latest_metric(db, run.run, key)) return *latest;
+  return {};
+}
+
+}  // namespace
+
+std::vector<index::RunRecord> runs_where(index::Database& db, std::vector<index::RunRecord> runs, const RunWhere& where,
+                                         double now) {
+  if (runs.empty()) return runs;
+  std::set<std::string> known;
+  for (const auto& run : runs) {
+    if (run.config.is_object())
+      for (const auto& [key, value] : run.config.items()) known.insert(key);
+    if (run.summary.is_object())
+      for (const auto& [key, value] : run.summary.items()) known.insert(key);
+  }
+  const std::set<std::string> keys = where.keys();
+  if (!std::includes(known.begin(), known.end(), keys.begin(), keys.end()))
+    for (const auto& run : runs)
+      for (const auto& latest : index::latest_metrics(db, run.run)) known.insert(latest.key);
+  where.check_keys(known);
+  std::vector<index::RunRecord> kept;
+  for (auto& run : runs) {
+    const WhereRun facts{run.name, index::effective_status(run, now), run.tags,
+                         [&](const std::string& key) { return where_value(db, run, key); }};
+    if (where.matches(facts)) kept.push_back(std::move(run));
+  }
+  return kept;
+}
+
+}  // namespace runner::report

@@ -1,4 +1,6 @@
 // `runner serve`: the dashboard over the index, until Ctrl-C (or SIGTERM, SIGHUP).
+#include "runtime/serve/serve_command.h"
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -18,7 +20,7 @@
 #include "runtime/index/index_database.h"
 #include "runtime/serve/dashboard_server.h"
 
-namespace runner::cli {
+namespace runner::serve {
 namespace {
 
 bool is_any_address(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
@@ -54,26 +56,26 @@ std::vector<std::string> names_of_this_machine(const std::string& host) {
 }  // namespace
 
 int serve_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {"--port", "--host"}, {"--no-token"});
-  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
-  serve::ServeOptions options;
-  options.home = index::home_directory();
+  const cli::ParsedArguments arguments = cli::parse_arguments(argc, argv, {"--port", "--host"}, {"--no-token"});
+  if (!arguments.positional.empty()) throw cli::UsageError("unexpected argument '" + arguments.positional[0] + "'");
+  ServeOptions options;
+  options.index = cli::command_index();
   if (auto host = arguments.value("--host")) {
-    if (host->empty()) throw UsageError("--host needs an address, e.g. 127.0.0.1 or 0.0.0.0");
+    if (host->empty()) throw cli::UsageError("--host needs an address, e.g. 127.0.0.1 or 0.0.0.0");
     options.host = *host;
   }
   options.token = !arguments.has("--no-token");
-  if (!options.token && !serve::is_loopback_address(options.host))
-    throw UsageError(fmt::format(
+  if (!options.token && !is_loopback_address(options.host))
+    throw cli::UsageError(fmt::format(
         "--no-token is for a loopback --host only: on {} every machine that reaches this one could read the index",
         options.host));
   if (auto port = arguments.value("--port")) {
-    const int64_t number = parse_count("--port", *port);
-    if (number > 65535) throw UsageError(fmt::format("--port '{}': expected 0 (any free port) to 65535", *port));
+    const int64_t number = cli::parse_count("--port", *port);
+    if (number > 65535) throw cli::UsageError(fmt::format("--port '{}': expected 0 (any free port) to 65535", *port));
     options.port = static_cast<int>(number);
   }
   // Checks the index before listening: a missing or damaged index is the same error as `runner show` gives.
-  index::open_index_for_reading(options.home);
+  index::open_index_for_reading(options.index);
 
   // The signals that stop serving are taken by one thread (sigwait), which the server's threads inherit blocked.
   sigset_t stop_signals;
@@ -82,7 +84,7 @@ int serve_command(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  serve::DashboardServer server(options);
+  DashboardServer server(options);
   server.bind();
   // On every address: a URL by this machine's name, then one per address (a browser cannot open 0.0.0.0's).
   const std::vector<std::string> names =
@@ -92,18 +94,18 @@ int serve_command(int argc, char** argv) {
     std::printf("runner serve: %s%s\n", i == 0 ? "" : "or ", server.url(names[i]).c_str());
   if (server.token().empty())
     std::printf("runner serve: --no-token: every user of this machine can read the dashboard\n");
-  else if (serve::is_loopback_address(options.host))
+  else if (is_loopback_address(options.host))
     std::printf("runner serve: requests need the token in the URL above (opening it sets a cookie)\n");
   else
     std::printf(
         "runner serve: listening on %s, which other machines may reach: requests need the token in the URL above "
         "(opening it sets a cookie)\n",
         options.host.c_str());
-  if (index::index_url().empty())
-    std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.home.c_str());
+  if (options.index.url.empty())
+    std::printf("runner serve: the index in %s, read-only; Ctrl-C stops\n", options.index.home.c_str());
   else
     std::printf("runner serve: the index at %s (run folders in %s), read-only; Ctrl-C stops\n",
-                index::index_location(options.home).c_str(), options.home.c_str());
+                options.index.shown().c_str(), options.index.home.c_str());
   std::fflush(stdout);
   std::thread stopper([&] {
     int signal = 0;
@@ -117,6 +119,6 @@ int serve_command(int argc, char** argv) {
   return 0;
 }
 
-int run_serve_command(int argc, char** argv) { return run_reporting_errors("serve", serve_command, argc, argv); }
+int run_serve_command(int argc, char** argv) { return cli::run_reporting_errors("serve", serve_command, argc, argv); }
 
-}  // namespace runner::cli
+}  // namespace runner::serve
