@@ -41,9 +41,9 @@ std::optional<at::Tensor> opt_tensor(lua_State* L, int index) {
   return check_tensor(L, index);
 }
 
-// The model at `index` as a diffusion::Denoiser: a built-in UNet/DiT is called directly; anything else
+// The model at `index` as a diffusion::ModelFunction: a built-in UNet/DiT is called directly; anything else
 // (a Lua module or function) is called as model(x, t, labels) on this thread.
-diff::Denoiser denoiser_at(lua_State* L, int index) {
+diff::ModelFunction model_function_at(lua_State* L, int index) {
   if (auto native = test_denoiser(L, index)) {
     return [native](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels) {
       return native->forward(x, t, labels);
@@ -268,7 +268,7 @@ const OptionTable<ObjectiveOptions> kObjectiveOptions("objective", "ObjectiveOpt
 int diffusion_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
   const DiffusionLossOptions o = kDiffusionLossOptions.read(L, 7);
-  const diff::Denoiser model = denoiser_at(L, 2);
+  const diff::ModelFunction model = model_function_at(L, 2);
   const at::Tensor& x0 = check_tensor(L, 3);
   const diff::TrainingLabels labels =
       diff::training_labels(model_labels(L, 2, 8), opt_tensor(L, 4), o.labels, o.label_dropout, x0.device());
@@ -300,7 +300,7 @@ int diffusion_objective(lua_State* L) {
 // d:training_loss(model, x0, t, noise [, labels]) -> loss, mse, vb: the loss for given timesteps and noise.
 int diffusion_training_loss(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  const auto terms = diff::training_loss(box.training.schedule, denoiser_at(L, 2), check_tensor(L, 3),
+  const auto terms = diff::training_loss(box.training.schedule, model_function_at(L, 2), check_tensor(L, 3),
                                          check_tensor(L, 4), check_tensor(L, 5), opt_tensor(L, 6), box.training.loss);
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
@@ -345,7 +345,7 @@ const OptionTable<diff::SampleOptions> kSampleOptions("sample", "SampleOptions",
 // with seed. null_label: the model's, used when the options give none.
 int diffusion_sample(lua_State* L) {
   DiffusionBox& box = check_diffusion(L, 1);
-  const diff::Denoiser model = denoiser_at(L, 2);
+  const diff::ModelFunction model = model_function_at(L, 2);
   const at::Tensor x_T = check_tensor(L, 3);
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
   diff::SampleOptions defaults;

@@ -1,5 +1,5 @@
-// What the flow binding shares with the diffusion binding: models as denoisers, their labels, seeds, the sampler's
-// noise, and the registration of runner.diffusion.flow's natives.
+// What the flow binding shares with the diffusion binding: models as model functions, their labels, seeds, the
+// sampler's noise, and the registration of runner.diffusion.flow's natives.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,9 +20,9 @@ std::uint64_t seed_value(double value);
 std::uint64_t check_seed(lua_State* L, int index);
 std::optional<at::Tensor> opt_tensor(lua_State* L, int index);
 
-// The model at `index` as a diffusion::Denoiser: a built-in UNet/DiT is called directly; anything else (a Lua module
-// or function) is called as model(x, t, labels) on this thread.
-diffusion::Denoiser denoiser_at(lua_State* L, int index);
+// The model at `index` as a diffusion::ModelFunction: a built-in UNet/DiT is called directly; anything else (a Lua
+// module or function) is called as model(x, t, labels) on this thread.
+diffusion::ModelFunction model_function_at(lua_State* L, int index);
 // What the model at `index` takes as labels: a built-in denoiser's, or the fields of the table model:info() at
 // info_index; unknown (nullopt) for a plain function.
 std::optional<diffusion::ModelLabels> model_labels(lua_State* L, int index, int info_index);
@@ -30,7 +30,7 @@ diffusion::ModelLabels denoiser_labels(const runner::nn::Denoiser& model);
 // A built-in denoiser at `index` as the model of a trainer objective with its capture check; raises the message
 // `objective:` names for anything else.
 struct ObjectiveModel {
-  diffusion::Denoiser model;
+  diffusion::ModelFunction model;
   diffusion::ModelLabels labels;
   diffusion::CaptureCheck capture_check;
 };

@@ -128,7 +128,7 @@ const OptionTable<FlowLossOptions> kFlowLossOptions(
 int flow_loss(lua_State* L) {
   diff::FlowTraining& flow = check_flow(L, 1);
   const FlowLossOptions o = kFlowLossOptions.read(L, 7);
-  const diff::Denoiser model = denoiser_at(L, 2);
+  const diff::ModelFunction model = model_function_at(L, 2);
   const at::Tensor& x1 = check_tensor(L, 3);
   if (x1.dim() < 2)
     throw std::invalid_argument(fmt::format("loss: x1 must be a batch [B, C, ...], got {} dimensions", x1.dim()));
@@ -165,8 +165,8 @@ int flow_objective(lua_State* L) {
 // flow:training_loss(model, x1, t, noise [, labels]) -> loss, mse: the loss at given times and noise.
 int flow_training_loss(lua_State* L) {
   diff::FlowTraining& flow = check_flow(L, 1);
-  const auto terms = diff::flow_training_loss(flow.transport, denoiser_at(L, 2), check_tensor(L, 3), check_tensor(L, 4),
-                                              check_tensor(L, 5), opt_tensor(L, 6));
+  const auto terms = diff::flow_training_loss(flow.transport, model_function_at(L, 2), check_tensor(L, 3),
+                                              check_tensor(L, 4), check_tensor(L, 5), opt_tensor(L, 6));
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
   return 2;
@@ -216,7 +216,7 @@ const OptionTable<diff::FlowSampleOptions> kFlowSampleOptions(
 // flow:_sample(model, x_T, labels|nil, options, seed, null_label|nil) -> x [, trajectory]
 int flow_sample(lua_State* L) {
   diff::FlowTraining& flow = check_flow(L, 1);
-  const diff::Denoiser model = denoiser_at(L, 2);
+  const diff::ModelFunction model = model_function_at(L, 2);
   const at::Tensor x_T = check_tensor(L, 3);
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
   diff::FlowSampleOptions defaults;
@@ -246,7 +246,7 @@ const OptionTable<diff::FlowLikelihoodOptions> kFlowLikelihoodOptions(
 // [evaluations, B, ...] of the model evaluations in order; without it they come from a generator seeded with seed.
 int flow_likelihood(lua_State* L) {
   diff::FlowTraining& flow = check_flow(L, 1);
-  const diff::Denoiser model = denoiser_at(L, 2);
+  const diff::ModelFunction model = model_function_at(L, 2);
   const at::Tensor x = check_tensor(L, 3);
   const std::optional<at::Tensor> labels = opt_tensor(L, 4);
   const diff::FlowLikelihoodOptions o = kFlowLikelihoodOptions.read(L, 5);

@@ -368,9 +368,9 @@ int trainer_set_objective(lua_State* L) {
 
 // A loader batch table ({data, label, index, ...: tensors; epoch: number}) at `index`: its tensors under string
 // keys, in key order, and its epoch.
-train::Batch check_batch(lua_State* L, int index) {
+train::StepBatch check_batch(lua_State* L, int index) {
   luaL_checktype(L, index, LUA_TTABLE);
-  train::Batch batch;
+  train::StepBatch batch;
   lua_pushnil(L);
   while (lua_next(L, index)) {
     if (lua_type(L, -2) == LUA_TSTRING) {
@@ -388,7 +388,7 @@ train::Batch check_batch(lua_State* L, int index) {
 // runner._train.split_batch(batch, count) -> {micro_1, ..., micro_count}: train::split_batch's micro-batches as
 // tables; the batch's other fields are shared.
 int split_batch(lua_State* L) {
-  const std::vector<train::Batch> micro = train::split_batch(check_batch(L, 1), check_integer(L, 2));
+  const std::vector<train::StepBatch> micro = train::split_batch(check_batch(L, 1), check_integer(L, 2));
   lua_createtable(L, static_cast<int>(micro.size()), 0);
   for (std::size_t i = 0; i < micro.size(); ++i) {
     lua_newtable(L);
@@ -412,7 +412,7 @@ int split_batch(lua_State* L) {
 // and trainer: the Lua trainer, for runner attach.
 int trainer_step_batch(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
-  train::Batch batch = check_batch(L, 2);
+  train::StepBatch batch = check_batch(L, 2);
   batch.wait_seconds = batch_wait_seconds(L, 2);
   *box.run_at_step = active_run(L);
   const train::StepResult result = box.trainer->step(batch);

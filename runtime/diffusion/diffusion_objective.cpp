@@ -52,7 +52,7 @@ at::Tensor training_keys(SampleStreams& streams, std::int64_t size, const at::Te
   return SampleStreams::loader_keys(epoch.value_or(0), cpu_indices);
 }
 
-KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor& keys) {
   const SampleStreams& streams = *training.streams;
   KeyedLoss out;
@@ -73,7 +73,7 @@ std::optional<at::Tensor> dropped_labels(const SampleStreams& streams, const Tra
   return model_labels;
 }
 
-KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor* indices,
                               std::optional<std::int64_t> epoch) {
   if (x0.dim() < 2)
@@ -92,7 +92,7 @@ KeyedObjective::KeyedObjective(std::shared_ptr<SampleStreams> streams, ModelLabe
   require_null_label(labels_.classes > 0, label_dropout_.value_or(labels_.class_dropout), labels_.null_label);
 }
 
-at::Tensor KeyedObjective::loss(const train::Batch& micro) {
+at::Tensor KeyedObjective::loss(const train::StepBatch& micro) {
   const at::Tensor* x = micro.find("data");
   if (x == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
   const at::Tensor* label = micro.find("label");
@@ -104,7 +104,7 @@ at::Tensor KeyedObjective::loss(const train::Batch& micro) {
   return keyed_loss(*x, labels, training_keys(*streams_, x->size(0), micro.find("index"), micro.epoch));
 }
 
-train::Batch KeyedObjective::prepare(const train::Batch& batch) {
+train::StepBatch KeyedObjective::prepare(const train::StepBatch& batch) {
   const at::Tensor* x0 = batch.find("data");
   if (x0 == nullptr) throw std::invalid_argument("loss: the batch has no 'data' tensor (the images)");
   if (x0->dim() < 2)
@@ -112,7 +112,7 @@ train::Batch KeyedObjective::prepare(const train::Batch& batch) {
   if (batch.find(kSampleKeys) != nullptr)
     throw std::invalid_argument(
         fmt::format("loss: the batch has a tensor named '{}', a name the objective keeps for itself", kSampleKeys));
-  train::Batch prepared = batch;
+  train::StepBatch prepared = batch;
   prepared.tensors.emplace_back(kSampleKeys, training_keys(*streams_, x0->size(0), batch.find("index"), batch.epoch));
   return prepared;
 }
@@ -126,7 +126,7 @@ std::string KeyedObjective::labels_description() const {
   return fmt::format(", {} classes, label dropout {}", labels_.classes, label_dropout_.value_or(labels_.class_dropout));
 }
 
-DiffusionObjective::DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
+DiffusionObjective::DiffusionObjective(DiffusionTraining training, ModelFunction model, ModelLabels labels,
                                        std::optional<double> label_dropout, CaptureCheck capture_check)
     : KeyedObjective(training.streams, labels, label_dropout, std::move(capture_check)),
       training_(std::move(training)),

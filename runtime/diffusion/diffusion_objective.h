@@ -64,10 +64,10 @@ std::optional<at::Tensor> dropped_labels(const SampleStreams& streams, const Tra
                                          const at::Tensor& keys);
 
 // Timestep, noise and label dropout of each sample drawn from its key (any device), then training_loss.
-KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor& keys);
 // The same with the keys of training_keys(indices, epoch).
-KeyedLoss keyed_training_loss(const DiffusionTraining& training, const Denoiser& model, const at::Tensor& x0,
+KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor* indices,
                               std::optional<std::int64_t> epoch);
 
@@ -84,8 +84,8 @@ class KeyedObjective : public train::Objective {
   KeyedObjective(std::shared_ptr<SampleStreams> streams, ModelLabels labels, std::optional<double> label_dropout,
                  CaptureCheck capture_check);
 
-  at::Tensor loss(const train::Batch& micro) final;
-  train::Batch prepare(const train::Batch& batch) final;
+  at::Tensor loss(const train::StepBatch& micro) final;
+  train::StepBatch prepare(const train::StepBatch& batch) final;
   std::optional<std::string> capture_blocker() const final;
 
  protected:
@@ -105,7 +105,7 @@ class KeyedObjective : public train::Objective {
 // same streams.
 class DiffusionObjective : public KeyedObjective {
  public:
-  DiffusionObjective(DiffusionTraining training, Denoiser model, ModelLabels labels,
+  DiffusionObjective(DiffusionTraining training, ModelFunction model, ModelLabels labels,
                      std::optional<double> label_dropout, CaptureCheck capture_check = {});
 
   std::string describe() const override;
@@ -115,7 +115,7 @@ class DiffusionObjective : public KeyedObjective {
 
  private:
   DiffusionTraining training_;
-  Denoiser model_;
+  ModelFunction model_;
 };
 
 }  // namespace runner::diffusion

@@ -153,8 +153,9 @@ at::Tensor discretized_gaussian_log_likelihood(const at::Tensor& x, const at::Te
                    at::where(x > 0.999, log_one_minus_cdf_min, at::log(cdf_delta.clamp_min(1e-12))));
 }
 
-LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0, const at::Tensor& t,
-                        const at::Tensor& noise, const std::optional<at::Tensor>& labels, const LossOptions& options) {
+LossTerms training_loss(const NoiseSchedule& schedule, const ModelFunction& model, const at::Tensor& x0,
+                        const at::Tensor& t, const at::Tensor& noise, const std::optional<at::Tensor>& labels,
+                        const LossOptions& options) {
   check_batch(x0, t, noise);
   at::Tensor weights;
   if (options.min_snr_gamma) weights = min_snr_weights(schedule, options.prediction, *options.min_snr_gamma);

@@ -18,9 +18,10 @@ enum class Prediction { eps, x0, v };
 Prediction parse_prediction(const std::string& name);
 std::string prediction_name(Prediction prediction);
 
-// The network: x [B, C, ...], integer timesteps t [B], optional class labels [B]. It returns C channels,
-// or 2C when it also predicts the variance (learned sigma).
-using Denoiser =
+// The model as the losses and samplers call it (a built-in nn::Denoiser or a Lua-defined model): x [B, C, ...],
+// t [B] (integer timesteps in Gaussian diffusion, times in [0, 1] in flow matching), optional class labels [B].
+// It returns C channels, or 2C when it also predicts the variance (learned sigma).
+using ModelFunction =
     std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels)>;
 
 // Whether a model output for input x carries learned-variance channels: true for 2C channels, false
@@ -57,8 +58,9 @@ struct LossTerms {
 // is computed in the model output's dtype (at least float32); schedule values are gathered in float64 and
 // converted to float32. With learned sigma the VB term sees the mean channels detached, so it trains
 // only the variance.
-LossTerms training_loss(const NoiseSchedule& schedule, const Denoiser& model, const at::Tensor& x0, const at::Tensor& t,
-                        const at::Tensor& noise, const std::optional<at::Tensor>& labels, const LossOptions& options);
+LossTerms training_loss(const NoiseSchedule& schedule, const ModelFunction& model, const at::Tensor& x0,
+                        const at::Tensor& t, const at::Tensor& noise, const std::optional<at::Tensor>& labels,
+                        const LossOptions& options);
 
 // KL(N(mean1, exp(logvar1)) || N(mean2, exp(logvar2))), elementwise, in nats.
 at::Tensor normal_kl(const at::Tensor& mean1, const at::Tensor& logvar1, const at::Tensor& mean2,

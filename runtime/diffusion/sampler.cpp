@@ -78,7 +78,7 @@ void check_options(const SampleOptions& options, const at::Tensor& x_T, const st
 }
 
 // The model's output for x at timestep t.
-at::Tensor run_model(const Denoiser& model, const at::Tensor& x, std::int64_t t,
+at::Tensor run_model(const ModelFunction& model, const at::Tensor& x, std::int64_t t,
                      const std::optional<at::Tensor>& labels, const SampleOptions& options) {
   const at::Tensor timesteps = at::full({x.size(0)}, t, at::TensorOptions().dtype(at::kLong).device(x.device()));
   return guided_output(model, x, timesteps, labels, Guidance{options.guidance, options.null_label, std::nullopt});
@@ -145,7 +145,7 @@ AutocastDisabled::~AutocastDisabled() {
   if (active_) at::autocast::set_autocast_enabled(type_, true);
 }
 
-at::Tensor guided_output(const Denoiser& model, const at::Tensor& x, const at::Tensor& t,
+at::Tensor guided_output(const ModelFunction& model, const at::Tensor& x, const at::Tensor& t,
                          const std::optional<at::Tensor>& labels, const Guidance& guidance) {
   if (guidance.scale == 1) {
     const at::Tensor output = model(x, t, labels);
@@ -183,7 +183,7 @@ std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_
   return visited;
 }
 
-SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Tensor x_T,
+SampleResult sample(const NoiseSchedule& schedule, const ModelFunction& model, at::Tensor x_T,
                     const std::optional<at::Tensor>& labels, const SampleOptions& options, const NoiseSource& noise) {
   check_options(options, x_T, labels);
   const std::vector<Step> chain = respaced_steps(schedule, options.steps);

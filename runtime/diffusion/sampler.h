@@ -42,7 +42,7 @@ void check_sampling_inputs(const at::Tensor& x_T, const std::optional<at::Tensor
 
 // The model's output for x at times t ([B], any dtype the model takes) in float32, guided as `guidance` says.
 // Throws std::invalid_argument for outputs that are not C or 2C channels of x's shape.
-at::Tensor guided_output(const Denoiser& model, const at::Tensor& x, const at::Tensor& t,
+at::Tensor guided_output(const ModelFunction& model, const at::Tensor& x, const at::Tensor& t,
                          const std::optional<at::Tensor>& labels, const Guidance& guidance);
 
 // The timesteps visited by `steps` sampling steps of a T-step schedule: round(linspace(0, T - 1, steps))
@@ -80,7 +80,7 @@ struct SampleResult {
 // ids for a conditional model. Checks Ctrl-C between steps (throws core::Interrupted, the request left
 // pending). Throws std::invalid_argument for bad options and for model outputs that are not C or 2C
 // channels of x's shape.
-SampleResult sample(const NoiseSchedule& schedule, const Denoiser& model, at::Tensor x_T,
+SampleResult sample(const NoiseSchedule& schedule, const ModelFunction& model, at::Tensor x_T,
                     const std::optional<at::Tensor>& labels, const SampleOptions& options,
                     const NoiseSource& noise = {});
 

@@ -248,7 +248,7 @@ at::Tensor Transport::velocity(const at::Tensor& output, const at::Tensor& x, co
   return -per_sample(drift_mean, x) * x + per_sample(drift_var, x) * score(output, x, t);
 }
 
-FlowLossTerms flow_training_loss(const Transport& transport, const Denoiser& model, const at::Tensor& x1,
+FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction& model, const at::Tensor& x1,
                                  const at::Tensor& t, const at::Tensor& x0, const std::optional<at::Tensor>& labels) {
   if (x1.dim() < 2)
     throw std::invalid_argument(fmt::format("loss: x1 must be a batch [B, C, ...], got {} dimensions", x1.dim()));
@@ -303,7 +303,7 @@ at::Tensor flow_training_times(const FlowTraining& training, const at::Tensor& k
   return u.mul_(interval.t1 - interval.t0).add_(interval.t0);
 }
 
-KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const Denoiser& model, const at::Tensor& x1,
+KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const ModelFunction& model, const at::Tensor& x1,
                               const TrainingLabels& labels, const at::Tensor& keys) {
   KeyedFlowLoss out;
   out.t = flow_training_times(training, keys, x1.device());
@@ -313,7 +313,7 @@ KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const Denoiser& mode
   return out;
 }
 
-FlowObjective::FlowObjective(FlowTraining training, Denoiser model, ModelLabels labels,
+FlowObjective::FlowObjective(FlowTraining training, ModelFunction model, ModelLabels labels,
                              std::optional<double> label_dropout, CaptureCheck capture_check)
     : KeyedObjective(training.streams, labels, label_dropout, std::move(capture_check)),
       training_(std::move(training)),

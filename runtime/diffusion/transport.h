@@ -109,7 +109,7 @@ struct FlowLossTerms {
 // noise x0, one model run (its first C channels: a learned-sigma output's variance channels are ignored, as SiT's
 // model drops them) and SiT's training loss: velocity |out - (d_alpha x1 + d_sigma x0)|^2, noise
 // w |out - x0|^2, score w |sigma out + x0|^2, each the mean over a sample's elements, in float32 or wider.
-FlowLossTerms flow_training_loss(const Transport& transport, const Denoiser& model, const at::Tensor& x1,
+FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction& model, const at::Tensor& x1,
                                  const at::Tensor& t, const at::Tensor& x0, const std::optional<at::Tensor>& labels);
 
 // The training side of runner.diffusion.flow: the transport, how training times are drawn (uniform over the
@@ -132,13 +132,13 @@ struct KeyedFlowLoss {
 
 // Time, noise and label dropout of each sample drawn from its key (the streams the diffusion objective draws its
 // timesteps, noise and label dropout from), then flow_training_loss.
-KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const Denoiser& model, const at::Tensor& x1,
+KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const ModelFunction& model, const at::Tensor& x1,
                               const TrainingLabels& labels, const at::Tensor& keys);
 
 // flow:loss(model, batch) as a trainer objective (train:step(batch)), with the same numbers.
 class FlowObjective : public KeyedObjective {
  public:
-  FlowObjective(FlowTraining training, Denoiser model, ModelLabels labels, std::optional<double> label_dropout,
+  FlowObjective(FlowTraining training, ModelFunction model, ModelLabels labels, std::optional<double> label_dropout,
                 CaptureCheck capture_check = {});
 
   std::string describe() const override;
@@ -148,7 +148,7 @@ class FlowObjective : public KeyedObjective {
 
  private:
   FlowTraining training_;
-  Denoiser model_;
+  ModelFunction model_;
 };
 
 // "flow matching (linear path, velocity prediction, uniform times": what the objective computes, without the labels.

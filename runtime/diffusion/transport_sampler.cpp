@@ -57,7 +57,7 @@ void check_options(const FlowSampleOptions& o) {
 // One model run at time t (all samples) as the velocity and the score, float32 like x.
 class FlowField {
  public:
-  FlowField(const Transport& transport, const Denoiser& model, const std::optional<at::Tensor>& labels,
+  FlowField(const Transport& transport, const ModelFunction& model, const std::optional<at::Tensor>& labels,
             const Guidance& guidance)
       : transport_(transport), model_(model), labels_(labels), guidance_(guidance) {}
 
@@ -82,7 +82,7 @@ class FlowField {
 
  private:
   const Transport& transport_;
-  const Denoiser& model_;
+  const ModelFunction& model_;
   const std::optional<at::Tensor>& labels_;
   Guidance guidance_;
 };
@@ -284,7 +284,7 @@ std::vector<OdeState> solve_ode(const OdeField& f, const OdeState& y0, const std
 
 }  // namespace
 
-SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::Tensor x_T,
+SampleResult sample_flow(const Transport& transport, const ModelFunction& model, at::Tensor x_T,
                          const std::optional<at::Tensor>& labels, const FlowSampleOptions& options,
                          const NoiseSource& noise) {
   check_options(options);
@@ -369,7 +369,7 @@ SampleResult sample_flow(const Transport& transport, const Denoiser& model, at::
   return result;
 }
 
-FlowLikelihood flow_likelihood(const Transport& transport, const Denoiser& model, const at::Tensor& x,
+FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& model, const at::Tensor& x,
                                const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
                                const NoiseSource& probes) {
   if (options.sampler != "euler" && options.sampler != "heun" && options.sampler != "dopri5")

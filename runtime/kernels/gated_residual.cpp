@@ -33,10 +33,6 @@ void check_inputs(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   check_floating_on_one_device(kOp, {{"x", x}, {"gate", gate}, {"y", y}});
 }
 
-at::Tensor forward_aten(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
-  return x + gate.unsqueeze(1) * y;
-}
-
 // The gradients of gate and y in the ATen ops' graph, by the same ops: the sum's gradient reaches the product in
 // the product's dtype, then the product's backward. x's gradient is the output's gradient itself.
 Pair backward_aten(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& y, std::array<bool, 2> mask) {
@@ -50,7 +46,7 @@ Pair backward_aten(const at::Tensor& grad, const at::Tensor& gate, const at::Ten
 
 at::Tensor forward_cpu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
   check_inputs(x, gate, y);
-  return forward_aten(x, gate, y);
+  return ops::gated_residual_unfused(x, gate, y);
 }
 
 #if RUNNER_WITH_CUDA
@@ -60,7 +56,7 @@ bool kernel_runs(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& 
 
 at::Tensor forward_on_cuda(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
   check_inputs(x, gate, y);
-  if (!kernel_runs(x, gate, y)) return forward_aten(x, gate, y);
+  if (!kernel_runs(x, gate, y)) return ops::gated_residual_unfused(x, gate, y);
   return gated_residual_cuda(x, gate, y);
 }
 
@@ -139,6 +135,10 @@ namespace runner::ops {
 
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
   return kernels::forward_op().call(x, gate, y);
+}
+
+at::Tensor gated_residual_unfused(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  return x + gate.unsqueeze(1) * y;
 }
 
 }  // namespace runner::ops

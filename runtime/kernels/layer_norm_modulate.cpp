@@ -35,8 +35,9 @@ void check_inputs(const at::Tensor& x, const at::Tensor& shift, const at::Tensor
   TORCH_CHECK(eps > 0, kOp, ": eps must be positive, got ", eps);
 }
 
-at::Tensor modulate_aten(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+// The adaLN modulation of the normalized x, shift and scale broadcast over the tokens.
+at::Tensor modulate_aten(const at::Tensor& normalized, const at::Tensor& shift, const at::Tensor& scale) {
+  return normalized * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
 Triple forward_aten(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
@@ -170,6 +171,11 @@ namespace runner::ops {
 
 at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
   return std::get<0>(kernels::forward_op().call(x, shift, scale, eps));
+}
+
+at::Tensor layer_norm_modulate_unfused(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                                       double eps) {
+  return kernels::modulate_aten(at::layer_norm(x, {x.size(-1)}, {}, {}, eps), shift, scale);
 }
 
 }  // namespace runner::ops

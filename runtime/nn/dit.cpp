@@ -32,13 +32,13 @@ constexpr std::int64_t kPatches[] = {2, 4, 8};
 
 // LayerNorm (no affine) then the adaLN modulation: one runner op when fused, else the official DiT's ATen ops.
 at::Tensor normalize_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, bool fused) {
-  if (fused) return ops::layer_norm_modulate(x, shift, scale, kNormEps);
-  return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+  return fused ? ops::layer_norm_modulate(x, shift, scale, kNormEps)
+               : ops::layer_norm_modulate_unfused(x, shift, scale, kNormEps);
 }
 
 // The adaLN-Zero gated residual x + gate * y.
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, bool fused) {
-  return fused ? ops::gated_residual(x, gate, y) : x + gate.unsqueeze(1) * y;
+  return fused ? ops::gated_residual(x, gate, y) : ops::gated_residual_unfused(x, gate, y);
 }
 
 void check_options(const DiTOptions& o) {

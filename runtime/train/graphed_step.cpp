@@ -91,7 +91,7 @@ void GraphedSteps::note_eager(const std::string& reason) {
             fmt::format("CUDA graphs: steps run eagerly: {}", reason));
 }
 
-std::string batch_signature(const Batch& batch) {
+std::string batch_signature(const StepBatch& batch) {
   std::string text;
   for (const auto& [name, tensor] : batch.tensors)
     text += fmt::format("{} {} {}; ", name, c10::toString(tensor.scalar_type()), core::shape_text(tensor.sizes()));

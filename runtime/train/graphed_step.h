@@ -33,7 +33,7 @@ class GraphedSteps {
  public:
   // Eager steps of a batch signature before its graph is captured.
   static constexpr std::int64_t kWarmupSteps = 2;
-  // Batch signatures a trainer keeps graphs for; steps of further ones run eagerly.
+  // The batch signatures a trainer keeps graphs for; steps of further ones run eagerly.
   static constexpr std::size_t kMaxGraphs = 8;
 
   // The graph of one batch signature, with the buffers its batch is copied into.
@@ -41,7 +41,7 @@ class GraphedSteps {
     std::size_t id = 0;
     std::int64_t warmups = 0;
     bool recorded = false;  // captured: later steps replay it
-    Batch inputs;           // on the device: what the graph reads
+    StepBatch inputs;       // on the device: what the graph reads
     at::Tensor report;      // float32 [2 + micro-batches + norms]: loss, grad norm, micro-batch losses, gradient norms
     std::int64_t micro = 0;
   };
@@ -92,6 +92,6 @@ class GraphedSteps {
 };
 
 // The signature of a prepared batch: its tensors' names, dtypes and shapes.
-std::string batch_signature(const Batch& batch);
+std::string batch_signature(const StepBatch& batch);
 
 }  // namespace runner::train

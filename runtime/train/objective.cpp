@@ -7,13 +7,13 @@
 
 namespace runner::train {
 
-const at::Tensor* Batch::find(const std::string& name) const {
+const at::Tensor* StepBatch::find(const std::string& name) const {
   for (const auto& [key, tensor] : tensors)
     if (key == name) return &tensor;
   return nullptr;
 }
 
-std::vector<Batch> split_batch(const Batch& batch, std::int64_t count) {
+std::vector<StepBatch> split_batch(const StepBatch& batch, std::int64_t count) {
   if (count == 1) return {batch};
   const at::Tensor* data = batch.find("data");
   if (data == nullptr || data->dim() == 0)
@@ -23,9 +23,9 @@ std::vector<Batch> split_batch(const Batch& batch, std::int64_t count) {
     throw std::invalid_argument(
         fmt::format("train:step: a batch of {} does not split into {} equal micro-batches (accumulate)", size, count));
   const std::int64_t part = size / count;
-  std::vector<Batch> micro(static_cast<std::size_t>(count));
+  std::vector<StepBatch> micro(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) {
-    Batch& m = micro[static_cast<std::size_t>(i)];
+    StepBatch& m = micro[static_cast<std::size_t>(i)];
     m.epoch = batch.epoch;
     for (const auto& [name, tensor] : batch.tensors) {
       const bool per_sample = tensor.dim() > 0 && tensor.size(0) == size;

@@ -1,5 +1,6 @@
 // The trainer's optimizers (SGD with momentum, Adam, AdamW) over parameter groups, one multi-tensor launch
-// per (device, dtype) bucket of a group instead of a host loop over parameters.
+// per (device, dtype) bucket of a group instead of a host loop over parameters (optimizer.cpp); their state
+// and hyperparameters as checkpoints store them (optimizer_state.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +37,10 @@ struct ParamGroup {
   bool nesterov = false;
   bool amsgrad = false;
 };
+
+// Throws std::invalid_argument "optimizer group <index + 1>: ..." for a hyperparameter of `group` that `kind`
+// does not accept (the rules listed at Optimizer's constructor).
+void validate_param_group(OptimizerKind kind, const ParamGroup& group, std::size_t index);
 
 // Which kernels step() uses. automatic: the fused kernels for CUDA parameters, the foreach math elsewhere.
 // foreach / fused force one path for every parameter (fused on the CPU uses PyTorch's CPU fused kernels,
@@ -118,6 +123,7 @@ class Optimizer {
   OptimizerKind kind() const { return kind_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
+  // The state and hyperparameters as checkpoints store them (optimizer_state.cpp).
   // The state tensors (the optimizer's own tensors, not copies), named "group<G>.param<P>.<entry>" with
   // entry step, exp_avg, exp_avg_sq, then max_exp_avg_sq in amsgrad groups (Adam/AdamW) or momentum_buffer
   // (SGD), in group, parameter, entry order; parameters without state are left out.

@@ -279,7 +279,7 @@ struct Trainer::DeviceStep {
 
 namespace {
 
-LossFunction loss_over(Objective& objective, const std::vector<Batch>& micro) {
+LossFunction loss_over(Objective& objective, const std::vector<StepBatch>& micro) {
   return [&objective, &micro](std::int64_t index, std::int64_t) {
     return objective.loss(micro[static_cast<std::size_t>(index)]);
   };
@@ -479,8 +479,8 @@ void Trainer::remove_observer(const StepObserver* observer) {
                    observers_.end());
 }
 
-StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const Batch& prepared,
-                               const NamedTensorList& inputs) {
+StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture,
+                               const StepBatch& prepared, const NamedTensorList& inputs) {
   const std::int64_t next = step_ + 1;
   timing();
   const bool record = !events_->pending;
@@ -498,7 +498,7 @@ StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph,
   for (std::size_t i = 0; i < prepared.tensors.size(); ++i)
     copy_into(graph.inputs.tensors[i].second, prepared.tensors[i].second);
   if (capture) {
-    const std::vector<Batch> micro = split_batch(graph.inputs, options_.accumulate);
+    const std::vector<StepBatch> micro = split_batch(graph.inputs, options_.accumulate);
     try {
       graphed_->graphs().capture(graph.id, [&] {
         const DeviceStep done = device_step(loss_over(objective, micro), [](int) {});
@@ -585,10 +585,10 @@ void Trainer::raise_pending_stop() {
   throw NonFiniteError(nonfinite_report(*pending));
 }
 
-StepResult Trainer::step(Objective& objective, const Batch& batch) {
+StepResult Trainer::step(Objective& objective, const StepBatch& batch) {
   const at::Tensor* data = batch.find("data");
   begin_step(data && data->dim() > 0 ? std::optional<std::int64_t>(data->size(0)) : std::nullopt, batch.wait_seconds);
-  const Batch prepared = objective.prepare(batch);
+  const StepBatch prepared = objective.prepare(batch);
   std::string signature;
   if (options_.graph != GraphMode::off) {
     signature = batch_signature(prepared);
@@ -603,7 +603,7 @@ StepResult Trainer::step(Objective& objective, const Batch& batch) {
       return graph_step(objective, *decision.graph, decision.run == GraphedSteps::Run::capture, prepared,
                         batch.tensors);
     case GraphedSteps::Run::warmup: {
-      const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+      const std::vector<StepBatch> micro = split_batch(prepared, options_.accumulate);
       StepResult result;
       graphed_->graphs().on_side_stream([&] { result = eager_step(loss_over(objective, micro), batch.tensors); });
       return result;
@@ -611,11 +611,11 @@ StepResult Trainer::step(Objective& objective, const Batch& batch) {
     case GraphedSteps::Run::eager:
       break;
   }
-  const std::vector<Batch> micro = split_batch(prepared, options_.accumulate);
+  const std::vector<StepBatch> micro = split_batch(prepared, options_.accumulate);
   return eager_step(loss_over(objective, micro), batch.tensors);
 }
 
-StepResult Trainer::step(const Batch& batch) {
+StepResult Trainer::step(const StepBatch& batch) {
   if (!objective_) throw std::logic_error("train:step(batch) needs an objective: runner.trainer { objective = ... }");
   return step(*objective_, batch);
 }

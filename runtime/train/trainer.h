@@ -129,8 +129,8 @@ class Trainer {
   // graphs' side stream, the next one is captured with the batch copied into buffers of its own, and later ones
   // copy their batch into those buffers and replay it. A restore (restore_counters) or a new objective drops the
   // graphs. What the step returns is the same as eager's.
-  StepResult step(Objective& objective, const Batch& batch);
-  StepResult step(const Batch& batch);
+  StepResult step(Objective& objective, const StepBatch& batch);
+  StepResult step(const StepBatch& batch);
   void set_objective(std::shared_ptr<Objective> objective);
   GraphStatus graph_status() const { return graphed_->status(); }
   const std::shared_ptr<Objective>& objective() const { return objective_; }
@@ -203,7 +203,7 @@ class Trainer {
   StepResult finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool stream_capturing);
   StepResult eager_step(const LossFunction& loss_of, const NamedTensorList& inputs);
   // A step captured into `graph` (capture) or replayed from it, as GraphedSteps decided.
-  StepResult graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const Batch& prepared,
+  StepResult graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const StepBatch& prepared,
                         const NamedTensorList& inputs);
   std::optional<std::string> device_graph_blocker() const;  // what stops graphs whatever the objective
   std::vector<at::Tensor> trainable_grads() const;

@@ -58,8 +58,8 @@ struct DiffusionSetup {
     loss.min_snr_gamma = 5.0;
     training = {diff::make_schedule(schedule), loss, diff::TimestepSampling{},
                 std::make_shared<diff::SampleStreams>(11)};
-    const diff::Denoiser denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
-                                                 const std::optional<at::Tensor>& labels) mutable {
+    const diff::ModelFunction denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
+                                                      const std::optional<at::Tensor>& labels) mutable {
       return net->forward(x, t, labels);
     };
     objective =
@@ -68,9 +68,9 @@ struct DiffusionSetup {
   }
 };
 
-train::Batch loader_batch() {
+train::StepBatch loader_batch() {
   at::manual_seed(4);
-  train::Batch batch;
+  train::StepBatch batch;
   batch.tensors = {{"data", at::randn({6, 3, 8, 8})},
                    {"index", at::tensor(std::vector<std::int64_t>{4, 8, 15, 16, 23, 42})},
                    {"label", at::tensor(std::vector<std::int64_t>{0, 1, 2, 2, 1, 0})}};
@@ -83,7 +83,7 @@ train::Batch loader_batch() {
 TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed loss, and the weights move",
           "[diffusion][objective]") {
   DiffusionSetup setup(1);
-  const train::Batch batch = loader_batch();
+  const train::StepBatch batch = loader_batch();
   const at::Tensor& x0 = *batch.find("data");
   const at::Tensor& labels = *batch.find("label");
 
@@ -94,8 +94,8 @@ TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed los
   const at::Tensor noise = streams.noise(keys, x0.sizes().slice(1), x0.options());
   const at::Tensor dropped = at::where(streams.label_drop(keys, 0.5, at::kCPU), at::full_like(labels, 3), labels);
   CHECK(!at::equal(dropped, labels));  // the dropout is exercised
-  const diff::Denoiser denoiser = [net = setup.unet](const at::Tensor& x, const at::Tensor& tt,
-                                                     const std::optional<at::Tensor>& l) mutable {
+  const diff::ModelFunction denoiser = [net = setup.unet](const at::Tensor& x, const at::Tensor& tt,
+                                                          const std::optional<at::Tensor>& l) mutable {
     return net->forward(x, tt, l);
   };
   at::Tensor expected;
@@ -122,7 +122,7 @@ TEST_CASE("a diffusion step runs from C++: the objective's loss is the keyed los
 TEST_CASE("a diffusion step over micro-batches averages their losses, each keyed by its own samples",
           "[diffusion][objective]") {
   DiffusionSetup whole(1), split(3);
-  const train::Batch batch = loader_batch();
+  const train::StepBatch batch = loader_batch();
   const at::Tensor loss_whole = whole.trainer->step(batch).loss;
   // Each micro-batch's loss is the mean over its 2 samples of the same per-sample terms: equal to float rounding.
   const at::Tensor loss_split = split.trainer->step(batch).loss;
@@ -130,7 +130,7 @@ TEST_CASE("a diffusion step over micro-batches averages their losses, each keyed
   REQUIRE_THROWS_WITH(DiffusionSetup(4).trainer->step(batch),
                       "train:step: a batch of 6 does not split into 4 equal micro-batches (accumulate)");
 
-  train::Batch unlabelled;
+  train::StepBatch unlabelled;
   unlabelled.tensors = {{"data", *batch.find("data")}};
   REQUIRE_THROWS_WITH(whole.trainer->step(unlabelled),
                       "loss: the model is class-conditional (3 classes) but the batch has no labels");

@@ -39,7 +39,7 @@ at::Tensor per_sample(const std::vector<double>& values) {
 
 // The exact denoiser for a data distribution that is the single point x_star (per sample): given x_t it
 // returns what the prediction kind asks for.
-Denoiser oracle(const NoiseSchedule& schedule, const at::Tensor& x_star, Prediction prediction) {
+ModelFunction oracle(const NoiseSchedule& schedule, const at::Tensor& x_star, Prediction prediction) {
   return [&schedule, x_star, prediction](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>&) {
     const at::Tensor abar = schedule.alphas_cumprod.index_select(0, t.cpu()).view({x.size(0), 1, 1, 1});
     const at::Tensor x64 = x.to(at::kDouble);
@@ -57,7 +57,7 @@ Denoiser oracle(const NoiseSchedule& schedule, const at::Tensor& x_star, Predict
   };
 }
 
-Denoiser zero_eps() {
+ModelFunction zero_eps() {
   return [](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) { return at::zeros_like(x); };
 }
 
@@ -216,7 +216,8 @@ TEST_CASE("training loss: a model that returns the target has zero loss for ever
   for (Prediction prediction : {Prediction::eps, Prediction::x0, Prediction::v}) {
     INFO(prediction_name(prediction));
     int calls = 0;
-    const Denoiser model = [&](const at::Tensor& x, const at::Tensor& steps, const std::optional<at::Tensor>& labels) {
+    const ModelFunction model = [&](const at::Tensor& x, const at::Tensor& steps,
+                                    const std::optional<at::Tensor>& labels) {
       ++calls;
       CHECK(at::equal(x, q_sample(s, x0, t, noise)));
       CHECK(at::equal(steps, t));
@@ -277,7 +278,7 @@ TEST_CASE("learned sigma: the VB term is a KL in bits for t > 0, the decoder NLL
   const auto run = [&](double a_value, double b_value) {
     at::Tensor a = at::scalar_tensor(a_value, at::kFloat).requires_grad_(true);
     at::Tensor b = at::scalar_tensor(b_value, at::kFloat).requires_grad_(true);
-    const Denoiser model = [&](const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&) {
+    const ModelFunction model = [&](const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&) {
       return at::cat({noise * (1 + a), at::zeros_like(noise) + b}, 1);
     };
     LossTerms terms = training_loss(s, model, x0, t, noise, std::nullopt, {});
@@ -331,7 +332,7 @@ TEST_CASE("learned sigma: the VB term is a KL in bits for t > 0, the decoder NLL
 TEST_CASE("model outputs must have C or 2C channels of the input's shape", "[diffusion]") {
   const NoiseSchedule s = make_schedule({});
   const at::Tensor x0 = at::zeros({2, 3, 4, 4});
-  const Denoiser five = [](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
+  const ModelFunction five = [](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
     return at::zeros({x.size(0), 5, 4, 4});
   };
   const char* message =
@@ -434,7 +435,7 @@ TEST_CASE("DDPM steps: respaced posterior mean and small, large and learned vari
   const at::Tensor mean = coef1 * (x_T / std::sqrt(abar)) + coef2 * x_T;
   const NoiseSource ones = [](std::int64_t, const at::Tensor& like) { return at::ones_like(like); };
 
-  const auto first_step = [&](const Denoiser& model, const std::string& variance_kind) {
+  const auto first_step = [&](const ModelFunction& model, const std::string& variance_kind) {
     const SampleResult result = sample(
         s, model, x_T, std::nullopt,
         {.sampler = "ddpm", .steps = 2, .variance = variance_kind, .clip = false, .keep_trajectory = true}, ones);
@@ -446,7 +447,7 @@ TEST_CASE("DDPM steps: respaced posterior mean and small, large and learned vari
   CHECK(max_relative_difference(first_step(zero_eps(), "auto"), mean + std::sqrt(beta)) < 1e-6);
 
   // Learned: v = 0 sits halfway between the two log variances.
-  const Denoiser learned = [](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
+  const ModelFunction learned = [](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
     return at::zeros({x.size(0), 2 * x.size(1), x.size(2), x.size(3)});
   };
   const double halfway = std::exp(0.25 * (std::log(beta) + std::log(variance)));
@@ -469,11 +470,12 @@ TEST_CASE("classifier-free guidance: scale 1 is the conditional model, others mi
   for (bool learned_sigma : {false, true}) {
     INFO("learned sigma " << learned_sigma);
     std::vector<std::int64_t> batch_sizes;
-    const Denoiser model = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
+    const ModelFunction model = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
       batch_sizes.push_back(x.size(0));
       return toy_conditional(x, t, y, learned_sigma);
     };
-    const Denoiser conditional = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
+    const ModelFunction conditional = [&](const at::Tensor& x, const at::Tensor& t,
+                                          const std::optional<at::Tensor>& y) {
       return toy_conditional(x, t, y, learned_sigma);
     };
     const SampleOptions base{.sampler = "ddpm", .steps = 8, .null_label = null_label};
@@ -489,7 +491,7 @@ TEST_CASE("classifier-free guidance: scale 1 is the conditional model, others mi
     guided.guidance = 3;
     const SampleResult with_guidance = sample(s, model, x_T, labels, guided, noise);
     CHECK(batch_sizes == std::vector<std::int64_t>(8, 6));
-    const Denoiser mixed = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
+    const ModelFunction mixed = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
       const at::Tensor cond = toy_conditional(x, t, y, learned_sigma);
       const at::Tensor uncond = toy_conditional(x, t, at::full_like(*y, null_label), learned_sigma);
       const at::Tensor c = cond.narrow(1, 0, 2), u = uncond.narrow(1, 0, 2);
@@ -501,7 +503,8 @@ TEST_CASE("classifier-free guidance: scale 1 is the conditional model, others mi
     // Guidance 0 is the unconditional model.
     SampleOptions zero = base;
     zero.guidance = 0;
-    const Denoiser unconditional = [&](const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& y) {
+    const ModelFunction unconditional = [&](const at::Tensor& x, const at::Tensor& t,
+                                            const std::optional<at::Tensor>& y) {
       const at::Tensor uncond = toy_conditional(x, t, at::full_like(*y, null_label), learned_sigma);
       const at::Tensor cond = toy_conditional(x, t, y, learned_sigma);
       return learned_sigma ? at::cat({uncond.narrow(1, 0, 2), cond.narrow(1, 2, 2)}, 1) : uncond;
@@ -539,7 +542,7 @@ TEST_CASE("sampling runs without gradients, with autocast off unless asked, and 
   const NoiseSchedule s = make_schedule({});
   const at::Tensor x_T = at::zeros({1, 3, 2, 2});
   std::vector<bool> grad_enabled, autocast_enabled;
-  const Denoiser probe = [&](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
+  const ModelFunction probe = [&](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
     grad_enabled.push_back(at::GradMode::is_enabled());
     autocast_enabled.push_back(at::autocast::is_autocast_enabled(at::kCPU));
     return at::zeros_like(x);
@@ -555,7 +558,7 @@ TEST_CASE("sampling runs without gradients, with autocast off unless asked, and 
 
   runner::core::take_interrupt();
   int calls = 0;
-  const Denoiser interrupting = [&](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
+  const ModelFunction interrupting = [&](const at::Tensor& x, const at::Tensor&, const std::optional<at::Tensor>&) {
     if (++calls == 3) runner::core::request_interrupt();
     return at::zeros_like(x);
   };

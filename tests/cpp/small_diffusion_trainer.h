@@ -61,8 +61,8 @@ struct SmallDiffusionTrainer {
     noise.timesteps = 1000;
     diff::DiffusionTraining training{diff::make_schedule(noise), diff::LossOptions{}, diff::TimestepSampling{},
                                      std::make_shared<diff::SampleStreams>(11)};
-    const diff::Denoiser denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
-                                                 const std::optional<at::Tensor>& labels) mutable {
+    const diff::ModelFunction denoiser = [net = unet](const at::Tensor& x, const at::Tensor& t,
+                                                      const std::optional<at::Tensor>& labels) mutable {
       return net->forward(x, t, labels);
     };
     objective = std::make_shared<diff::DiffusionObjective>(training, denoiser, diff::ModelLabels{3, 0.25, 3},
@@ -72,9 +72,9 @@ struct SmallDiffusionTrainer {
 };
 
 // Loader batch `n` of `size` images: new images, labels and dataset indices each time.
-inline train::Batch batch(const c10::Device& device, std::int64_t n, std::int64_t size = 8) {
+inline train::StepBatch batch(const c10::Device& device, std::int64_t n, std::int64_t size = 8) {
   at::manual_seed(100 + n);
-  train::Batch b;
+  train::StepBatch b;
   b.tensors = {{"data", at::randn({size, 3, 8, 8}).to(device)},
                {"index", at::arange(n * size, (n + 1) * size, at::kLong)},
                {"label", at::randint(0, 3, {size}, at::kLong).to(device)}};

@@ -27,7 +27,7 @@ TEST_CASE("a diffusion step on CUDA captures in a CUDA graph: nothing in it wait
   const c10::Device cuda(c10::kCUDA, 0);
   testing::SmallDiffusionTrainer setup(cuda, train::GraphMode::off, /*accumulate=*/2, {}, /*amp=*/"auto");
   train::Trainer& trainer = *setup.trainer;
-  const train::Batch batch = testing::batch(cuda, 0);
+  const train::StepBatch batch = testing::batch(cuda, 0);
 
   // Warm-up steps on a side stream (allocator pools, cuBLAS handles, optimizer state), as torch.cuda.graphs asks.
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();

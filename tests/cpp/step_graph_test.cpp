@@ -53,8 +53,8 @@ TEST_CASE("the diffusion objective prepares a batch's keys on the host and refus
           "[train][graph]") {
   const c10::Device cpu(c10::kCPU);
   Setup setup(cpu, train::GraphMode::off, 1);
-  train::Batch b = batch(cpu, 5, 4);
-  const train::Batch prepared = setup.objective->prepare(b);
+  train::StepBatch b = batch(cpu, 5, 4);
+  const train::StepBatch prepared = setup.objective->prepare(b);
   const at::Tensor* keys = prepared.find("sample_keys");
   REQUIRE(keys != nullptr);
   // (epoch, dataset index): epoch 1, indices 20..23.
@@ -159,7 +159,7 @@ TEST_CASE("a replayed step skips a non-finite update on the device and the stop 
   REQUIRE(setup.trainer->graph_status().replayed == 2);
   std::vector<at::Tensor> before;
   for (const auto& p : setup.unet->parameters()) before.push_back(p.detach().clone());
-  train::Batch bad = batch(cuda, 5);
+  train::StepBatch bad = batch(cuda, 5);
   bad.tensors[0].second[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
   const train::StepResult result = setup.trainer->step(bad);  // replayed: nothing is read back yet
   CHECK(std::isnan(result.loss.item<float>()));

@@ -46,9 +46,9 @@ const std::vector<Dtypes> kDtypes = {
     {at::kDouble, at::kDouble}, {at::kFloat, at::kBFloat16},  // autocast: the residual stream in float32
     {at::kBFloat16, at::kFloat}};
 
-// An op under test: the runner op, the ATen ops the DiT computed before it (the reference), and how its leaves
-// are made. Leaf 0 is x [batch, tokens, channels]; the others are per-sample [batch, channels] parameters or,
-// for gated_residual's y, token tensors in the parameters' dtype.
+// An op under test: the runner op, the unfused ATen composition it replaces (the reference, which the DiT runs
+// without fused ops), and how its leaves are made. Leaf 0 is x [batch, tokens, channels]; the others are
+// per-sample [batch, channels] parameters or, for gated_residual's y, token tensors in the parameters' dtype.
 struct OpCase {
   std::string name;
   TokenOp fused, reference;
@@ -58,14 +58,12 @@ struct OpCase {
 const OpCase kLayerNormModulate{
     "layer_norm_modulate",
     [](const Leaves& l) { return runner::ops::layer_norm_modulate(l[0], l[1], l[2], kEps); },
-    [](const Leaves& l) {
-      return at::layer_norm(l[0], {l[0].size(2)}, {}, {}, kEps) * (1 + l[2].unsqueeze(1)) + l[1].unsqueeze(1);
-    },
+    [](const Leaves& l) { return runner::ops::layer_norm_modulate_unfused(l[0], l[1], l[2], kEps); },
     {true, true}};
 
 const OpCase kGatedResidual{"gated_residual",
                             [](const Leaves& l) { return runner::ops::gated_residual(l[0], l[1], l[2]); },
-                            [](const Leaves& l) { return l[0] + l[1].unsqueeze(1) * l[2]; },
+                            [](const Leaves& l) { return runner::ops::gated_residual_unfused(l[0], l[1], l[2]); },
                             {true, false}};
 
 const std::vector<OpCase> kOps = {kLayerNormModulate, kGatedResidual};
