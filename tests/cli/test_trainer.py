@@ -46,21 +46,24 @@ torch.save(result, "result.safetensors")
 # A small UNet on the built-in shapes with checkpoints every 4 steps: deterministic on the CPU, so an
 # interrupted and resumed run must end bit for bit where an uninterrupted one does. The loss is scaled by a
 # math.random() draw, so that a resume which draws other numbers than the uninterrupted run changes the losses.
+# objective=flow trains with the flow-matching objective (logit-normal times) instead of DDPM's.
 RESUMABLE = """
-local cfg = config { steps = 40, every = 4, accumulate = 2, on_error = "stop", name = "run", keep = 2, seed = 5 }
+local cfg = config { steps = 40, every = 4, accumulate = 2, on_error = "stop", name = "run", keep = 2, seed = 5,
+                     objective = "ddpm" }
 local run = runner.start(cfg, { name = cfg.name })
 local shapes = runner.data.shapes { size = 8, count = 512, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
 local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = 0.1 } end
 local model = make()
-local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
+local objective = cfg.objective == "flow" and runner.diffusion.flow { time = "logit_normal", seed = 3 }
+                  or runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = 2e-3, weight_decay = 0.01 }, warmup = 5,
                                schedule = "cosine", steps = cfg.steps, clip = 1.0, ema = { 0.9, 0.99 },
                                accumulate = cfg.accumulate, amp = "fp32", deterministic = true, progress = false }
-run:restore { trainer = train, loader = loader, state = { ddpm = ddpm }, keep_last = cfg.keep, on_error = cfg.on_error }
+run:restore { trainer = train, loader = loader, state = { objective = objective }, keep_last = cfg.keep, on_error = cfg.on_error }
 print("start at " .. run.step)
 for batch in loader:iter { from = run.step, to = cfg.steps } do
-  local out = train:step(batch, function(micro) return ddpm:loss(model, micro) * (0.5 + math.random()) end)
+  local out = train:step(batch, function(micro) return objective:loss(model, micro) * (0.5 + math.random()) end)
   run:log { loss = out.loss }
   if run:every(cfg.every) then run:checkpoint() end
   local waited = runner.clock()
@@ -229,6 +232,23 @@ class TrainerTest(RunnerHomeTest):
         self.assertEqual(runs, [("straight", "finished"), ("killed", "finished")])
         self.assertEqual(kept, [(36,), (40,)])  # keep_last = 2
         self.assertFalse(self.checkpoint_dir("killed", 32).exists())
+
+    def test_a_flow_matching_run_resumes_bit_for_bit_after_kill(self):
+        script = self.script("resumable.lua", RESUMABLE)
+        self.runner(script, "name=straight", "objective=flow")
+        killed = self.start_resumable(script, "name=killed", "objective=flow")
+        self.wait_for_checkpoint(killed, "killed", 8)
+        killed.kill()
+        killed.communicate()
+        self.assertLess(self.latest_step("killed"), 40)
+        final = self.runner(script, "name=killed", "objective=flow")
+        self.assertIn("resuming run killed", final.stdout)
+        self.assertIn("done at 40", final.stdout)
+        straight_losses = self.metric_rows("straight", "loss")
+        self.assertEqual([step for step, _ in straight_losses], list(range(1, 41)))
+        self.assertEqual(self.metric_rows("killed", "loss"), straight_losses)
+        self.assert_same_state(self.final_state("straight"), self.final_state("killed"))
+        self.assert_same_checkpoint_files("straight", "killed", 40)
 
     def test_fork_last_starts_from_the_newest_run_with_a_checkpoint(self):
         self.runner(self.script("resumable.lua", RESUMABLE), "name=parent", "steps=8")
