@@ -64,7 +64,7 @@ def nearest_real_shapes(grid, cwd):
     return np.array(errors), np.bincount(classes, minlength=3)
 
 
-class Experiments(TempDirTest):
+class QuickstartQuality(TempDirTest):
     def quickstart_quality(self, *overrides, steps):
         # The full main job takes about 4 minutes on 2 cores, 8 with one thread beside other tests; the limit
         # only guards against a hang.
@@ -87,6 +87,10 @@ class Experiments(TempDirTest):
             self.assertEqual(image.size, (8 * 18 + 2, 8 * 18 + 2))
         return float(match.group(1)), stdout
 
+
+class MainJob(QuickstartQuality):
+    """The main job as it ships: the longest test, run by ctest as a suite of its own beside the others."""
+
     def test_quickstart_learns_shapes(self):
         # The main job as it ships, judged against the floor it reports (real shapes against other real shapes).
         trained, stdout = self.quickstart_quality(steps=QUICKSTART_STEPS)
@@ -108,6 +112,8 @@ class Experiments(TempDirTest):
         self.assertLess(np.median(errors), 0.07, f"errors {np.round(errors, 3)}\n{stdout}")
         self.assertGreaterEqual(classes.min(), 8, f"circles, squares, triangles: {classes}\n{stdout}")
 
+
+class Experiments(QuickstartQuality):
     def test_quickstart_objective_flow_learns_the_shapes_in_a_third_of_the_steps(self):
         # The same main job trained by flow matching (objective=flow: linear path, velocity, logit-normal times,
         # 50 Euler steps) for 600 of its 1800 steps passes the quality limit the DDPM main job passes at 1800 steps,
