@@ -40,9 +40,11 @@ database, and RUNNER_HOME holds the run folders only):
   runner query "SQL" [--csv|--json] [--timeout S] [--limit N]
                                       read-only SQL over the index (schema: docs/index-schema.md); stops
                                       after 30 s (--timeout 0: never); a table shows 1000 rows (--limit 0: all)
-  runner report RUN... [-o report.html] [--metrics a,b]
-                                      one self-contained HTML file: curves, config, latest sample grids
-  runner report SWEEP [-o sweep.html] the sweep's objective against each parameter, every trial's curve
+  runner report RUN... [-o report.html] [--metrics a,b] [--x step|time|relative]
+                                      one self-contained HTML file: curves (over the step, the wall-clock
+                                      time or the time since each run started), config, latest sample grids
+  runner report SWEEP [-o sweep.html] [--x step|time|relative]
+                                      the sweep's objective against each parameter, every trial's curve
                                       (pruned ones dashed), the trials and the best one's command line
   runner tag RUN TAG... [-d|--remove]
                                       tag a run (letters, digits, '_', '-', '.'); -d removes the tags
@@ -133,15 +135,18 @@ int query_command(int argc, char** argv) {
 
 int report_command(int argc, char** argv) {
   const ParsedArguments arguments =
-      parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title"}, {"--sweep"});
+      parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title", "--x"}, {"--sweep"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
+  const std::string x = arguments.value("--x").value_or("step");
+  const std::optional<report::XAxis> x_axis = report::x_axis_named(x);
+  if (!x_axis) throw UsageError(fmt::format("--x: expected step, time or relative, got '{}'", x));
   const std::string output = arguments.value("-o").value_or(arguments.value("--output").value_or("report.html"));
   const index::IndexLocation where = command_index();
   const std::string& home = where.home;
   index::Database db = index::open_index_for_reading(where);
   if (arguments.positional.size() == 1 && is_sweep_reference(db, arguments.positional[0])) {
     write_sweep_report(db, arguments.positional[0],
-                       arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")));
+                       arguments.value("-o").value_or(arguments.value("--output").value_or("sweep.html")), *x_axis);
     return 0;
   }
   const double now = index::now_seconds();
@@ -149,12 +154,13 @@ int report_command(int argc, char** argv) {
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
   for (const auto& reference : arguments.positional)
-    runs.push_back(
-        report::load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen, now));
+    runs.push_back(report::load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen,
+                                           now, *x_axis));
   report::ReportOptions options;
   options.title = arguments.value("--title").value_or(
       runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
   options.generated_at = core::local_time_text(now);
+  options.x_axis = *x_axis;
   report::write_html_report(output, runs, options);
   print(fmt::format("wrote {} ({} run{})\n", output, runs.size(), runs.size() == 1 ? "" : "s"));
   return 0;

@@ -10,6 +10,7 @@
 
 #include "runtime/index/database.h"
 #include "runtime/index/run_store.h"
+#include "runtime/report/svg_chart.h"
 
 namespace runner::cli {
 
@@ -38,7 +39,8 @@ int sweep_show_command(int argc, char** argv);  // sweep_commands.cpp
 int sweep_rm_command(int argc, char** argv);    // sweep_commands.cpp
 // `runner report SWEEP`: whether `reference` names a sweep and no run, and its report (sweep_commands.cpp).
 bool is_sweep_reference(index::Database& db, const std::string& reference);
-void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output);
+void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output,
+                        report::XAxis curves_x);
 
 // The usage text of all index commands, for `runner --help`.
 const char* index_commands_usage();

@@ -184,8 +184,9 @@ bool is_sweep_reference(index::Database& db, const std::string& reference) {
   }
 }
 
-void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output) {
-  const report::SweepReport page = report::load_sweep_report(db, reference);
+void write_sweep_report(index::Database& db, const std::string& reference, const std::string& output,
+                        report::XAxis curves_x) {
+  const report::SweepReport page = report::load_sweep_report(db, reference, curves_x);
   report::write_sweep_report(output, page);
   print(fmt::format("wrote {} (sweep {}, {} trials)\n", output, page.name, page.trials.size()));
 }

@@ -258,6 +258,7 @@ void append_charts(std::string& html, const std::vector<ReportRun>& runs, const 
   for (const auto& key : keys) {
     ChartOptions chart;
     chart.max_points_per_series = options.max_points_per_series;
+    chart.x_axis = options.x_axis;
     html += "<figure class=\"chart\">\n";
     html += render_metric_chart(runs, key, chart);
     html += "</figure>\n";

@@ -43,6 +43,7 @@ struct ReportOptions {
   std::string title = "runner report";
   std::string generated_at;  // shown under the title when not empty
   std::size_t max_points_per_series = 2000;
+  XAxis x_axis = XAxis::step;  // what the runs' series are over (load_report_run's x)
 };
 
 // The whole page: one HTML5 document with inline CSS and SVG, no script and no external URL. Reads the PNG

@@ -130,6 +130,13 @@ SeriesPoints smoothed(const SeriesPoints& points, double smoothing) {
   return out;
 }
 
+std::optional<XAxis> x_axis_named(std::string_view name) {
+  if (name == "step") return XAxis::step;
+  if (name == "time") return XAxis::wall_time;
+  if (name == "relative") return XAxis::relative_time;
+  return std::nullopt;
+}
+
 namespace {
 
 constexpr double kMarginLeft = 64;

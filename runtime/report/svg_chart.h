@@ -37,6 +37,8 @@ struct StepRange {
 // What a line chart's x is: the step; the time, Unix seconds drawn as local clock times (W&B's "wall time"); or
 // seconds since the run started, drawn as a duration (its "relative time").
 enum class XAxis { step, wall_time, relative_time };
+// The axis a user names: "step", "time" (wall time) or "relative"; none for any other name.
+std::optional<XAxis> x_axis_named(std::string_view name);
 
 struct ChartOptions {
   std::string title;

@@ -73,6 +73,7 @@ SweepReport load_sweep_report(index::Database& db, const std::string& reference,
   SweepReport page;
   page.name = record.name;
   page.title = "runner sweep report: " + record.name;
+  page.curves_x = curves_x;
   page.generated_at = core::local_time_text(index::now_seconds());
   const ShownSweepStatus shown = shown_sweep_status(db, record);
   page.status = shown.status;

@@ -183,6 +183,7 @@ std::string curves_chart(const SweepReport& report, const ChartOptions& given) {
   }
   ChartOptions options = given;
   options.title = report.metric + " of every trial";
+  options.x_axis = report.curves_x;
   options.width = 820;
   return render_line_chart(series, options);
 }

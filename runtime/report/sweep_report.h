@@ -29,7 +29,7 @@ struct SweepReportTrial {
   int rung = 0;
   std::string run_id;
   nlohmann::json params = nlohmann::json::object();
-  SeriesPoints curve;  // the metric over steps
+  SeriesPoints curve;  // the metric over the report's curves_x
   std::string error;
 };
 
@@ -55,6 +55,7 @@ struct SweepReport {
   std::vector<SweepReportRung> rungs;    // empty without ASHA
   std::optional<std::int64_t> best_trial;
   std::string best_command;
+  XAxis curves_x = XAxis::step;  // what the trials' curves are over
 };
 
 // The page's charts, each one <svg>: the objective against each parameter (one per parameter, in order), the

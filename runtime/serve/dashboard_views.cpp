@@ -88,12 +88,9 @@ report::ChartOptions chart_options(const QueryParameters& parameters) {
   else if (scale != "auto")
     throw BadRequest(fmt::format("parameter 'scale': expected auto, linear or log, got '{}'", scale));
   const std::string x = one_of(parameters, "x").value_or("step");
-  if (x == "time")
-    options.x_axis = report::XAxis::wall_time;
-  else if (x == "relative")
-    options.x_axis = report::XAxis::relative_time;
-  else if (x != "step")
-    throw BadRequest(fmt::format("parameter 'x': expected step, time or relative, got '{}'", x));
+  const std::optional<report::XAxis> x_axis = report::x_axis_named(x);
+  if (!x_axis) throw BadRequest(fmt::format("parameter 'x': expected step, time or relative, got '{}'", x));
+  options.x_axis = *x_axis;
   options.smoothing = number_parameter(parameters, "smoothing", 0);
   if (!(options.smoothing >= 0 && options.smoothing < 1))
     throw BadRequest(fmt::format("parameter 'smoothing': expected a number in [0, 1), got {}", options.smoothing));

@@ -1,6 +1,7 @@
 """End-to-end tests of the run index: runs recorded by scripts, the index commands, crashes, concurrency, bad input."""
 import hashlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -576,6 +577,29 @@ class IndexCommands(IndexTest):
         blank.write_text("<!doctype html><html><body></body></html>")
         blank_png = report_screenshot.screenshot(blank, self.dir / "blank.png")
         self.assertLess(report_screenshot.count_colour(blank_png, "#1f77b4", tolerance=40), 10)
+
+    def test_report_curves_over_the_time_since_the_start_or_the_clock(self):
+        self.three_runs()
+        # Step s of each run logged s minutes after its start, so the axes' ticks are known.
+        self.set_sql("UPDATE metrics SET time = (SELECT r.started_at FROM runs r WHERE r.run = metrics.run) + step * 60")
+        self.runner("report", "train-1", "--metrics", "loss", "--x", "relative", "-o", "relative.html", check=0)
+        relative = (self.dir / "relative.html").read_text()
+        self.assertIn(">time since the start</text>", relative)
+        self.assertEqual(re.findall(r">(\d+m)</text>", relative), ["5m", "10m", "15m", "20m", "25m", "30m"])
+        self.assertNotIn(">step</text>", relative)
+        self.runner("report", "train-1", "--metrics", "loss", "--x", "time", "-o", "clock.html", check=0)
+        clock = (self.dir / "clock.html").read_text()
+        self.assertIn(">time</text>", clock)
+        # Local clock times at every fifth minute from step 1's time to step 30's.
+        started = self.sql("SELECT started_at FROM runs WHERE name = 'train-1'")[0][0]
+        fifths = range(math.ceil((started + 60) / 300), math.floor((started + 1800) / 300) + 1)
+        self.assertEqual(re.findall(r">(\d\d:\d\d)</text>", clock),
+                         [time.strftime("%H:%M", time.localtime(k * 300)) for k in fifths])
+        self.runner("report", "train-1", "-o", "steps.html", check=0)
+        self.assertIn(">step</text>", (self.dir / "steps.html").read_text())
+        wrong = self.runner("report", "train-1", "--x", "wall", check=2)
+        self.assertEqual(wrong.stderr.splitlines()[0], "runner report: --x: expected step, time or relative, got 'wall'")
+        self.assertFalse((self.dir / "report.html").exists())
 
     def test_rm_counts_in_the_singular(self):
         self.script("one.lua", """

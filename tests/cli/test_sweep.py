@@ -206,6 +206,9 @@ class Definitions(SweepTest):
         self.assertIn("synthetic.lua lr=0.01 width=2</pre>", html)
         self.assertEqual(html.count("<circle"), 12)  # one point per trial in each of the two scatter charts
         self.assertNotIn("nan", html.lower().replace("nanoseconds", ""))
+        self.assertIn(">step</text>", html)
+        self.runner("report", "grid", "--x", "relative", "-o", "relative.html", check=0)
+        self.assertIn(">time since the start</text>", (self.dir / "relative.html").read_text())
         # running the finished sweep again starts nothing
         again = self.runner("sweep", "grid.lua", check=0)
         self.assertNotIn("started", again.stdout)
