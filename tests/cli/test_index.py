@@ -53,6 +53,13 @@ class IndexTest(RunnerHomeTest):
         self.runner("train.lua", *overrides, check=0)
         return json.loads(self.runner("show", "last", "--json", check=0).stdout)
 
+    def three_runs(self):
+        """train-1 (lr 0.01), train-2 (lr 0.04), both of 30 steps with a samples grid every 10, and broken-1, failed."""
+        self.train("lr=0.01", "label=a")
+        self.train("lr=0.04", "label=b")
+        self.script("broken.lua", "runner.start() error('boom')")
+        self.runner("broken.lua", check=1)
+
     def sql(self, query, *parameters):
         if self.postgresql:
             return self.server_sql(query, parameters)
@@ -454,12 +461,6 @@ class ReadOnlyMedium(IndexTest):
 
 
 class IndexCommands(IndexTest):
-    def three_runs(self):
-        self.train("lr=0.01", "label=a")
-        self.train("lr=0.04", "label=b")
-        self.script("broken.lua", "runner.start() error('boom')")
-        self.runner("broken.lua", check=1)
-
     def test_runs_table_filters_and_sorting(self):
         self.three_runs()
         table = self.runner("runs", check=0).stdout.splitlines()
@@ -670,12 +671,6 @@ class IndexCommands(IndexTest):
 
 
 class TagsAndNotes(IndexTest):
-    def three_runs(self):
-        self.train("lr=0.01", "label=a")
-        self.train("lr=0.04", "label=b")
-        self.script("broken.lua", "runner.start() error('boom')")
-        self.runner("broken.lua", check=1)
-
     def names(self, *args):
         return [row["name"] for row in json.loads(self.runner("runs", *args, "--json", check=0).stdout)]
 
