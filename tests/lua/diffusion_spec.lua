@@ -29,15 +29,8 @@ local function load_model(name)
   return (reference.model(name))
 end
 
--- A small UNet whose weights are all random (a fresh UNet's zero conv_out makes its output 0 whatever the input).
-local function random_unet(options, seed)
-  torch.manual_seed(seed)
-  local unet = nn.UNet(options)
-  local state = {}
-  for key, value in pairs(unet:state_dict()) do state[key] = torch.randn(value.shape) * 0.2 end
-  unet:load_state_dict(state)
-  return unet
-end
+local checks = dofile("tests/lua/objective_checks.lua")
+local random_unet = checks.random_unet
 
 -- A Lua-defined module around a built-in model that records every call (x, t, labels, training mode) and
 -- reports the inner model's info, so d:loss and d:sample treat it as that model.
@@ -456,33 +449,10 @@ describe("the diffusion objective", function()
   local labels = int64({ 0, 1, 2, 0, 1, 2, 0, 1 })
   local indices = int64({ 5, 9, 2, 44, 7, 1, 30, 12 })
 
-  -- Two trainers from the same weights and seeds, one stepping d:objective(model) in C++, one calling d:loss from a
-  -- Lua function: the same draws and the same float32 operations, so the same numbers bit for bit.
-  local function train_three_steps(use_objective)
-    local model = random_unet(options, 6)
-    local d = runner.diffusion.gaussian { timesteps = 100, seed = 9, min_snr = 5 }
-    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-2 }, accumulate = 2, progress = false,
-                                   objective = use_objective and d:objective(model) or nil }
-    local losses = {}
-    for epoch = 1, 3 do
-      local batch = { data = data, label = labels, index = indices, epoch = epoch }
-      local out = use_objective and train:step(batch) or train:step(batch, function(micro) return d:loss(model, micro) end)
-      losses[epoch] = out.loss:item()
-    end
-    -- a batch without indices takes the running keys of the diffusion's streams, shared with the objective
-    local unindexed = { data = data, label = labels }
-    local out = use_objective and train:step(unindexed) or train:step(unindexed, function(micro) return d:loss(model, micro) end)
-    losses[4] = out.loss:item()
-    return losses, model:state_dict(), d:stream_counter()
-  end
-
   it("train:step(batch) gives the loss function form's losses and weights bit for bit (accumulate 2, labels dropped)", function()
-    local losses, weights, counter = train_three_steps(true)
-    local expected_losses, expected_weights, expected_counter = train_three_steps(false)
-    expect_list(losses, expected_losses, "losses")
-    expect_eq(counter, expected_counter, "running keys used")
-    expect_eq(counter, 8, "one batch of 8 without indices")
-    for name, tensor in pairs(expected_weights) do expect_true(weights[name]:equal(tensor), name .. " bit for bit") end
+    local losses = checks.objective_steps_as_its_loss_function(function()
+      return runner.diffusion.gaussian { timesteps = 100, seed = 9, min_snr = 5 }
+    end, options, { data = data, label = labels, index = indices })
     expect_true(losses[1] ~= losses[2], "another epoch draws other timesteps")
   end)
 

@@ -10,15 +10,8 @@ local function int64(list)
   return torch.tensor(list, { dtype = "int64" })
 end
 
--- A small UNet whose weights are all random (a fresh UNet's zero conv_out makes its output 0 whatever the input).
-local function random_unet(options, seed)
-  torch.manual_seed(seed)
-  local unet = nn.UNet(options)
-  local state = {}
-  for key, value in pairs(unet:state_dict()) do state[key] = torch.randn(value.shape) * 0.2 end
-  unet:load_state_dict(state)
-  return unet
-end
+local checks = dofile("tests/lua/objective_checks.lua")
+local random_unet = checks.random_unet
 
 describe("training loss against the reference", function()
   local L, meta = reference.load("flow/losses.safetensors")
@@ -128,30 +121,10 @@ describe("the flow objective", function()
   local labels = int64({ 0, 1, 2, 0, 1, 2, 0, 1 })
   local indices = int64({ 5, 9, 2, 44, 7, 1, 30, 12 })
 
-  local function train_steps(use_objective)
-    local model = random_unet(options, 6)
-    local flow = runner.diffusion.flow { seed = 9, time = "logit_normal" }
-    local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-2 }, accumulate = 2, progress = false,
-                                   objective = use_objective and flow:objective(model) or nil }
-    local losses = {}
-    for epoch = 1, 3 do
-      local batch = { data = data, label = labels, index = indices, epoch = epoch }
-      local out = use_objective and train:step(batch) or train:step(batch, function(micro) return flow:loss(model, micro) end)
-      losses[epoch] = out.loss:item()
-    end
-    local unindexed = { data = data, label = labels }
-    local out = use_objective and train:step(unindexed) or train:step(unindexed, function(micro) return flow:loss(model, micro) end)
-    losses[4] = out.loss:item()
-    return losses, model:state_dict(), flow:stream_counter()
-  end
-
   it("train:step(batch) gives the loss function form's losses and weights bit for bit (accumulate 2, labels dropped)", function()
-    local losses, weights, counter = train_steps(true)
-    local expected_losses, expected_weights, expected_counter = train_steps(false)
-    expect_list(losses, expected_losses, "losses")
-    expect_eq(counter, expected_counter, "running keys used")
-    expect_eq(counter, 8, "one batch of 8 without indices")
-    for name, tensor in pairs(expected_weights) do expect_true(weights[name]:equal(tensor), name .. " bit for bit") end
+    checks.objective_steps_as_its_loss_function(function()
+      return runner.diffusion.flow { seed = 9, time = "logit_normal" }
+    end, options, { data = data, label = labels, index = indices })
   end)
 
   it("says what it computes and refuses what it cannot run", function()
