@@ -156,6 +156,7 @@ void push_config_copy(lua_State* L) {
   lua_getglobal(L, "runner");
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "config");
+    if (luaL_getmetafield(L, -1, "__config_values")) lua_replace(L, -2);  // config {}'s proxy: its values
     if (lua_istable(L, -1)) {
       lua_pushnil(L);
       while (lua_next(L, -2) != 0) {

@@ -165,8 +165,15 @@ int flow_objective(lua_State* L) {
 // flow:training_loss(model, x1, t, noise [, labels]) -> loss, mse: the loss at given times and noise.
 int flow_training_loss(lua_State* L) {
   diff::FlowTraining& flow = check_flow(L, 1);
-  const auto terms = diff::flow_training_loss(flow.transport, model_function_at(L, 2), check_tensor(L, 3),
-                                              check_tensor(L, 4), check_tensor(L, 5), opt_tensor(L, 6));
+  const at::Tensor t = check_tensor(L, 4);
+  if (t.numel() > 0 && at::isFloatingType(t.scalar_type())) {
+    const at::Tensor outside = t.lt(0).logical_or(t.gt(1)).logical_or(t.isnan());
+    if (outside.any().item<bool>())
+      throw std::invalid_argument(fmt::format("training_loss: t must hold times in [0, 1] (0 noise, 1 data), got {}",
+                                              t.masked_select(outside)[0].item<double>()));
+  }
+  const auto terms = diff::flow_training_loss(flow.transport, model_function_at(L, 2), check_tensor(L, 3), t,
+                                              check_tensor(L, 5), opt_tensor(L, 6));
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
   return 2;
@@ -256,6 +263,11 @@ int flow_likelihood(lua_State* L) {
   diff::NoiseSource probes;
   if (given) {
     const at::Tensor all = *given;
+    const at::Tensor not_a_sign = all.abs().ne(1);
+    if (not_a_sign.any().item<bool>())
+      throw std::invalid_argument(
+          fmt::format("likelihood: probes must hold -1 and 1 only (Rademacher probes, as SiT draws them), got {}",
+                      all.masked_select(not_a_sign)[0].item<double>()));
     probes = [all](std::int64_t evaluation, const at::Tensor& like) {
       if (all.dim() != like.dim() + 1 || all[0].sizes() != like.sizes())
         throw std::invalid_argument(fmt::format("likelihood: probes must be [evaluations, {}], got [{}]",

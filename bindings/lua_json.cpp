@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "bindings/tensor_binding.h"
+#include "runtime/core/utf8_text.h"
 
 namespace runner::bindings {
 
@@ -23,8 +24,12 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
       if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
       return value;
     }
-    case LUA_TSTRING:
-      return std::string(lua_tostring(L, index));
+    case LUA_TSTRING: {
+      size_t length = 0;
+      const char* text = lua_tolstring(L, index, &length);
+      core::require_utf8(std::string_view(text, length), where);
+      return std::string(text, length);
+    }
     case LUA_TBOOLEAN:
       return static_cast<bool>(lua_toboolean(L, index));
     case LUA_TTABLE: {
@@ -51,7 +56,10 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
           lua_pop(L, 2);
           throw std::invalid_argument(where + ": a table with keys that are not strings cannot be recorded");
         }
-        const std::string key = lua_tostring(L, -2);
+        size_t length = 0;
+        const char* text = lua_tolstring(L, -2, &length);
+        const std::string key(text, length);
+        core::require_utf8(key, where + ": the key");
         object[key] = to_json(L, -1, where + "." + key, depth + 1);
         lua_pop(L, 1);
       }

@@ -435,6 +435,13 @@ int run_restore(lua_State* L) {
   }
   box.training = std::make_unique<run::TrainingRun>(context, std::move(trainer), std::move(loader),
                                                     std::move(named_state), policy);
+  if (box.attach) {
+    RunBox* at = &box;
+    box.training->set_attach_waiting([at] {
+      if (!at->attach_request) at->attach_request = at->attach->poll();
+      return at->attach_request.has_value();
+    });
+  }
   if (box.loader_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, box.loader_ref);
   lua_getfield(L, 2, "loader");
   box.loader_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -630,6 +637,18 @@ void after_trainer_step(lua_State* L, const train::Trainer& trainer, int trainer
     const auto step = static_cast<std::int64_t>(lua_tonumber(L, -1));
     lua_pop(L, 1);
     reseed_lua_random(L, box->context->seed(), step);
+    if (box->training->distributed()) {
+      // Only on a turn every rank agreed on at the step's start: the other ranks wait for rank 0 meanwhile.
+      if (!box->training->attach_turn()) return;
+      try {
+        answer_attach(L, *box, trainer_table, batch, out);
+      } catch (...) {
+        box->training->end_attach_turn();
+        throw;
+      }
+      box->training->end_attach_turn();
+      return;
+    }
   }
   answer_attach(L, *box, trainer_table, batch, out);
 }

@@ -3,7 +3,7 @@
 -- The data is the CIFAR-10 binary version (the folder holding data_batch_1.bin ... data_batch_5.bin):
 --   scripts/run experiments/ddpm_cifar.lua data=/path/to/cifar-10-batches-bin
 --   scripts/run experiments/ddpm_cifar.lua data=... channels=64 steps=50000 batch=64
-local cfg = config {
+local cfg = config({
   data = "",                  -- folder of the CIFAR-10 binary batches (required)
   steps = 800000,             -- optimizer steps
   batch = 128,
@@ -30,7 +30,7 @@ local cfg = config {
   device = "auto",
   graph = true,               -- on CUDA, replay each training step from a CUDA graph (data parallel runs eagerly)
   workers = -1,               -- loader threads (-1: automatic)
-}
+}, { sample_every = { min = 1 }, log_every = { min = 1 }, checkpoint_every = { min = 1 } })
 if cfg.data == "" then runner.usage_error("give the CIFAR-10 folder: data=/path/to/cifar-10-batches-bin") end
 -- The arguments are checked before the run starts: a mistake in them leaves no run behind.
 local folder = io.open(cfg.data)

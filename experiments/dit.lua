@@ -14,7 +14,7 @@
 --   scripts/run experiments/dit.lua data=latents.npy depth=2 hidden=64 heads=2 batch=8 steps=100   (a small try)
 --   scripts/run experiments/dit.lua data=latents.npy vae=sd-vae-ft-mse init=DiT-XL-2-256x256.pt lr=2e-5 \
 --       fid_every=5000 fid_ref=images.npz fid_weights=pt_inception-2015-12-05-6726825d.pth
-local cfg = config {
+local cfg = config({
   data = "",                 -- latents of `runner data encode`, or an .npy of latents [N, C, H, W] (required)
   labels = "",               -- .npy of int64 class labels [N] (for a plain .npy; encoded latents have theirs)
   vae = "",                  -- VAE folder or safetensors file to decode the sample grids with (optional)
@@ -53,7 +53,7 @@ local cfg = config {
   graph = true,              -- on CUDA, replay each training step from a CUDA graph (steps that cannot be captured,
                              -- e.g. with activation checkpointing or data parallel, run eagerly)
   workers = -1,
-}
+}, { fid_every = { min = 0 }, sample_every = { min = 1 }, log_every = { min = 1 }, checkpoint_every = { min = 1 } })
 local manifest = cfg.data:gsub("%.npy$", "") .. ".json"
 local encoded = cfg.data ~= "" and io.open(manifest) ~= nil
 if cfg.data == "" or (not encoded and cfg.labels == "") then

@@ -9,7 +9,7 @@
 -- metrics, sample grids, checkpoints and the final numbers; `runner show last` and `runner report last` show
 -- them. Stopped (Ctrl-C) or killed, it continues from its latest checkpoint when started again.
 --   scripts/run experiments/quickstart.lua steps=600 seed=3
-local cfg = config {
+local cfg = config({
   steps = 1800,            -- optimizer steps
   batch = 32,              -- images per step (small batches learn more per image here than large ones)
   lr = 2e-3,               -- AdamW learning rate
@@ -36,7 +36,8 @@ local cfg = config {
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
   graph = true,            -- on CUDA, replay each training step from a CUDA graph (no effect on the CPU)
-}
+}, { steps = { min = 1 }, sample_steps = { min = 1 }, sample_every = { min = 1 }, checkpoint_every = { min = 1 },
+    metric_samples = { min = 1 } })
 
 -- Made before the run starts, so that a mistake in its settings leaves no run behind. Both objectives train, sample
 -- and checkpoint through the same calls.

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <fmt/format.h>
 
+#include "runtime/core/json_text.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
@@ -46,10 +47,10 @@ Cell json_cell(const nlohmann::json& value) {
   if (value.is_array()) {
     std::string text;
     for (const auto& item : value)
-      text += (text.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : item.dump());
+      text += (text.empty() ? "" : ",") + (item.is_string() ? item.get<std::string>() : core::json_text(item));
     return text;
   }
-  return value.dump();
+  return core::json_text(value);
 }
 
 double parse_since(const std::string& text) {

@@ -19,6 +19,7 @@
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/core/local_time_text.h"
+#include "runtime/core/utf8_text.h"
 
 namespace runner::cli {
 namespace {
@@ -223,9 +224,14 @@ int note_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--sweep"});
   if (arguments.positional.size() != 2)
     throw UsageError("expected a RUN and the note's TEXT in quotes (\"\" removes the note)");
+  const std::string& text = arguments.positional[1];
+  try {
+    core::require_utf8(text, "the note");
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
   index::Database db = index::open_index_for_writing(command_index());
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
-  const std::string& text = arguments.positional[1];
   index::set_run_note(db, run.run, text);
   print(
       fmt::format("{} ({}): {}\n", core::terminal_text(run.name), run.id, text.empty() ? "note removed" : "note set"));

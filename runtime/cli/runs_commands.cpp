@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "runtime/core/json_text.h"
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/byte_size_text.h"
@@ -233,7 +234,7 @@ namespace {
 
 // The config keys an attempt changed from the attempt before, as key=value.
 std::string config_changes(const nlohmann::json& before, const nlohmann::json& now) {
-  if (!before.is_object() || !now.is_object()) return before == now ? "" : now.dump();
+  if (!before.is_object() || !now.is_object()) return before == now ? "" : core::json_text(now);
   std::set<std::string> keys;
   for (const auto& [key, value] : before.items()) keys.insert(key);
   for (const auto& [key, value] : now.items()) keys.insert(key);
@@ -242,7 +243,7 @@ std::string config_changes(const nlohmann::json& before, const nlohmann::json& n
     if (before.contains(key) && now.contains(key) && before[key] == now[key]) continue;
     const std::string value = !now.contains(key)     ? "-"
                               : now[key].is_string() ? now[key].get<std::string>()
-                                                     : now[key].dump();
+                                                     : core::json_text(now[key]);
     text += fmt::format("{}{}={}", text.empty() ? "" : " ", key, value);
   }
   return text;
@@ -334,7 +335,7 @@ int show_command(int argc, char** argv) {
   const index::RunRecord run = index::resolve_run(db, arguments.positional[0], last_among(arguments));
   const double now = index::now_seconds();
   if (arguments.has("--json")) {
-    print(report::run_json(db, run, now).dump(2) + "\n");
+    print(core::json_text(report::run_json(db, run, now), 2) + "\n");
     return 0;
   }
   const std::string status = index::effective_status(run, now);
@@ -429,7 +430,7 @@ int compare_command(int argc, char** argv) {
     for (const auto& run : runs) {
       const bool has = run.config.contains(key);
       row.push_back(has ? json_cell(run.config[key]) : Cell(std::monostate{}));
-      distinct.insert(has ? run.config[key].dump() : "<absent>");
+      distinct.insert(has ? core::json_text(run.config[key]) : "<absent>");
     }
     if (distinct.size() > 1 || arguments.has("--all")) table.rows.push_back(std::move(row));
   }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/json_text.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/core/number_text.h"
 
@@ -67,7 +68,7 @@ std::string format_table(const Table& table, TableFormat format) {
       for (size_t c = 0; c < table.columns.size(); ++c) object[table.columns[c]] = json_value(row[c]);
       rows.push_back(std::move(object));
     }
-    return rows.dump(2) + "\n";
+    return core::json_text(rows, 2) + "\n";
   }
   if (format == TableFormat::csv) {
     for (size_t c = 0; c < table.columns.size(); ++c) out += (c ? "," : "") + csv_field(table.columns[c]);

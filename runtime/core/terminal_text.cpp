@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "runtime/core/utf8_text.h"
+
 namespace runner::core {
 namespace {
 
@@ -11,29 +13,6 @@ void append_escape(std::string& out, const char* format, unsigned value) {
   char buffer[8];
   std::snprintf(buffer, sizeof buffer, format, value);
   out += buffer;
-}
-
-// The length of the valid UTF-8 sequence at text[i] and its code point, or 0 when it is not one.
-size_t utf8_sequence(std::string_view text, size_t i, char32_t& code_point) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
-  const unsigned char lead = byte(0);
-  size_t length = 0;
-  char32_t minimum = 0;
-  if (lead >= 0xC2 && lead <= 0xDF)
-    length = 2, minimum = 0x80, code_point = lead & 0x1F;
-  else if (lead >= 0xE0 && lead <= 0xEF)
-    length = 3, minimum = 0x800, code_point = lead & 0x0F;
-  else if (lead >= 0xF0 && lead <= 0xF4)
-    length = 4, minimum = 0x10000, code_point = lead & 0x07;
-  else
-    return 0;
-  if (i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(k) & 0xC0) != 0x80) return 0;
-    code_point = (code_point << 6) | (byte(k) & 0x3F);
-  }
-  if (code_point < minimum || code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF)) return 0;
-  return length;
 }
 
 bool is_hidden_format_character(char32_t c) {

@@ -48,6 +48,7 @@ double positive_override(const std::optional<double>& value, double fallback, co
 NoiseSchedule make_schedule(const ScheduleOptions& options) {
   const std::int64_t T = options.timesteps;
   if (T < 2) throw std::invalid_argument(fmt::format("timesteps must be at least 2, got {}", T));
+  if (T > kMaxSteps) throw std::invalid_argument(fmt::format("timesteps must be at most {}, got {}", kMaxSteps, T));
   at::Tensor betas;
   if (options.kind == "linear") {
     const double scale = 1000.0 / static_cast<double>(T);

@@ -9,6 +9,10 @@
 
 namespace runner::diffusion {
 
+// The most timesteps a schedule has, and steps a sampler or an ODE solver takes: their time grids are built whole,
+// so one mistyped number (2^31) would otherwise take the machine's memory.
+constexpr std::int64_t kMaxSteps = 1'000'000;
+
 struct ScheduleOptions {
   std::string kind = "linear";  // linear, cosine or scaled_linear
   std::int64_t timesteps = 1000;

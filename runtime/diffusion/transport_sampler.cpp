@@ -41,6 +41,8 @@ void check_options(const FlowSampleOptions& o) {
     throw std::invalid_argument(
         fmt::format("steps must be at least 2 with sde (a step and the last step), got {}", o.steps));
   if (o.steps < 1) throw std::invalid_argument(fmt::format("steps must be at least 1, got {}", o.steps));
+  if (o.steps > kMaxSteps)
+    throw std::invalid_argument(fmt::format("steps must be at most {}, got {}", kMaxSteps, o.steps));
   if (!std::isfinite(o.diffusion_norm) || o.diffusion_norm < 0)
     throw std::invalid_argument(fmt::format("diffusion_norm must be a number >= 0, got {}", o.diffusion_norm));
   if (!(o.last_step_size >= 0 && o.last_step_size < 1))
@@ -114,9 +116,13 @@ OdeState add_stages(const OdeState& a, const std::vector<OdeState>& k, const dou
   return out;
 }
 
-// Fixed steps over the grid: Euler, or Heun (torchdiffeq's heun2). The state after every step, the first included.
-std::vector<OdeState> fixed_steps(const OdeField& f, OdeState y, const std::vector<double>& grid, bool heun) {
-  std::vector<OdeState> out{y};
+// What a solver hands each state at a grid time after the first to (the trajectory keeps them; none: dropped).
+using OdeStateSink = std::function<void(const OdeState&)>;
+
+// Fixed steps over the grid: Euler, or Heun (torchdiffeq's heun2). The state at the grid's end; each one after a
+// step goes to `each`.
+OdeState fixed_steps(const OdeField& f, OdeState y, const std::vector<double>& grid, bool heun,
+                     const OdeStateSink& each) {
   for (std::size_t i = 0; i + 1 < grid.size(); ++i) {
     if (core::interrupt_requested()) throw core::Interrupted();
     const double t = grid[i];
@@ -130,9 +136,9 @@ std::vector<OdeState> fixed_steps(const OdeField& f, OdeState y, const std::vect
     } else {
       for (std::size_t c = 0; c < y.size(); ++c) y[c] = y[c] + dt * k1[c];
     }
-    out.push_back(y);
+    if (each) each(y);
   }
-  return out;
+  return y;
 }
 
 // torchdiffeq's norm of a state: the largest RMS over its components (_mixed_norm; _rms_norm for one), on the host.
@@ -150,22 +156,23 @@ class Dopri5 {
  public:
   Dopri5(OdeField f, double rtol, double atol) : f_(std::move(f)), rtol_(rtol), atol_(atol) {}
 
-  // y at each grid time (grid[0] is y0's).
-  std::vector<OdeState> solve(const OdeState& y0, const std::vector<double>& grid) {
+  // y at the grid's last time (grid[0] is y0's); y at each grid time after the first goes to `each`.
+  OdeState solve(const OdeState& y0, const std::vector<double>& grid, const OdeStateSink& each) {
     y_ = y0;
     t_ = grid[0];
     t_start_ = t_;
     f0_ = f_(y_, t_);
     dt_ = first_step();
-    std::vector<OdeState> out{y0};
+    OdeState last = y0;
     for (std::size_t i = 1; i < grid.size(); ++i) {
       while (grid[i] > t_) {
         if (core::interrupt_requested()) throw core::Interrupted();
         step();
       }
-      out.push_back(interpolate(grid[i]));
+      last = interpolate(grid[i]);
+      if (each) each(last);
     }
-    return out;
+    return last;
   }
 
  private:
@@ -275,11 +282,12 @@ class Dopri5 {
   std::vector<std::vector<at::Tensor>> coefficients_;  // per component: e, d, c, b, a of the last accepted step
 };
 
-// The ODE from y0 over the grid with the named sampler: the state at every grid time.
-std::vector<OdeState> solve_ode(const OdeField& f, const OdeState& y0, const std::vector<double>& grid,
-                                const std::string& sampler, double rtol, double atol) {
-  if (sampler == "dopri5") return Dopri5(f, rtol, atol).solve(y0, grid);
-  return fixed_steps(f, y0, grid, sampler == "heun");
+// The ODE from y0 over the grid with the named sampler: the state at the grid's last time; the states at the grid
+// times after the first go to `each`.
+OdeState solve_ode(const OdeField& f, const OdeState& y0, const std::vector<double>& grid, const std::string& sampler,
+                   double rtol, double atol, const OdeStateSink& each = {}) {
+  if (sampler == "dopri5") return Dopri5(f, rtol, atol).solve(y0, grid, each);
+  return fixed_steps(f, y0, grid, sampler == "heun", each);
 }
 
 }  // namespace
@@ -316,10 +324,9 @@ SampleResult sample_flow(const Transport& transport, const ModelFunction& model,
       for (double& t : grid) t = -t;
       velocity = [&](const OdeState& y, double t) { return OdeState{-field.velocity(y[0], -t)}; };
     }
-    const std::vector<OdeState> states = solve_ode(velocity, {x}, grid, options.sampler, options.rtol, options.atol);
-    result.x = states.back()[0];
-    if (options.keep_trajectory)
-      for (std::size_t i = 1; i < states.size(); ++i) result.trajectory.push_back(states[i][0]);
+    OdeStateSink each;
+    if (options.keep_trajectory) each = [&](const OdeState& y) { result.trajectory.push_back(y[0]); };
+    result.x = solve_ode(velocity, {x}, grid, options.sampler, options.rtol, options.atol, each)[0];
     return result;
   }
 
@@ -376,6 +383,8 @@ FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& 
     throw std::invalid_argument(
         fmt::format("sampler must be \"euler\", \"heun\" or \"dopri5\", got \"{}\"", options.sampler));
   if (options.steps < 1) throw std::invalid_argument(fmt::format("steps must be at least 1, got {}", options.steps));
+  if (options.steps > kMaxSteps)
+    throw std::invalid_argument(fmt::format("steps must be at most {}, got {}", kMaxSteps, options.steps));
   if (!(options.rtol > 0) || !(options.atol > 0))
     throw std::invalid_argument(
         fmt::format("rtol and atol must be positive numbers, got {} and {}", options.rtol, options.atol));
@@ -398,8 +407,7 @@ FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& 
   const std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
   const at::Tensor start = x.to(at::kFloat).detach();
   const OdeState end = solve_ode(reverse, {start, at::zeros({start.size(0)}, start.options())}, grid, options.sampler,
-                                 options.rtol, options.atol)
-                           .back();
+                                 options.rtol, options.atol);
   FlowLikelihood out;
   out.z = end[0];
   const double elements = static_cast<double>(start[0].numel());

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/json_text.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/dist/process_group.h"
@@ -68,14 +69,13 @@ std::vector<FailureReport> other_ranks_reports(ProcessGroup& group, const Failur
 }  // namespace
 
 std::string failure_report_json(const FailureReport& report) {
-  return nlohmann::json{{"rank", report.rank},
-                        {"message", report.message},
-                        {"time", report.time},
-                        {"consequential", report.consequential},
-                        {"collective", report.collective},
-                        {"timed_out", report.timed_out},
-                        {"timeout_seconds", report.timeout_seconds}}
-      .dump();
+  return core::json_text(nlohmann::json{{"rank", report.rank},
+                                        {"message", report.message},
+                                        {"time", report.time},
+                                        {"consequential", report.consequential},
+                                        {"collective", report.collective},
+                                        {"timed_out", report.timed_out},
+                                        {"timeout_seconds", report.timeout_seconds}});
 }
 
 std::optional<FailureReport> parse_failure_report(const std::string& text) {

@@ -1,6 +1,7 @@
 // Database, Statement and Transaction over either backend's Connection, and the dialect differences.
 #include "runtime/index/database.h"
 
+#include "runtime/core/utf8_text.h"
 #include "runtime/index/connection.h"
 
 namespace runner::index {
@@ -68,7 +69,7 @@ Statement& Statement::bind(int position, double value) {
 Statement& Statement::bind(int position, std::string_view value) {
   BoundValue bound;
   bound.kind = BoundValue::Kind::text;
-  bound.text = std::string(value);
+  bound.text = core::utf8_escaped(value);  // the index holds UTF-8 only (PostgreSQL refuses other bytes)
   impl_->bind(position, std::move(bound));
   return *this;
 }
@@ -93,7 +94,8 @@ bool Statement::is_null(int column) const { return impl_->column_type(column) ==
 ColumnType Statement::column_type(int column) const { return impl_->column_type(column); }
 int64_t Statement::integer(int column) const { return impl_->integer(column); }
 double Statement::real(int column) const { return impl_->real(column); }
-std::string Statement::text(int column) const { return impl_->text(column); }
+// An index written before runner checked its texts may hold bytes that are not UTF-8.
+std::string Statement::text(int column) const { return core::utf8_replaced(impl_->text(column)); }
 
 std::optional<double> Statement::optional_real(int column) const {
   if (is_null(column)) return std::nullopt;

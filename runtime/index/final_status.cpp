@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/core/json_text.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
 
@@ -50,13 +51,13 @@ void reserve_final_status(const std::string& run_dir) {
 void write_final_status(const std::string& run_dir, const FinalStatus& status) {
   nlohmann::json record{{"status", status.status}, {"ended_at", status.ended_at}};
   if (status.error) record["error"] = *status.error;
-  std::string text = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text = core::json_text(record);
   // Keep the start of a long error: that is where the cause is.
   std::string error = status.error.value_or("");
   while (text.size() > kFinalStatusBytes - 1 && !error.empty()) {
     error.resize(error.size() / 2);
     record["error"] = error + "...";
-    text = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    text = core::json_text(record);
   }
   text.resize(kFinalStatusBytes, ' ');
   text[kFinalStatusBytes - 1] = '\n';

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/logging.h"
+#include "runtime/core/utf8_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_store.h"
 
@@ -55,6 +56,7 @@ MetricWriter::~MetricWriter() {
 uint32_t MetricWriter::intern(std::string_view key) {
   auto found = key_ids_.find(std::string(key));
   if (found != key_ids_.end()) return found->second;
+  core::require_utf8(key, "metric key");
   const auto id = static_cast<uint32_t>(keys_.size());
   keys_.emplace_back(key);
   key_ids_.emplace(keys_.back(), id);

@@ -17,6 +17,8 @@
 #include <map>
 #include <random>
 
+#include "runtime/core/json_text.h"
+#include "runtime/core/utf8_text.h"
 #include "runtime/index/final_status.h"
 
 namespace runner::index {
@@ -44,7 +46,7 @@ nlohmann::json parse_json_column(const Statement& statement, int column) {
 }
 
 std::string hosts_json(const NewRun& spec) {
-  return nlohmann::json(spec.hosts.empty() ? std::vector<std::string>{host_name()} : spec.hosts).dump();
+  return core::json_text(nlohmann::json(spec.hosts.empty() ? std::vector<std::string>{host_name()} : spec.hosts));
 }
 
 // The row of a run's attempt that this process starts now, from step 0 until a restore says otherwise.
@@ -53,14 +55,18 @@ void insert_attempt(Database& db, int64_t run, int64_t attempt, const NewRun& sp
       "INSERT INTO attempts (run, attempt, status, config, world_size, hosts, host, pid, device, seed, script_hash, "
       "git_revision, git_dirty, versions, start_step, end_step, started_at) "
       "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)");
-  insert.bind(1, run).bind(2, attempt).bind(3, spec.config.dump()).bind(4, spec.world_size).bind(5, hosts_json(spec));
+  insert.bind(1, run)
+      .bind(2, attempt)
+      .bind(3, core::json_text(spec.config))
+      .bind(4, spec.world_size)
+      .bind(5, hosts_json(spec));
   insert.bind(6, host_name()).bind(7, static_cast<int64_t>(::getpid())).bind(8, spec.device).bind(9, spec.seed);
   insert.bind(10, spec.script_hash).bind(11, spec.git_revision);
   if (spec.git_dirty)
     insert.bind(12, static_cast<int64_t>(*spec.git_dirty));
   else
     insert.bind_null(12);
-  insert.bind(13, spec.versions.dump()).bind(14, now);
+  insert.bind(13, core::json_text(spec.versions)).bind(14, now);
   insert.run();
 }
 
@@ -313,14 +319,22 @@ RunRecord create_run(Database& db, const NewRun& spec, const std::string& home) 
           "device, seed, world_size, versions, dir, started_at, heartbeat_at, parent, attempt_started_at, hosts, "
           "sweep, trial, start_key) "
           "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run");
-      insert.bind(1, id).bind(2, name).bind(3, spec.script).bind(4, spec.script_hash).bind(5, spec.config.dump());
+      insert.bind(1, id)
+          .bind(2, name)
+          .bind(3, spec.script)
+          .bind(4, spec.script_hash)
+          .bind(5, core::json_text(spec.config));
       insert.bind(6, spec.git_revision);
       if (spec.git_dirty)
         insert.bind(7, static_cast<int64_t>(*spec.git_dirty));
       else
         insert.bind_null(7);
       insert.bind(8, host_name()).bind(9, static_cast<int64_t>(::getpid())).bind(10, spec.device).bind(11, spec.seed);
-      insert.bind(12, spec.world_size).bind(13, spec.versions.dump()).bind(14, name).bind(15, now).bind(16, now);
+      insert.bind(12, spec.world_size)
+          .bind(13, core::json_text(spec.versions))
+          .bind(14, name)
+          .bind(15, now)
+          .bind(16, now);
       insert.bind(17, spec.parent).bind(18, now).bind(19, hosts_json(spec)).bind(20, spec.sweep).bind(21, spec.trial);
       insert.bind(22, key);
       insert.step();
@@ -372,12 +386,12 @@ RunRecord reopen_run(Database& db, int64_t run, const NewRun& spec) {
             "script_hash = ?, config = ?, git_revision = ?, git_dirty = ?, device = ?, versions = ?, "
             "attempts = attempts + 1, attempt_started_at = ?, world_size = ?, hosts = ?, start_key = ? WHERE run = ?");
         update.bind(1, host_name()).bind(2, static_cast<int64_t>(::getpid())).bind(3, now);
-        update.bind(4, spec.script_hash).bind(5, spec.config.dump()).bind(6, spec.git_revision);
+        update.bind(4, spec.script_hash).bind(5, core::json_text(spec.config)).bind(6, spec.git_revision);
         if (spec.git_dirty)
           update.bind(7, static_cast<int64_t>(*spec.git_dirty));
         else
           update.bind_null(7);
-        update.bind(8, spec.device).bind(9, spec.versions.dump()).bind(10, now).bind(11, spec.world_size);
+        update.bind(8, spec.device).bind(9, core::json_text(spec.versions)).bind(10, now).bind(11, spec.world_size);
         update.bind(12, hosts_json(spec)).bind(13, key).bind(14, run);
         update.run();
         Statement count = db.prepare("SELECT attempts FROM runs WHERE run = ?");
@@ -394,7 +408,7 @@ std::optional<RunRecord> latest_run_with_checkpoint(Database& db, const std::str
   Statement statement = db.prepare(
       "SELECT run FROM runs WHERE script = ? AND config = ? AND EXISTS "
       "(SELECT 1 FROM checkpoints WHERE checkpoints.run = runs.run AND kept = 1) ORDER BY started_at DESC, run DESC");
-  statement.bind(1, script).bind(2, config.dump());
+  statement.bind(1, script).bind(2, core::json_text(config));
   const double now = now_seconds();
   while (statement.step()) {
     RunRecord record = load_run(db, statement.integer(0));
@@ -507,7 +521,7 @@ void merge_summary(Database& db, int64_t run, const nlohmann::json& values) {
         if (!summary.is_object()) summary = nlohmann::json::object();
         summary.update(values);
         Statement write = db.prepare("UPDATE runs SET summary = ? WHERE run = ?");
-        write.bind(1, summary.dump()).bind(2, run);
+        write.bind(1, core::json_text(summary)).bind(2, run);
         write.run();
       },
       TransactionScope::own_rows);
@@ -555,6 +569,7 @@ void remove_run_tags(Database& db, int64_t run, const std::vector<std::string>& 
 }
 
 void set_run_note(Database& db, int64_t run, const std::optional<std::string>& note) {
+  if (note) core::require_utf8(*note, "the note");
   with_transaction(
       db,
       [&] {
@@ -837,7 +852,7 @@ void add_input(Database& db, int64_t run, const InputRecord& input) {
           insert.bind(6, *input.modified_at);
         else
           insert.bind_null(6);
-        insert.bind(7, input.detail.dump()).bind(8, now_seconds());
+        insert.bind(7, core::json_text(input.detail)).bind(8, now_seconds());
         insert.run();
       },
       TransactionScope::own_rows);
@@ -865,7 +880,7 @@ void add_intervention(Database& db, int64_t run, const InterventionRecord& inter
   with_transaction(db, [&] {
     Statement insert = db.prepare("INSERT INTO interventions (run, step, time, chunk, changes) VALUES (?, ?, ?, ?, ?)");
     insert.bind(1, run).bind(2, intervention.step).bind(3, intervention.time).bind(4, intervention.chunk);
-    insert.bind(5, nlohmann::json(intervention.changes).dump());
+    insert.bind(5, core::json_text(nlohmann::json(intervention.changes)));
     insert.run();
   });
 }
@@ -883,7 +898,7 @@ void add_histogram(Database& db, int64_t run, const HistogramRecord& histogram) 
       insert.bind_null(5);
       insert.bind_null(6);
     }
-    insert.bind(7, nlohmann::json(histogram.counts).dump()).bind(8, histogram.nonfinite);
+    insert.bind(7, core::json_text(nlohmann::json(histogram.counts))).bind(8, histogram.nonfinite);
     insert.run();
   });
 }
@@ -923,7 +938,7 @@ std::vector<InterventionRecord> interventions(Database& db, int64_t run) {
     const nlohmann::json changes = nlohmann::json::parse(select.text(3), nullptr, false);
     if (changes.is_array())
       for (const nlohmann::json& change : changes)
-        record.changes.push_back(change.is_string() ? change.get<std::string>() : change.dump());
+        record.changes.push_back(change.is_string() ? change.get<std::string>() : core::json_text(change));
     records.push_back(std::move(record));
   }
   return records;

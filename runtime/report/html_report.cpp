@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/json_text.h"
 #include "runtime/core/duration_text.h"
 
 namespace runner::report {
@@ -151,13 +152,13 @@ std::string status_badge(const std::string& status) {
 std::string format_summary_value(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_number_float()) return fmt::format("{:.6g}", value.get<double>());
-  return value.dump();
+  return core::json_text(value);
 }
 
 // Config values: strings bare, everything else as JSON (exact numbers, arrays).
 std::string format_config_value(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
-  return value.dump();
+  return core::json_text(value);
 }
 
 const nlohmann::json* find_key(const nlohmann::json& object, const std::string& key) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/core/json_text.h"
 #include "runtime/core/did_you_mean.h"
 #include "runtime/index/run_store.h"
 
@@ -18,7 +19,7 @@ enum class Comparison { less, less_equal, greater, greater_equal, equal, not_equ
 
 struct RunWhere::Node {
   enum class Kind { all_of, any_of, negation, comparison } kind = Kind::comparison;
-  std::vector<std::unique_ptr<Node>> children;  // all_of, any_of: two; negation: one
+  std::vector<std::unique_ptr<Node>> children;  // all_of, any_of: two or more; negation: one
   std::string key;
   size_t key_column = 0;
   Comparison comparison = Comparison::equal;
@@ -66,7 +67,9 @@ class Parser {
   }
 
   [[noreturn]] void fail(const std::string& what, size_t column) const {
-    throw WhereError(fmt::format("--where '{}': {} at column {}", text_, what, column));
+    constexpr size_t kShown = 200;
+    const std::string shown = text_.size() > kShown ? text_.substr(0, kShown) + "..." : text_;
+    throw WhereError(fmt::format("--where '{}': {} at column {}", shown, what, column));
   }
 
  private:
@@ -125,7 +128,13 @@ class Parser {
   const Token& next() { return tokens_[position_++]; }
   bool next_is_word(const char* word) const { return peek().kind == Token::Kind::word && lower(peek().text) == word; }
 
-  std::unique_ptr<Node> joined(Node::Kind kind, std::unique_ptr<Node> left, std::unique_ptr<Node> right) {
+  // `left` joined with `right` by and / or: a chain of the same joint is one node with many children, so that a
+  // long chain neither nests deeply nor recurses deeply.
+  static std::unique_ptr<Node> joined(Node::Kind kind, std::unique_ptr<Node> left, std::unique_ptr<Node> right) {
+    if (left->kind == kind) {
+      left->children.push_back(std::move(right));
+      return left;
+    }
     auto node = std::make_unique<Node>();
     node->kind = kind;
     node->children.push_back(std::move(left));
@@ -151,19 +160,27 @@ class Parser {
     return node;
   }
 
+  // Parentheses and `not` nest: at most kMaxNesting deep, so that the parse's recursion stays bounded.
   std::unique_ptr<Node> unary() {
+    if (next_is_word("not") || peek().kind == Token::Kind::open) {
+      if (++nesting_ > kMaxNesting)
+        fail(fmt::format("parentheses and 'not' nest more than {} deep", kMaxNesting), peek().column);
+    }
+    std::unique_ptr<Node> node;
     if (next_is_word("not")) {
       next();
-      auto node = std::make_unique<Node>();
+      node = std::make_unique<Node>();
       node->kind = Node::Kind::negation;
       node->children.push_back(unary());
+      --nesting_;
       return node;
     }
     if (peek().kind == Token::Kind::open) {
       next();
-      std::unique_ptr<Node> node = any_of();
+      node = any_of();
       if (peek().kind != Token::Kind::close) fail(fmt::format("expected ')', found {}", shown(peek())), peek().column);
       next();
+      --nesting_;
       return node;
     }
     return comparison();
@@ -219,9 +236,11 @@ class Parser {
            value.column);
   }
 
+  static constexpr int kMaxNesting = 100;
   const std::string& text_;
   std::vector<Token> tokens_;
   size_t position_ = 0;
+  int nesting_ = 0;
 };
 
 bool builtin(const std::string& key) { return key == "tag" || key == "status" || key == "name"; }
@@ -268,9 +287,11 @@ bool holds(const WhereValue& value, Comparison comparison, const WhereValue& lit
 bool evaluate(const Node& node, const WhereRun& run) {
   switch (node.kind) {
     case Node::Kind::all_of:
-      return evaluate(*node.children[0], run) && evaluate(*node.children[1], run);
+      return std::all_of(node.children.begin(), node.children.end(),
+                         [&](const std::unique_ptr<Node>& child) { return evaluate(*child, run); });
     case Node::Kind::any_of:
-      return evaluate(*node.children[0], run) || evaluate(*node.children[1], run);
+      return std::any_of(node.children.begin(), node.children.end(),
+                         [&](const std::unique_ptr<Node>& child) { return evaluate(*child, run); });
     case Node::Kind::negation:
       return !evaluate(*node.children[0], run);
     case Node::Kind::comparison:
@@ -325,7 +346,7 @@ WhereValue where_value(index::Database& db, const index::RunRecord& run, const s
     if (value.is_boolean()) return value.get<bool>() ? 1.0 : 0.0;
     if (value.is_number()) return value.get<double>();
     if (value.is_string()) return value.get<std::string>();
-    return value.is_null() ? WhereValue{} : WhereValue{value.dump()};
+    return value.is_null() ? WhereValue{} : WhereValue{core::json_text(value)};
   };
   if (run.config.is_object() && run.config.contains(key)) return from_json(run.config[key]);
   if (run.summary.is_object() && run.summary.contains(key)) return from_json(run.summary[key]);

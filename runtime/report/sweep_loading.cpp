@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/core/json_text.h"
 #include "runtime/core/local_time_text.h"
 #include "runtime/report/run_loading.h"
 #include "runtime/sweep/parameter_importance.h"
@@ -91,7 +92,7 @@ SweepReport load_sweep_report(index::Database& db, const std::string& reference,
         !std::all_of(parameter.values.begin(), parameter.values.end(),
                      [](const nlohmann::json& v) { return v.is_number(); }))
       for (const nlohmann::json& value : parameter.values)
-        column.categories.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+        column.categories.push_back(value.is_string() ? value.get<std::string>() : core::json_text(value));
     std::vector<nlohmann::json> values;
     std::vector<double> objective;
     for (const sweep::TrialRecord& trial : trials) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/json_text.h"
 #include "runtime/report/html_report.h"
 #include "runtime/sweep/parameter_importance.h"
 
@@ -20,7 +21,7 @@ constexpr const char* kStopped = "#8c8c8c";
 std::string value_text(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_number_float()) return fmt::format("{:.6g}", value.get<double>());
-  return value.dump();
+  return core::json_text(value);
 }
 
 std::string colour_of(const SweepReport& report, const SweepReportTrial& trial) {

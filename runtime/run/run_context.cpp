@@ -18,8 +18,11 @@
 #include <thread>
 
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/byte_size_text.h"
+#include "runtime/core/json_text.h"
 #include "runtime/core/device.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/utf8_text.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
@@ -63,12 +66,14 @@ std::string attempt_changes(const RunRecord& before, const RunRecord& now) {
     for (const auto& [key, value] : before.config.items()) keys.insert(key);
     for (const auto& [key, value] : now.config.items()) keys.insert(key);
     for (const std::string& key : keys) {
-      const auto value = [&](const nlohmann::json& of) { return of.contains(key) ? of[key].dump() : std::string("-"); };
+      const auto value = [&](const nlohmann::json& of) {
+        return of.contains(key) ? core::json_text(of[key]) : std::string("-");
+      };
       if (value(before.config) != value(now.config))
         config.push_back(fmt::format("{} {} -> {}", key, value(before.config), value(now.config)));
     }
   } else if (before.config != now.config) {
-    config.push_back(fmt::format("{} -> {}", before.config.dump(), now.config.dump()));
+    config.push_back(fmt::format("{} -> {}", core::json_text(before.config), core::json_text(now.config)));
   }
   std::vector<std::string> parts;
   if (!config.empty()) parts.push_back(fmt::format("the config: {}", fmt::join(config, ", ")));
@@ -97,13 +102,13 @@ RunContext::RunContext(const RunStart& start, Database db)
       throw IndexError(fmt::format("{}: cannot create the run directory: {}", directory_, std::strerror(errno)));
     if (resumed_) previous_script_ = read_text_file(directory_ + "/script.lua");
     write_text_file(directory_ + "/script.lua", start.script_text);
-    write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
+    write_text_file(directory_ + "/config.json", core::json_text(record_.config, 2) + "\n");
     reserve_final_status(directory_);
     core::attach_log_file(directory_ + "/log.txt");
     core::log_to_file(
         core::LogLevel::info,
         fmt::format("attempt {} of run {} ({}): config {}, world size {}, hosts {}", record_.attempts, record_.name,
-                    record_.id, record_.config.dump(), record_.world_size, fmt::join(record_.hosts, ", ")));
+                    record_.id, core::json_text(record_.config), record_.world_size, fmt::join(record_.hosts, ", ")));
     if (before) {
       const std::string changes = attempt_changes(*before, record_);
       if (!changes.empty())
@@ -149,6 +154,7 @@ void RunContext::log_metric(std::string_view key, int64_t step, double value, do
 
 void RunContext::log_histogram(const std::string& key, int64_t step, const at::Tensor& values, double time) {
   if (follower_) return;
+  core::require_utf8(key, "histogram key");
   const TensorHistogram histogram = tensor_histogram(values);
   recorded_ = true;
   index::add_histogram(db_, record_.run,
@@ -198,8 +204,13 @@ void RunContext::record_intervention(const std::string& chunk, const std::vector
   if (follower_) return;
   recorded_ = true;
   const int64_t at = step();
+  // The record keeps a long chunk's start and its size: it goes into the log and every look at the run.
+  constexpr std::size_t kChunkKept = 4096;
   std::string text = chunk;
   while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.size() > kChunkKept)
+    text = fmt::format("{}\n... (cut: {} in all)", core::utf8_prefix(text, kChunkKept),
+                       core::byte_size_text(chunk.size()));
   std::string indented;
   for (std::size_t start = 0; start <= text.size();) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
@@ -208,7 +219,7 @@ void RunContext::record_intervention(const std::string& chunk, const std::vector
   }
   core::log(core::LogLevel::info,
             fmt::format("runner attach after step {} changed {}:{}", at, fmt::join(changes, ", "), indented));
-  index::add_intervention(db_, record_.run, {at, index::now_seconds(), chunk, changes});
+  index::add_intervention(db_, record_.run, {at, index::now_seconds(), text, changes});
 }
 
 std::string RunContext::save_images(const std::string& name, int64_t step, const at::Tensor& images,
@@ -323,7 +334,7 @@ std::optional<std::string> RunContext::withdraw() {
     core::detach_log_file();
     record_ = drop_latest_attempt(db_, record_.run, record_.attempts);
     finished_ = true;
-    write_text_file(directory_ + "/config.json", record_.config.dump(2) + "\n");
+    write_text_file(directory_ + "/config.json", core::json_text(record_.config, 2) + "\n");
     if (previous_script_) write_text_file(directory_ + "/script.lua", *previous_script_);
     return fmt::format("run {} is left as it was: the attempt {}", name, why);
   } catch (const std::exception& error) {

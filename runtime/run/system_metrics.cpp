@@ -60,8 +60,9 @@ void SystemMetrics::stop() {
 void SystemMetrics::run_thread() {
   try {
     previous_time_ = core::steady_seconds();
-    previous_process_cpu_ = system::read_process_cpu_seconds();
-    previous_host_ = system::read_host_cpu_times();
+    reading("the process's CPU time",
+            [&] { previous_process_cpu_ = system::read_process_cpu_seconds(options_.read_proc_file); });
+    reading("the host's CPU time", [&] { previous_host_ = system::read_host_cpu_times(options_.read_proc_file); });
     previous_step_ = step_();
     const auto interval = std::chrono::duration<double>(options_.interval_seconds);
     std::unique_lock lock(mutex_);
@@ -75,23 +76,46 @@ void SystemMetrics::run_thread() {
   }
 }
 
+bool SystemMetrics::reading(const char* what, const std::function<void()>& read) {
+  try {
+    read();
+    return true;
+  } catch (const std::exception& error) {
+    if (failed_readings_.insert(what).second)
+      core::log(core::LogLevel::warn,
+                fmt::format("system metrics: {} is left out where it cannot be read ({}); the other readings go on",
+                            what, error.what()));
+    return false;
+  }
+}
+
 void SystemMetrics::sample() {
   std::vector<std::pair<const char*, double>> values;
   const double now = core::steady_seconds();
   const double elapsed = now - previous_time_;
   const std::int64_t step = step_();
+  const system::ProcFileReader& read = options_.read_proc_file;
 
-  const double process_cpu = system::read_process_cpu_seconds();
-  const system::HostCpuTimes host = system::read_host_cpu_times();
-  values.emplace_back("sys/cpu_percent", 100 * (process_cpu - previous_process_cpu_) / elapsed);
-  if (const std::optional<double> busy = system::host_busy_percent(previous_host_, host))
-    values.emplace_back("sys/host_cpu_percent", *busy);
-  const system::ProcessMemory process_memory = system::read_process_memory();
-  values.emplace_back("sys/rss_mib", process_memory.resident_bytes / kMebibyte);
-  values.emplace_back("sys/peak_rss_mib", process_memory.peak_resident_bytes / kMebibyte);
-  const system::HostMemory host_memory = system::read_host_memory();
-  values.emplace_back("sys/host_memory_used_mib", (host_memory.total_bytes - host_memory.available_bytes) / kMebibyte);
-  values.emplace_back("sys/host_memory_available_mib", host_memory.available_bytes / kMebibyte);
+  std::optional<double> process_cpu;
+  reading("the process's CPU time", [&] { process_cpu = system::read_process_cpu_seconds(read); });
+  if (process_cpu && previous_process_cpu_)
+    values.emplace_back("sys/cpu_percent", 100 * (*process_cpu - *previous_process_cpu_) / elapsed);
+  std::optional<system::HostCpuTimes> host;
+  reading("the host's CPU time", [&] { host = system::read_host_cpu_times(read); });
+  if (host && previous_host_)
+    if (const std::optional<double> busy = system::host_busy_percent(*previous_host_, *host))
+      values.emplace_back("sys/host_cpu_percent", *busy);
+  reading("the process's memory", [&] {
+    const system::ProcessMemory process_memory = system::read_process_memory(read);
+    values.emplace_back("sys/rss_mib", process_memory.resident_bytes / kMebibyte);
+    values.emplace_back("sys/peak_rss_mib", process_memory.peak_resident_bytes / kMebibyte);
+  });
+  reading("the host's memory", [&] {
+    const system::HostMemory host_memory = system::read_host_memory(read);
+    values.emplace_back("sys/host_memory_used_mib",
+                        (host_memory.total_bytes - host_memory.available_bytes) / kMebibyte);
+    values.emplace_back("sys/host_memory_available_mib", host_memory.available_bytes / kMebibyte);
+  });
   values.emplace_back("sys/steps_per_second", static_cast<double>(step - previous_step_) / elapsed);
 
   std::shared_ptr<data::Loader> loader;
@@ -115,17 +139,21 @@ void SystemMetrics::sample() {
   }
 
   if (options_.device.is_cuda()) {
-    const core::CudaMemory memory = core::cuda_memory(options_.device.index() < 0 ? 0 : options_.device.index());
-    values.emplace_back("sys/cuda_allocated_mib", memory.allocated / kMebibyte);
-    values.emplace_back("sys/cuda_reserved_mib", memory.reserved / kMebibyte);
-    values.emplace_back("sys/cuda_peak_allocated_mib", memory.peak_allocated / kMebibyte);
+    reading("the CUDA allocator's memory", [&] {
+      const core::CudaMemory memory = core::cuda_memory(options_.device.index() < 0 ? 0 : options_.device.index());
+      values.emplace_back("sys/cuda_allocated_mib", memory.allocated / kMebibyte);
+      values.emplace_back("sys/cuda_reserved_mib", memory.reserved / kMebibyte);
+      values.emplace_back("sys/cuda_peak_allocated_mib", memory.peak_allocated / kMebibyte);
+    });
   }
   if (nvml_) {
-    const system::GpuReading gpu = nvml_->read();
-    if (gpu.utilization_percent) values.emplace_back("sys/gpu_percent", *gpu.utilization_percent);
-    if (gpu.memory_used_bytes) values.emplace_back("sys/gpu_memory_used_mib", *gpu.memory_used_bytes / kMebibyte);
-    if (gpu.power_watts) values.emplace_back("sys/gpu_power_watts", *gpu.power_watts);
-    if (gpu.temperature_celsius) values.emplace_back("sys/gpu_temperature_celsius", *gpu.temperature_celsius);
+    reading("the GPU's readings (NVML)", [&] {
+      const system::GpuReading gpu = nvml_->read();
+      if (gpu.utilization_percent) values.emplace_back("sys/gpu_percent", *gpu.utilization_percent);
+      if (gpu.memory_used_bytes) values.emplace_back("sys/gpu_memory_used_mib", *gpu.memory_used_bytes / kMebibyte);
+      if (gpu.power_watts) values.emplace_back("sys/gpu_power_watts", *gpu.power_watts);
+      if (gpu.temperature_celsius) values.emplace_back("sys/gpu_temperature_celsius", *gpu.temperature_celsius);
+    });
   }
 
   const double time = index::now_seconds();

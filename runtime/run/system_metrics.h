@@ -12,7 +12,8 @@
 //     allocator's counts), and from the driver (NVML, runtime/system/gpu_usage.h) sys/gpu_percent,
 //     sys/gpu_memory_used_mib, sys/gpu_power_watts, sys/gpu_temperature_celsius.
 // Rank 0 records them (a follower rank records nothing). Its values are keyed by step as every metric is, so
-// several samples within one step keep the last.
+// several samples within one step keep the last. A reading that fails (a damaged /proc file, the driver) is left out
+// of that sample, with a warning the first time, and the other readings go on; so does that one at the next sample.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -23,6 +24,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "runtime/data/loader.h"
@@ -36,6 +40,7 @@ struct SystemMetricsOptions {
   double interval_seconds = 10;  // between samples; the first is taken one interval after the start
   c10::Device device = c10::Device(c10::kCPU);
   int world_size = 1;
+  system::ProcFileReader read_proc_file = system::read_proc_file;  // a test gives damaged /proc files
 };
 
 class SystemMetrics {
@@ -57,6 +62,8 @@ class SystemMetrics {
  private:
   void run_thread();
   void sample();
+  // Runs one reading; when it throws, warns the first time (naming `what`) and returns false.
+  bool reading(const char* what, const std::function<void()>& read);
 
   index::MetricWriter& writer_;
   std::function<std::int64_t()> step_;
@@ -69,12 +76,14 @@ class SystemMetrics {
   std::shared_ptr<data::Loader> loader_;  // guarded by mutex_
   bool loader_changed_ = false;           // guarded by mutex_
 
-  // The previous sample's readings (thread only), which the rates are taken over.
+  // The previous sample's readings (thread only), which the rates are taken over; none where it failed.
   double previous_time_ = 0;
-  double previous_process_cpu_ = 0;
-  system::HostCpuTimes previous_host_;
+  std::optional<double> previous_process_cpu_;
+  std::optional<system::HostCpuTimes> previous_host_;
   std::int64_t previous_step_ = 0;
   data::LoaderStats previous_loader_;
+
+  std::set<std::string> failed_readings_;  // those warned about (thread only)
 
   std::atomic<std::uint64_t> values_logged_{0};
   std::thread thread_;

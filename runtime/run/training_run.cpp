@@ -4,7 +4,9 @@
 #include "runtime/dist/process_group.h"
 
 #include <csignal>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <fmt/format.h>
 
 #include "runtime/ckpt/checkpoint_directory.h"
@@ -186,17 +188,42 @@ void TrainingRun::before_next_step() {
   int signal_number = core::stop_signal();
   if (signal_number == 0 && stop_requested_) signal_number = kStopRequested;
   bool pause = run_.pause_due();
-  // A stop signal or run:stop() on any rank stops every rank after the same step (they outrank a sweep's pause).
+  // A stop signal or run:stop() on any rank stops every rank after the same step (they outrank a sweep's pause,
+  // which outranks an answer to runner attach: rank 0's client waits a step more).
   if (distributed()) {
-    const std::int64_t combined = trainer_->process_group()->max(signal_number != 0 ? 2 * signal_number
-                                                                 : pause            ? 1
+    const bool attach = attach_waiting_ && attach_waiting_();
+    const std::int64_t combined = trainer_->process_group()->max(signal_number != 0 ? 4 * signal_number
+                                                                 : pause            ? 2
+                                                                 : attach           ? 1
                                                                                     : 0);
-    signal_number = static_cast<int>(combined / 2);
-    pause = combined == 1;
+    signal_number = static_cast<int>(combined / 4);
+    pause = combined == 2;
+    attach_turn_ = combined == 1;
   }
   if (signal_number != 0)
     stop(signal_name(signal_number), signal_number == SIGINT ? core::kExitInterrupted : core::kExitOk);
   if (pause) stop("the sweep's ASHA rung", core::kExitOk, "paused");
+}
+
+void TrainingRun::end_attach_turn() {
+  if (!attach_turn_) return;
+  attach_turn_ = false;
+  dist::ProcessGroup& group = *trainer_->process_group();
+  const std::string key = fmt::format("runner/attach_turn/{}", attach_turns_++);
+  if (group.rank() == 0) {
+    group.set_note(key, "answered");
+    return;
+  }
+  const double start = core::steady_seconds();
+  bool said = false;
+  while (!group.note(key)) {
+    if (!said && core::steady_seconds() - start > 10) {
+      core::log(core::LogLevel::info, fmt::format("rank {} waits for rank 0, which answers runner attach after step {}",
+                                                  group.rank(), run_.step()));
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 void TrainingRun::stop(const std::string& name, int exit_status, const std::string& status) {

@@ -84,6 +84,17 @@ class TrainingRun {
   // policy stops on failed saves (the run must then fail with it); under continue_ it is logged.
   std::optional<std::string> finish();
 
+  // runner attach in a data-parallel job. Rank 0 answers a client only after a step whose start every rank agreed
+  // on it (the agreement on stops carries it: `waiting` on rank 0 says a request is there), and the other ranks wait
+  // for it at the end of that step, outside every collective, so that no collective times out however long rank 0
+  // answers (a chunk in one long C call included).
+  void set_attach_waiting(std::function<bool()> waiting) { attach_waiting_ = std::move(waiting); }
+  // Whether the step that just ran is followed by rank 0 answering runner attach (on every rank).
+  bool attach_turn() const { return attach_turn_; }
+  // Ends the turn: rank 0 says it has answered (in the job's store); the other ranks wait for that, logging once
+  // after 10 s what they wait for.
+  void end_attach_turn();
+
   // Whether the trainer is one rank of several (a data-parallel job).
   bool distributed() const { return trainer_->process_group() != nullptr; }
 
@@ -108,6 +119,9 @@ class TrainingRun {
   std::int64_t steps_taken_ = 0;           // trainer steps in this process
   std::optional<std::int64_t> last_checkpoint_step_;
   bool stop_requested_ = false;
+  std::function<bool()> attach_waiting_;
+  bool attach_turn_ = false;
+  std::int64_t attach_turns_ = 0;  // turns ended, the same on every rank: each one's key in the store
 };
 
 }  // namespace runner::run

@@ -10,6 +10,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "runtime/core/json_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/report/html_report.h"
 #include "runtime/serve/dashboard_assets.h"
@@ -159,9 +160,10 @@ struct DashboardServer::State {
         const nlohmann::json answer = page(db, query_parameters(request));
         const std::string since = request.has_param("since") ? request.get_param_value("since") : "";
         if (!since.empty() && since == answer["version"].get<std::string>())
-          response.set_content(nlohmann::json{{"version", since}, {"unchanged", true}}.dump(), "application/json");
+          response.set_content(core::json_text(nlohmann::json{{"version", since}, {"unchanged", true}}),
+                               "application/json");
         else
-          response.set_content(answer.dump(), "application/json");
+          response.set_content(core::json_text(answer), "application/json");
       });
     });
   }

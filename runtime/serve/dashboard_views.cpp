@@ -9,6 +9,7 @@
 #include <set>
 #include <system_error>
 
+#include "runtime/core/json_text.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/run_loading.h"
@@ -20,6 +21,7 @@
 #include "runtime/sweep/trial_store.h"
 #include "runtime/core/local_time_text.h"
 #include "runtime/core/number_text.h"
+#include "runtime/core/utf8_text.h"
 
 namespace runner::serve {
 namespace {
@@ -105,8 +107,15 @@ report::ChartOptions chart_options(const QueryParameters& parameters) {
 
 // The page's JSON with its version: `signature` is what the version digests.
 nlohmann::json versioned(nlohmann::json page, const nlohmann::json& signature) {
-  page["version"] = digest(signature.dump());
+  page["version"] = digest(core::json_text(signature));
   return page;
+}
+
+// A note as the runs list shows it: its first 200 bytes (the run's page has it whole), so that a long one does not
+// weigh on every poll of the list.
+std::string note_in_list(const std::string& note) {
+  constexpr std::size_t kShown = 200;
+  return note.size() <= kShown ? note : std::string(core::utf8_prefix(note, kShown)) + "\u2026";
 }
 
 }  // namespace
@@ -152,7 +161,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
                     {"summary", record.summary},
                     {"config", record.config},
                     {"tags", record.tags},
-                    {"note", record.note ? nlohmann::json(*record.note) : nlohmann::json(nullptr)}});
+                    {"note", record.note ? nlohmann::json(note_in_list(*record.note)) : nlohmann::json(nullptr)}});
     durations[record.id] = index::duration_seconds(record, now);
   }
   nlohmann::json page = {{"runs", runs}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}};

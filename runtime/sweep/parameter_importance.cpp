@@ -6,6 +6,8 @@
 #include <map>
 #include <numeric>
 
+#include "runtime/core/json_text.h"
+
 namespace runner::sweep {
 namespace {
 
@@ -63,7 +65,7 @@ std::optional<double> parameter_importance(const std::vector<nlohmann::json>& va
   }
   // eta^2: the variance of the group means of the ranks over the total variance.
   std::map<std::string, std::vector<double>> groups;
-  for (std::size_t i = 0; i < kept.size(); ++i) groups[kept[i].dump()].push_back(result_ranks[i]);
+  for (std::size_t i = 0; i < kept.size(); ++i) groups[core::json_text(kept[i])].push_back(result_ranks[i]);
   if (groups.size() < 2) return std::nullopt;
   double between = 0;
   for (const auto& [value, group] : groups) {

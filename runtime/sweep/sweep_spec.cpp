@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include "runtime/core/json_text.h"
 #include "runtime/core/did_you_mean.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/run_store.h"
@@ -28,7 +29,7 @@ constexpr std::int64_t kMaxCount = INT_MAX;
 constexpr std::int64_t kMaxExact = (std::int64_t{1} << 53) - 1;
 
 // A value as JSON text for a message; bytes that are not UTF-8 become U+FFFD instead of an exception.
-std::string shown(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string shown(const json& value) { return core::json_text(value); }
 
 bool is_utf8(const std::string& text) {
   try {

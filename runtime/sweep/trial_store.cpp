@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <map>
 
+#include "runtime/core/json_text.h"
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"
@@ -242,7 +243,7 @@ SweepRecord open_sweep(Database& db, const SweepSpec& spec) {
     Statement insert = db.prepare(
         "INSERT INTO sweeps (name, script, spec, status, created_at) VALUES (?, ?, ?, 'running', ?) "
         "RETURNING sweep");
-    insert.bind(1, spec.name).bind(2, spec.script).bind(3, wanted.dump()).bind(4, index::now_seconds());
+    insert.bind(1, spec.name).bind(2, spec.script).bind(3, core::json_text(wanted)).bind(4, index::now_seconds());
     insert.step();
     const std::int64_t created = insert.integer(0);
     insert.reset();
@@ -351,11 +352,13 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           ++trial.segments;
           Claim made{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
           Statement record = db.prepare("UPDATE trials SET claim = ? WHERE sweep = ? AND trial = ?");
-          record.bind(1, json{{"key", key},
-                              {"reason", made.reason},
-                              {"resume_run", made.resume_run ? json(*made.resume_run) : json()},
-                              {"pause_step", made.pause_step ? json(*made.pause_step) : json()}}
-                             .dump());
+          record.bind(
+              1, json {
+                {"key", key}, {"reason", made.reason},
+                    {"resume_run", made.resume_run ? json(*made.resume_run) : json()}, {
+                  "pause_step", made.pause_step ? json(*made.pause_step) : json()
+                }
+              } core::json_text());
           record.bind(2, sweep.sweep).bind(3, trial.trial);
           record.run();
           return made;
@@ -427,7 +430,7 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
         trial.created_at = now;
         Statement insert =
             db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
-        insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.params.dump()).bind(4, now);
+        insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, core::json_text(trial.params)).bind(4, now);
         insert.run();
         return claim(trial, std::nullopt, "new");
       },

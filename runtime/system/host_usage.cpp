@@ -16,14 +16,6 @@
 namespace runner::system {
 namespace {
 
-std::string read_proc_file(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error(fmt::format("{}: cannot read it: {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 double clock_ticks_per_second() {
   static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   return ticks;
@@ -47,6 +39,14 @@ double kilobyte_field(const std::string& text, const std::string& name, const st
 
 }  // namespace
 
+std::string read_proc_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error(fmt::format("{}: cannot read it: {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 double parse_process_cpu_seconds(const std::string& stat_text, const std::string& where) {
   // The command name (field 2) is in parentheses and may hold spaces: the fields are counted after its ')'.
   const std::size_t name_end = stat_text.rfind(')');
@@ -65,9 +65,9 @@ double parse_process_cpu_seconds(const std::string& stat_text, const std::string
   }
 }
 
-double read_process_cpu_seconds() {
+double read_process_cpu_seconds(const ProcFileReader& read) {
   const std::string path = "/proc/self/stat";
-  return parse_process_cpu_seconds(read_proc_file(path), path);
+  return parse_process_cpu_seconds(read(path), path);
 }
 
 HostCpuTimes parse_host_cpu_times(const std::string& stat_text, const std::string& where) {
@@ -96,27 +96,27 @@ std::optional<double> host_busy_percent(const HostCpuTimes& before, const HostCp
   return 100.0 * static_cast<double>(std::min(busy, total)) / static_cast<double>(total);
 }
 
-HostCpuTimes read_host_cpu_times() {
+HostCpuTimes read_host_cpu_times(const ProcFileReader& read) {
   const std::string path = "/proc/stat";
-  return parse_host_cpu_times(read_proc_file(path), path);
+  return parse_host_cpu_times(read(path), path);
 }
 
 ProcessMemory parse_process_memory(const std::string& status_text, const std::string& where) {
   return {kilobyte_field(status_text, "VmRSS", where), kilobyte_field(status_text, "VmHWM", where)};
 }
 
-ProcessMemory read_process_memory() {
+ProcessMemory read_process_memory(const ProcFileReader& read) {
   const std::string path = "/proc/self/status";
-  return parse_process_memory(read_proc_file(path), path);
+  return parse_process_memory(read(path), path);
 }
 
 HostMemory parse_host_memory(const std::string& meminfo_text, const std::string& where) {
   return {kilobyte_field(meminfo_text, "MemTotal", where), kilobyte_field(meminfo_text, "MemAvailable", where)};
 }
 
-HostMemory read_host_memory() {
+HostMemory read_host_memory(const ProcFileReader& read) {
   const std::string path = "/proc/meminfo";
-  return parse_host_memory(read_proc_file(path), path);
+  return parse_host_memory(read(path), path);
 }
 
 }  // namespace runner::system

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <iterator>
 #include <set>
 #include <stdexcept>
@@ -53,11 +54,23 @@ std::vector<at::Scalar> scalars(const std::vector<double>& values) { return {val
 
 }  // namespace
 
+void check_learning_rate(double lr, const std::string& where) {
+  if (!(lr >= 0) || std::isinf(lr))
+    throw std::invalid_argument(fmt::format("{}: lr must be a finite number >= 0, got {}", where,
+                                            std::isnan(lr) ? std::string("nan") : fmt::format("{}", lr)));
+  constexpr double kLargest = std::numeric_limits<float>::max();
+  if (lr > kLargest)
+    throw std::invalid_argument(
+        fmt::format("{}: lr {} is more than float32, the dtype the optimizer applies learning rates in, holds (at most "
+                    "{:.8g})",
+                    where, lr, kLargest));
+}
+
 void validate_param_group(OptimizerKind kind, const ParamGroup& group, std::size_t index) {
   const auto fail = [&](const std::string& what) {
     throw std::invalid_argument(fmt::format("optimizer group {}: {}", index + 1, what));
   };
-  if (!(group.lr >= 0)) fail(fmt::format("lr must be >= 0, got {}", group.lr));
+  check_learning_rate(group.lr, fmt::format("optimizer group {}", index + 1));
   if (!(group.weight_decay >= 0)) fail(fmt::format("weight_decay must be >= 0, got {}", group.weight_decay));
   if (kind == OptimizerKind::sgd) {
     if (!(group.momentum >= 0)) fail(fmt::format("momentum must be >= 0, got {}", group.momentum));
@@ -381,8 +394,7 @@ void Optimizer::check_group(std::size_t group) const {
 
 void Optimizer::set_lr(std::size_t group, double lr) {
   check_group(group);
-  if (!(lr >= 0))
-    throw std::invalid_argument(fmt::format("optimizer group {}: lr must be >= 0, got {}", group + 1, lr));
+  check_learning_rate(lr, fmt::format("optimizer group {}", group + 1));
   groups_[group].lr = lr;
   LrTensor& lr_tensor = lr_tensors_[group];
   if (lr_tensor.given) lr_tensor = LrTensor{};

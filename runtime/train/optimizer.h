@@ -40,6 +40,9 @@ struct ParamGroup {
 
 // Throws std::invalid_argument "optimizer group <index + 1>: ..." for a hyperparameter of `group` that `kind`
 // does not accept (the rules listed at Optimizer's constructor).
+// Throws std::invalid_argument "WHERE: lr must be ..." unless lr is a number >= 0 that float32 holds: the optimizer
+// applies learning rates as float32 numbers (the step's device scalars, the parameters' dtype).
+void check_learning_rate(double lr, const std::string& where);
 void validate_param_group(OptimizerKind kind, const ParamGroup& group, std::size_t index);
 
 // Which kernels step() uses. automatic: the fused kernels for CUDA parameters, the foreach math elsewhere.

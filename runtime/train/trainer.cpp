@@ -661,8 +661,7 @@ void Trainer::set_base_lr(std::size_t group, double lr) {
   if (group >= base_lrs_.size())
     throw std::out_of_range(
         fmt::format("parameter group {} does not exist (the optimizer has {})", group + 1, base_lrs_.size()));
-  if (!std::isfinite(lr) || lr < 0)
-    throw std::invalid_argument(fmt::format("the learning rate must be a finite number >= 0, got {}", lr));
+  check_learning_rate(lr, "train:set_lr");
   base_lrs_[group] = lr;
 }
 

@@ -12,12 +12,18 @@ runner = {}
 --- script writes the default as an integer literal, `steps = 600`, not `600.0`; boolean as true/false,
 --- yes/no, on/off, 1/0; string; list as comma-separated values). An unknown key or a bad value stops
 --- the run with exit status 2 and a message naming the key (and the key meant, for a misspelling). The resolved config is logged at start.
---- Reading an undeclared key from the result is an error.
+--- `limits` bounds number keys (and lists of numbers, element by element): `{ every = { min = 1 }, p = { min = 0,
+--- max = 1 } }`; a value outside them is a bad value. Numbers are finite (nan and inf are bad values).
+--- Reading an undeclared key from the result is an error. Assigning to it (in the script, or from `runner attach`) is
+--- checked as key=value is: an undeclared key is an error with the key meant, and so is a value of another type, a
+--- fraction for a whole-number key or a number outside the key's limits; the value stays as it was.
+--- The result is a proxy over the values: `pairs(cfg)` walks them (runner's `pairs` honours `__pairs`, as Lua 5.2's).
 ---
---- Example: `local cfg = config { lr = 2e-4, steps = 2000, mults = {1, 2} }`
+--- Example: `local cfg = config({ lr = 2e-4, steps = 2000, mults = {1, 2} }, { steps = { min = 1 } })`
 ---@param defaults table<string, number|boolean|string|table>
+---@param limits? table<string, {min?: number, max?: number}>
 ---@return table
-function config(defaults) end
+function config(defaults, limits) end
 
 --- Prints the documentation these stubs give for a runner function, class, namespace or object:
 --- `help(torch.randn)`; `help(nn.DiT)` (with the fields of its options table); `help(model)` (its class and the

@@ -69,6 +69,33 @@ local function parse_value(default, text)
   return values
 end
 
+-- Whether `value` is a value of the default's type, within the key's limits: numbers finite (whole where the
+-- default is an integer literal), lists of the default's element type.
+local function fits(default, value, integer, limit)
+  local function scalar_fits(example, v)
+    if type(v) ~= type(example) then return false end
+    if type(v) ~= "number" then return true end
+    if v ~= v or v == math.huge or v == -math.huge then return false end
+    if integer and v ~= math.floor(v) then return false end
+    if limit and ((limit.min and v < limit.min) or (limit.max and v > limit.max)) then return false end
+    return true
+  end
+  if type(default) ~= "table" then return scalar_fits(default, value) end
+  if type(value) ~= "table" then return false end
+  local element = default[1] ~= nil and default[1] or 0
+  for i, v in pairs(value) do
+    if type(i) ~= "number" or i < 1 or i > #value or not scalar_fits(element, v) then return false end
+  end
+  return true
+end
+
+local function expected(default, integer, limit)
+  local text = integer and "a whole number" or type_description(default)
+  if limit and limit.min then text = text .. " >= " .. tostring(limit.min) end
+  if limit and limit.max then text = text .. (limit.min and " and" or "") .. " <= " .. tostring(limit.max) end
+  return text
+end
+
 local function format_value(value)
   if type(value) == "table" then
     local items = {}
@@ -78,15 +105,74 @@ local function format_value(value)
   return tostring(value)
 end
 
+local function check_limits(defaults, limits)
+  if limits == nil then return {} end
+  if type(limits) ~= "table" then
+    error("config's second argument is a table of limits, e.g. config({ every = 100 }, { every = { min = 1 } })", 3)
+  end
+  for key, limit in pairs(limits) do
+    local default = defaults[key]
+    local number = type(default) == "number" or (type(default) == "table" and type(default[1] or 0) == "number")
+    if default == nil or not number then
+      error(string.format("config limits: '%s' is not a declared number (or list of numbers)", tostring(key)), 3)
+    end
+    if type(limit) ~= "table" then
+      error(string.format("config limits: '%s' takes { min = N, max = N }, got %s", key, type(limit)), 3)
+    end
+    for name, bound in pairs(limit) do
+      if (name ~= "min" and name ~= "max") or type(bound) ~= "number" then
+        error(string.format("config limits: '%s' takes { min = N, max = N }, got %s = %s", key, tostring(name),
+          tostring(bound)), 3)
+      end
+    end
+  end
+  return limits
+end
+
+-- The script's config as a proxy over its values, so that an assignment (in the script or from `runner attach`) is
+-- checked as key=value is: reading or writing an undeclared key is an error, and so is a value the key cannot take.
+local function config_proxy(values, known, integers, defaults, limits)
+  local proxy = {}
+  local function unknown(key)
+    return string.format("config has no key '%s' (known keys: %s)%s", tostring(key), table.concat(known, ", "),
+      runner._did_you_mean(tostring(key), known))
+  end
+  return setmetatable(proxy, {
+    __index = function(_, key)
+      local value = values[key]
+      if value == nil then error(unknown(key), 2) end
+      return value
+    end,
+    __newindex = function(_, key, value)
+      if defaults[key] == nil then error(unknown(key), 2) end
+      if not fits(defaults[key], value, integers[key], limits[key]) then
+        error(string.format("bad value %s for config key '%s': expected %s (default %s)",
+          type(value) == "string" and "'" .. value .. "'" or format_value(value), key,
+          expected(defaults[key], integers[key], limits[key]), format_value(defaults[key])), 2)
+      end
+      values[key] = value
+    end,
+    __pairs = function() return next, values, nil end,
+    __config_values = values,
+  })
+end
+
+-- values(cfg): the plain table of a config's keys and values, or cfg itself when it is a plain table.
+function M.values(cfg)
+  local meta = getmetatable(cfg)
+  return meta and meta.__config_values or cfg
+end
+
 -- Returns the resolved settings: the defaults with the command-line overrides applied. Reading a key
 -- that was not declared is an error.
-function M.declare(defaults)
+function M.declare(defaults, limits)
   if type(defaults) ~= "table" then
     error("config expects a table of defaults, e.g. config { lr = 1e-3 }", 2)
   end
   if runner.config ~= nil then error("config { ... } was already declared", 2) end
   local resolved, known = {}, sorted_keys(defaults)
   local integers = integer_keys(defaults, 2)
+  limits = check_limits(defaults, limits)
   for _, key in ipairs(known) do
     local value = defaults[key]
     if type(key) ~= "string" or type_description(value) == nil then
@@ -104,10 +190,9 @@ function M.declare(defaults)
     end
     if overridden[key] then runner.usage_error(string.format("config key '%s' is given twice", key)) end
     local value = parse_value(defaults[key], text)
-    if value ~= nil and integers[key] and value ~= math.floor(value) then value = nil end
-    if value == nil then
+    if value == nil or not fits(defaults[key], value, integers[key], limits[key]) then
       runner.usage_error(string.format("bad value '%s' for config key '%s': expected %s (default %s)",
-        text, key, integers[key] and "a whole number" or type_description(defaults[key]), format_value(defaults[key])))
+        text, key, expected(defaults[key], integers[key], limits[key]), format_value(defaults[key])))
     end
     resolved[key] = value
     overridden[key] = true
@@ -121,12 +206,7 @@ function M.declare(defaults)
     parts[#parts + 1] = key .. "=" .. format_value(resolved[key]) .. (overridden[key] and "*" or "")
   end
   runner.log.info("config: %s%s", table.concat(parts, " "), next(overridden) and "  (* overridden)" or "")
-  runner.config = setmetatable(resolved, {
-    __index = function(_, key)
-      error(string.format("config has no key '%s' (known keys: %s)%s", tostring(key), table.concat(known, ", "),
-        runner._did_you_mean(tostring(key), known)), 2)
-    end,
-  })
+  runner.config = config_proxy(resolved, known, integers, defaults, limits)
   return runner.config
 end
 

@@ -118,6 +118,10 @@ function methods:sample(model, options)
       or { n, info.in_channels, info.image, info.image }, seed, device)
   end
   local n = x_T.shape[1]
+  if options.x_T ~= nil and options.n ~= nil and options.n ~= n then
+    error(string.format("sample: n = %s but x_T holds %d samples (give n or x_T, or both alike)", tostring(options.n),
+      n), 2)
+  end
   if info and info.classes == 0 and options.labels ~= nil then
     error("sample: labels were given but the model is unconditional (build it with classes = N to condition on them)", 2)
   end

@@ -11,6 +11,15 @@ function print(...)
   for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
   log_text(table.concat(parts, "\t"))
 end
+-- pairs honours a metatable's __pairs, as Lua 5.2 does (LuaJIT's own does not): config {}'s proxy walks its values.
+-- It returns the built-in next for plain tables, so LuaJIT still compiles the loops over them.
+local plain_pairs = pairs
+function pairs(t)
+  local meta = getmetatable(t)
+  local walk = type(meta) == "table" and rawget(meta, "__pairs")
+  if walk then return walk(t) end
+  return plain_pairs(t)
+end
 require("runner.nn")
 require("runner.optim")
 require("runner.data")

@@ -11,6 +11,7 @@ local function render(value, indent, depth, seen)
   if kind ~= "table" then return tostring(value) end
   local meta = getmetatable(value)
   if meta and meta.__tostring then return tostring(value) end
+  if meta and meta.__config_values then value = meta.__config_values end  -- config {}'s proxy: its values
   if seen[value] then return "<cycle>" end
   if depth <= 0 then return "{...}" end
   seen[value] = true

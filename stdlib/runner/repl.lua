@@ -31,7 +31,7 @@ local function members(value, functions_only)
       end
     end
   end
-  if type(value) == "table" then add_keys(value) end
+  if type(value) == "table" then add_keys(require("runner.config").values(value)) end
   local current = value
   for _ = 1, 8 do
     local meta = getmetatable(current)

@@ -38,7 +38,7 @@ end
 
 local function plain_config(cfg)
   local plain = {}
-  for key, value in pairs(cfg) do plain[key] = value end
+  for key, value in pairs(require("runner.config").values(cfg)) do plain[key] = value end
   return plain
 end
 

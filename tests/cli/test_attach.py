@@ -236,6 +236,33 @@ class Attach(RunnerHomeTest):
         self.assertEqual(self.metric("lr", set_at), 0.01)
         self.assertEqual(self.metric("lr", set_at + 1), 0.0123)
 
+    def test_a_refused_change_leaves_the_run_going_and_is_no_intervention(self):
+        script = TRAINING_SCRIPT.replace("config { steps = 300, lr = 0.01, hold_at = 200 }",
+                                         "config({ steps = 300, lr = 0.01, hold_at = 200 }, { hold_at = { min = 1 } })")
+        self.assertNotEqual(script, TRAINING_SCRIPT)
+        training, _ = self.start_training(script=script)
+        terminal = self.attach()
+        for chunk, error in (
+                ("train:set_lr(1e308)", "train:set_lr: lr 1e+308 is more than float32, the dtype the optimizer "
+                                        "applies learning rates in, holds (at most 3.4028235e+38)"),
+                ("cfg.hold_at = 'x'", "bad value 'x' for config key 'hold_at': expected a whole number >= 1 "
+                                      "(default 200)"),
+                ("cfg.hold_at = 0", "bad value 0 for config key 'hold_at': expected a whole number >= 1"),
+                ("cfg.hold_at = -5", "bad value -5 for config key 'hold_at': expected a whole number >= 1"),
+                ("cfg.lr = math.huge", "bad value inf for config key 'lr': expected a number (default 0.01)"),
+                ("cfg.hlod_at = 10", "config has no key 'hlod_at' (known keys: hold_at, lr, steps); did you mean "
+                                     "'hold_at'?")):
+            found, text = terminal.ask(chunk, error)
+            self.assertTrue(found, text)
+        found, text = terminal.ask("=train:lr(), cfg.hold_at, cfg.lr", "0.01")
+        self.assertTrue(found, text)
+        self.assertIn("200", text)
+        terminal.close()
+        self.assertEqual(self.finish_training(training), "finished,300,")
+        rows = self.runner("query", "SELECT count(*) AS n FROM interventions", "--csv", check=0).stdout
+        self.assertEqual(rows.splitlines()[1], "0")
+        self.assertNotIn("runner attach after step", (self.home / "live" / "log.txt").read_text())
+
     def test_rank_0_of_a_data_parallel_job_refuses_what_the_ranks_would_disagree_on_and_stops_them_all(self):
         training, _ = self.start_training("--nproc", "2")
         terminal = self.attach()
@@ -345,6 +372,30 @@ class Attach(RunnerHomeTest):
         self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
         self.assertEqual(terminal.wait(10), 0)
         self.assertEqual(self.finish_training(training), "finished,300,")
+
+    def test_a_chunk_in_one_long_c_call_on_rank_0_makes_the_other_ranks_wait_and_none_times_out(self):
+        # Steps go on while the file `hold` exists (no waiting loop): rank 0 answers between two steps, and the other
+        # rank waits for it at the end of that step, outside the collectives and their 10 s timeout.
+        self.env["RUNNER_DIST_TIMEOUT"] = "10"
+        script = TRAINING_SCRIPT.replace("config { steps = 300, lr = 0.01, hold_at = 200 }",
+                                         "config { steps = 4000, lr = 0.01, hold_at = 0 }")
+        self.assertNotEqual(script, TRAINING_SCRIPT)
+        training, _ = self.start_training("--nproc", "2", script=script)
+        terminal = self.attach()
+        found, text = terminal.ask("=run.step > 0", "true")
+        self.assertTrue(found, text)
+        started = time.monotonic()
+        found, text = terminal.ask("os.execute('sleep 14'); print('slept' .. ' at', run.step)", "slept at", seconds=90)
+        self.assertTrue(found, text)
+        self.assertGreaterEqual(time.monotonic() - started, 14)
+        found, text = terminal.ask("=run.step", "\n")
+        self.assertTrue(found, text)
+        terminal.type(b".detach\n")
+        self.assertTrue(terminal.read_until(b"detached from run live", 30), terminal.seen)
+        self.assertEqual(self.finish_training(training), "finished,4000,")
+        log = (self.dir / "training.log").read_text()
+        self.assertNotIn("timed out", log)
+        self.assertIn("rank 1 waits for rank 0, which answers runner attach after step", log)
 
     def test_a_run_that_is_not_there_is_named(self):
         self.runner("-e", "runner.start({}, { name = 'other' })", check=0)

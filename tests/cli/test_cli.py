@@ -257,6 +257,52 @@ class Config(ScriptDir):
         self.assertEqual(result.returncode, 1)
         self.assertEqual(result.stderr.splitlines()[0], "cfg.lua:2: config has no key 'batch' (known keys: lr)")
 
+    def test_assigning_to_the_config_is_checked_as_key_value_is(self):
+        name = self.script("assign.lua", """
+            local cfg = config({ every = 100, lr = 0.1, amp = true, mults = { 1, 2 } }, { every = { min = 1 } })
+            local function try(f) local ok, e = pcall(f); print(ok and "ok" or e) end
+            try(function() cfg.evrey = 10 end)
+            try(function() cfg.every = 'x' end)
+            try(function() cfg.every = 0 end)
+            try(function() cfg.every = -5 end)
+            try(function() cfg.every = 2.5 end)
+            try(function() cfg.lr = 0 / 0 end)
+            try(function() cfg.lr = 1 / 0 end)
+            try(function() cfg.amp = 1 end)
+            try(function() cfg.mults = { 1, "a" } end)
+            cfg.every, cfg.lr, cfg.mults = 7, 0.5, { 4 }
+            local keys = {}
+            for key in pairs(cfg) do keys[#keys + 1] = key end
+            table.sort(keys)
+            print(cfg.every, cfg.lr, cfg.mults[1], table.concat(keys, ","))
+        """)
+        result = self.run_script("--log-level", "warn", name)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.splitlines(), [
+            "assign.lua:3: config has no key 'evrey' (known keys: amp, every, lr, mults); did you mean 'every'?",
+            "assign.lua:4: bad value 'x' for config key 'every': expected a whole number >= 1 (default 100)",
+            "assign.lua:5: bad value 0 for config key 'every': expected a whole number >= 1 (default 100)",
+            "assign.lua:6: bad value -5 for config key 'every': expected a whole number >= 1 (default 100)",
+            "assign.lua:7: bad value 2.5 for config key 'every': expected a whole number >= 1 (default 100)",
+            "assign.lua:8: bad value nan for config key 'lr': expected a number (default 0.1)",
+            "assign.lua:9: bad value inf for config key 'lr': expected a number (default 0.1)",
+            "assign.lua:10: bad value 1 for config key 'amp': expected true or false (default true)",
+            "assign.lua:11: bad value {1,a} for config key 'mults': expected a comma-separated list of numbers "
+            "(default {1,2})",
+            "7\t0.5\t4\tamp,every,lr,mults",
+        ])
+        # The limits hold on the command line too, and nan or inf are not numbers a key takes.
+        result = self.run_script(name, "every=0")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "assign.lua:1: bad value '0' for config key 'every': expected a whole number "
+                                        ">= 1 (default 100)\n")
+        self.assertEqual(self.run_script(name, "lr=nan").returncode, 2)
+        bad = self.script("limits.lua", "local cfg = config({ lr = 0.1, name = 'a' }, { name = { min = 1 } })")
+        result = self.run_script(bad)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.splitlines()[0],
+                         "limits.lua:1: config limits: 'name' is not a declared number (or list of numbers)")
+
     def test_overrides_need_a_config(self):
         name = self.script("plain.lua", "print('ran')\n")
         result = self.run_script(name, "lr=1")

@@ -398,6 +398,73 @@ class ControlCharactersInData(IndexTest):
                          "key\nk\x1b[1mbold\n")
 
 
+class BytesThatAreNotUTF8(IndexTest):
+    """The index holds UTF-8 only: what a user types is refused, what comes from the world is escaped, and an index
+    that already holds other bytes (written by an older runner) still gives valid JSON."""
+
+    def test_a_failure_naming_a_latin1_file_is_recorded_failed_with_its_error(self):
+        (self.dir / "images").mkdir()
+        with open(os.path.join(os.fsencode(self.dir / "images"), b"caf\xe9.jpg"), "wb") as damaged:
+            damaged.write(b"not a jpeg at all")
+        self.script("load.lua", """
+            local run = runner.start()
+            local loader = runner.data.loader(runner.data.image_folder { path = "images" }, { batch = 1 })
+            for batch in loader:iter { from = 0, to = 1 } do end
+        """)
+        result = self.runner("load.lua", check=1)
+        self.assertIn("caf\\xe9.jpg", result.stderr)
+        status, error = self.sql("SELECT status, error FROM runs")[0]
+        self.assertEqual(status, "failed")
+        self.assertIn("images/caf\\xe9.jpg", error)
+        runs = json.loads(self.runner("runs", "--json", check=0).stdout)
+        self.assertEqual([run["status"] for run in runs], ["failed"])
+        shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
+        self.assertIn("images/caf\\xe9.jpg", shown["error"])
+
+    def test_a_note_or_a_key_that_is_not_utf8_is_refused_and_changes_nothing(self):
+        self.script("keys.lua", """
+            local run = runner.start()
+            run.step = 1
+            print(pcall(run.log, run, { ["loss\\255"] = 1 }))
+            print(pcall(run.log, run, { ["w\\255"] = torch.randn(8) }))
+            print(pcall(run.note, run, "caf\\233"))
+            run:log { loss = 2 }
+        """)
+        result = self.runner("keys.lua", check=0)
+        lines = result.stdout.splitlines()
+        self.assertRegex(lines[0], r'^false\tkeys\.lua:3: metric key is not valid UTF-8 \(byte 0xff at offset 4 of "loss\\xff"\)$')
+        self.assertRegex(lines[1], r'^false\tkeys\.lua:4: histogram key is not valid UTF-8 \(byte 0xff at offset 1 of "w\\xff"\)$')
+        self.assertRegex(lines[2], r'^false\tkeys\.lua:5: the note is not valid UTF-8 \(byte 0xe9 at offset 3 of "caf\\xe9"\)$')
+        self.assertEqual(self.sql("SELECT key FROM metrics"), [("loss",)])
+        result = subprocess.run([RUNNER, "note", "last", b"caf\xe9"], cwd=self.dir, env=self.env, capture_output=True)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn(b'the note is not valid UTF-8 (byte 0xe9 at offset 3 of "caf\\xe9")', result.stderr)
+        self.assertEqual(self.sql("SELECT note FROM runs"), [(None,)])
+        # A config value from the command line is checked as the run records it: no run starts.
+        self.script("cfg.lua", "local cfg = config { label = 'x' }\nrunner.start(cfg)")
+        result = subprocess.run([RUNNER, "cfg.lua", b"label=caf\xe9"], cwd=self.dir, env=self.env, capture_output=True)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn(b'cfg.lua:2: config.label is not valid UTF-8 (byte 0xe9 at offset 3 of "caf\\xe9")', result.stderr)
+        self.assertEqual(len(self.sql("SELECT run FROM runs")), 1)
+
+    def test_an_index_already_holding_such_bytes_gives_valid_json(self):
+        if self.postgresql:
+            self.skipTest("a PostgreSQL index cannot hold text that is not UTF-8")
+        self.train("lr=0.01")
+        db = sqlite3.connect(self.home / "index.db")
+        db.execute("UPDATE runs SET note = CAST(? AS TEXT), error = CAST(? AS TEXT)", (b"\xffnote", b"caf\xe9"))
+        db.execute("UPDATE metrics SET key = CAST(? AS TEXT) WHERE key = 'loss'", (b"lo\xffss",))
+        db.commit()
+        db.close()
+        runs = json.loads(self.runner("runs", "--json", check=0).stdout)
+        self.assertEqual(runs[0]["note"], "\ufffdnote")
+        shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
+        self.assertEqual(shown["error"], "caf\ufffd")
+        self.assertIn("lo\ufffdss", json.dumps(shown, ensure_ascii=False))
+        rows = json.loads(self.runner("query", "SELECT note FROM runs", "--json", check=0).stdout)
+        self.assertEqual(rows, [{"note": "\ufffdnote"}])
+
+
 class ReadOnlyMedium(IndexTest):
     """The read commands on an index whose folder is a read-only mount (a private mount namespace per command)."""
 
@@ -1123,6 +1190,7 @@ PostgresInterruptions = on_postgresql(Interruptions)
 PostgresAttempts = on_postgresql(Attempts)
 PostgresConcurrentWriters = on_postgresql(ConcurrentWriters)
 PostgresControlCharactersInData = on_postgresql(ControlCharactersInData)
+PostgresBytesThatAreNotUTF8 = on_postgresql(BytesThatAreNotUTF8)
 PostgresIndexCommands = on_postgresql(IndexCommands)
 PostgresTagsAndNotes = on_postgresql(TagsAndNotes)
 

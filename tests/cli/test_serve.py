@@ -595,6 +595,32 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(self.fetch("image?run=train-1&path=images/samples-0000010.png")[0], 200)
         self.assertEqual(self.sql("SELECT count(*), max(heartbeat_at) FROM runs"), before)
 
+    def test_a_long_note_or_bytes_that_are_not_utf8_keep_every_answer_valid_and_the_list_light(self):
+        # As an index written by an older runner can hold: a 10 MB note with a byte that is not UTF-8, and such a
+        # byte in an error.
+        before = self.sql("SELECT name, note, error FROM runs WHERE name IN ('train-1', 'broken-1')")
+        note = b"\xff" + b"n" * 10_000_000
+
+        def restore():
+            with sqlite3.connect(self.home / "index.db") as db:
+                for name, old_note, old_error in before:
+                    db.execute("UPDATE runs SET note = ?, error = ? WHERE name = ?", (old_note, old_error, name))
+        self.addCleanup(restore)
+        with sqlite3.connect(self.home / "index.db") as db:
+            db.execute("UPDATE runs SET note = CAST(? AS TEXT) WHERE name = 'train-1'", (note,))
+            db.execute("UPDATE runs SET error = CAST(? AS TEXT) WHERE name = 'broken-1'", (b"caf\xe9",))
+        status, _, body = self.fetch("api/runs")
+        self.assertEqual(status, 200, body[:200])
+        self.assertLess(len(body), 1_000_000)
+        runs = {run["name"]: run for run in json.loads(body)["runs"]}
+        self.assertEqual(runs["train-1"]["note"], "\ufffd" + "n" * 197 + "\u2026")
+        status, _, body = self.fetch("api/run?run=broken-1")
+        self.assertEqual(status, 200, body[:200])
+        self.assertEqual(json.loads(body)["run"]["error"], "caf\ufffd")
+        status, _, body = self.fetch("api/run?run=train-1")
+        self.assertEqual(status, 200, body[:200])
+        self.assertEqual(len(json.loads(body)["run"]["note"]), 10_000_001)  # the run's page has it whole
+
     def test_images_are_served_only_from_regular_files_inside_the_run_folder(self):
         # A hostile index (a shared PostgreSQL one) or run folder: an artifact row with `..` in its path, and an
         # image that is a symlink to a file outside the run folder.

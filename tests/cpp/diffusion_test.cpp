@@ -143,6 +143,8 @@ TEST_CASE("scaled_linear schedule: ends 0.00085 and 0.012, linear in sqrt(beta)"
 TEST_CASE("schedule options are checked", "[diffusion]") {
   REQUIRE_THROWS_WITH(make_schedule({.kind = "foo"}), "schedule must be linear, cosine or scaled_linear, got 'foo'");
   REQUIRE_THROWS_WITH(make_schedule({.kind = "linear", .timesteps = 1}), "timesteps must be at least 2, got 1");
+  REQUIRE_THROWS_WITH(make_schedule({.kind = "linear", .timesteps = std::int64_t{1} << 31}),
+                      "timesteps must be at most 1000000, got 2147483648");
   REQUIRE_THROWS_WITH(make_schedule({.kind = "linear", .timesteps = 1000, .beta_start = -1.0}),
                       "beta_start must be a positive number, got -1");
   REQUIRE_THROWS_WITH(make_schedule({.kind = "scaled_linear", .timesteps = 1000, .beta_end = 0.0}),

@@ -40,6 +40,7 @@
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/read_query.h"
 #include "runtime/run/run_context.h"
+#include "runtime/run/system_metrics.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
@@ -799,6 +800,83 @@ INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with
 
 // ---------------------------------------------------------------------------------------------------------
 // The metric writer
+
+INDEX_TEST_CASE("text that is not UTF-8: a note or a key typed is refused, an error from the world is escaped",
+                "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  CHECK_THROWS_WITH(set_run_note(db, run.run, std::string("caf\xe9 au lait")),
+                    "the note is not valid UTF-8 (byte 0xe9 at offset 3 of \"caf\\xe9 au lait\")");
+  CHECK_FALSE(load_run(db, run.run).note.has_value());
+  set_run_note(db, run.run, std::string("caf\xc3\xa9"));  // valid UTF-8 goes in as it is
+  CHECK(load_run(db, run.run).note == std::optional<std::string>("caf\xc3\xa9"));
+  {
+    MetricWriter writer(runner::testing::index_at(tmp.path), run.run);
+    CHECK_THROWS_WITH(writer.log("loss\xff", 1, 0.5, now_seconds()),
+                      "metric key is not valid UTF-8 (byte 0xff at offset 4 of \"loss\\xff\")");
+    writer.log("loss", 1, 0.5, now_seconds());
+    writer.close();
+    CHECK(writer.rows_written() == 1);
+  }
+  // A damaged file's Latin-1 name in the error: the run is failed, with the error's bytes escaped.
+  finish_run(db, run.run, "failed", std::string("photos/caf\xe9.jpg: not a JPEG"));
+  const RunRecord failed = load_run(db, run.run);
+  CHECK(failed.status == "failed");
+  CHECK(failed.error == std::optional<std::string>("photos/caf\\xe9.jpg: not a JPEG"));
+}
+
+TEST_CASE("an index that already holds bytes that are not UTF-8 reads them as U+FFFD", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
+  if (db.backend() != Backend::sqlite) return;  // PostgreSQL never holds such bytes
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  // As an older runner wrote them: SQLite stores any bytes in a TEXT column.
+  db.prepare("UPDATE runs SET note = CAST(x'ff6f6b' AS TEXT), error = CAST(x'6572c0' AS TEXT) WHERE run = " +
+             std::to_string(run.run))
+      .run();
+  const RunRecord read = load_run(db, run.run);
+  CHECK(read.note == std::optional<std::string>("\xEF\xBF\xBDok"));
+  CHECK(read.error == std::optional<std::string>("er\xEF\xBF\xBD"));
+  CHECK(nlohmann::json{{"note", *read.note}}.dump() ==
+        "{\"note\":\"\xEF\xBF\xBDok\"}");  // valid: dump() throws otherwise
+}
+
+TEST_CASE("a system reading that fails is left out of its sample and the other readings go on", "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  MetricWriter writer(runner::testing::index_at(tmp.path), run.run);
+  std::atomic<int> meminfo_reads{0};
+  std::atomic<std::int64_t> step{0};
+  runner::run::SystemMetricsOptions options;
+  options.interval_seconds = 0.02;
+  // /proc/meminfo is damaged for its first 3 readings, and /proc/self/status for every one.
+  options.read_proc_file = [&](const std::string& path) -> std::string {
+    if (path == "/proc/meminfo" && ++meminfo_reads <= 3) return "MemTotal: lots\n";
+    if (path == "/proc/self/status") throw std::runtime_error(path + ": cannot read it: gone");
+    return runner::system::read_proc_file(path);
+  };
+  {
+    runner::run::SystemMetrics metrics(
+        writer, [&] { return ++step; }, options);
+    while (meminfo_reads < 8) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    metrics.stop();
+  }
+  writer.flush();
+  const auto count = [&](const std::string& key) {
+    return scalar(db, "SELECT count(*) FROM metrics WHERE key = '" + key + "' AND run = " + std::to_string(run.run));
+  };
+  const int64_t samples = count("sys/steps_per_second");
+  CHECK(samples >= 7);
+  CHECK(count("sys/cpu_percent") == samples);
+  CHECK(count("sys/host_cpu_percent") <= samples);
+  CHECK(count("sys/host_memory_available_mib") == samples - 3);
+  CHECK(count("sys/host_memory_used_mib") == samples - 3);
+  CHECK(count("sys/rss_mib") == 0);
+  CHECK(count("sys/peak_rss_mib") == 0);
+  writer.close();
+}
 
 INDEX_TEST_CASE("the metric writer stores every logged value", "[index]") {
   TempHome tmp;
@@ -1742,6 +1820,26 @@ TEST_CASE("a run context refuses a name that is taken and leaves the existing ru
   Database db = open_index_for_reading(runner::testing::index_at(home));
   CHECK(scalar(db, "SELECT count(*) FROM runs") == 1);
   CHECK(resolve_run(db, "exp").status == "finished");
+}
+
+TEST_CASE("an intervention's long chunk is recorded cut, with its size, and the log line too", "[index]") {
+  TempHome tmp;
+  const std::string home = tmp.path;
+  RunContext context(run_start(home, "live"));
+  // 20 MB of chunk, with a two-byte character across the cut.
+  std::string chunk = "cfg.lr = 0.5 -- " + std::string(4079, 'x') + "\xc3\xa9" + std::string(20'000'000, 'y');
+  context.record_intervention(chunk, {"config.lr = 0.5"});
+  Database db = open_index_for_reading(runner::testing::index_at(home));
+  const auto recorded = interventions(db, context.record().run);
+  REQUIRE(recorded.size() == 1);
+  CHECK(recorded[0].chunk == "cfg.lr = 0.5 -- " + std::string(4079, 'x') + "\n... (cut: 20.0 MB in all)");
+  CHECK(recorded[0].changes == std::vector<std::string>{"config.lr = 0.5"});
+  const std::string log = read_file(home + "/live/log.txt");
+  CHECK(log.find("... (cut: 20.0 MB in all)") != std::string::npos);
+  CHECK(log.size() < 10000);
+  // A short one is kept whole.
+  context.record_intervention("train:set_lr(1e-3)\n", {"train:set_lr(0.001)"});
+  CHECK(interventions(db, context.record().run).back().chunk == "train:set_lr(1e-3)");
 }
 
 TEST_CASE("save_images writes the grid under images/ and records the artifact", "[index]") {

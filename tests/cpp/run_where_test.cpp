@@ -115,3 +115,29 @@ TEST_CASE("runs --where's syntax errors and unknown keys point at the column", "
         "--where 'tags = 'x'': unknown key 'tags' at column 1 (not a config key or metric of any run, nor tag, status "
         "or name); did you mean 'tag'?");
 }
+
+TEST_CASE("runs --where bounds the nesting, and long chains of and / or are flat", "[cli]") {
+  // 100 levels of parentheses or 'not' parse; one more is a usage error at the column where it starts.
+  const auto nested = [](int depth, const std::string& open, const std::string& close) {
+    std::string text;
+    for (int i = 0; i < depth; ++i) text += open;
+    text += "lr < 1";
+    for (int i = 0; i < depth; ++i) text += close;
+    return text;
+  };
+  CHECK(matches(nested(100, "(", ")"), kBaseline));
+  CHECK(matches(nested(100, "not ", ""), kBaseline));
+  CHECK_FALSE(matches(nested(99, "not ", ""), kBaseline));
+  const std::string too_deep = nested(12000, "(", ")");
+  CHECK(usage_error(too_deep) ==
+        "--where '" + too_deep.substr(0, 200) + "...': parentheses and 'not' nest more than 100 deep at column 101");
+  CHECK(usage_error(nested(20000, "not ", "")).find("parentheses and 'not' nest more than 100 deep at column 401") !=
+        std::string::npos);
+  // Chains of 100,000 comparisons neither nest nor recurse.
+  std::string all = "lr < 1", any = "lr > 1";
+  for (int i = 0; i < 100000; ++i) all += " and loss < 1", any += " or lr > 1";
+  CHECK(matches(all, kBaseline));
+  CHECK_FALSE(matches(all + " and lr > 1", kBaseline));
+  CHECK_FALSE(matches(any, kBaseline));
+  CHECK(matches(any + " or loss < 1", kBaseline));
+}

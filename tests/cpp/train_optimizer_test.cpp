@@ -366,7 +366,8 @@ TEST_CASE("optimizer basics: skipped parameters, zero_grad, learning rates, stat
   CHECK(optimizer.lr(1) == 0.5);
   CHECK_THROWS_AS(optimizer.set_lr(2, 0.1), std::out_of_range);
   CHECK_THROWS_AS(optimizer.lr(2), std::out_of_range);
-  CHECK(invalid_argument_message([&] { optimizer.set_lr(0, -1); }) == "optimizer group 1: lr must be >= 0, got -1");
+  CHECK(invalid_argument_message([&] { optimizer.set_lr(0, -1); }) ==
+        "optimizer group 1: lr must be a finite number >= 0, got -1");
 
   CHECK(optimizer.state_tensors().empty());
   w.mutable_grad() = at::ones({2, 3});
@@ -558,7 +559,7 @@ TEST_CASE("optimizer state loading rejects bad tensors with clear messages", "[o
   CHECK(load_h(changed) == "optimizer hyperparameters: group 2 has 4 parameters, this optimizer's group 2 has 2");
   changed = h;
   changed["groups"][0]["lr"] = -0.5;
-  CHECK(load_h(changed) == "optimizer hyperparameters: optimizer group 1: lr must be >= 0, got -0.5");
+  CHECK(load_h(changed) == "optimizer hyperparameters: optimizer group 1: lr must be a finite number >= 0, got -0.5");
   changed = h;
   changed["groups"][0].erase("eps");
   CHECK(load_h(changed) == "optimizer hyperparameters: missing or non-numeric 'eps' in group 1");

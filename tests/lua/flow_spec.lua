@@ -214,6 +214,30 @@ describe("sampler options", function()
       here(-1) .. "reverse applies to the ODE sampler (sde = false)")
     expect_error(function() flow:sample(model, { x_T = x_T, guidance = 2 }) end,
       here(-1) .. "guidance 2 needs class labels (classifier-free guidance)")
+    -- One mistyped number does not size the memory: the time grid is bounded, and n agrees with x_T.
+    expect_error(function() flow:sample(model, { x_T = x_T, steps = 2 ^ 31 }) end,
+      here(-1) .. "steps must be at most 1000000, got 2147483648")
+    expect_error(function() flow:sample(model, { x_T = x_T, sde = true, steps = 2 ^ 31 }) end,
+      here(-1) .. "steps must be at most 1000000, got 2147483648")
+    expect_error(function() flow:sample(model, { x_T = x_T, n = 4 }) end,
+      here(-1) .. "sample: n = 4 but x_T holds 2 samples (give n or x_T, or both alike)")
+    expect_eq(flow:sample(model, { x_T = x_T, n = 2, steps = 2 }).shape[1], 2, "n equal to x_T's count")
+  end)
+
+  it("refuses training times outside [0, 1] and likelihood probes that are not signs", function()
+    local x1, noise = torch.randn(3, 3, 4, 4), torch.randn(3, 3, 4, 4)
+    expect_error(function() flow:training_loss(model, x1, torch.tensor({ 0.5, 1.5, 0 }), noise) end,
+      here(-1) .. "training_loss: t must hold times in [0, 1] (0 noise, 1 data), got 1.5")
+    expect_error(function() flow:training_loss(model, x1, torch.tensor({ 0.5, -0.25, 0 }), noise) end,
+      here(-1) .. "training_loss: t must hold times in [0, 1] (0 noise, 1 data), got -0.25")
+    local loss = flow:training_loss(model, x1, torch.tensor({ 0, 0.5, 1 }), noise)
+    expect_true(loss:isfinite():item(), "the interval's ends are times")
+    local probes = torch.ones(4, 3, 3, 4, 4)
+    expect_eq(flow:likelihood(model, x1, { steps = 2, probes = probes }).shape[1], 3, "probes of ones")
+    expect_error(function() flow:likelihood(model, x1, { steps = 2, probes = torch.zeros(4, 3, 3, 4, 4) }) end,
+      here(-1) .. "likelihood: probes must hold -1 and 1 only (Rademacher probes, as SiT draws them), got 0")
+    expect_error(function() flow:likelihood(model, x1, { steps = 2 ^ 31 }) end,
+      here(-1) .. "steps must be at most 1000000, got 2147483648")
   end)
 
   it("the ODE of a constant velocity field moves x_T by that velocity times the interval, with every sampler", function()

@@ -86,7 +86,10 @@ describe("optimizer API", function()
     expect_error(function() optim.AdamW({ { params = a }, { params = a } }, { lr = 1e-3 }) end,
       here(-1) .. "optimizer group 2: parameter 1 appears more than once")
     local opt = optim.SGD({ { params = a }, { params = b } }, { lr = 0.1 })
-    expect_error(function() opt:set_lr(-1, 2) end, here() .. "optimizer group 2: lr must be >= 0, got -1")
+    expect_error(function() opt:set_lr(-1, 2) end, here() .. "optimizer group 2: lr must be a finite number >= 0, got -1")
+    expect_error(function() opt:set_lr(1e39, 2) end, here() .. "optimizer group 2: lr 1e+39 is more than float32, "
+      .. "the dtype the optimizer applies learning rates in, holds (at most 3.4028235e+38)")
+    expect_error(function() optim.SGD(a, { lr = 1 / 0 }) end, here() .. "optimizer group 1: lr must be a finite number >= 0, got inf")
   end)
 
   it("clip_grad_norm returns the total norm and scales gradients down to max_norm", function()

@@ -52,7 +52,13 @@ describe("runner.trainer", function()
     train:set_lr(0.5, 1)
     expect_near(step().lr, 0.5 * 3 / 4, 1e-12, "group 1")
     expect_error(function() train:set_lr(0.1, 2) end, "parameter group 2 does not exist (the optimizer has 1)", true)
-    expect_error(function() train:set_lr(-1) end, "the learning rate must be a finite number >= 0, got -1", true)
+    expect_error(function() train:set_lr(-1) end, "train:set_lr: lr must be a finite number >= 0, got -1", true)
+    -- What float32 does not hold is refused at once, and the run goes on with the LR it had.
+    expect_error(function() train:set_lr(1e308) end,
+      "train:set_lr: lr 1e+308 is more than float32, the dtype the optimizer applies learning rates in, holds "
+      .. "(at most 3.4028235e+38)", true)
+    expect_error(function() train:set_lr(0 / 0) end, "train:set_lr: lr must be a finite number >= 0, got nan", true)
+    expect_near(step().lr, 0.5, 1e-12, "the step after the refused LRs uses the last one set")
   end)
 
   it("takes the schedule as a name, {kind, options} or {kind = ..., options}", function()
