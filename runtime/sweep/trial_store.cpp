@@ -352,13 +352,10 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           ++trial.segments;
           Claim made{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
           Statement record = db.prepare("UPDATE trials SET claim = ? WHERE sweep = ? AND trial = ?");
-          record.bind(
-              1, json {
-                {"key", key}, {"reason", made.reason},
-                    {"resume_run", made.resume_run ? json(*made.resume_run) : json()}, {
-                  "pause_step", made.pause_step ? json(*made.pause_step) : json()
-                }
-              } core::json_text());
+          record.bind(1, core::json_text(json{{"key", key},
+                                              {"reason", made.reason},
+                                              {"resume_run", made.resume_run ? json(*made.resume_run) : json()},
+                                              {"pause_step", made.pause_step ? json(*made.pause_step) : json()}}));
           record.bind(2, sweep.sweep).bind(3, trial.trial);
           record.run();
           return made;

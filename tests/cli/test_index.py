@@ -453,14 +453,16 @@ class BytesThatAreNotUTF8(IndexTest):
         self.train("lr=0.01")
         db = sqlite3.connect(self.home / "index.db")
         db.execute("UPDATE runs SET note = CAST(? AS TEXT), error = CAST(? AS TEXT)", (b"\xffnote", b"caf\xe9"))
-        db.execute("UPDATE metrics SET key = CAST(? AS TEXT) WHERE key = 'loss'", (b"lo\xffss",))
+        for table in ("metrics", "metric_latest"):
+            db.execute(f"UPDATE {table} SET key = CAST(? AS TEXT) WHERE key = 'loss'", (b"lo\xffss",))
         db.commit()
         db.close()
         runs = json.loads(self.runner("runs", "--json", check=0).stdout)
         self.assertEqual(runs[0]["note"], "\ufffdnote")
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
         self.assertEqual(shown["error"], "caf\ufffd")
-        self.assertIn("lo\ufffdss", json.dumps(shown, ensure_ascii=False))
+        self.assertIn("lo\ufffdss", shown["metrics"])
+        self.assertIn("lo\ufffdss", self.runner("show", "last", check=0).stdout)
         rows = json.loads(self.runner("query", "SELECT note FROM runs", "--json", check=0).stdout)
         self.assertEqual(rows, [{"note": "\ufffdnote"}])
 
