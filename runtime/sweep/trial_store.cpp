@@ -391,8 +391,10 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
           if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
           if (!lockable(trial)) continue;
-          if (trial.error)  // end_trial notes why a trial killed by a signal is retried
+          // Its error says why: a retry (end_trial) or a failure for want of space (continue_out_of_space_trials).
+          if (trial.error && trial.retries > 0)
             return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
+          if (trial.error) return claim(trial, run, "continued: " + *trial.error);
           return claim(trial, run, "continued");
         }
 
@@ -668,6 +670,36 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
 }
 
 }  // namespace
+
+std::vector<TrialRecord> continuable_out_of_space(const SweepSpec& spec, const std::vector<TrialRecord>& trials) {
+  std::vector<TrialRecord> continuable;
+  for (const TrialRecord& trial : trials)
+    if (trial.status == "failed" && trial.out_of_space) continuable.push_back(trial);
+  if (failed_count(trials) - std::ssize(continuable) >= spec.max_failures) return {};
+  return continuable;
+}
+
+std::vector<TrialRecord> continue_out_of_space_trials(Database& db, const SweepRecord& sweep) {
+  return index::with_transaction(
+      db,
+      [&] {
+        lock_sweep(db, sweep.sweep);
+        std::vector<TrialRecord> continued = continuable_out_of_space(sweep.spec, list_trials(db, sweep.sweep));
+        for (TrialRecord& trial : continued) {
+          if (!trial.error) trial.error = "a write failed for want of disk space";
+          Statement update = db.prepare(
+              "UPDATE trials SET status = 'stopped', retries = 0, error = ?, ended_at = NULL WHERE sweep = ? AND "
+              "trial = ?");
+          update.bind(1, trial.error).bind(2, sweep.sweep).bind(3, trial.trial);
+          update.run();
+          trial.status = "stopped";
+          trial.retries = 0;
+          trial.ended_at.reset();
+        }
+        return continued;
+      },
+      index::TransactionScope::own_rows);
+}
 
 bool finish_if_done(Database& db, const SweepRecord& sweep) {
   return index::with_transaction(
