@@ -536,6 +536,14 @@ CREATE TABLE histograms (
   PRIMARY KEY (run, key, step)
 );
 )sql"},
+    // Trials whose latest segment failed for want of disk space (a run's exit status 75), which a worker that starts
+    // later continues from their checkpoints rather than leaving them failed.
+    {15, R"sql(
+ALTER TABLE trials ADD COLUMN out_of_space INTEGER NOT NULL DEFAULT 0;
+)sql",
+     R"sql(
+ALTER TABLE trials ADD COLUMN out_of_space BIGINT NOT NULL DEFAULT 0;
+)sql"},
 };
 
 bool postgresql(const Database& db) { return db.backend() == Backend::postgresql; }

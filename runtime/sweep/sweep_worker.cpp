@@ -210,6 +210,18 @@ std::string ended_text(const TrialRecord& trial, const SweepSpec& spec, const Ru
                      last_lines(running.log_path, 12));
 }
 
+// What the sweep's failed trials that a later worker continues (continuable_out_of_space) are told, none without.
+std::optional<std::string> out_of_space_text(const SweepSpec& spec, const std::vector<TrialRecord>& trials) {
+  std::vector<std::int64_t> numbers;
+  for (const TrialRecord& trial : continuable_out_of_space(spec, trials)) numbers.push_back(trial.trial);
+  if (numbers.empty()) return std::nullopt;
+  const bool one = numbers.size() == 1;
+  return fmt::format(
+      "trial{} {} failed for want of disk space: once space is freed, the same command (or runner sweep --join {}) "
+      "continues {} from {} last checkpoint{}",
+      one ? "" : "s", fmt::join(numbers, ", "), spec.name, one ? "it" : "them", one ? "its" : "their", one ? "" : "s");
+}
+
 // An exported OMP_NUM_THREADS: every trial's thread count, whatever the other workers on the host.
 std::optional<int> exported_thread_count() {
   const char* text = std::getenv("OMP_NUM_THREADS");
@@ -430,6 +442,15 @@ int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep
                   method_name(spec.method), spec.script, spec.metric, spec.minimize ? "min" : "max",
                   spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
                   slot_text, log_directory));
+  const std::vector<TrialRecord> continued = retried("continuing the trials that failed for want of disk space",
+                                                     [&] { return continue_out_of_space_trials(db, sweep); });
+  for (const TrialRecord& trial : continued)
+    say(fmt::format(
+        "trial {} failed for want of disk space at step {}: it goes on from its last checkpoint (space may "
+        "have been freed){}",
+        trial.trial, trial.step,
+        spec.retries > 0 ? fmt::format(", with its {} retr{} again", spec.retries, spec.retries == 1 ? "y" : "ies")
+                         : ""));
 
   bool failure_limit = false;
   double next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
@@ -615,11 +636,14 @@ int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep
   if (now.status == "failed" || failure_limit) {
     std::fprintf(stderr, "runner: sweep %s failed: %s\n", sweep.name.c_str(),
                  core::terminal_text(now.error.value_or("too many trials failed")).c_str());
+    if (const std::optional<std::string> out_of_space = out_of_space_text(spec, trials))
+      std::fprintf(stderr, "runner: %s\n", core::terminal_text(*out_of_space).c_str());
     return core::kExitError;
   }
   say(fmt::format("sweep {} {}: {}", sweep.name,
                   now.status == "finished" ? "finished" : "has no trial left for this worker",
                   counts_text(sweep, trials)));
+  if (const std::optional<std::string> out_of_space = out_of_space_text(spec, trials)) say(*out_of_space);
   if (!best.empty())
     say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec.metric, value_text(totals.best_value),
                     best));

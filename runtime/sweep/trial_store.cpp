@@ -26,7 +26,7 @@ using nlohmann::json;
 
 constexpr const char* kTrialColumns =
     "trial, params, run, status, rung, metric, step, worker, error, segments, created_at, ended_at, retries, "
-    "generation";
+    "generation, out_of_space";
 
 TrialRecord read_trial(Statement& row) {
   TrialRecord trial;
@@ -44,6 +44,7 @@ TrialRecord read_trial(Statement& row) {
   trial.ended_at = row.optional_real(11);
   trial.retries = static_cast<int>(row.integer(12));
   trial.generation = row.integer(13);
+  trial.out_of_space = row.integer(14) != 0;
   return trial;
 }
 
@@ -144,7 +145,7 @@ std::optional<Claim> claim_made(Database& db, const SweepRecord& sweep, const st
       kTrialColumns));
   select.bind(1, sweep.sweep).bind(2, worker);
   while (select.step()) {
-    const json claim = json::parse(select.text(14), nullptr, false);
+    const json claim = json::parse(select.text(15), nullptr, false);
     if (!claim.is_object() || claim.value("key", "") != key) continue;
     Claim made;
     made.trial = read_trial(select);
@@ -390,8 +391,10 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
           const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
           if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
           if (!lockable(trial)) continue;
-          if (trial.error)  // end_trial notes why a trial killed by a signal is retried
+          // Its error says why: a retry (end_trial) or a failure for want of space (continue_out_of_space_trials).
+          if (trial.error && trial.retries > 0)
             return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
+          if (trial.error) return claim(trial, run, "continued: " + *trial.error);
           return claim(trial, run, "continued");
         }
 
@@ -628,7 +631,9 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
                 ? fmt::format("killed by signal {} (SIG{}) at step {}", end.killed_by, name ? name : "?", step)
                 : fmt::format("stopped by a full disk at step {} (a write failed for want of space)", step);
   } else {
-    error = end.failure.empty() ? std::string("the trial failed") : end.failure;
+    error = end.storage_full      ? fmt::format("a write failed for want of disk space at step {}", step)
+            : end.failure.empty() ? std::string("the trial failed")
+                                  : end.failure;
     if ((end.killed_by != 0 || end.storage_full) && updated.retries > 0)
       *error += fmt::format(" (after {} retr{})", updated.retries, updated.retries == 1 ? "y" : "ies");
   }
@@ -648,12 +653,13 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
   Statement update = db.prepare(
       "UPDATE trials SET status = ?, run = coalesce(?, run), step = ?, metric = coalesce(?, metric), error = ?, rung "
       "= ?, "
-      "worker = NULL, ended_at = ?, retries = ? WHERE sweep = ? AND trial = ?");
+      "worker = NULL, ended_at = ?, retries = ?, out_of_space = ? WHERE sweep = ? AND trial = ?");
   update.bind(1, status).bind(2, run).bind(3, step).bind(4, metric).bind(5, error).bind(6, updated.rung);
   updated.ended_at = ended ? std::optional<double>(index::now_seconds()) : std::nullopt;
   update.bind(7, updated.ended_at);
-  update.bind(8, updated.retries).bind(9, sweep.sweep).bind(10, trial);
+  update.bind(8, updated.retries).bind(9, end.storage_full ? 1 : 0).bind(10, sweep.sweep).bind(11, trial);
   update.run();
+  updated.out_of_space = end.storage_full;
   updated.status = status;
   updated.run = run ? run : updated.run;
   updated.step = step;
@@ -664,6 +670,36 @@ TrialRecord record_end(Database& db, const SweepRecord& sweep, std::int64_t tria
 }
 
 }  // namespace
+
+std::vector<TrialRecord> continuable_out_of_space(const SweepSpec& spec, const std::vector<TrialRecord>& trials) {
+  std::vector<TrialRecord> continuable;
+  for (const TrialRecord& trial : trials)
+    if (trial.status == "failed" && trial.out_of_space) continuable.push_back(trial);
+  if (failed_count(trials) - std::ssize(continuable) >= spec.max_failures) return {};
+  return continuable;
+}
+
+std::vector<TrialRecord> continue_out_of_space_trials(Database& db, const SweepRecord& sweep) {
+  return index::with_transaction(
+      db,
+      [&] {
+        lock_sweep(db, sweep.sweep);
+        std::vector<TrialRecord> continued = continuable_out_of_space(sweep.spec, list_trials(db, sweep.sweep));
+        for (TrialRecord& trial : continued) {
+          if (!trial.error) trial.error = "a write failed for want of disk space";
+          Statement update = db.prepare(
+              "UPDATE trials SET status = 'stopped', retries = 0, error = ?, ended_at = NULL WHERE sweep = ? AND "
+              "trial = ?");
+          update.bind(1, trial.error).bind(2, sweep.sweep).bind(3, trial.trial);
+          update.run();
+          trial.status = "stopped";
+          trial.retries = 0;
+          trial.ended_at.reset();
+        }
+        return continued;
+      },
+      index::TransactionScope::own_rows);
+}
 
 bool finish_if_done(Database& db, const SweepRecord& sweep) {
   return index::with_transaction(

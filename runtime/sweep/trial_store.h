@@ -30,10 +30,13 @@ struct TrialRecord {
   std::optional<std::string> worker;  // "host:pid" of the worker running it
   std::optional<std::string> error;
   int segments = 0;  // times a worker started or continued it
-  int retries = 0;   // times it was continued after a signal killed it
+  int retries = 0;   // times it was continued after a signal or a full disk ended it (this round: see out_of_space)
   double created_at = 0;
   std::optional<double> ended_at;
   std::int64_t generation = 0;  // raised by each claim and takeover (index/trial_fence.h)
+  // Its latest segment ended because a write failed for want of disk space (its run's exit status 75). Failed so,
+  // it is continued by the next worker that starts (continue_out_of_space_trials), its retries from 0 again.
+  bool out_of_space = false;
 };
 
 struct SweepRecord {
@@ -144,11 +147,20 @@ struct TrialEnd {
 // Records the end from the trial's run in the index: finished (its objective's final value), paused at a
 // rung (the value at the first step >= pause_step), stopped, or failed. A trial killed by a signal the
 // worker did not send, or failed for want of disk space, is stopped, to be continued from its checkpoint, while it
-// has retries left (spec.retries); then failed. Returns the trial as recorded; none when the trial is no longer the
-// claim of `generation` (taken over by another worker: nothing is recorded). A trial that is no longer running under
-// that generation (its end already recorded, by this call's transaction whose answer was lost) is returned unchanged.
+// has retries left (spec.retries); then failed (out_of_space records the full disk). Returns the trial as recorded;
+// none when the trial is no longer the claim of `generation` (taken over by another worker: nothing is recorded). A
+// trial that is no longer running under that generation (its end already recorded, by this call's transaction whose
+// answer was lost) is returned unchanged.
 std::optional<TrialRecord> end_trial(index::Database& db, const SweepRecord& sweep, std::int64_t trial,
                                      const TrialEnd& end, std::int64_t generation);
+
+// The failed trials whose latest segment failed for want of disk space, when the sweep's other failed trials stay
+// under max_failures (else none: continuing them could not keep the sweep from failing).
+std::vector<TrialRecord> continuable_out_of_space(const SweepSpec& spec, const std::vector<TrialRecord>& trials);
+// As a worker starts (the same `runner sweep FILE` again, or --join): the continuable_out_of_space trials become
+// stopped, with their retries at 0 and their failure as `error`, so that claim_trial continues them from their last
+// checkpoint first (space may have been freed meanwhile). Returns them as recorded.
+std::vector<TrialRecord> continue_out_of_space_trials(index::Database& db, const SweepRecord& sweep);
 
 // Whether every trial has ended (paused ones included) and no more can start: then the paused trials become
 // pruned and the sweep finished (true returned). Also true when the failure limit was reached (sweep failed).

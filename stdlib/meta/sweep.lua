@@ -46,8 +46,9 @@
 ---                              cores are refused
 ---@field gpus_per_trial? integer  GPUs per trial; more than 1 runs each trial data parallel (runner --nproc N)
 ---@field max_failures? integer  failed trials that stop the sweep (default trials / 2 + 1)
----@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) is continued from its last
----                              checkpoint before it counts as failed (default 1)
+---@field retries? integer       times a trial killed by a signal (the OOM killer's SIGKILL) or stopped by a full disk
+---                              is continued from its last checkpoint before it counts as failed (default 1); one
+---                              failed for want of disk space gets a fresh round from the next worker that starts
 ---@field takeover_after? integer  seconds without a heartbeat from a worker on another host (and from its trial's run)
 ---                              before another worker takes its trials over and continues them from their checkpoints
 ---                              (default 60; 10 to 604800). A worker on the same host is taken over as soon as its

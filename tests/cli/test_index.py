@@ -918,7 +918,7 @@ class BadIndexFiles(IndexTest):
         self.train()
         self.set_sql("PRAGMA user_version = 99")
         before = file_digest(self.home / "index.db")
-        message = "index has schema version 99, newer than this runner supports (14); use a newer runner"
+        message = "index has schema version 99, newer than this runner supports (15); use a newer runner"
         for args in (["runs"], ["query", "SELECT 1"], ["show", "last"], ["rm", "last"], ["gc"]):
             self.assert_one_line_error(args, 1, message)
         self.script("start.lua", "runner.start()")
@@ -972,13 +972,13 @@ class BadIndexFiles(IndexTest):
         for column in ("ended_at", "error"):
             db.execute(f"ALTER TABLE sweeps DROP COLUMN {column}")
         for column in ("step", "worker", "heartbeat_at", "error", "segments", "created_at", "ended_at", "retries",
-                       "generation", "claim"):
+                       "generation", "claim", "out_of_space"):
             db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 1")
         db.commit()
         db.close()
         shown = json.loads(self.runner("show", "last", "--json", check=0).stdout)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(14,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(15,)])
         self.assertEqual(shown["attempts"], 1)
         self.assertEqual([(a["attempt"], a["status"], a["start_step"], a["end_step"], a["config"])
                           for a in shown["attempt_history"]], [(1, "finished", 0, 30, shown["config"])])
@@ -1005,7 +1005,7 @@ class BadIndexFiles(IndexTest):
             db.execute(f"ALTER TABLE sweep_workers DROP COLUMN {column}")
         db.execute("DROP TABLE run_tags")  # schema 10's
         db.execute("ALTER TABLE runs DROP COLUMN note")
-        for column in ("generation", "claim"):  # schema 11's and 12's
+        for column in ("generation", "claim", "out_of_space"):  # schema 11's, 12's and 15's
             db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         db.execute("DROP INDEX runs_by_start_key")
         db.execute("ALTER TABLE runs DROP COLUMN start_key")
@@ -1024,7 +1024,7 @@ class BadIndexFiles(IndexTest):
         db.commit()
         db.close()
         self.runner("runs", check=0)
-        self.assertEqual(self.sql("PRAGMA user_version"), [(14,)])
+        self.assertEqual(self.sql("PRAGMA user_version"), [(15,)])
         self.assertEqual(self.sql("SELECT r.status, t.status FROM runs r JOIN trials t ON t.run = r.run ORDER BY t.trial"),
                          [("paused", "paused"), ("pruned", "pruned")])
         self.assertEqual(self.sql("SELECT trial, rung, step FROM trial_rungs ORDER BY trial, rung"),

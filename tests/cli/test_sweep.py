@@ -651,6 +651,49 @@ class Failures(SweepTest):
         self.assertEqual([line for line in (run_dir / "steps.txt").read_text().splitlines() if line.startswith("from")],
                          ["from 0", "from 5"])
 
+    def test_a_trial_failed_by_a_full_disk_goes_on_when_the_same_command_runs_again(self):
+        # As above with retries = 0: the full disk fails trial 1 at its checkpoint of step 10, and with it the sweep
+        # (max_failures = 1). The same command afterwards, the space freed (its new trial process has no file size
+        # limit), continues the trial from its checkpoint of step 5, as a second attempt of its run, and finishes.
+        self.script("held.lua", holding(CHECKPOINTING))
+        self.sweep_file("spent.lua", """
+          script = "held.lua", parameters = { width = { 1 } }, fixed = { steps = 20, hold_at = 7 },
+          method = "grid", metric = "score", retries = 0,
+        """)
+        process = subprocess.Popen([RUNNER, "sweep", "spent.lua"], cwd=self.dir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+        try:
+            self.wait_for_trial_step(1, 7)
+            self.wait_for_checkpoint(1, 5)
+            (pid,), = self.sql("SELECT pid FROM runs WHERE trial = 1")
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]))
+            (self.home / "release").touch()
+            out, err = process.communicate(timeout=300)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        self.assertEqual(process.returncode, 1, out + err)
+        self.assertRegex(out, r"trial 1 failed \(exited with status 75\): a write failed for want of disk space at step "
+                              r"\d+\n")
+        self.assertIn("runner: sweep spent failed: 1 trials failed (max_failures = 1)\n"
+                      "runner: trial 1 failed for want of disk space: once space is freed, the same command (or runner "
+                      "sweep --join spent) continues it from its last checkpoint\n", err)
+        self.assertEqual(self.sql("SELECT status, retries, out_of_space FROM trials"), [("failed", 0, 1)])
+
+        again = self.runner("sweep", "spent.lua", check=0, timeout=300)
+        self.assertRegex(again.stdout, r"trial 1 failed for want of disk space at step \d+: it goes on from its last "
+                                       r"checkpoint \(space may have been freed\)\n")
+        self.assertRegex(again.stdout, r"trial 1 started \(continued: a write failed for want of disk space at step \d+"
+                                       r"( from step \d+)?\)")
+        self.assertEqual(self.sql("SELECT t.status, t.retries, t.out_of_space, t.step, r.status, r.attempts "
+                                  "FROM trials t JOIN runs r USING (run)"), [("finished", 0, 0, 20, "finished", 2)])
+        self.assertEqual(self.sql("SELECT status, error FROM sweeps"), [("finished", None)])
+        run_dir = self.home / self.sql("SELECT dir FROM runs WHERE trial = 1")[0][0]
+        self.assertEqual([line for line in (run_dir / "steps.txt").read_text().splitlines() if line.startswith("from")],
+                         ["from 0", "from 5"])
+
     def test_a_stop_signal_ends_a_worker_whose_index_is_full_once_its_trials_have_exited(self):
         # As in test_a_full_disk_under_the_worker_... the worker's writes fail (RLIMIT_FSIZE 0) from step 20 of its
         # two trials; trial 1 finishes at step 60 and its end cannot be recorded. A first SIGTERM then stops trial

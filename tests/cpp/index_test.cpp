@@ -680,9 +680,9 @@ std::vector<std::string> table_columns(Database& db) {
   return columns;
 }
 
-// The columns of the tables that schema versions 13 (interventions) and 14 (histograms) add, as table_columns()
-// writes them.
-std::vector<std::string> columns_of_versions_13_and_14(bool postgresql) {
+// The columns that schema versions 13 (interventions), 14 (histograms) and 15 (trials.out_of_space) add, as
+// table_columns() writes them.
+std::vector<std::string> columns_of_versions_13_to_15(bool postgresql) {
   const std::string integer = postgresql ? "bigint" : "INTEGER", real = postgresql ? "double precision" : "REAL",
                     text = postgresql ? "text" : "TEXT";
   return {"interventions.intervention " + integer,
@@ -698,7 +698,8 @@ std::vector<std::string> columns_of_versions_13_and_14(bool postgresql) {
           "histograms.low " + real,
           "histograms.high " + real,
           "histograms.counts " + text,
-          "histograms.nonfinite " + integer};
+          "histograms.nonfinite " + integer,
+          "trials.out_of_space " + integer};
 }
 
 // The migrations up to and including `version`.
@@ -714,7 +715,7 @@ std::span<const Migration> migrations_to(int version) {
 
 INDEX_TEST_CASE(
     "an index of schema 9 gains the tags table, the note column, the trials' generation and claim, the runs' "
-    "start key and the interventions and histograms tables, and nothing else changes",
+    "start key, the interventions and histograms tables and the trials' out_of_space, and nothing else changes",
     "[index]") {
   TempHome tmp;
   const std::string url = runner::core::launch_context().index_url;
@@ -739,7 +740,7 @@ INDEX_TEST_CASE(
                                              "trials.generation bigint", "trials.claim text",   "runs.start_key text"};
   std::vector<std::string> expected = before;
   for (const std::string& column : added) expected.push_back(column);
-  for (const std::string& column : columns_of_versions_13_and_14(!url.empty())) expected.push_back(column);
+  for (const std::string& column : columns_of_versions_13_to_15(!url.empty())) expected.push_back(column);
   std::sort(expected.begin(), expected.end());
   std::sort(after.begin(), after.end());
   CHECK(after == expected);

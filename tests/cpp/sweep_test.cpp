@@ -422,6 +422,52 @@ TEST_CASE("a trial killed by a signal is retried while it has retries, and ASHA'
   CHECK(counts.best_trial == 5);
 }
 
+TEST_CASE("a trial failed for want of disk space is continued by the next worker while the other failures allow it") {
+  runner::testing::TempDir home("sweep-out-of-space");
+  runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
+  const SweepRecord sweep = open_sweep(db, spec_of({{"parameters", {{"lr", json::array({1, 2, 3})}}},
+                                                    {"method", "grid"},
+                                                    {"metric", "m"},
+                                                    {"max_failures", 2}}));
+  for (int t = 1; t <= 3; ++t) REQUIRE(claim_trial(db, sweep, "host:1"));
+  auto generation_of = [&](std::int64_t trial) { return list_trials(db, sweep.sweep)[trial - 1].generation; };
+  TrialEnd failed;
+  failed.failure = "exited with status 1";
+  CHECK(end_trial(db, sweep, 2, failed, generation_of(2))->status == "failed");
+  TrialEnd full;
+  full.storage_full = true;
+  full.failure = "exited with status 75";
+  TrialRecord ended = *end_trial(db, sweep, 1, full, generation_of(1));
+  CHECK(ended.status == "stopped");
+  CHECK(ended.out_of_space);
+  REQUIRE(claim_trial(db, sweep, "host:1").value().reason ==
+          "retry 1 of 1: stopped by a full disk at step 0 (a write failed for want of space)");
+  ended = *end_trial(db, sweep, 1, full, generation_of(1));
+  CHECK(ended.status == "failed");
+  CHECK(ended.out_of_space);
+  CHECK(ended.error == "a write failed for want of disk space at step 0 (after 1 retry)");
+  // The failure limit is reached (trials 1 and 2), but without trial 1's full disk it is not: the next worker to
+  // start continues trial 1 with a fresh round of retries.
+  CHECK_FALSE(claim_trial(db, sweep, "host:1"));
+  const std::vector<TrialRecord> continued = continue_out_of_space_trials(db, sweep);
+  REQUIRE(continued.size() == 1);
+  CHECK((continued[0].trial == 1 && continued[0].status == "stopped" && continued[0].retries == 0));
+  CHECK(continue_out_of_space_trials(db, sweep).empty());
+  const auto again = claim_trial(db, sweep, "host:1");
+  REQUIRE(again);
+  CHECK(again->trial.trial == 1);
+  CHECK(again->reason == "continued: a write failed for want of disk space at step 0 (after 1 retry)");
+  CHECK(end_trial(db, sweep, 1, full, again->trial.generation)->retries == 1);
+  REQUIRE(claim_trial(db, sweep, "host:1"));
+  CHECK(end_trial(db, sweep, 1, full, generation_of(1))->status == "failed");
+  // Trial 3 fails too: trials 2 and 3 alone reach max_failures, so trial 1 stays failed.
+  CHECK(end_trial(db, sweep, 3, failed, generation_of(3))->status == "failed");
+  CHECK(continuable_out_of_space(sweep.spec, list_trials(db, sweep.sweep)).empty());
+  CHECK(continue_out_of_space_trials(db, sweep).empty());
+  CHECK(list_trials(db, sweep.sweep)[0].status == "failed");
+  CHECK_FALSE(list_trials(db, sweep.sweep)[1].out_of_space);
+}
+
 TEST_CASE("a running sweep shows whether a worker holds it") {
   runner::testing::TempDir home("sweep-workers");
   runner::index::Database db = runner::index::open_index_for_writing(runner::testing::index_at(home.path));
