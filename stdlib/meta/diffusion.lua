@@ -18,7 +18,7 @@ local Diffusion = {}
 function runner.diffusion.gaussian(options) end
 
 ---@class DiffusionOptions
----@field timesteps? integer        diffusion steps T (default 1000)
+---@field timesteps? integer        diffusion steps T (default 1000, at most 1000000)
 ---@field schedule? string          "linear" (default), "cosine" or "scaled_linear"
 ---@field beta_start? number        first beta of linear / scaled_linear (default 1e-4 x 1000/T, 0.00085)
 ---@field beta_end? number          last beta of linear / scaled_linear (default 0.02 x 1000/T, 0.012)
@@ -88,7 +88,7 @@ function Diffusion:q_sample(x0, t, noise) end
 function Diffusion:sample(model, options) end
 
 ---@class SampleOptions
----@field n? integer                samples to draw (default: the number of labels, else 16)
+---@field n? integer                samples to draw (default: the number of labels, else 16; with x_T, its count)
 ---@field labels? Tensor|integer[]|integer  class ids, one per sample or one for all
 ---@field steps? integer            sampling steps (default 50, at most T)
 ---@field sampler? "ddim"|"ddpm"    default "ddim"
@@ -206,9 +206,9 @@ function Flow:path(t) end
 function Flow:sample(model, options) end
 
 ---@class FlowSampleOptions
----@field n? integer                samples to draw (default: the number of labels, else 16)
+---@field n? integer                samples to draw (default: the number of labels, else 16; with x_T, its count)
 ---@field labels? Tensor|integer[]|integer  class ids, one per sample or one for all
----@field steps? integer            steps (default 50; the SDE's include its last step)
+---@field steps? integer            steps (default 50, at most 1000000; the SDE's include its last step)
 ---@field sampler? string           "euler" (default), "heun" or (the ODE's) "dopri5": torchdiffeq's adaptive
 ---                                 Dormand-Prince, its solution interpolated at the steps + 1 grid times
 ---@field rtol? number              dopri5's relative tolerance (default 1e-3, SiT's)
@@ -242,7 +242,7 @@ function Flow:likelihood(model, x, options) end
 
 ---@class FlowLikelihoodOptions
 ---@field labels? Tensor|integer[]|integer  class ids for a class-conditional model
----@field steps? integer      steps of the grid linspace(t0, t1, steps + 1) (default 50)
+---@field steps? integer      steps of the grid linspace(t0, t1, steps + 1) (default 50, at most 1000000)
 ---@field sampler? string     "euler" (default), "heun" or "dopri5"
 ---@field rtol? number        dopri5's relative tolerance (default 1e-3)
 ---@field atol? number        dopri5's absolute tolerance (default 1e-6)
