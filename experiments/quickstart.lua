@@ -36,7 +36,7 @@ local cfg = config({
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
   graph = true,            -- on CUDA, replay each training step from a CUDA graph (no effect on the CPU)
-}, { steps = { min = 1 }, sample_steps = { min = 1 }, sample_every = { min = 1 }, checkpoint_every = { min = 1 },
+}, { steps = { min = 0 }, sample_steps = { min = 1 }, sample_every = { min = 1 }, checkpoint_every = { min = 1 },
     metric_samples = { min = 1 } })
 
 -- Made before the run starts, so that a mistake in its settings leaves no run behind. Both objectives train, sample
