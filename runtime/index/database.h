@@ -21,8 +21,9 @@ struct IndexError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The connection to a PostgreSQL server broke (the server restarted, the network dropped): nothing of the
-// transaction it interrupted was committed. with_transaction() reconnects and runs the transaction again.
+// The connection to a PostgreSQL server broke (the server restarted, the network dropped), or a statement timed out
+// waiting for a lock that a session this process lost may have held (ended since): nothing of the transaction it
+// interrupted was committed. with_transaction() reconnects and runs the transaction again.
 struct IndexConnectionLost : IndexError {
   using IndexError::IndexError;
 };
@@ -98,7 +99,7 @@ class Connection {
   virtual void commit() = 0;
   virtual void rollback() noexcept = 0;
   // Makes a broken connection usable again (PostgreSQL), waiting for the server up to a limit; an
-  // IndexError when it does not come back.
+  // IndexError when it does not come back. A connection that is not broken stays as it is.
   virtual void reconnect() = 0;
   // read_query.h's run_read_query in this backend's terms (its header says what it refuses).
   virtual QueryResult read_query(const std::string& sql, const std::vector<SqlValue>& parameters,
@@ -222,7 +223,8 @@ class Transaction {
 };
 
 // Runs `body` inside a Transaction and commits; returns body's result. A transaction that a lost PostgreSQL
-// connection interrupted (nothing of it committed) runs again once the connection is back.
+// connection interrupted (nothing of it committed) runs again once the connection is back, and so does one that
+// waited for a lock of a session this process lost.
 template <typename Body>
 auto with_transaction(Database& db, Body&& body, TransactionScope scope = TransactionScope::index) {
   for (int attempt = 1;; ++attempt) {

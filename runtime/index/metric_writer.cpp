@@ -190,7 +190,6 @@ void MetricWriter::run_thread() {
                              "UPDATE attempts SET end_step = ?1 WHERE run = ?2 AND attempt = "
                              "(SELECT attempts FROM runs WHERE run = ?2)");
       }
-      Transaction transaction(*db, TransactionScope::own_rows);
       std::map<uint32_t, size_t> newest;                       // key -> index of the entry with the highest step
       std::map<std::pair<uint32_t, int64_t>, size_t> last_at;  // (key, step) -> index of its latest entry
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -206,42 +205,48 @@ void MetricWriter::run_thread() {
       std::vector<size_t> rows;
       rows.reserve(last_at.size());
       for (const auto& [key_step, i] : last_at) rows.push_back(i);
-      for (size_t first = 0; first < rows.size(); first += kRowsPerInsert) {
-        const size_t count = std::min(kRowsPerInsert, rows.size() - first);
-        std::optional<Statement> partial;  // the batch's last, shorter statement
-        if (count < kRowsPerInsert) partial.emplace(db->prepare(metrics_insert(count)));
-        Statement& statement = partial ? *partial : *insert;
-        for (size_t r = 0; r < count; ++r) {
-          const Entry& entry = batch[rows[first + r]];
-          const int p = static_cast<int>(5 * r);
-          statement.bind(p + 1, run_).bind(p + 2, keys[entry.key]).bind(p + 3, entry.step);
-          if (std::isnan(entry.value))
-            statement.bind_null(p + 4);
-          else
-            statement.bind(p + 4, entry.value);
-          statement.bind(p + 5, entry.time);
-        }
-        statement.run();
-      }
-      for (const auto& [key, i] : newest) {
-        const Entry& entry = batch[i];
-        latest->bind(1, run_).bind(2, keys[key]).bind(3, entry.step);
-        if (std::isnan(entry.value))
-          latest->bind_null(4);
-        else
-          latest->bind(4, entry.value);
-        latest->bind(5, entry.time);
-        latest->run();
-      }
-      heartbeat->bind(1, now_seconds()).bind(2, step).bind(3, run_);
-      heartbeat->run();
-      attempt_step->bind(1, step).bind(2, run_);
-      attempt_step->run();
-      transaction.commit();
+      // A connection lost meanwhile (an answer lost in the network too) connects again, and the batch's statements
+      // run again.
+      with_transaction(
+          *db,
+          [&] {
+            for (size_t first = 0; first < rows.size(); first += kRowsPerInsert) {
+              const size_t count = std::min(kRowsPerInsert, rows.size() - first);
+              std::optional<Statement> partial;  // the batch's last, shorter statement
+              if (count < kRowsPerInsert) partial.emplace(db->prepare(metrics_insert(count)));
+              Statement& statement = partial ? *partial : *insert;
+              for (size_t r = 0; r < count; ++r) {
+                const Entry& entry = batch[rows[first + r]];
+                const int p = static_cast<int>(5 * r);
+                statement.bind(p + 1, run_).bind(p + 2, keys[entry.key]).bind(p + 3, entry.step);
+                if (std::isnan(entry.value))
+                  statement.bind_null(p + 4);
+                else
+                  statement.bind(p + 4, entry.value);
+                statement.bind(p + 5, entry.time);
+              }
+              statement.run();
+            }
+            for (const auto& [key, i] : newest) {
+              const Entry& entry = batch[i];
+              latest->bind(1, run_).bind(2, keys[key]).bind(3, entry.step);
+              if (std::isnan(entry.value))
+                latest->bind_null(4);
+              else
+                latest->bind(4, entry.value);
+              latest->bind(5, entry.time);
+              latest->run();
+            }
+            heartbeat->bind(1, now_seconds()).bind(2, step).bind(3, run_);
+            heartbeat->run();
+            attempt_step->bind(1, step).bind(2, run_);
+            attempt_step->run();
+          },
+          TransactionScope::own_rows);
     } catch (...) {
       failure = std::current_exception();
-      // Nothing of the transaction was committed; the next try opens the index again (a dropped connection to
-      // a server, a file replaced meanwhile).
+      // Nothing of the transaction was committed; the next try opens the index again (a connection to a server
+      // lost again and again, a file replaced meanwhile).
       insert.reset(), latest.reset(), heartbeat.reset(), attempt_step.reset();
       db.reset();
     }

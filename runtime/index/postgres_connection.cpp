@@ -1,6 +1,7 @@
 // The PostgreSQL connection of the index (libpq): `?` / `?N` parameters sent as $N with their types, write
 // transactions serialised by an advisory lock like SQLite's BEGIN IMMEDIATE, sessions bounded by timeouts and TCP
-// keepalives, waiting for a server that is away, and read-only queries in a READ ONLY transaction.
+// keepalives, waiting for a server that is away, sessions given up ended by the next, and read-only queries in a
+// READ ONLY transaction.
 #include <libpq-fe.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,11 +9,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fmt/format.h>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "runtime/core/duration_text.h"
 #include "runtime/core/environment_seconds.h"
@@ -29,6 +35,103 @@ constexpr double kWaitingMessageSeconds = 5;
 // How long past its statement timeout a server may take to answer before it is taken for gone (hung, or its
 // host's network lost in a way TCP does not report).
 constexpr double kAnswerGraceSeconds = 10;
+// How often a session given up that could not be ended is asked after while it is waited for.
+constexpr auto kSessionPollInterval = std::chrono::milliseconds(250);
+// How many times a statement runs again after waiting for a lock of a session this process lost.
+constexpr int kLostSessionRetries = 3;
+
+using Clock = std::chrono::steady_clock;
+
+// A session of runner's on the server: its backend's pid and start (the pid alone may be a later backend's).
+struct Session {
+  int64_t pid = 0;
+  double started = 0;  // backend_start, Unix seconds
+};
+
+// What the connections of this process know of each other, per server and database (their URL as shown). The
+// sessions they gave up with a lost connection: the server may keep one, and the locks of its open transaction, until
+// its idle timeout ends it (an answer lost in the network: the server does not learn that the client went away); the
+// next session set up on that server ends them. And the connections that await an answer now: a writer whose
+// statement timed out waiting for a lock while another connection of the process waited for an answer that never came
+// waits for that one to give its session up, then ends it and runs its transaction again.
+class ProcessSessions {
+ public:
+  static ProcessSessions& shared() {
+    static ProcessSessions* sessions = new ProcessSessions;  // never destroyed: connections may outlive statics
+    return *sessions;
+  }
+
+  void give_up(const std::string& server, const Session& session) {
+    std::lock_guard lock(mutex_);
+    given_up_[server].push_back(session);
+    ++ever_given_up_[server];
+  }
+
+  // Puts back sessions taken that could not be ended.
+  void give_back(const std::string& server, const std::vector<Session>& sessions) {
+    std::lock_guard lock(mutex_);
+    std::vector<Session>& kept = given_up_[server];
+    kept.insert(kept.end(), sessions.begin(), sessions.end());
+  }
+
+  // How many sessions were given up on `server` so far, and whether some of them are not ended yet.
+  uint64_t ever_given_up(const std::string& server) {
+    std::lock_guard lock(mutex_);
+    return ever_given_up_[server];
+  }
+  bool some_given_up(const std::string& server) {
+    std::lock_guard lock(mutex_);
+    return given_up_.count(server) > 0;
+  }
+
+  // The sessions given up on `server`, from now on the caller's to end.
+  std::vector<Session> take_given_up(const std::string& server) {
+    std::lock_guard lock(mutex_);
+    const auto found = given_up_.find(server);
+    if (found == given_up_.end()) return {};
+    std::vector<Session> sessions = std::move(found->second);
+    given_up_.erase(found);
+    return sessions;
+  }
+
+  void awaiting_answer(const void* connection, const std::string& server) {
+    std::lock_guard lock(mutex_);
+    awaiting_[connection] = server;
+  }
+
+  void answered(const void* connection) {
+    {
+      std::lock_guard lock(mutex_);
+      awaiting_.erase(connection);
+    }
+    answered_.notify_all();
+  }
+
+  bool others_awaiting_answers(const void* connection, const std::string& server) {
+    std::lock_guard lock(mutex_);
+    return others_awaiting(connection, server);
+  }
+
+  // Waits until no other connection to `server` awaits an answer (each has it, or gives its session up, by its own
+  // deadline), or until `limit`.
+  void wait_for_answers(const void* connection, const std::string& server, Clock::time_point limit) {
+    std::unique_lock lock(mutex_);
+    answered_.wait_until(lock, limit, [&] { return !others_awaiting(connection, server); });
+  }
+
+ private:
+  bool others_awaiting(const void* connection, const std::string& server) const {
+    for (const auto& [other, other_server] : awaiting_)
+      if (other != connection && other_server == server) return true;
+    return false;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable answered_;
+  std::map<std::string, std::vector<Session>> given_up_;
+  std::map<std::string, uint64_t> ever_given_up_;
+  std::map<const void*, std::string> awaiting_;
+};
 
 // The limits of runner's sessions (README, "The index on PostgreSQL"): RUNNER_INDEX_* variables in seconds over
 // these defaults. The URL's own parameters (connect_timeout, options=-c ...) win over them.
@@ -58,6 +161,10 @@ SessionLimits session_limits() {
 }
 
 int64_t milliseconds(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); }
+
+Clock::duration duration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
 
 // The value of one of the URL's own parameters ("" when it sets none, or is not a URL libpq reads: connecting
 // then says why).
@@ -254,7 +361,10 @@ class PostgresConnection final : public Connection {
     }
     set_up_session();
   }
-  ~PostgresConnection() override { PQfinish(conn_); }
+  ~PostgresConnection() override {
+    if (PQstatus(conn_) != CONNECTION_OK) give_up_session();
+    PQfinish(conn_);
+  }
 
   Backend backend() const override { return Backend::postgresql; }
   PGconn* handle() const { return conn_; }
@@ -307,6 +417,14 @@ class PostgresConnection final : public Connection {
   Result answer(double timeout_seconds) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds + kAnswerGraceSeconds);
+    // A writer's wait is known to the process's other connections (ProcessSessions) until it ends either way.
+    struct Awaiting {
+      const PostgresConnection* connection;
+      ~Awaiting() {
+        if (connection) ProcessSessions::shared().answered(connection);
+      }
+    } awaiting{read_only_ ? nullptr : this};
+    if (!read_only_) ProcessSessions::shared().awaiting_answer(this, shown_);
     while (PQisBusy(conn_)) {
       int wait_ms = -1;
       if (timeout_seconds > 0)
@@ -339,7 +457,8 @@ class PostgresConnection final : public Connection {
   }
 
   // Runs a statement with parameters; a lost connection outside a transaction is reconnected and the
-  // statement sent again (once), inside one it is an IndexConnectionLost for with_transaction to retry.
+  // statement sent again (once), inside one it is an IndexConnectionLost for with_transaction to retry. So is a
+  // statement that timed out waiting for a lock of a session this process lost (ran_into_lost_session).
   Result run(const std::string& sql, const std::vector<BoundValue>& values) {
     for (int attempt = 0;; ++attempt) {
       if (PQstatus(conn_) == CONNECTION_BAD) {
@@ -356,6 +475,10 @@ class PostgresConnection final : public Connection {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
       }
+      if (attempt < kLostSessionRetries && ran_into_lost_session(result.get())) {
+        if (in_transaction_) throw held_up_by_lost_session(result.get());
+        continue;
+      }
       throw IndexError(fmt::format("{}: SQL error: {}", shown_, failure(result.get())));
     }
   }
@@ -369,6 +492,10 @@ class PostgresConnection final : public Connection {
       if (connection_failure(conn_, result.get())) {
         if (in_transaction_ || attempt > 0) throw lost(result ? PQresultErrorMessage(result.get()) : error());
         continue;
+      }
+      if (attempt < kLostSessionRetries && ran_into_lost_session(result.get())) {
+        if (in_transaction_) throw held_up_by_lost_session(result.get());
+        continue;  // BEGIN and the index lock (begin()) again
       }
       throw IndexError(fmt::format("{}: {}", shown_, failure(result.get())));
     }
@@ -411,8 +538,11 @@ class PostgresConnection final : public Connection {
     }
   }
 
+  // A connection that is fine (a transaction that waited for a lost session's lock) stays as it is.
   void reconnect() override {
     in_transaction_ = false;
+    if (PQstatus(conn_) == CONNECTION_OK) return;
+    give_up_session();
     PQreset(conn_);
     if (PQstatus(conn_) == CONNECTION_OK) {
       set_up_session();
@@ -481,6 +611,7 @@ class PostgresConnection final : public Connection {
               fmt::format("{}: the index server does not answer at {} ({}); waiting for it until {} ({}, "
                           "RUNNER_INDEX_WAIT)",
                           shown_, server(), reason(), time_of_day(until), core::duration_text(limits_.wait)));
+    give_up_session();
     while (true) {
       const auto left = std::chrono::duration<double>(limits_.wait) - (std::chrono::steady_clock::now() - start);
       std::this_thread::sleep_for(
@@ -505,18 +636,120 @@ class PostgresConnection final : public Connection {
     }
   }
 
+  // Sets the session up, learns who it is on the server, and ends the sessions this process gave up there.
   void set_up_session() {
     PQsetNoticeProcessor(
         conn_, [](void*, const char*) {}, nullptr);
     std::string setup = "SET client_min_messages = warning";
     if (read_only_) setup += "; SET default_transaction_read_only = on";
-    // The statement timeout in force (runner's or the URL's), which bounds the wait for each answer.
-    setup += "; SELECT extract(epoch FROM current_setting('statement_timeout')::interval)";
+    // The timeouts in force (runner's or the URL's): the statement timeout bounds the wait for each answer.
+    setup +=
+        "; SELECT extract(epoch FROM current_setting('statement_timeout')::interval), "
+        "extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval), pg_backend_pid(), "
+        "(SELECT extract(epoch FROM backend_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid())";
     statement_seconds_ = limits_.statement;
     Result result = send(setup);
     if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK)
       throw IndexError(fmt::format("{}: cannot set up the session: {}", shown_, message(result.get())));
     statement_seconds_ = std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
+    idle_seconds_ = std::strtod(PQgetvalue(result.get(), 0, 1), nullptr);
+    session_.reset();
+    if (!PQgetisnull(result.get(), 0, 3))
+      session_ = Session{std::strtoll(PQgetvalue(result.get(), 0, 2), nullptr, 10),
+                         std::strtod(PQgetvalue(result.get(), 0, 3), nullptr)};
+    end_sessions_given_up();
+  }
+
+  // This connection's session, once its connection is lost or reset, for the next session on the server to end: the
+  // server may keep it (and its transaction's locks) until its idle timeout when it did not see the connection go.
+  void give_up_session() {
+    if (!session_) return;
+    ProcessSessions::shared().give_up(shown_, *session_);
+    session_.reset();
+  }
+
+  // Ends the sessions this process gave up on this server, and with them their transactions and the locks those hold
+  // (pg_terminate_backend, which a role may call on its own sessions).
+  void end_sessions_given_up() {
+    std::vector<Session> sessions = ProcessSessions::shared().take_given_up(shown_);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      try {
+        end_session(sessions[i]);
+      } catch (...) {
+        ProcessSessions::shared().give_back(shown_,
+                                            {sessions.begin() + static_cast<std::ptrdiff_t>(i), sessions.end()});
+        throw;
+      }
+    }
+  }
+
+  // Ends one session given up (already gone: nothing to do). One that cannot be ended (a role not allowed to) is
+  // waited for until it is out of its transaction, which the server's timeouts end.
+  void end_session(const Session& session) {
+    std::vector<BoundValue> identity(2);
+    identity[0].kind = BoundValue::Kind::integer;
+    identity[0].integer = session.pid;
+    identity[1].kind = BoundValue::Kind::real;
+    identity[1].real = session.started;
+    const std::string that_session =
+        " FROM pg_stat_activity WHERE pid = $1 AND abs(extract(epoch FROM backend_start)::float8 - $2) < 0.001 "
+        "AND pid <> pg_backend_pid()";
+    Result ended = send("SELECT pg_terminate_backend(pid)" + that_session, identity, statement_seconds_);
+    if (succeeded(ended)) {
+      if (PQntuples(ended.get()) > 0)
+        core::log(core::LogLevel::info,
+                  fmt::format("{}: ended the session that this process gave up at {} (backend {}), and its transaction",
+                              shown_, server(), session.pid));
+      return;
+    }
+    if (connection_failure(conn_, ended.get())) throw lost(ended ? PQresultErrorMessage(ended.get()) : error());
+    const double limit = statement_seconds_ > 0 && idle_seconds_ > 0
+                             ? statement_seconds_ + idle_seconds_ + kAnswerGraceSeconds
+                             : limits_.wait;
+    const auto until = Clock::now() + duration(limit);
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: waiting until {} at the latest for the session that this process lost at {} (backend "
+                          "{}) to end its transaction: it cannot be ended ({})",
+                          shown_, time_of_day(std::chrono::system_clock::now() + duration(limit)), server(),
+                          session.pid, message(ended.get())));
+    while (Clock::now() < until) {
+      Result open = send("SELECT 1" + that_session + " AND xact_start IS NOT NULL", identity, statement_seconds_);
+      if (!succeeded(open)) {
+        if (connection_failure(conn_, open.get())) throw lost(open ? PQresultErrorMessage(open.get()) : error());
+        return;  // cannot tell: the statements that need its locks wait for them as for any other writer's
+      }
+      if (PQntuples(open.get()) == 0) return;
+      std::this_thread::sleep_for(kSessionPollInterval);
+    }
+  }
+
+  // A write's statement stopped by the statement timeout may have waited for a lock of a session this process lost:
+  // one given up and not ended yet, or one whose answer another connection of the process still awaits (an answer lost
+  // in the network is given up only 10 s after the statement timeout). Then the statement's transaction is rolled
+  // back, the other connections' answers (or their giving up) are waited for, and if a session was lost the sessions
+  // given up are ended and true says to run the statement (or its transaction) again.
+  bool ran_into_lost_session(const PGresult* result) {
+    if (read_only_ || sql_state(result) != "57014") return false;
+    ProcessSessions& sessions = ProcessSessions::shared();
+    const uint64_t lost_before = sessions.ever_given_up(shown_);
+    const bool unended = sessions.some_given_up(shown_);
+    if (!unended && !sessions.others_awaiting_answers(this, shown_)) return false;
+    send("ROLLBACK");
+    sessions.wait_for_answers(
+        this, shown_,
+        Clock::now() + duration(statement_seconds_ > 0 ? statement_seconds_ + kAnswerGraceSeconds : limits_.wait));
+    if (!unended && sessions.ever_given_up(shown_) == lost_before) return false;  // a wait for another writer
+    core::log(core::LogLevel::warn,
+              fmt::format("{}: a statement waited past the statement timeout while a session that this process lost "
+                          "held locks; it runs again once that session is ended",
+                          shown_));
+    end_sessions_given_up();
+    return true;
+  }
+
+  IndexConnectionLost held_up_by_lost_session(const PGresult* result) const {
+    return IndexConnectionLost(fmt::format("{}: {}; a session this process lost may have held the lock it waited for",
+                                           shown_, failure(result)));
   }
 
   std::string message(const PGresult* result) const {
@@ -533,7 +766,13 @@ class PostgresConnection final : public Connection {
     return message(result);
   }
 
-  IndexConnectionLost lost(const std::string& what) const {
+  // A connection taken for lost is closed (if the server has not closed it) and its session given up.
+  IndexConnectionLost lost(const std::string& what) {
+    if (PQstatus(conn_) == CONNECTION_OK) {
+      ::shutdown(PQsocket(conn_), SHUT_RDWR);
+      PQconsumeInput(conn_);
+    }
+    give_up_session();
     return IndexConnectionLost(fmt::format("{}: the connection to the index was lost: {}", shown_, one_line(what)));
   }
 
@@ -543,6 +782,8 @@ class PostgresConnection final : public Connection {
   SessionLimits limits_;
   bool in_transaction_ = false;
   double statement_seconds_ = 0;  // the session's statement_timeout (0: none)
+  double idle_seconds_ = 0;       // its idle_in_transaction_session_timeout (0: none)
+  std::optional<Session> session_;
   int changes_ = 0;
 };
 
