@@ -48,7 +48,8 @@ std::string checkpoint_path(int64_t step);
 // manifest.json ({"step", "files": [{name, bytes, sha256}], plus `manifest_extra`}), fsyncs the directory,
 // then renames it to checkpoints/step-<N> (an existing one of that step is replaced only now) and fsyncs
 // the parent. The caller records the result in the index after this returns. `before_publish`, when given, runs just
-// before the rename (a sweep trial's process checks there that its trial is still its own: index/trial_fence.h).
+// before the rename (the process checks there that the run, and its sweep trial, are still its own:
+// index/writer_fence.h).
 WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
                                    const std::vector<CheckpointFileContent>& files,
                                    const nlohmann::json& manifest_extra = nlohmann::json::object(),

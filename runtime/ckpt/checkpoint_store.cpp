@@ -10,7 +10,7 @@
 #include "runtime/core/clock.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
-#include "runtime/index/trial_fence.h"
+#include "runtime/index/writer_fence.h"
 
 namespace runner::ckpt {
 namespace {
@@ -67,6 +67,7 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
   try {
     if (request.wait_ready) request.wait_ready();
     index::Database db = index::open_index_for_writing(index_);
+    index::check_write_access(db);  // no files into the folder of a run resumed elsewhere; again before the rename
     const WrittenCheckpoint written = write_checkpoint(run_dir_, request.step, request.files, request.manifest_extra,
                                                        [&] { index::check_write_access(db); });
     report.bytes = written.bytes;

@@ -13,9 +13,9 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInterrupted = 130;  // Ctrl-C; other signals give 128 + their number
 // The run failed after a write failed for want of space (core::storage_was_full): EX_TEMPFAIL, to be tried again.
 inline constexpr int kExitStorageFull = 75;
-// The sweep trial this process ran was taken over by another worker while this one was silent (index/trial_fence.h):
-// the process ended without writing anything more.
-inline constexpr int kExitTrialTakenOver = 76;
+// The run this process wrote was resumed by another process, or the sweep trial it ran was taken over by another
+// worker, while this one was silent (index/writer_fence.h): the process ended without writing anything more.
+inline constexpr int kExitTakenOver = 76;
 
 // 130 for SIGINT, 128 + the number for SIGTERM (143), SIGHUP (129), SIGUSR1 (138).
 inline int exit_status_for_signal(int signal_number) { return 128 + signal_number; }

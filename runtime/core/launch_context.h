@@ -41,7 +41,7 @@ struct LaunchContext {
   std::optional<std::int64_t> sweep;  // RUNNER_SWEEP: the sweep this process runs a trial of
   std::optional<std::int64_t> trial;  // RUNNER_TRIAL
   std::optional<std::int64_t> trial_generation;  // RUNNER_TRIAL_GENERATION: the claim of the trial this process runs
-                                                 // (index/trial_fence.h: its writes stop once the trial is taken over)
+                                                 // (index/writer_fence.h: its writes stop once the trial is taken over)
   std::optional<SweepPause> sweep_pause;         // RUNNER_SWEEP_PAUSE=metric@step
   int cores = 0;                // RUNNER_CORES: the CPU cores this process may use (0: all of the host's)
   int slurm_cpus = 0;           // SLURM_CPUS_ON_NODE: the CPUs of this node in the Slurm allocation (0: none)

@@ -151,7 +151,7 @@ class Database {
   const char* lock_rows() const;
 
   // A check run at the start of every write transaction on this connection, once it holds its locks, before its
-  // body (index/trial_fence.h installs one in a sweep trial's process). What it throws ends the transaction.
+  // body (index/writer_fence.h installs the process's fence). What it throws ends the transaction.
   void set_write_check(std::function<void(Database&)> check) { write_check_ = std::move(check); }
   void run_write_check() {
     if (write_check_) write_check_(*this);

@@ -13,7 +13,7 @@
 
 #include "runtime/core/launch_context.h"
 #include "runtime/index/connection.h"
-#include "runtime/index/trial_fence.h"
+#include "runtime/index/writer_fence.h"
 
 namespace runner::index {
 namespace {
@@ -464,7 +464,7 @@ CREATE TABLE run_tags (
 );
 CREATE INDEX run_tags_by_tag ON run_tags (tag);
 )sql"},
-    // Fencing of sweep trials (index/trial_fence.h): each claim or takeover of a trial gives it a new generation,
+    // Fencing of sweep trials (index/writer_fence.h): each claim or takeover of a trial gives it a new generation,
     // which the trial's process checks in every write transaction.
     {11, R"sql(
 ALTER TABLE trials ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;

@@ -95,6 +95,7 @@ RunContext::RunContext(const RunStart& start, Database db)
   std::optional<RunRecord> before;
   if (resumed_) before = load_run(db_, *start.resume);
   record_ = resumed_ ? reopen_run(db_, *start.resume, start.run) : create_run(db_, start.run, index_.home);
+  held_attempt_.emplace(db_, RunFence{record_.run, record_.name, record_.attempts});
   directory_ = index_.home + "/" + record_.dir;
   seed_ = start.run.seed.value_or(record_.seed.value_or(0));
   try {
@@ -232,6 +233,7 @@ std::string RunContext::save_images(const std::string& name, int64_t step, const
   const std::string path = directory_ + "/" + relative;
   if (follower_) return path;
   recorded_ = true;
+  check_write_access(db_);  // nothing into the run folder of a run resumed elsewhere
   image::save_grid(path, images, options);
   struct stat info {};
   ::stat(path.c_str(), &info);
@@ -311,6 +313,7 @@ void RunContext::finish(const std::string& status, const std::optional<std::stri
       break;
     }
   }
+  held_attempt_.reset();
   if (!lost.empty()) throw index::IndexError(lost);
 }
 
@@ -323,6 +326,10 @@ std::optional<std::string> RunContext::withdraw() {
   const std::string why = "stopped on a usage error before its first step";
   try {
     writer_->close();
+    // The fence is checked once more, then let go: taking the attempt back changes what it compares (or deletes the
+    // run), and a retry of that after a lost answer would take this process for one whose run was resumed elsewhere.
+    check_write_access(db_);
+    held_attempt_.reset();
     if (!resumed_) {
       core::detach_log_file();
       remove_run(db_, index_.home, record_);
@@ -342,6 +349,7 @@ std::optional<std::string> RunContext::withdraw() {
       return fmt::format("run {} is left as it was in the index, but its files are not: {}", name, error.what());
     core::log(core::LogLevel::warn,
               fmt::format("run {}: the attempt that {} could not be taken back: {}", name, why, error.what()));
+    held_attempt_.emplace(db_, RunFence{record_.run, record_.name, record_.attempts});  // the run stays open
     return std::nullopt;
   }
 }

@@ -16,6 +16,7 @@
 #include "runtime/index/metric_writer.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
+#include "runtime/index/writer_fence.h"
 #include "runtime/run/system_metrics.h"
 
 namespace runner::run {
@@ -114,6 +115,9 @@ class RunContext {
   index::Database db_;
   std::string directory_;
   index::RunRecord record_;
+  // This process writes the run as the attempt it started or resumed, until its end is recorded: a resume by another
+  // process (this one silent past the staleness limit) ends this one at its next write (index/writer_fence.h).
+  std::optional<index::HeldAttempt> held_attempt_;
   std::optional<index::RunRecord> fork_;
   std::unique_ptr<index::MetricWriter> writer_;
   std::unique_ptr<SystemMetrics> system_metrics_;  // logs through writer_: declared after it, so stopped first

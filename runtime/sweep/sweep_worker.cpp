@@ -34,7 +34,7 @@
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
-#include "runtime/index/trial_fence.h"
+#include "runtime/index/writer_fence.h"
 #include "runtime/sweep/host_leases.h"
 
 namespace runner::sweep {

@@ -33,7 +33,7 @@ struct TrialRecord {
   int retries = 0;   // times it was continued after a signal or a full disk ended it (this round: see out_of_space)
   double created_at = 0;
   std::optional<double> ended_at;
-  std::int64_t generation = 0;  // raised by each claim and takeover (index/trial_fence.h)
+  std::int64_t generation = 0;  // raised by each claim and takeover (index/writer_fence.h)
   // Its latest segment ended because a write failed for want of disk space (its run's exit status 75). Failed so,
   // it is continued by the next worker that starts (continue_out_of_space_trials), its retries from 0 again.
   bool out_of_space = false;
@@ -81,7 +81,7 @@ struct Claim {
 
 // In one transaction: trials of dead workers (worker_gone: their process on this host ended, or no heartbeat for
 // the sweep's takeover_after) become stopped, under a new generation (so their processes, should they resume, write
-// nothing more: index/trial_fence.h); then the first of: a stopped trial (whose run is not still running:
+// nothing more: index/writer_fence.h); then the first of: a stopped trial (whose run is not still running:
 // its process on this host, or on another a heartbeat within takeover_after; a run judged gone is marked
 // interrupted), a paused trial that ASHA promotes (highest rung first), a new trial (parameters from
 // the sweep's sampler), and once no trial runs and every trial has started, ASHA's last promotion: the best

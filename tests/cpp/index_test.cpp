@@ -31,7 +31,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/ckpt/checkpoint_store.h"
 #include "runtime/core/disk_usage.h"
+#include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
 #include "tests/cpp/temp_directory.h"
 #include "tests/cpp/test_index_location.h"
@@ -44,6 +46,7 @@
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
+#include "runtime/index/writer_fence.h"
 
 using namespace runner::index;
 using Catch::Contains;
@@ -797,6 +800,87 @@ INDEX_TEST_CASE("each start and resume is an attempt that keeps what it ran with
   CHECK(drop_latest_attempt(db, run.run, 3).attempts == 2);  // taken back already: nothing changes
   const RunRecord single = create_run(db, new_run(), tmp.path);
   CHECK_THAT(index_error([&] { drop_latest_attempt(db, single.run, 1); }), Contains("has no attempt before attempt 1"));
+}
+
+namespace {
+
+// The exit status of a child process that holds `fence` on the index at `home` and then writes through connections of
+// its own (`write`): 0 when the writes went through.
+int exit_status_holding(const std::string& home, const RunFence& fence, const std::function<void(Database&)>& write) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    try {
+      Database db = open_index_for_writing(runner::testing::index_at(home));
+      const HeldAttempt held(db, fence);
+      write(db);
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+INDEX_TEST_CASE("a run's writer holds its attempt: once the run is resumed elsewhere it stops without writing",
+                "[index]") {
+  TempHome tmp;
+  Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
+  const RunRecord run = create_run(db, new_run(), tmp.path);
+  const RunFence first{run.run, run.name, 1}, second{run.run, run.name, 2};
+  auto summary_from = [&](const RunFence& fence) {
+    return [&](Database& db) { merge_summary(db, run.run, {{"from_attempt", fence.attempt}}); };
+  };
+  const std::string run_dir = tmp.path + "/" + run.dir;
+  fs::create_directories(run_dir);
+  const std::vector<runner::ckpt::CheckpointFileContent> files = {{"model.safetensors", {{"w", at::ones({4})}}, {}}};
+  auto checkpoint = [&](Database&) {
+    runner::ckpt::CheckpointSaver saver(runner::testing::index_at(tmp.path), run.run, run_dir, {});
+    saver.submit({10, files});
+    saver.wait();
+  };
+  with_transaction(db, [&] { CHECK_FALSE(run_resumed_elsewhere(db, first).has_value()); });
+  CHECK(exit_status_holding(tmp.path, first, summary_from(first)) == 0);
+  CHECK(load_run(db, run.run).summary == nlohmann::json({{"from_attempt", 1}}));
+
+  // Resumed by another process (this test's, from this host): attempt 2 is the run's writer now.
+  finish_run(db, run.run, "interrupted", std::nullopt);
+  reopen_run(db, run.run, new_run());
+  with_transaction(db, [&] {
+    CHECK(run_resumed_elsewhere(db, first) ==
+          "run foo-1 was resumed by host " + host_name() +
+              " (attempt 2, this process has attempt 1); this process stops without writing");
+    CHECK_FALSE(run_resumed_elsewhere(db, second).has_value());
+  });
+  CHECK(exit_status_holding(tmp.path, first, summary_from(first)) == runner::core::kExitTakenOver);
+  CHECK(load_run(db, run.run).summary == nlohmann::json({{"from_attempt", 1}}));
+  // A checkpoint of attempt 1 leaves nothing in the run folder, not even its partial directory.
+  CHECK(exit_status_holding(tmp.path, first, checkpoint) == runner::core::kExitTakenOver);
+  CHECK_FALSE(exists(run_dir + "/checkpoints"));
+  CHECK(count_for_run(db, "checkpoints", run.run) == 0);
+  CHECK(exit_status_holding(tmp.path, second, summary_from(second)) == 0);
+  CHECK(load_run(db, run.run).summary == nlohmann::json({{"from_attempt", 2}}));
+  CHECK(exit_status_holding(tmp.path, second, checkpoint) == 0);
+  CHECK(exists(run_dir + "/checkpoints/step-0000010/model.safetensors"));
+  CHECK(count_for_run(db, "checkpoints", run.run) == 1);
+  if (db.backend() == Backend::sqlite) {  // an attempt held on another index (another home's) fences nothing here
+    TempHome elsewhere;
+    Database other = open_index_for_writing(runner::testing::index_at(elsewhere.path));
+    const HeldAttempt held(other, first);
+    merge_summary(db, run.run, {{"unfenced", true}});
+  }
+
+  finish_run(db, run.run, "finished", std::nullopt);
+  remove_run(db, tmp.path, load_run(db, run.run));
+  with_transaction(db, [&] {
+    CHECK(run_resumed_elsewhere(db, first) ==
+          "run foo-1 is no longer in the index; this process stops without writing");
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------
