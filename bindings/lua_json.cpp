@@ -13,7 +13,7 @@ namespace runner::bindings {
 
 // Lua values as JSON: numbers (integral ones as integers), strings, booleans, arrays and string-keyed tables;
 // one-element tensors as numbers.
-nlohmann::json to_json(lua_State* L, int index, const std::string& where, int depth) {
+nlohmann::json to_json(lua_State* L, int index, const std::string& where, int depth, TextCheck text_check) {
   if (index < 0 && index > LUA_REGISTRYINDEX) index = lua_gettop(L) + index + 1;
   if (depth > 20) throw std::invalid_argument(where + ": nested too deeply");
   switch (lua_type(L, index)) {
@@ -27,7 +27,7 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
     case LUA_TSTRING: {
       size_t length = 0;
       const char* text = lua_tolstring(L, index, &length);
-      core::require_utf8(std::string_view(text, length), where);
+      if (text_check == TextCheck::utf8) core::require_utf8(std::string_view(text, length), where);
       return std::string(text, length);
     }
     case LUA_TBOOLEAN:
@@ -44,7 +44,7 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
         nlohmann::json array = nlohmann::json::array();
         for (size_t i = 1; i <= length; ++i) {
           lua_rawgeti(L, index, static_cast<int>(i));
-          array.push_back(to_json(L, -1, fmt::format("{}[{}]", where, i), depth + 1));
+          array.push_back(to_json(L, -1, fmt::format("{}[{}]", where, i), depth + 1, text_check));
           lua_pop(L, 1);
         }
         return array;
@@ -59,8 +59,8 @@ nlohmann::json to_json(lua_State* L, int index, const std::string& where, int de
         size_t length = 0;
         const char* text = lua_tolstring(L, -2, &length);
         const std::string key(text, length);
-        core::require_utf8(key, where + ": the key");
-        object[key] = to_json(L, -1, where + "." + key, depth + 1);
+        if (text_check == TextCheck::utf8) core::require_utf8(key, where + ": the key");
+        object[key] = to_json(L, -1, where + "." + key, depth + 1, text_check);
         lua_pop(L, 1);
       }
       return object;

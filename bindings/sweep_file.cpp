@@ -44,7 +44,7 @@ std::variant<nlohmann::json, int> read_sweep_file(const std::string& path) {
   lua_pop(L, 1);
   nlohmann::json definition;
   try {
-    definition = to_json(L, -1, "the sweep");
+    definition = to_json(L, -1, "the sweep", 0, TextCheck::later);  // sweep_spec names the line of bad text
   } catch (const std::invalid_argument& error) {
     throw sweep::SweepError(fmt::format("{}: {}", where, error.what()));
   }
