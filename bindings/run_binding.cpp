@@ -438,6 +438,7 @@ int run_restore(lua_State* L) {
   if (box.attach) {
     RunBox* at = &box;
     box.training->set_attach_waiting([at] {
+      if (!at->attach) return false;  // closed with the run's end
       if (!at->attach_request) at->attach_request = at->attach->poll();
       return at->attach_request.has_value();
     });
