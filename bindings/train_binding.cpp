@@ -203,6 +203,12 @@ const OptionTable<TrainerOptions> kTrainerOptions(
                                     [](lua_State* L, const char*, TrainerOptions& o) {
                                       o.step.scaler = kScalerOptions.read(L, lua_gettop(L));
                                     }),
+        option_with<TrainerOptions>("shard",
+                                    [](lua_State* L, const char* key, TrainerOptions& o) {
+                                      std::string name;
+                                      read_option_value(L, key, name);
+                                      o.step.shard = dist::parse_shard_mode(name);
+                                    }),
         option_with<TrainerOptions>("data_parallel",
                                     [](lua_State* L, const char*, TrainerOptions& o) {
                                       o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
@@ -516,10 +522,9 @@ int trainer_describe_schedule(lua_State* L) {
 int trainer_copy_ema(lua_State* L) {
   train::Trainer& trainer = check_trainer(L, 1);
   const std::int64_t index = check_integer(L, 2);
-  auto& emas = trainer.emas();
-  if (index < 1 || index > static_cast<std::int64_t>(emas.size()))
-    throw std::invalid_argument(fmt::format("the trainer has {} EMA averages, not {}", emas.size(), index));
-  emas[static_cast<std::size_t>(index - 1)].copy_to(check_tensor_list(L, 3), check_tensor_list(L, 4));
+  if (index < 1 || index > static_cast<std::int64_t>(trainer.emas().size()))
+    throw std::invalid_argument(fmt::format("the trainer has {} EMA averages, not {}", trainer.emas().size(), index));
+  trainer.copy_ema(static_cast<std::size_t>(index - 1), check_tensor_list(L, 3), check_tensor_list(L, 4));
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "runtime/core/shape_text.h"
+#include "runtime/dist/parameter_shards.h"
 
 namespace runner::dist {
 
@@ -163,21 +164,7 @@ at::Tensor GradientAverager::mean(const at::Tensor& scalar) {
   return one[0].reshape({});
 }
 
-void GradientAverager::check_in_step(std::int64_t step) {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> sums;
-  for (const at::Tensor& p : parameters_) sums.push_back(p.detach().sum(at::kDouble));
-  const at::Tensor checksum = sums.empty() ? at::zeros({1}, at::kDouble) : at::stack(sums).sum().reshape({1});
-  std::vector<at::Tensor> high{checksum.clone()}, low{checksum.clone()};
-  group_.all_reduce(high, ReduceOp::max);
-  group_.all_reduce(low, ReduceOp::min);
-  const double mine = checksum.item<double>(), top = high[0].item<double>(), bottom = low[0].item<double>();
-  if (top != bottom)
-    throw std::runtime_error(fmt::format(
-        "the ranks' weights differ after step {} (parameter checksums from {:.17g} to {:.17g}; rank {} has {:.17g}): "
-        "something made a rank train differently (a rank-dependent model change, or a step skipped on one rank)",
-        step, bottom, top, group_.rank(), mine));
-}
+void GradientAverager::check_in_step(std::int64_t step) { check_ranks_agree(group_, parameters_, step); }
 
 void broadcast_from_rank0(ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
   at::NoGradGuard no_grad;

@@ -211,6 +211,21 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   return output[0];
 }
 
+void ProcessGroup::all_gather_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+  c10d::AllgatherOptions options;
+  options.timeout = backends_->timeout;
+  at::Tensor source = input.contiguous().view({-1});
+  PendingCollective(backends_->backend_for(input)._allgather_base(output, source, options), what).wait();
+}
+
+void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.timeout = backends_->timeout;
+  at::Tensor source = input.contiguous().view({-1});
+  PendingCollective(backends_->backend_for(input)._reduce_scatter_base(output, source, options), what).wait();
+}
+
 void ProcessGroup::barrier() {
   c10d::BarrierOptions options;
   options.timeout = backends_->timeout;

@@ -66,7 +66,14 @@ nlohmann::json parse_metadata(const ckpt::SafetensorsContents& file, const std::
 
 }  // namespace
 
-TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
+FullTrainerState full_trainer_state(train::Trainer& trainer) {
+  FullTrainerState state;
+  state.optimizer = trainer.full_optimizer_state();
+  for (std::size_t e = 0; e < trainer.emas().size(); ++e) state.ema_shadows.push_back(trainer.full_ema_shadow(e));
+  return state;
+}
+
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& full, const data::Loader* loader,
                                    const nlohmann::json& named_state,
                                    const std::vector<train::NamedTensorList>& rank_rng_states) {
   const train::TrainerModel& model = trainer.model();
@@ -76,7 +83,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   const auto& emas = trainer.emas();
   for (std::size_t e = 0; e < emas.size(); ++e) {
     NamedTensorList averaged;
-    const auto& shadow = emas[e].shadow();
+    const auto& shadow = full.ema_shadows.at(e);
     const auto& shadow_buffers = emas[e].shadow_buffers();
     for (std::size_t i = 0; i < shadow.size(); ++i) averaged.emplace_back(model.parameters[i].first, shadow[i]);
     for (std::size_t i = 0; i < shadow_buffers.size(); ++i)
@@ -88,7 +95,7 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
 
   files.push_back(
       {"optimizer.safetensors",
-       host_copies(trainer.optimizer().state_tensors()),
+       host_copies(full.optimizer),
        {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}});
 
   NamedTensorList trainer_tensors = rank_rng_states.empty() ? train::capture_rng_states() : rank_rng_states.front();
@@ -105,6 +112,8 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
                           {"precision", train::precision_name(trainer.precision())},
                           {"accumulate", trainer.step_options().accumulate},
                           {"world_size", std::max<std::size_t>(1, rank_rng_states.size())},
+                          {"shard", dist::shard_mode_name(trainer.shards() ? trainer.shards()->mode()
+                                                                           : dist::ShardMode::none)},
                           {"schedule", trainer.schedule().state()},
                           {"emas", nlohmann::json::array()},
                           {"extra", extra}};
@@ -177,19 +186,23 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   // Optimizer and EMA loads validate before they change anything; the model's tensors were checked above.
   train::Optimizer& optimizer = trainer.optimizer();
   optimizer.load_hyperparameters(optimizer_hyperparameters);
-  optimizer.load_state_tensors(as_list(optimizer_file));
+  optimizer.load_state_tensors(trainer.local_optimizer_state(as_list(optimizer_file)));
   for (std::size_t e = 0; e < emas.size(); ++e) {
     NamedTensorList named;
     std::map<std::string, std::string> slot;
-    for (std::size_t i = 0; i < model.parameters.size(); ++i)
+    std::map<std::string, std::size_t> parameter;
+    for (std::size_t i = 0; i < model.parameters.size(); ++i) {
       slot[model.parameters[i].first] = fmt::format("param{}", i);
+      parameter[model.parameters[i].first] = i;
+    }
     for (std::size_t i = 0; i < model.buffers.size(); ++i) slot[model.buffers[i].first] = fmt::format("buffer{}", i);
     for (const auto& t : ema_files[e].tensors) {
       auto it = slot.find(t.name);
       if (it == slot.end())
         throw std::invalid_argument(
             fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas.size()), t.name));
-      named.emplace_back(it->second, t.tensor);
+      auto p = parameter.find(t.name);
+      named.emplace_back(it->second, p == parameter.end() ? t.tensor : trainer.local_ema_weight(p->second, t.tensor));
     }
     emas[e].load_state_tensors(named);
     emas[e].load_hyperparameters(state["emas"][e]);

@@ -29,9 +29,18 @@ struct TrainingSnapshot {
   std::function<void()> wait_ready;
 };
 
-// `loader` may be null; `named_state` is a JSON object (name -> state) or null. `rank_rng_states`: in a
+// The optimizer state and EMA shadows a checkpoint saves, as unsharded training holds them
+// (Trainer::full_optimizer_state, full_ema_shadow): under sharded data parallel a collective, which every rank runs
+// before rank 0 takes the snapshot.
+struct FullTrainerState {
+  train::NamedTensorList optimizer;
+  std::vector<std::vector<at::Tensor>> ema_shadows;
+};
+FullTrainerState full_trainer_state(train::Trainer& trainer);
+
+// `state`: full_trainer_state(trainer). `loader` may be null; `named_state` is a JSON object (name -> state) or null. `rank_rng_states`: in a
 // data-parallel job, every rank's capture_rng_states() in rank order; empty: this process's.
-TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& state, const data::Loader* loader,
                                    const nlohmann::json& named_state,
                                    const std::vector<train::NamedTensorList>& rank_rng_states = {});
 
@@ -43,7 +52,8 @@ struct RestoredTraining {
 
 // Reads the files of `checkpoint_dir`, checks everything against the trainer (a different model, optimizer
 // or number of EMAs is std::invalid_argument naming the file and what differs) and only then restores the
-// trainer: weights, EMAs, optimizer state and hyperparameters, loss scale, counters, schedule and every RNG
+// trainer: weights, EMAs, optimizer state and hyperparameters (a sharded trainer takes its rows of them, whatever the
+// world size or sharding that saved them), loss scale, counters, schedule and every RNG
 // stream. The loader is left to the caller (it needs the same setup; data::Loader::restore checks that).
 // Rank `rank` of `world_size` restores its own RNG streams; at another world size than the checkpoint's, a
 // rank without saved streams keeps its own, and a warning says that they cannot continue exactly.

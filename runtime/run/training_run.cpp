@@ -120,6 +120,8 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
     for (const std::string& bytes :
          trainer_->process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
       rank_rng_states.push_back(train::decode_rng_states(bytes));
+  // Sharded: every rank takes part in gathering the state rank 0 saves.
+  const FullTrainerState full = full_trainer_state(*trainer_);
   if (run_.follower()) return 0.0;
   report_saves(false);
   if (last_checkpoint_step_ == run_.step() && !request.value) {
@@ -130,7 +132,7 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
   const double start = core::steady_seconds();
   saver_->wait();
   const nlohmann::json named_state = named_state_ ? named_state_() : nlohmann::json::object();
-  TrainingSnapshot snapshot = snapshot_training(*trainer_, loader_.get(), named_state, rank_rng_states);
+  TrainingSnapshot snapshot = snapshot_training(*trainer_, full, loader_.get(), named_state, rank_rng_states);
   ckpt::SaveRequest save;
   save.step = run_.step();
   save.files = std::move(snapshot.files);

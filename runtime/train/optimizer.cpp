@@ -135,6 +135,24 @@ Optimizer::Optimizer(OptimizerKind kind, std::vector<ParamGroup> groups, Optimiz
   lr_tensors_.resize(groups_.size());
 }
 
+void Optimizer::replace_params(const std::function<at::Tensor(std::size_t group, std::size_t param)>& replacement) {
+  for (const auto& group : state_)
+    for (const ParamState& state : group)
+      if (state.exp_avg.defined() || state.momentum_buffer.defined() || state.step.defined())
+        throw std::logic_error("the optimizer's parameters can only be replaced before its first step");
+  std::vector<ParamGroup> groups = groups_;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::size_t p = 0; p < groups[g].params.size(); ++p) {
+      at::Tensor next = replacement(g, p);
+      const at::Tensor& current = groups[g].params[p];
+      if (!next.defined() || next.scalar_type() != current.scalar_type() || next.device() != current.device())
+        throw std::invalid_argument(fmt::format(
+            "optimizer group {}: parameter {}'s replacement must have its dtype and device", g + 1, p + 1));
+      groups[g].params[p] = std::move(next);
+    }
+  groups_ = std::move(groups);
+}
+
 bool Optimizer::use_fused(const at::Tensor& param) const {
   switch (implementation_) {
     case OptimizerImplementation::foreach:

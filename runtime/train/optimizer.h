@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +100,11 @@ class Optimizer {
   void step(const at::Tensor& found_inf = at::Tensor());
   // Sets every parameter's grad to an undefined tensor (set_to_none), or to zeros in place.
   void zero_grad(bool set_to_none = true);
+
+  // Steps `replacement(param)` in place of each parameter from now on (sharded data parallel: the rank's rows of
+  // it, a tensor of the same dtype and device that shares its storage). Only before any state exists:
+  // std::logic_error otherwise, std::invalid_argument for a replacement of another dtype or device.
+  void replace_params(const std::function<at::Tensor(std::size_t group, std::size_t param)>& replacement);
 
   // Whether step() is capturable (every parameter takes the fused path), as described above.
   bool capturable() const;

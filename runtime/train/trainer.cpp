@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -202,6 +203,7 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   const std::vector<ParamGroup>& groups = optimizer_->groups();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     base_lrs_.push_back(groups[g].lr);
+    group_start_.push_back(trainable_.size());
     for (const auto& p : groups[g].params) {
       auto it = names.find(p.unsafeGetTensorImpl());
       if (it == names.end())
@@ -220,6 +222,20 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     state.insert(state.end(), buffers.begin(), buffers.end());
     dist::broadcast_from_rank0(*group_, state);
   }
+  if (group_ && options_.shard != dist::ShardMode::none) {
+    // Sharded: the optimizer steps and the EMAs average each rank's rows of the trainable parameters.
+    shards_ = std::make_unique<dist::ParameterShards>(*group_, trainable_, options_.shard);
+    optimizer_->replace_params(
+        [this](std::size_t g, std::size_t p) { return shards_->local().at(group_start_.at(g) + p); });
+    std::map<const void*, std::int64_t> trainable_index;
+    for (std::size_t k = 0; k < trainable_.size(); ++k)
+      trainable_index[trainable_[k].second.unsafeGetTensorImpl()] = static_cast<std::int64_t>(k);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      auto it = trainable_index.find(params[i].unsafeGetTensorImpl());
+      sharded_index_.push_back(it == trainable_index.end() ? -1 : it->second);
+      if (it != trainable_index.end()) params[i] = shards_->local()[static_cast<std::size_t>(it->second)];
+    }
+  }
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
   if (const auto dtype = autocast_dtype(precision_); dtype && options_.cast_weights_once) {
@@ -230,7 +246,7 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   skipped_ = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (options_.on_nonfinite == NonFinitePolicy::stop)
     stop_latch_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  if (group_) {
+  if (group_ && !shards_) {
     // Data parallel: every rank averages its gradients with the others'.
     std::vector<at::Tensor> trainable;
     for (const auto& [name, p] : trainable_) trainable.push_back(p);
@@ -243,12 +259,21 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
 Trainer::~Trainer() = default;
 
 at::Tensor Trainer::global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor) const {
+  if (shards_) {  // the norm of every rank's rows: the square root of the sum of the ranks' squared norms
+    const at::Tensor mine = grads.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_))
+                                          : total_norm(grads, 2.0, per_tensor).to(at::kDouble);
+    return shards_->sum(mine * mine).sqrt().to(at::kFloat);
+  }
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   return total_norm(grads, 2.0, per_tensor).to(at::kFloat);
 }
 
 std::vector<at::Tensor> Trainer::trainable_grads() const {
   std::vector<at::Tensor> grads;
+  if (shards_) {
+    for (const at::Tensor& share : shards_->local()) grads.push_back(share.grad());
+    return grads;
+  }
   for (const auto& [name, p] : trainable_)
     if (p.grad().defined()) grads.push_back(p.grad());
   return grads;
@@ -349,7 +374,9 @@ double Trainer::write_step_scalars() {
 
 Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std::function<void(int)>& mark) {
   // Data parallel: the gradients are views of the averager's buckets, zeroed in place (set_to_none would drop them).
-  if (gradients_)
+  if (shards_)
+    shards_->start_step();
+  else if (gradients_)
     gradients_->start_step();
   else
     optimizer_->zero_grad();
@@ -386,6 +413,10 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
     gradients_->average();
     loss_mean = gradients_->mean(loss_mean);
   }
+  if (shards_) {
+    shards_->reduce_gradients();
+    loss_mean = shards_->mean(loss_mean);
+  }
   mark(1);
 
   at::NoGradGuard no_grad;
@@ -396,6 +427,10 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
   std::vector<at::Tensor> grad_norms;
   if (scaler_) {
     const at::Tensor found_inf = scaler_->unscale(grads);
+    if (shards_) {  // an overflow in any rank's rows skips the step on every rank
+      std::vector<at::Tensor> any{found_inf};
+      shards_->process_group().all_reduce(any, dist::ReduceOp::max);
+    }
     grad_norm = global_norm(grads, &grad_norms);
     found = at::maximum(found_inf, loss_bad);
     found_inf.copy_(found);
@@ -413,13 +448,23 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
   }
   if (options_.clip) clip_by_norm(grads, *options_.clip, grad_norm);
   optimizer_->step(skip);
+  if (shards_) shards_->gather_parameters();
   skipped_.add_(skip.reshape({}).to(at::kLong));
   if (scaler_) scaler_->update(found);
   mark(2);
 
   const std::int64_t next = step_ + 1;
   for (std::size_t e = 0; e < emas_.size(); ++e) emas_[e].update(next, step_scalars_.element(base_lrs_.size() + e));
-  if (gradients_ && (next == 1 || next % kRankCheckEvery == 0)) gradients_->check_in_step(next);
+  if (group_ && (next == 1 || next % kRankCheckEvery == 0)) {
+    ++step_;  // checked as the step it is
+    try {
+      check_ranks_agree();
+    } catch (...) {
+      --step_;
+      throw;
+    }
+    --step_;
+  }
   mark(3);
   return DeviceStep{loss_mean, grad_norm, std::move(micro_losses), std::move(grad_norms)};
 }
@@ -453,6 +498,17 @@ void Trainer::begin_step(std::optional<std::int64_t> batch_size, double batch_wa
   if (group_ && !announced_ && group_->rank() == 0) {
     announced_ = true;
     const int ranks = group_->size();
+    if (shards_) {
+      const StateBytes bytes = state_bytes();
+      core::log(core::LogLevel::info,
+                fmt::format("sharded data parallel: shard = \"{}\" ({}), model state per rank {:.1f} MB (weights "
+                            "{:.1f}, gradients {:.1f}, optimizer {:.1f}, EMA {:.1f})",
+                            dist::shard_mode_name(shards_->mode()),
+                            shards_->mode() == dist::ShardMode::optimizer ? "ZeRO-1" : "ZeRO-2",
+                            static_cast<double>(bytes.weights + bytes.gradients + bytes.optimizer + bytes.ema) / 1e6,
+                            static_cast<double>(bytes.weights) / 1e6, static_cast<double>(bytes.gradients) / 1e6,
+                            static_cast<double>(bytes.optimizer) / 1e6, static_cast<double>(bytes.ema) / 1e6));
+    }
     if (!batch_size) {
       core::log(core::LogLevel::info, fmt::format("data parallel: {} ranks", ranks));
     } else {
@@ -542,6 +598,7 @@ std::optional<std::string> Trainer::device_graph_blocker() const {
     return fmt::format("CUDA graphs need a CUDA device; the model is on {}", core::device_name(device_));
   if (!cuda_graphs_built()) return std::string("this build of runner has no CUDA");
   if (gradients_) return std::string("the gradient averaging of data parallel over several ranks is not captured");
+  if (shards_) return std::string("the reduce-scatter and all-gather of sharded data parallel are not captured");
   if (!optimizer_->capturable())
     return std::string(
         "the optimizer is not capturable (a parameter takes its foreach path: implementation = \"foreach\", or a "
@@ -647,6 +704,123 @@ std::string Trainer::nonfinite_report(const PendingStop& pending) const {
           : fmt::format("{}", fmt::join(gradients, ", ")) + (more ? fmt::format(" and {} more", more) : ""),
       list_nonfinite(model_.parameters),
       input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")), step_);
+}
+
+void Trainer::check_ranks_agree() {
+  if (!group_) return;
+  if (gradients_) {
+    gradients_->check_in_step(step_);
+    return;
+  }
+  std::vector<at::Tensor> weights;
+  for (const auto& [name, p] : trainable_) weights.push_back(p);
+  dist::check_ranks_agree(*group_, weights, step_);
+}
+
+namespace {
+
+// "group<G>.param<P>.<entry>" -> (G, P) for an entry shaped as the parameter; nullopt for another name and for the
+// step count, which is the same on every rank.
+std::optional<std::pair<std::size_t, std::size_t>> sharded_state_owner(const std::string& name) {
+  unsigned long g = 0, p = 0;
+  int consumed = 0;
+  if (std::sscanf(name.c_str(), "group%lu.param%lu.%n", &g, &p, &consumed) != 2 || consumed == 0) return std::nullopt;
+  if (name.substr(static_cast<std::size_t>(consumed)) == "step") return std::nullopt;
+  return std::make_pair(static_cast<std::size_t>(g), static_cast<std::size_t>(p));
+}
+
+}  // namespace
+
+NamedTensorList Trainer::full_optimizer_state() {
+  NamedTensorList state = optimizer_->state_tensors();
+  if (!shards_) return state;
+  for (auto& [name, tensor] : state) {
+    const auto owner = sharded_state_owner(name);
+    if (!owner) continue;
+    tensor = shards_->gather_one(group_start_.at(owner->first) + owner->second, tensor, "optimizer state all_gather");
+  }
+  return state;
+}
+
+std::vector<at::Tensor> Trainer::full_ema_shadow(std::size_t index) {
+  const std::vector<at::Tensor>& shadow = emas_.at(index).shadow();
+  std::vector<at::Tensor> full;
+  for (std::size_t i = 0; i < shadow.size(); ++i) {
+    const std::int64_t k = shards_ ? sharded_index_.at(i) : -1;
+    full.push_back(k < 0 ? shadow[i] : shards_->gather_one(static_cast<std::size_t>(k), shadow[i], "EMA all_gather"));
+  }
+  return full;
+}
+
+NamedTensorList Trainer::local_optimizer_state(const NamedTensorList& full) const {
+  if (!shards_) return full;
+  NamedTensorList local;
+  for (const auto& [name, tensor] : full) {
+    const auto owner = sharded_state_owner(name);
+    if (!owner || owner->first >= group_start_.size()) {
+      local.emplace_back(name, tensor);
+      continue;
+    }
+    const std::size_t k = group_start_[owner->first] + owner->second;
+    local.emplace_back(name, k < shards_->size() ? dist::rows_of(tensor, shards_->rows(k)) : tensor);
+  }
+  return local;
+}
+
+at::Tensor Trainer::local_ema_weight(std::size_t parameter, const at::Tensor& full) const {
+  if (!shards_ || parameter >= sharded_index_.size() || sharded_index_[parameter] < 0) return full;
+  return dist::rows_of(full, shards_->rows(static_cast<std::size_t>(sharded_index_[parameter])));
+}
+
+void Trainer::copy_ema(std::size_t index, std::vector<at::Tensor> params, std::vector<at::Tensor> buffers) {
+  if (index >= emas_.size())
+    throw std::invalid_argument(fmt::format("the trainer has {} EMA averages, not {}", emas_.size(), index + 1));
+  if (!shards_) {
+    emas_[index].copy_to(std::move(params), std::move(buffers));
+    return;
+  }
+  const std::vector<at::Tensor> shadow = full_ema_shadow(index);
+  if (params.size() != shadow.size())
+    throw std::invalid_argument(
+        fmt::format("the EMA holds {} parameters, {} were given to copy it into", shadow.size(), params.size()));
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < shadow.size(); ++i) {
+    if (!params[i].sizes().equals(shadow[i].sizes()))
+      throw std::invalid_argument(fmt::format("the EMA's parameter {} has shape {}, its target {}", i + 1,
+                                              core::shape_text(shadow[i].sizes()), core::shape_text(params[i].sizes())));
+    params[i].copy_(shadow[i]);
+  }
+  const std::vector<at::Tensor>& shadow_buffers = emas_[index].shadow_buffers();
+  if (!buffers.empty()) {
+    if (buffers.size() != shadow_buffers.size())
+      throw std::invalid_argument(fmt::format("the EMA holds {} buffers, {} were given to copy it into",
+                                              shadow_buffers.size(), buffers.size()));
+    for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(shadow_buffers[i]);
+  }
+}
+
+Trainer::StateBytes Trainer::state_bytes() const {
+  auto bytes_of = [](const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : std::int64_t{0};
+  };
+  StateBytes bytes;
+  for (const auto& [name, p] : model_.parameters) bytes.weights += bytes_of(p);
+  if (shards_) {
+    bytes.gradients = shards_->gradient_bytes();
+  } else {
+    for (const auto& [name, p] : trainable_) bytes.gradients += p.numel() * static_cast<std::int64_t>(p.element_size());
+  }
+  for (const auto& [name, t] : optimizer_->state_tensors()) bytes.optimizer += bytes_of(t);
+  if (optimizer_->state_tensors().empty()) {  // before the first step: what the state will hold
+    for (const ParamGroup& g : optimizer_->groups()) {
+      const std::int64_t per =
+          optimizer_->kind() == OptimizerKind::sgd ? (g.momentum != 0 ? 1 : 0) : (g.amsgrad ? 3 : 2);
+      for (const at::Tensor& p : g.params) bytes.optimizer += per * bytes_of(p);
+    }
+  }
+  for (const Ema& ema : emas_)
+    for (const at::Tensor& t : ema.shadow()) bytes.ema += bytes_of(t);
+  return bytes;
 }
 
 void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {

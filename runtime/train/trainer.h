@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/dist/gradient_averager.h"
+#include "runtime/dist/parameter_shards.h"
 #include "runtime/nn/weight_casts.h"
 #include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
@@ -58,6 +59,8 @@ struct StepOptions {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::skip;
   LossScalerOptions scaler;                      // fp16 only
   dist::GradientAveragingOptions data_parallel;  // with more than one rank
+  // With more than one rank: what each rank keeps only its share of (dist/parameter_shards.h).
+  dist::ShardMode shard = dist::ShardMode::none;
   GraphMode graph = GraphMode::off;
   // Under bf16 or fp16 autocast, the float32 trainable weights are cast once per step by one multi-tensor pass
   // and Linear layers multiply with those copies (nn/weight_casts.h), instead of autocast casting each weight at
@@ -173,11 +176,29 @@ class Trainer {
   // What the latest step read on the device: each group's scheduled learning rate (given to the optimizer with
   // set_lr(group, lr, element(group))), then each EMA's update weight 1 - decay; undefined before the first step.
   const DeviceScalars& step_scalars() const { return step_scalars_; }
-  // Data parallel: throws when the ranks' weights differ (dist::GradientAverager::check_in_step); nothing in
-  // a single process. Every rank must call it at the same step.
-  void check_ranks_agree() {
-    if (gradients_) gradients_->check_in_step(step_);
-  }
+  // Data parallel: throws when the ranks' weights differ (dist::check_ranks_agree); nothing in a single process.
+  // Every rank must call it at the same step.
+  void check_ranks_agree();
+
+  // Sharded data parallel (StepOptions::shard over several ranks): the rank's rows of each trainable parameter,
+  // which the optimizer steps and the EMAs average; nullptr otherwise.
+  const dist::ParameterShards* shards() const { return shards_.get(); }
+  // The optimizer's state tensors (Optimizer::state_tensors) and EMA `index`'s shadow weights (one per model
+  // parameter) as unsharded training holds them: with sharding gathered over the ranks, a collective that every
+  // rank calls; otherwise the tensors themselves.
+  NamedTensorList full_optimizer_state();
+  std::vector<at::Tensor> full_ema_shadow(std::size_t index);
+  // The inverse for a restore: full tensors as those give them, reduced to what this rank keeps (its rows of the
+  // sharded ones). The names and counts are checked by the optimizer's and the EMA's loads.
+  NamedTensorList local_optimizer_state(const NamedTensorList& full) const;
+  at::Tensor local_ema_weight(std::size_t parameter, const at::Tensor& full) const;
+  // Writes EMA `index` into `params` and `buffers` (Ema::copy_to), gathering a sharded one first (a collective).
+  void copy_ema(std::size_t index, std::vector<at::Tensor> params, std::vector<at::Tensor> buffers);
+  // Bytes this rank holds of the model state: weights, gradients, optimizer state and EMA shadows.
+  struct StateBytes {
+    std::int64_t weights = 0, gradients = 0, optimizer = 0, ema = 0;
+  };
+  StateBytes state_bytes() const;
   // on_nonfinite = "stop" is decided one step late, so that nothing waits for the device: a non-finite step
   // sets a latch on the device that skips its update and every later one; at the end of the next step (or
   // here) the latch is read on the host and the stop raised. Throws the NonFiniteError of a step whose latch
@@ -221,7 +242,12 @@ class Trainer {
   std::vector<Ema> emas_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<nn::WeightCasts> weight_casts_;      // cast_weights_once under autocast
-  std::unique_ptr<dist::GradientAverager> gradients_;  // data parallel (world size > 1)
+  std::unique_ptr<dist::GradientAverager> gradients_;  // data parallel (world size > 1), unsharded
+  std::unique_ptr<dist::ParameterShards> shards_;      // sharded data parallel
+  // Per model parameter: its index among the sharded (trainable) parameters, or -1 (kept whole by the EMAs).
+  std::vector<std::int64_t> sharded_index_;
+  // Per optimizer group: the index of its first parameter among the trainable ones.
+  std::vector<std::size_t> group_start_;
   StepOptions options_;
   c10::Device device_;
   Precision precision_;

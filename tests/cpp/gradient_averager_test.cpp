@@ -6,24 +6,17 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <exception>
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "runtime/core/launch_context.h"
 #include "runtime/dist/gradient_averager.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/train/trainer.h"
+#include "tests/cpp/thread_ranks.h"
 
 using runner::dist::GradientAverager;
 using runner::dist::GradientAveragingOptions;
@@ -33,19 +26,6 @@ namespace {
 constexpr int kRanks = 2;
 constexpr std::int64_t kBatch = 8;  // the global batch: rows [4r, 4r + 4) on rank r
 constexpr double kLearningRate = 0.1;
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    throw std::runtime_error("no free port");
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // A two-layer MLP, the same starting weights everywhere, and a parameter the loss never uses (its gradient
 // counts as zeros).
@@ -107,33 +87,8 @@ struct RankStep {
 // Called between micro-batches (micro > 0) and before a step's first one (micro == 0) to play a user's part.
 using Tamper = std::function<void(std::vector<at::Tensor>& parameters, int step, std::int64_t micro)>;
 
-// Runs `rank_main(group, rank)` on kRanks threads, each rank with its own Gloo group of the kRanks; rethrows the first
-// rank's error. The ranks are threads of one process here. c10d's flight recorder (on by default, a process-wide
-// singleton) adds a process group's status to a map outside its lock at the group's first collective, which the
-// groups then race on (a crash in 1 of 2 runs). A rank of a real job is a process of its own; this test records no
-// trace.
 void on_ranks(const std::function<void(runner::dist::ProcessGroup& group, int rank)>& rank_main) {
-  ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
-  const int port = free_port();
-  std::vector<std::exception_ptr> errors(kRanks);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < kRanks; ++rank)
-    ranks.emplace_back([&, rank] {
-      try {
-        runner::core::LaunchContext context;
-        context.rank = rank;
-        context.world_size = kRanks;
-        context.master_addr = "127.0.0.1";
-        context.master_port = port;
-        runner::dist::ProcessGroup group(context, at::kCPU, std::chrono::seconds(30));
-        rank_main(group, rank);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  for (std::thread& thread : ranks) thread.join();
-  for (const std::exception_ptr& error : errors)
-    if (error) std::rethrow_exception(error);
+  runner::test::on_ranks(kRanks, rank_main);
 }
 
 // Trains `steps` SGD steps on kRanks ranks as the trainer drives the averager; returns each rank's steps.

@@ -1,0 +1,111 @@
+// Sharded data parallel (ZeRO-1 and ZeRO-2): each trainable parameter split by rows over the ranks as torch.chunk
+// splits it, the optimizer state and the EMA kept for the rank's rows only, the gradients reduce-scattered to
+// the rank that updates them and the updated rows all-gathered back into every rank's full parameters.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/dist/process_group.h"
+
+namespace runner::dist {
+
+// What each rank keeps a share of. none: every rank holds everything (data parallel). optimizer (ZeRO-1): the
+// optimizer state and the EMA; gradients (ZeRO-2): those and the averaged gradients, the full gradients freed as
+// soon as they are reduced.
+enum class ShardMode { none, optimizer, gradients };
+// "none", "optimizer" or "gradients"; std::invalid_argument listing them otherwise.
+ShardMode parse_shard_mode(const std::string& name);
+std::string shard_mode_name(ShardMode mode);
+
+// Rows [begin, end) of a first dimension of `rows` that rank `rank` of `ranks` holds: torch.chunk's chunks of
+// ceil(rows / ranks) rows, so the last ranks may hold fewer rows or none. A 0-dim tensor counts as one row.
+struct RowRange {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+RowRange shard_rows(std::int64_t rows, int rank, int ranks);
+
+// The rows of `tensor` that `range` names: a view (of a 0-dim tensor: shape [1] or [0]).
+at::Tensor rows_of(const at::Tensor& tensor, RowRange range);
+
+// Parameters are sharded in groups, one collective each: the parameters under one numbered child of the model
+// (`blocks.3.*`, `down.1.*`: a DiT block, a UNet level) form a group, and the rest form the root group. In a group
+// every rank's share of each parameter is padded to the first rank's size, so rank r's shares are slice r of one
+// flat buffer of the group (the layout of the reduce-scatter's input and the all-gather's output).
+class ParameterShards {
+ public:
+  // `parameters` (by state-dict name) in the same order on every rank, holding the same values (rank 0's).
+  // Throws std::invalid_argument for mode none, parameters of several devices or dtypes in a group.
+  ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters, ShardMode mode);
+
+  ShardMode mode() const { return mode_; }
+  int rank() const { return group_.rank(); }
+  int ranks() const { return group_.size(); }
+  ProcessGroup& process_group() const { return group_; }
+  std::size_t size() const { return parameters_.size(); }
+  const std::string& name(std::size_t parameter) const { return parameters_.at(parameter).name; }
+  RowRange rows(std::size_t parameter) const { return parameters_.at(parameter).rows; }
+  // Per parameter, this rank's rows: a view of the parameter (0 rows where the rank has none), outside autograd's
+  // graph but marked as requiring grad as the parameter is, whose .grad is this rank's share of the averaged gradient once reduce_gradients() has run. The
+  // optimizer steps these; the EMA averages them.
+  const std::vector<at::Tensor>& local() const { return local_; }
+  std::size_t group_count() const { return groups_.size(); }
+  const std::string& group_name(std::size_t group) const { return groups_.at(group).name; }
+
+  // Called when a step starts: the full gradients zeroed (optimizer: in place; gradients: dropped, so the
+  // backward allocates them).
+  void start_step();
+  // After the step's last backward: each group's full gradients (a parameter without one counts as zeros) summed
+  // over the ranks by one reduce-scatter into this rank's share, which is then scaled to the mean. With
+  // gradients the full gradients are dropped.
+  void reduce_gradients();
+  // After the optimizer updated this rank's rows: each group's rows of every rank gathered by one all-gather into
+  // every rank's full parameters.
+  void gather_parameters();
+  // The full tensor from every rank's rows of it: `share` holds this rank's rows of a tensor shaped as parameter
+  // `parameter` (any dtype: its optimizer state, its EMA). An all-gather: every rank must call it with the same
+  // dtype.
+  at::Tensor gather_one(std::size_t parameter, const at::Tensor& share, const std::string& what);
+  // The sum over the ranks of a float scalar (the gradients' squared norms); the mean of a scalar (the loss).
+  at::Tensor sum(const at::Tensor& scalar);
+  at::Tensor mean(const at::Tensor& scalar);
+  // Bytes of this rank's model state: the full parameters, the full gradients kept between steps (optimizer
+  // mode) and the gradient shares, by what holds them.
+  std::int64_t parameter_bytes() const;
+  std::int64_t gradient_bytes() const;
+
+ private:
+  struct Parameter {
+    std::string name;
+    at::Tensor full;        // the model's parameter
+    RowRange rows;          // this rank's
+    std::int64_t row_numel = 1;
+    std::int64_t padded_rows = 0;  // ceil(rows / ranks): every rank's slot in the group's buffer
+    std::int64_t offset = 0;       // of the slot in the group's slice
+    std::size_t group = 0;
+  };
+  struct Group {
+    std::string name;
+    std::vector<std::size_t> parameters;
+    std::int64_t slice_numel = 0;  // one rank's padded shares
+    at::Tensor gradient_share;     // flat [slice_numel]: this rank's averaged gradients
+  };
+
+  ProcessGroup& group_;
+  ShardMode mode_;
+  std::vector<Parameter> parameters_;
+  std::vector<Group> groups_;
+  std::vector<at::Tensor> local_;
+};
+
+// Throws std::runtime_error naming `step` when the ranks' `tensors` differ (a float64 checksum compared over the
+// ranks): they apply the same averaged gradients, so their weights agree bit for bit.
+void check_ranks_agree(ProcessGroup& group, const std::vector<at::Tensor>& tensors, std::int64_t step);
+
+}  // namespace runner::dist

@@ -1,0 +1,227 @@
+// Tests of runtime/dist/parameter_shards through the trainer on 2 and 3 ranks over Gloo (threads, each its own
+// process group): each shard mode trains as unsharded data parallel does (weights, EMA, losses, gradient norms,
+// optimizer state), with uneven and empty shares, clipping and accumulation; gradients mode frees the full
+// gradients; the state a checkpoint saves and a restore's rows of it.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/dist/parameter_shards.h"
+#include "runtime/dist/process_group.h"
+#include "runtime/train/trainer.h"
+#include "tests/cpp/thread_ranks.h"
+
+using runner::dist::ShardMode;
+
+namespace {
+
+constexpr std::int64_t kBatch = 12;  // divisible by 2 and 3 ranks, and by 2 micro-batches on each
+
+struct Model {
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+  at::Tensor get(const std::string& name) const {
+    for (const auto& [n, t] : parameters)
+      if (n == name) return t;
+    throw std::logic_error(name);
+  }
+};
+
+// Two numbered blocks (two shard groups), a head of 2 rows (rank 2 of 3 holds none of it), a 0-dim scale and a
+// parameter the loss never uses (no gradient: zeros).
+Model make_model() {
+  const at::Tensor source = at::arange(1, 200, at::kFloat);
+  auto weights = [&](std::vector<std::int64_t> shape, double phase) {
+    std::int64_t numel = 1;
+    for (std::int64_t size : shape) numel *= size;
+    return at::sin(source.narrow(0, 0, numel) * 0.7 + phase).reshape(shape).mul(0.5).requires_grad_(true);
+  };
+  Model model;
+  model.parameters = {{"blocks.0.weight", weights({5, 4}, 0.1)}, {"blocks.0.bias", weights({5}, 0.2)},
+                      {"blocks.1.weight", weights({3, 5}, 0.3)}, {"blocks.1.bias", weights({3}, 0.4)},
+                      {"head.weight", weights({2, 3}, 0.5)},     {"scale", weights({}, 0.6)},
+                      {"unused", weights({4}, 0.7)}};
+  return model;
+}
+
+at::Tensor loss_of(const Model& m, std::int64_t first, std::int64_t count) {
+  static const at::Tensor x = at::cos(at::arange(kBatch * 4, at::kFloat) * 1.3).reshape({kBatch, 4});
+  static const at::Tensor y = at::sin(at::arange(kBatch * 2, at::kFloat) * 0.9).reshape({kBatch, 2});
+  at::Tensor h = at::relu(at::linear(x.narrow(0, first, count), m.get("blocks.0.weight"), m.get("blocks.0.bias")));
+  h = at::relu(at::linear(h, m.get("blocks.1.weight"), m.get("blocks.1.bias")));
+  return (at::linear(h, m.get("head.weight")) * m.get("scale") - y.narrow(0, first, count)).pow(2).mean();
+}
+
+struct Trained {
+  std::vector<at::Tensor> weights, ema;
+  std::vector<double> losses, norms;
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state;  // full, as a checkpoint saves it
+  std::vector<bool> full_gradient_kept;                              // after the last step, per parameter
+  runner::train::Trainer::StateBytes bytes;
+};
+
+struct Setup {
+  int ranks = 2;
+  ShardMode shard = ShardMode::none;
+  std::int64_t accumulate = 1;
+  std::optional<double> clip;
+  int steps = 10;
+};
+
+// Rank `rank`'s result of AdamW (weight decay) with an EMA over `setup.ranks` ranks.
+std::vector<Trained> train(const Setup& setup) {
+  std::vector<Trained> result(static_cast<std::size_t>(setup.ranks));
+  runner::test::on_ranks(setup.ranks, [&](runner::dist::ProcessGroup& group, int rank) {
+    Model model = make_model();
+    runner::train::TrainerModel trainer_model;
+    runner::train::ParamGroup adamw = runner::train::default_param_group(runner::train::OptimizerKind::adamw);
+    adamw.lr = 2e-2;
+    for (const auto& [name, p] : model.parameters) {
+      trainer_model.parameters.emplace_back(name, p);
+      adamw.params.push_back(p);
+    }
+    auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::adamw,
+                                                                std::vector<runner::train::ParamGroup>{adamw});
+    runner::train::StepOptions options;
+    options.amp = "fp32";
+    options.shard = setup.shard;
+    options.accumulate = setup.accumulate;
+    options.clip = setup.clip;
+    runner::train::EmaOptions ema;
+    ema.decay = 0.9;
+    runner::train::Trainer trainer(trainer_model, optimizer, {}, {ema}, options, at::kCPU, &group);
+    Trained& out = result[static_cast<std::size_t>(rank)];
+    const std::int64_t rows = kBatch / setup.ranks / setup.accumulate;
+    for (int step = 0; step < setup.steps; ++step) {
+      const runner::train::StepResult done = trainer.step([&](std::int64_t micro, std::int64_t) {
+        return loss_of(model, rank * kBatch / setup.ranks + micro * rows, rows);
+      });
+      out.losses.push_back(done.loss.item<double>());
+      out.norms.push_back(done.grad_norm.item<double>());
+    }
+    trainer.check_ranks_agree();
+    for (const auto& [name, p] : model.parameters) {
+      out.weights.push_back(p.detach().clone());
+      out.ema.push_back(at::zeros_like(p).detach());
+      out.full_gradient_kept.push_back(p.grad().defined());
+    }
+    trainer.copy_ema(0, out.ema, {});
+    out.optimizer_state = trainer.full_optimizer_state();
+    out.bytes = trainer.state_bytes();
+    // A restore gives each rank its rows of the full state back.
+    const auto local = trainer.local_optimizer_state(out.optimizer_state);
+    const auto own = optimizer->state_tensors();
+    if (local.size() != own.size()) throw std::logic_error("local_optimizer_state: another count");
+    for (std::size_t i = 0; i < own.size(); ++i)
+      if (local[i].first != own[i].first || !at::equal(local[i].second, own[i].second))
+        throw std::logic_error("local_optimizer_state: rank's rows differ for " + own[i].first);
+  });
+  return result;
+}
+
+// Equal within the tolerance of PyTorch's own FSDP2-versus-DDP tests (summation orders differ in the norm).
+void check_same_training(const std::vector<Trained>& sharded, const std::vector<Trained>& reference) {
+  for (std::size_t rank = 0; rank < sharded.size(); ++rank) {
+    const Trained& got = sharded[rank];
+    const Trained& want = reference[rank];
+    for (std::size_t i = 0; i < want.weights.size(); ++i) {
+      INFO("rank " << rank << ", parameter " << i);
+      CHECK(at::allclose(got.weights[i], want.weights[i], 1.3e-6, 1e-5));
+      CHECK(at::allclose(got.ema[i], want.ema[i], 1.3e-6, 1e-5));
+    }
+    for (std::size_t s = 0; s < want.losses.size(); ++s) {
+      INFO("rank " << rank << ", step " << s + 1);
+      CHECK(got.losses[s] == Approx(want.losses[s]).epsilon(1.3e-6).margin(1e-6));
+      CHECK(got.norms[s] == Approx(want.norms[s]).epsilon(1.3e-6).margin(1e-6));
+    }
+    REQUIRE(got.optimizer_state.size() == want.optimizer_state.size());
+    for (std::size_t i = 0; i < want.optimizer_state.size(); ++i) {
+      INFO("rank " << rank << ", " << want.optimizer_state[i].first);
+      CHECK(got.optimizer_state[i].first == want.optimizer_state[i].first);
+      CHECK(got.optimizer_state[i].second.sizes() == want.optimizer_state[i].second.sizes());
+      CHECK(at::allclose(got.optimizer_state[i].second, want.optimizer_state[i].second, 1.3e-6, 1e-5));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sharded data parallel: the row split is torch.chunk's", "[dist]") {
+  using runner::dist::shard_rows;
+  CHECK(shard_rows(5, 0, 2).begin == 0);
+  CHECK(shard_rows(5, 0, 2).end == 3);
+  CHECK(shard_rows(5, 1, 2).begin == 3);
+  CHECK(shard_rows(5, 1, 2).end == 5);
+  // 2 rows over 3 ranks: chunks of 1, the third rank none.
+  CHECK(shard_rows(2, 1, 3).size() == 1);
+  CHECK(shard_rows(2, 2, 3).size() == 0);
+  CHECK(shard_rows(2, 2, 3).begin == 2);
+  // torch.chunk(arange(10), 4) gives 3, 3, 3, 1.
+  CHECK(shard_rows(10, 3, 4).size() == 1);
+  CHECK_THROWS_WITH(runner::dist::parse_shard_mode("zero2"),
+                    "shard must be \"none\", \"optimizer\" (ZeRO-1) or \"gradients\" (ZeRO-2), got \"zero2\"");
+}
+
+TEST_CASE("sharded data parallel on 2 ranks trains as unsharded data parallel does", "[dist]") {
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  INFO("shard " << runner::dist::shard_mode_name(mode));
+  Setup setup;
+  const std::vector<Trained> reference = train(setup);
+  setup.shard = mode;
+  const std::vector<Trained> sharded = train(setup);
+  check_same_training(sharded, reference);
+  // The weights themselves are the same bits: the same sums, then elementwise updates.
+  for (std::size_t i = 0; i < reference[0].weights.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(at::equal(sharded[0].weights[i], reference[0].weights[i]));
+    CHECK(at::equal(sharded[1].weights[i], reference[0].weights[i]));
+  }
+  for (std::size_t i = 0; i + 1 < reference[0].weights.size(); ++i)  // the last, unused, never has a gradient
+    CHECK(sharded[0].full_gradient_kept[i] == (mode == ShardMode::optimizer));
+  // The ranks' EMAs and optimizer moments partition one copy (each rank keeps its own step counts: 7 floats).
+  CHECK(sharded[0].bytes.ema + sharded[1].bytes.ema == reference[0].bytes.ema);
+  CHECK(sharded[0].bytes.optimizer + sharded[1].bytes.optimizer == reference[0].bytes.optimizer + 7 * 4);
+  CHECK(sharded[0].bytes.optimizer < reference[0].bytes.optimizer);
+  CHECK(sharded[0].bytes.weights == reference[0].bytes.weights);
+}
+
+TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping and accumulation", "[dist]") {
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  INFO("shard " << runner::dist::shard_mode_name(mode));
+  Setup setup;
+  setup.ranks = 3;
+  setup.accumulate = 2;
+  setup.clip = 0.05;  // below the norms of the first steps: clipping acts
+  setup.steps = 6;
+  const std::vector<Trained> reference = train(setup);
+  REQUIRE(reference[0].norms[0] > 0.05);
+  setup.shard = mode;
+  check_same_training(train(setup), reference);
+}
+
+TEST_CASE("process group: all_gather_into and reduce_scatter_into over Gloo", "[dist]") {
+  const int ranks = GENERATE(2, 3);
+  INFO(ranks << " ranks");
+  runner::test::on_ranks(ranks, [&](runner::dist::ProcessGroup& group, int rank) {
+    for (std::int64_t numel : {1, 7, 30}) {
+      const at::Tensor mine = at::arange(numel, at::kFloat) + 100.0 * rank;
+      at::Tensor all = at::empty({ranks * numel}, at::kFloat);
+      group.all_gather_into(all, mine, "test all_gather");
+      for (int r = 0; r < ranks; ++r)
+        if (!at::equal(all.narrow(0, r * numel, numel), at::arange(numel, at::kFloat) + 100.0 * r))
+          throw std::logic_error("all_gather_into: slice " + std::to_string(r) + " wrong");
+      const at::Tensor input = at::arange(ranks * numel, at::kFloat) * (rank + 1);
+      at::Tensor out = at::empty({numel}, at::kFloat);
+      group.reduce_scatter_into(out, input, "test reduce_scatter");
+      const double factor = ranks * (ranks + 1) / 2.0;
+      if (!at::equal(out, at::arange(rank * numel, (rank + 1) * numel, at::kFloat) * factor))
+        throw std::logic_error("reduce_scatter_into: wrong sum");
+    }
+  });
+}
