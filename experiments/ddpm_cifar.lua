@@ -28,6 +28,7 @@ local cfg = config({
   accumulate = 1,             -- micro-batches per step (the batch is split into this many)
   seed = 0,
   device = "auto",
+  shard = "none",             -- with --nproc N: "optimizer" or "gradients" keeps a 1/N share of the state per rank
   graph = true,               -- on CUDA, replay each training step from a CUDA graph (data parallel runs eagerly)
   workers = -1,               -- loader threads (-1: automatic)
 }, { sample_every = { min = 1 }, log_every = { min = 1 }, checkpoint_every = { min = 1 } })
@@ -57,7 +58,7 @@ local train = runner.trainer { model = model, optimizer = { "adam", lr = cfg.lr 
                                warmup = cfg.warmup, clip = cfg.clip,
                                ema = cfg.ema, ema_model = make_model():to(device), amp = cfg.amp,
                                accumulate = cfg.accumulate, steps = cfg.steps, batch = cfg.batch, progress = false,
-                               graph = cfg.graph and "auto" or false }
+                               graph = cfg.graph and "auto" or false, shard = cfg.shard }
 -- Continues from the latest good checkpoint when the run was interrupted.
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 print(model)

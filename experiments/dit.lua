@@ -50,6 +50,7 @@ local cfg = config({
   amp = "auto",              -- bf16 autocast on GPUs, fp32 on the CPU (or bf16, fp16, fp32)
   seed = 0,
   device = "auto",
+  shard = "none",            -- with --nproc N: "optimizer" or "gradients" keeps a 1/N share of the state per rank
   graph = true,              -- on CUDA, replay each training step from a CUDA graph (steps that cannot be captured,
                              -- e.g. with activation checkpointing or data parallel, run eagerly)
   workers = -1,
@@ -119,7 +120,7 @@ local model = make_model()
 local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr, weight_decay = 0 },
                                objective = diffusion:objective(model), ema = cfg.ema,
                                ema_model = make_model(), amp = cfg.amp, steps = cfg.steps, batch = cfg.batch,
-                               progress = false, graph = cfg.graph and "auto" or false }
+                               progress = false, graph = cfg.graph and "auto" or false, shard = cfg.shard }
 -- Continues from the latest good checkpoint when the run was interrupted.
 run:restore { trainer = train, loader = loader, state = { diffusion = diffusion },
               keep_best = cfg.fid_every > 0 and 1 or 0, metric = "fid" }

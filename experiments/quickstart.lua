@@ -35,6 +35,7 @@ local cfg = config({
   metric_samples = 256,    -- generated and real images compared by the quality metric
   seed = 0,
   device = "auto",         -- cpu, cuda, cuda:N or auto
+  shard = "none",          -- with --nproc N: "optimizer" or "gradients" keeps a 1/N share of the state per rank
   graph = true,            -- on CUDA, replay each training step from a CUDA graph (no effect on the CPU)
 }, { steps = { min = 0 }, sample_steps = { min = 1 }, sample_every = { min = 1 }, checkpoint_every = { min = 1 },
     metric_samples = { min = 1 } })
@@ -73,7 +74,7 @@ local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr
                                objective = diffusion:objective(model),
                                ema = { decay = cfg.ema, warmup = true },
                                ema_model = make_model():to(device), steps = cfg.steps, batch = cfg.batch,
-                               graph = cfg.graph and "auto" or false }
+                               graph = cfg.graph and "auto" or false, shard = cfg.shard }
 -- Continues from the latest checkpoint when the same command runs again after a stop or a failure (or with --resume).
 run:restore { trainer = train, loader = loader, state = { [cfg.objective] = diffusion } }
 print(model)

@@ -51,6 +51,16 @@
 ---@field deterministic? boolean       deterministic algorithms (an error for ops without one), deterministic cuDNN
 ---@field scaler? ScalerOptions        fp16 loss scaling
 ---@field data_parallel? DataParallelOptions  gradient averaging when more than one rank trains (stdlib/meta/dist.lua)
+---@field shard? string                sharded data parallel when more than one rank trains: "none" (default: every rank
+---                                    holds everything), "optimizer" (ZeRO-1: each rank keeps the optimizer state and
+---                                    the EMA of its rows of each weight; gradients are reduce-scattered to their rows
+---                                    and the updated rows all-gathered back) or "gradients" (ZeRO-2: the averaged
+---                                    gradients too; the full gradients are freed as soon as they are reduced). Each
+---                                    weight is split by rows as torch.chunk splits it; a numbered child of the model
+---                                    (`blocks.3`, a DiT block; `down.1`, a UNet level) is one collective, the rest
+---                                    another. The numbers equal unsharded data parallel's (README, "Sharded data
+---                                    parallel"); the EMA (train.ema, sampling) is gathered when read, so every rank
+---                                    must read it. Ignored by a single process
 ---@field graph? boolean|string        CUDA graphs: true captures the whole step of an objective (zero_grad, forward,
 ---                                    backward, unscale, clipping, optimizer, loss scale, EMA) once per batch shape,
 ---                                    after 2 eager warm-up steps of that shape, and replays it with each batch copied

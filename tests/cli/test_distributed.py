@@ -34,7 +34,8 @@ class GlooOnTheCpu(RunnerHomeTest):
 # after each step whether a .grad read after the first step is still that parameter's gradient.
 TRAIN = """
 local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5, dropout = 0.0,
-                     overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05, replace_grads = false }
+                     overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05, replace_grads = false,
+                     shard = "none" }
 local run = runner.start(cfg)
 local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
@@ -44,7 +45,7 @@ local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = cfg.lr, weight_decay = 0.01 },
                                warmup = 5, clip = cfg.clip > 0 and cfg.clip or nil, ema = 0.9, ema_model = make(),
                                accumulate = 2, amp = "fp32", steps = cfg.steps, batch = 8, progress = false,
-                               data_parallel = { overlap = cfg.overlap } }
+                               data_parallel = { overlap = cfg.overlap }, shard = cfg.shard }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 local losses, norms, live = {}, {}, {}
 local params, calls, held = model:parameters(), 0, nil
@@ -66,10 +67,11 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
   end
 end
 run:checkpoint { wait = true }
+local ema = train.ema:state_dict()  -- on every rank: a sharded EMA is gathered
 if runner.dist.is_main then
   local result = {}
   for name, t in pairs(model:state_dict()) do result["model." .. name] = t end
-  for name, t in pairs(train.ema:state_dict()) do result["ema." .. name] = t end
+  for name, t in pairs(ema) do result["ema." .. name] = t end
   result.losses = torch.tensor(losses, { dtype = "float64" })
   result.norms = torch.tensor(norms, { dtype = "float64" })
   if cfg.replace_grads then result.live = torch.tensor(live, { dtype = "float64" }) end
@@ -180,6 +182,44 @@ class DataParallel(GlooOnTheCpu):
             attempts = db.execute("SELECT a.status, a.world_size, a.start_step, a.end_step FROM attempts a JOIN runs r "
                                   "USING (run) WHERE r.name = ? ORDER BY a.attempt", (name,)).fetchall()
         self.assertEqual(attempts, [("failed", 2, 0, 10), ("finished", 1, 8, 20)])
+
+    def test_sharded_modes_train_as_unsharded_data_parallel_and_resume_at_any_world_size(self):
+        self.runner("--nproc", "2", "train.lua", "out=whole.safetensors", check=0)
+        whole = load_file(self.dir / "whole.safetensors")
+        def checkpoint():
+            with sqlite3.connect(self.home / "index.db") as db:
+                run_dir = db.execute("SELECT dir FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()[0]
+            return load_file(self.home / run_dir / "checkpoints/step-0000020/optimizer.safetensors")
+
+        unsharded_state = checkpoint()
+        for mode, zero in (("optimizer", "ZeRO-1"), ("gradients", "ZeRO-2")):
+            run = self.runner("--nproc", "2", "--fresh", "train.lua", f"shard={mode}", f"out={mode}.safetensors",
+                              check=0)
+            self.assertIn(f'sharded data parallel: shard = "{mode}" ({zero}), model state per rank', run.stderr)
+            sharded = load_file(self.dir / f"{mode}.safetensors")
+            # PyTorch's FSDP2-versus-DDP tolerance: the gradient norm sums the ranks' squares in another order.
+            for key in whole:
+                torch.testing.assert_close(sharded[key], whole[key], rtol=1.3e-6, atol=1e-5,
+                                           msg=lambda m: f"shard={mode}: {key}: {m}")
+            # The checkpoint holds the whole optimizer state, as unsharded training saves it.
+            state = checkpoint()
+            self.assertEqual(sorted(state), sorted(unsharded_state))
+            for key in state:
+                torch.testing.assert_close(state[key], unsharded_state[key], rtol=1.3e-6, atol=1e-5,
+                                           msg=lambda m: f"shard={mode}: checkpoint {key}: {m}")
+        gradients = load_file(self.dir / "gradients.safetensors")
+        # Killed and resumed at the same world size and mode: bit for bit.
+        name = self.kill_rank_1_at_step_10("resumed.safetensors", "shard=gradients")
+        self.runner("--nproc", "2", "--resume", name, "train.lua", "shard=gradients", "out=resumed.safetensors", check=0)
+        again = load_file(self.dir / "resumed.safetensors")
+        for key in gradients:
+            self.assertTrue(torch.equal(again[key], gradients[key][8:] if key in ("losses", "norms") else gradients[key]),
+                            f"resumed sharded run: {key}")
+        # The same sharded checkpoint continued by one process, unsharded: the same training to float rounding.
+        name = self.kill_rank_1_at_step_10("single.safetensors", "shard=gradients")
+        single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
+        self.assertIn("rank 0 of 1 done at step 20", single.stdout)
+        self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "sharded, resumed by 1 process")
 
     def test_dropout_resumes_bit_for_bit_and_overlap_does_not_change_the_numbers(self):
         # Each rank's generator (dropout masks) is saved in the checkpoint: a resume at the same world size
