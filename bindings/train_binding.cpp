@@ -560,7 +560,8 @@ int trainer_show_progress(lua_State* L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   train::ProgressOptions defaults;
   defaults.terminal = ::isatty(::fileno(stdout)) != 0;
-  const train::ProgressOptions options = kProgressOptions.read(L, 2, defaults);
+  train::ProgressOptions options = kProgressOptions.read(L, 2, defaults);
+  if (const auto sharding = box.trainer->sharding_text()) options.sharding = *sharding;
   if (box.progress) box.trainer->remove_observer(box.progress.get());
   box.progress = std::make_shared<train::ProgressLine>(options, box.trainer->device());
   box.trainer->add_observer(box.progress);

@@ -20,10 +20,10 @@ std::string group_of(const std::string& name) {
   while (start < name.size()) {
     std::size_t end = name.find('.', start);
     if (end == std::string::npos) end = name.size();
-    const bool number = end > start && end < name.size() &&
-                        std::all_of(name.begin() + static_cast<std::ptrdiff_t>(start),
-                                    name.begin() + static_cast<std::ptrdiff_t>(end),
-                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+    const bool number =
+        end > start && end < name.size() &&
+        std::all_of(name.begin() + static_cast<std::ptrdiff_t>(start), name.begin() + static_cast<std::ptrdiff_t>(end),
+                    [](unsigned char c) { return std::isdigit(c) != 0; });
     if (number) return name.substr(0, end);
     start = end + 1;
   }
@@ -95,8 +95,8 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
         throw std::invalid_argument(fmt::format(
             "sharded data parallel: the parameters of group '{}' must share a dtype and device ('{}' is {} on {}, "
             "'{}' {} on {})",
-            key, parameters_[g.parameters.front()].name, c10::toString(first.scalar_type()), first.device().str(),
-            name, c10::toString(tensor.scalar_type()), tensor.device().str()));
+            key, parameters_[g.parameters.front()].name, c10::toString(first.scalar_type()), first.device().str(), name,
+            c10::toString(tensor.scalar_type()), tensor.device().str()));
     }
     p.group = it->second;
     p.offset = g.slice_numel;
@@ -145,8 +145,10 @@ void ParameterShards::reduce_gradients() {
       for (int r = 0; r < ranks; ++r) {
         const RowRange range = shard_rows(rows.size(0), r, ranks);
         if (range.size() == 0) continue;
-        input[r].narrow(0, p.offset, range.size() * p.row_numel).view({range.size(), p.row_numel}).copy_(
-            rows.narrow(0, range.begin, range.size()));
+        input[r]
+            .narrow(0, p.offset, range.size() * p.row_numel)
+            .view({range.size(), p.row_numel})
+            .copy_(rows.narrow(0, range.begin, range.size()));
       }
     }
     group_.reduce_scatter_into(g.gradient_share, input, fmt::format("gradient reduce_scatter of '{}'", g.name));

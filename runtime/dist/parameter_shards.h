@@ -52,8 +52,8 @@ class ParameterShards {
   const std::string& name(std::size_t parameter) const { return parameters_.at(parameter).name; }
   RowRange rows(std::size_t parameter) const { return parameters_.at(parameter).rows; }
   // Per parameter, this rank's rows: a view of the parameter (0 rows where the rank has none), outside autograd's
-  // graph but marked as requiring grad as the parameter is, whose .grad is this rank's share of the averaged gradient once reduce_gradients() has run. The
-  // optimizer steps these; the EMA averages them.
+  // graph but marked as requiring grad as the parameter is, whose .grad is this rank's share of the averaged gradient
+  // once reduce_gradients() has run. The optimizer steps these; the EMA averages them.
   const std::vector<at::Tensor>& local() const { return local_; }
   std::size_t group_count() const { return groups_.size(); }
   const std::string& group_name(std::size_t group) const { return groups_.at(group).name; }
@@ -83,8 +83,8 @@ class ParameterShards {
  private:
   struct Parameter {
     std::string name;
-    at::Tensor full;        // the model's parameter
-    RowRange rows;          // this rank's
+    at::Tensor full;  // the model's parameter
+    RowRange rows;    // this rank's
     std::int64_t row_numel = 1;
     std::int64_t padded_rows = 0;  // ceil(rows / ranks): every rank's slot in the group's buffer
     std::int64_t offset = 0;       // of the slot in the group's slice

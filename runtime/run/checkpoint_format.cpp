@@ -73,8 +73,8 @@ FullTrainerState full_trainer_state(train::Trainer& trainer) {
   return state;
 }
 
-TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& full, const data::Loader* loader,
-                                   const nlohmann::json& named_state,
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& full,
+                                   const data::Loader* loader, const nlohmann::json& named_state,
                                    const std::vector<train::NamedTensorList>& rank_rng_states) {
   const train::TrainerModel& model = trainer.model();
   std::vector<ckpt::CheckpointFileContent> files;
@@ -107,16 +107,16 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrai
   trainer_tensors.emplace_back("skipped", trainer.skipped());
   nlohmann::json extra = {{"state", named_state.is_object() ? named_state : nlohmann::json::object()}};
   if (loader) extra["loader"] = data::loader_state_json(loader->state());
-  nlohmann::json state = {{"step", trainer.step_count()},
-                          {"micro_step", 0},
-                          {"precision", train::precision_name(trainer.precision())},
-                          {"accumulate", trainer.step_options().accumulate},
-                          {"world_size", std::max<std::size_t>(1, rank_rng_states.size())},
-                          {"shard", dist::shard_mode_name(trainer.shards() ? trainer.shards()->mode()
-                                                                           : dist::ShardMode::none)},
-                          {"schedule", trainer.schedule().state()},
-                          {"emas", nlohmann::json::array()},
-                          {"extra", extra}};
+  nlohmann::json state = {
+      {"step", trainer.step_count()},
+      {"micro_step", 0},
+      {"precision", train::precision_name(trainer.precision())},
+      {"accumulate", trainer.step_options().accumulate},
+      {"world_size", std::max<std::size_t>(1, rank_rng_states.size())},
+      {"shard", dist::shard_mode_name(trainer.shards() ? trainer.shards()->mode() : dist::ShardMode::none)},
+      {"schedule", trainer.schedule().state()},
+      {"emas", nlohmann::json::array()},
+      {"extra", extra}};
   for (const train::Ema& ema : emas) state["emas"].push_back(ema.hyperparameters());
   files.push_back(
       {"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});

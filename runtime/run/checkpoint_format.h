@@ -38,10 +38,10 @@ struct FullTrainerState {
 };
 FullTrainerState full_trainer_state(train::Trainer& trainer);
 
-// `state`: full_trainer_state(trainer). `loader` may be null; `named_state` is a JSON object (name -> state) or null. `rank_rng_states`: in a
-// data-parallel job, every rank's capture_rng_states() in rank order; empty: this process's.
-TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& state, const data::Loader* loader,
-                                   const nlohmann::json& named_state,
+// `state`: full_trainer_state(trainer). `loader` may be null; `named_state` is a JSON object (name -> state) or null.
+// `rank_rng_states`: in a data-parallel job, every rank's capture_rng_states() in rank order; empty: this process's.
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& state,
+                                   const data::Loader* loader, const nlohmann::json& named_state,
                                    const std::vector<train::NamedTensorList>& rank_rng_states = {});
 
 struct RestoredTraining {

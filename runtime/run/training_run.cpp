@@ -182,6 +182,11 @@ void TrainingRun::report_saves(bool wait) {
 
 void TrainingRun::after_step(const train::StepResult& result) {
   ++steps_taken_;
+  if (steps_taken_ == 1 && trainer_->shards()) {  // runner show: how the state was split
+    const train::Trainer::StateBytes bytes = trainer_->state_bytes();
+    run_.merge_summary({{"shard", dist::shard_mode_name(trainer_->shards()->mode())},
+                        {"model_state_mb_per_rank", static_cast<double>(bytes.total()) / 1e6}});
+  }
   run_.set_step(result.step);
   report_saves(false);
 }

@@ -146,8 +146,8 @@ void Optimizer::replace_params(const std::function<at::Tensor(std::size_t group,
       at::Tensor next = replacement(g, p);
       const at::Tensor& current = groups[g].params[p];
       if (!next.defined() || next.scalar_type() != current.scalar_type() || next.device() != current.device())
-        throw std::invalid_argument(fmt::format(
-            "optimizer group {}: parameter {}'s replacement must have its dtype and device", g + 1, p + 1));
+        throw std::invalid_argument(
+            fmt::format("optimizer group {}: parameter {}'s replacement must have its dtype and device", g + 1, p + 1));
       groups[g].params[p] = std::move(next);
     }
   groups_ = std::move(groups);

@@ -83,6 +83,7 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
   }
   line += "  elapsed " + core::duration_text(now_seconds - start_);
   if (snapshot.memory_bytes) line += "  mem " + format_memory(*snapshot.memory_bytes);
+  if (!options_.sharding.empty()) line += "  " + options_.sharding;
   return line;
 }
 

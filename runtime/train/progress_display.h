@@ -19,6 +19,7 @@ struct ProgressOptions {
   double redraw_seconds = 0.2;  // terminal: at most this often
   double line_seconds = 30.0;   // plain lines: at most this often (and at the first and last step)
   int width = 0;                // terminal: truncate to this many columns (0: no limit)
+  std::string sharding;         // sharded data parallel: the mode and the model state per rank, shown last
 };
 
 struct ProgressSnapshot {

@@ -501,13 +501,11 @@ void Trainer::begin_step(std::optional<std::int64_t> batch_size, double batch_wa
     if (shards_) {
       const StateBytes bytes = state_bytes();
       core::log(core::LogLevel::info,
-                fmt::format("sharded data parallel: shard = \"{}\" ({}), model state per rank {:.1f} MB (weights "
-                            "{:.1f}, gradients {:.1f}, optimizer {:.1f}, EMA {:.1f})",
-                            dist::shard_mode_name(shards_->mode()),
-                            shards_->mode() == dist::ShardMode::optimizer ? "ZeRO-1" : "ZeRO-2",
-                            static_cast<double>(bytes.weights + bytes.gradients + bytes.optimizer + bytes.ema) / 1e6,
-                            static_cast<double>(bytes.weights) / 1e6, static_cast<double>(bytes.gradients) / 1e6,
-                            static_cast<double>(bytes.optimizer) / 1e6, static_cast<double>(bytes.ema) / 1e6));
+                fmt::format("sharded data parallel: {} (weights {:.1f}, gradients {:.1f}, optimizer {:.1f}, EMA "
+                            "{:.1f})",
+                            *sharding_text(), static_cast<double>(bytes.weights) / 1e6,
+                            static_cast<double>(bytes.gradients) / 1e6, static_cast<double>(bytes.optimizer) / 1e6,
+                            static_cast<double>(bytes.ema) / 1e6));
     }
     if (!batch_size) {
       core::log(core::LogLevel::info, fmt::format("data parallel: {} ranks", ranks));
@@ -787,7 +785,8 @@ void Trainer::copy_ema(std::size_t index, std::vector<at::Tensor> params, std::v
   for (std::size_t i = 0; i < shadow.size(); ++i) {
     if (!params[i].sizes().equals(shadow[i].sizes()))
       throw std::invalid_argument(fmt::format("the EMA's parameter {} has shape {}, its target {}", i + 1,
-                                              core::shape_text(shadow[i].sizes()), core::shape_text(params[i].sizes())));
+                                              core::shape_text(shadow[i].sizes()),
+                                              core::shape_text(params[i].sizes())));
     params[i].copy_(shadow[i]);
   }
   const std::vector<at::Tensor>& shadow_buffers = emas_[index].shadow_buffers();
@@ -821,6 +820,13 @@ Trainer::StateBytes Trainer::state_bytes() const {
   for (const Ema& ema : emas_)
     for (const at::Tensor& t : ema.shadow()) bytes.ema += bytes_of(t);
   return bytes;
+}
+
+std::optional<std::string> Trainer::sharding_text() const {
+  if (!shards_) return std::nullopt;
+  return fmt::format("shard {} ({}), model state {:.1f} MB per rank", dist::shard_mode_name(shards_->mode()),
+                     shards_->mode() == dist::ShardMode::optimizer ? "ZeRO-1" : "ZeRO-2",
+                     static_cast<double>(state_bytes().total()) / 1e6);
 }
 
 void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {

@@ -197,8 +197,12 @@ class Trainer {
   // Bytes this rank holds of the model state: weights, gradients, optimizer state and EMA shadows.
   struct StateBytes {
     std::int64_t weights = 0, gradients = 0, optimizer = 0, ema = 0;
+    std::int64_t total() const { return weights + gradients + optimizer + ema; }
   };
   StateBytes state_bytes() const;
+  // Sharded: `shard gradients (ZeRO-2), model state 52.1 MB per rank` (the progress line, the log, runner show);
+  // nullopt otherwise.
+  std::optional<std::string> sharding_text() const;
   // on_nonfinite = "stop" is decided one step late, so that nothing waits for the device: a non-finite step
   // sets a latch on the device that skips its update and every later one; at the end of the next step (or
   // here) the latch is read on the host and the stop raised. Throws the NonFiniteError of a step whose latch

@@ -195,7 +195,10 @@ class DataParallel(GlooOnTheCpu):
         for mode, zero in (("optimizer", "ZeRO-1"), ("gradients", "ZeRO-2")):
             run = self.runner("--nproc", "2", "--fresh", "train.lua", f"shard={mode}", f"out={mode}.safetensors",
                               check=0)
-            self.assertIn(f'sharded data parallel: shard = "{mode}" ({zero}), model state per rank', run.stderr)
+            self.assertIn(f"sharded data parallel: shard {mode} ({zero}), model state ", run.stderr)
+            shown = self.runner("show", "last", check=0).stdout
+            self.assertRegex(shown, rf"shard\s+{mode}\n")
+            self.assertRegex(shown, r"model_state_mb_per_rank\s+0\.\d+")
             sharded = load_file(self.dir / f"{mode}.safetensors")
             # PyTorch's FSDP2-versus-DDP tolerance: the gradient norm sums the ranks' squares in another order.
             for key in whole:
@@ -220,6 +223,18 @@ class DataParallel(GlooOnTheCpu):
         single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
         self.assertIn("rank 0 of 1 done at step 20", single.stdout)
         self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "sharded, resumed by 1 process")
+
+    def test_a_sharded_ema_read_on_one_rank_fails_naming_the_gather(self):
+        # Reading a sharded EMA gathers it from every rank: read on rank 0 alone, it fails with the collective's
+        # name instead of hanging.
+        self.script("one_rank.lua", TRAIN.replace("local ema = train.ema:state_dict()  -- on every rank: a sharded "
+                                                  "EMA is gathered", "local ema = {}").replace(
+            "for name, t in pairs(ema) do", "for name, t in pairs(train.ema:state_dict()) do"))
+        failed = self.runner("--nproc", "2", "one_rank.lua", "shard=optimizer", "steps=2")
+        self.assertNotEqual(failed.returncode, 0)
+        self.assertIn("one_rank.lua:", failed.stderr)
+        self.assertIn("EMA all_gather failed:", failed.stderr)
+        self.assertEqual(self.runs()[-1][1], "failed")
 
     def test_dropout_resumes_bit_for_bit_and_overlap_does_not_change_the_numbers(self):
         # Each rank's generator (dropout masks) is saved in the checkpoint: a resume at the same world size

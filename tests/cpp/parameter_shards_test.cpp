@@ -43,9 +43,12 @@ Model make_model() {
     return at::sin(source.narrow(0, 0, numel) * 0.7 + phase).reshape(shape).mul(0.5).requires_grad_(true);
   };
   Model model;
-  model.parameters = {{"blocks.0.weight", weights({5, 4}, 0.1)}, {"blocks.0.bias", weights({5}, 0.2)},
-                      {"blocks.1.weight", weights({3, 5}, 0.3)}, {"blocks.1.bias", weights({3}, 0.4)},
-                      {"head.weight", weights({2, 3}, 0.5)},     {"scale", weights({}, 0.6)},
+  model.parameters = {{"blocks.0.weight", weights({5, 4}, 0.1)},
+                      {"blocks.0.bias", weights({5}, 0.2)},
+                      {"blocks.1.weight", weights({3, 5}, 0.3)},
+                      {"blocks.1.bias", weights({3}, 0.4)},
+                      {"head.weight", weights({2, 3}, 0.5)},
+                      {"scale", weights({}, 0.6)},
                       {"unused", weights({4}, 0.7)}};
   return model;
 }
@@ -62,7 +65,7 @@ struct Trained {
   std::vector<at::Tensor> weights, ema;
   std::vector<double> losses, norms;
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state;  // full, as a checkpoint saves it
-  std::vector<bool> full_gradient_kept;                              // after the last step, per parameter
+  std::vector<bool> full_gradient_kept;                             // after the last step, per parameter
   runner::train::Trainer::StateBytes bytes;
 };
 

@@ -130,3 +130,13 @@ TEST_CASE("values, durations and memory are formatted for reading", "[progress]"
   CHECK(display.render({7, {{"loss", 2.5e-5}, {"grad_norm", std::nan("")}}, std::nullopt, std::nullopt}, 0.0) ==
         "step 7  loss 2.500e-05  grad_norm nan  elapsed 0s");
 }
+
+TEST_CASE("a sharded run's line ends with its mode and model state per rank", "[progress]") {
+  ProgressOptions options;
+  options.total_steps = 10;
+  options.sharding = "shard gradients (ZeRO-2), model state 52.1 MB per rank";
+  ProgressDisplay display(options, 0.0, std::tmpfile());
+  CHECK(display.render(at_step(1), 1.0) ==
+        "step  1/10  10%  loss 0.5000  lr 1.00e-03  elapsed 1s  mem 1.5 GiB  shard gradients (ZeRO-2), model state "
+        "52.1 MB per rank");
+}
