@@ -528,6 +528,21 @@ int trainer_copy_ema(lua_State* L) {
   return 0;
 }
 
+// trainer:state_bytes() -> {weights, gradients, optimizer, ema, total}: bytes of model state this rank holds.
+int trainer_state_bytes(lua_State* L) {
+  const train::Trainer::StateBytes bytes = check_trainer(L, 1).state_bytes();
+  lua_createtable(L, 0, 5);
+  for (const auto& [key, value] : {std::pair<const char*, std::int64_t>{"weights", bytes.weights},
+                                   {"gradients", bytes.gradients},
+                                   {"optimizer", bytes.optimizer},
+                                   {"ema", bytes.ema},
+                                   {"total", bytes.total()}}) {
+    lua_pushnumber(L, static_cast<lua_Number>(value));
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
 // runner._train.step_range(text) -> first, last (parse_step_range's checks)
 int step_range(lua_State* L) {
   const train::StepRange range = train::parse_step_range(check_string(L, 1));
@@ -696,6 +711,7 @@ void open_train(lua_State* L) {
                              {"observe", wrap<trainer_observe>},
                              {"describe_schedule", wrap<trainer_describe_schedule>},
                              {"copy_ema", wrap<trainer_copy_ema>},
+                             {"state_bytes", wrap<trainer_state_bytes>},
                              {"set_objective", wrap<trainer_set_objective>},
                              {"show_progress", wrap<trainer_show_progress>},
                              {"finish_progress", wrap<trainer_finish_progress>},

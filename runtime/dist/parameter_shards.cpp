@@ -106,14 +106,19 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
   }
   for (Group& g : groups_) {
     const at::Tensor& first = parameters_[g.parameters.front()].full;
-    g.gradient_share = at::zeros({g.slice_numel}, first.options().requires_grad(false));
+    g.options = first.options().requires_grad(false);
+    // gradients: the rank's averaged gradients live here; optimizer: in the full gradients' rows (below).
+    if (mode_ == ShardMode::gradients) g.gradient_share = at::zeros({g.slice_numel}, g.options);
   }
-  for (const Parameter& p : parameters_) {
+  for (Parameter& p : parameters_) {
+    if (mode_ == ShardMode::optimizer) p.full.mutable_grad() = at::zeros_like(p.full).detach();
     // It requires grad as the parameter does (the EMA averages what trains and copies the rest); nothing
     // differentiates through it: the trainer fills its .grad.
     at::Tensor share = rows_of(p.full.detach(), p.rows).requires_grad_(p.full.requires_grad());
     const Group& g = groups_[p.group];
-    share.mutable_grad() = g.gradient_share.narrow(0, p.offset, p.rows.size() * p.row_numel).view(share.sizes());
+    share.mutable_grad() = mode_ == ShardMode::gradients ? g.gradient_share.narrow(0, p.offset, p.rows.size() * p.row_numel)
+                                                               .view(share.sizes())
+                                                         : rows_of(p.full.grad(), p.rows);
     local_.push_back(share);
   }
 }
@@ -136,7 +141,7 @@ void ParameterShards::reduce_gradients() {
   const double scale = 1.0 / static_cast<double>(ranks);
   for (Group& g : groups_) {
     // Rank-major: slice r holds rank r's rows of every parameter of the group, each padded to its slot.
-    at::Tensor input = at::zeros({ranks, g.slice_numel}, g.gradient_share.options());
+    at::Tensor input = at::zeros({ranks, g.slice_numel}, g.options);
     for (std::size_t index : g.parameters) {
       const Parameter& p = parameters_[index];
       const at::Tensor& grad = p.full.grad();
@@ -151,8 +156,18 @@ void ParameterShards::reduce_gradients() {
             .copy_(rows.narrow(0, range.begin, range.size()));
       }
     }
-    group_.reduce_scatter_into(g.gradient_share, input, fmt::format("gradient reduce_scatter of '{}'", g.name));
-    g.gradient_share.mul_(scale);
+    at::Tensor reduced = mode_ == ShardMode::gradients ? g.gradient_share : at::empty({g.slice_numel}, g.options);
+    group_.reduce_scatter_into(reduced, input, fmt::format("gradient reduce_scatter of '{}'", g.name));
+    reduced.mul_(scale);
+    if (mode_ == ShardMode::optimizer)
+      for (std::size_t index : g.parameters) {  // into this rank's rows of the full gradient, which the share views
+        Parameter& p = parameters_[index];
+        at::Tensor& grad = p.full.mutable_grad();
+        if (!grad.defined()) grad = at::zeros_like(p.full).detach();
+        at::Tensor rows = rows_of(grad, p.rows);
+        rows.copy_(reduced.narrow(0, p.offset, p.rows.size() * p.row_numel).view(rows.sizes()));
+        local_[index].mutable_grad() = rows;
+      }
   }
   if (mode_ == ShardMode::gradients)
     for (Parameter& p : parameters_) p.full.mutable_grad() = at::Tensor();
@@ -162,7 +177,7 @@ void ParameterShards::gather_parameters() {
   at::NoGradGuard no_grad;
   const int ranks = group_.size();
   for (Group& g : groups_) {
-    const at::TensorOptions options = g.gradient_share.options();
+    const at::TensorOptions& options = g.options;
     at::Tensor mine = at::zeros({g.slice_numel}, options);
     for (std::size_t index : g.parameters) {
       const Parameter& p = parameters_[index];
@@ -220,8 +235,9 @@ std::int64_t ParameterShards::parameter_bytes() const {
 
 std::int64_t ParameterShards::gradient_bytes() const {
   std::int64_t bytes = 0;
-  for (const Group& g : groups_) bytes += g.slice_numel * static_cast<std::int64_t>(g.gradient_share.element_size());
-  if (mode_ == ShardMode::optimizer)
+  if (mode_ == ShardMode::gradients)
+    for (const Group& g : groups_) bytes += g.slice_numel * static_cast<std::int64_t>(g.gradient_share.element_size());
+  else
     for (const Parameter& p : parameters_) bytes += p.full.numel() * static_cast<std::int64_t>(p.full.element_size());
   return bytes;
 }

@@ -53,7 +53,9 @@ class ParameterShards {
   RowRange rows(std::size_t parameter) const { return parameters_.at(parameter).rows; }
   // Per parameter, this rank's rows: a view of the parameter (0 rows where the rank has none), outside autograd's
   // graph but marked as requiring grad as the parameter is, whose .grad is this rank's share of the averaged gradient
-  // once reduce_gradients() has run. The optimizer steps these; the EMA averages them.
+  // once reduce_gradients() has run: optimizer mode keeps it in the rows of the parameter's full .grad (whose other
+  // rows hold this rank's own gradients), gradients mode in a buffer of the rank's shares. The optimizer steps
+  // these; the EMA averages them.
   const std::vector<at::Tensor>& local() const { return local_; }
   std::size_t group_count() const { return groups_.size(); }
   const std::string& group_name(std::size_t group) const { return groups_.at(group).name; }
@@ -94,7 +96,8 @@ class ParameterShards {
     std::string name;
     std::vector<std::size_t> parameters;
     std::int64_t slice_numel = 0;  // one rank's padded shares
-    at::Tensor gradient_share;     // flat [slice_numel]: this rank's averaged gradients
+    at::TensorOptions options;     // of its parameters
+    at::Tensor gradient_share;     // gradients mode, flat [slice_numel]: this rank's averaged gradients
   };
 
   ProcessGroup& group_;

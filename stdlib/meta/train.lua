@@ -170,6 +170,12 @@ function Trainer:observe(metric) end
 ---@return string precision "fp32", "bf16", "fp16" or "fp8"
 function Trainer:precision() end
 
+---Bytes of model state this rank holds: the weights, the gradients kept between steps (the averaged shares under
+---shard = "gradients"), the optimizer state (before the first step: what it will hold) and the EMA shadows. With
+---shard, the optimizer state and the EMA are this rank's rows (TrainerOptions.shard).
+---@return {weights: number, gradients: number, optimizer: number, ema: number, total: number}
+function Trainer:state_bytes() end
+
 ---What CUDA graph capture (TrainerOptions.graph) has done: `captured` graphs (one per batch shape, again after a
 ---restore), steps `replayed` from them, and `eager_reason`, why steps run eagerly (nil when none did).
 ---@return {captured: integer, replayed: integer, eager_reason: string?}

@@ -192,6 +192,9 @@ function Trainer:observe(metric) self.native:observe(metric) end
 --- train:precision() -> "fp32", "bf16", "fp16" or "fp8"
 function Trainer:precision() return self.native:precision() end
 
+--- train:state_bytes() -> {weights, gradients, optimizer, ema, total}: bytes of model state this rank holds
+function Trainer:state_bytes() return self.native:state_bytes() end
+
 --- train:graphs() -> {captured, replayed, eager_reason}: what CUDA graph capture (runner.trainer { graph = ... }) has
 --- done so far, and why steps run eagerly when they do.
 function Trainer:graphs() return self.native:graphs() end
