@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <cctype>
@@ -72,8 +75,8 @@ at::Tensor rows_of(const at::Tensor& tensor, RowRange range) {
 }
 
 ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters,
-                                 ShardMode mode)
-    : group_(group), mode_(mode) {
+                                 ShardMode mode, bool overlap)
+    : group_(group), mode_(mode), hooked_(parameters.size(), false) {
   if (mode == ShardMode::none) throw std::invalid_argument("ParameterShards: shard mode none shards nothing");
   const int ranks = group_.size();
   std::map<std::string, std::size_t> group_index;
@@ -116,14 +119,36 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
     // differentiates through it: the trainer fills its .grad.
     at::Tensor share = rows_of(p.full.detach(), p.rows).requires_grad_(p.full.requires_grad());
     const Group& g = groups_[p.group];
-    share.mutable_grad() = mode_ == ShardMode::gradients ? g.gradient_share.narrow(0, p.offset, p.rows.size() * p.row_numel)
-                                                               .view(share.sizes())
-                                                         : rows_of(p.full.grad(), p.rows);
+    share.mutable_grad() = mode_ == ShardMode::gradients
+                               ? g.gradient_share.narrow(0, p.offset, p.rows.size() * p.row_numel).view(share.sizes())
+                               : rows_of(p.full.grad(), p.rows);
     local_.push_back(share);
+  }
+  for (std::size_t g = groups_.size(); g-- > 0;) order_.push_back(g);  // the backward reaches the last group first
+  if (!overlap) return;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(parameters_[i].full);
+    if (!accumulator) continue;  // not a leaf that requires grad: counts as ready
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          gradient_ready(i);
+          return outputs;
+        })));
+    accumulators_.push_back(std::move(accumulator));
+    hooked_[i] = true;
   }
 }
 
+ParameterShards::~ParameterShards() {
+  for (std::size_t h = 0; h < accumulators_.size(); ++h) accumulators_[h]->del_post_hook(hook_keys_[h]);
+}
+
 void ParameterShards::start_step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+  for (auto& pending : pending_)  // a step whose backward failed may have left reduce-scatters running
+    if (pending.work) pending.work->wait();
+  pending_.clear();
   at::NoGradGuard no_grad;
   for (Parameter& p : parameters_) {
     at::Tensor& grad = p.full.mutable_grad();
@@ -135,58 +160,110 @@ void ParameterShards::start_step() {
   }
 }
 
-void ParameterShards::reduce_gradients() {
+void ParameterShards::expect_last_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = true;
+  missing_.assign(groups_.size(), 0);
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (hooked_[i]) ++missing_[parameters_[i].group];
+  counted_.assign(parameters_.size(), false);
+  next_ = 0;
+  pending_.clear();
+  pending_.resize(groups_.size());
+}
+
+void ParameterShards::gradient_ready(std::size_t parameter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_ || counted_[parameter]) return;  // an earlier micro-batch, or a second use of the parameter
+  counted_[parameter] = true;
+  --missing_[parameters_[parameter].group];
+  while (next_ < order_.size() && missing_[order_[next_]] == 0) start(order_[next_++]);
+}
+
+void ParameterShards::start(std::size_t group) {
   at::NoGradGuard no_grad;
   const int ranks = group_.size();
-  const double scale = 1.0 / static_cast<double>(ranks);
-  for (Group& g : groups_) {
-    // Rank-major: slice r holds rank r's rows of every parameter of the group, each padded to its slot.
-    at::Tensor input = at::zeros({ranks, g.slice_numel}, g.options);
-    for (std::size_t index : g.parameters) {
-      const Parameter& p = parameters_[index];
-      const at::Tensor& grad = p.full.grad();
-      if (!grad.defined() || p.row_numel == 0) continue;
-      const at::Tensor rows = as_rows(grad);
-      for (int r = 0; r < ranks; ++r) {
-        const RowRange range = shard_rows(rows.size(0), r, ranks);
-        if (range.size() == 0) continue;
-        input[r]
-            .narrow(0, p.offset, range.size() * p.row_numel)
-            .view({range.size(), p.row_numel})
-            .copy_(rows.narrow(0, range.begin, range.size()));
-      }
+  Group& g = groups_[group];
+  PendingGroup& pending = pending_[group];
+  // Rank-major: slice r holds rank r's rows of every parameter of the group, each padded to its slot.
+  pending.input = at::zeros({ranks, g.slice_numel}, g.options);
+  for (std::size_t index : g.parameters) {
+    Parameter& p = parameters_[index];
+    const at::Tensor& grad = p.full.grad();
+    if (!grad.defined() || p.row_numel == 0) continue;
+    const at::Tensor rows = as_rows(grad);
+    for (int r = 0; r < ranks; ++r) {
+      const RowRange range = shard_rows(rows.size(0), r, ranks);
+      if (range.size() == 0) continue;
+      pending.input[r]
+          .narrow(0, p.offset, range.size() * p.row_numel)
+          .view({range.size(), p.row_numel})
+          .copy_(rows.narrow(0, range.begin, range.size()));
     }
-    at::Tensor reduced = mode_ == ShardMode::gradients ? g.gradient_share : at::empty({g.slice_numel}, g.options);
-    group_.reduce_scatter_into(reduced, input, fmt::format("gradient reduce_scatter of '{}'", g.name));
-    reduced.mul_(scale);
-    if (mode_ == ShardMode::optimizer)
-      for (std::size_t index : g.parameters) {  // into this rank's rows of the full gradient, which the share views
-        Parameter& p = parameters_[index];
-        at::Tensor& grad = p.full.mutable_grad();
-        if (!grad.defined()) grad = at::zeros_like(p.full).detach();
-        at::Tensor rows = rows_of(grad, p.rows);
-        rows.copy_(reduced.narrow(0, p.offset, p.rows.size() * p.row_numel).view(rows.sizes()));
-        local_[index].mutable_grad() = rows;
-      }
+    if (mode_ == ShardMode::gradients) p.full.mutable_grad() = at::Tensor();  // reduced from the copy: freed now
   }
-  if (mode_ == ShardMode::gradients)
+  pending.reduced = mode_ == ShardMode::gradients ? g.gradient_share : at::empty({g.slice_numel}, g.options);
+  pending.work.emplace(group_.reduce_scatter_into_async(pending.reduced, pending.input,
+                                                        fmt::format("gradient reduce_scatter of '{}'", g.name)));
+}
+
+void ParameterShards::reduce_gradients() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!armed_) {  // no hooks (overlap off) or expect_last_backward() not called: nothing started yet
+    lock.unlock();
+    expect_last_backward();
+    lock.lock();
+  }
+  armed_ = false;
+  while (next_ < order_.size()) start(order_[next_++]);
+  std::vector<PendingGroup> pending = std::move(pending_);
+  pending_.clear();
+  lock.unlock();
+  at::NoGradGuard no_grad;
+  const double scale = 1.0 / static_cast<double>(group_.size());
+  for (std::size_t group : order_) {
+    PendingGroup& done = pending[group];
+    done.work->wait();
+    done.input = at::Tensor();
+    done.reduced.mul_(scale);
+    if (mode_ != ShardMode::optimizer) continue;
+    for (std::size_t index : groups_[group].parameters) {  // into this rank's rows of the full gradient
+      Parameter& p = parameters_[index];
+      at::Tensor& grad = p.full.mutable_grad();
+      if (!grad.defined()) grad = at::zeros_like(p.full).detach();
+      at::Tensor rows = rows_of(grad, p.rows);
+      rows.copy_(done.reduced.narrow(0, p.offset, p.rows.size() * p.row_numel).view(rows.sizes()));
+      local_[index].mutable_grad() = rows;
+    }
+  }
+  if (mode_ == ShardMode::gradients)  // a gradient accumulated after its group started (a parameter used twice)
     for (Parameter& p : parameters_) p.full.mutable_grad() = at::Tensor();
 }
 
 void ParameterShards::gather_parameters() {
   at::NoGradGuard no_grad;
   const int ranks = group_.size();
-  for (Group& g : groups_) {
-    const at::TensorOptions& options = g.options;
-    at::Tensor mine = at::zeros({g.slice_numel}, options);
+  // At most two all-gathers in flight: the next group's runs while this one's rows are copied out.
+  std::vector<PendingGroup> pending(groups_.size());
+  auto start_gather = [&](std::size_t group) {
+    const Group& g = groups_[group];
+    pending[group].input = at::zeros({g.slice_numel}, g.options);
     for (std::size_t index : g.parameters) {
       const Parameter& p = parameters_[index];
       if (p.rows.size() > 0 && p.row_numel > 0)
-        mine.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
+        pending[group].input.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
     }
-    at::Tensor all = at::empty({ranks * g.slice_numel}, options);
-    group_.all_gather_into(all, mine, fmt::format("parameter all_gather of '{}'", g.name));
-    const at::Tensor slices = all.view({ranks, g.slice_numel});
+    pending[group].reduced = at::empty({ranks * g.slice_numel}, g.options);
+    pending[group].work.emplace(group_.all_gather_into_async(pending[group].reduced, pending[group].input,
+                                                             fmt::format("parameter all_gather of '{}'", g.name)));
+  };
+  if (!groups_.empty()) start_gather(0);
+  for (std::size_t group = 0; group < groups_.size(); ++group) {
+    const Group& g = groups_[group];
+    if (group + 1 < groups_.size()) start_gather(group + 1);
+    pending[group].work->wait();
+    pending[group].input = at::Tensor();
+    const at::Tensor slices = pending[group].reduced.view({ranks, g.slice_numel});
     for (std::size_t index : g.parameters) {
       const Parameter& p = parameters_[index];
       if (p.row_numel == 0) continue;
@@ -201,6 +278,7 @@ void ParameterShards::gather_parameters() {
       }
       if (!target.is_contiguous()) target.copy_(rows.view(target.sizes()));
     }
+    pending[group].reduced = at::Tensor();
   }
 }
 

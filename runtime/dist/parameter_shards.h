@@ -7,11 +7,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/dist/process_group.h"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace runner::dist {
 
@@ -41,8 +48,15 @@ at::Tensor rows_of(const at::Tensor& tensor, RowRange range);
 class ParameterShards {
  public:
   // `parameters` (by state-dict name) in the same order on every rank, holding the same values (rank 0's).
-  // Throws std::invalid_argument for mode none, parameters of several devices or dtypes in a group.
-  ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters, ShardMode mode);
+  // With `overlap`, a group's reduce-scatter starts during the backward of the step's last micro-batch, as soon as
+  // every parameter of the group has its gradient (hooks on their gradient accumulators; groups start in reverse
+  // order on every rank, a group waiting for the ones after it), and gradients mode frees the group's full
+  // gradients then. Throws std::invalid_argument for mode none, parameters of several devices or dtypes in a group.
+  ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters, ShardMode mode,
+                  bool overlap = true);
+  ~ParameterShards();
+  ParameterShards(const ParameterShards&) = delete;
+  ParameterShards& operator=(const ParameterShards&) = delete;
 
   ShardMode mode() const { return mode_; }
   int rank() const { return group_.rank(); }
@@ -63,9 +77,12 @@ class ParameterShards {
   // Called when a step starts: the full gradients zeroed (optimizer: in place; gradients: dropped, so the
   // backward allocates them).
   void start_step();
+  // Called before the backward of a step's last micro-batch (earlier ones only accumulate): arms the hooks.
+  void expect_last_backward();
   // After the step's last backward: each group's full gradients (a parameter without one counts as zeros) summed
-  // over the ranks by one reduce-scatter into this rank's share, which is then scaled to the mean. With
-  // gradients the full gradients are dropped.
+  // over the ranks by one reduce-scatter (those not started during the backward start now) into this rank's
+  // share, which is then scaled to the mean. With gradients the full gradients are dropped. A parameter used twice
+  // in the graph must have all its gradient before its group starts (as DDP's static graph asks).
   void reduce_gradients();
   // After the optimizer updated this rank's rows: each group's rows of every rank gathered by one all-gather into
   // every rank's full parameters.
@@ -100,11 +117,30 @@ class ParameterShards {
     at::Tensor gradient_share;     // gradients mode, flat [slice_numel]: this rank's averaged gradients
   };
 
+  // A collective in flight and the buffers it reads and writes.
+  struct PendingGroup {
+    at::Tensor input, reduced;
+    std::optional<PendingCollective> work;
+  };
+  void gradient_ready(std::size_t parameter);
+  void start(std::size_t group);  // with mutex_ held (or no hooks armed)
+
   ProcessGroup& group_;
   ShardMode mode_;
   std::vector<Parameter> parameters_;
   std::vector<Group> groups_;
   std::vector<at::Tensor> local_;
+  std::vector<std::size_t> order_;  // the order groups start their reduce-scatter: the last group first
+
+  std::vector<bool> hooked_;  // per parameter: its accumulator calls gradient_ready
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<std::uintptr_t> hook_keys_;
+  std::mutex mutex_;  // the hooks run on autograd's threads
+  bool armed_ = false;
+  std::vector<std::size_t> missing_;  // per group: hooked gradients not in yet
+  std::vector<bool> counted_;         // per parameter
+  std::size_t next_ = 0;              // into order_
+  std::vector<PendingGroup> pending_;
 };
 
 // Throws std::runtime_error naming `step` when the ranks' `tensors` differ (a float64 checksum compared over the

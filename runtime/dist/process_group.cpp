@@ -211,19 +211,29 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   return output[0];
 }
 
-void ProcessGroup::all_gather_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+PendingCollective ProcessGroup::all_gather_into_async(at::Tensor& output, const at::Tensor& input,
+                                                      const std::string& what) {
   c10d::AllgatherOptions options;
   options.timeout = backends_->timeout;
-  at::Tensor source = input.contiguous().view({-1});
-  PendingCollective(backends_->backend_for(input)._allgather_base(output, source, options), what).wait();
+  at::Tensor source = input.is_contiguous() ? input.view({-1}) : input.contiguous().view({-1});
+  return PendingCollective(backends_->backend_for(input)._allgather_base(output, source, options), what);
 }
 
-void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+void ProcessGroup::all_gather_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+  all_gather_into_async(output, input, what).wait();
+}
+
+PendingCollective ProcessGroup::reduce_scatter_into_async(at::Tensor& output, const at::Tensor& input,
+                                                          const std::string& what) {
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
   options.timeout = backends_->timeout;
-  at::Tensor source = input.contiguous().view({-1});
-  PendingCollective(backends_->backend_for(input)._reduce_scatter_base(output, source, options), what).wait();
+  at::Tensor source = input.is_contiguous() ? input.view({-1}) : input.contiguous().view({-1});
+  return PendingCollective(backends_->backend_for(input)._reduce_scatter_base(output, source, options), what);
+}
+
+void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& input, const std::string& what) {
+  reduce_scatter_into_async(output, input, what).wait();
 }
 
 void ProcessGroup::barrier() {

@@ -74,12 +74,15 @@ class ProcessGroup {
   void broadcast(std::vector<at::Tensor>& tensors, int root);
   // Every rank's `tensor` (same shape on all ranks), in rank order.
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
-  // all_gather_into_tensor: every rank's contiguous `input` into `output` (size() times its numel, flat, rank
-  // after rank). `what` names the collective in errors.
+  // all_gather_into_tensor: every rank's `input` into `output` (size() times its numel, flat, rank after rank).
+  // `what` names the collective in errors. The _async forms return at once: `input` and `output` must stay as
+  // they are until wait().
   void all_gather_into(at::Tensor& output, const at::Tensor& input, const std::string& what);
+  PendingCollective all_gather_into_async(at::Tensor& output, const at::Tensor& input, const std::string& what);
   // reduce_scatter_tensor with SUM: `input` (size() equal flat slices, rank after rank) summed over the ranks,
   // this rank's slice into `output`.
   void reduce_scatter_into(at::Tensor& output, const at::Tensor& input, const std::string& what);
+  PendingCollective reduce_scatter_into_async(at::Tensor& output, const at::Tensor& input, const std::string& what);
   void barrier();
   // Control messages over Gloo: whether `flag` is true on any rank; the maximum of `value` over ranks; rank
   // `root`'s text on every rank.

@@ -224,7 +224,8 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   }
   if (group_ && options_.shard != dist::ShardMode::none) {
     // Sharded: the optimizer steps and the EMAs average each rank's rows of the trainable parameters.
-    shards_ = std::make_unique<dist::ParameterShards>(*group_, trainable_, options_.shard);
+    shards_ =
+        std::make_unique<dist::ParameterShards>(*group_, trainable_, options_.shard, options_.data_parallel.overlap);
     optimizer_->replace_params(
         [this](std::size_t g, std::size_t p) { return shards_->local().at(group_start_.at(g) + p); });
     std::map<const void*, std::int64_t> trainable_index;
@@ -404,6 +405,7 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
     if (scaler_) objective = scaler_->scale_loss(objective);
     // Data parallel: the last micro-batch's backward starts averaging buckets as their gradients come in.
     if (gradients_ && micro == count - 1) gradients_->expect_last_backward();
+    if (shards_ && micro == count - 1) shards_->expect_last_backward();
     objective.backward();
     micro_losses.push_back(loss.detach().reshape({}).to(at::kFloat));
   }

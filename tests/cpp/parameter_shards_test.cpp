@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -67,6 +68,7 @@ struct Trained {
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state;  // full, as a checkpoint saves it
   std::vector<bool> full_gradient_kept;                             // after the last step, per parameter
   runner::train::Trainer::StateBytes bytes;
+  std::int64_t skipped = 0;
 };
 
 struct Setup {
@@ -75,6 +77,8 @@ struct Setup {
   std::int64_t accumulate = 1;
   std::optional<double> clip;
   int steps = 10;
+  bool overlap = true;
+  int nan_step = 0;  // rank 1's loss is NaN at this step (1-based; 0: never)
 };
 
 // Rank `rank`'s result of AdamW (weight decay) with an EMA over `setup.ranks` ranks.
@@ -96,6 +100,7 @@ std::vector<Trained> train(const Setup& setup) {
     options.shard = setup.shard;
     options.accumulate = setup.accumulate;
     options.clip = setup.clip;
+    options.data_parallel.overlap = setup.overlap;
     runner::train::EmaOptions ema;
     ema.decay = 0.9;
     runner::train::Trainer trainer(trainer_model, optimizer, {}, {ema}, options, at::kCPU, &group);
@@ -103,8 +108,10 @@ std::vector<Trained> train(const Setup& setup) {
     const std::int64_t rows = kBatch / setup.ranks / setup.accumulate;
     for (int step = 0; step < setup.steps; ++step) {
       const runner::train::StepResult done = trainer.step([&](std::int64_t micro, std::int64_t) {
-        return loss_of(model, rank * kBatch / setup.ranks + micro * rows, rows);
+        const at::Tensor loss = loss_of(model, rank * kBatch / setup.ranks + micro * rows, rows);
+        return rank == 1 && step + 1 == setup.nan_step ? loss * std::nan("") : loss;
       });
+      out.skipped = done.skipped.item<std::int64_t>();
       out.losses.push_back(done.loss.item<double>());
       out.norms.push_back(done.grad_norm.item<double>());
     }
@@ -138,8 +145,13 @@ void check_same_training(const std::vector<Trained>& sharded, const std::vector<
       CHECK(at::allclose(got.weights[i], want.weights[i], 1.3e-6, 1e-5));
       CHECK(at::allclose(got.ema[i], want.ema[i], 1.3e-6, 1e-5));
     }
+    CHECK(got.skipped == want.skipped);
     for (std::size_t s = 0; s < want.losses.size(); ++s) {
       INFO("rank " << rank << ", step " << s + 1);
+      if (std::isnan(want.losses[s])) {
+        CHECK(std::isnan(got.losses[s]));
+        continue;
+      }
       CHECK(got.losses[s] == Approx(want.losses[s]).epsilon(1.3e-6).margin(1e-6));
       CHECK(got.norms[s] == Approx(want.norms[s]).epsilon(1.3e-6).margin(1e-6));
     }
@@ -196,8 +208,10 @@ TEST_CASE("sharded data parallel on 2 ranks trains as unsharded data parallel do
 
 TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping and accumulation", "[dist]") {
   const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
-  INFO("shard " << runner::dist::shard_mode_name(mode));
+  const bool overlap = GENERATE(true, false);
+  INFO("shard " << runner::dist::shard_mode_name(mode) << ", overlap " << overlap);
   Setup setup;
+  setup.overlap = overlap;
   setup.ranks = 3;
   setup.accumulate = 2;
   setup.clip = 0.05;  // below the norms of the first steps: clipping acts
@@ -206,6 +220,20 @@ TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping a
   REQUIRE(reference[0].norms[0] > 0.05);
   setup.shard = mode;
   check_same_training(train(setup), reference);
+}
+
+TEST_CASE("sharded data parallel: a non-finite loss on one rank skips the step on every rank", "[dist]") {
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  INFO("shard " << runner::dist::shard_mode_name(mode));
+  Setup setup;
+  setup.steps = 4;
+  setup.nan_step = 2;
+  const std::vector<Trained> reference = train(setup);
+  REQUIRE(reference[0].skipped == 1);
+  setup.shard = mode;
+  const std::vector<Trained> sharded = train(setup);
+  CHECK(sharded[0].skipped == 1);
+  check_same_training(sharded, reference);
 }
 
 TEST_CASE("process group: all_gather_into and reduce_scatter_into over Gloo", "[dist]") {
