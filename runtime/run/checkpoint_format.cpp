@@ -226,6 +226,14 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
                           world_size > saved_world_size
                               ? fmt::format(" (ranks {} and up start from their seed)", saved_world_size)
                               : ""));
+  const std::string shard = dist::shard_mode_name(trainer.shards() ? trainer.shards()->mode() : dist::ShardMode::none);
+  const std::string saved_shard = state.value("shard", std::string("none"));
+  if ((saved_shard != shard || saved_world_size != world_size) && shard != "none" && rank == 0)
+    core::log(core::LogLevel::info,
+              fmt::format("{}: saved with shard {} by {} rank{}, continuing with shard {} on {}: each rank takes its "
+                          "rows of the saved optimizer state and EMA",
+                          checkpoint_dir, saved_shard, saved_world_size, saved_world_size == 1 ? "" : "s", shard,
+                          world_size));
   trainer.restore_counters(restored.step, skipped);
   const std::string precision = train::precision_name(trainer.precision());
   if (state.value("accumulate", trainer.step_options().accumulate) != trainer.step_options().accumulate ||
