@@ -65,10 +65,12 @@ print(model)
 print(string.format("%.1fM parameters on %s; %s; %d steps of batch %d (%s)", model:num_parameters() / 1e6, device,
   tostring(train_set), cfg.steps, cfg.batch, train:precision()))
 
--- Rank 0 draws and writes the grids (the other ranks of a data-parallel run wait for it at the next step).
+-- Rank 0 draws and writes the grids (the other ranks of a data-parallel run wait for it at the next step). Every
+-- rank reads the EMA model: with shard, reading it gathers it from every rank.
 local function write_samples(step)
+  local ema = train.ema
   if not runner.dist.is_main then return end
-  local samples = ddpm:sample(train.ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = ddpm:sample(ema, { n = cfg.samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples)
   print(string.format("step %7d  EMA samples: %s", step, path))
 end
@@ -91,8 +93,9 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
   if step % cfg.sample_every == 0 or step == cfg.steps then write_samples(step) end
 end
 run:checkpoint { wait = true }
-if runner.dist.is_main then  -- the EMA weights are the same on every rank: rank 0 writes them
-  train.ema:save(run.dir .. "/ema.safetensors", { steps = tostring(cfg.steps) })
+local ema = train.ema  -- on every rank (gathered with shard); rank 0 writes it
+if runner.dist.is_main then
+  ema:save(run.dir .. "/ema.safetensors", { steps = tostring(cfg.steps) })
   run:set_summary { loss = last and last.loss:item() or nil, seconds = runner.clock() - start }
   print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))
 end

@@ -172,14 +172,18 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
     local elapsed = runner.clock() - start
     print(string.format("step %7d  loss %.4f  %.1f img/s", step, out.loss:item(), (step - first) * cfg.batch / elapsed))
   end
-  -- Samples and FID on rank 0 only (the other ranks wait for it at their next step); every rank checkpoints.
+  -- Samples and FID on rank 0 only (the other ranks wait for it at their next step); every rank checkpoints, and
+  -- every rank reads the EMA model first (with shard, reading it gathers it from every rank).
   local fid_step = cfg.fid_every > 0 and (step % cfg.fid_every == 0 or step == cfg.steps)
+  local sample_step = step % cfg.sample_every == 0 or step == cfg.steps
+  if fid_step or sample_step then local _ = train.ema end
   local fid = fid_step and main and evaluate_fid(step) or nil
   if step % cfg.checkpoint_every == 0 or fid_step then run:checkpoint { value = fid } end
-  if main and (step % cfg.sample_every == 0 or step == cfg.steps) then write_samples(step) end
+  if main and sample_step then write_samples(step) end
 end
 run:checkpoint { wait = true }
+local ema = train.ema  -- on every rank (gathered with shard); rank 0 writes it
 if main then
-  train.ema:save(run.dir .. "/ema.safetensors", { size = model_name, steps = tostring(cfg.steps) })
+  ema:save(run.dir .. "/ema.safetensors", { size = model_name, steps = tostring(cfg.steps) })
   print(string.format("done in %.0f s; EMA weights in %s/ema.safetensors", runner.clock() - start, run.dir))
 end

@@ -91,10 +91,12 @@ local floor = runner.eval.sliced_wasserstein(real_shapes(cfg.seed + 2000003), re
 if run.step == 0 then run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples))) end
 
 -- Rank 0 draws the metric's samples and records them (the other ranks of a data-parallel run wait for it at the
--- next step) and prints the paths of the files it writes; the others return nil.
+-- next step) and prints the paths of the files it writes; the others return nil. Every rank reads the EMA model:
+-- with shard, reading it gathers it from every rank.
 local function evaluate()
+  local ema = train.ema
   if not runner.dist.is_main then return nil end
-  local samples = diffusion:sample(train.ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
+  local samples = diffusion:sample(ema, { n = cfg.metric_samples, steps = cfg.sample_steps, seed = cfg.seed })
   local path = run:images("samples", samples:narrow(1, 1, math.min(64, cfg.metric_samples)))
   local distance = runner.eval.sliced_wasserstein(samples, real)
   run:log { swd = distance }

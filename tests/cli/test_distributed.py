@@ -281,18 +281,22 @@ class DataParallel(GlooOnTheCpu):
 
 
     def test_the_quickstart_trains_to_the_end_on_two_simulated_nodes_under_torchrun(self):
+        # Sharded (ZeRO-2): the examples read the EMA on every rank, which gathers it.
         port = free_port()
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
         nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
                                    "--master-addr", "127.0.0.1", "--master-port", str(port), "--no-python", RUNNER,
                                    quickstart, "steps=6", "sample_every=6", "checkpoint_every=3", "metric_samples=16",
-                                   "sample_steps=5"],
+                                   "sample_steps=5", "shard=gradients"],
                                   cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for node in range(2)]
         outputs = [node.communicate(timeout=300)[0] for node in nodes]
         self.assertEqual([node.returncode for node in nodes], [0, 0], "\n".join(outputs))
         self.assertIn("sample quality (sliced Wasserstein distance to real shapes", outputs[0])
+        # 1.11M parameters: the gradients, AdamW's moments and the EMA halved over 2 ranks, the weights whole.
+        self.assertIn("sharded data parallel: shard gradients (ZeRO-2), model state 13.4 MB per rank (weights 4.5, "
+                      "gradients 2.2, optimizer 4.5, EMA 2.2)", outputs[0])
         self.assertEqual([r[1:4] for r in self.runs()], [("finished", 6, 2)])
 
 
@@ -337,7 +341,7 @@ class Console(GlooOnTheCpu):
         self.assertEqual(sorted(result.stdout.splitlines()), ["rank 0 of 2", "rank 1 of 2"])
 
     def test_only_rank_0_of_the_quickstart_draws_metric_samples_and_prints_the_paths_it_writes(self):
-        # Two ranks as torchrun starts them, each with its own output.
+        # Two ranks as torchrun starts them, each with its own output; sharded (ZeRO-1): rank 1 says nothing of it.
         port = free_port()
         quickstart = os.path.join(os.environ.get("RUNNER_SOURCE", "../.."), "experiments", "quickstart.lua")
         procs = []
@@ -345,7 +349,7 @@ class Console(GlooOnTheCpu):
             env = {**self.env, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             procs.append(subprocess.Popen([RUNNER, quickstart, "steps=4", "sample_every=2", "checkpoint_every=2",
-                                           "metric_samples=16", "sample_steps=3", "channels=8"],
+                                           "metric_samples=16", "sample_steps=3", "channels=8", "shard=optimizer"],
                                           cwd=self.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         (out0, err0), (out1, err1) = [p.communicate(timeout=300) for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], out0 + err0 + out1 + err1)
