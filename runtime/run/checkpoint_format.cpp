@@ -228,7 +228,7 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
                               : ""));
   const std::string shard = dist::shard_mode_name(trainer.shards() ? trainer.shards()->mode() : dist::ShardMode::none);
   const std::string saved_shard = state.value("shard", std::string("none"));
-  if ((saved_shard != shard || saved_world_size != world_size) && shard != "none" && rank == 0)
+  if ((saved_shard != shard || (saved_world_size != world_size && shard != "none")) && rank == 0)
     core::log(core::LogLevel::info,
               fmt::format("{}: saved with shard {} by {} rank{}, continuing with shard {} on {}: each rank takes its "
                           "rows of the saved optimizer state and EMA",

@@ -222,6 +222,8 @@ class DataParallel(GlooOnTheCpu):
         name = self.kill_rank_1_at_step_10("single.safetensors", "shard=gradients")
         single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
         self.assertIn("rank 0 of 1 done at step 20", single.stdout)
+        self.assertIn("saved with shard gradients by 2 ranks, continuing with shard none on 1: each rank takes its rows "
+                      "of the saved optimizer state and EMA", single.stderr)
         self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "sharded, resumed by 1 process")
 
     def test_a_sharded_ema_read_on_one_rank_fails_naming_the_gather(self):
