@@ -354,12 +354,12 @@ struct Loader::Impl {
       batch_done.wait_for(lock, std::chrono::milliseconds(50));
       if (core::interrupt_requested()) throw core::Interrupted();
     }
-    auto node = ready.extract(position);
     {
       std::lock_guard stats_lock(stats_mutex);
       stats.wait_seconds += seconds_since(wait_start);
-      stats.queue_depth = static_cast<int>(ready.size());
+      stats.queue_depth = static_cast<int>(ready.size());  // the batch taken now included
     }
+    auto node = ready.extract(position);
     return std::move(node.mapped());
   }
 
@@ -411,6 +411,10 @@ struct Loader::Impl {
     }
     Batch batch;
     if (staged && staged->batch.position == position) {
+      {
+        std::scoped_lock lock(mutex, stats_mutex);  // the staged batch and those ready behind it
+        stats.queue_depth = 1 + static_cast<int>(ready.size());
+      }
       batch = hand_over(std::move(*staged));
       staged.reset();
     } else {
@@ -435,6 +439,10 @@ struct Loader::Impl {
       stats.samples += batch.data.size(0);
     }
     if (cuda && !synchronous) stage_next_if_ready();
+    if (!cuda && !synchronous) {  // the workers keep `prefetch` batches ahead while the consumer uses this one
+      std::lock_guard lock(mutex);
+      issue_locked();
+    }
     return batch;
   }
 

@@ -74,7 +74,9 @@ struct LoaderStats {
   std::int64_t batches = 0;
   std::int64_t samples = 0;
   std::int64_t skipped = 0;
-  int queue_depth = 0;  // batches ready when the last next() was called
+  // Batches ready when the last next() was called: the one it took (staged on the device or waiting on the host)
+  // and those behind it; `prefetch` when the workers keep ahead of the consumer.
+  int queue_depth = 0;
   int workers = 0;
 };
 

@@ -134,7 +134,8 @@ function data.dataset(options) end
 ---@field batches integer
 ---@field samples integer
 ---@field skipped integer bad samples left out (on_error = "skip")
----@field queue_depth integer batches ready when the last next() was called
+---@field queue_depth integer batches ready when the last next() was called, the one it took included (prefetch
+---                           when the workers keep ahead)
 ---@field workers integer
 ---@field batches_per_s number
 ---@field images_per_s number

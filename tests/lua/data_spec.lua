@@ -343,4 +343,17 @@ describe("memory and measurement", function()
     expect_true(stats.wait_s >= 0 and stats.wait_s <= stats.elapsed_s, "wait time within elapsed time")
     expect_true(stats.images_per_s > 0, "images per second")
   end)
+
+  it("counts every batch ready for a consumer that the workers keep ahead of", function()
+    local loader = data.loader(data.shapes { size = 8, count = 64, seed = 2 }, { batch = 4, workers = 1, prefetch = 3 })
+    loader:next()
+    local depth
+    for _ = 1, 20 do  -- the worker makes the next 3 batches while the consumer waits
+      os.execute("sleep 0.25")
+      loader:next()
+      depth = loader:stats().queue_depth
+      if depth == 3 then break end
+    end
+    expect_eq(depth, 3)
+  end)
 end)
