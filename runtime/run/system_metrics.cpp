@@ -116,7 +116,10 @@ void SystemMetrics::sample() {
                         (host_memory.total_bytes - host_memory.available_bytes) / kMebibyte);
     values.emplace_back("sys/host_memory_available_mib", host_memory.available_bytes / kMebibyte);
   });
-  values.emplace_back("sys/steps_per_second", static_cast<double>(step - previous_step_) / elapsed);
+  // The rates of training are measured over intervals with steps: a time without them (an evaluation, the end of
+  // the run) would read 0 and stand as the run's last rate.
+  const bool trained = step != previous_step_;
+  if (trained) values.emplace_back("sys/steps_per_second", static_cast<double>(step - previous_step_) / elapsed);
 
   std::shared_ptr<data::Loader> loader;
   bool loader_changed = false;
@@ -128,7 +131,7 @@ void SystemMetrics::sample() {
   if (loader) {
     const data::LoaderStats stats = loader->stats();
     // A loader attached since the last sample is measured from now on.
-    if (!loader_changed) {
+    if (!loader_changed && trained) {
       values.emplace_back("sys/loader_queue_depth", stats.queue_depth);
       values.emplace_back("sys/data_wait_percent",
                           100 * (stats.wait_seconds - previous_loader_.wait_seconds) / elapsed);

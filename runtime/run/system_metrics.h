@@ -8,6 +8,8 @@
 //   with a loader attached (run:restore): sys/loader_queue_depth (batches ready at its last batch),
 //     sys/data_wait_percent (the share of the interval the training loop waited for batches) and
 //     sys/samples_per_second (this rank's samples over the interval, times the world size)
+//   The rates of training (steps, samples, data wait, queue depth) are left out of an interval without steps (an
+//   evaluation, the end of a run), whose 0 would stand as the run's last rate.
 //   on a CUDA device: sys/cuda_allocated_mib, sys/cuda_reserved_mib, sys/cuda_peak_allocated_mib (the caching
 //     allocator's counts), and from the driver (NVML, runtime/system/gpu_usage.h) sys/gpu_percent,
 //     sys/gpu_memory_used_mib, sys/gpu_power_watts, sys/gpu_temperature_celsius.

@@ -490,7 +490,7 @@ end
 # Trains with a loader until the file `release` exists or, given `seconds`, for that long; the run's system metrics
 # every `interval` seconds (0: none, as runner.start's system_metrics = false).
 SAMPLED = """
-local cfg = config { interval = 0.2, release = "release", seconds = 0 }
+local cfg = config { interval = 0.2, release = "release", seconds = 0, after = 0 }
 local run = runner.start(cfg, { system_metrics = cfg.interval > 0 and cfg.interval or false })
 local model = nn.Linear(3 * 8 * 8, 1)
 local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.01 }, progress = false }
@@ -507,6 +507,7 @@ for batch in loader:iter { to = 1000000000 } do
   end
 end
 print("trained to step " .. run.step)
+if cfg.after > 0 then os.execute("sleep " .. cfg.after) end  -- as a final evaluation: no steps
 """
 
 SYSTEM_KEYS = ["sys/cpu_percent", "sys/data_wait_percent", "sys/host_cpu_percent", "sys/host_memory_available_mib",
@@ -532,6 +533,18 @@ class SystemMetrics(RunnerHomeTest):
             return any(row[0] == key for row in self.system_rows(name))
         except sqlite3.OperationalError:  # no index yet, or its schema is being created
             return False
+
+    def test_rates_of_training_leave_out_a_time_without_steps(self):
+        # A final evaluation (no steps for several readings) leaves no steps/s, samples/s or data wait reading of 0:
+        # the finished run's latest rates are its training's.
+        self.runner("sampled.lua", "seconds=2", "after=2", check=0)
+        rows = self.system_rows("sampled-1")
+        last_step = max(step for _, step, _ in rows)
+        at_last = {key for key, step, _ in rows if step == last_step}
+        self.assertIn("sys/cpu_percent", at_last)
+        for key in ("sys/steps_per_second", "sys/samples_per_second"):
+            values = [value for k, _, value in rows if k == key]
+            self.assertTrue(values and all(value > 0 for value in values), f"{key}: {values}")
 
     def test_a_run_records_its_system_metrics_at_its_steps(self):
         job = subprocess.Popen([RUNNER, "sampled.lua"], cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
