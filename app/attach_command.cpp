@@ -138,6 +138,7 @@ class AttachedTarget : public ReplTarget {
   bool ended() const override { return detached_ || gone_; }
   int watched_descriptor() const override { return client_.descriptor(); }
   bool gone() const { return gone_; }
+  bool stopping() const { return stopping_; }  // a chunk called run:stop()
 
   // After the REPL: reads what the training process said meanwhile (the run ended), if anything.
   void take_notice() {
@@ -152,6 +153,8 @@ class AttachedTarget : public ReplTarget {
     while (std::optional<attach::Message> reply = receive()) {
       if (reply->kind == "output") {
         std::fwrite(reply->text.data(), 1, reply->text.size(), stdout);
+      } else if (reply->kind == "stopping") {
+        stopping_ = true;
       } else if (reply->kind == "done") {
         return outcome;
       } else if (reply->kind == "error") {
@@ -227,6 +230,7 @@ class AttachedTarget : public ReplTarget {
   attach::AttachClient& client_;
   bool detached_ = false;
   bool gone_ = false;
+  bool stopping_ = false;
   bool interrupt_sent_ = false;          // for the chunk that runs
   CtrlCWhileWaiting* ctrl_c_ = nullptr;  // while a chunk runs
 };
@@ -275,7 +279,8 @@ int attach(const std::string& reference) {
       client->send({"detach", ""});
     } catch (const attach::AttachError&) {
     }
-    std::fprintf(stderr, "detached from run %s (it goes on)\n", run.name.c_str());
+    std::fprintf(stderr, "detached from run %s (%s)\n", run.name.c_str(),
+                 target.stopping() ? "it stops after its current step, with a checkpoint" : "it goes on");
   }
   return core::kExitOk;
 }

@@ -297,6 +297,9 @@ bool answer_eval(lua_State* L, LuaHost& host, attach::AttachServer& server, run:
       break;
   }
   if (outcome.status == core::kExitOk) {
+    // The client's detach line says that the run stops rather than goes on.
+    if (std::find(attached_changes.begin(), attached_changes.end(), "run:stop()") != attached_changes.end())
+      server.send({"stopping", ""});
     server.send({"done", ""});
     return true;
   }

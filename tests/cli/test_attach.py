@@ -203,9 +203,12 @@ class Attach(RunnerHomeTest):
         found, text = terminal.ask("run:stop(); print('stop' .. ' at', run.step)", "stop at")
         self.assertTrue(found, text)
         stop_at = int(text.split("stop at")[1].split()[0])
-        (self.dir / "hold").unlink()
-        self.assertTrue(terminal.read_until(b"the run ended (interrupted)", 60), terminal.seen)
+        # Detached while the run still holds its step: it stops after it, not goes on.
+        terminal.type(b".detach\n")
+        self.assertTrue(terminal.read_until(b"detached from run live (it stops after its current step, with a "
+                                            b"checkpoint)", 60), terminal.seen)
         self.assertEqual(terminal.wait(10), 0)
+        (self.dir / "hold").unlink()
         self.assertEqual(training.wait(120), 0, (self.dir / "training.log").read_text())
 
         rows = self.runner("query", "SELECT i.step, i.chunk, i.changes FROM interventions i JOIN runs r USING (run) "
