@@ -543,6 +543,15 @@ int trainer_state_bytes(lua_State* L) {
   return 1;
 }
 
+// runner._train.precision(amp, device) -> the precision runner.trainer's amp resolves to on that device, or the
+// error it would raise there.
+int precision(lua_State* L) {
+  const train::Precision resolved =
+      train::resolve_precision(check_string(L, 1), core::parse_device(check_string(L, 2)));
+  lua_pushstring(L, train::precision_name(resolved).c_str());
+  return 1;
+}
+
 // runner._train.step_range(text) -> first, last (parse_step_range's checks)
 int step_range(lua_State* L) {
   const train::StepRange range = train::parse_step_range(check_string(L, 1));
@@ -731,6 +740,7 @@ void open_train(lua_State* L) {
                     {"find_batch_size_options", wrap<find_batch_size_options>},
                     {"empty_device_cache", wrap<empty_device_cache>},
                     {"step_range", wrap<step_range>},
+                    {"precision", wrap<precision>},
                     {"launch_profile", wrap<launch_profile>},
                     {"split_batch", wrap<split_batch>}});
   lua_setfield(L, -2, "_train");

@@ -39,6 +39,9 @@ if not folder then runner.usage_error(string.format("data=%s: no such file or fo
 folder:close()
 local ddpm = runner.diffusion.gaussian { timesteps = cfg.timesteps, schedule = cfg.schedule, seed = cfg.seed }
 
+local amp_ok, amp_problem = pcall(runner.precision, cfg.amp, cfg.device)  -- refused before a run is recorded
+if not amp_ok then runner.usage_error(amp_problem) end
+
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device
 

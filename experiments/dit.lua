@@ -47,7 +47,7 @@ local cfg = config({
   checkpoint = false,        -- activation checkpointing (less memory, about a third more compute)
   log_every = 100,
   checkpoint_every = 10000,  -- save a resumable checkpoint every this many steps (and at the end)
-  amp = "auto",              -- bf16 autocast on GPUs, fp32 on the CPU (or bf16, fp16, fp32)
+  amp = "auto",              -- bf16 autocast on GPUs, fp32 on the CPU (or bf16, fp16, fp32; fp8 on Ada/Hopper GPUs)
   seed = 0,
   device = "auto",
   shard = "none",            -- with --nproc N: "optimizer" or "gradients" keeps a 1/N share of the state per rank
@@ -96,6 +96,9 @@ local function draw_samples(model, labels, seed)
   return diffusion:sample(model, { labels = labels, guidance = cfg.guidance, steps = cfg.sample_steps, seed = seed,
                                    sampler = cfg.objective == "ddpm" and "ddpm" or "euler" })
 end
+
+local amp_ok, amp_problem = pcall(runner.precision, cfg.amp, cfg.device)  -- refused before a run is recorded
+if not amp_ok then runner.usage_error(amp_problem) end
 
 local run = runner.start(cfg)  -- seeds every generator from cfg.seed, picks the device, opens runs/<name>/
 local device = run.device

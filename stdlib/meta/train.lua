@@ -195,6 +195,14 @@ function Trainer:finish_progress() end
 ---@return Trainer
 function runner.trainer(options) end
 
+---What runner.trainer's `amp` resolves to on `device` ("auto": the device runner.start would pick), or the error it
+---would raise there (fp16 on the CPU, fp8 before compute capability 8.9), so that a script can refuse it as a usage
+---error before runner.start records a run.
+---@param amp string "auto", "bf16", "fp16", "fp32" or "fp8"
+---@param device? string default "auto"
+---@return string precision "fp32", "bf16", "fp16" or "fp8"
+function runner.precision(amp, device) end
+
 ---@class EarlyStopping
 ---@field best number|nil
 ---@field bad integer        observations since the best

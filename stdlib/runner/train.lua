@@ -211,6 +211,10 @@ EarlyStopping.__index = EarlyStopping
 
 --- runner.early_stopping(EarlyStoppingOptions) -> stopper; stopper:observe(value) is true once `patience`
 --- observations in a row failed to beat the best by min_delta.
+--- runner.precision(amp [, device = "auto"]) -> "fp32", "bf16", "fp16" or "fp8": what runner.trainer's amp means on
+--- the device, or the error it would raise there (a script checks its amp before runner.start).
+function runner.precision(amp, device) return native.precision(amp, device or "auto") end
+
 function runner.early_stopping(options)
   local o = native.early_stopping_options(options)
   return setmetatable({ patience = o.patience, mode = o.mode, min_delta = o.min_delta, best = nil, bad = 0,

@@ -209,6 +209,11 @@ class Experiments(QuickstartQuality):
                   "objective must be ddpm or flow, got 'flw'"),
                  ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "objective=flow", "path=cosine"),
                   'path must be "linear", "gvp" or "vp", got "cosine"'),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "amp=fp8", "device=cpu"),
+                  "amp 'fp8' needs a CUDA device of compute capability 8.9 or later (FP8 tensor cores); this device is "
+                  "the CPU (use 'bf16' or 'fp32')"),
+                 ("dit.lua", ("data=latents.npy", "labels=latents.labels.npy", "amp=bf8"),
+                  "amp must be auto, bf16, fp16, fp32 or fp8, got 'bf8'"),
                  ("quickstart.lua", ("objective=flw",), "objective must be ddpm or flow, got 'flw'"),
                  ("quickstart.lua", ("objective=flow", "flow_prediction=eps"),
                   'prediction must be "velocity", "noise" or "score", got "eps"'),
