@@ -38,6 +38,19 @@ TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::opt
   if (model) out.null_label = model->null_label;
   require_null_label(out.labels.has_value(), out.dropout, out.null_label);
   if (!out.labels) out.dropout = 0;
+  // Checked before dropout, which would hide an out-of-range label; on the host only (no device synchronisation).
+  if (out.labels && model && out.labels->device().is_cpu() && out.labels->numel() > 0 &&
+      !at::isFloatingType(out.labels->scalar_type())) {
+    const std::int64_t lowest = out.labels->min().item<std::int64_t>();
+    const std::int64_t highest = out.labels->max().item<std::int64_t>();
+    const std::int64_t limit = model->null_label ? model->classes : model->classes - 1;
+    if (lowest < 0 || highest > limit)
+      throw std::invalid_argument(fmt::format("loss: labels must be in 0..{} ({} classes{}), got values in {}..{}",
+                                              limit, model->classes,
+                                              model->null_label ? fmt::format(", {} = no label", *model->null_label)
+                                                                : std::string(),
+                                              lowest, highest));
+  }
   if (out.labels && out.labels->device() != device) out.labels = out.labels->to(device);
   return out;
 }

@@ -283,6 +283,21 @@ describe("keyed training streams", function()
     expect_eq(d:stream_counter(), 0, "loader batches leave the running counter alone")
   end)
 
+  it("refuses an out-of-range label that label dropout would have replaced", function()
+    local model = Recorder(random_unet(unet_options, 5))
+    local d = runner.diffusion.gaussian { timesteps = 1000, seed = 7 }
+    d:loss(model, loader_batch(data, labels, indices, 2))
+    local dropped = nil
+    for i = 1, 6 do
+      if model.calls[1].labels[i]:item() == 3 then dropped = i end
+    end
+    expect_true(dropped ~= nil, "a label of this batch is dropped")
+    local bad = labels:clone()
+    bad[dropped] = 7
+    expect_error(function() d:loss(model, loader_batch(data, bad, indices, 2)) end,
+      "loss: labels must be in 0..3 (3 classes, 3 = no label), got values in 0..7", true)
+  end)
+
   it("the draws depend on the seed and the epoch; the same seed gives identical losses", function()
     local unet = random_unet(unet_options, 5)
     local batch = loader_batch(data, labels, indices, 2)
