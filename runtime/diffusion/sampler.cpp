@@ -103,8 +103,10 @@ at::Tensor draw_step_noise(const NoiseSource& noise, std::int64_t step, const at
 }
 
 void check_sampling_inputs(const at::Tensor& x_T, const std::optional<at::Tensor>& labels, const Guidance& guidance) {
-  if (!std::isfinite(guidance.scale)) {
-    throw std::invalid_argument(fmt::format("guidance must be a finite number, got {}", guidance.scale));
+  if (!std::isfinite(guidance.scale) || guidance.scale < 0) {
+    throw std::invalid_argument(fmt::format(
+        "guidance must be a finite number >= 0 (1: none, 0: unconditional, above 1: towards the labels), got {}",
+        guidance.scale));
   }
   if (!x_T.defined() || x_T.dim() < 2) {
     std::ostringstream shape;
@@ -134,6 +136,9 @@ void check_sampling_inputs(const at::Tensor& x_T, const std::optional<at::Tensor
   }
   if (guidance.channels && *guidance.channels < 1)
     throw std::invalid_argument(fmt::format("guidance_channels must be at least 1, got {}", *guidance.channels));
+  if (guidance.channels && *guidance.channels > x_T.size(1))
+    throw std::invalid_argument(fmt::format("guidance_channels = {} is more than the {} channels of a sample",
+                                            *guidance.channels, x_T.size(1)));
 }
 
 AutocastDisabled::AutocastDisabled(at::DeviceType type) : type_(type) {

@@ -104,6 +104,9 @@ function methods:sample(model, options)
         .. "start noise is drawn from the seed) or x_T (the start noise)", 2)
     end
     local n = options.n
+    if n ~= nil and (type(n) ~= "number" or n < 1 or n % 1 ~= 0) then
+      error("sample: n must be a whole number of samples >= 1, got " .. tostring(n), 2)
+    end
     if n == nil then
       local labels = options.labels
       n = torch.is_tensor(labels) and labels.shape[1] or (type(labels) == "table" and #labels) or 16

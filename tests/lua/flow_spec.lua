@@ -222,6 +222,12 @@ describe("sampler options", function()
     expect_error(function() flow:sample(model, { x_T = x_T, n = 4 }) end,
       here(-1) .. "sample: n = 4 but x_T holds 2 samples (give n or x_T, or both alike)")
     expect_eq(flow:sample(model, { x_T = x_T, n = 2, steps = 2 }).shape[1], 2, "n equal to x_T's count")
+    expect_error(function() flow:sample(model, { shape = { 3, 4, 4 }, n = -4 }) end,
+      here(-1) .. "sample: n must be a whole number of samples >= 1, got -4")
+    expect_error(function() flow:sample(model, { x_T = x_T, guidance = -1 }) end,
+      here(-1) .. "guidance must be a finite number >= 0 (1: none, 0: unconditional, above 1: towards the labels), got -1")
+    expect_error(function() flow:sample(model, { x_T = x_T, guidance_channels = 9 }) end,
+      here(-1) .. "guidance_channels = 9 is more than the 3 channels of a sample")
   end)
 
   it("refuses training times outside [0, 1] and likelihood probes that are not signs", function()
