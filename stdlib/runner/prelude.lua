@@ -2,13 +2,21 @@
 -- namespaces, runner.start, runner.query and runner.sweep, defines config and help.
 -- The one print: it ends a progress line drawn in place first (so that nothing is written onto its end), then
 -- writes, and appends the text to the active run's log file (core::append_to_log_file: nothing without a run).
+-- A table without __tostring prints as the REPL shows it (runner.pretty.repr), not as its address.
 local plain_print = print
 local log_text = runner._run.log_text
+local function printed(value)
+  if type(value) == "table" then
+    local meta = getmetatable(value)
+    if not (type(meta) == "table" and rawget(meta, "__tostring")) then return runner.pretty.repr(value) end
+  end
+  return tostring(value)
+end
 function print(...)
   runner._end_open_line()
-  plain_print(...)
   local parts = {}
-  for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+  for i = 1, select("#", ...) do parts[i] = printed((select(i, ...))) end
+  plain_print(unpack(parts, 1, select("#", ...)))
   log_text(table.concat(parts, "\t"))
 end
 -- pairs honours a metatable's __pairs, as Lua 5.2 does (LuaJIT's own does not): config {}'s proxy walks its values.

@@ -117,6 +117,15 @@ class CommandLine(ScriptDir):
         self.assertEqual((result.returncode, result.stdout), (0, "4\n"))
 
 
+class Print(ScriptDir):
+    def test_a_table_prints_as_the_repl_shows_it_not_as_its_address(self):
+        self.script("p.lua", 'print({1, 2, a = "x"}, "s", 3, nil, setmetatable({}, {__tostring = function() '
+                             'return "T" end}), {})\nprint()\n')
+        result = self.run_script("p.lua")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, '{ 1, 2, a = "x" }\ts\t3\tnil\tT\t{}\n\n')
+
+
 class Errors(ScriptDir):
     def test_syntax_error_names_file_and_line(self):
         name = self.script("bad.lua", """
