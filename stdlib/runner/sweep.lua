@@ -80,8 +80,10 @@ setmetatable(M, {
       if type(key) == "string" then where_of[key] = line_of(lines, first, key, path) or where end
     end
     for key in pairs(copy) do note(key) end
-    if type(copy.parameters) == "table" then
-      for key in pairs(copy.parameters) do note(key) end
+    for _, nested in ipairs { "parameters", "fixed" } do
+      if type(copy[nested]) == "table" then
+        for key in pairs(copy[nested]) do note(key) end
+      end
     end
     return { kind = "runner.sweep", sweep_file = path, where = where, lines = where_of, fields = copy }
   end,

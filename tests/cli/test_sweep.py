@@ -264,6 +264,9 @@ class Definitions(SweepTest):
                                  r"bad\.lua:3: 'steps' takes whole numbers: use runner\.sweep\.int\(1, 5\) instead of uniform"),
             "misspelt field": ("parameters = { lr = { 1, 2 } },\n  metric = \"score\", trails = 2,",
                                r"bad\.lua:4: unknown sweep field 'trails' .*did you mean 'trials'\?"),
+            "wrong fixed type": ("parameters = { lr = { 1, 2 } },\n  fixed = {\n    mode = 1 },\n  metric = \"score\", "
+                                 "trials = 2,",
+                                 r"bad\.lua:5: 'mode' takes a string \(its default is \"plain\"\), got 1"),
         }
         for case, (body, pattern) in cases.items():
             with self.subTest(case):
