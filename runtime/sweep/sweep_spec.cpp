@@ -335,6 +335,7 @@ SweepSpec parse_sweep(const json& definition) {
       for (const Parameter& parameter : spec.parameters)
         if (parameter.name == key) reader.fail(key, fmt::format("'{}' is both a parameter and fixed", key));
       spec.fixed[key] = value;
+      spec.lines["fixed." + key] = reader.where("fixed." + key);
     }
   }
 
@@ -503,8 +504,8 @@ void check_against_config(SweepSpec& spec, const ScriptConfig& config) {
   };
   for (const auto& [key, value] : spec.fixed.items()) {
     const auto found = config.find(key);
-    if (found == config.end()) throw unknown(spec.where, "fixed key", key);
-    check_value(spec.where, key, found->second, value);
+    if (found == config.end()) throw unknown(where_of(spec, "fixed." + key), "fixed key", key);
+    check_value(where_of(spec, "fixed." + key), key, found->second, value);
   }
   for (const Parameter& parameter : spec.parameters) {
     const auto found = config.find(parameter.name);

@@ -48,7 +48,7 @@ struct SweepSpec {
   std::string script;                               // absolute path of the experiment script
   std::string sweep_file;                           // the sweep file as given
   std::string where;                                // "sweep.lua:3": the runner.sweep { ... } call
-  std::map<std::string, std::string> lines;         // field -> "sweep.lua:9": where the sweep file gives it
+  std::map<std::string, std::string> lines;         // field (a fixed key: "fixed.KEY") -> "sweep.lua:9": where given
   std::vector<Parameter> parameters;                // sorted by name
   nlohmann::json fixed = nlohmann::json::object();  // key -> value given to every trial
   Method method = Method::random;

@@ -76,14 +76,15 @@ setmetatable(M, {
       prune.method, prune[1] = prune[1], nil
       copy.prune = prune
     end
-    local function note(key)
-      if type(key) == "string" then where_of[key] = line_of(lines, first, key, path) or where end
+    local function note(key, prefix)
+      if type(key) == "string" then where_of[(prefix or "") .. key] = line_of(lines, first, key, path) or where end
     end
     for key in pairs(copy) do note(key) end
-    for _, nested in ipairs { "parameters", "fixed" } do
-      if type(copy[nested]) == "table" then
-        for key in pairs(copy[nested]) do note(key) end
-      end
+    if type(copy.parameters) == "table" then
+      for key in pairs(copy.parameters) do note(key) end
+    end
+    if type(copy.fixed) == "table" then  -- as "fixed.<key>": a fixed key may share a field's name
+      for key in pairs(copy.fixed) do note(key, "fixed.") end
     end
     return { kind = "runner.sweep", sweep_file = path, where = where, lines = where_of, fields = copy }
   end,
