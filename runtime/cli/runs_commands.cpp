@@ -465,6 +465,22 @@ int compare_command(int argc, char** argv) {
   print(format_table(table, format));
   if (format == TableFormat::aligned && config_keys.size() > 0 && !arguments.has("--all"))
     print("(config keys with equal values are hidden; --all shows them)\n");
+  // DDPM's loss (noise or v prediction at a schedule's timesteps) and a flow's (velocity over its path) measure
+  // different things: side by side they mislead.
+  std::set<std::string> objectives;
+  for (const auto& run : runs)
+    if (run.config.is_object() && run.config.contains("objective") && run.config["objective"].is_string())
+      objectives.insert(run.config["objective"].get<std::string>());
+  if (objectives.size() > 1) {
+    const std::string note = fmt::format(
+        "the runs' objectives differ ({}): their losses measure different things and cannot be compared; compare "
+        "what their samples score\n",
+        fmt::join(objectives, ", "));
+    if (format == TableFormat::aligned)
+      print("(" + note.substr(0, note.size() - 1) + ")\n");
+    else
+      std::fputs(("runner compare: " + note).c_str(), stderr);
+  }
   return 0;
 }
 

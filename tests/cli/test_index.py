@@ -585,6 +585,18 @@ class IndexCommands(IndexTest):
         self.assertIn("config,steps,30,30", with_all)
         result = self.runner("compare", "train-1", check=2)
         self.assertTrue(result.stderr.startswith("runner compare: expected two or more RUNs to compare\n"))
+        self.assertNotIn("objectives differ", self.runner("compare", "train-1", "train-2", check=0).stdout)
+
+    def test_compare_says_that_losses_of_different_objectives_do_not_compare(self):
+        self.script("objective.lua", 'local cfg = config { objective = "ddpm" }\nlocal run = runner.start(cfg)\n'
+                                     'run:log { loss = 0.5 }\n')
+        self.runner("objective.lua", check=0)
+        self.runner("objective.lua", "objective=flow", check=0)
+        note = ("the runs' objectives differ (ddpm, flow): their losses measure different things and cannot be "
+                "compared; compare what their samples score")
+        self.assertIn(f"({note})\n", self.runner("compare", "objective-1", "objective-2", check=0).stdout)
+        csv = self.runner("compare", "objective-1", "objective-2", "--csv", check=0)
+        self.assertEqual(csv.stderr, f"runner compare: {note}\n")
 
     def test_query_output_formats(self):
         self.three_runs()
