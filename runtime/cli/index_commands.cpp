@@ -29,9 +29,11 @@ constexpr const char* kUsage =
 RUNNER_INDEX=postgresql://USER@HOST:PORT/DB, or --index URL given to any of these commands, it is that PostgreSQL
 database, and RUNNER_HOME holds the run folders only):
   runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--where EXPR]
-              [--sort KEY [--desc]] [--limit N] [--metrics a,b] [--csv|--json]
-                                      table of runs, newest first (KEY: a metric, started, duration, step, name)
-                                      with their tags and notes; --where "lr < 1e-3 and tag = 'baseline'":
+              [--sort KEY [--desc]] [--limit N] [--metrics a,b] [--columns a,b] [--csv|--json]
+                                      table of runs, newest first (KEY: a column, a metric, started, duration,
+                                      step, name) with their tags and notes; --columns: config keys and metrics
+                                      (config.KEY or metric.KEY where a name is both); --sweep shows the swept
+                                      parameters; --where "lr < 1e-3 and tag = 'baseline'":
                                       comparisons (< <= > >= = !=) of config keys, metrics (summary or latest
                                       value), tag, status and name with numbers or 'texts', joined by and, or,
                                       not and parentheses

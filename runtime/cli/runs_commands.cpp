@@ -66,7 +66,8 @@ std::string note_line(const std::string& note) {
 
 int runs_command(int argc, char** argv) {
   const ParsedArguments arguments = parse_arguments(
-      argc, argv, {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--sweep", "--where"},
+      argc, argv,
+      {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--columns", "--sweep", "--where"},
       {"--csv", "--json", "--desc"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   std::optional<report::RunWhere> where;
@@ -87,7 +88,12 @@ int runs_command(int argc, char** argv) {
   const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
 
   index::Database db = index::open_index_for_reading(command_index());
-  if (auto sweep = arguments.value("--sweep")) filter.sweep = sweep::load_sweep(db, *sweep).sweep;
+  std::vector<std::string> swept;  // the sweep's parameters: config columns of their own
+  if (auto sweep = arguments.value("--sweep")) {
+    const sweep::SweepRecord record = sweep::load_sweep(db, *sweep);
+    filter.sweep = record.sweep;
+    for (const auto& parameter : record.spec.parameters) swept.push_back(parameter.name);
+  }
   const double now = index::now_seconds();
   std::vector<index::RunRecord> runs = index::list_runs(db, filter);
   try {
@@ -96,10 +102,58 @@ int runs_command(int argc, char** argv) {
     throw UsageError(error.what());
   }
 
+  // Every name a run shown has: config keys, and metrics (summary values and logged keys); read when an option
+  // names keys.
+  std::set<std::string> config_names, metric_names;
+  if (arguments.value("--columns") || arguments.value("--metrics") || arguments.value("--sort")) {
+    for (const auto& run : runs) {
+      if (run.config.is_object())
+        for (const auto& [key, value] : run.config.items()) config_names.insert(key);
+      for (const auto& [key, value] : run.summary.items())
+        if (value.is_number()) metric_names.insert(key);
+      for (const auto& latest : index::latest_metrics(db, run.run)) metric_names.insert(latest.key);
+    }
+  }
+  auto refuse_unknown = [&](const std::string& option, const std::string& key, const std::set<std::string>& names) {
+    const std::vector<std::string> known(names.begin(), names.end());
+    throw UsageError(fmt::format("{} '{}': no run shown has it (known: {}){}", option, key, fmt::join(known, ", "),
+                                 core::did_you_mean(key, known)));
+  };
+  // --columns: config keys and metrics by name; config.KEY or metric.KEY where a name is both.
+  struct ConfigColumn {
+    std::string header, key;
+  };
+  std::vector<ConfigColumn> config_columns;
   std::vector<std::string> metrics;
+  for (const std::string& key : swept) config_columns.push_back({key, key});
+  if (auto chosen = arguments.value("--columns")) {
+    for (const std::string& name : split_list(*chosen)) {
+      const bool config_prefix = name.rfind("config.", 0) == 0, metric_prefix = name.rfind("metric.", 0) == 0;
+      const std::string key = config_prefix ? name.substr(7) : metric_prefix ? name.substr(7) : name;
+      const bool is_config = config_names.count(key) > 0, is_metric = metric_names.count(key) > 0;
+      if (!config_prefix && !metric_prefix && is_config && is_metric)
+        throw UsageError(fmt::format(
+            "--columns '{}': it is both a config key and a metric: write config.{} or metric.{}", name, key, key));
+      if (config_prefix || (!metric_prefix && is_config)) {
+        if (!runs.empty() && !is_config) refuse_unknown("--columns", name, config_names);
+        config_columns.push_back({name, key});
+      } else {
+        if (!runs.empty() && !is_metric && !metric_prefix) {
+          std::set<std::string> all = config_names;
+          all.insert(metric_names.begin(), metric_names.end());
+          refuse_unknown("--columns", name, all);
+        }
+        if (!runs.empty() && !is_metric) refuse_unknown("--columns", name, metric_names);
+        metrics.push_back(key);
+      }
+    }
+  }
   if (auto chosen = arguments.value("--metrics")) {
-    metrics = split_list(*chosen);
-  } else {
+    for (const std::string& key : split_list(*chosen)) {
+      if (!runs.empty() && !metric_names.count(key)) refuse_unknown("--metrics", key, metric_names);
+      metrics.push_back(key);
+    }
+  } else if (!arguments.value("--columns")) {
     std::set<std::string> keys;
     for (const auto& run : runs)
       for (const auto& [key, value] : run.summary.items())
@@ -108,17 +162,27 @@ int runs_command(int argc, char** argv) {
     if (metrics.size() > 4) metrics.resize(4);
     if (metrics.empty()) metrics.push_back("loss");
   }
-  const std::optional<std::string> sort = arguments.value("--sort");
-  if (sort && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
+  std::optional<std::string> sort = arguments.value("--sort");
+  // Sorting by a config column (--columns, a swept parameter, or config.KEY).
+  std::optional<std::size_t> config_sort;
+  if (sort) {
+    for (std::size_t c = 0; c < config_columns.size(); ++c)
+      if (config_columns[c].header == *sort || "config." + config_columns[c].key == *sort) config_sort = c;
+    if (!config_sort && sort->rfind("config.", 0) == 0) {
+      const std::string key = sort->substr(7);
+      if (!runs.empty() && !config_names.count(key)) refuse_unknown("--sort", *sort, config_names);
+      config_columns.push_back({*sort, key});
+      config_sort = config_columns.size() - 1;
+    }
+    if (!config_sort && sort->rfind("metric.", 0) == 0) sort = sort->substr(7);
+  }
+  const bool sorted_by_metric = sort && !config_sort;
+  if (sorted_by_metric && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
     static const std::set<std::string> builtin = {"started", "name", "duration", "step", "status"};
     if (!builtin.count(*sort)) {
       // A key that none of the runs shown has is a mistake, not an empty column: say which keys there are.
       std::set<std::string> known(builtin.begin(), builtin.end());
-      for (const auto& run : runs) {
-        for (const auto& [key, value] : run.summary.items())
-          if (value.is_number()) known.insert(key);
-        for (const auto& latest : index::latest_metrics(db, run.run)) known.insert(latest.key);
-      }
+      known.insert(metric_names.begin(), metric_names.end());
       if (!runs.empty() && !known.count(*sort)) {
         const std::vector<std::string> names(known.begin(), known.end());
         throw UsageError(fmt::format("--sort '{}': no run shown has it (known: {}){}", *sort, fmt::join(names, ", "),
@@ -131,11 +195,15 @@ int runs_command(int argc, char** argv) {
   struct Line {
     const index::RunRecord* run;
     std::vector<std::optional<double>> values;
+    std::vector<nlohmann::json> config;  // per config column; null where the run has no such key
   };
   std::vector<Line> lines;
   for (const auto& run : runs) {
-    Line line{&run, {}};
+    Line line{&run, {}, {}};
     for (const auto& key : metrics) line.values.push_back(metric_value(db, run, key));
+    for (const auto& column : config_columns)
+      line.config.push_back(run.config.is_object() && run.config.contains(column.key) ? run.config[column.key]
+                                                                                      : nlohmann::json());
     lines.push_back(std::move(line));
   }
   // A metric column with no value in any run is dropped unless it was asked for.
@@ -149,7 +217,19 @@ int runs_command(int argc, char** argv) {
     }
   }
   const bool descending = arguments.has("--desc");
-  if (sort) {
+  if (config_sort) {
+    const std::size_t c = *config_sort;
+    std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
+      const nlohmann::json &ka = a.config[c], &kb = b.config[c];
+      if (ka.is_null() != kb.is_null()) return kb.is_null();  // runs without the key go last
+      if (ka.is_null()) return false;
+      if (ka.is_number() && kb.is_number())
+        return descending ? ka.get<double>() > kb.get<double>() : ka.get<double>() < kb.get<double>();
+      const std::string ta = ka.is_string() ? ka.get<std::string>() : ka.dump();
+      const std::string tb = kb.is_string() ? kb.get<std::string>() : kb.dump();
+      return descending ? ta > tb : ta < tb;
+    });
+  } else if (sort) {
     auto position = std::find(metrics.begin(), metrics.end(), *sort);
     auto key = [&](const Line& line) -> std::optional<double> {
       if (position != metrics.end()) return line.values[static_cast<size_t>(position - metrics.begin())];
@@ -189,6 +269,7 @@ int runs_command(int argc, char** argv) {
   if (tags_column) table.columns.push_back("tags");
   if (sweep_column) table.columns.push_back("sweep");
   if (sweep_column && !aligned) table.columns.push_back("trial");
+  for (const auto& column : config_columns) table.columns.push_back(column.header);
   for (const auto& key : metrics) table.columns.push_back(key);
   if (note_column) table.columns.push_back("note");
   for (const auto& line : lines) {
@@ -213,6 +294,7 @@ int runs_command(int argc, char** argv) {
         row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
       if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
     }
+    for (const auto& value : line.config) row.push_back(value.is_null() ? Cell(std::monostate{}) : json_cell(value));
     for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
     if (note_column)
       row.push_back(!run.note ? Cell(std::monostate{}) : aligned ? Cell(note_line(*run.note)) : Cell(*run.note));
@@ -227,6 +309,15 @@ int runs_command(int argc, char** argv) {
   print(format_table(table, format));
   if (format == TableFormat::aligned && total > lines.size())
     print(fmt::format("({} of {} runs shown; --limit 0 shows all)\n", lines.size(), total));
+  // A name that is both: say which one the rows are sorted by.
+  if (format == TableFormat::aligned && sort &&
+      config_names.count(config_sort ? config_columns[*config_sort].key : *sort) &&
+      metric_names.count(config_sort ? config_columns[*config_sort].key : *sort)) {
+    const std::string key = config_sort ? config_columns[*config_sort].key : *sort;
+    print(config_sort
+              ? fmt::format("(sorted by the config value {}; --sort metric.{} sorts by the metric)\n", key, key)
+              : fmt::format("(sorted by the metric {}; --sort config.{} sorts by the config value)\n", key, key));
+  }
   return 0;
 }
 

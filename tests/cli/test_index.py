@@ -587,6 +587,28 @@ class IndexCommands(IndexTest):
         self.assertTrue(result.stderr.startswith("runner compare: expected two or more RUNs to compare\n"))
         self.assertNotIn("objectives differ", self.runner("compare", "train-1", "train-2", check=0).stdout)
 
+    def test_runs_shows_config_columns_and_says_which_of_two_alike_names_it_sorts_by(self):
+        self.three_runs()  # train-1 (lr 0.01, label a), train-2 (lr 0.04, label b): lr is a config key and a metric
+        table = self.runner("runs", "--name", "train*", "--columns", "label,config.lr,loss", "--sort", "label",
+                            "--desc", "--csv", check=0).stdout.splitlines()
+        header = table[0].split(",")
+        self.assertEqual(header[header.index("label"):header.index("label") + 3], ["label", "config.lr", "loss"])
+        rows = [dict(zip(header, line.split(","))) for line in table[1:]]
+        self.assertEqual([(r["name"], r["label"], r["config.lr"]) for r in rows],
+                         [("train-2", "b", "0.04"), ("train-1", "a", "0.01")])
+        both = self.runner("runs", "--columns", "lr", check=2).stderr
+        self.assertIn("runner runs: --columns 'lr': it is both a config key and a metric: write config.lr or metric.lr",
+                      both)
+        self.assertIn("runner runs: --columns 'labl': no run shown has it (known: ", self.runner(
+            "runs", "--columns", "labl", check=2).stderr)
+        self.assertIn("did you mean 'label'?", self.runner("runs", "--columns", "labl", check=2).stderr)
+        self.assertIn("runner runs: --metrics 'los': no run shown has it (known: ",
+                      self.runner("runs", "--metrics", "los", check=2).stderr)
+        by_metric = self.runner("runs", "--name", "train*", "--sort", "lr", check=0).stdout
+        self.assertTrue(by_metric.endswith("(sorted by the metric lr; --sort config.lr sorts by the config value)\n"))
+        by_config = self.runner("runs", "--name", "train*", "--sort", "config.lr", "--desc", "--csv", check=0).stdout
+        self.assertEqual([line.split(",")[1] for line in by_config.splitlines()[1:]], ["train-2", "train-1"])
+
     def test_compare_says_that_losses_of_different_objectives_do_not_compare(self):
         self.script("objective.lua", 'local cfg = config { objective = "ddpm" }\nlocal run = runner.start(cfg)\n'
                                      'run:log { loss = 0.5 }\n')

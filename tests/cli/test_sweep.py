@@ -195,6 +195,9 @@ class Definitions(SweepTest):
         self.assertRegex(text, r"best \(trial \d+, score 0\.13111\d*\): runner \S*synthetic\.lua lr=0\.01 width=2")
         runs = json.loads(self.runner("runs", "--sweep", "grid", "--json", check=0).stdout)
         self.assertEqual(sorted(r["trial"] for r in runs), [1, 2, 3, 4, 5, 6])
+        # The swept parameters are columns of their own.
+        self.assertEqual(sorted((r["lr"], r["width"]) for r in runs),
+                         [(lr, width) for lr in (0.001, 0.01, 0.1) for width in (2, 4)])
         sweeps = json.loads(self.runner("sweeps", "--json", check=0).stdout)
         self.assertEqual([(s["name"], s["status"], s["trials"], s["done"]) for s in sweeps], [("grid", "finished", 6, 6)])
         report = self.runner("report", "grid", "-o", "sweep.html", check=0)
