@@ -11,6 +11,7 @@
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
 #include "runtime/core/byte_size_text.h"
+#include "runtime/core/shell_word.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/core/did_you_mean.h"
@@ -417,6 +418,39 @@ Table inputs_table(const std::vector<index::InputRecord>& inputs) {
   return table;
 }
 
+// The command that runs the script again with every config value the run had at its start (`runner show`).
+std::string rerun_command(const index::RunRecord& run) {
+  std::string command = "runner";
+  if (run.world_size > 1 && run.hosts.size() <= 1) command += fmt::format(" --nproc {}", run.world_size);
+  command += " " + core::shell_word(run.script);
+  if (run.config.is_object())
+    for (const auto& [key, value] : run.config.items())
+      command += " " + core::shell_word(key + "=" + sweep::override_text(value));
+  const std::string version = run.versions.is_object() ? run.versions.value("runner", std::string()) : std::string();
+  return version.empty() ? command : fmt::format("{}   (runner {})", command, version);
+}
+
+// The config as the run started, with a "now" column where runner attach changed a value ("config.lr = 0.5").
+Table config_table(const nlohmann::json& config, const std::vector<index::InterventionRecord>& interventions) {
+  std::map<std::string, std::pair<std::string, std::int64_t>> now;  // key -> (value, step)
+  for (const index::InterventionRecord& intervention : interventions)
+    for (const std::string& change : intervention.changes) {
+      const std::size_t equals = change.find(" = ");
+      if (change.rfind("config.", 0) != 0 || equals == std::string::npos) continue;
+      now[change.substr(7, equals - 7)] = {change.substr(equals + 3), intervention.step};
+    }
+  Table table = key_values(config, "value");
+  if (now.empty()) return table;
+  table.columns.push_back("now (runner attach)");
+  for (auto& row : table.rows) {
+    const auto found = now.find(std::get<std::string>(row[0]));
+    row.push_back(found == now.end()
+                      ? Cell(std::monostate{})
+                      : Cell(fmt::format("{} (after step {})", found->second.first, found->second.second)));
+  }
+  return table;
+}
+
 }  // namespace
 
 int show_command(int argc, char** argv) {
@@ -447,6 +481,7 @@ int show_command(int argc, char** argv) {
                       run.step);
   text += fmt::format("script    {}{}\n", run.script.empty() ? "-" : shown(run.script),
                       run.script_hash.empty() ? "" : fmt::format("   sha256 {}", shown(run.script_hash.substr(0, 12))));
+  if (!run.script.empty()) text += fmt::format("rerun     {}\n", shown(rerun_command(run)));
   if (run.git_revision)
     text += fmt::format("git       {}{}\n", shown(run.git_revision->substr(0, 12)),
                         run.git_dirty.value_or(false) ? " (modified)" : "");
@@ -459,7 +494,8 @@ int show_command(int argc, char** argv) {
   if (!run.tags.empty()) text += fmt::format("tags      {}\n", shown(fmt::format("{}", fmt::join(run.tags, ", "))));
   if (run.note) text += fmt::format("note      {}\n", shown(*run.note));
   print(text);
-  print_section("config", key_values(run.config, "value"));
+  const std::vector<index::InterventionRecord> changes = index::interventions(db, run.run);
+  print_section("config", config_table(run.config, changes));
   if (const auto attempts = index::run_attempts(db, run.run); attempts.size() > 1)
     print_section("attempts", attempts_table(run, attempts, now));
   print_section("inputs", inputs_table(index::run_inputs(db, run.run)));
@@ -477,7 +513,7 @@ int show_command(int argc, char** argv) {
   }
   print_section("checkpoints", checkpoints);
   Table interventions{{"step", "time", "changed", "chunk"}, {}};
-  for (const index::InterventionRecord& i : index::interventions(db, run.run))
+  for (const index::InterventionRecord& i : changes)
     interventions.rows.push_back(
         {i.step, core::local_time_text(i.time), fmt::format("{}", fmt::join(i.changes, ", ")), i.chunk});
   print_section("interventions (runner attach)", interventions);

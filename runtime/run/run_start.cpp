@@ -10,17 +10,12 @@
 #include <random>
 
 #include "runtime/core/logging.h"
+#include "runtime/core/shell_word.h"
 #include "runtime/core/sha256.h"
 #include "runtime/index/index_database.h"
 
 namespace runner::run {
 namespace {
-
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 // Runs a command; returns its stdout, or nothing when it fails.
 std::optional<std::string> command_output(const std::string& command) {
@@ -44,7 +39,7 @@ int64_t fresh_seed() {
 }  // namespace
 
 GitState git_state(const std::string& directory) {
-  const std::string git = "git -C " + shell_quote(directory.empty() ? "." : directory);
+  const std::string git = "git -C " + core::shell_word(directory.empty() ? "." : directory);
   GitState state;
   if (auto revision = command_output(git + " rev-parse HEAD 2>/dev/null")) {
     while (!revision->empty() && std::isspace(static_cast<unsigned char>(revision->back()))) revision->pop_back();

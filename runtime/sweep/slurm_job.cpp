@@ -14,6 +14,7 @@
 
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/child_process.h"
+#include "runtime/core/shell_word.h"
 #include "runtime/sweep/sweep_spec.h"
 
 extern char** environ;
@@ -21,15 +22,7 @@ extern char** environ;
 namespace runner::sweep {
 namespace {
 
-// A word for bash: as it is when it needs no quoting, else in single quotes.
-std::string shell_word(const std::string& text) {
-  if (!text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                              "_-./:=@,+%") == std::string::npos)
-    return text;
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
+using core::shell_word;
 
 // The user's sbatch options as #SBATCH lines: an option with the words after it that are not options
 // ("--partition gpu") on one line.

@@ -30,6 +30,7 @@
 #include "runtime/core/duration_text.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
+#include "runtime/core/shell_word.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/run_removal.h"
@@ -57,13 +58,6 @@ struct Running {
   TrialLease lease;                // its cores and GPUs
   std::optional<int> wait_status;  // once it exited and was reaped, until its end is recorded
 };
-
-std::string quoted(const std::string& text) {
-  if (!text.empty() && text.find_first_of(" \t\n'\"\\$`;&|<>()*?[]{}~#!") == std::string::npos) return text;
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string params_text(const json& params) {
   std::string text;
@@ -287,10 +281,10 @@ std::vector<Slot> sweep_slots(const SweepSpec& spec) {
 std::string best_trial_command(const SweepRecord& sweep, const std::vector<TrialRecord>& trials) {
   const SweepCounts counts = count_trials(sweep, trials);
   if (!counts.best_trial) return "";
-  std::string command = "runner " + quoted(sweep.spec.script);
+  std::string command = "runner " + core::shell_word(sweep.spec.script);
   for (const TrialRecord& trial : trials)
     if (trial.trial == *counts.best_trial)
-      for (const std::string& item : trial_overrides(sweep.spec, trial.params)) command += " " + quoted(item);
+      for (const std::string& item : trial_overrides(sweep.spec, trial.params)) command += " " + core::shell_word(item);
   return command;
 }
 

@@ -230,6 +230,11 @@ class Attach(RunnerHomeTest):
         section = shown[shown.index("\ninterventions (runner attach)\n"):]
         self.assertRegex(section, rf"\n +{set_at}  \S+ \S+ +train:set_lr\(0\.0123\) +train:set_lr\(0\.0123\); print")
         self.assertRegex(section, rf"\n +{stop_at}  \S+ \S+ +run:stop\(\) +run:stop\(\); print")
+        # The config as the run started, and the value an intervention set beside it.
+        config = shown[shown.index("\nconfig\n"):shown.index("\n\n", shown.index("\nconfig\n") + 1)]
+        self.assertRegex(config, r"key +value +now \(runner attach\)\n")
+        self.assertRegex(config, rf"\n  lr +0\.01 +0\.5 \(after step {assigned_at}\)\n")
+        self.assertRegex(config, r"\n  steps +300  -")
         shown = json.loads(self.runner("show", "live", "--json", check=0).stdout)
         self.assertEqual([(i["step"], i["changes"]) for i in shown["interventions"]],
                          [(set_at, ["train:set_lr(0.0123)"]),

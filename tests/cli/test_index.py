@@ -563,6 +563,7 @@ class IndexCommands(IndexTest):
         text = self.runner("show", "train-2", check=0).stdout
         self.assertRegex(text, r"^run       train-2 \([0-9a-z]{8}\)\nstatus    finished\n")
         self.assertRegex(text, r"\n  loss +30 +0\.133333\n")
+        self.assertIn("\nrerun     runner train.lua keys=3 label=b lr=0.04 steps=30   (runner 0.1.0)\n", text)
         for expected in ["\nconfig\n", "  lr     0.04", "\nmetrics (latest)\n", "\nartifacts\n",
                          "images/samples-0000030.png", "\nversions\n", "  libtorch  2.11.0"]:
             self.assertIn(expected, text)
