@@ -45,11 +45,9 @@ TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::opt
     const std::int64_t highest = out.labels->max().item<std::int64_t>();
     const std::int64_t limit = model->null_label ? model->classes : model->classes - 1;
     if (lowest < 0 || highest > limit)
-      throw std::invalid_argument(fmt::format("loss: labels must be in 0..{} ({} classes{}), got values in {}..{}",
-                                              limit, model->classes,
-                                              model->null_label ? fmt::format(", {} = no label", *model->null_label)
-                                                                : std::string(),
-                                              lowest, highest));
+      throw std::invalid_argument(fmt::format(
+          "loss: labels must be in 0..{} ({} classes{}), got values in {}..{}", limit, model->classes,
+          model->null_label ? fmt::format(", {} = no label", *model->null_label) : std::string(), lowest, highest));
   }
   if (out.labels && out.labels->device() != device) out.labels = out.labels->to(device);
   return out;
