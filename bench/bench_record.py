@@ -47,6 +47,22 @@ def runner_version(runner):
     return (done.stdout + done.stderr).strip()
 
 
+def build_info(runner):
+    """The checkout's commit and whether it has uncommitted changes, and the runner binary's modification time: the
+    version string does not tell builds of a checkout apart."""
+    info = {"runner_binary_mtime": datetime.datetime.fromtimestamp(Path(runner).stat().st_mtime).isoformat(
+        timespec="seconds")}
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).resolve().parent.parent,
+                               capture_output=True, text=True)
+        if head.returncode == 0:
+            info["commit"] = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    except OSError:
+        pass
+    return info
+
+
 def write_record(benchmark, machine, versions, fields, ratio_geomean, output=None):
     """Writes the results JSON: benchmark, date, machine, versions, then `fields` in their order, then
     ratio_geomean. `output` (a path, or None for bench/results/<benchmark>-<date>-<hostname>.json) is

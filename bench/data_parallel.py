@@ -31,7 +31,6 @@ DDP's.
 """
 
 import argparse
-import datetime
 import json
 import os
 import queue
@@ -52,7 +51,7 @@ REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
 import models as reference  # noqa: E402  (tests/reference/models.py: the same UNet in PyTorch)
 from runner_side import find_runner  # noqa: E402
-from bench_record import machine_info, runner_version, write_record  # noqa: E402
+from bench_record import build_info, machine_info, runner_version, write_record  # noqa: E402
 
 TIMESTEPS = 1000
 
@@ -75,22 +74,6 @@ def peak_rss_bytes():
 
 class MeasurementFailed(RuntimeError):
     """A measured side failed; the message says how."""
-
-
-def build_info(runner):
-    """The checkout's commit and whether it has uncommitted changes, and the runner binary's modification time: the
-    version string does not tell builds of a checkout apart."""
-    info = {"runner_binary_mtime": datetime.datetime.fromtimestamp(Path(runner).stat().st_mtime).isoformat(
-        timespec="seconds")}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True)
-        if head.returncode == 0:
-            info["commit"] = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-    except OSError:
-        pass
-    return info
 
 
 def measure_runner(runner, settings, world, overlap, shard="none"):

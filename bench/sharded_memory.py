@@ -32,7 +32,6 @@ shard = "weights" (ZeRO-3: 20/N plus the gathered groups) is not implemented in 
 """
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -44,28 +43,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 from runner_side import find_runner  # noqa: E402
-from bench_record import machine_info, runner_version, write_record  # noqa: E402
+from bench_record import build_info, machine_info, runner_version, write_record  # noqa: E402
 
 MODELS = {"S": "DiT-S/2", "B": "DiT-B/2"}
 SHARDS = ("none", "optimizer", "gradients")
 PARTS = ("weights", "gradients", "optimizer", "ema", "total")
 TARGET = 0.05
-
-
-def build_info(runner):
-    """The checkout's commit and whether it has uncommitted changes, and the runner binary's modification time: the
-    version string does not tell builds of a checkout apart."""
-    info = {"runner_binary_mtime": datetime.datetime.fromtimestamp(Path(runner).stat().st_mtime).isoformat(
-        timespec="seconds")}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True)
-        if head.returncode == 0:
-            info["commit"] = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-    except OSError:
-        pass
-    return info
 
 
 def bytes_per_parameter(shard, world):

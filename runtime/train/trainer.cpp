@@ -457,16 +457,7 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
 
   const std::int64_t next = step_ + 1;
   for (std::size_t e = 0; e < emas_.size(); ++e) emas_[e].update(next, step_scalars_.element(base_lrs_.size() + e));
-  if (group_ && (next == 1 || next % kRankCheckEvery == 0)) {
-    ++step_;  // checked as the step it is
-    try {
-      check_ranks_agree();
-    } catch (...) {
-      --step_;
-      throw;
-    }
-    --step_;
-  }
+  if (group_ && (next == 1 || next % kRankCheckEvery == 0)) check_ranks_agree_at(next);
   mark(3);
   return DeviceStep{loss_mean, grad_norm, std::move(micro_losses), std::move(grad_norms)};
 }
@@ -706,15 +697,17 @@ std::string Trainer::nonfinite_report(const PendingStop& pending) const {
       input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")), step_);
 }
 
-void Trainer::check_ranks_agree() {
+void Trainer::check_ranks_agree() { check_ranks_agree_at(step_); }
+
+void Trainer::check_ranks_agree_at(std::int64_t step) {
   if (!group_) return;
   if (gradients_) {
-    gradients_->check_in_step(step_);
+    gradients_->check_in_step(step);
     return;
   }
   std::vector<at::Tensor> weights;
   for (const auto& [name, p] : trainable_) weights.push_back(p);
-  dist::check_ranks_agree(*group_, weights, step_);
+  dist::check_ranks_agree(*group_, weights, step);
 }
 
 namespace {

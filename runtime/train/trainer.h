@@ -231,6 +231,7 @@ class Trainer {
   StepResult graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const StepBatch& prepared,
                         const NamedTensorList& inputs);
   std::optional<std::string> device_graph_blocker() const;  // what stops graphs whatever the objective
+  void check_ranks_agree_at(std::int64_t step);             // check_ranks_agree, naming `step` in its error
   std::vector<at::Tensor> trainable_grads() const;
   // float32, 0 without gradients; each gradient's norm into per_tensor when given.
   at::Tensor global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor = nullptr) const;
