@@ -50,8 +50,9 @@ constexpr Subcommand kSubcommands[] = {
     {"query", runner::cli::run_index_command, false},   {"report", runner::cli::run_index_command, false},
     {"rm", runner::cli::run_index_command, false},      {"gc", runner::cli::run_index_command, false},
     {"tag", runner::cli::run_index_command, false},     {"note", runner::cli::run_index_command, false},
-    {"sweeps", runner::cli::run_index_command, false},  {"sweep", runner::app::run_sweep_command, true},
-    {"serve", runner::serve::run_serve_command, false}, {"attach", runner::app::run_attach_command, false},
+    {"sweeps", runner::cli::run_index_command, false},  {"consolidate", runner::cli::run_index_command, false},
+    {"sweep", runner::app::run_sweep_command, true},    {"serve", runner::serve::run_serve_command, false},
+    {"attach", runner::app::run_attach_command, false},
 };
 
 constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value ...] [-- script args]
@@ -62,7 +63,7 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner data encode IMAGES OUT.npy --vae VAE      images into VAE latents for data.latents
        runner data fid-stats IMAGES OUT.npz --weights PATH   FID reference statistics (runner data --help)
        runner sweep SWEEP.lua | --join SWEEP | show | rm SWEEP   hyperparameter sweeps (runner sweep --help)
-       runner runs | show | compare | query | report | tag | note | rm | gc | sweeps | serve ...   the run index (below)
+       runner runs | show | compare | query | report | tag | note | rm | gc | consolidate | sweeps | serve ...   the run index (below)
        runner attach RUN                                a REPL in a running training process (runner attach -h)
        runner --help | --version
 

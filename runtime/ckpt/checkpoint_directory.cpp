@@ -99,7 +99,8 @@ StaleWrites clean_stale_writes(const std::string& run_dir, bool dry_run) {
     long pid = 0;
     const std::string path = folder + "/" + name;
     const std::string relative = "checkpoints/" + name;
-    if (parse_writer_entry(name, ".partial-", step, pid) && pid != self) {
+    if ((parse_writer_entry(name, ".partial-", step, pid) || parse_writer_entry(name, ".staged-", step, pid)) &&
+        pid != self) {
       stale.bytes += core::disk_usage(path);
       stale.removed.push_back(relative);
       if (!dry_run) remove_flat_directory(path);
@@ -144,10 +145,19 @@ WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
     nlohmann::json listed = nlohmann::json::array();
     for (const auto& file : files) {
       const std::string path = partial + "/" + file.name;
-      try {
-        save_safetensors(path, file.tensors, file.metadata);
-      } catch (const SafetensorsError& error) {
-        throw CheckpointWriteError(error.what());
+      if (file.staged) {
+        const std::string staged = file.staged();
+        if (::rename(staged.c_str(), path.c_str()) != 0)
+          throw CheckpointWriteError(
+              fmt::format("{}: cannot move into the checkpoint: {}", staged, std::strerror(errno)));
+        const std::string staging = staged.substr(0, staged.rfind('/'));
+        ::rmdir(staging.c_str());  // its writer's folder, once every file of it has moved
+      } else {
+        try {
+          save_safetensors(path, file.tensors, file.metadata);
+        } catch (const SafetensorsError& error) {
+          throw CheckpointWriteError(error.what());
+        }
       }
       const CheckpointFileRecord record{file.name, file_size(path), core::sha256_file(path)};
       written.bytes += record.bytes;

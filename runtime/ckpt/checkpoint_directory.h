@@ -20,6 +20,9 @@ struct CheckpointFileContent {
   std::string name;  // a plain file name: letters, digits, '_', '-', '.'
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
+  // When set, gives the path of a complete file another process wrote (staged_files.h), waiting for it: moved
+  // into the checkpoint under `name` instead of writing `tensors`.
+  std::function<std::string()> staged;
 };
 
 struct CheckpointFileRecord {
@@ -57,7 +60,8 @@ WrittenCheckpoint write_checkpoint(const std::string& run_dir, int64_t step,
 
 // Leftovers of checkpoint writers that died mid-write (kill -9, power loss) in <run_dir>/checkpoints.
 struct StaleWrites {
-  std::vector<std::string> removed;    // .partial-<step>-<pid> directories (and superseded .replaced-*)
+  std::vector<std::string> removed;    // .partial-<step>-<pid> and .staged-<step>-<pid> directories (and superseded
+                                       // .replaced-*)
   std::vector<std::string> recovered;  // .replaced-* moved back to step-<N>: its replacement never arrived
   uint64_t bytes = 0;                  // freed
 };

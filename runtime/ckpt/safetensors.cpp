@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <set>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <unordered_set>
 
 #include "runtime/core/atomic_file.h"
@@ -328,6 +330,11 @@ class FileDescriptor {
   explicit FileDescriptor(int fd) : fd_(fd) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    close_quietly();
+    fd_ = std::exchange(other.fd_, -1);
+    return *this;
+  }
   ~FileDescriptor() { close_quietly(); }
   int get() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
@@ -377,7 +384,7 @@ at::Tensor to_cpu_contiguous(const at::Tensor& tensor) {
   return result.resolve_conj().resolve_neg().to(at::kCPU).contiguous();
 }
 
-std::string build_header(const std::string& path, const std::vector<NamedTensor>& tensors,
+std::string build_header(const std::string& path, const std::vector<TensorSpec>& tensors,
                          const std::map<std::string, std::string>& metadata, std::vector<std::uint64_t>& byte_counts) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
@@ -390,22 +397,19 @@ std::string build_header(const std::string& path, const std::vector<NamedTensor>
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
   for (std::size_t index = 0; index < tensors.size(); ++index) {
-    const auto& [name, tensor] = tensors[index];
+    const auto& [name, scalar_type, shape] = tensors[index];
     const std::string label = tensor_label(name);
     if (name.empty()) fail(path, "tensor #" + std::to_string(index) + " has an empty name");
     if (name == "__metadata__") fail(path, "tensor name '__metadata__' is reserved for the metadata");
     if (!names.insert(name).second) fail(path, "duplicate tensor name '" + name + "'");
     check_utf8(name, path, label + ": the name");
-    if (!tensor.defined()) fail(path, label + " is undefined");
-    const DtypeInfo* dtype = dtype_by_scalar_type(tensor.scalar_type());
-    if (dtype == nullptr) fail(path, label + ": unsupported dtype " + std::string(c10::toString(tensor.scalar_type())));
-    std::vector<std::int64_t> shape;
-    try {
-      shape = tensor.sizes().vec();
-    } catch (const c10::Error& error) {
-      fail(path, label + ": cannot read its shape: " + error.what_without_backtrace());
+    const DtypeInfo* dtype = dtype_by_scalar_type(scalar_type);
+    if (dtype == nullptr) fail(path, label + ": unsupported dtype " + std::string(c10::toString(scalar_type)));
+    std::uint64_t byte_count = dtype->element_bytes;
+    for (const std::int64_t dimension : shape) {
+      if (dimension < 0) fail(path, label + ": negative dimension in shape " + bracketed(shape));
+      byte_count *= static_cast<std::uint64_t>(dimension);
     }
-    const std::uint64_t byte_count = static_cast<std::uint64_t>(tensor.numel()) * dtype->element_bytes;
     byte_counts.push_back(byte_count);
     header[name] = nlohmann::ordered_json{
         {"dtype", dtype->name},
@@ -435,6 +439,22 @@ const at::Tensor* SafetensorsContents::find(const std::string& name) const {
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) fail(path, tensor_label(name) + " is undefined");
+    try {
+      specs.push_back({name, tensor.scalar_type(), tensor.sizes().vec()});
+    } catch (const c10::Error& error) {
+      fail(path, tensor_label(name) + ": cannot read its shape: " + error.what_without_backtrace());
+    }
+  }
+  save_safetensors_streamed(path, specs, metadata, [&](std::size_t index) { return tensors[index].tensor; });
+}
+
+void save_safetensors_streamed(const std::string& path, const std::vector<TensorSpec>& tensors,
+                               const std::map<std::string, std::string>& metadata,
+                               const std::function<at::Tensor(std::size_t)>& tensor_at) {
   std::vector<std::uint64_t> byte_counts;
   const std::string header = build_header(path, tensors, metadata, byte_counts);
 
@@ -444,18 +464,24 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     file.write(&header_length, sizeof header_length, "the header length");
     file.write(header.data(), header.size(), "the header");
     for (std::size_t index = 0; index < tensors.size(); ++index) {
-      const auto& [name, tensor] = tensors[index];
+      const TensorSpec& spec = tensors[index];
       at::Tensor cpu_tensor;
       try {
+        const at::Tensor tensor = tensor_at(index);
+        if (!tensor.defined()) fail(path, tensor_label(spec.name) + " is undefined");
+        if (tensor.scalar_type() != spec.dtype || !tensor.sizes().equals(spec.shape))
+          fail(path, tensor_label(spec.name) + ": the tensor given is " +
+                         std::string(c10::toString(tensor.scalar_type())) + " " + bracketed(tensor.sizes()) +
+                         ", its header says " + std::string(c10::toString(spec.dtype)) + " " + bracketed(spec.shape));
         cpu_tensor = to_cpu_contiguous(tensor);
       } catch (const c10::Error& error) {
-        fail(path, tensor_label(name) + ": cannot copy to CPU: " + error.what_without_backtrace());
+        fail(path, tensor_label(spec.name) + ": cannot copy to CPU: " + error.what_without_backtrace());
       }
       if (static_cast<std::uint64_t>(cpu_tensor.nbytes()) != byte_counts[index]) {
-        fail(path, tensor_label(name) + ": its CPU copy has " + std::to_string(cpu_tensor.nbytes()) +
+        fail(path, tensor_label(spec.name) + ": its CPU copy has " + std::to_string(cpu_tensor.nbytes()) +
                        " bytes instead of " + std::to_string(byte_counts[index]));
       }
-      if (byte_counts[index] > 0) file.write(cpu_tensor.data_ptr(), byte_counts[index], tensor_label(name));
+      if (byte_counts[index] > 0) file.write(cpu_tensor.data_ptr(), byte_counts[index], tensor_label(spec.name));
     }
     file.commit();
   } catch (const core::AtomicFileError& error) {
@@ -483,33 +509,84 @@ SafetensorsContents parse_safetensors(const std::uint8_t* data, std::size_t size
   return contents;
 }
 
-SafetensorsContents load_safetensors(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) fail(path, "cannot open: " + errno_text(errno));
+struct SafetensorsFile::Open {
+  FileDescriptor fd{-1};
+  Header header;
+  std::uint64_t data_start = 0;
+};
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), open_(std::make_unique<Open>()) {
+  open_->fd = FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const int fd = open_->fd.get();
+  if (fd < 0) fail(path, "cannot open: " + errno_text(errno));
   struct stat status {};
-  if (::fstat(fd.get(), &status) != 0) fail(path, "cannot stat: " + errno_text(errno));
+  if (::fstat(fd, &status) != 0) fail(path, "cannot stat: " + errno_text(errno));
   if (!S_ISREG(status.st_mode)) fail(path, "is not a regular file");
   const auto file_size = static_cast<std::uint64_t>(status.st_size);
 
   check_file_size(file_size, path);
   std::array<std::uint8_t, kLengthFieldBytes> length_field{};
-  read_exactly(fd.get(), length_field.data(), length_field.size(), 0, path, "the header length");
+  read_exactly(fd, length_field.data(), length_field.size(), 0, path, "the header length");
   const std::uint64_t header_length = read_header_length(length_field.data(), file_size, path);
   std::string header_text(header_length, '\0');
-  read_exactly(fd.get(), header_text.data(), header_length, kLengthFieldBytes, path, "the header");
-  const std::uint64_t data_start = kLengthFieldBytes + header_length;
-  Header header = parse_header(header_text, file_size - data_start, path);
-
-  SafetensorsContents contents;
-  contents.metadata = std::move(header.metadata);
-  contents.tensors.reserve(header.entries.size());
-  for (const TensorEntry& entry : header.entries) {
-    at::Tensor tensor = allocate_tensor(entry);
-    read_exactly(fd.get(), tensor.data_ptr(), entry.end - entry.begin, data_start + entry.begin, path,
-                 tensor_label(entry.name));
-    check_bool_values(tensor, entry, path);
-    contents.tensors.push_back({entry.name, std::move(tensor)});
+  read_exactly(fd, header_text.data(), header_length, kLengthFieldBytes, path, "the header");
+  open_->data_start = kLengthFieldBytes + header_length;
+  open_->header = parse_header(header_text, file_size - open_->data_start, path);
+  for (std::size_t i = 0; i < open_->header.entries.size(); ++i) {
+    const TensorEntry& entry = open_->header.entries[i];
+    index_.emplace(entry.name, i);
+    specs_.push_back({entry.name, entry.dtype->scalar_type, entry.shape});
   }
+}
+
+SafetensorsFile::~SafetensorsFile() = default;
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return open_->header.metadata; }
+
+const TensorSpec* SafetensorsFile::find(const std::string& name) const {
+  const auto found = index_.find(name);
+  return found == index_.end() ? nullptr : &specs_[found->second];
+}
+
+at::Tensor SafetensorsFile::read(const std::string& name) const {
+  const TensorSpec* spec = find(name);
+  if (spec == nullptr) fail(path_, tensor_label(name) + " is not in the file");
+  const std::int64_t rows = spec->shape.empty() ? 1 : spec->shape.front();
+  return read_rows(name, 0, rows);
+}
+
+at::Tensor SafetensorsFile::read_rows(const std::string& name, std::int64_t begin, std::int64_t end) const {
+  const auto found = index_.find(name);
+  if (found == index_.end()) fail(path_, tensor_label(name) + " is not in the file");
+  const TensorEntry& entry = open_->header.entries[found->second];
+  const bool scalar = entry.shape.empty();
+  const std::int64_t rows = scalar ? 1 : entry.shape.front();
+  if (begin < 0 || begin > end || end > rows)
+    fail(path_, tensor_label(name) + ": rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                    ") are outside its " + std::to_string(rows) + " rows");
+  std::vector<std::int64_t> shape = entry.shape;
+  if (!scalar) shape.front() = end - begin;
+  at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(entry.dtype->scalar_type).device(at::kCPU));
+  if (scalar && begin == end) tensor = at::empty({0}, tensor.options());
+  const std::uint64_t row_bytes = rows == 0 ? 0 : (entry.end - entry.begin) / static_cast<std::uint64_t>(rows);
+  const std::uint64_t byte_count = row_bytes * static_cast<std::uint64_t>(end - begin);
+  if (byte_count > 0)
+    read_exactly(open_->fd.get(), tensor.data_ptr(), byte_count,
+                 open_->data_start + entry.begin + row_bytes * static_cast<std::uint64_t>(begin), path_,
+                 tensor_label(name));
+  TensorEntry part = entry;
+  part.end = part.begin + byte_count;
+  check_bool_values(tensor, part, path_);
+  return tensor;
+}
+
+SafetensorsContents load_safetensors(const std::string& path) {
+  const SafetensorsFile file(path);
+  SafetensorsContents contents;
+  contents.metadata = file.metadata();
+  contents.tensors.reserve(file.tensors().size());
+  for (const TensorSpec& spec : file.tensors()) contents.tensors.push_back({spec.name, file.read(spec.name)});
   return contents;
 }
 

@@ -58,6 +58,12 @@ database, and RUNNER_HOME holds the run folders only):
                                       checkpoints no longer kept or needed (pruned sweep trials' checkpoints,
                                       all but the latest of a paused trial) and say the disk space freed
                                       (--orphans: run folders the index lost)
+  runner consolidate RUN [--step N] [-o DIR]
+                                      a checkpoint saved by sharded data parallel (optimizer state and EMA split
+                                      over the ranks' files) written whole into DIR (default RUNNAME-step-N, which
+                                      must not exist), one tensor in memory at a time: model.safetensors,
+                                      ema.safetensors, optimizer.safetensors, trainer.safetensors; the newest
+                                      checkpoint unless --step
   runner serve [--port N] [--host ADDR] [--no-token]
                                       a web dashboard of the index at http://127.0.0.1:8765/?token=... (--port 0:
                                       any free port): runs, curves, samples, compare, sweeps; live, read-only.
@@ -94,7 +100,7 @@ const char* index_commands_usage() { return kUsage; }
 
 bool is_index_command(const std::string& name) {
   return name == "runs" || name == "show" || name == "compare" || name == "query" || name == "report" || name == "rm" ||
-         name == "gc" || name == "sweeps" || name == "tag" || name == "note";
+         name == "gc" || name == "sweeps" || name == "tag" || name == "note" || name == "consolidate";
 }
 
 // In a table for reading, the index's time columns (named *_at, seconds since 1970) as local dates; CSV and JSON
@@ -312,6 +318,7 @@ int run_index_command(int argc, char** argv) {
         if (name == "sweeps") return sweeps_command(argc, argv);
         if (name == "tag") return tag_command(argc, argv);
         if (name == "note") return note_command(argc, argv);
+        if (name == "consolidate") return consolidate_command(argc, argv);
         if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "show") == 0)
           return sweep_show_command(argc - 1, argv + 1);
         if (name == "sweep" && argc >= 2 && std::strcmp(argv[1], "rm") == 0)

@@ -1,5 +1,5 @@
-// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc, tag, note, sweeps, sweep show,
-// sweep rm (`runner serve` is runtime/serve/serve_command.h, reporting errors the same way).
+// The index commands of the runner CLI: runs, show, compare, query, report, rm, gc, tag, note, consolidate, sweeps,
+// sweep show, sweep rm (`runner serve` is runtime/serve/serve_command.h, reporting errors the same way).
 #pragma once
 
 #include <optional>
@@ -24,16 +24,17 @@ int run_index_command(int argc, char** argv);
 int run_reporting_errors(const std::string& name, int (*command)(int, char**), int argc, char** argv);
 
 // Each command with argv[0] its name; they throw UsageError (command_support.h) or index::IndexError.
-int runs_command(int argc, char** argv);     // runs_commands.cpp
-int show_command(int argc, char** argv);     // runs_commands.cpp
-int compare_command(int argc, char** argv);  // runs_commands.cpp
-int query_command(int argc, char** argv);    // index_commands.cpp
-int report_command(int argc, char** argv);   // index_commands.cpp
-int rm_command(int argc, char** argv);       // index_commands.cpp
-int gc_command(int argc, char** argv);       // index_commands.cpp
-int tag_command(int argc, char** argv);      // index_commands.cpp
-int note_command(int argc, char** argv);     // index_commands.cpp
-int sweeps_command(int argc, char** argv);   // sweep_commands.cpp
+int runs_command(int argc, char** argv);         // runs_commands.cpp
+int show_command(int argc, char** argv);         // runs_commands.cpp
+int compare_command(int argc, char** argv);      // runs_commands.cpp
+int query_command(int argc, char** argv);        // index_commands.cpp
+int report_command(int argc, char** argv);       // index_commands.cpp
+int rm_command(int argc, char** argv);           // index_commands.cpp
+int gc_command(int argc, char** argv);           // index_commands.cpp
+int tag_command(int argc, char** argv);          // index_commands.cpp
+int note_command(int argc, char** argv);         // index_commands.cpp
+int sweeps_command(int argc, char** argv);       // sweep_commands.cpp
+int consolidate_command(int argc, char** argv);  // checkpoint_commands.cpp
 // argv[0] is "show".
 int sweep_show_command(int argc, char** argv);  // sweep_commands.cpp
 int sweep_rm_command(int argc, char** argv);    // sweep_commands.cpp

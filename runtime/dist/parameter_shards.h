@@ -65,6 +65,8 @@ class ParameterShards {
   std::size_t size() const { return parameters_.size(); }
   const std::string& name(std::size_t parameter) const { return parameters_.at(parameter).name; }
   RowRange rows(std::size_t parameter) const { return parameters_.at(parameter).rows; }
+  // The whole parameter's shape (every rank's rows of it: shard_rows over its first dimension).
+  c10::IntArrayRef shape(std::size_t parameter) const { return parameters_.at(parameter).full.sizes(); }
   // Per parameter, this rank's rows: a view of the parameter (0 rows where the rank has none), outside autograd's
   // graph but marked as requiring grad as the parameter is, whose .grad is this rank's share of the averaged gradient
   // once reduce_gradients() has run: optimizer mode keeps it in the rows of the parameter's full .grad (whose other

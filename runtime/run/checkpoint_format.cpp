@@ -11,6 +11,8 @@
 #include <memory>
 
 #include "runtime/ckpt/safetensors.h"
+#include "runtime/ckpt/sharded_checkpoint.h"
+#include "runtime/ckpt/staged_files.h"
 #include "runtime/core/logging.h"
 #include "runtime/nn/state_loading.h"
 #include "runtime/train/rng_state.h"
@@ -41,22 +43,16 @@ std::string ema_file_name(std::size_t index, std::size_t count) {
   return count == 1 || index == 0 ? std::string("ema.safetensors") : fmt::format("ema-{}.safetensors", index + 1);
 }
 
-NamedTensorList as_list(const ckpt::SafetensorsContents& contents) {
-  NamedTensorList list;
-  for (const auto& t : contents.tensors) list.emplace_back(t.name, t.tensor);
-  return list;
-}
-
 NamedTensorList state_dict_of(const train::TrainerModel& model) {
   NamedTensorList state_dict = model.parameters;
   state_dict.insert(state_dict.end(), model.buffers.begin(), model.buffers.end());
   return state_dict;
 }
 
-nlohmann::json parse_metadata(const ckpt::SafetensorsContents& file, const std::string& key, const std::string& path) {
-  auto found = file.metadata.find(key);
-  if (found == file.metadata.end())
-    throw std::invalid_argument(fmt::format("{}: the '{}' metadata is missing", path, key));
+nlohmann::json parse_metadata(const std::map<std::string, std::string>& metadata, const std::string& key,
+                              const std::string& path) {
+  auto found = metadata.find(key);
+  if (found == metadata.end()) throw std::invalid_argument(fmt::format("{}: the '{}' metadata is missing", path, key));
   try {
     return nlohmann::json::parse(found->second);
   } catch (const nlohmann::json::exception& error) {
@@ -64,39 +60,166 @@ nlohmann::json parse_metadata(const ckpt::SafetensorsContents& file, const std::
   }
 }
 
-}  // namespace
+// One file of the optimizer state or an EMA as a restore reads it: whole, or split over a sharded checkpoint's
+// rank files. read(i, rows): tensor i whole, or the rows dist::rows_of would give of it.
+struct SavedStateFile {
+  std::string path;
+  std::map<std::string, std::string> metadata;
+  std::vector<std::string> names;
+  std::function<at::Tensor(std::size_t, std::optional<dist::RowRange>)> read;
+};
 
-FullTrainerState full_trainer_state(train::Trainer& trainer) {
-  FullTrainerState state;
-  state.optimizer = trainer.full_optimizer_state();
-  for (std::size_t e = 0; e < trainer.emas().size(); ++e) state.ema_shadows.push_back(trainer.full_ema_shadow(e));
-  return state;
+SavedStateFile whole_state_file(const std::string& checkpoint_dir, const std::string& name) {
+  SavedStateFile file{checkpoint_dir + "/" + name, {}, {}, {}};
+  std::shared_ptr<ckpt::SafetensorsContents> contents;
+  try {
+    contents = std::make_shared<ckpt::SafetensorsContents>(ckpt::load_safetensors(file.path));
+  } catch (const std::exception& error) {
+    throw std::invalid_argument(error.what());
+  }
+  file.metadata = contents->metadata;
+  for (const auto& t : contents->tensors) file.names.push_back(t.name);
+  file.read = [contents](std::size_t i, std::optional<dist::RowRange> rows) {
+    const at::Tensor& tensor = contents->tensors.at(i).tensor;
+    return rows ? dist::rows_of(tensor, *rows) : tensor;
+  };
+  return file;
 }
 
-TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrainerState& full,
-                                   const data::Loader* loader, const nlohmann::json& named_state,
-                                   const std::vector<train::NamedTensorList>& rank_rng_states) {
+SavedStateFile split_state_file(const ckpt::ShardedCheckpoint& checkpoint, const std::string& name) {
+  const ckpt::ShardedFile* split = checkpoint.file(name);
+  if (!split)
+    throw std::invalid_argument(
+        fmt::format("{}/manifest.json: the sharded checkpoint has no {}", checkpoint.directory(), name));
+  SavedStateFile file{
+      fmt::format("{}/{} (split over {} rank files)", checkpoint.directory(), name, checkpoint.layout().ranks),
+      split->metadata,
+      {},
+      {}};
+  for (const auto& t : split->tensors) file.names.push_back(t.name);
+  file.read = [&checkpoint, split](std::size_t i, std::optional<dist::RowRange> rows) {
+    const ckpt::ShardedTensor& tensor = split->tensors.at(i);
+    return rows ? checkpoint.read_rows(*split, tensor, rows->begin, rows->end) : checkpoint.read(*split, tensor);
+  };
+  return file;
+}
+
+ckpt::CheckpointFileContent optimizer_file_of(const train::Trainer& trainer, NamedTensorList state) {
+  return {"optimizer.safetensors",
+          host_copies(state),
+          {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}};
+}
+
+ckpt::CheckpointFileContent ema_file_of(const train::Trainer& trainer, std::size_t e) {
   const train::TrainerModel& model = trainer.model();
+  const train::Ema& ema = trainer.emas()[e];
+  NamedTensorList averaged;
+  for (std::size_t i = 0; i < ema.shadow().size(); ++i)
+    averaged.emplace_back(model.parameters[i].first, ema.shadow()[i]);
+  for (std::size_t i = 0; i < ema.shadow_buffers().size(); ++i)
+    averaged.emplace_back(model.buffers[i].first, ema.shadow_buffers()[i]);
+  return {ema_file_name(e, trainer.emas().size()),
+          host_copies(averaged),
+          {{"format", "runner.ema"}, {"decay", fmt::format("{}", ema.options().decay)}}};
+}
+
+// The files a sharded trainer splits, as this rank holds them: its rows of the sharded tensors and, per tensor,
+// the shard it is split as (nullopt: held whole).
+struct SplitFiles {
   std::vector<ckpt::CheckpointFileContent> files;
+  std::vector<std::vector<std::optional<std::size_t>>> shard_of;
+};
+
+SplitFiles split_files(const train::Trainer& trainer) {
+  SplitFiles split;
+  split.files.push_back(optimizer_file_of(trainer, trainer.optimizer().state_tensors()));
+  split.shard_of.emplace_back();
+  for (const auto& t : split.files.back().tensors)
+    split.shard_of.back().push_back(trainer.optimizer_state_shard(t.name));
+  for (std::size_t e = 0; e < trainer.emas().size(); ++e) {
+    split.files.push_back(ema_file_of(trainer, e));
+    split.shard_of.emplace_back();
+    const std::size_t parameters = trainer.emas()[e].shadow().size();
+    for (std::size_t i = 0; i < split.files.back().tensors.size(); ++i)
+      split.shard_of.back().push_back(i < parameters ? trainer.ema_shard(i) : std::nullopt);
+  }
+  return split;
+}
+
+// Rank `rank`'s shard file: its rows of the split tensors, and rank 0 the tensors held whole.
+ckpt::CheckpointFileContent shard_file_of(const SplitFiles& split, int rank, int ranks) {
+  ckpt::CheckpointFileContent shard{ckpt::shard_file_name(rank, ranks), {}, {{"format", "runner.shard"}}};
+  for (std::size_t f = 0; f < split.files.size(); ++f)
+    for (std::size_t t = 0; t < split.files[f].tensors.size(); ++t)
+      if (rank == 0 || split.shard_of[f][t])
+        shard.tensors.push_back({ckpt::shard_tensor_name(split.files[f].name, split.files[f].tensors[t].name),
+                                 split.files[f].tensors[t].tensor});
+  return shard;
+}
+
+ckpt::ShardLayout shard_layout_of(const train::Trainer& trainer, const SplitFiles& split) {
+  const dist::ParameterShards& shards = *trainer.shards();
+  ckpt::ShardLayout layout;
+  layout.ranks = shards.ranks();
+  for (std::size_t f = 0; f < split.files.size(); ++f) {
+    ckpt::ShardedFile file{split.files[f].name, split.files[f].metadata, {}};
+    for (std::size_t t = 0; t < split.files[f].tensors.size(); ++t) {
+      const auto& k = split.shard_of[f][t];
+      ckpt::ShardedTensor tensor{split.files[f].tensors[t].name, {}, {}};
+      if (k) {
+        tensor.shape = shards.shape(*k).vec();
+        const std::int64_t rows = tensor.shape.empty() ? 1 : tensor.shape.front();
+        for (int r = 0; r < layout.ranks; ++r) {
+          const dist::RowRange range = dist::shard_rows(rows, r, layout.ranks);
+          tensor.rows.push_back({range.begin, range.end});
+        }
+      } else {
+        tensor.shape = split.files[f].tensors[t].tensor.sizes().vec();
+        tensor.rows.push_back({0, tensor.shape.empty() ? 1 : tensor.shape.front()});
+      }
+      file.tensors.push_back(std::move(tensor));
+    }
+    layout.files.push_back(std::move(file));
+  }
+  return layout;
+}
+
+std::function<void()> wait_for_copies(const train::Trainer& trainer) {
+  if (!trainer.device().is_cuda()) return [] {};
+  auto copied = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+  copied->record(guard.getStream(trainer.device()));
+  return [copied] { copied->synchronize(); };
+}
+
+}  // namespace
+
+TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Loader* loader,
+                                   const nlohmann::json& named_state,
+                                   const std::vector<train::NamedTensorList>& rank_rng_states,
+                                   const std::string& run_dir, std::int64_t step) {
+  const train::TrainerModel& model = trainer.model();
+  const auto& emas = trainer.emas();
+  TrainingSnapshot snapshot;
+  std::vector<ckpt::CheckpointFileContent>& files = snapshot.files;
   files.push_back({"model.safetensors", host_copies(state_dict_of(model)), {{"format", "runner.model"}}});
 
-  const auto& emas = trainer.emas();
-  for (std::size_t e = 0; e < emas.size(); ++e) {
-    NamedTensorList averaged;
-    const auto& shadow = full.ema_shadows.at(e);
-    const auto& shadow_buffers = emas[e].shadow_buffers();
-    for (std::size_t i = 0; i < shadow.size(); ++i) averaged.emplace_back(model.parameters[i].first, shadow[i]);
-    for (std::size_t i = 0; i < shadow_buffers.size(); ++i)
-      averaged.emplace_back(model.buffers[i].first, shadow_buffers[i]);
-    files.push_back({ema_file_name(e, emas.size()),
-                     host_copies(averaged),
-                     {{"format", "runner.ema"}, {"decay", fmt::format("{}", emas[e].options().decay)}}});
+  if (const dist::ParameterShards* shards = trainer.shards()) {
+    const SplitFiles split = split_files(trainer);
+    snapshot.manifest_extra["shards"] = ckpt::shard_layout_json(shard_layout_of(trainer, split));
+    files.push_back(shard_file_of(split, 0, shards->ranks()));
+    const auto timeout = shards->process_group().timeout();
+    for (int r = 1; r < shards->ranks(); ++r) {
+      ckpt::CheckpointFileContent staged{ckpt::shard_file_name(r, shards->ranks()), {}, {}};
+      staged.staged = [run_dir, step, name = staged.name, timeout] {
+        return ckpt::wait_for_staged_files(run_dir, step, {name}, timeout).front();
+      };
+      files.push_back(std::move(staged));
+    }
+  } else {
+    for (std::size_t e = 0; e < emas.size(); ++e) files.push_back(ema_file_of(trainer, e));
+    files.push_back(optimizer_file_of(trainer, trainer.optimizer().state_tensors()));
   }
-
-  files.push_back(
-      {"optimizer.safetensors",
-       host_copies(full.optimizer),
-       {{"format", "runner.optimizer"}, {"hyperparameters", trainer.optimizer().hyperparameters().dump()}}});
 
   NamedTensorList trainer_tensors = rank_rng_states.empty() ? train::capture_rng_states() : rank_rng_states.front();
   for (std::size_t r = 1; r < rank_rng_states.size(); ++r)
@@ -120,14 +243,15 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const FullTrai
   for (const train::Ema& ema : emas) state["emas"].push_back(ema.hyperparameters());
   files.push_back(
       {"trainer.safetensors", host_copies(trainer_tensors), {{"format", "runner.trainer"}, {"trainer", state.dump()}}});
+  snapshot.wait_ready = wait_for_copies(trainer);
+  return snapshot;
+}
 
-  TrainingSnapshot snapshot{std::move(files), [] {}};
-  if (trainer.device().is_cuda()) {
-    auto copied = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
-    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
-    copied->record(guard.getStream(trainer.device()));
-    snapshot.wait_ready = [copied] { copied->synchronize(); };
-  }
+TrainingSnapshot snapshot_rank_shard(const train::Trainer& trainer) {
+  const dist::ParameterShards& shards = *trainer.shards();
+  TrainingSnapshot snapshot;
+  snapshot.files.push_back(shard_file_of(split_files(trainer), shards.rank(), shards.ranks()));
+  snapshot.wait_ready = wait_for_copies(trainer);
   return snapshot;
 }
 
@@ -144,9 +268,16 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   auto& emas = trainer.emas();
   const auto model_file = load("model.safetensors");
   const auto trainer_file = load("trainer.safetensors");
-  const auto optimizer_file = load("optimizer.safetensors");
-  std::vector<ckpt::SafetensorsContents> ema_files;
-  for (std::size_t e = 0; e < emas.size(); ++e) ema_files.push_back(load(ema_file_name(e, emas.size())));
+  std::optional<ckpt::ShardedCheckpoint> sharded;
+  try {
+    sharded = ckpt::ShardedCheckpoint::open(checkpoint_dir);
+  } catch (const std::exception& error) {
+    throw std::invalid_argument(error.what());
+  }
+  auto state_file = [&](const std::string& name) {
+    return sharded ? split_state_file(*sharded, name) : whole_state_file(checkpoint_dir, name);
+  };
+  const SavedStateFile optimizer_file = state_file("optimizer.safetensors");
 
   // Everything is checked against this trainer before anything changes.
   const std::string model_path = checkpoint_dir + "/model.safetensors";
@@ -157,14 +288,16 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   const std::vector<nn::StateCopy> model_copies =
       nn::match_state(model_tensors, model_file.tensors, model_path, "the trainer's model", exact);
   const std::string trainer_path = checkpoint_dir + "/trainer.safetensors";
-  const nlohmann::json state = parse_metadata(trainer_file, "trainer", trainer_path);
+  const nlohmann::json state = parse_metadata(trainer_file.metadata, "trainer", trainer_path);
   if (!state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
     throw std::invalid_argument(trainer_path + ": the step is missing");
   if (state.value("emas", nlohmann::json::array()).size() != emas.size())
     throw std::invalid_argument(fmt::format("{}: the checkpoint has {} EMA averages, the trainer {}", checkpoint_dir,
                                             state.value("emas", nlohmann::json::array()).size(), emas.size()));
   const nlohmann::json optimizer_hyperparameters =
-      parse_metadata(optimizer_file, "hyperparameters", checkpoint_dir + "/optimizer.safetensors");
+      parse_metadata(optimizer_file.metadata, "hyperparameters", optimizer_file.path);
+  std::vector<SavedStateFile> ema_files;
+  for (std::size_t e = 0; e < emas.size(); ++e) ema_files.push_back(state_file(ema_file_name(e, emas.size())));
   NamedTensorList rng, scaler;
   at::Tensor skipped;
   const std::string rng_prefix = rank == 0 ? "rng." : fmt::format("rank{}.rng.", rank);
@@ -186,7 +319,13 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   // Optimizer and EMA loads validate before they change anything; the model's tensors were checked above.
   train::Optimizer& optimizer = trainer.optimizer();
   optimizer.load_hyperparameters(optimizer_hyperparameters);
-  optimizer.load_state_tensors(trainer.local_optimizer_state(as_list(optimizer_file)));
+  NamedTensorList optimizer_state;
+  for (std::size_t i = 0; i < optimizer_file.names.size(); ++i) {
+    const auto k = trainer.optimizer_state_shard(optimizer_file.names[i]);
+    optimizer_state.emplace_back(optimizer_file.names[i],
+                                 optimizer_file.read(i, k ? std::optional(trainer.shards()->rows(*k)) : std::nullopt));
+  }
+  optimizer.load_state_tensors(optimizer_state);
   for (std::size_t e = 0; e < emas.size(); ++e) {
     NamedTensorList named;
     std::map<std::string, std::string> slot;
@@ -196,13 +335,15 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
       parameter[model.parameters[i].first] = i;
     }
     for (std::size_t i = 0; i < model.buffers.size(); ++i) slot[model.buffers[i].first] = fmt::format("buffer{}", i);
-    for (const auto& t : ema_files[e].tensors) {
-      auto it = slot.find(t.name);
+    for (std::size_t t = 0; t < ema_files[e].names.size(); ++t) {
+      const std::string& name = ema_files[e].names[t];
+      auto it = slot.find(name);
       if (it == slot.end())
-        throw std::invalid_argument(
-            fmt::format("{}/{}: '{}' is not in the model", checkpoint_dir, ema_file_name(e, emas.size()), t.name));
-      auto p = parameter.find(t.name);
-      named.emplace_back(it->second, p == parameter.end() ? t.tensor : trainer.local_ema_weight(p->second, t.tensor));
+        throw std::invalid_argument(fmt::format("{}: '{}' is not in the model", ema_files[e].path, name));
+      auto p = parameter.find(name);
+      const auto k = p == parameter.end() ? std::nullopt : trainer.ema_shard(p->second);
+      named.emplace_back(it->second,
+                         ema_files[e].read(t, k ? std::optional(trainer.shards()->rows(*k)) : std::nullopt));
     }
     emas[e].load_state_tensors(named);
     emas[e].load_hyperparameters(state["emas"][e]);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/ckpt/staged_files.h"
 #include "runtime/core/clock.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/interrupt.h"
@@ -66,6 +67,8 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
     throw std::invalid_argument("keep_last and keep_best cannot both be 0");
   saver_ =
       std::make_unique<ckpt::CheckpointSaver>(run_.index_location(), run_.record().run, run_.directory(), rotation);
+  if (run_.follower() && trainer_->shards())
+    staged_writer_ = std::make_unique<ckpt::StagedFileWriter>(run_.directory());
   observer_ = std::make_shared<Observer>(*this);
   trainer_->add_observer(observer_);
   // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.
@@ -80,6 +83,7 @@ TrainingRun::~TrainingRun() {
   if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(nullptr);
   core::set_graceful_stop(false);
   saver_->wait();
+  if (staged_writer_) staged_writer_->wait();
 }
 
 std::optional<TrainingRun::Restored> TrainingRun::restore() {
@@ -120,24 +124,38 @@ double TrainingRun::checkpoint(const CheckpointRequest& request) {
     for (const std::string& bytes :
          trainer_->process_group()->all_gather_bytes(train::encode_rng_states(train::capture_rng_states())))
       rank_rng_states.push_back(train::decode_rng_states(bytes));
-  // Sharded: every rank takes part in gathering the state rank 0 saves.
-  const FullTrainerState full = full_trainer_state(*trainer_);
-  if (run_.follower()) return 0.0;
-  report_saves(false);
-  if (last_checkpoint_step_ == run_.step() && !request.value) {
-    // This step is saved already (e.g. by `every` in the loop, then once more after it): the state is the same.
-    if (request.wait) report_saves(true);
+  // Sharded, every rank writes its rows of the optimizer state and EMAs.
+  const bool every_rank_writes = trainer_->shards() != nullptr;
+  if (run_.follower() && !every_rank_writes) return 0.0;
+  if (!run_.follower()) report_saves(false);
+  // This step is saved already (e.g. by `every` in the loop, then once more after it): the state is the same.
+  bool saved_already = last_checkpoint_step_ == run_.step() && !request.value;
+  if (every_rank_writes)  // rank 0 decides for every rank
+    saved_already = trainer_->process_group()->broadcast_text(saved_already ? "saved" : "save", 0) == "saved";
+  if (saved_already) {
+    if (request.wait && !run_.follower()) report_saves(true);
     return 0.0;
   }
   const double start = core::steady_seconds();
+  if (run_.follower()) {
+    staged_writer_->wait();
+    for (const std::string& error : staged_writer_->take_errors())
+      core::log(core::LogLevel::error, fmt::format("this rank's share of a checkpoint could not be saved: {}", error));
+    TrainingSnapshot snapshot = snapshot_rank_shard(*trainer_);
+    staged_writer_->submit(run_.step(), std::move(snapshot.files), std::move(snapshot.wait_ready));
+    if (request.wait) staged_writer_->wait();
+    return core::steady_seconds() - start;
+  }
   saver_->wait();
   const nlohmann::json named_state = named_state_ ? named_state_() : nlohmann::json::object();
-  TrainingSnapshot snapshot = snapshot_training(*trainer_, full, loader_.get(), named_state, rank_rng_states);
+  TrainingSnapshot snapshot =
+      snapshot_training(*trainer_, loader_.get(), named_state, rank_rng_states, run_.directory(), run_.step());
   ckpt::SaveRequest save;
   save.step = run_.step();
   save.files = std::move(snapshot.files);
   save.wait_ready = std::move(snapshot.wait_ready);
-  save.manifest_extra = {{"run", run_.record().id}};
+  save.manifest_extra = std::move(snapshot.manifest_extra);
+  save.manifest_extra["run"] = run_.record().id;
   // A resume starts after this step: every value logged up to it must be in the index before it counts.
   save.before_record = [&metrics = run_.metrics()] { metrics.flush(); };
   save.metric = request.metric ? request.metric : policy_.metric;
@@ -258,6 +276,11 @@ std::optional<std::string> TrainingRun::finish() {
     trainer_->raise_pending_stop();  // on_nonfinite = "stop" after the last step
   } catch (const train::NonFiniteError& error) {
     failure = error.what();
+  }
+  if (staged_writer_) {
+    staged_writer_->wait();
+    for (const std::string& error : staged_writer_->take_errors())
+      core::log(core::LogLevel::error, fmt::format("this rank's share of a checkpoint could not be saved: {}", error));
   }
   try {
     report_saves(true);

@@ -17,6 +17,7 @@
 
 #include "runtime/ckpt/checkpoint_rotation.h"
 #include "runtime/ckpt/checkpoint_store.h"
+#include "runtime/ckpt/staged_files.h"
 #include "runtime/data/loader.h"
 #include "runtime/run/run_context.h"
 #include "runtime/train/trainer.h"
@@ -114,9 +115,10 @@ class TrainingRun {
   NamedStateFunction named_state_;
   CheckpointPolicy policy_;
   std::unique_ptr<ckpt::CheckpointSaver> saver_;
-  std::shared_ptr<Observer> observer_;     // of the trainer's steps, while attached
-  std::map<std::int64_t, double> stalls_;  // by step, for the saved messages
-  std::int64_t steps_taken_ = 0;           // trainer steps in this process
+  std::unique_ptr<ckpt::StagedFileWriter> staged_writer_;  // sharded, ranks > 0: their share of each checkpoint
+  std::shared_ptr<Observer> observer_;                     // of the trainer's steps, while attached
+  std::map<std::int64_t, double> stalls_;                  // by step, for the saved messages
+  std::int64_t steps_taken_ = 0;                           // trainer steps in this process
   std::optional<std::int64_t> last_checkpoint_step_;
   bool stop_requested_ = false;
   std::function<bool()> attach_waiting_;

@@ -745,24 +745,26 @@ std::vector<at::Tensor> Trainer::full_ema_shadow(std::size_t index) {
   return full;
 }
 
-NamedTensorList Trainer::local_optimizer_state(const NamedTensorList& full) const {
-  if (!shards_) return full;
-  NamedTensorList local;
-  for (const auto& [name, tensor] : full) {
-    const auto owner = sharded_state_owner(name);
-    if (!owner || owner->first >= group_start_.size()) {
-      local.emplace_back(name, tensor);
-      continue;
-    }
-    const std::size_t k = group_start_[owner->first] + owner->second;
-    local.emplace_back(name, k < shards_->size() ? dist::rows_of(tensor, shards_->rows(k)) : tensor);
-  }
-  return local;
+std::optional<std::size_t> Trainer::optimizer_state_shard(const std::string& name) const {
+  if (!shards_) return std::nullopt;
+  const auto owner = sharded_state_owner(name);
+  if (!owner || owner->first >= group_start_.size()) return std::nullopt;
+  const std::size_t k = group_start_[owner->first] + owner->second;
+  return k < shards_->size() ? std::optional<std::size_t>(k) : std::nullopt;
 }
 
-at::Tensor Trainer::local_ema_weight(std::size_t parameter, const at::Tensor& full) const {
-  if (!shards_ || parameter >= sharded_index_.size() || sharded_index_[parameter] < 0) return full;
-  return dist::rows_of(full, shards_->rows(static_cast<std::size_t>(sharded_index_[parameter])));
+std::optional<std::size_t> Trainer::ema_shard(std::size_t parameter) const {
+  if (!shards_ || parameter >= sharded_index_.size() || sharded_index_[parameter] < 0) return std::nullopt;
+  return static_cast<std::size_t>(sharded_index_[parameter]);
+}
+
+NamedTensorList Trainer::local_optimizer_state(const NamedTensorList& full) const {
+  NamedTensorList local;
+  for (const auto& [name, tensor] : full) {
+    const auto k = optimizer_state_shard(name);
+    local.emplace_back(name, k ? dist::rows_of(tensor, shards_->rows(*k)) : tensor);
+  }
+  return local;
 }
 
 void Trainer::copy_ema(std::size_t index, std::vector<at::Tensor> params, std::vector<at::Tensor> buffers) {

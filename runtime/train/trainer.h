@@ -188,10 +188,14 @@ class Trainer {
   // rank calls; otherwise the tensors themselves.
   NamedTensorList full_optimizer_state();
   std::vector<at::Tensor> full_ema_shadow(std::size_t index);
-  // The inverse for a restore: full tensors as those give them, reduced to what this rank keeps (its rows of the
-  // sharded ones). The names and counts are checked by the optimizer's and the EMA's loads.
+  // Which of shards()'s parameters a tensor of the saved state is split as: optimizer state `name` (as
+  // Optimizer::state_tensors names it), EMA parameter `parameter`; nullopt for a tensor each rank holds whole
+  // (unsharded training, a step count, a parameter that is not trained).
+  std::optional<std::size_t> optimizer_state_shard(const std::string& name) const;
+  std::optional<std::size_t> ema_shard(std::size_t parameter) const;
+  // For a restore: full tensors as full_optimizer_state gives them, reduced to what this rank keeps (its rows of
+  // the sharded ones). The names and counts are checked by the optimizer's load.
   NamedTensorList local_optimizer_state(const NamedTensorList& full) const;
-  at::Tensor local_ema_weight(std::size_t parameter, const at::Tensor& full) const;
   // Writes EMA `index` into `params` and `buffers` (Ema::copy_to), gathering a sharded one first (a collective).
   void copy_ema(std::size_t index, std::vector<at::Tensor> params, std::vector<at::Tensor> buffers);
   // Bytes this rank holds of the model state: weights, gradients, optimizer state and EMA shadows.

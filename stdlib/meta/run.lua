@@ -130,7 +130,9 @@ function Run:finish(status, error) end
 function Run:restore(options) end
 
 ---Saves a checkpoint of step run.step as checkpoints/step-NNNNNNN/ (model.safetensors, ema.safetensors,
----optimizer.safetensors, trainer.safetensors, manifest.json): the tensors are copied (the stall, returned
+---optimizer.safetensors, trainer.safetensors, manifest.json; with a sharded trainer each rank's rows of the optimizer
+---state and EMAs in shard-R-of-N.safetensors instead, so every rank must call it: `runner consolidate` writes them
+---whole): the tensors are copied (the stall, returned
 ---and logged as time/checkpoint_stall_ms) and written, verified, indexed and rotated by a background thread.
 ---A failed save raises at the next step (on_error = "stop") or is logged (on_error = "continue"); the
 ---previous checkpoint is intact either way. A step saved already is not saved again (stall 0; with wait,

@@ -189,9 +189,10 @@ class DataParallel(GlooOnTheCpu):
         def checkpoint():
             with sqlite3.connect(self.home / "index.db") as db:
                 run_dir = db.execute("SELECT dir FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()[0]
-            return load_file(self.home / run_dir / "checkpoints/step-0000020/optimizer.safetensors")
+            return self.home / run_dir / "checkpoints/step-0000020"
 
-        unsharded_state = checkpoint()
+        unsharded_state = load_file(checkpoint() / "optimizer.safetensors")
+        unsharded_ema = load_file(checkpoint() / "ema.safetensors")
         for mode, zero in (("optimizer", "ZeRO-1"), ("gradients", "ZeRO-2")):
             run = self.runner("--nproc", "2", "--fresh", "train.lua", f"shard={mode}", f"out={mode}.safetensors",
                               check=0)
@@ -204,12 +205,20 @@ class DataParallel(GlooOnTheCpu):
             for key in whole:
                 torch.testing.assert_close(sharded[key], whole[key], rtol=1.3e-6, atol=1e-5,
                                            msg=lambda m: f"shard={mode}: {key}: {m}")
-            # The checkpoint holds the whole optimizer state, as unsharded training saves it.
-            state = checkpoint()
-            self.assertEqual(sorted(state), sorted(unsharded_state))
-            for key in state:
-                torch.testing.assert_close(state[key], unsharded_state[key], rtol=1.3e-6, atol=1e-5,
-                                           msg=lambda m: f"shard={mode}: checkpoint {key}: {m}")
+            # Each rank saved its rows of the optimizer state and the EMA; consolidated, they are the files
+            # unsharded training saves.
+            self.assertEqual(sorted(p.name for p in checkpoint().iterdir()),
+                             ["manifest.json", "model.safetensors", "shard-0-of-2.safetensors",
+                              "shard-1-of-2.safetensors", "trainer.safetensors"])
+            done = self.runner("consolidate", "last", "-o", f"{mode}-whole", check=0)
+            self.assertRegex(done.stdout, rf"^{mode}-whole: optimizer.safetensors, ema.safetensors, "
+                                          r"model.safetensors, trainer.safetensors of run \S+ \(\w+\) step 20, whole\n$")
+            for name, unsharded in (("optimizer", unsharded_state), ("ema", unsharded_ema)):
+                state = load_file(self.dir / f"{mode}-whole" / f"{name}.safetensors")
+                self.assertEqual(sorted(state), sorted(unsharded))
+                for key in state:
+                    torch.testing.assert_close(state[key], unsharded[key], rtol=1.3e-6, atol=1e-5,
+                                               msg=lambda m: f"shard={mode}: checkpoint {name} {key}: {m}")
         gradients = load_file(self.dir / "gradients.safetensors")
         # Killed and resumed at the same world size and mode: bit for bit.
         name = self.kill_rank_1_at_step_10("resumed.safetensors", "shard=gradients")
@@ -225,6 +234,18 @@ class DataParallel(GlooOnTheCpu):
         self.assertIn("saved with shard gradients by 2 ranks, continuing with shard none on 1: each rank takes its rows "
                       "of the saved optimizer state and EMA", single.stderr)
         self.assert_same_training(load_file(self.dir / "single.safetensors"), again, "sharded, resumed by 1 process")
+        # A checkpoint without one of its rank files is skipped as damaged, naming the file, and is not consolidated.
+        name = self.kill_rank_1_at_step_10("damaged.safetensors", "shard=gradients")
+        with sqlite3.connect(self.home / "index.db") as db:
+            run_dir = db.execute("SELECT dir FROM runs WHERE name = ?", (name,)).fetchone()[0]
+        (self.home / run_dir / "checkpoints/step-0000008/shard-1-of-2.safetensors").unlink()
+        refused = self.runner("consolidate", name, "-o", "damaged-whole")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("checkpoints/step-0000008 is damaged, nothing was written: shard-1-of-2.safetensors: missing",
+                      refused.stderr)
+        self.assertFalse((self.dir / "damaged-whole").exists())
+        resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "shard=gradients", check=0)
+        self.assertIn("checkpoints/step-0000008: shard-1-of-2.safetensors: missing", resumed.stderr)
 
     def test_a_sharded_ema_read_on_one_rank_fails_naming_the_gather(self):
         # Reading a sharded EMA gathers it from every rank: read on rank 0 alone, it fails with the collective's

@@ -1,22 +1,31 @@
 // Tests of runtime/dist/parameter_shards through the trainer on 2 and 3 ranks over Gloo (threads, each its own
 // process group): each shard mode trains as unsharded data parallel does (weights, EMA, losses, gradient norms,
 // optimizer state), with uneven and empty shares, clipping and accumulation; gradients mode frees the full
-// gradients; the state a checkpoint saves and a restore's rows of it.
+// gradients; checkpoints that each rank writes its rows of, restored at other world sizes and consolidated.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/ckpt/checkpoint_directory.h"
+#include "runtime/ckpt/sharded_checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
+#include "runtime/ckpt/staged_files.h"
 #include "runtime/dist/parameter_shards.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/run/checkpoint_format.h"
 #include "runtime/train/trainer.h"
+#include "tests/cpp/temp_directory.h"
 #include "tests/cpp/thread_ranks.h"
 
 using runner::dist::ShardMode;
@@ -81,29 +90,39 @@ struct Setup {
   int nan_step = 0;  // rank 1's loss is NaN at this step (1-based; 0: never)
 };
 
-// Rank `rank`'s result of AdamW (weight decay) with an EMA over `setup.ranks` ranks.
+// AdamW (weight decay) with an EMA over `group`'s ranks.
+std::unique_ptr<runner::train::Trainer> make_trainer(const Setup& setup, const Model& model,
+                                                     runner::dist::ProcessGroup& group) {
+  runner::train::TrainerModel trainer_model;
+  runner::train::ParamGroup adamw = runner::train::default_param_group(runner::train::OptimizerKind::adamw);
+  adamw.lr = 2e-2;
+  for (const auto& [name, p] : model.parameters) {
+    trainer_model.parameters.emplace_back(name, p);
+    adamw.params.push_back(p);
+  }
+  auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::adamw,
+                                                              std::vector<runner::train::ParamGroup>{adamw});
+  runner::train::StepOptions options;
+  options.amp = "fp32";
+  options.shard = setup.shard;
+  options.accumulate = setup.accumulate;
+  options.clip = setup.clip;
+  options.data_parallel.overlap = setup.overlap;
+  runner::train::EmaOptions ema;
+  ema.decay = 0.9;
+  return std::make_unique<runner::train::Trainer>(trainer_model, optimizer, runner::train::LrScheduleOptions{},
+                                                  std::vector<runner::train::EmaOptions>{ema}, options, at::kCPU,
+                                                  &group);
+}
+
+// Rank `rank`'s result of `setup.steps` steps over `setup.ranks` ranks.
 std::vector<Trained> train(const Setup& setup) {
   std::vector<Trained> result(static_cast<std::size_t>(setup.ranks));
   runner::test::on_ranks(setup.ranks, [&](runner::dist::ProcessGroup& group, int rank) {
     Model model = make_model();
-    runner::train::TrainerModel trainer_model;
-    runner::train::ParamGroup adamw = runner::train::default_param_group(runner::train::OptimizerKind::adamw);
-    adamw.lr = 2e-2;
-    for (const auto& [name, p] : model.parameters) {
-      trainer_model.parameters.emplace_back(name, p);
-      adamw.params.push_back(p);
-    }
-    auto optimizer = std::make_shared<runner::train::Optimizer>(runner::train::OptimizerKind::adamw,
-                                                                std::vector<runner::train::ParamGroup>{adamw});
-    runner::train::StepOptions options;
-    options.amp = "fp32";
-    options.shard = setup.shard;
-    options.accumulate = setup.accumulate;
-    options.clip = setup.clip;
-    options.data_parallel.overlap = setup.overlap;
-    runner::train::EmaOptions ema;
-    ema.decay = 0.9;
-    runner::train::Trainer trainer(trainer_model, optimizer, {}, {ema}, options, at::kCPU, &group);
+    const std::unique_ptr<runner::train::Trainer> made = make_trainer(setup, model, group);
+    runner::train::Trainer& trainer = *made;
+    const runner::train::Optimizer* optimizer = &trainer.optimizer();
     Trained& out = result[static_cast<std::size_t>(rank)];
     const std::int64_t rows = kBatch / setup.ranks / setup.accumulate;
     for (int step = 0; step < setup.steps; ++step) {
@@ -163,6 +182,13 @@ void check_same_training(const std::vector<Trained>& sharded, const std::vector<
       CHECK(at::allclose(got.optimizer_state[i].second, want.optimizer_state[i].second, 1.3e-6, 1e-5));
     }
   }
+}
+
+std::vector<std::string> names_in(const std::string& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace
@@ -255,4 +281,97 @@ TEST_CASE("process group: all_gather_into and reduce_scatter_into over Gloo", "[
         throw std::logic_error("reduce_scatter_into: wrong sum");
     }
   });
+}
+
+TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks restore them as saved", "[dist]") {
+  runner::testing::TempDir run_dir("sharded-checkpoint");
+  const std::string checkpoint = run_dir.path + "/" + runner::ckpt::checkpoint_path(3);
+  Setup setup;
+  setup.shard = ShardMode::gradients;
+  std::vector<std::pair<std::string, at::Tensor>> saved_optimizer;
+  std::vector<at::Tensor> saved_ema;
+  runner::test::on_ranks(2, [&](runner::dist::ProcessGroup& group, int rank) {
+    Model model = make_model();
+    const auto trainer = make_trainer(setup, model, group);
+    for (int step = 0; step < 3; ++step)
+      trainer->step([&](std::int64_t, std::int64_t) { return loss_of(model, rank * kBatch / 2, kBatch / 2); });
+    const auto optimizer_state = trainer->full_optimizer_state();
+    const auto ema = trainer->full_ema_shadow(0);
+    if (rank == 0) {
+      saved_optimizer = optimizer_state;
+      saved_ema = ema;
+      auto snapshot = runner::run::snapshot_training(*trainer, nullptr, nullptr, {}, run_dir.path, 3);
+      snapshot.wait_ready();
+      runner::ckpt::write_checkpoint(run_dir.path, 3, snapshot.files, snapshot.manifest_extra);
+    } else {
+      runner::ckpt::StagedFileWriter writer(run_dir.path);
+      auto snapshot = runner::run::snapshot_rank_shard(*trainer);
+      writer.submit(3, std::move(snapshot.files), snapshot.wait_ready);
+      writer.wait();
+      for (const std::string& error : writer.take_errors()) throw std::runtime_error(error);
+    }
+  });
+  // Rank 1's rows came through its staging folder, which is gone once they moved in.
+  CHECK(names_in(run_dir.path + "/checkpoints") == std::vector<std::string>{"step-0000003"});
+  CHECK(names_in(checkpoint) == std::vector<std::string>{"manifest.json", "model.safetensors",
+                                                         "shard-0-of-2.safetensors", "shard-1-of-2.safetensors",
+                                                         "trainer.safetensors"});
+  // Each rank's file holds its rows only: 5 rows of blocks.0.weight split 3 and 2.
+  const runner::ckpt::SafetensorsFile rank1(checkpoint + "/shard-1-of-2.safetensors");
+  REQUIRE(rank1.find("ema/blocks.0.weight") != nullptr);
+  CHECK(rank1.find("ema/blocks.0.weight")->shape == std::vector<std::int64_t>{2, 4});
+
+  SECTION("consolidated, the files are those unsharded training saves") {
+    const std::vector<std::string> written = runner::ckpt::write_consolidated(checkpoint, run_dir.path + "/whole");
+    CHECK(written == std::vector<std::string>{"optimizer.safetensors", "ema.safetensors", "model.safetensors",
+                                              "trainer.safetensors"});
+    const auto optimizer = runner::ckpt::load_safetensors(run_dir.path + "/whole/optimizer.safetensors");
+    REQUIRE(optimizer.tensors.size() == saved_optimizer.size());
+    for (std::size_t i = 0; i < saved_optimizer.size(); ++i) {
+      INFO(saved_optimizer[i].first);
+      CHECK(optimizer.tensors[i].name == saved_optimizer[i].first);
+      CHECK(at::equal(optimizer.tensors[i].tensor, saved_optimizer[i].second));
+    }
+    CHECK(optimizer.metadata.count("hyperparameters") == 1);
+    const auto ema = runner::ckpt::load_safetensors(run_dir.path + "/whole/ema.safetensors");
+    for (std::size_t i = 0; i < saved_ema.size(); ++i) CHECK(at::equal(ema.tensors[i].tensor, saved_ema[i]));
+    CHECK_THROWS_WITH(runner::ckpt::write_consolidated(checkpoint, run_dir.path + "/whole"),
+                      Catch::Contains("/whole: exists; nothing was written"));
+  }
+
+  SECTION("restored at another world size and mode, every tensor is the one saved") {
+    const int ranks = GENERATE(1, 2, 3);
+    Setup restored;
+    restored.ranks = ranks;
+    restored.shard = ranks == 1 ? ShardMode::none : ranks == 2 ? ShardMode::optimizer : ShardMode::gradients;
+    INFO(ranks << " ranks, shard " << runner::dist::shard_mode_name(restored.shard));
+    runner::test::on_ranks(ranks, [&](runner::dist::ProcessGroup& group, int rank) {
+      Model model = make_model();
+      const auto trainer = make_trainer(restored, model, group);
+      if (runner::run::restore_training(checkpoint, *trainer, rank, ranks).step != 3)
+        throw std::logic_error("restored another step");
+      const auto optimizer_state = trainer->full_optimizer_state();
+      const auto ema = trainer->full_ema_shadow(0);
+      for (std::size_t i = 0; i < saved_optimizer.size(); ++i)
+        if (optimizer_state.at(i).first != saved_optimizer[i].first ||
+            !at::equal(optimizer_state[i].second, saved_optimizer[i].second))
+          throw std::logic_error("restored optimizer state differs: " + saved_optimizer[i].first);
+      for (std::size_t i = 0; i < saved_ema.size(); ++i)
+        if (!at::equal(ema.at(i), saved_ema[i])) throw std::logic_error("restored EMA differs: " + std::to_string(i));
+    });
+  }
+
+  SECTION("a missing rank file is named") {
+    REQUIRE(::rename((checkpoint + "/shard-1-of-2.safetensors").c_str(), (run_dir.path + "/aside").c_str()) == 0);
+    runner::test::on_ranks(1, [&](runner::dist::ProcessGroup& group, int) {
+      Model model = make_model();
+      const auto trainer = make_trainer(Setup{1}, model, group);
+      CHECK_THROWS_WITH(runner::run::restore_training(checkpoint, *trainer),
+                        Catch::Contains("/shard-1-of-2.safetensors: missing: the checkpoint was saved by 2 ranks and "
+                                        "this holds rank 1's share of its optimizer state and EMA"));
+    });
+    CHECK_THROWS_WITH(runner::ckpt::write_consolidated(checkpoint, run_dir.path + "/whole"),
+                      Catch::Contains("shard-1-of-2.safetensors: missing"));
+    CHECK(!std::filesystem::exists(run_dir.path + "/whole"));
+  }
 }
