@@ -17,6 +17,8 @@
 #include "bindings/tensor_binding.h"
 #include "bindings/data_binding.h"
 #include "bindings/train_binding.h"
+#include "runtime/ckpt/checkpoint_store.h"
+#include "runtime/ckpt/sharded_checkpoint.h"
 #include "runtime/core/duration_text.h"
 #include "runtime/core/launch_context.h"
 #include "runtime/core/shape_text.h"
@@ -530,6 +532,45 @@ int run_reseed_lua_random(lua_State* L) {
 }
 
 // runner._run.query(sql, ...) -> rows, columns
+// runner._run.open_run(reference, step|nil) -> {id, name, status, dir, script, config, step, checkpoint}: a run of
+// the index and its newest good checkpoint (or that of `step`), for runner.load_run; reads the index only.
+int open_run(lua_State* L) {
+  const std::string reference = check_string(L, 1);
+  std::optional<std::int64_t> step;
+  if (!lua_isnoneornil(L, 2)) step = check_integer(L, 2);
+  const index::IndexLocation where = index::index_location(core::launch_context());
+  index::Database db = index::open_index_for_reading(where);
+  const index::RunRecord run = index::resolve_run(db, reference, index::LastAmong::all_runs);
+  const std::string run_dir = where.home + "/" + run.dir;
+  const ckpt::RestoreChoice choice = ckpt::require_checkpoint(db, run.run, run.name, run_dir, step);
+  push_json(L, {{"id", run.id},
+                {"name", run.name},
+                {"status", run.status},
+                {"dir", run_dir},
+                {"script", run_dir + "/script.lua"},
+                {"config", run.config},
+                {"step", choice.checkpoint->step},
+                {"checkpoint", choice.directory}});
+  return 1;
+}
+
+// runner._run.checkpoint_file(checkpoint_dir, name) -> {name = tensor}, metadata: a file of a checkpoint as
+// unsharded training saves it (assembled from the rank files of a sharded one).
+int checkpoint_file(lua_State* L) {
+  const ckpt::SafetensorsContents contents = ckpt::read_checkpoint_file(check_string(L, 1), check_string(L, 2));
+  lua_createtable(L, 0, static_cast<int>(contents.tensors.size()));
+  for (const auto& t : contents.tensors) {
+    push_tensor(L, t.tensor);
+    lua_setfield(L, -2, t.name.c_str());
+  }
+  lua_createtable(L, 0, static_cast<int>(contents.metadata.size()));
+  for (const auto& [key, value] : contents.metadata) {
+    lua_pushlstring(L, value.data(), value.size());
+    lua_setfield(L, -2, key.c_str());
+  }
+  return 2;
+}
+
 int query(lua_State* L) {
   const std::string sql = check_string(L, 1);
   std::vector<index::SqlValue> parameters;
@@ -622,8 +663,12 @@ void open_run(lua_State* L) {
   lua_pop(L, 1);
   lua_getglobal(L, "runner");
   lua_newtable(L);
-  set_functions(L,
-                {{"start", wrap<start>}, {"query", wrap<query>}, {"log_text", wrap<log_text>}, {"home", wrap<home>}});
+  set_functions(L, {{"start", wrap<start>},
+                    {"query", wrap<query>},
+                    {"log_text", wrap<log_text>},
+                    {"home", wrap<home>},
+                    {"open_run", wrap<open_run>},
+                    {"checkpoint_file", wrap<checkpoint_file>}});
   lua_setfield(L, -2, "_run");
   lua_pop(L, 1);
 }

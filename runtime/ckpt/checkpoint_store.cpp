@@ -116,13 +116,16 @@ SaveReport CheckpointSaver::save(SaveRequest& request) {
   return report;
 }
 
-RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::string& run_dir) {
+RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::string& run_dir,
+                                std::optional<int64_t> step) {
   RestoreChoice choice;
   auto records = index::checkpoints(db, run);
   std::stable_sort(records.begin(), records.end(),
                    [](const index::CheckpointRecord& a, const index::CheckpointRecord& b) { return a.step > b.step; });
+  for (const auto& record : records)
+    if (record.kept) choice.steps.insert(choice.steps.begin(), record.step);
   for (const auto& record : records) {
-    if (!record.kept) continue;
+    if (!record.kept || (step && record.step != *step)) continue;
     const auto problems = verify_checkpoint(run_dir, record.path, file_records(record));
     if (problems.empty()) {
       choice.checkpoint = record;
@@ -132,6 +135,19 @@ RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::str
     choice.rejected.push_back(fmt::format("{}: {}", record.path, fmt::join(problems, "; ")));
   }
   return choice;
+}
+
+RestoreChoice require_checkpoint(index::Database& db, int64_t run, const std::string& run_name,
+                                 const std::string& run_dir, std::optional<int64_t> step) {
+  RestoreChoice choice = choose_checkpoint(db, run, run_dir, step);
+  if (choice.checkpoint) return choice;
+  if (choice.steps.empty()) throw std::invalid_argument(fmt::format("run {} has no checkpoint", run_name));
+  if (step && std::find(choice.steps.begin(), choice.steps.end(), *step) == choice.steps.end())
+    throw std::invalid_argument(
+        fmt::format("run {} has no checkpoint of step {} (it has {})", run_name, *step, fmt::join(choice.steps, ", ")));
+  throw std::invalid_argument(fmt::format("run {}: {} is damaged: {}", run_name,
+                                          step ? "its checkpoint" : "every checkpoint",
+                                          fmt::join(choice.rejected, "; ")));
 }
 
 }  // namespace runner::ckpt

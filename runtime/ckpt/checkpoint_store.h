@@ -81,10 +81,17 @@ struct RestoreChoice {
   std::optional<index::CheckpointRecord> checkpoint;  // the newest kept checkpoint whose files verify
   std::string directory;                              // its absolute directory
   std::vector<std::string> rejected;                  // "checkpoints/step-0000300: model.safetensors: ..." per bad one
+  std::vector<int64_t> steps;                         // of every kept checkpoint, oldest first
 };
 
 // Looks through the run's kept checkpoints, newest first, verifying each file's size and sha256 against the
-// index, and stops at the first good one.
-RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::string& run_dir);
+// index, and stops at the first good one; with `step`, looks at that step's only.
+RestoreChoice choose_checkpoint(index::Database& db, int64_t run, const std::string& run_dir,
+                                std::optional<int64_t> step = std::nullopt);
+
+// choose_checkpoint for a reader of the run `run_name`: the chosen checkpoint, or std::invalid_argument saying
+// that the run has none, none of `step` (listing the steps it has) or that it is damaged (naming the files).
+RestoreChoice require_checkpoint(index::Database& db, int64_t run, const std::string& run_name,
+                                 const std::string& run_dir, std::optional<int64_t> step);
 
 }  // namespace runner::ckpt

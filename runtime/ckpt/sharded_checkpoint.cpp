@@ -189,6 +189,24 @@ at::Tensor ShardedCheckpoint::read(const ShardedFile& file, const ShardedTensor&
   return tensor.shape.empty() ? whole.reshape({}) : whole;
 }
 
+SafetensorsContents read_checkpoint_file(const std::string& checkpoint_dir, const std::string& name) {
+  const std::optional<ShardedCheckpoint> sharded = ShardedCheckpoint::open(checkpoint_dir);
+  if (const ShardedFile* file = sharded ? sharded->file(name) : nullptr) {
+    SafetensorsContents contents;
+    contents.metadata = file->metadata;
+    for (const ShardedTensor& tensor : file->tensors)
+      contents.tensors.push_back({tensor.name, sharded->read(*file, tensor)});
+    return contents;
+  }
+  const std::string path = checkpoint_dir + "/" + name;
+  if (!exists(path)) throw std::invalid_argument(fmt::format("{}: missing", path));
+  try {
+    return load_safetensors(path);
+  } catch (const SafetensorsError& error) {
+    throw std::invalid_argument(error.what());
+  }
+}
+
 std::vector<std::string> write_consolidated(const std::string& checkpoint_dir, const std::string& out_dir) {
   const std::optional<ShardedCheckpoint> sharded = ShardedCheckpoint::open(checkpoint_dir);
   if (!sharded)

@@ -79,6 +79,10 @@ class ShardedCheckpoint {
   mutable std::vector<std::unique_ptr<SafetensorsFile>> rank_files_;  // opened when first read
 };
 
+// A file of a checkpoint as unsharded training saves it ("ema.safetensors", "model.safetensors"), read whole or
+// assembled from the rank files of a sharded checkpoint. std::invalid_argument naming the path when it is absent.
+SafetensorsContents read_checkpoint_file(const std::string& checkpoint_dir, const std::string& name);
+
 // Writes `checkpoint_dir`'s state as unsharded files into `out_dir` (created; it must not exist): each split file
 // written whole, one tensor in memory at a time, and the other files of the checkpoint copied, all through a
 // partial folder and one rename. Returns the names written. Throws std::invalid_argument for a checkpoint that is

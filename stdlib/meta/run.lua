@@ -1,6 +1,6 @@
 ---@meta
--- Runs and the index: runner.start, the Run object (metrics, images, checkpoints, restore), runner.query,
--- runner.home (stdlib/runner/run.lua; the run itself is runtime/run).
+-- Runs and the index: runner.start, the Run object (metrics, images, checkpoints, restore), runner.load_run,
+-- runner.query, runner.home (stdlib/runner/run.lua; the run itself is runtime/run).
 
 --- Starts the run of this script and records it in the index (RUNNER_HOME/index.db, RUNNER_HOME defaulting
 --- to ./runs): a row with the script path and its sha256, the resolved config, the git revision of the
@@ -175,6 +175,34 @@ function Run:native_rows() end
 ---@return table[] rows
 ---@return string[] columns
 function runner.query(sql, ...) end
+
+---@class LoadRunOptions
+---@field checkpoint? integer  the step of the checkpoint to load (default: the newest one whose files verify)
+---@field ema? boolean         the EMA's weights (default true; false: the trained weights, model.safetensors)
+---@field device? string       where the model is built (default "auto": the GPU when there is one)
+
+---@class LoadedRun
+---@field run {id: string, name: string, dir: string, status: string}
+---@field config table          the run's config, as it ran
+---@field step integer          the checkpoint's step
+---@field checkpoint string     the checkpoint's directory
+---@field ema boolean           whether model holds the EMA's weights
+---@field model Module          in eval mode: the trainer's ema_model (else its model) with the checkpoint's weights
+---@field objective? Diffusion  the runner.diffusion (DDPM or flow) whose objective the trainer was given
+
+--- A run's model as the run built it, with the weights of one of its checkpoints, its config and its objective, to
+--- sample or evaluate (`loaded.objective:sample(loaded.model, {...})`). Read-only: no run, attempt or file is
+--- written. The model is rebuilt by the run's own script (the copy in its folder) run with its config up to
+--- `runner.trainer`, which ends it there: runner.start gives a stand-in (its id, name, dir, config and device;
+--- nothing else), the script's globals stay apart from the caller's, and what the script reads before it builds
+--- the model (data for its shape, say) must still be there, or load_run fails naming the script's error. A
+--- sharded checkpoint's EMA is read from the ranks' files. RUN: an id, a unique id prefix, a name or "last" (the
+--- newest run, sweep trials included). Errors name the run and what is missing (no checkpoint, no checkpoint of
+--- that step, damaged files).
+---@param run string
+---@param options? LoadRunOptions
+---@return LoadedRun
+function runner.load_run(run, options) end
 
 --- The directory of the index and run directories: RUNNER_HOME, or ./runs.
 ---@return string

@@ -169,7 +169,7 @@ function M.declare(defaults, limits)
   if type(defaults) ~= "table" then
     error("config expects a table of defaults, e.g. config { lr = 1e-3 }", 2)
   end
-  if runner.config ~= nil then error("config { ... } was already declared", 2) end
+  if runner.config ~= nil and not runner._load_only then error("config { ... } was already declared", 2) end
   local resolved, known = {}, sorted_keys(defaults)
   local integers = integer_keys(defaults, 2)
   limits = check_limits(defaults, limits)
@@ -182,6 +182,13 @@ function M.declare(defaults, limits)
     resolved[key] = value
   end
   local overridden = {}
+  local loading = runner._load_only  -- runner.load_run: the run's own values, quietly
+  if loading then
+    for _, key in ipairs(known) do
+      if loading.config[key] ~= nil then resolved[key] = loading.config[key] end
+    end
+    return config_proxy(resolved, known, integers, defaults, limits)
+  end
   for _, item in ipairs(runner.overrides) do
     local key, text = item:match("^([^=]+)=(.*)$")
     if defaults[key] == nil then

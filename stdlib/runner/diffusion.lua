@@ -52,7 +52,9 @@ end
 --- runner.trainer { objective = ... } and train:step(batch). The model is a built-in UNet or DiT; the step runs
 --- in C++ without calling Lua. label_dropout defaults to the model's class_dropout.
 function methods:objective(model, options)
-  return self:_objective(model, options)
+  local objective = self:_objective(model, options)
+  if runner._load_only then runner._load_only.diffusion_of[objective] = self end  -- runner.load_run's objective
+  return objective
 end
 
 --- d:state() -> {stream_counter, stream_generator}: what a checkpoint keeps of the diffusion

@@ -45,6 +45,7 @@ end
 --- runner.start([cfg [, StartOptions]]) -> Run (the keys: ---@class StartOptions in stdlib/meta/run.lua; the
 --- options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
+  if runner._load_only then return runner._load_only.start(cfg) end
   if runner._config_wanted then  -- runner --print-config of a script without config { ... }
     runner._report_config({}, {})
     os.exit(0)
@@ -223,5 +224,77 @@ end
 
 --- runner.home(): the directory of the index and the run directories (RUNNER_HOME, default ./runs).
 runner.home = native.home
+
+-- The error that ends a run's script at runner.trainer when runner.load_run rebuilds its model.
+local rebuilt = setmetatable({}, { __tostring = function() return "the model is rebuilt" end })
+
+-- Runs the run's copy of its script with its config until runner.trainer, and returns what the trainer was
+-- given and the diffusion whose objective it was. Nothing of the script is written: runner.start gives a
+-- stand-in for the run, and the script's globals go into a table of their own.
+local function rebuild(info, device)
+  local chunk, problem = loadfile(info.script)
+  if not chunk then error(string.format("runner.load_run: run %s's script cannot be read: %s", info.name, problem), 3) end
+  local captured
+  local loading = { config = info.config, diffusion_of = setmetatable({}, { __mode = "k" }) }
+  function loading.start(cfg)
+    local stand_in = { id = info.id, name = info.name, dir = info.dir, config = cfg or runner.config,
+                       device = torch.device(device), resumed = true }
+    stand_in.seed = declared(stand_in.config or {}, "seed")
+    return setmetatable(stand_in, { __index = function(_, key)
+      if key == "step" then return info.step end
+      error(string.format("run.%s is not there while runner.load_run rebuilds run %s's model with its script",
+        tostring(key), info.name), 2)
+    end })
+  end
+  function loading.trainer(options)
+    captured = options
+    error(rebuilt, 0)
+  end
+  local saved = { load_only = runner._load_only, config = runner.config, run = runner.run }
+  runner._load_only, runner.config = loading, nil
+  setfenv(chunk, setmetatable({}, { __index = _G }))
+  local ok, err = xpcall(chunk, debug.traceback)
+  runner._load_only, runner.config, runner.run = saved.load_only, saved.config, saved.run
+  if captured == nil then
+    if not ok and err ~= rebuilt then
+      error(string.format("runner.load_run: rebuilding run %s's model with its script failed: %s", info.name,
+        tostring(err)), 3)
+    end
+    error(string.format("runner.load_run: run %s's script (%s) builds no runner.trainer, so its model cannot be "
+      .. "told: build it and load %s/ema.safetensors (or model.safetensors) into it", info.name, info.script,
+      info.checkpoint), 3)
+  end
+  return captured, captured.objective and loading.diffusion_of[captured.objective]
+end
+
+--- runner.load_run(RUN [, LoadRunOptions]) -> LoadedRun: a run's model with the weights of a checkpoint, its config
+--- and its objective, read-only (---@class LoadRunOptions and LoadedRun in stdlib/meta/run.lua).
+function runner.load_run(reference, options)
+  if type(reference) ~= "string" then error("runner.load_run: RUN must be a run's id, name or 'last'", 2) end
+  options = options or {}
+  if type(options) ~= "table" then error("runner.load_run: options must be a table", 2) end
+  for key in pairs(options) do
+    if key ~= "checkpoint" and key ~= "ema" and key ~= "device" then
+      error(string.format("runner.load_run: unknown option '%s' (checkpoint, ema, device)", tostring(key)), 2)
+    end
+  end
+  local info = native.open_run(reference, options.checkpoint)
+  local trained, objective = rebuild(info, options.device or "auto")
+  local model = trained.ema_model or trained.model
+  if not nn.is_module(model) then
+    error(string.format("runner.load_run: run %s's script gives runner.trainer no model", info.name), 2)
+  end
+  local ema = options.ema ~= false
+  local weights = native.checkpoint_file(info.checkpoint, ema and "ema.safetensors" or "model.safetensors")
+  model:load_state_dict(weights)
+  model:eval()
+  local config = {}
+  for key, value in pairs(info.config) do config[key] = value end
+  return {
+    run = { id = info.id, name = info.name, dir = info.dir, status = info.status },
+    config = config, step = info.step, checkpoint = info.checkpoint, ema = ema,
+    model = model, objective = objective,
+  }
+end
 
 return Run

@@ -67,6 +67,7 @@ end
 --- stdlib/meta/train.lua; the options are declared and checked in bindings/train_binding.cpp)
 function runner.trainer(options)
   if type(options) ~= "table" then error("runner.trainer expects an options table", 2) end
+  if runner._load_only then return runner._load_only.trainer(options) end
   local model = options.model
   if model ~= nil and not nn.is_module(model) then error("runner.trainer: 'model' must be a module", 2) end
   local optimizer = options.optimizer

@@ -213,6 +213,16 @@ class DataParallel(GlooOnTheCpu):
             done = self.runner("consolidate", "last", "-o", f"{mode}-whole", check=0)
             self.assertRegex(done.stdout, rf"^{mode}-whole: optimizer.safetensors, ema.safetensors, "
                                           r"model.safetensors, trainer.safetensors of run \S+ \(\w+\) step 20, whole\n$")
+            # runner.load_run reads the EMA from the rank files: the consolidated one.
+            self.script("load.lua", """
+                local loaded = runner.load_run("last", { device = "cpu" })
+                torch.save(loaded.model:state_dict(), "loaded.safetensors")
+            """)
+            self.runner("load.lua", check=0)
+            loaded, whole_ema = load_file(self.dir / "loaded.safetensors"), load_file(self.dir / f"{mode}-whole/ema.safetensors")
+            self.assertEqual(sorted(loaded), sorted(whole_ema))
+            for key in loaded:
+                self.assertTrue(torch.equal(loaded[key], whole_ema[key]), f"shard={mode}: load_run's EMA {key}")
             for name, unsharded in (("optimizer", unsharded_state), ("ema", unsharded_ema)):
                 state = load_file(self.dir / f"{mode}-whole" / f"{name}.safetensors")
                 self.assertEqual(sorted(state), sorted(unsharded))
@@ -239,10 +249,10 @@ class DataParallel(GlooOnTheCpu):
         with sqlite3.connect(self.home / "index.db") as db:
             run_dir = db.execute("SELECT dir FROM runs WHERE name = ?", (name,)).fetchone()[0]
         (self.home / run_dir / "checkpoints/step-0000008/shard-1-of-2.safetensors").unlink()
-        refused = self.runner("consolidate", name, "-o", "damaged-whole")
+        refused = self.runner("consolidate", name, "--step", "8", "-o", "damaged-whole")
         self.assertEqual(refused.returncode, 1)
-        self.assertIn("checkpoints/step-0000008 is damaged, nothing was written: shard-1-of-2.safetensors: missing",
-                      refused.stderr)
+        self.assertIn(f"run {name}: its checkpoint is damaged: checkpoints/step-0000008: shard-1-of-2.safetensors: "
+                      "missing", refused.stderr)
         self.assertFalse((self.dir / "damaged-whole").exists())
         resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "shard=gradients", check=0)
         self.assertIn("checkpoints/step-0000008: shard-1-of-2.safetensors: missing", resumed.stderr)

@@ -1,0 +1,102 @@
+"""runner.load_run: a finished run's model rebuilt by its own script with a checkpoint's EMA (or raw) weights, its
+config and its objective, read-only: the same weights and samples as the run itself had, nothing written."""
+import sqlite3
+
+import torch
+from safetensors.torch import load_file
+
+from runner_process import RunnerHomeTest
+
+# A small class-conditional UNet trained by DDPM with an EMA; at the end the script samples from its EMA model
+# and saves the samples and the EMA's weights.
+TRAIN = """
+local cfg = config { steps = 6, seed = 4, lr = 2e-3 }
+local diffusion = runner.diffusion.gaussian { timesteps = 50 }
+local run = runner.start(cfg)
+local shapes = runner.data.shapes { size = 8, count = 64, seed = 3 }
+local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3 })
+local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4,
+                                       classes = 3 } end
+local model = make()
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = cfg.lr }, objective = diffusion:objective(model),
+                               ema = 0.5, ema_model = make(), steps = cfg.steps, batch = 8, progress = false }
+run:restore { trainer = train, loader = loader, state = { diffusion = diffusion } }
+for batch in loader:iter { from = run.step, to = cfg.steps } do
+  train:step(batch)
+  if run:every(3) then run:checkpoint() end
+end
+run:checkpoint { wait = true }
+local ema = train.ema
+local samples = diffusion:sample(ema, { labels = { 0, 1, 2, 1 }, steps = 5, seed = 9 })
+local out = { samples = samples }
+for name, t in pairs(ema:state_dict()) do out["ema." .. name] = t end
+torch.save(out, "trained.safetensors")
+"""
+
+LOAD = """
+cfg = "the caller's"  -- a global of the caller that the run's script (which sets `local cfg`) must not touch
+local loaded = runner.load_run(arg[1] or "last", { device = "cpu", checkpoint = tonumber(arg[2]),
+                                                   ema = arg[3] ~= "raw" })
+local out = { samples = loaded.objective:sample(loaded.model, { labels = { 0, 1, 2, 1 }, steps = 5, seed = 9 }) }
+for name, t in pairs(loaded.model:state_dict()) do out["ema." .. name] = t end
+torch.save(out, "loaded.safetensors")
+print(string.format("%s step %d lr %g ema %s training %s cfg %s config %s run %s", loaded.run.name, loaded.step,
+                    loaded.config.lr, tostring(loaded.ema), tostring(loaded.model:is_training()), cfg,
+                    tostring(runner.config), tostring(runner.run)))
+"""
+
+
+class LoadRun(RunnerHomeTest):
+    def setUp(self):
+        super().setUp()
+        self.env = {**self.env, "OMP_NUM_THREADS": "1"}
+        self.script("train.lua", TRAIN)
+        self.script("load.lua", LOAD)
+        self.runner("train.lua", "lr=0.003", check=0)
+
+    def rows(self):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return [db.execute(f"SELECT * FROM {table}").fetchall() for table in ("runs", "attempts", "checkpoints")]
+
+    def files(self):
+        return sorted(str(p.relative_to(self.home)) for p in self.home.rglob("*") if p.name != "index.db")
+
+    def test_the_run_s_ema_model_samples_as_the_run_did_and_nothing_is_written(self):
+        rows, files = self.rows(), self.files()
+        loaded = self.runner("load.lua", check=0)
+        self.assertIn("train-1 step 6 lr 0.003 ema true training false cfg the caller's config nil run nil",
+                      loaded.stdout)
+        trained, again = load_file(self.dir / "trained.safetensors"), load_file(self.dir / "loaded.safetensors")
+        self.assertEqual(sorted(trained), sorted(again))
+        for key in trained:
+            self.assertTrue(torch.equal(trained[key], again[key]), key)
+        self.assertEqual(self.rows(), rows, "no run, attempt or checkpoint row added or changed")
+        self.assertEqual(self.files(), files, "nothing written under RUNNER_HOME")
+
+    def test_another_checkpoint_and_the_raw_weights(self):
+        run_dir = self.home / "train-1" / "checkpoints"
+        self.runner("load.lua", "--", "last", "3", check=0)
+        ema3 = load_file(run_dir / "step-0000003" / "ema.safetensors")
+        loaded = load_file(self.dir / "loaded.safetensors")
+        for name, tensor in ema3.items():
+            self.assertTrue(torch.equal(loaded["ema." + name], tensor), name)
+        self.runner("load.lua", "--", "train-1", "6", "raw", check=0)
+        raw = load_file(run_dir / "step-0000006" / "model.safetensors")
+        loaded = load_file(self.dir / "loaded.safetensors")
+        for name, tensor in raw.items():
+            self.assertTrue(torch.equal(loaded["ema." + name], tensor), name)
+        missing = self.runner("load.lua", "--", "last", "5")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("run train-1 has no checkpoint of step 5 (it has 3, 6)", missing.stderr)
+
+    def test_a_script_that_cannot_rebuild_the_model_is_named(self):
+        # The run's script reads a file before it builds the model; the file is gone when the run is loaded.
+        (self.dir / "needed.txt").write_text("8")
+        self.script("needs.lua", TRAIN.replace('local run = runner.start(cfg)',
+                                               'local run = runner.start(cfg)\nassert(io.open("needed.txt"), "needed.txt is gone")'))
+        self.runner("needs.lua", check=0)
+        (self.dir / "needed.txt").unlink()
+        refused = self.runner("load.lua", "--", "needs-1")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("runner.load_run: rebuilding run needs-1's model with its script failed: ", refused.stderr)
+        self.assertIn("needed.txt is gone", refused.stderr)
