@@ -1,5 +1,5 @@
 // Tests that need a CUDA device: without one they print "SKIP: <reason>" and end, and ctest reports them as
-// skipped (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt); scripts/gpu-check runs them on a GPU host.
+// skipped (tests/skip_status.sh: when the test passed otherwise); scripts/gpu-check runs them on a GPU host.
 #pragma once
 
 #include <catch2/catch.hpp>
