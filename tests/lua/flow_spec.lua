@@ -75,6 +75,23 @@ describe("keyed training draws", function()
       "noise prediction trains in [train_eps, 1 - train_eps]")
   end)
 
+  it("training times fill [train_eps, 1 - train_eps] and never leave it, over thousands of draws", function()
+    local model = random_unet(options, 3)
+    local n = 4096
+    local x = torch.randn(n, 3, 8, 8)
+    local batch = { data = x, label = torch.zeros({ n }, { dtype = "int64" }), index = torch.arange(n), epoch = 1 }
+    for _, case in ipairs { { "noise", 0.1 }, { "velocity", 0 } } do
+      local prediction, eps = case[1], case[2]
+      local _, details = runner.diffusion.flow { prediction = prediction, train_eps = eps, seed = 3 }:loss(model, batch)
+      local low, high = details.t:min():item(), details.t:max():item()
+      -- 4096 uniform draws: the extremes lie within 0.005 of the bounds with probability 1 - 2e-9.
+      expect_true(low >= eps and high <= 1 - eps, string.format("%s: times in [%g, %g], drawn [%g, %g]", prediction,
+        eps, 1 - eps, low, high))
+      expect_true(low < eps + 0.005 and high > 1 - eps - 0.005, string.format("%s: the draws fill [%g, %g], drawn "
+        .. "[%g, %g]", prediction, eps, 1 - eps, low, high))
+    end
+  end)
+
   it("times follow the diffusion objective's keyed uniform draw: t = u over [0, 1] for velocity on the linear path", function()
     local flow = runner.diffusion.flow { seed = 5 }
     local d = runner.diffusion.gaussian { timesteps = 1000, seed = 5 }
