@@ -646,6 +646,28 @@ class Dashboard(unittest.TestCase):
                 db.execute("DELETE FROM artifacts WHERE name = 'evil'")
             link.unlink()
 
+    def test_no_image_is_served_from_a_run_whose_own_folder_lies_outside_runner_home(self):
+        # A hostile index row (a shared PostgreSQL index, a copied folder) gives a run the folder `..`, the folder
+        # above RUNNER_HOME, and an image path that is a regular file inside that folder.
+        secret = self.dir / "secret.png"
+        secret.write_text("SECRET")
+        (run_dir,) = self.sql("SELECT dir FROM runs WHERE name = 'train-1'")[0]
+        try:
+            with sqlite3.connect(self.home / "index.db") as db:
+                db.execute("UPDATE runs SET dir = '..' WHERE name = 'train-1'")
+                db.execute("INSERT INTO artifacts (run, step, kind, name, path, bytes, created_at) "
+                           "SELECT run, step, kind, 'evil', 'secret.png', bytes, created_at FROM artifacts "
+                           "WHERE path = 'images/samples-0000010.png'")
+            status, _, body = self.fetch("image?run=train-1&path=secret.png")
+            self.assertEqual(status, 404)
+            self.assertNotIn(b"SECRET", body)
+            self.assertIn(b"run train-1's folder is not inside RUNNER_HOME", body)
+        finally:
+            with sqlite3.connect(self.home / "index.db") as db:
+                db.execute("UPDATE runs SET dir = ? WHERE name = 'train-1'", (run_dir,))
+                db.execute("DELETE FROM artifacts WHERE name = 'evil'")
+        self.assertEqual(self.fetch("image?run=train-1&path=images/samples-0000010.png")[0], 200)
+
     def test_pages_poll_with_a_version_and_a_request_from_another_host_name_is_refused(self):
         status, _, body = self.fetch("api/runs")
         version = json.loads(body)["version"]

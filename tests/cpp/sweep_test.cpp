@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <latch>
@@ -678,6 +679,40 @@ runner::sweep::SlurmJob hostile_job(const std::string& home) {
 }
 
 }  // namespace
+
+TEST_CASE("the whole Slurm job script runs under bash with hostile values on every line, as they are", "[sweep]") {
+  const runner::testing::TempDir folder;
+  const std::string hostile = " with 'quotes' \"double\" $(touch pwned) `touch pwned` $HOME ; touch pwned";
+  auto job = hostile_job(folder.path + "/home" + hostile);
+  job.sweep = "lrs" + hostile;
+  job.sweep_file = folder.path + "/sweep" + hostile + ".lua";
+  job.index_url = "postgresql://me@db:5432/runs" + hostile;
+  job.working_directory = folder.path + "/work" + hostile;
+  job.runner = folder.path + "/bin" + hostile + "/runner";
+  std::filesystem::create_directories(job.working_directory);
+  std::filesystem::create_directories(job.home);
+  std::filesystem::create_directories(folder.path + "/bin" + hostile);
+  // A stand-in for runner: it writes what it was given, one item per line.
+  const std::string record = folder.path + "/record.txt";
+  {
+    std::ofstream fake(job.runner);
+    fake << "#!/bin/bash\n{ pwd; printf '%s\\n' \"$RUNNER_HOME\" \"$RUNNER_INDEX\" \"$@\"; } > '" << record << "'\n";
+  }
+  std::filesystem::permissions(job.runner, std::filesystem::perms::owner_all);
+  const std::string script_path = folder.path + "/job.sh";
+  {
+    std::ofstream file(script_path);
+    file << runner::sweep::slurm_job_script(job);
+  }
+  REQUIRE(std::system(("cd '" + folder.path + "' && SLURM_JOB_ID=7 bash '" + script_path + "'").c_str()) == 0);
+  std::ifstream in(record);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  CHECK(lines ==
+        std::vector<std::string>{job.working_directory, job.home, job.index_url, "sweep", "--join", job.sweep});
+  for (const std::string& where : {folder.path, job.working_directory, job.home, folder.path + "/bin" + hostile})
+    CHECK_FALSE(std::filesystem::exists(where + "/pwned"));
+}
 
 TEST_CASE("the Slurm job script quotes every value and refuses control characters", "[sweep]") {
   const runner::testing::TempDir folder;
