@@ -56,23 +56,6 @@ std::optional<int> bindable_port(const std::string& host, int port) {
   return ntohs(address.sin_port);
 }
 
-// The port of the job's store. Chosen below the kernel's ephemeral range (ip_local_port_range), as torchrun's 29500
-// is: the ports in that range are given to every outgoing connection and port-0 bind on the host, so one found free
-// there could be taken before rank 0 binds it.
-int free_port(const std::string& host) {
-  int ephemeral_start = 32768;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_start;
-  const int high = ephemeral_start - 1, low = std::max(1024, high - 10000);
-  if (high - low >= 100) {
-    std::mt19937 random(std::random_device{}());
-    std::uniform_int_distribution<int> pick(low, high);
-    for (int attempt = 0; attempt < 100; ++attempt)
-      if (const std::optional<int> port = bindable_port(host, pick(random))) return *port;
-  }
-  if (const std::optional<int> port = bindable_port(host, 0)) return *port;
-  throw std::runtime_error(fmt::format("launcher: cannot find a free port on {}", host));
-}
-
 struct Rank {
   int number = 0;
   pid_t pid = -1;
@@ -210,6 +193,23 @@ core::ChildProcess rank_process(const LaunchOptions& options, int rank, int port
 
 }  // namespace
 
+// The port of the job's store. Chosen below the kernel's ephemeral range (ip_local_port_range), as torchrun's 29500
+// is: the ports in that range are given to every outgoing connection and port-0 bind on the host, so one found free
+// there could be taken before rank 0 binds it.
+int free_store_port(const std::string& host) {
+  int ephemeral_start = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_start;
+  const int high = ephemeral_start - 1, low = std::max(1024, high - 10000);
+  if (high - low >= 100) {
+    std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> pick(low, high);
+    for (int attempt = 0; attempt < 100; ++attempt)
+      if (const std::optional<int> port = bindable_port(host, pick(random))) return *port;
+  }
+  if (const std::optional<int> port = bindable_port(host, 0)) return *port;
+  throw std::runtime_error(fmt::format("launcher: cannot find a free port on {}", host));
+}
+
 int parse_nproc(const std::string& text, bool oversubscribe) {
   const int gpus = core::cuda_device_count();
   if (text == "auto") return std::max(1, gpus);
@@ -248,7 +248,7 @@ std::string describe_auto_nproc() {
 }
 
 int launch_local_ranks(const LaunchOptions& options) {
-  const int port = options.master_port > 0 ? options.master_port : free_port(options.master_addr);
+  const int port = options.master_port > 0 ? options.master_port : free_store_port(options.master_addr);
   FailureFiles failure_files;
   std::optional<core::StopSignalPipe> stop_signals(std::in_place);
   std::fflush(stdout);

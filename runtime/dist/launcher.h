@@ -34,4 +34,8 @@ std::string describe_auto_nproc();
 // CPU, 1 per GPU rank).
 int launch_local_ranks(const LaunchOptions& options);
 
+// A port for a job's store that is free on `host` now, chosen below the kernel's ephemeral range as torchrun's 29500
+// is (else one the kernel gives).
+int free_store_port(const std::string& host);
+
 }  // namespace runner::dist

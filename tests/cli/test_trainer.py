@@ -576,10 +576,19 @@ class SystemMetrics(RunnerHomeTest):
         self.assertGreaterEqual(latest["sys/peak_rss_mib"], latest["sys/rss_mib"])
         self.assertGreater(latest["sys/host_memory_available_mib"], 0)
         self.assertGreater(latest["sys/host_memory_used_mib"], latest["sys/rss_mib"])
-        self.assertGreaterEqual(latest["sys/steps_per_second"], 0)
-        self.assertGreaterEqual(latest["sys/samples_per_second"], 0)
         self.assertIn(latest["sys/loader_queue_depth"], [0, 1, 2])  # one worker: 2 batches in flight
-        self.assertGreaterEqual(latest["sys/data_wait_percent"], 0)
+        # Every reading of the rates is of an interval that trained, and samples/s is the batch (4) times steps/s
+        # (the loader counts a batch when the loop takes it, up to one batch ahead of the step: 4 samples over an
+        # interval of 0.2 s or more).
+        steps = {step: value for key, step, value in rows if key == "sys/steps_per_second"}
+        samples = {step: value for key, step, value in rows if key == "sys/samples_per_second"}
+        self.assertTrue(steps and all(value > 0 for value in steps.values()), steps)
+        self.assertTrue(samples)
+        for step, value in samples.items():
+            self.assertAlmostEqual(value, 4 * steps[step], delta=4 / 0.2 + 0.02 * 4 * steps[step], msg=f"step {step}")
+        for key in ("sys/data_wait_percent", "sys/host_cpu_percent"):
+            values = [value for k, _, value in rows if k == key]
+            self.assertTrue(values and all(0 <= value <= 100 for value in values), f"{key}: {values}")
         if cuda:
             self.assertGreater(latest["sys/cuda_reserved_mib"], 0)
             self.assertGreaterEqual(latest["sys/cuda_peak_allocated_mib"], latest["sys/cuda_allocated_mib"])

@@ -2,9 +2,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -15,22 +12,10 @@
 #include <vector>
 
 #include "runtime/core/launch_context.h"
+#include "runtime/dist/launcher.h"
 #include "runtime/dist/process_group.h"
 
 namespace runner::test {
-
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    throw std::runtime_error("no free port");
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // Runs `rank_main(group, rank)` on `ranks` threads, each rank with its own Gloo group; rethrows the first rank's
 // error. c10d's flight recorder (on by default, a process-wide singleton) adds a process group's status to a map
@@ -38,7 +23,7 @@ inline int free_port() {
 // of a real job is a process of its own; these tests record no trace.
 inline void on_ranks(int ranks, const std::function<void(dist::ProcessGroup& group, int rank)>& rank_main) {
   ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
-  const int port = free_port();
+  const int port = dist::free_store_port("127.0.0.1");  // as the launcher picks it
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < ranks; ++rank)
