@@ -5,6 +5,7 @@ trial whose run folder a host cannot see fails with an error that says so, and `
 sweep file against the sweep of that name on the server."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -193,10 +194,13 @@ class SweepOnTwoHosts(RunnerHomeTest):
                                               "USING (run) WHERE a.attempt = 1")
         (resumed_at,), = self.sql("SELECT started_at FROM attempts WHERE attempt = 2")
         # Taken over once the host had been silent for takeover_after (10 s), not the default 60 s.
+        # The order, not the speed: at least takeover_after of silence, and before the default 60 s had passed.
         self.assertGreaterEqual(float(resumed_at) - float(ended), 10)
-        self.assertLess(taken - killed, 40)
-        self.assertRegex(error, r"^no heartbeat from host beta for 1\d s \(the sweep's takeover_after is 10 s\): trial 1 "
-                                r"was taken over by another worker$")
+        self.assertLess(taken - killed, 60)
+        match = re.fullmatch(r"no heartbeat from host beta for (\d+) s \(the sweep's takeover_after is 10 s\): trial 1 "
+                             r"was taken over by another worker", error)
+        self.assertIsNotNone(match, error)
+        self.assertGreaterEqual(int(match.group(1)), 10)
         alpha.wait(timeout=120)
         alpha_log.seek(0)
         output = alpha_log.read()
