@@ -35,16 +35,16 @@ class GlooOnTheCpu(RunnerHomeTest):
 TRAIN = """
 local cfg = config { steps = 20, die_rank = -1, die_step = -1, out = "result.safetensors", seed = 5, dropout = 0.0,
                      overlap = true, optimizer = "adamw", lr = 2e-3, clip = 0.05, replace_grads = false,
-                     shard = "none" }
+                     shard = "none", objective = "ddpm", amp = "fp32" }
 local run = runner.start(cfg)
 local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
 local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = cfg.dropout } end
 local model = make()
-local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
+local ddpm = cfg.objective == "flow" and runner.diffusion.flow { seed = 3 } or runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = cfg.lr, weight_decay = 0.01 },
                                warmup = 5, clip = cfg.clip > 0 and cfg.clip or nil, ema = 0.9, ema_model = make(),
-                               accumulate = 2, amp = "fp32", steps = cfg.steps, batch = 8, progress = false,
+                               accumulate = 2, amp = cfg.amp, steps = cfg.steps, batch = 8, progress = false,
                                data_parallel = { overlap = cfg.overlap }, shard = cfg.shard }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 local losses, norms, live = {}, {}, {}
@@ -116,6 +116,23 @@ class DataParallel(GlooOnTheCpu):
         with sqlite3.connect(self.home / "index.db") as db:
             hosts = [json.loads(row[0]) for row in db.execute("SELECT hosts FROM runs ORDER BY rowid")]
         self.assertEqual(hosts, [[socket.gethostname()]] * 2, "the hosts of all ranks, each once")
+
+    def test_flow_matching_on_two_ranks_trains_as_one_process_also_under_bf16_autocast(self):
+        # The flow's keyed draws (times, noise, label dropout) follow the sample, not the rank.
+        self.runner("train.lua", "objective=flow", "out=one.safetensors", check=0)
+        self.runner("--nproc", "2", "--fresh", "train.lua", "objective=flow", "out=two.safetensors", check=0)
+        one, two = load_file(self.dir / "one.safetensors"), load_file(self.dir / "two.safetensors")
+        self.assertEqual(len(one["losses"]), 20)
+        self.assert_same_training(one, two, "flow matching, 2 ranks vs 1 process")
+        # Under bf16 autocast the two ranks still agree with one process to bf16's precision, and the losses stay
+        # those of the fp32 training to within it.
+        self.runner("train.lua", "objective=flow", "amp=bf16", "out=one-bf16.safetensors", check=0)
+        self.runner("--nproc", "2", "--fresh", "train.lua", "objective=flow", "amp=bf16", "out=two-bf16.safetensors",
+                    check=0)
+        one16, two16 = load_file(self.dir / "one-bf16.safetensors"), load_file(self.dir / "two-bf16.safetensors")
+        self.assertTrue(torch.isfinite(two16["losses"]).all())
+        torch.testing.assert_close(two16["losses"], one16["losses"], rtol=2e-2, atol=1e-3)
+        torch.testing.assert_close(two16["losses"], one["losses"], rtol=5e-2, atol=1e-2)
 
     def test_sgd_without_clipping_steps_the_same_weights_on_two_ranks(self):
         # SGD moves the weights by the gradient itself: ranks that summed their gradients instead of averaging
