@@ -55,6 +55,9 @@ set(runtime_uses_serve core cli index report sweep)
 
 file(GLOB_RECURSE runtime_files RELATIVE ${root}/runtime ${root}/runtime/*.cpp ${root}/runtime/*.h ${root}/runtime/*.cu
      ${root}/runtime/*.cuh)
+if(NOT runtime_files)
+  message(FATAL_ERROR "layers: no sources under ${root}/runtime: RUNNER_SOURCE_DIR must be the checkout's root")
+endif()
 foreach(relative ${runtime_files})
   if(NOT relative MATCHES "^([a-z_]+)/")
     continue()
