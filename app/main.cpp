@@ -14,6 +14,7 @@
 #include "app/repl.h"
 #include "app/sweep_command.h"
 #include "bindings/lua_host.h"
+#include "bindings/stdlib_dir.h"
 #include "runtime/cli/command_line.h"
 #include "runtime/cli/data_commands.h"
 #include "runtime/cli/index_commands.h"
@@ -63,6 +64,7 @@ constexpr const char* kUsage = R"(usage: runner [options] SCRIPT.lua [key=value 
        runner data encode IMAGES OUT.npy --vae VAE      images into VAE latents for data.latents
        runner data fid-stats IMAGES OUT.npz --weights PATH   FID reference statistics (runner data --help)
        runner sweep SWEEP.lua | --join SWEEP | show | rm SWEEP   hyperparameter sweeps (runner sweep --help)
+       runner [--nproc N] sample RUN [options]          samples of a run's checkpoint (runner sample --help)
        runner runs | show | compare | query | report | tag | note | rm | gc | consolidate | sweeps | serve ...   the run index (below)
        runner attach RUN                                a REPL in a running training process (runner attach -h)
        runner --help | --version
@@ -116,6 +118,7 @@ struct Command {
   int nproc_count = 0;
   std::string index_url;                    // --index URL
   std::vector<std::string> rank_arguments;  // argv after the program name without --nproc N
+  bool builtin_script = false;              // `runner sample`: stdlib/commands/sample.lua, given every argument
 };
 
 using runner::cli::UsageError;
@@ -154,6 +157,10 @@ Command parse_command(int argc, char** argv) {
     if (line.positional[0] == "repl" && !command.has_code) {
       command.repl = true;
       if (!line.after_positional.empty()) throw UsageError("unexpected argument '" + line.after_positional[0] + "'");
+    } else if (line.positional[0] == "sample" && !std::filesystem::exists("sample")) {
+      // runner [--nproc N] sample RUN ...: a script of runner's own, its options passed to it as they are.
+      command.script = std::string(runner::bindings::stdlib_dir()) + "/commands/sample.lua";
+      command.builtin_script = true;
     } else {
       command.script = line.positional[0];
       // `runner run x.lua`, as other tools spell it: the script comes first here.
@@ -163,7 +170,7 @@ Command parse_command(int argc, char** argv) {
         throw UsageError("'run' is not a command: the script comes first (runner " + after[0] + " key=value ...)");
     }
   }
-  for (std::size_t i = 0; i < line.after_positional.size(); ++i) {
+  for (std::size_t i = 0; i < line.after_positional.size() && !command.builtin_script; ++i) {
     const std::string& arg = line.after_positional[i];
     if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
       const auto options = command_options();
@@ -184,6 +191,8 @@ Command parse_command(int argc, char** argv) {
     command.overrides.push_back(arg);
   }
   command.script_args = line.passthrough;
+  if (command.builtin_script)
+    command.script_args.insert(command.script_args.begin(), line.after_positional.begin(), line.after_positional.end());
   if (command.help) return command;
   if (!command.version && !command.repl && !command.has_code && command.script.empty())
     throw UsageError("no script given");

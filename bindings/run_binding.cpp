@@ -3,6 +3,8 @@
 // Argument conversion only; stdlib/runner/run.lua is the Lua API.
 #include <ATen/ATen.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <fmt/format.h>
 #include <memory>
@@ -571,6 +573,47 @@ int checkpoint_file(lua_State* L) {
   return 2;
 }
 
+// runner._run.record_evaluation(run_id, step, {key = number}, {{name = ..., path = ...}, ...}): scores of a run's
+// checkpoint (runner sample) as its metrics at `step`, and its images (paths relative to the run's folder) as its
+// image artifacts.
+int record_evaluation(lua_State* L) {
+  const std::string id = check_string(L, 1);
+  const std::int64_t step = check_integer(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  std::map<std::string, double> values;
+  lua_pushnil(L);
+  while (lua_next(L, 3)) {
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TNUMBER)
+      throw std::invalid_argument("record_evaluation: values must map names to numbers");
+    values[lua_tostring(L, -2)] = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+  }
+  const index::IndexLocation where = index::index_location(core::launch_context());
+  index::Database db = index::open_index_for_writing(where);
+  const index::RunRecord run = index::resolve_run(db, id, index::LastAmong::all_runs);
+  const double now = index::now_seconds();
+  index::add_evaluation_metrics(db, run.run, step, values, now);
+  for (int i = 1; i <= static_cast<int>(lua_objlen(L, 4)); ++i) {
+    lua_rawgeti(L, 4, i);
+    index::ArtifactRecord artifact;
+    artifact.run = run.run;
+    artifact.step = step;
+    artifact.kind = "image";
+    artifact.name = field_string(L, -1, "name", "");
+    artifact.path = field_string(L, -1, "path", "");
+    lua_pop(L, 1);
+    struct stat status {};
+    if (::stat((where.home + "/" + run.dir + "/" + artifact.path).c_str(), &status) != 0)
+      throw std::invalid_argument(
+          fmt::format("record_evaluation: {} is not in run {}'s folder", artifact.path, run.name));
+    artifact.bytes = status.st_size;
+    artifact.created_at = now;
+    index::add_artifact(db, artifact);
+  }
+  return 0;
+}
+
 int query(lua_State* L) {
   const std::string sql = check_string(L, 1);
   std::vector<index::SqlValue> parameters;
@@ -668,7 +711,8 @@ void open_run(lua_State* L) {
                     {"log_text", wrap<log_text>},
                     {"home", wrap<home>},
                     {"open_run", wrap<open_run>},
-                    {"checkpoint_file", wrap<checkpoint_file>}});
+                    {"checkpoint_file", wrap<checkpoint_file>},
+                    {"record_evaluation", wrap<record_evaluation>}});
   lua_setfield(L, -2, "_run");
   lua_pop(L, 1);
 }

@@ -1,10 +1,14 @@
-// torch.save(tensors, path [, metadata]) over runtime/ckpt/safetensors; torch.load(path) of safetensors and of
-// torch.save's .pt files (runtime/ckpt/pytorch_file).
+// torch.save(tensors, path [, metadata]) over runtime/ckpt/safetensors (or runtime/data/npz); torch.load(path) of
+// safetensors, .npz archives and torch.save's .pt files (runtime/ckpt/pytorch_file).
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <map>
 
 #include "bindings/tensor_binding.h"
 #include "runtime/ckpt/pytorch_file.h"
 #include "runtime/ckpt/safetensors.h"
+#include "runtime/data/npz.h"
 
 namespace runner::bindings {
 namespace {
@@ -23,7 +27,10 @@ std::map<std::string, std::string> check_metadata(lua_State* L, int index) {
   return metadata;
 }
 
-// torch.save({name = tensor, ...}, path [, metadata]): tensors written in name order, atomically.
+bool is_npz(const std::string& path) { return path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0; }
+
+// torch.save({name = tensor, ...}, path [, metadata]): tensors written in name order, atomically; a path ending in
+// .npz is a NumPy archive (np.load reads it) instead of safetensors.
 int torch_save(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   const std::string path = check_string(L, 2);
@@ -36,6 +43,14 @@ int torch_save(lua_State* L) {
     lua_pop(L, 1);
   }
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  if (is_npz(path)) {
+    if (!lua_isnoneornil(L, 3))
+      throw std::invalid_argument(fmt::format("torch.save: {}: an .npz holds no metadata", path));
+    std::map<std::string, at::Tensor> arrays;
+    for (const auto& [name, tensor] : tensors) arrays[name] = tensor;
+    data::save_npz(path, arrays);
+    return 0;
+  }
   ckpt::save_safetensors(path, tensors, check_metadata(L, 3));
   return 0;
 }
@@ -88,6 +103,18 @@ int torch_load(lua_State* L) {
     push_ivalue(L, ckpt::read_pytorch_file(path));
     lua_createtable(L, 0, 1);
     lua_pushstring(L, "pytorch");
+    lua_setfield(L, -2, "format");
+    return 2;
+  }
+  if (is_npz(path)) {
+    const std::map<std::string, at::Tensor> arrays = data::load_npz(path);
+    lua_createtable(L, 0, static_cast<int>(arrays.size()));
+    for (const auto& [name, tensor] : arrays) {
+      push_tensor(L, tensor);
+      lua_setfield(L, -2, name.c_str());
+    }
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, "npz");
     lua_setfield(L, -2, "format");
     return 2;
   }

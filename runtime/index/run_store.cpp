@@ -812,6 +812,29 @@ int64_t add_artifact(Database& db, const ArtifactRecord& artifact) {
       TransactionScope::own_rows);
 }
 
+void add_evaluation_metrics(Database& db, int64_t run, int64_t step, const std::map<std::string, double>& values,
+                            double time) {
+  with_transaction(
+      db,
+      [&] {
+        for (const auto& [key, value] : values) {
+          core::require_utf8(key, "metric key");
+          Statement insert = db.prepare(
+              "INSERT INTO metrics (run, key, step, value, time) VALUES (?, ?, ?, ?, ?) ON CONFLICT (run, key, step) "
+              "DO UPDATE SET value = excluded.value, time = excluded.time");
+          insert.bind(1, run).bind(2, key).bind(3, step).bind(4, value).bind(5, time);
+          insert.run();
+          Statement latest = db.prepare(
+              "INSERT INTO metric_latest (run, key, step, value, time) VALUES (?, ?, ?, ?, ?) ON CONFLICT (run, key) "
+              "DO UPDATE SET step = excluded.step, value = excluded.value, time = excluded.time "
+              "WHERE excluded.step >= metric_latest.step");
+          latest.bind(1, run).bind(2, key).bind(3, step).bind(4, value).bind(5, time);
+          latest.run();
+        }
+      },
+      TransactionScope::own_rows);
+}
+
 namespace {
 std::vector<ArtifactRecord> query_artifacts(Database& db, const std::string& sql, int64_t run,
                                             const std::optional<std::string>& kind) {

@@ -281,6 +281,11 @@ struct ArtifactRecord {
   double created_at = 0;
 };
 int64_t add_artifact(Database& db, const ArtifactRecord& artifact);
+// Values measured of a run after the fact (runner sample's scores of a checkpoint) as its metrics at `step`: each
+// replaces a value of the same key and step, and is the key's latest unless a later step has one. The run's own
+// step and heartbeat are left as they are.
+void add_evaluation_metrics(Database& db, int64_t run, int64_t step, const std::map<std::string, double>& values,
+                            double time);
 std::vector<ArtifactRecord> artifacts(Database& db, int64_t run);
 // The newest artifact of each name of a kind.
 

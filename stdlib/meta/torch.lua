@@ -116,7 +116,8 @@ function torch.get_num_threads() end
 function torch.held_bytes() end
 
 --- Writes tensors to a safetensors file (readable by Python's safetensors), atomically: a temporary
---- file, fsync, rename. Tensors are written in name order; any device, any layout.
+--- file, fsync, rename. Tensors are written in name order; any device, any layout. A path ending in .npz writes a
+--- NumPy archive instead (as np.savez; np.load reads it), without metadata.
 ---@param tensors table<string, Tensor>
 ---@param path string
 ---@param metadata? table<string, string|number>
@@ -125,7 +126,8 @@ function torch.save(tensors, path, metadata) end
 --- and the legacy format before 1.6) through runner's own restricted unpickler, which runs no code: its dicts become tables (string or
 --- integer keys), lists and tuples arrays, tensors CPU tensors, numbers, strings and booleans themselves, None
 --- nil, an argparse.Namespace (the `args` of DiT's train.py checkpoints) a table of its attributes; metadata is
---- then {format = "pytorch"}. Any other Python object is refused with its class name.
+--- then {format = "pytorch"}. Any other Python object is refused with its class name. An .npz (np.savez) gives
+--- its arrays by name, metadata {format = "npz"}.
 --- Malformed files raise an error naming the path.
 ---@param path string
 ---@return table tensors

@@ -224,6 +224,7 @@ end
 
 --- runner.home(): the directory of the index and the run directories (RUNNER_HOME, default ./runs).
 runner.home = native.home
+runner._record_evaluation = native.record_evaluation  -- runner sample's scores of a checkpoint (stdlib/commands)
 
 -- The error that ends a run's script at runner.trainer when runner.load_run rebuilds its model.
 local rebuilt = setmetatable({}, { __tostring = function() return "the model is rebuilt" end })

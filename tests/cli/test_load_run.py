@@ -1,7 +1,10 @@
 """runner.load_run: a finished run's model rebuilt by its own script with a checkpoint's EMA (or raw) weights, its
-config and its objective, read-only: the same weights and samples as the run itself had, nothing written."""
+config and its objective, read-only: the same weights and samples as the run itself had, nothing written. runner
+sample RUN: its samples drawn batch by batch over any number of ranks, resumable, written and recorded."""
+import json
 import sqlite3
 
+import numpy
 import torch
 from safetensors.torch import load_file
 
@@ -100,3 +103,73 @@ class LoadRun(RunnerHomeTest):
         self.assertEqual(refused.returncode, 1)
         self.assertIn("runner.load_run: rebuilding run needs-1's model with its script failed: ", refused.stderr)
         self.assertIn("needed.txt is gone", refused.stderr)
+
+
+class Sample(RunnerHomeTest):
+    """runner sample RUN: the run's objective's samples, batch by batch, at any number of ranks, resumable."""
+
+    def setUp(self):
+        super().setUp()
+        self.env = {**self.env, "OMP_NUM_THREADS": "1", "RUNNER_DIST_TIMEOUT": "60"}
+        self.script("train.lua", TRAIN)
+        self.runner("train.lua", check=0)
+
+    def npz(self, folder):
+        with numpy.load(folder / "samples.npz") as archive:
+            return {name: archive[name] for name in archive.files}
+
+    def test_samples_equal_the_run_s_own_and_are_recorded_against_it(self):
+        with sqlite3.connect(self.home / "index.db") as db:
+            runs = db.execute("SELECT * FROM runs").fetchall()
+        out = self.dir / "four"
+        done = self.runner("sample", "last", "--n", "4", "--batch", "4", "--seed", "9", "--steps", "5", "--labels",
+                           "0,1,2,1", "--out", str(out), check=0)
+        self.assertIn(f"4 samples of run train-1 step 6 in {out}", done.stdout)
+        trained = load_file(self.dir / "trained.safetensors")["samples"]
+        self.assertTrue(torch.equal(load_file(out / "parts/batch-000000.safetensors")["samples"], trained))
+        arrays = self.npz(out)
+        images = ((trained.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        self.assertTrue((arrays["arr_0"] == images).all())
+        self.assertEqual(arrays["arr_0"].shape, (4, 8, 8, 3))
+        self.assertEqual(arrays["arr_1"].tolist(), [0, 1, 2, 1])
+        self.assertTrue((out / "grid.png").exists())
+        with sqlite3.connect(self.home / "index.db") as db:
+            self.assertEqual(db.execute("SELECT * FROM runs").fetchall(), runs, "the run itself is unchanged")
+        # The default folder is in the run's, and its grid one of the run's images.
+        self.runner("sample", "train-1", "--n", "3", "--steps", "5", check=0)
+        shown = json.loads(self.runner("show", "train-1", "--json", check=0).stdout)
+        paths = [artifact["path"] for artifact in shown["artifacts"]]
+        self.assertIn("samples/step-0000006-n3-seed0-steps5/grid.png", paths)
+
+    def test_any_number_of_ranks_draws_the_same_samples_and_a_killed_command_continues(self):
+        args = ("--n", "10", "--batch", "4", "--steps", "5", "--seed", "3")
+        self.runner("sample", "last", *args, "--out", "one", check=0)
+        two = self.runner("--nproc", "2", "sample", "last", *args, "--out", "two", check=0)
+        self.assertIn("10 samples of run train-1", two.stdout)
+        one_arrays, two_arrays = self.npz(self.dir / "one"), self.npz(self.dir / "two")
+        for name in ("arr_0", "arr_1"):
+            self.assertTrue((one_arrays[name] == two_arrays[name]).all(), name)
+        self.assertEqual(one_arrays["arr_1"].tolist(), [0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+        # A batch lost (the command killed before it): the same command draws only that one again.
+        (self.dir / "one/parts/batch-000001.safetensors").unlink()
+        (self.dir / "one/samples.npz").unlink()
+        again = self.runner("sample", "last", *args, "--out", "one", check=0)
+        self.assertEqual(again.stderr.count("runner sample: batch"), 1, again.stderr)
+        self.assertIn("runner sample: batch 2 of 3", again.stderr)
+        self.assertTrue((self.npz(self.dir / "one")["arr_0"] == one_arrays["arr_0"]).all())
+        # Other settings into the same folder are refused.
+        other = self.runner("sample", "last", "--n", "10", "--batch", "4", "--steps", "5", "--seed", "4", "--out", "one")
+        self.assertEqual(other.returncode, 1)
+        self.assertIn("one holds samples of other settings (", other.stderr)
+
+    def test_bad_options_are_usage_errors(self):
+        for args, message in ((("--n", "0"), "sample: --n must be a whole number >= 1, got '0'"),
+                              (("--labels", "5"), "sample: --labels: '5' is not a class of the model (0 .. 2)"),
+                              (("--fid", "ref.npz"), "sample: --fid REF.npz and --fid-weights PATH go together"),
+                              (("--nsamples", "3"), "sample: unknown option '--nsamples' (runner sample --help)")):
+            refused = self.runner("sample", "last", *args)
+            self.assertEqual(refused.returncode, 2, refused.stderr)
+            self.assertIn(message, refused.stderr)
+        missing = self.runner("sample", "last", "--checkpoint", "4")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("run train-1 has no checkpoint of step 4 (it has 3, 6)", missing.stderr)
