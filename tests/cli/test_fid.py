@@ -2,6 +2,7 @@
 tensors and .npz statistics, `runner data fid-stats`, weights as .pth (zip and legacy) and safetensors; errors."""
 import hashlib
 import os
+import sqlite3
 
 import numpy as np
 import torch
@@ -70,6 +71,26 @@ class Fid(RunnerHomeTest):
             self.pixels[name] = images
         torch.save(self.state, self.dir / "weights.pth")
         save_file({k: v.contiguous() for k, v in self.state.items()}, self.dir / "weights.safetensors")
+
+    def test_runner_sample_scores_a_run_s_samples_and_records_the_fid_against_it(self):
+        from test_load_run import TRAIN
+        self.script("train.lua", TRAIN)
+        self.runner("train.lua", check=0)
+        self.runner("data", "fid-stats", "a", "a.npz", "--weights", "weights.pth", check=0, timeout=600)
+        done = self.runner("sample", "last", "--n", "6", "--batch", "3", "--steps", "5", "--out", "drawn", "--fid",
+                           "a.npz", "--fid-weights", "weights.pth", check=0, timeout=600)
+        # The same number from runner.eval.fid over the samples drawn.
+        self.script("fid.lua", """
+            local parts = { torch.load("drawn/parts/batch-000000.safetensors").samples,
+                            torch.load("drawn/parts/batch-000001.safetensors").samples }
+            print(string.format("%.10e", runner.eval.fid(torch.cat(parts, 1), "a.npz", { weights = "weights.pth" })))
+        """)
+        expected = float(self.runner("fid.lua", check=0, timeout=600).stdout)
+        with sqlite3.connect(self.home / "index.db") as db:
+            (step, value), = db.execute("SELECT step, value FROM metrics WHERE key = 'sample/fid'").fetchall()
+        self.assertEqual(step, 6)
+        self.assertAlmostEqual(value, expected, delta=1e-9 * expected)
+        self.assertIn(f"6 samples of run train-1 step 6 in drawn; sample/fid {expected:.4f}", done.stdout)
 
     def test_folders_tensors_and_statistics_equal_pytorch_fid(self):
         from pytorch_fid.fid_score import calculate_frechet_distance
