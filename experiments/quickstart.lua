@@ -80,14 +80,15 @@ run:restore { trainer = train, loader = loader, state = { [cfg.objective] = diff
 print(model)
 print(string.format("%.2fM parameters on %s; %d steps of batch %d", model:num_parameters() / 1e6, device, cfg.steps, cfg.batch))
 
--- Real images the metric compares against: shapes the model never trains on (another seed); a second such set
--- gives the metric's floor. Every rank of a data-parallel run takes the whole set (one shard of one).
+-- Real images the metric compares against: shapes the model never trains on (seeds of their own, the same for every
+-- run, so that runs of different seeds compare); a second such set gives the metric's floor. Every rank of a
+-- data-parallel run takes the whole set (one shard of one).
 local function real_shapes(seed)
   local held_out = shapes_data(cfg.metric_samples, seed)
   return runner.data.loader(held_out, { batch = cfg.metric_samples, rank = 0, world_size = 1 }):next().data
 end
-local real = real_shapes(cfg.seed + 1000003)
-local floor = runner.eval.sliced_wasserstein(real_shapes(cfg.seed + 2000003), real)
+local real = real_shapes(1000003)
+local floor = runner.eval.sliced_wasserstein(real_shapes(2000003), real)
 if run.step == 0 then run:images("real", real:narrow(1, 1, math.min(64, cfg.metric_samples))) end
 
 -- Rank 0 draws the metric's samples and records them (the other ranks of a data-parallel run wait for it at the

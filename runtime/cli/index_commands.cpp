@@ -29,14 +29,17 @@ constexpr const char* kUsage =
 RUNNER_INDEX=postgresql://USER@HOST:PORT/DB, or --index URL given to any of these commands, it is that PostgreSQL
 database, and RUNNER_HOME holds the run folders only):
   runner runs [--status S] [--name GLOB] [--since 2d|2026-11-20] [--sweep SWEEP] [--where EXPR]
-              [--sort KEY [--desc]] [--limit N] [--metrics a,b] [--columns a,b] [--csv|--json]
+              [--sort KEY [--desc]] [--limit N] [--metrics a,b] [--columns a,b] [--group | --group-by a,b]
+              [--csv|--json]
                                       table of runs, newest first (KEY: a column, a metric, started, duration,
                                       step, name) with their tags and notes; --columns: config keys and metrics
                                       (config.KEY or metric.KEY where a name is both); --sweep shows the swept
                                       parameters; --where "lr < 1e-3 and tag = 'baseline'":
                                       comparisons (< <= > >= = !=) of config keys, metrics (summary or latest
                                       value), tag, status and name with numbers or 'texts', joined by and, or,
-                                      not and parentheses
+                                      not and parentheses; --group-by lr,objective: one row per distinct value
+                                      with the count of runs and each metric's mean ± standard deviation
+                                      (--group: by every config key but seed, the runs of several seeds)
   runner show RUN [--json] [--sweep]  config, versions, summary, latest metrics, checkpoints, artifacts
   runner compare RUN RUN... [--all] [--csv|--json]
                                       config differences and metrics side by side

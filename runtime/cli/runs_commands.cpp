@@ -10,6 +10,7 @@
 #include "runtime/core/json_text.h"
 #include "runtime/cli/command_support.h"
 #include "runtime/cli/index_commands.h"
+#include "runtime/cli/run_groups.h"
 #include "runtime/core/byte_size_text.h"
 #include "runtime/core/shell_word.h"
 #include "runtime/core/terminal_text.h"
@@ -66,10 +67,10 @@ std::string note_line(const std::string& note) {
 }  // namespace
 
 int runs_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(
-      argc, argv,
-      {"--status", "--name", "--since", "--sort", "--limit", "--metrics", "--columns", "--sweep", "--where"},
-      {"--csv", "--json", "--desc"});
+  const ParsedArguments arguments = parse_arguments(argc, argv,
+                                                    {"--status", "--name", "--since", "--sort", "--limit", "--metrics",
+                                                     "--columns", "--sweep", "--where", "--group-by"},
+                                                    {"--csv", "--json", "--desc", "--group"});
   if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
   std::optional<report::RunWhere> where;
   try {
@@ -106,7 +107,8 @@ int runs_command(int argc, char** argv) {
   // Every name a run shown has: config keys, and metrics (summary values and logged keys); read when an option
   // names keys.
   std::set<std::string> config_names, metric_names;
-  if (arguments.value("--columns") || arguments.value("--metrics") || arguments.value("--sort")) {
+  const bool grouped = arguments.has("--group") || arguments.value("--group-by");
+  if (arguments.value("--columns") || arguments.value("--metrics") || arguments.value("--sort") || grouped) {
     for (const auto& run : runs) {
       if (run.config.is_object())
         for (const auto& [key, value] : run.config.items()) config_names.insert(key);
@@ -248,6 +250,46 @@ int runs_command(int argc, char** argv) {
       if (!va) return false;
       return descending ? *ka > *kb : *ka < *kb;
     });
+  }
+  if (grouped) {
+    std::vector<const index::RunRecord*> shown;
+    std::vector<std::vector<std::optional<double>>> values;
+    for (const Line& line : lines) {
+      shown.push_back(line.run);
+      values.push_back(line.values);
+    }
+    std::vector<std::string> keys =
+        arguments.value("--group-by") ? split_list(*arguments.value("--group-by")) : default_group_keys(shown);
+    for (const std::string& key : keys)
+      if (!runs.empty() && !config_names.count(key)) refuse_unknown("--group-by", key, config_names);
+    std::vector<RunGroup> groups = group_runs(shown, values, keys);
+    if (!arguments.value("--group-by")) {  // --group: the keys that tell the groups apart
+      for (std::size_t k = keys.size(); k-- > 0;) {
+        const bool varies = std::any_of(groups.begin(), groups.end(),
+                                        [&](const RunGroup& g) { return g.key[k] != groups.front().key[k]; });
+        if (varies) continue;
+        keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(k));
+        for (RunGroup& group : groups) group.key.erase(group.key.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+    if (sorted_by_metric) {
+      const auto position = std::find(metrics.begin(), metrics.end(), *sort);
+      if (position != metrics.end()) {
+        const std::size_t m = static_cast<std::size_t>(position - metrics.begin());
+        std::stable_sort(groups.begin(), groups.end(), [&](const RunGroup& a, const RunGroup& b) {
+          const double ka = a.metrics[m].mean, kb = b.metrics[m].mean;
+          if (std::isnan(ka) != std::isnan(kb)) return !std::isnan(ka);  // groups without the value go last
+          return !std::isnan(ka) && (descending ? ka > kb : ka < kb);
+        });
+      }
+    }
+    if (limit > 0 && groups.size() > static_cast<size_t>(limit)) groups.resize(static_cast<size_t>(limit));
+    if (format == TableFormat::aligned && groups.empty()) {
+      print("no runs match\n");
+      return 0;
+    }
+    print(format_table(group_table(groups, keys, metrics, format), format));
+    return 0;
   }
   const size_t total = lines.size();
   if (limit > 0 && lines.size() > static_cast<size_t>(limit)) lines.resize(static_cast<size_t>(limit));

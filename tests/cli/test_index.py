@@ -588,6 +588,32 @@ class IndexCommands(IndexTest):
         self.assertTrue(result.stderr.startswith("runner compare: expected two or more RUNs to compare\n"))
         self.assertNotIn("objectives differ", self.runner("compare", "train-1", "train-2", check=0).stdout)
 
+    def test_runs_grouped_across_seeds_show_each_metric_s_mean_and_spread(self):
+        self.script("seeded.lua", """
+            local cfg = config { lr = 0.1, seed = 1, width = 8 }
+            local run = runner.start(cfg)
+            run:set_summary { score = cfg.lr * 10 + cfg.seed }
+            run:log { loss = cfg.seed }
+        """)
+        for lr, seed in (("0.1", 1), ("0.1", 2), ("0.1", 3), ("0.2", 1), ("0.2", 2)):
+            self.runner("seeded.lua", f"lr={lr}", f"seed={seed}", check=0)
+        table = self.runner("runs", "--group", "--metrics", "score", "--sort", "score", "--desc", "--csv",
+                            check=0).stdout.splitlines()
+        # --group: every config key but seed, showing the keys that tell the groups apart (width is the same).
+        self.assertEqual(table[0], "lr,runs,score,score std")
+        rows = [line.split(",") for line in table[1:]]
+        self.assertEqual([(r[0], r[1]) for r in rows], [("0.2", "2"), ("0.1", "3")])
+        self.assertAlmostEqual(float(rows[0][2]), 3.5)
+        self.assertAlmostEqual(float(rows[0][3]), 0.5 ** 0.5)
+        self.assertAlmostEqual(float(rows[1][2]), 3.0)
+        self.assertAlmostEqual(float(rows[1][3]), 1.0)
+        aligned = self.runner("runs", "--group-by", "lr,width", "--metrics", "score,loss", check=0).stdout
+        self.assertRegex(aligned, r"0\.1\s+8\s+3\s+3 \u00b1 1 \(3\)\s+2 \u00b1 1 \(3\)")
+        self.assertRegex(aligned, r"0\.2\s+8\s+2\s+3\.5 \u00b1 0\.707107 \(2\)\s+1\.5 \u00b1 0\.707107 \(2\)")
+        refused = self.runner("runs", "--group-by", "lrr", check=2).stderr
+        self.assertIn("runner runs: --group-by 'lrr': no run shown has it (known: lr, seed, width); did you mean 'lr'?",
+                      refused)
+
     def test_runs_shows_config_columns_and_says_which_of_two_alike_names_it_sorts_by(self):
         self.three_runs()  # train-1 (lr 0.01, label a), train-2 (lr 0.04, label b): lr is a config key and a metric
         table = self.runner("runs", "--name", "train*", "--columns", "label,config.lr,loss", "--sort", "label",
