@@ -474,21 +474,14 @@ std::string rerun_command(const index::RunRecord& run) {
 
 // The config as the run started, with a "now" column where runner attach changed a value ("config.lr = 0.5").
 Table config_table(const nlohmann::json& config, const std::vector<index::InterventionRecord>& interventions) {
-  std::map<std::string, std::pair<std::string, std::int64_t>> now;  // key -> (value, step)
-  for (const index::InterventionRecord& intervention : interventions)
-    for (const std::string& change : intervention.changes) {
-      const std::size_t equals = change.find(" = ");
-      if (change.rfind("config.", 0) != 0 || equals == std::string::npos) continue;
-      now[change.substr(7, equals - 7)] = {change.substr(equals + 3), intervention.step};
-    }
+  const std::map<std::string, index::ConfigChange> now = index::config_changes(interventions);
   Table table = key_values(config, "value");
   if (now.empty()) return table;
   table.columns.push_back("now (runner attach)");
   for (auto& row : table.rows) {
     const auto found = now.find(std::get<std::string>(row[0]));
-    row.push_back(found == now.end()
-                      ? Cell(std::monostate{})
-                      : Cell(fmt::format("{} (after step {})", found->second.first, found->second.second)));
+    row.push_back(found == now.end() ? Cell(std::monostate{})
+                                     : Cell(fmt::format("{} (after step {})", found->second.text, found->second.step)));
   }
   return table;
 }

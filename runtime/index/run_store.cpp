@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -810,6 +811,30 @@ int64_t add_artifact(Database& db, const ArtifactRecord& artifact) {
         return id;
       },
       TransactionScope::own_rows);
+}
+
+std::map<std::string, ConfigChange> config_changes(const std::vector<InterventionRecord>& interventions) {
+  std::map<std::string, ConfigChange> changes;
+  for (const InterventionRecord& intervention : interventions)
+    for (const std::string& change : intervention.changes) {
+      const std::size_t equals = change.find(" = ");
+      if (change.rfind("config.", 0) != 0 || equals == std::string::npos) continue;
+      ConfigChange& now = changes[change.substr(7, equals - 7)];
+      now.text = change.substr(equals + 3);
+      now.step = intervention.step;
+      if (now.text == "true" || now.text == "false") {
+        now.value = now.text == "true";
+      } else if (now.text == "nil") {
+        now.value = nullptr;
+      } else if (now.text.size() >= 2 && now.text.front() == '"' && now.text.back() == '"') {
+        now.value = now.text.substr(1, now.text.size() - 2);
+      } else {
+        char* end = nullptr;
+        const double number = std::strtod(now.text.c_str(), &end);
+        now.value = end != now.text.c_str() && *end == '\0' ? nlohmann::json(number) : nlohmann::json(now.text);
+      }
+    }
+  return changes;
 }
 
 void add_evaluation_metrics(Database& db, int64_t run, int64_t step, const std::map<std::string, double>& values,

@@ -253,6 +253,14 @@ struct InterventionRecord {
 void add_intervention(Database& db, int64_t run, const InterventionRecord& intervention);
 // In the order they happened.
 std::vector<InterventionRecord> interventions(Database& db, int64_t run);
+// The config values runner attach changed (changes "config.KEY = VALUE"), the latest of each key: the value as
+// written, as JSON (a number, true or false, a string; null for nil) and the step after which it changed.
+struct ConfigChange {
+  std::string text;
+  nlohmann::json value;
+  int64_t step = 0;
+};
+std::map<std::string, ConfigChange> config_changes(const std::vector<InterventionRecord>& interventions);
 
 // A histogram of a tensor logged with run:log (the histograms table): `counts` in equal bins over [low, high]
 // (none, and no counts, when no value was finite), and how many values were NaN or infinite.

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -339,8 +340,8 @@ bool RunWhere::matches(const WhereRun& run) const { return evaluate(*root_, run)
 
 namespace {
 
-// What an expression compares for a config key or metric: the config value, else the summary's, else the latest
-// logged.
+// What an expression compares for a config key or metric: the config value (as runner attach last changed it),
+// else the summary's, else the latest logged.
 WhereValue where_value(index::Database& db, const index::RunRecord& run, const std::string& key) {
   const auto from_json = [](const nlohmann::json& value) -> WhereValue {
     if (value.is_boolean()) return value.get<bool>() ? 1.0 : 0.0;
@@ -348,7 +349,11 @@ WhereValue where_value(index::Database& db, const index::RunRecord& run, const s
     if (value.is_string()) return value.get<std::string>();
     return value.is_null() ? WhereValue{} : WhereValue{core::json_text(value)};
   };
-  if (run.config.is_object() && run.config.contains(key)) return from_json(run.config[key]);
+  if (run.config.is_object() && run.config.contains(key)) {
+    const std::map<std::string, index::ConfigChange> changed = index::config_changes(index::interventions(db, run.run));
+    const auto found = changed.find(key);
+    return from_json(found == changed.end() ? run.config[key] : found->second.value);
+  }
   if (run.summary.is_object() && run.summary.contains(key)) return from_json(run.summary[key]);
   if (const auto latest = index::latest_metric(db, run.run, key)) return *latest;
   return {};

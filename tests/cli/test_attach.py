@@ -235,6 +235,9 @@ class Attach(RunnerHomeTest):
         self.assertRegex(config, r"key +value +now \(runner attach\)\n")
         self.assertRegex(config, rf"\n  lr +0\.01 +0\.5 \(after step {assigned_at}\)\n")
         self.assertRegex(config, r"\n  steps +300  -")
+        # --where compares the value now.
+        self.assertIn("live", self.runner("runs", "--where", "lr = 0.5", "--csv", check=0).stdout)
+        self.assertNotIn("live", self.runner("runs", "--where", "lr = 0.01", "--csv", check=0).stdout)
         shown = json.loads(self.runner("show", "live", "--json", check=0).stdout)
         self.assertEqual([(i["step"], i["changes"]) for i in shown["interventions"]],
                          [(set_at, ["train:set_lr(0.0123)"]),
