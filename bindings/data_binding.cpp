@@ -257,7 +257,7 @@ const OptionTable<IterRange> kIterRangeOptions(
         option("to", &IterRange::to),
     });
 
-// data._shapes(ShapesOptions)
+// data.shapes(ShapesOptions)
 int data_shapes(lua_State* L) { return push_dataset(L, data::make_shapes(kShapesOptions.read(L, 1))); }
 
 struct LuaDatasetOptions {

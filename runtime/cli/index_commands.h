@@ -23,7 +23,7 @@ int run_index_command(int argc, char** argv);
 // commands' usage (exit status 2), its other errors as one line "runner NAME: ..." (1).
 int run_reporting_errors(const std::string& name, int (*command)(int, char**), int argc, char** argv);
 
-// Each command with argv[0] its name; they throw UsageError (command_support.h) or index::IndexError.
+// Each command with argv[0] its name; they throw UsageError (command_line.h) or index::IndexError.
 int runs_command(int argc, char** argv);         // runs_commands.cpp
 int show_command(int argc, char** argv);         // runs_commands.cpp
 int compare_command(int argc, char** argv);      // runs_commands.cpp

@@ -1,5 +1,7 @@
-// Runs in the index: creating and finishing them, their checkpoints and artifacts, and finding them again
-// by id, id prefix, name or `last`. All functions take an open index (index_database.h).
+// Runs in the index: creating, resuming and finishing them and their attempts, finding them again by id, id
+// prefix, name or `last`, and what is recorded of them: summaries, tags and notes, metrics read back, checkpoints,
+// inputs, runner attach's interventions, histograms, artifacts and evaluations. All functions take an open index
+// (index_database.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,5 @@
 // What runs around each trainer step without being part of it (a training run's bookkeeping and timing metrics,
-// the progress line, the profiler, the last step's stop, runner attach): observers the trainer calls before and
-// after every step.
+// the progress line, the profiler, the last step's stop): observers the trainer calls before and after every step.
 #pragma once
 
 #include <cstdint>

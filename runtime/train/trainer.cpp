@@ -581,7 +581,7 @@ StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph,
   DeviceStep done{report.select(0, 0), report.select(0, 1), {}, {}};
   for (std::int64_t i = 0; i < graph.micro; ++i) done.micro_losses.push_back(report.select(0, 2 + i));
   for (std::int64_t i = 2 + graph.micro; i < report.size(0); ++i) done.grad_norms.push_back(report.select(0, i));
-  return finish_step(done, factor, inputs, /*captured=*/false);
+  return finish_step(done, factor, inputs, /*stream_capturing=*/false);
 }
 
 std::optional<std::string> Trainer::device_graph_blocker() const {

@@ -158,7 +158,7 @@ function Trainer:step(batch, loss_fn)
     call = function(i) return loss_fn(micro[i]) end
   end
   -- The trainer's observers (bindings/train_binding.cpp, runtime/run/training_run.cpp) do the rest in C++: the
-  -- run's step and saves, stop requests, timing metrics, the progress line, the profiler and runner attach.
+  -- run's step and saves, stop requests, timing metrics, the progress line and the profiler.
   if call == nil then
     return self.native:step_batch(torch.is_tensor(batch) and { data = batch } or batch, batch, self)
   end
