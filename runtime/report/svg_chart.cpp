@@ -147,6 +147,14 @@ constexpr double kLegendItemWidth = 180;
 constexpr double kLegendRowHeight = 18;
 constexpr std::size_t kLegendLabelChars = 24;
 constexpr double kValueMargin = 0.04;  // of the value range, above and below
+// A series of fewer values is drawn as it is, with a marker at each value, whatever the smoothing: a moving average
+// of a few points hides them.
+constexpr std::size_t kSparsePoints = 30;
+
+std::size_t finite_count(const SeriesPoints& points) {
+  return static_cast<std::size_t>(
+      std::count_if(points.begin(), points.end(), [](const auto& point) { return std::isfinite(point.second); }));
+}
 
 // The ticks within [low, high]; nice ticks computed over that range leave at least two.
 AxisTicks ticks_within(const AxisTicks& ticks, double low, double high) {
@@ -252,6 +260,16 @@ void append_series(std::string& svg, const ChartSeries& series, const SeriesPoin
     }
   }
   if (!run.empty()) append_polyline(svg, series, run, faded);
+  // A sparse series (an evaluation every few thousand steps) gets a marker at each value.
+  if (faded || finite_count(points) >= kSparsePoints) return;
+  auto out = std::back_inserter(svg);
+  for (const auto& [step, value] : points) {
+    const double px = frame.x(static_cast<double>(step));
+    const double py = std::isfinite(value) ? frame.y(value) : std::numeric_limits<double>::quiet_NaN();
+    if (std::isfinite(px) && std::isfinite(py))
+      fmt::format_to(out, "<circle class=\"marker\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", px, py,
+                     escape_html(series.colour));
+  }
 }
 
 using Ticks = std::vector<std::pair<double, std::string>>;  // (axis value, label)
@@ -340,7 +358,7 @@ struct DrawnSeries {
 };
 DrawnSeries drawn_series(const ChartSeries& series, const ChartOptions& options) {
   DrawnSeries drawn;
-  if (options.smoothing > 0) {
+  if (options.smoothing > 0 && finite_count(series.points) >= kSparsePoints) {
     drawn.shown = downsample_min_max(points_in_range(smoothed(series.points, options.smoothing), options.step_range),
                                      options.max_points_per_series);
     drawn.raw = downsample_min_max(points_in_range(series.points, options.step_range), options.max_points_per_series);

@@ -47,7 +47,8 @@ struct ChartOptions {
   std::size_t max_points_per_series = 2000;
   YScale y_scale = YScale::automatic;
   // In [0, 1): each series is drawn faded and, over it, its exponential moving average with this weight,
-  // debiased at the start (TensorBoard's and W&B's smoothing); 0 draws the values only.
+  // debiased at the start (TensorBoard's and W&B's smoothing); 0 draws the values only. A series of fewer than 30
+  // values is drawn unsmoothed, with a marker at each value.
   double smoothing = 0;
   XAxis x_axis = XAxis::step;
   std::optional<StepRange> step_range;  // zoom: only these x values; none: all

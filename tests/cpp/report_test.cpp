@@ -203,7 +203,8 @@ TEST_CASE("non-finite values break the line and never reach the SVG", "[report]"
   CHECK(lower.find("inf") == std::string::npos);
   // Steps 0-1 and 5-6 are lines; step 3, alone between gaps, is a dot.
   CHECK(count(svg, "<polyline") == 2);
-  CHECK(count(svg, "<circle") == 1);
+  CHECK(count(svg, "<circle cx") == 1);
+  CHECK(count(svg, "<circle class=\"marker\"") == 5);  // a sparse series: a marker at each finite value
 
   const std::string all_nan = render_line_chart({{"run", "#1f77b4", "", {{0, kNaN}, {1, kNaN}}}}, {});
   CHECK(lowercase(all_nan).find("nan") == std::string::npos);
@@ -213,7 +214,7 @@ TEST_CASE("non-finite values break the line and never reach the SVG", "[report]"
 TEST_CASE("a single point is a dot and a constant series gets a usable axis", "[report]") {
   const std::string dot = render_line_chart({{"run", "#1f77b4", "", {{7, 0.5}}}}, {});
   CHECK(count(dot, "<polyline") == 0);
-  CHECK(count(dot, "<circle") == 1);
+  CHECK(count(dot, "<circle cx") == 1);
   CHECK(dot.find("fill=\"#1f77b4\"") != std::string::npos);
 
   const std::string flat = render_line_chart({{"run", "#1f77b4", "", {{0, 2.0}, {10, 2.0}, {20, 2.0}}}}, {});
@@ -415,7 +416,20 @@ TEST_CASE("the dashboard's chart: the report's drawing plus hover data, zoomed t
   CHECK(render_line_chart({series}, log).find(">log</text>") != std::string::npos);
   ChartOptions smooth = plain;
   smooth.smoothing = 0.6;
-  CHECK(render_line_chart({series}, smooth).find("opacity=\"0.25\"") != std::string::npos);  // the raw values, faded
+  // A sparse series (4 values) is drawn as it is, with markers; a dense one (40) smoothed over its faded values.
+  const std::string sparse = render_line_chart({series}, smooth);
+  CHECK(sparse.find("opacity=\"0.25\"") == std::string::npos);
+  CHECK(polyline(sparse) == polyline(report_svg));
+  std::size_t markers = 0;
+  for (auto at = sparse.find("<circle class=\"marker\""); at != std::string::npos;
+       at = sparse.find("<circle class=\"marker\"", at + 1))
+    ++markers;
+  CHECK(markers == 4);
+  ChartSeries dense{"run", "#1f77b4", "", {}};
+  for (std::int64_t step = 0; step < 40; ++step) dense.points.emplace_back(step, step % 2 ? 1.0 : 2.0);
+  const std::string smoothed_svg = render_line_chart({dense}, smooth);
+  CHECK(smoothed_svg.find("opacity=\"0.25\"") != std::string::npos);  // the raw values, faded
+  CHECK(smoothed_svg.find("class=\"marker\"") == std::string::npos);
 }
 
 TEST_CASE("parallel coordinates draw a line per trial and bars their values", "[report]") {
