@@ -236,8 +236,7 @@ TEST_CASE("rotation drops a checkpoint's row before its files: one it cannot del
 
 TEST_CASE("a snapshot holds the checkpoint's four files, and the loader state reads back", "[run]") {
   Setup setup(3);
-  const run::TrainingSnapshot snapshot =
-      run::snapshot_training(*setup.trainer, setup.loader.get(), nullptr);
+  const run::TrainingSnapshot snapshot = run::snapshot_training(*setup.trainer, setup.loader.get(), nullptr);
   REQUIRE(snapshot.files.size() == 4);
   CHECK(snapshot.files[0].name == "model.safetensors");
   CHECK(snapshot.files[1].name == "ema.safetensors");
@@ -265,9 +264,7 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
                               const std::function<void(std::vector<ckpt::NamedTensor>&)>& edit) {
     const std::string dir = tmp.path + "/" + name;
     std::filesystem::create_directories(dir);
-    for (auto& file :
-         run::snapshot_training(*source.trainer, source.loader.get(), nullptr)
-             .files) {
+    for (auto& file : run::snapshot_training(*source.trainer, source.loader.get(), nullptr).files) {
       if (file.name == "model.safetensors") edit(file.tensors);
       ckpt::save_safetensors(dir + "/" + file.name, file.tensors, file.metadata);
     }
