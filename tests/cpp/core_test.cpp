@@ -1,11 +1,16 @@
 // Tests of runtime/core: device and dtype names, the interrupt flag, logging levels, terminal-safe text.
 #include <catch2/catch.hpp>
 
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/terminal_text.h"
+#include "runtime/core/utf8_text.h"
 
 using namespace runner::core;
 
@@ -71,4 +76,17 @@ TEST_CASE("text printed from data cannot drive the terminal", "[core]") {
                       "31m \xff \xc3") == "\\x9b31m \\xff \\xc3");
   CHECK(terminal_text("\xe0\x80\x80") == "\\xe0\\x80\\x80");  // an overlong encoding
   CHECK(terminal_text(std::string_view("nul\0byte", 8)) == "nul\\x00byte");
+}
+
+TEST_CASE("UTF-8 is checked as RFC 3629 defines it: no surrogates, nothing above U+10FFFF, no cut sequence", "[core]") {
+  using runner::core::invalid_utf8_offset;
+  CHECK_FALSE(invalid_utf8_offset("caf\xc3\xa9 \xf0\x9f\x99\x82").has_value());      // é and an emoji
+  CHECK_FALSE(invalid_utf8_offset("\xed\x9f\xbf").has_value());                      // U+D7FF, below the surrogates
+  CHECK_FALSE(invalid_utf8_offset("\xf4\x8f\xbf\xbf").has_value());                  // U+10FFFF, the last code point
+  CHECK(invalid_utf8_offset("ab\xed\xa0\x80") == std::optional<std::size_t>(2));     // U+D800, a surrogate
+  CHECK(invalid_utf8_offset("ab\xed\xbf\xbf") == std::optional<std::size_t>(2));     // U+DFFF
+  CHECK(invalid_utf8_offset("a\xf4\x90\x80\x80") == std::optional<std::size_t>(1));  // U+110000
+  CHECK(invalid_utf8_offset("abc\xe2\x82") == std::optional<std::size_t>(3));        // € cut by the end
+  CHECK(invalid_utf8_offset(std::string_view("abc\xf0\x9f", 5)) == std::optional<std::size_t>(3));
+  CHECK(invalid_utf8_offset("\xc0\xaf") == std::optional<std::size_t>(0));  // an overlong '/'
 }
