@@ -636,7 +636,8 @@ class Dashboard(unittest.TestCase):
         (run_dir,) = self.sql("SELECT dir FROM runs WHERE name = 'train-1'")[0]
         link = self.home / run_dir / "images" / "evil.png"
         link.symlink_to(secret)
-        escapes = [os.path.relpath(secret, self.home / run_dir), "images/evil.png", str(secret)]
+        # And a folder of the run, which is no file to serve.
+        escapes = [os.path.relpath(secret, self.home / run_dir), "images/evil.png", str(secret), "images"]
         try:
             with sqlite3.connect(self.home / "index.db") as db:
                 for path in escapes:

@@ -135,6 +135,13 @@ TEST_CASE("checkpoint arguments are checked", "[checkpoint]") {
   CHECK_THROWS_WITH(
       write_checkpoint(run.path, 1, {{"../x", {}, {}}}),
       "checkpoint file name '../x' is not allowed: use letters, digits, '_', '-' and '.' (not manifest.json)");
+  // A dot file would hide in the folder (and .partial-* / .staged-* are the writers' own names).
+  CHECK_THROWS_WITH(write_checkpoint(run.path, 1, {{".model.safetensors", {}, {}}}),
+                    "checkpoint file name '.model.safetensors' is not allowed: use letters, digits, '_', '-' and '.' "
+                    "(not manifest.json)");
+  CHECK_THROWS_WITH(
+      write_checkpoint(run.path, 1, {{"manifest.json", {}, {}}}),
+      "checkpoint file name 'manifest.json' is not allowed: use letters, digits, '_', '-' and '.' (not manifest.json)");
   auto twice = sample_files(1);
   twice.push_back(twice[0]);
   CHECK_THROWS_WITH(write_checkpoint(run.path, 1, twice), "checkpoint file 'model.safetensors' is given twice");

@@ -263,6 +263,12 @@ TEST_CASE("malformed files are rejected with a message saying what is wrong", "[
   SECTION("deep nesting") {
     const std::string deep = "{\"w\":" + std::string(200, '[') + std::string(200, ']') + "}";
     REQUIRE_THROWS_WITH(parse(file_image(deep)), "mem: header nests deeper than 128 levels");
+    // The limit is serde_json's 128: the object and 127 arrays parse (and fail as an entry), one more does not.
+    const auto nested = [](int arrays) {
+      return "{\"w\":" + std::string(arrays, '[') + std::string(arrays, ']') + "}";
+    };
+    REQUIRE_THROWS_WITH(parse(file_image(nested(127))), "mem: tensor 'w': entry is not an object");
+    REQUIRE_THROWS_WITH(parse(file_image(nested(128))), "mem: header nests deeper than 128 levels");
   }
   SECTION("duplicate keys") {
     REQUIRE_THROWS_WITH(parse(file_image(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"

@@ -739,7 +739,8 @@ TEST_CASE("the Slurm job script quotes every value and refuses control character
            {"the sweep file's path", [](auto& job) { job.sweep_file = "/tmp/a\ntouch pwned\n.lua"; }},
            {"the sweep's name", [](auto& job) { job.sweep = "a\rb"; }},
            {"the working directory", [](auto& job) { job.working_directory += "\x1b[2J"; }},
-           {"the sbatch option", [](auto& job) { job.sbatch_options = {"--comment=a\ntouch pwned"}; }}}) {
+           {"the sbatch option", [](auto& job) { job.sbatch_options = {"--comment=a\ntouch pwned"}; }},
+           {"runner's path", [](auto& job) { job.runner += "\x7f"; }}}) {
     INFO(what);
     auto job = hostile_job(folder.path);
     change(job);
@@ -750,4 +751,9 @@ TEST_CASE("the Slurm job script quotes every value and refuses control character
   too_many.workers = 1000000000;
   CHECK_THROWS_WITH(runner::sweep::slurm_job_script(too_many),
                     "--slurm takes 1 to 10000 workers (array tasks), got 1000000000");
+  too_many.workers = 10001;
+  CHECK_THROWS_WITH(runner::sweep::slurm_job_script(too_many),
+                    "--slurm takes 1 to 10000 workers (array tasks), got 10001");
+  too_many.workers = 10000;
+  CHECK(runner::sweep::slurm_job_script(too_many).find("#SBATCH --array=0-9999\n") != std::string::npos);
 }

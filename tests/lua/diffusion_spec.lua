@@ -296,6 +296,10 @@ describe("keyed training streams", function()
     bad[dropped] = 7
     expect_error(function() d:loss(model, loader_batch(data, bad, indices, 2)) end,
       "loss: labels must be in 0..3 (3 classes, 3 = no label), got values in 0..7", true)
+    -- One past the null label is refused too.
+    bad[dropped] = 4
+    expect_error(function() d:loss(model, loader_batch(data, bad, indices, 2)) end,
+      "loss: labels must be in 0..3 (3 classes, 3 = no label), got values in 0..4", true)
   end)
 
   it("the draws depend on the seed and the epoch; the same seed gives identical losses", function()
@@ -611,6 +615,10 @@ describe("sampler API", function()
         .. "the start noise is drawn from the seed) or x_T (the start noise)")
     expect_error(function() d:sample(function(x) return x end, { n = 2, shape = { 3, 8 } }) end,
       here(-1) .. "sample: shape must be {C, H, W}, the shape of one sample")
+    expect_error(function() d:sample(function(x) return x end, { n = 2, shape = { 3, 0, 8 } }) end,
+      here(-1) .. "sample: shape must be {C, H, W} of whole numbers >= 1, got 0 at 2")
+    expect_error(function() d:sample(function(x) return x end, { n = 2, shape = { 3, 8, 2.5 } }) end,
+      here(-1) .. "sample: shape must be {C, H, W} of whole numbers >= 1, got 2.5 at 3")
     -- A Lua-defined model with shape: the start noise is drawn from the seed, the same for the same seed.
     local identity = function(x) return x * 0.5 end
     local drawn, trajectory = d:sample(identity, { n = 2, shape = { 3, 8, 4 }, seed = 5, steps = 2, trajectory = true })

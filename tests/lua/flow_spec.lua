@@ -245,6 +245,8 @@ describe("sampler options", function()
       here(-1) .. "guidance must be a finite number >= 0 (1: none, 0: unconditional, above 1: towards the labels), got -1")
     expect_error(function() flow:sample(model, { x_T = x_T, guidance_channels = 9 }) end,
       here(-1) .. "guidance_channels = 9 is more than the 3 channels of a sample")
+    expect_error(function() flow:sample(model, { x_T = x_T, guidance_channels = 4 }) end,
+      here(-1) .. "guidance_channels = 4 is more than the 3 channels of a sample")
   end)
 
   it("refuses training times outside [0, 1] and likelihood probes that are not signs", function()
