@@ -229,6 +229,9 @@ class Config(ScriptDir):
                       result.stderr)
         result = self.run_script(name, "batch=5")
         self.assertEqual(result.stderr, "cfg.lua:1: unknown config key 'batch' (known keys: amp, lr, mults, name, steps)\n")
+        result = self.run_script(name, "lr=0.5", "lr=0.7")
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "cfg.lua:1: config key 'lr' is given twice\n")
 
     def test_bad_value_names_the_key_and_type(self):
         name = self.script("cfg.lua", self.SCRIPT)

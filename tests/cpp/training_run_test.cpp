@@ -348,6 +348,32 @@ TEST_CASE("a checkpoint of another model is refused before anything changes", "[
                          "state has [1, 6], module has [1, 8]"));
   CHECK(differences(state_of(target), before) == "");
 
+  const std::string doubled = write_checkpoint("doubled", [&](std::vector<ckpt::NamedTensor>& tensors) {
+    for (auto& t : tensors)
+      if (t.name == "1.weight") t.tensor = t.tensor.to(at::kDouble);
+  });
+  CHECK_THROWS_WITH(run::restore_training(doubled, *target.trainer),
+                    Catch::Contains("1.weight") && Catch::Contains("Double"));
+  CHECK(differences(state_of(target), before) == "");
+  // The trainer's record of the checkpoint: without a step, or with another number of EMAs, it is refused whole.
+  auto write_trainer_state = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string dir = write_checkpoint(name, [](std::vector<ckpt::NamedTensor>&) {});
+    ckpt::SafetensorsContents trainer_file = ckpt::load_safetensors(dir + "/trainer.safetensors");
+    nlohmann::json state = nlohmann::json::parse(trainer_file.metadata.at("trainer"));
+    edit(state);
+    trainer_file.metadata["trainer"] = state.dump();
+    ckpt::save_safetensors(dir + "/trainer.safetensors", trainer_file.tensors, trainer_file.metadata);
+    return dir;
+  };
+  const std::string stepless = write_trainer_state("stepless", [](nlohmann::json& state) { state.erase("step"); });
+  CHECK_THROWS_MATCHES(run::restore_training(stepless, *target.trainer), std::invalid_argument,
+                       Message(stepless + "/trainer.safetensors: the step is missing"));
+  const std::string two_emas =
+      write_trainer_state("two-emas", [](nlohmann::json& state) { state["emas"].push_back(state["emas"][0]); });
+  CHECK_THROWS_MATCHES(run::restore_training(two_emas, *target.trainer), std::invalid_argument,
+                       Message(two_emas + ": the checkpoint has 2 EMA averages, the trainer 1"));
+  CHECK(differences(state_of(target), before) == "");
+
   // The same checkpoint with its own model file restores, and the comparison sees everything it brings.
   const std::string intact = write_checkpoint("intact", [](std::vector<ckpt::NamedTensor>&) {});
   CHECK(run::restore_training(intact, *target.trainer).step == 5);
