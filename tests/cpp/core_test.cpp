@@ -1,16 +1,24 @@
-// Tests of runtime/core: device and dtype names, the interrupt flag, logging levels, terminal-safe text.
+// Tests of runtime/core: device and dtype names, the interrupt flag, logging levels, terminal-safe text, UTF-8
+// checks, atomic writes.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "runtime/core/atomic_file.h"
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/interrupt.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/terminal_text.h"
 #include "runtime/core/utf8_text.h"
+#include "tests/cpp/temp_directory.h"
 
 using namespace runner::core;
 
@@ -89,4 +97,17 @@ TEST_CASE("UTF-8 is checked as RFC 3629 defines it: no surrogates, nothing above
   CHECK(invalid_utf8_offset("abc\xe2\x82") == std::optional<std::size_t>(3));        // € cut by the end
   CHECK(invalid_utf8_offset(std::string_view("abc\xf0\x9f", 5)) == std::optional<std::size_t>(3));
   CHECK(invalid_utf8_offset("\xc0\xaf") == std::optional<std::size_t>(0));  // an overlong '/'
+}
+
+TEST_CASE("an atomic write does not follow a symlink planted at its temporary path", "[core]") {
+  runner::testing::TempDir folder("atomic");
+  const std::string victim = folder.path + "/victim.txt", target = folder.path + "/out.txt";
+  { std::ofstream(victim) << "precious"; }
+  std::filesystem::create_symlink(victim, target + ".tmp-" + std::to_string(::getpid()));
+  CHECK_THROWS_WITH(runner::core::AtomicFileWriter(target),
+                    Catch::Contains("out.txt: cannot create temporary file '") && Catch::Contains(".tmp-"));
+  std::ifstream in(victim);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "precious");
+  CHECK_FALSE(std::filesystem::exists(target));
 }
