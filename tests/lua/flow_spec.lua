@@ -236,6 +236,8 @@ describe("sampler options", function()
       here(-1) .. "steps must be at most 1000000, got 2147483648")
     expect_error(function() flow:sample(model, { x_T = x_T, sde = true, steps = 2 ^ 31 }) end,
       here(-1) .. "steps must be at most 1000000, got 2147483648")
+    expect_error(function() flow:sample(model, { x_T = x_T, steps = 1000001 }) end,
+      here(-1) .. "steps must be at most 1000000, got 1000001")
     expect_error(function() flow:sample(model, { x_T = x_T, n = 4 }) end,
       here(-1) .. "sample: n = 4 but x_T holds 2 samples (give n or x_T, or both alike)")
     expect_eq(flow:sample(model, { x_T = x_T, n = 2, steps = 2 }).shape[1], 2, "n equal to x_T's count")
