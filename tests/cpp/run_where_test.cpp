@@ -133,6 +133,10 @@ TEST_CASE("runs --where bounds the nesting, and long chains of and / or are flat
         "--where '" + too_deep.substr(0, 200) + "...': parentheses and 'not' nest more than 100 deep at column 101");
   CHECK(usage_error(nested(20000, "not ", "")).find("parentheses and 'not' nest more than 100 deep at column 401") !=
         std::string::npos);
+  // A 'not' (or a parenthesis) that has ended no longer counts: 150 of them one after another nest 1 deep.
+  std::string nots = "not lr > 1";
+  for (int i = 0; i < 150; ++i) nots += " and not (lr > 1)";
+  CHECK(matches(nots, kBaseline));
   // Chains of 100,000 comparisons neither nest nor recurse.
   std::string all = "lr < 1", any = "lr > 1";
   for (int i = 0; i < 100000; ++i) all += " and loss < 1", any += " or lr > 1";
