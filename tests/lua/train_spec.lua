@@ -127,9 +127,13 @@ describe("runner.trainer", function()
     out = skip:step(batch_of(4), function(b) return regression(model, b) * (1 / 0) end)
     expect_eq(out.skipped:item(), 2)
     expect_parameters_equal(model, before, "after an inf loss")
+    -- A NaN added to the loss leaves its gradients finite: the loss alone says the step is bad.
+    out = skip:step(batch_of(4), function(b) return regression(model, b) + (0 / 0) end)
+    expect_eq(out.skipped:item(), 3)
+    expect_parameters_equal(model, before, "after a NaN loss with finite gradients")
     -- The control: a finite step moves every parameter.
     out = skip:step(batch_of(4), function(b) return regression(model, b) end)
-    expect_eq(out.skipped:item(), 2)
+    expect_eq(out.skipped:item(), 3)
     for name, p in model:named_parameters() do
       expect_true(not p:detach():equal(before[name]), name .. " moved on a finite step")
       expect_eq(p:isfinite():logical_not():sum():item(), 0, name .. " finite")
