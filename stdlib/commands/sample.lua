@@ -159,7 +159,9 @@ local function part_path(k) return string.format("%s/parts/batch-%06d.safetensor
 local mine, done, drawn_here, start = 0, 0, 0, runner.clock()
 for k = rank, batches - 1, ranks do
   mine = mine + 1
-  if io.open(part_path(k)) == nil then
+  local existing = io.open(part_path(k))
+  if existing then existing:close() end
+  if existing == nil then
     local first, size = k * batch, math.min(batch, n - k * batch)
     local sample_options = { n = size, seed = seed + k, steps = steps, sampler = options.sampler, guidance = guidance,
                              sde = options.sde or nil }
