@@ -97,6 +97,9 @@ TEST_CASE("UTF-8 is checked as RFC 3629 defines it: no surrogates, nothing above
   CHECK(invalid_utf8_offset("abc\xe2\x82") == std::optional<std::size_t>(3));        // € cut by the end
   CHECK(invalid_utf8_offset(std::string_view("abc\xf0\x9f", 5)) == std::optional<std::size_t>(3));
   CHECK(invalid_utf8_offset("\xc0\xaf") == std::optional<std::size_t>(0));  // an overlong '/'
+  // A view that ends inside a sequence whose next byte lies beyond it in memory: the check stops at the view's end.
+  const std::string euro = "abc\xe2\x82\xac";
+  CHECK(invalid_utf8_offset(std::string_view(euro.data(), 5)) == std::optional<std::size_t>(3));
 }
 
 TEST_CASE("an atomic write does not follow a symlink planted at its temporary path", "[core]") {
