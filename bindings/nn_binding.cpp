@@ -432,12 +432,23 @@ int module_forward(lua_State* L) {
 // __call(self, x) == forward(x)
 int module_call(lua_State* L) { return module_forward(L); }
 
+// A parameter that sharding over the weights released between steps holds no storage: reading it is refused.
+void raise_if_released(lua_State* L, torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters(true))
+    if (item.value().numel() > 0 && item.value().storage().nbytes() == 0)
+      raise_error(L, fmt::format("the model's parameter '{}' is not whole on this rank between steps: runner.trainer "
+                                 "with shard = \"weights\" keeps each rank's rows of it (read the weights from "
+                                 "train.ema or a checkpoint; the model's forward gathers them on every rank)",
+                                 item.key()));
+}
+
 // m:_named_tensors(kind) -> names, tensors (kind: "parameters" or "buffers"), recursive, in registration order.
 int module_named_tensors(lua_State* L) {
   ModuleBox& box = check_module(L, 1);
   const std::string kind = check_string(L, 2);
   if (kind != "parameters" && kind != "buffers") luaL_argerror(L, 2, "'parameters' or 'buffers' expected");
   const auto items = kind == "parameters" ? box.module->named_parameters(true) : box.module->named_buffers(true);
+  raise_if_released(L, *box.module);
   lua_createtable(L, static_cast<int>(items.size()), 0);
   lua_createtable(L, static_cast<int>(items.size()), 0);
   int i = 0;
@@ -475,6 +486,7 @@ int module_set_matmul_precision(lua_State* L) {
 // m:_to(device_or_dtype ...): in place, parameters keep their identity.
 int module_to(lua_State* L) {
   ModuleBox& box = check_module(L, 1);
+  raise_if_released(L, *box.module);
   for (int i = 2; i <= lua_gettop(L); ++i) {
     const std::string name = check_string(L, i);
     try {

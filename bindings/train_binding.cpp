@@ -16,6 +16,7 @@
 #include "bindings/bindings.h"
 #include "bindings/data_binding.h"
 #include "bindings/lua_json.h"
+#include "bindings/nn_binding.h"
 #include "bindings/option_table.h"
 #include "bindings/optim_binding.h"
 #include "bindings/run_binding.h"
@@ -237,14 +238,16 @@ const OptionTable<TrainerOptions> kTrainerOptions(
         lua_option<TrainerOptions>("objective"),
     });
 
-// runner._train.new(options, parameters, buffers, optimizer) -> Trainer
+// runner._train.new(options, parameters, buffers, optimizer [, model]) -> Trainer
 // options: runner.trainer's table (TrainerOptions); parameters and buffers: lists of {name, tensor} of the
-// model; optimizer: an optim object over the model's parameters.
+// model; optimizer: an optim object over the model's parameters; model: the module (a built-in denoiser brackets
+// its parameter groups for shard = "weights").
 int trainer_new(lua_State* L) {
   TrainerOptions options = kTrainerOptions.read(L, 1);
   train::TrainerModel model;
   model.parameters = named_tensors(L, 2, "parameters");
   model.buffers = named_tensors(L, 3, "buffers");
+  model.grouped = test_denoiser(L, 5);
   if (model.parameters.empty()) throw std::invalid_argument("runner.trainer: the model has no parameters");
   std::shared_ptr<train::Optimizer> optimizer = test_optimizer(L, 4);
   if (!optimizer)
@@ -543,6 +546,17 @@ int trainer_state_bytes(lua_State* L) {
   return 1;
 }
 
+// trainer:model_state() -> {name = tensor}: the trained weights and buffers, gathered when sharded over the weights.
+int trainer_model_state(lua_State* L) {
+  const train::NamedTensorList state = check_trainer(L, 1).full_model_state();
+  lua_createtable(L, 0, static_cast<int>(state.size()));
+  for (const auto& [name, tensor] : state) {
+    push_tensor(L, tensor.detach());
+    lua_setfield(L, -2, name.c_str());
+  }
+  return 1;
+}
+
 // runner._train.precision(amp, device) -> the precision runner.trainer's amp resolves to on that device, or the
 // error it would raise there.
 int precision(lua_State* L) {
@@ -721,6 +735,7 @@ void open_train(lua_State* L) {
                              {"describe_schedule", wrap<trainer_describe_schedule>},
                              {"copy_ema", wrap<trainer_copy_ema>},
                              {"state_bytes", wrap<trainer_state_bytes>},
+                             {"model_state", wrap<trainer_model_state>},
                              {"set_objective", wrap<trainer_set_objective>},
                              {"show_progress", wrap<trainer_show_progress>},
                              {"finish_progress", wrap<trainer_finish_progress>},

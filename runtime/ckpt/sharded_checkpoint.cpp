@@ -110,13 +110,15 @@ std::optional<ShardedCheckpoint> ShardedCheckpoint::open(const std::string& dire
   }
   if (!manifest.is_object() || !manifest.contains("shards")) return std::nullopt;
   ShardLayout layout = parse_shard_layout(manifest["shards"], manifest_path);
+  const bool weights = std::any_of(layout.files.begin(), layout.files.end(),
+                                   [](const ShardedFile& file) { return file.name == "model.safetensors"; });
   for (int rank = 0; rank < layout.ranks; ++rank) {
     const std::string path = directory + "/" + shard_file_name(rank, layout.ranks);
     if (!exists(path))
       throw std::invalid_argument(
           fmt::format("{}: missing: the checkpoint was saved by {} ranks and this holds rank {}'s share of its "
-                      "optimizer state and EMA",
-                      path, layout.ranks, rank));
+                      "{}optimizer state and EMA",
+                      path, layout.ranks, rank, weights ? "weights, " : ""));
   }
   return ShardedCheckpoint(directory, std::move(layout));
 }

@@ -41,14 +41,54 @@ at::Tensor as_rows(const at::Tensor& tensor) {
   return tensor.reshape({rows, rows == 0 ? 0 : tensor.numel() / rows});
 }
 
+// A parameter's storage emptied (its shape kept) and given back bytes to fill: the tensors autograd saved of it
+// share the storage, so they are released and restored with it.
+void free_storage(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& tensor, std::size_t nbytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  c10::Allocator* allocator = storage->allocator() ? storage->allocator() : c10::GetAllocator(tensor.device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+// A tensor over `tensor`'s storage with a version counter of its own: writing through it leaves the parameter's
+// version as autograd saved it.
+at::Tensor alias_of(const at::Tensor& tensor) {
+  at::Tensor alias = at::empty({0}, tensor.options().requires_grad(false));
+  alias.set_(tensor.storage(), tensor.storage_offset(), tensor.sizes(), tensor.strides());
+  return alias;
+}
+
 }  // namespace
 
 ShardMode parse_shard_mode(const std::string& name) {
   if (name == "none") return ShardMode::none;
   if (name == "optimizer") return ShardMode::optimizer;
   if (name == "gradients") return ShardMode::gradients;
+  if (name == "weights") return ShardMode::weights;
   throw std::invalid_argument(
-      fmt::format("shard must be \"none\", \"optimizer\" (ZeRO-1) or \"gradients\" (ZeRO-2), got \"{}\"", name));
+      fmt::format("shard must be \"none\", \"optimizer\" (ZeRO-1), \"gradients\" (ZeRO-2) or \"weights\" (ZeRO-3), "
+                  "got \"{}\"",
+                  name));
+}
+
+std::string shard_mode_zero_name(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::none:
+      return "";
+    case ShardMode::optimizer:
+      return "ZeRO-1";
+    case ShardMode::gradients:
+      return "ZeRO-2";
+    case ShardMode::weights:
+      return "ZeRO-3";
+  }
+  return "";
 }
 
 std::string shard_mode_name(ShardMode mode) {
@@ -59,6 +99,8 @@ std::string shard_mode_name(ShardMode mode) {
       return "optimizer";
     case ShardMode::gradients:
       return "gradients";
+    case ShardMode::weights:
+      return "weights";
   }
   return "none";
 }
@@ -75,9 +117,11 @@ at::Tensor rows_of(const at::Tensor& tensor, RowRange range) {
 }
 
 ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters,
-                                 ShardMode mode, bool overlap)
-    : group_(group), mode_(mode), hooked_(parameters.size(), false) {
+                                 ShardMode mode, bool overlap, const std::vector<std::string>& released)
+    : group_(group), mode_(mode), overlap_(overlap), hooked_(parameters.size(), false) {
   if (mode == ShardMode::none) throw std::invalid_argument("ParameterShards: shard mode none shards nothing");
+  if (!released.empty() && mode != ShardMode::weights)
+    throw std::invalid_argument("ParameterShards: only shard mode weights releases groups");
   const int ranks = group_.size();
   std::map<std::string, std::size_t> group_index;
   for (auto& [name, tensor] : parameters) {
@@ -102,30 +146,56 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
             c10::toString(tensor.scalar_type()), tensor.device().str()));
     }
     p.group = it->second;
+    p.storage_nbytes = tensor.storage().nbytes();
     p.offset = g.slice_numel;
     g.slice_numel += p.padded_rows * p.row_numel;
     g.parameters.push_back(parameters_.size());
     parameters_.push_back(std::move(p));
   }
+  for (const std::string& name : released) {
+    auto it = group_index.find(name);
+    if (it != group_index.end()) groups_[it->second].released = true;  // a group without trainable parameters: none
+  }
+  std::map<const void*, std::size_t> storages;  // a released parameter must not share its storage
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Parameter& p = parameters_[i];
+    auto [it, added] = storages.emplace(p.full.storage().unsafeGetStorageImpl(), i);
+    const Parameter& other = parameters_[it->second];
+    if (!added && (groups_[p.group].released || groups_[other.group].released))
+      throw std::invalid_argument(fmt::format(
+          "sharded data parallel over the weights: '{}' and '{}' share their storage (tied weights), which a group's "
+          "release would free for both",
+          other.name, p.name));
+  }
   for (Group& g : groups_) {
     const at::Tensor& first = parameters_[g.parameters.front()].full;
     g.options = first.options().requires_grad(false);
-    // gradients: the rank's averaged gradients live here; optimizer: in the full gradients' rows (below).
-    if (mode_ == ShardMode::gradients) g.gradient_share = at::zeros({g.slice_numel}, g.options);
+    // gradients, weights: the rank's averaged gradients live here; optimizer: in the full gradients' rows (below).
+    if (mode_ != ShardMode::optimizer) g.gradient_share = at::zeros({g.slice_numel}, g.options);
+    if (mode_ == ShardMode::weights) g.weight_share = at::zeros({g.slice_numel}, g.options);
   }
   for (Parameter& p : parameters_) {
     if (mode_ == ShardMode::optimizer) p.full.mutable_grad() = at::zeros_like(p.full).detach();
-    // It requires grad as the parameter does (the EMA averages what trains and copies the rest); nothing
-    // differentiates through it: the trainer fills its .grad.
-    at::Tensor share = rows_of(p.full.detach(), p.rows).requires_grad_(p.full.requires_grad());
     const Group& g = groups_[p.group];
-    share.mutable_grad() = mode_ == ShardMode::gradients
+    // It requires grad as the parameter does (the EMA averages what trains and copies the rest); nothing
+    // differentiates through it: the trainer fills its .grad. Weights mode: the group's buffer of the rank's rows.
+    at::Tensor share = rows_of(p.full.detach(), p.rows);
+    if (mode_ == ShardMode::weights) {
+      at::Tensor rows = g.weight_share.narrow(0, p.offset, p.rows.size() * p.row_numel).view(share.sizes());
+      rows.copy_(share);
+      share = rows;
+    }
+    share.requires_grad_(p.full.requires_grad());
+    share.mutable_grad() = mode_ != ShardMode::optimizer
                                ? g.gradient_share.narrow(0, p.offset, p.rows.size() * p.row_numel).view(share.sizes())
                                : rows_of(p.full.grad(), p.rows);
     local_.push_back(share);
   }
   for (std::size_t g = groups_.size(); g-- > 0;) order_.push_back(g);  // the backward reaches the last group first
-  if (!overlap) return;
+  counted_backward_.assign(parameters_.size(), false);
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].released) release(g);
+  if (!overlap && mode_ != ShardMode::weights) return;  // weights mode counts gradients to release the groups
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(parameters_[i].full);
     if (!accumulator) continue;  // not a leaf that requires grad: counts as ready
@@ -141,6 +211,10 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
 
 ParameterShards::~ParameterShards() {
   for (std::size_t h = 0; h < accumulators_.size(); ++h) accumulators_[h]->del_post_hook(hook_keys_[h]);
+  // A released parameter left behind gets an empty tensor: a read fails on its shape instead of reading freed memory.
+  at::NoGradGuard no_grad;
+  for (Parameter& p : parameters_)
+    if (!groups_[p.group].whole) p.full.set_data(at::empty({0}, p.full.options().requires_grad(false)));
 }
 
 void ParameterShards::start_step() {
@@ -161,7 +235,12 @@ void ParameterShards::start_step() {
 }
 
 void ParameterShards::expect_last_backward() {
+  if (!overlap_) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  arm();
+}
+
+void ParameterShards::arm() {
   armed_ = true;
   missing_.assign(groups_.size(), 0);
   for (std::size_t i = 0; i < parameters_.size(); ++i)
@@ -174,6 +253,14 @@ void ParameterShards::expect_last_backward() {
 
 void ParameterShards::gradient_ready(std::size_t parameter) {
   std::lock_guard<std::mutex> lock(mutex_);
+  Group& group = groups_[parameters_[parameter].group];
+  if (group.in_backward && !counted_backward_[parameter]) {  // weights mode: the group's backward may be done
+    counted_backward_[parameter] = true;
+    if (--group.backward_missing == 0) {
+      group.in_backward = false;
+      release(parameters_[parameter].group);
+    }
+  }
   if (!armed_ || counted_[parameter]) return;  // an earlier micro-batch, or a second use of the parameter
   counted_[parameter] = true;
   --missing_[parameters_[parameter].group];
@@ -200,20 +287,16 @@ void ParameterShards::start(std::size_t group) {
           .view({range.size(), p.row_numel})
           .copy_(rows.narrow(0, range.begin, range.size()));
     }
-    if (mode_ == ShardMode::gradients) p.full.mutable_grad() = at::Tensor();  // reduced from the copy: freed now
+    if (mode_ != ShardMode::optimizer) p.full.mutable_grad() = at::Tensor();  // reduced from the copy: freed now
   }
-  pending.reduced = mode_ == ShardMode::gradients ? g.gradient_share : at::empty({g.slice_numel}, g.options);
+  pending.reduced = mode_ != ShardMode::optimizer ? g.gradient_share : at::empty({g.slice_numel}, g.options);
   pending.work.emplace(group_.reduce_scatter_into_async(pending.reduced, pending.input,
                                                         fmt::format("gradient reduce_scatter of '{}'", g.name)));
 }
 
 void ParameterShards::reduce_gradients() {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!armed_) {  // no hooks (overlap off) or expect_last_backward() not called: nothing started yet
-    lock.unlock();
-    expect_last_backward();
-    lock.lock();
-  }
+  if (!armed_) arm();  // no hooks (overlap off) or expect_last_backward() not called: nothing started yet
   armed_ = false;
   while (next_ < order_.size()) start(order_[next_++]);
   std::vector<PendingGroup> pending = std::move(pending_);
@@ -236,49 +319,127 @@ void ParameterShards::reduce_gradients() {
       local_[index].mutable_grad() = rows;
     }
   }
-  if (mode_ == ShardMode::gradients)  // a gradient accumulated after its group started (a parameter used twice)
+  if (mode_ != ShardMode::optimizer)  // a gradient accumulated after its group started (a parameter used twice)
     for (Parameter& p : parameters_) p.full.mutable_grad() = at::Tensor();
 }
 
 void ParameterShards::gather_parameters() {
   at::NoGradGuard no_grad;
   const int ranks = group_.size();
+  std::vector<std::size_t> gathered;  // weights mode: the groups kept whole
+  for (std::size_t group = 0; group < groups_.size(); ++group)
+    if (!groups_[group].released) gathered.push_back(group);
   // At most two all-gathers in flight: the next group's runs while this one's rows are copied out.
   std::vector<PendingGroup> pending(groups_.size());
   auto start_gather = [&](std::size_t group) {
     const Group& g = groups_[group];
-    pending[group].input = at::zeros({g.slice_numel}, g.options);
-    for (std::size_t index : g.parameters) {
-      const Parameter& p = parameters_[index];
-      if (p.rows.size() > 0 && p.row_numel > 0)
-        pending[group].input.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
+    if (mode_ == ShardMode::weights) {
+      pending[group].input = g.weight_share;
+    } else {
+      pending[group].input = at::zeros({g.slice_numel}, g.options);
+      for (std::size_t index : g.parameters) {
+        const Parameter& p = parameters_[index];
+        if (p.rows.size() > 0 && p.row_numel > 0)
+          pending[group].input.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
+      }
     }
     pending[group].reduced = at::empty({ranks * g.slice_numel}, g.options);
     pending[group].work.emplace(group_.all_gather_into_async(pending[group].reduced, pending[group].input,
                                                              fmt::format("parameter all_gather of '{}'", g.name)));
   };
-  if (!groups_.empty()) start_gather(0);
-  for (std::size_t group = 0; group < groups_.size(); ++group) {
-    const Group& g = groups_[group];
-    if (group + 1 < groups_.size()) start_gather(group + 1);
+  if (!gathered.empty()) start_gather(gathered.front());
+  for (std::size_t n = 0; n < gathered.size(); ++n) {
+    const std::size_t group = gathered[n];
+    if (n + 1 < gathered.size()) start_gather(gathered[n + 1]);
     pending[group].work->wait();
     pending[group].input = at::Tensor();
-    const at::Tensor slices = pending[group].reduced.view({ranks, g.slice_numel});
-    for (std::size_t index : g.parameters) {
-      const Parameter& p = parameters_[index];
-      if (p.row_numel == 0) continue;
-      at::Tensor target = p.full.detach();
-      at::Tensor rows = as_rows(target.is_contiguous() ? target : target.contiguous());
-      for (int r = 0; r < ranks; ++r) {
-        if (r == group_.rank()) continue;  // updated in place
-        const RowRange range = shard_rows(rows.size(0), r, ranks);
-        if (range.size() == 0) continue;
-        rows.narrow(0, range.begin, range.size())
-            .copy_(slices[r].narrow(0, p.offset, range.size() * p.row_numel).view({range.size(), p.row_numel}));
-      }
-      if (!target.is_contiguous()) target.copy_(rows.view(target.sizes()));
-    }
+    copy_out(group, pending[group].reduced, /*own_rows=*/mode_ == ShardMode::weights);
     pending[group].reduced = at::Tensor();
+  }
+}
+
+void ParameterShards::copy_out(std::size_t group, const at::Tensor& gathered, bool own_rows) {
+  const int ranks = group_.size();
+  const Group& g = groups_[group];
+  const at::Tensor slices = gathered.view({ranks, g.slice_numel});
+  for (std::size_t index : g.parameters) {
+    const Parameter& p = parameters_[index];
+    if (p.row_numel == 0) continue;
+    at::Tensor target = alias_of(p.full);
+    at::Tensor rows = as_rows(target.is_contiguous() ? target : target.contiguous());
+    for (int r = 0; r < ranks; ++r) {
+      if (r == group_.rank() && !own_rows) continue;  // updated in place
+      const RowRange range = shard_rows(rows.size(0), r, ranks);
+      if (range.size() == 0) continue;
+      rows.narrow(0, range.begin, range.size())
+          .copy_(slices[r].narrow(0, p.offset, range.size() * p.row_numel).view({range.size(), p.row_numel}));
+    }
+    if (!target.is_contiguous()) target.copy_(rows.view(target.sizes()));
+  }
+}
+
+std::size_t ParameterShards::group_index(const std::string& name) const {
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].name == name) return g;
+  return groups_.size();
+}
+
+void ParameterShards::gather_whole(std::size_t group) {
+  Group& g = groups_[group];
+  if (g.whole) return;
+  at::NoGradGuard no_grad;
+  at::Tensor gathered = at::empty({group_.size() * g.slice_numel}, g.options);
+  group_.all_gather_into(gathered, g.weight_share, fmt::format("parameter all_gather of '{}'", g.name));
+  for (std::size_t index : g.parameters) allocate_storage(parameters_[index].full, parameters_[index].storage_nbytes);
+  copy_out(group, gathered, /*own_rows=*/true);
+  g.whole = true;
+}
+
+void ParameterShards::release(std::size_t group) {
+  Group& g = groups_[group];
+  if (!g.released || !g.whole) return;
+  for (std::size_t index : g.parameters) free_storage(parameters_[index].full);
+  g.whole = false;
+}
+
+void ParameterShards::before_forward(const std::string& name) {
+  const std::size_t group = group_index(name);
+  if (group == groups_.size() || !groups_[group].released) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  gather_whole(group);
+}
+
+void ParameterShards::after_forward(const std::string& name, const std::vector<at::Tensor>& outputs) {
+  const std::size_t group = group_index(name);
+  if (group == groups_.size() || !groups_[group].released) return;
+  if (at::GradMode::is_enabled())
+    for (const at::Tensor& output : outputs)
+      if (output.defined() && output.requires_grad())
+        output.register_hook([this, group](const at::Tensor&) { gather_for_backward(group); });
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_[group].in_backward = false;
+  release(group);
+}
+
+void ParameterShards::gather_for_backward(std::size_t group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Group& g = groups_[group];
+  gather_whole(group);
+  if (g.in_backward) return;  // another output of the group reached it first
+  g.in_backward = true;
+  g.backward_missing = 0;
+  for (std::size_t index : g.parameters) {
+    counted_backward_[index] = false;
+    if (hooked_[index]) ++g.backward_missing;
+  }
+  if (g.backward_missing == 0) g.in_backward = false;  // nothing to wait for: released at finish_backward
+}
+
+void ParameterShards::finish_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t group = 0; group < groups_.size(); ++group) {
+    groups_[group].in_backward = false;
+    release(group);
   }
 }
 
@@ -307,13 +468,16 @@ at::Tensor ParameterShards::mean(const at::Tensor& scalar) {
 
 std::int64_t ParameterShards::parameter_bytes() const {
   std::int64_t bytes = 0;
-  for (const Parameter& p : parameters_) bytes += p.full.numel() * static_cast<std::int64_t>(p.full.element_size());
+  for (const Parameter& p : parameters_)
+    if (!groups_[p.group].released) bytes += p.full.numel() * static_cast<std::int64_t>(p.full.element_size());
+  for (const Group& g : groups_)
+    if (g.weight_share.defined()) bytes += g.slice_numel * static_cast<std::int64_t>(g.weight_share.element_size());
   return bytes;
 }
 
 std::int64_t ParameterShards::gradient_bytes() const {
   std::int64_t bytes = 0;
-  if (mode_ == ShardMode::gradients)
+  if (mode_ != ShardMode::optimizer)
     for (const Group& g : groups_) bytes += g.slice_numel * static_cast<std::int64_t>(g.gradient_share.element_size());
   else
     for (const Parameter& p : parameters_) bytes += p.full.numel() * static_cast<std::int64_t>(p.full.element_size());

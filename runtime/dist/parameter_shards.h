@@ -1,6 +1,7 @@
-// Sharded data parallel (ZeRO-1 and ZeRO-2): each trainable parameter split by rows over the ranks as torch.chunk
-// splits it, the optimizer state and the EMA kept for the rank's rows only, the gradients reduce-scattered to
-// the rank that updates them and the updated rows all-gathered back into every rank's full parameters.
+// Sharded data parallel (ZeRO-1, ZeRO-2 and ZeRO-3): each trainable parameter split by rows over the ranks as
+// torch.chunk splits it, the optimizer state and the EMA kept for the rank's rows only, the gradients
+// reduce-scattered to the rank that updates them, and the weights all-gathered back: after each step into every
+// rank's full parameters, or (weights mode) group by group when the forward and the backward reach the group.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,11 +25,14 @@ namespace runner::dist {
 
 // What each rank keeps a share of. none: every rank holds everything (data parallel). optimizer (ZeRO-1): the
 // optimizer state and the EMA; gradients (ZeRO-2): those and the averaged gradients, the full gradients freed as
-// soon as they are reduced.
-enum class ShardMode { none, optimizer, gradients };
-// "none", "optimizer" or "gradients"; std::invalid_argument listing them otherwise.
+// soon as they are reduced; weights (ZeRO-3, FSDP's full shard): those and the weights of the groups the model's
+// forward brackets (nn/parameter_group_hooks.h), whole only from a group's forward to its end and from the backward
+// reaching it until its gradients are in.
+enum class ShardMode { none, optimizer, gradients, weights };
+// "none", "optimizer", "gradients" or "weights"; std::invalid_argument listing them otherwise.
 ShardMode parse_shard_mode(const std::string& name);
 std::string shard_mode_name(ShardMode mode);
+std::string shard_mode_zero_name(ShardMode mode);  // "ZeRO-1", "ZeRO-2", "ZeRO-3"; "" for none
 
 // Rows [begin, end) of a first dimension of `rows` that rank `rank` of `ranks` holds: torch.chunk's chunks of
 // ceil(rows / ranks) rows, so the last ranks may hold fewer rows or none. A 0-dim tensor counts as one row.
@@ -51,9 +55,12 @@ class ParameterShards {
   // With `overlap`, a group's reduce-scatter starts during the backward of the step's last micro-batch, as soon as
   // every parameter of the group has its gradient (hooks on their gradient accumulators; groups start in reverse
   // order on every rank, a group waiting for the ones after it), and gradients mode frees the group's full
-  // gradients then. Throws std::invalid_argument for mode none, parameters of several devices or dtypes in a group.
+  // gradients then. Weights mode: `released` names the groups whose weights are released between their uses (their
+  // storage freed: the parameters keep their shapes but must not be read until gather_group); every other group
+  // stays whole, updated after each step as in the other modes. Throws std::invalid_argument for mode none,
+  // parameters of several devices or dtypes in a group, `released` outside weights mode.
   ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters, ShardMode mode,
-                  bool overlap = true);
+                  bool overlap = true, const std::vector<std::string>& released = {});
   ~ParameterShards();
   ParameterShards(const ParameterShards&) = delete;
   ParameterShards& operator=(const ParameterShards&) = delete;
@@ -75,6 +82,21 @@ class ParameterShards {
   const std::vector<at::Tensor>& local() const { return local_; }
   std::size_t group_count() const { return groups_.size(); }
   const std::string& group_name(std::size_t group) const { return groups_.at(group).name; }
+  // Weights mode: whether parameter `parameter`'s group is released between its uses (its full tensor then holds
+  // no storage: only local() holds its values); false in the other modes.
+  bool released_between_uses(std::size_t parameter) const {
+    return groups_.at(parameters_.at(parameter).group).released;
+  }
+
+  // Weights mode, the model's forward (nn::ParameterGroupHooks; groups not released between uses are ignored):
+  // the group's weights gathered (an all-gather: every rank's forward must reach the same groups in the same
+  // order), then released after its forward; with autograd recording, a hook on `outputs` gathers them again when
+  // the backward reaches the group, and they are released once each of its parameters has its gradient (or at
+  // finish_backward). Throws std::invalid_argument for a group name this does not have.
+  void before_forward(const std::string& group);
+  void after_forward(const std::string& group, const std::vector<at::Tensor>& outputs);
+  // After each backward (every micro-batch's): releases the groups a backward left whole.
+  void finish_backward();
 
   // Called when a step starts: the full gradients zeroed (optimizer: in place; gradients: dropped, so the
   // backward allocates them).
@@ -87,7 +109,7 @@ class ParameterShards {
   // in the graph must have all its gradient before its group starts (as DDP's static graph asks).
   void reduce_gradients();
   // After the optimizer updated this rank's rows: each group's rows of every rank gathered by one all-gather into
-  // every rank's full parameters.
+  // every rank's full parameters (weights mode: those of the groups not released between uses).
   void gather_parameters();
   // The full tensor from every rank's rows of it: `share` holds this rank's rows of a tensor shaped as parameter
   // `parameter` (any dtype: its optimizer state, its EMA). An all-gather: every rank must call it with the same
@@ -96,8 +118,8 @@ class ParameterShards {
   // The sum over the ranks of a float scalar (the gradients' squared norms); the mean of a scalar (the loss).
   at::Tensor sum(const at::Tensor& scalar);
   at::Tensor mean(const at::Tensor& scalar);
-  // Bytes of this rank's model state: the full parameters, the full gradients kept between steps (optimizer
-  // mode) and the gradient shares, by what holds them.
+  // Bytes of this rank's model state between steps: the full parameters (weights mode: those kept whole, and the
+  // rows of the released ones), the full gradients kept between steps (optimizer mode) and the gradient shares.
   std::int64_t parameter_bytes() const;
   std::int64_t gradient_bytes() const;
 
@@ -110,13 +132,19 @@ class ParameterShards {
     std::int64_t padded_rows = 0;  // ceil(rows / ranks): every rank's slot in the group's buffer
     std::int64_t offset = 0;       // of the slot in the group's slice
     std::size_t group = 0;
+    std::size_t storage_nbytes = 0;  // of the full tensor's storage, to allocate again after a release
   };
   struct Group {
     std::string name;
     std::vector<std::size_t> parameters;
     std::int64_t slice_numel = 0;  // one rank's padded shares
     at::TensorOptions options;     // of its parameters
-    at::Tensor gradient_share;     // gradients mode, flat [slice_numel]: this rank's averaged gradients
+    at::Tensor gradient_share;     // gradients and weights modes, flat [slice_numel]: this rank's averaged gradients
+    at::Tensor weight_share;       // weights mode, flat [slice_numel]: this rank's rows (what local() views)
+    bool released = false;         // weights mode: released between its uses
+    bool whole = true;             // its full parameters hold their values now
+    bool in_backward = false;      // gathered by the backward, released once `backward_missing` reaches 0
+    std::size_t backward_missing = 0;
   };
 
   // A collective in flight and the buffers it reads and writes.
@@ -126,9 +154,19 @@ class ParameterShards {
   };
   void gradient_ready(std::size_t parameter);
   void start(std::size_t group);  // with mutex_ held (or no hooks armed)
+  std::size_t group_index(const std::string& name) const;
+  // Weights mode, with mutex_ held: the group's full parameters allocated and filled from every rank's rows; freed.
+  void gather_whole(std::size_t group);
+  void release(std::size_t group);
+  void gather_for_backward(std::size_t group);
+  // Every rank's rows of the group (`gathered`: the all-gather's output) into its full parameters; this rank's own
+  // too with `own_rows` (they are views of the parameters outside weights mode).
+  void copy_out(std::size_t group, const at::Tensor& gathered, bool own_rows);
+  void arm();  // with mutex_ held: the counts of the last backward's gradients
 
   ProcessGroup& group_;
   ShardMode mode_;
+  bool overlap_;
   std::vector<Parameter> parameters_;
   std::vector<Group> groups_;
   std::vector<at::Tensor> local_;
@@ -139,9 +177,10 @@ class ParameterShards {
   std::vector<std::uintptr_t> hook_keys_;
   std::mutex mutex_;  // the hooks run on autograd's threads
   bool armed_ = false;
-  std::vector<std::size_t> missing_;  // per group: hooked gradients not in yet
-  std::vector<bool> counted_;         // per parameter
-  std::size_t next_ = 0;              // into order_
+  std::vector<std::size_t> missing_;    // per group: hooked gradients not in yet
+  std::vector<bool> counted_;           // per parameter
+  std::vector<bool> counted_backward_;  // per parameter: its gradient is in, in the current backward (weights mode)
+  std::size_t next_ = 0;                // into order_
   std::vector<PendingGroup> pending_;
 };
 

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <optional>
 
+#include "runtime/nn/parameter_group_hooks.h"
+
 namespace runner::nn {
 
-class Denoiser : public torch::nn::Module {
+class Denoiser : public torch::nn::Module, public GroupedForward {
  public:
   using torch::nn::Module::Module;
 

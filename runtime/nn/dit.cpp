@@ -195,19 +195,31 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
       *t_linear2, at::silu(linear_forward(*t_linear1, dit_timestep_embedding(t, kFrequencyWidth).to(x.dtype()))));
   if (label_table) c = c + label_table(*labels);
   const auto c_activated = at::silu(c);
-  const auto modulations = adaln_modulations(c_activated);
+  // With group hooks (sharded weights) each block's adaLN projection runs inside its block's bracket.
+  const bool grouped = has_parameter_group_hooks();
+  const auto modulations = grouped ? std::vector<at::Tensor>() : adaln_modulations(c_activated);
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];
+    const std::string group = fmt::format("blocks.{}", i);
+    before_group(group);
+    const at::Tensor modulation = grouped ? linear_forward(*block->modulation, c_activated) : modulations[i];
     if (checkpointing()) {
       tokens = checkpointed(
           [block](const TensorList& in) mutable { return TensorList{block->forward_modulated(in[0], in[1])}; },
-          {tokens, modulations[i]})[0];
+          {tokens, modulation})[0];
     } else {
-      tokens = block->forward_modulated(tokens, modulations[i]);
+      tokens = block->forward_modulated(tokens, modulation);
     }
+    after_group(group, {tokens});
   }
-  const auto m = modulations.back().chunk(2, 1);
+  const auto m = (grouped ? linear_forward(*final_modulation, c_activated) : modulations.back()).chunk(2, 1);
   return unpatchify(linear_forward(*final_linear, normalize_modulate(tokens, m[0], m[1], options_.fused)));
+}
+
+std::vector<std::string> DiTImpl::parameter_groups() const {
+  std::vector<std::string> groups;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) groups.push_back(fmt::format("blocks.{}", i));
+  return groups;
 }
 
 std::vector<at::Tensor> DiTImpl::adaln_modulations(const at::Tensor& c_activated) const {

@@ -68,6 +68,7 @@ class UNetImpl : public Denoiser {
   std::int64_t classes() const override { return options_.classes; }
   double class_dropout() const override { return options_.classes > 0 ? options_.class_dropout : 0.0; }
   bool pixel_space() const override { return true; }
+  std::vector<std::string> parameter_groups() const override;  // "down.0", ..., "up.0", ... (the levels)
   const UNetOptions& options() const { return options_; }
   void pretty_print(std::ostream& stream) const override;
 

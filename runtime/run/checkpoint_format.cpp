@@ -66,6 +66,7 @@ struct SavedStateFile {
   std::string path;
   std::map<std::string, std::string> metadata;
   std::vector<std::string> names;
+  std::vector<at::Tensor> shapes;  // per tensor: its shape and dtype, on the meta device (no data)
   std::function<at::Tensor(std::size_t, std::optional<dist::RowRange>)> read;
 };
 
@@ -78,7 +79,10 @@ SavedStateFile whole_state_file(const std::string& checkpoint_dir, const std::st
     throw std::invalid_argument(error.what());
   }
   file.metadata = contents->metadata;
-  for (const auto& t : contents->tensors) file.names.push_back(t.name);
+  for (const auto& t : contents->tensors) {
+    file.names.push_back(t.name);
+    file.shapes.push_back(at::empty(t.tensor.sizes(), t.tensor.options().device(at::kMeta)));
+  }
   file.read = [contents](std::size_t i, std::optional<dist::RowRange> rows) {
     const at::Tensor& tensor = contents->tensors.at(i).tensor;
     return rows ? dist::rows_of(tensor, *rows) : tensor;
@@ -95,8 +99,12 @@ SavedStateFile split_state_file(const ckpt::ShardedCheckpoint& checkpoint, const
       fmt::format("{}/{} (split over {} rank files)", checkpoint.directory(), name, checkpoint.layout().ranks),
       split->metadata,
       {},
+      {},
       {}};
-  for (const auto& t : split->tensors) file.names.push_back(t.name);
+  for (const auto& t : split->tensors) {
+    file.names.push_back(t.name);
+    file.shapes.push_back(at::empty(t.shape, at::TensorOptions().dtype(checkpoint.dtype(*split, t)).device(at::kMeta)));
+  }
   file.read = [&checkpoint, split](std::size_t i, std::optional<dist::RowRange> rows) {
     const ckpt::ShardedTensor& tensor = split->tensors.at(i);
     return rows ? checkpoint.read_rows(*split, tensor, rows->begin, rows->end) : checkpoint.read(*split, tensor);
@@ -132,6 +140,15 @@ struct SplitFiles {
 
 SplitFiles split_files(const train::Trainer& trainer) {
   SplitFiles split;
+  if (trainer.shards()->mode() == dist::ShardMode::weights) {  // each rank's rows are the only copy of its weights
+    NamedTensorList state = trainer.readable_parameters();
+    const std::size_t parameters = state.size();
+    state.insert(state.end(), trainer.model().buffers.begin(), trainer.model().buffers.end());
+    split.files.push_back({"model.safetensors", host_copies(state), {{"format", "runner.model"}}});
+    split.shard_of.emplace_back();
+    for (std::size_t i = 0; i < state.size(); ++i)
+      split.shard_of.back().push_back(i < parameters ? trainer.weight_shard(i) : std::nullopt);
+  }
   split.files.push_back(optimizer_file_of(trainer, trainer.optimizer().state_tensors()));
   split.shard_of.emplace_back();
   for (const auto& t : split.files.back().tensors)
@@ -202,9 +219,11 @@ TrainingSnapshot snapshot_training(const train::Trainer& trainer, const data::Lo
   const auto& emas = trainer.emas();
   TrainingSnapshot snapshot;
   std::vector<ckpt::CheckpointFileContent>& files = snapshot.files;
-  files.push_back({"model.safetensors", host_copies(state_dict_of(model)), {{"format", "runner.model"}}});
+  const dist::ParameterShards* shards = trainer.shards();
+  if (!shards || shards->mode() != dist::ShardMode::weights)
+    files.push_back({"model.safetensors", host_copies(state_dict_of(model)), {{"format", "runner.model"}}});
 
-  if (const dist::ParameterShards* shards = trainer.shards()) {
+  if (shards) {
     const SplitFiles split = split_files(trainer);
     snapshot.manifest_extra["shards"] = ckpt::shard_layout_json(shard_layout_of(trainer, split));
     files.push_back(shard_file_of(split, 0, shards->ranks()));
@@ -266,7 +285,6 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   };
   const train::TrainerModel& model = trainer.model();
   auto& emas = trainer.emas();
-  const auto model_file = load("model.safetensors");
   const auto trainer_file = load("trainer.safetensors");
   std::optional<ckpt::ShardedCheckpoint> sharded;
   try {
@@ -278,15 +296,21 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
     return sharded ? split_state_file(*sharded, name) : whole_state_file(checkpoint_dir, name);
   };
   const SavedStateFile optimizer_file = state_file("optimizer.safetensors");
+  // Sharded over the weights, each rank's file holds its rows of the model too.
+  const SavedStateFile model_file = sharded && sharded->file("model.safetensors")
+                                        ? split_state_file(*sharded, "model.safetensors")
+                                        : whole_state_file(checkpoint_dir, "model.safetensors");
 
   // Everything is checked against this trainer before anything changes.
-  const std::string model_path = checkpoint_dir + "/model.safetensors";
-  std::vector<ckpt::NamedTensor> model_tensors;
-  for (const auto& [name, tensor] : state_dict_of(model)) model_tensors.push_back({name, tensor});
+  const NamedTensorList model_state = state_dict_of(model);
+  std::vector<ckpt::NamedTensor> model_tensors, stored_shapes;
+  for (const auto& [name, tensor] : model_state) model_tensors.push_back({name, tensor});
+  for (std::size_t t = 0; t < model_file.names.size(); ++t)
+    stored_shapes.push_back({model_file.names[t], model_file.shapes[t]});
   nn::StateLoadOptions exact;
   exact.same_dtype = true;
   const std::vector<nn::StateCopy> model_copies =
-      nn::match_state(model_tensors, model_file.tensors, model_path, "the trainer's model", exact);
+      nn::match_state(model_tensors, stored_shapes, model_file.path, "the trainer's model", exact);
   const std::string trainer_path = checkpoint_dir + "/trainer.safetensors";
   const nlohmann::json state = parse_metadata(trainer_file.metadata, "trainer", trainer_path);
   if (!state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
@@ -350,7 +374,19 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
   }
   {
     at::NoGradGuard no_grad;
-    for (const auto& copy : model_copies) const_cast<at::Tensor&>(copy.target).copy_(copy.source);
+    std::map<const void*, std::size_t> stored_index, model_index;
+    for (std::size_t t = 0; t < stored_shapes.size(); ++t)
+      stored_index[stored_shapes[t].tensor.unsafeGetTensorImpl()] = t;
+    for (std::size_t i = 0; i < model_state.size(); ++i) model_index[model_state[i].second.unsafeGetTensorImpl()] = i;
+    for (const auto& copy : model_copies) {
+      const std::size_t t = stored_index.at(copy.source.unsafeGetTensorImpl());
+      const std::size_t i = model_index.at(copy.target.unsafeGetTensorImpl());
+      const auto k = i < model.parameters.size() ? trainer.weight_shard(i) : std::nullopt;
+      if (k)
+        const_cast<at::Tensor&>(trainer.shards()->local().at(*k)).copy_(model_file.read(t, trainer.shards()->rows(*k)));
+      if (!k || !trainer.shards()->released_between_uses(*k))
+        const_cast<at::Tensor&>(copy.target).copy_(model_file.read(t, std::nullopt));
+    }
   }
   if (train::LossScaler* loss_scaler = trainer.loss_scaler(); loss_scaler && !scaler.empty())
     loss_scaler->load_state_tensors(scaler);

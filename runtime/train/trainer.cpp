@@ -29,6 +29,23 @@
 namespace runner::train {
 namespace {
 
+// The model's group hooks, given to the weights' shards (sharded data parallel over the weights).
+class ShardedWeightHooks : public nn::ParameterGroupHooks {
+ public:
+  explicit ShardedWeightHooks(dist::ParameterShards& shards) : shards_(shards) {}
+  void before_forward(const std::string& group) override { shards_.before_forward(group); }
+  void after_forward(const std::string& group, const std::vector<at::Tensor>& outputs) override {
+    shards_.after_forward(group, outputs);
+  }
+
+ private:
+  dist::ParameterShards& shards_;
+};
+
+}  // namespace
+
+namespace {
+
 // Data parallel: how often (in steps, and after the first) the ranks check that their weights agree.
 constexpr std::int64_t kRankCheckEvery = 100;
 
@@ -222,10 +239,17 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     state.insert(state.end(), buffers.begin(), buffers.end());
     dist::broadcast_from_rank0(*group_, state);
   }
+  if (group_ && options_.shard == dist::ShardMode::weights && !model_.grouped)
+    throw std::invalid_argument(
+        "shard = \"weights\" needs a model whose forward gathers each block's weights: nn.DiT or nn.UNet (a model "
+        "built in Lua can use shard = \"gradients\")");
   if (group_ && options_.shard != dist::ShardMode::none) {
     // Sharded: the optimizer steps and the EMAs average each rank's rows of the trainable parameters.
-    shards_ =
-        std::make_unique<dist::ParameterShards>(*group_, trainable_, options_.shard, options_.data_parallel.overlap);
+    const bool weights = options_.shard == dist::ShardMode::weights;
+    shards_ = std::make_unique<dist::ParameterShards>(
+        *group_, trainable_, options_.shard, options_.data_parallel.overlap,
+        weights ? model_.grouped->parameter_groups() : std::vector<std::string>());
+    if (weights) model_.grouped->set_parameter_group_hooks(std::make_shared<ShardedWeightHooks>(*shards_));
     optimizer_->replace_params(
         [this](std::size_t g, std::size_t p) { return shards_->local().at(group_start_.at(g) + p); });
     std::map<const void*, std::int64_t> trainable_index;
@@ -239,7 +263,9 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
   }
   for (const auto& ema : emas) emas_.emplace_back(params, buffers, ema);
   if (precision_ == Precision::fp16) scaler_ = std::make_unique<LossScaler>(options_.scaler, device_);
-  if (const auto dtype = autocast_dtype(precision_); dtype && options_.cast_weights_once) {
+  // Sharded over the weights, the weights are not whole to cast at the start of a step.
+  if (const auto dtype = autocast_dtype(precision_);
+      dtype && options_.cast_weights_once && options_.shard != dist::ShardMode::weights) {
     std::vector<at::Tensor> weights;
     for (const auto& [name, p] : trainable_) weights.push_back(p);
     weight_casts_ = std::make_unique<nn::WeightCasts>(weights, *dtype);
@@ -257,7 +283,9 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
                                             options_.graph == GraphMode::off ? std::nullopt : device_graph_blocker());
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (shards_ && model_.grouped) model_.grouped->set_parameter_group_hooks(nullptr);
+}
 
 at::Tensor Trainer::global_norm(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>* per_tensor) const {
   if (shards_) {  // the norm of every rank's rows: the square root of the sum of the ranks' squared norms
@@ -407,6 +435,7 @@ Trainer::DeviceStep Trainer::device_step(const LossFunction& loss_of, const std:
     if (gradients_ && micro == count - 1) gradients_->expect_last_backward();
     if (shards_ && micro == count - 1) shards_->expect_last_backward();
     objective.backward();
+    if (shards_) shards_->finish_backward();
     micro_losses.push_back(loss.detach().reshape({}).to(at::kFloat));
   }
   at::Tensor loss_mean = micro_losses.front();
@@ -693,7 +722,7 @@ std::string Trainer::nonfinite_report(const PendingStop& pending) const {
       gradients.empty()
           ? std::string("none")
           : fmt::format("{}", fmt::join(gradients, ", ")) + (more ? fmt::format(" and {} more", more) : ""),
-      list_nonfinite(model_.parameters),
+      list_nonfinite(readable_parameters()),
       input_ranges.empty() ? std::string("not given") : fmt::format("{}", fmt::join(input_ranges, "; ")), step_);
 }
 
@@ -705,8 +734,9 @@ void Trainer::check_ranks_agree_at(std::int64_t step) {
     gradients_->check_in_step(step);
     return;
   }
-  std::vector<at::Tensor> weights;
-  for (const auto& [name, p] : trainable_) weights.push_back(p);
+  std::vector<at::Tensor> weights;  // sharded over the weights: those kept whole
+  for (std::size_t k = 0; k < trainable_.size(); ++k)
+    if (!shards_ || !shards_->released_between_uses(k)) weights.push_back(trainable_[k].second);
   dist::check_ranks_agree(*group_, weights, step);
 }
 
@@ -751,6 +781,27 @@ std::optional<std::size_t> Trainer::optimizer_state_shard(const std::string& nam
   if (!owner || owner->first >= group_start_.size()) return std::nullopt;
   const std::size_t k = group_start_[owner->first] + owner->second;
   return k < shards_->size() ? std::optional<std::size_t>(k) : std::nullopt;
+}
+
+std::optional<std::size_t> Trainer::weight_shard(std::size_t parameter) const {
+  if (!shards_ || shards_->mode() != dist::ShardMode::weights) return std::nullopt;
+  return ema_shard(parameter);
+}
+
+NamedTensorList Trainer::readable_parameters() const {
+  NamedTensorList readable = model_.parameters;
+  for (std::size_t i = 0; i < readable.size(); ++i)
+    if (const auto k = weight_shard(i)) readable[i].second = shards_->local().at(*k);
+  return readable;
+}
+
+NamedTensorList Trainer::full_model_state() {
+  NamedTensorList state = model_.parameters;
+  for (std::size_t i = 0; i < state.size(); ++i)
+    if (const auto k = weight_shard(i))
+      state[i].second = shards_->gather_one(*k, shards_->local().at(*k), "weights all_gather");
+  state.insert(state.end(), model_.buffers.begin(), model_.buffers.end());
+  return state;
 }
 
 std::optional<std::size_t> Trainer::ema_shard(std::size_t parameter) const {
@@ -800,8 +851,10 @@ Trainer::StateBytes Trainer::state_bytes() const {
     return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : std::int64_t{0};
   };
   StateBytes bytes;
-  for (const auto& [name, p] : model_.parameters) bytes.weights += bytes_of(p);
+  for (std::size_t i = 0; i < model_.parameters.size(); ++i)
+    if (!shards_ || sharded_index_.at(i) < 0) bytes.weights += bytes_of(model_.parameters[i].second);
   if (shards_) {
+    bytes.weights += shards_->parameter_bytes();
     bytes.gradients = shards_->gradient_bytes();
   } else {
     for (const auto& [name, p] : trainable_) bytes.gradients += p.numel() * static_cast<std::int64_t>(p.element_size());
@@ -822,8 +875,7 @@ Trainer::StateBytes Trainer::state_bytes() const {
 std::optional<std::string> Trainer::sharding_text() const {
   if (!shards_) return std::nullopt;
   return fmt::format("shard {} ({}), model state {:.1f} MB per rank", dist::shard_mode_name(shards_->mode()),
-                     shards_->mode() == dist::ShardMode::optimizer ? "ZeRO-1" : "ZeRO-2",
-                     static_cast<double>(state_bytes().total()) / 1e6);
+                     dist::shard_mode_zero_name(shards_->mode()), static_cast<double>(state_bytes().total()) / 1e6);
 }
 
 void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {

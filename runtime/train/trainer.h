@@ -18,6 +18,7 @@
 
 #include "runtime/dist/gradient_averager.h"
 #include "runtime/dist/parameter_shards.h"
+#include "runtime/nn/parameter_group_hooks.h"
 #include "runtime/nn/weight_casts.h"
 #include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
@@ -75,6 +76,8 @@ struct StepOptions {
 struct TrainerModel {
   NamedTensorList parameters;  // all of them; the optimizer's groups hold those that train
   NamedTensorList buffers;
+  // A model whose forward brackets its parameter groups (nn::Denoiser): sharding over the weights needs one.
+  std::shared_ptr<nn::GroupedForward> grouped;
 };
 
 // Wall time of the parts of a step, in seconds. On a CUDA device the forward/backward, optimizer and EMA
@@ -193,6 +196,14 @@ class Trainer {
   // (unsharded training, a step count, a parameter that is not trained).
   std::optional<std::size_t> optimizer_state_shard(const std::string& name) const;
   std::optional<std::size_t> ema_shard(std::size_t parameter) const;
+  // Sharding over the weights: model parameter `parameter`'s index among shards()'s, whose local() rows are its
+  // values (its full tensor is whole only during the step); nullopt otherwise.
+  std::optional<std::size_t> weight_shard(std::size_t parameter) const;
+  // The model's parameters by name, each sharded over the weights as this rank's rows (local()).
+  NamedTensorList readable_parameters() const;
+  // The model's parameters and buffers by name, whole: sharded over the weights, gathered (a collective that every
+  // rank calls); otherwise the tensors themselves.
+  NamedTensorList full_model_state();
   // For a restore: full tensors as full_optimizer_state gives them, reduced to what this rank keeps (its rows of
   // the sharded ones). The names and counts are checked by the optimizer's load.
   NamedTensorList local_optimizer_state(const NamedTensorList& full) const;

@@ -54,8 +54,11 @@
 ---@field shard? string                sharded data parallel when more than one rank trains: "none" (default: every rank
 ---                                    holds everything), "optimizer" (ZeRO-1: each rank keeps the optimizer state and
 ---                                    the EMA of its rows of each weight; gradients are reduce-scattered to their rows
----                                    and the updated rows all-gathered back) or "gradients" (ZeRO-2: the averaged
----                                    gradients too; the full gradients are freed as soon as they are reduced). Each
+---                                    and the updated rows all-gathered back), "gradients" (ZeRO-2: the averaged
+---                                    gradients too; the full gradients are freed as soon as they are reduced) or
+---                                    "weights" (ZeRO-3, FSDP's full shard: the weights of nn.DiT's blocks and
+---                                    nn.UNet's levels too, gathered for each block's forward and again for its
+---                                    backward, and released between; read them with train:model_state()). Each
 ---                                    weight is split by rows as torch.chunk splits it; a numbered child of the model
 ---                                    (`blocks.3`, a DiT block; `down.1`, a UNet level) is one collective, the rest
 ---                                    another. The numbers equal unsharded data parallel's (README, "Sharded data
@@ -175,6 +178,12 @@ function Trainer:precision() end
 ---shard, the optimizer state and the EMA are this rank's rows (TrainerOptions.shard).
 ---@return {weights: number, gradients: number, optimizer: number, ema: number, total: number}
 function Trainer:state_bytes() end
+
+---The trained model's weights and buffers as a state dict, whole. Under shard = "weights" the model holds only its
+---rows of each block between steps (reading `model:state_dict()` then fails saying so): this gathers them, a
+---collective that every rank calls (called on one rank only, it fails after the collective timeout naming it).
+---@return table<string, Tensor>
+function Trainer:model_state() end
 
 ---What CUDA graph capture (TrainerOptions.graph) has done: `captured` graphs (one per batch shape, again after a
 ---restore), steps `replayed` from them, and `eager_reason`, why steps run eagerly (nil when none did).

@@ -81,7 +81,7 @@ function runner.trainer(options)
     for k, v in pairs(options) do native_options[k] = v end
     native_options.schedule = schedule
   end
-  local trainer_native = native.new(native_options, parameters, buffers, optimizer)
+  local trainer_native = native.new(native_options, parameters, buffers, optimizer, model)
   -- FP8 is a precision of the model's Linear layers: the built-in blocks' attention and MLP layers multiply in FP8
   -- from here on (the parameters, their names and the state dict stay the same).
   if trainer_native:precision() == "fp8" and model:_set_matmul_precision("fp8") == 0 then
@@ -195,6 +195,9 @@ function Trainer:precision() return self.native:precision() end
 
 --- train:state_bytes() -> {weights, gradients, optimizer, ema, total}: bytes of model state this rank holds
 function Trainer:state_bytes() return self.native:state_bytes() end
+
+--- train:model_state() -> {name = tensor}: the trained model's state dict, whole (gathered under shard = "weights")
+function Trainer:model_state() return self.native:model_state() end
 
 --- train:graphs() -> {captured, replayed, eager_reason}: what CUDA graph capture (runner.trainer { graph = ... }) has
 --- done so far, and why steps run eagerly when they do.

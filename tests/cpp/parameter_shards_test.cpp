@@ -1,7 +1,8 @@
 // Tests of runtime/dist/parameter_shards through the trainer on 2 and 3 ranks over Gloo (threads, each its own
 // process group): each shard mode trains as unsharded data parallel does (weights, EMA, losses, gradient norms,
 // optimizer state), with uneven and empty shares, clipping and accumulation; gradients mode frees the full
-// gradients; checkpoints that each rank writes its rows of, restored at other world sizes and consolidated.
+// gradients, weights mode the blocks' weights between their uses; checkpoints that each rank writes its rows of,
+// restored at other world sizes and consolidated.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -23,6 +24,7 @@
 #include "runtime/ckpt/staged_files.h"
 #include "runtime/dist/parameter_shards.h"
 #include "runtime/dist/process_group.h"
+#include "runtime/nn/parameter_group_hooks.h"
 #include "runtime/run/checkpoint_format.h"
 #include "runtime/train/trainer.h"
 #include "tests/cpp/temp_directory.h"
@@ -34,12 +36,32 @@ namespace {
 
 constexpr std::int64_t kBatch = 12;  // divisible by 2 and 3 ranks, and by 2 micro-batches on each
 
+// The two blocks' brackets, as a built-in model's forward has them.
+struct Blocks : runner::nn::GroupedForward {
+  std::vector<std::string> parameter_groups() const override { return {"blocks.0", "blocks.1"}; }
+  void enter(const std::string& group) const { before_group(group); }
+  void leave(const std::string& group, const std::vector<at::Tensor>& outputs) const { after_group(group, outputs); }
+};
+
 struct Model {
   std::vector<std::pair<std::string, at::Tensor>> parameters;
+  std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
   at::Tensor get(const std::string& name) const {
     for (const auto& [n, t] : parameters)
       if (n == name) return t;
     throw std::logic_error(name);
+  }
+  // The weights as whole tensors: each block's read inside its bracket (sharded over the weights, a gather).
+  std::vector<at::Tensor> whole_weights() const {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> weights;
+    for (const auto& [name, p] : parameters) {
+      const std::string group = name.rfind("blocks.", 0) == 0 ? name.substr(0, 8) : std::string();
+      if (!group.empty()) blocks->enter(group);
+      weights.push_back(p.detach().clone());
+      if (!group.empty()) blocks->leave(group, {});
+    }
+    return weights;
   }
 };
 
@@ -63,11 +85,20 @@ Model make_model() {
   return model;
 }
 
+// Storage bytes of blocks.0.weight seen by the forward of blocks.1 (per call): 0 once sharding over the weights
+// released it.
+thread_local std::vector<std::size_t> block0_bytes_in_block1;
+
 at::Tensor loss_of(const Model& m, std::int64_t first, std::int64_t count) {
   static const at::Tensor x = at::cos(at::arange(kBatch * 4, at::kFloat) * 1.3).reshape({kBatch, 4});
   static const at::Tensor y = at::sin(at::arange(kBatch * 2, at::kFloat) * 0.9).reshape({kBatch, 2});
+  m.blocks->enter("blocks.0");
   at::Tensor h = at::relu(at::linear(x.narrow(0, first, count), m.get("blocks.0.weight"), m.get("blocks.0.bias")));
+  m.blocks->leave("blocks.0", {h});
+  m.blocks->enter("blocks.1");
+  block0_bytes_in_block1.push_back(m.get("blocks.0.weight").storage().nbytes());
   h = at::relu(at::linear(h, m.get("blocks.1.weight"), m.get("blocks.1.bias")));
+  m.blocks->leave("blocks.1", {h});
   return (at::linear(h, m.get("head.weight")) * m.get("scale") - y.narrow(0, first, count)).pow(2).mean();
 }
 
@@ -76,6 +107,8 @@ struct Trained {
   std::vector<double> losses, norms;
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state;  // full, as a checkpoint saves it
   std::vector<bool> full_gradient_kept;                             // after the last step, per parameter
+  std::vector<std::size_t> storage_bytes;                           // between steps, per parameter
+  std::vector<std::size_t> block0_bytes_in_block1;
   runner::train::Trainer::StateBytes bytes;
   std::int64_t skipped = 0;
 };
@@ -94,6 +127,7 @@ struct Setup {
 std::unique_ptr<runner::train::Trainer> make_trainer(const Setup& setup, const Model& model,
                                                      runner::dist::ProcessGroup& group) {
   runner::train::TrainerModel trainer_model;
+  trainer_model.grouped = model.blocks;
   runner::train::ParamGroup adamw = runner::train::default_param_group(runner::train::OptimizerKind::adamw);
   adamw.lr = 2e-2;
   for (const auto& [name, p] : model.parameters) {
@@ -135,11 +169,14 @@ std::vector<Trained> train(const Setup& setup) {
       out.norms.push_back(done.grad_norm.item<double>());
     }
     trainer.check_ranks_agree();
+    out.block0_bytes_in_block1 = block0_bytes_in_block1;
+    block0_bytes_in_block1.clear();
     for (const auto& [name, p] : model.parameters) {
-      out.weights.push_back(p.detach().clone());
-      out.ema.push_back(at::zeros_like(p).detach());
+      out.storage_bytes.push_back(p.storage().nbytes());
+      out.ema.push_back(at::empty(p.sizes(), p.options().requires_grad(false)));
       out.full_gradient_kept.push_back(p.grad().defined());
     }
+    out.weights = model.whole_weights();
     trainer.copy_ema(0, out.ema, {});
     out.optimizer_state = trainer.full_optimizer_state();
     out.bytes = trainer.state_bytes();
@@ -206,11 +243,12 @@ TEST_CASE("sharded data parallel: the row split is torch.chunk's", "[dist]") {
   // torch.chunk(arange(10), 4) gives 3, 3, 3, 1.
   CHECK(shard_rows(10, 3, 4).size() == 1);
   CHECK_THROWS_WITH(runner::dist::parse_shard_mode("zero2"),
-                    "shard must be \"none\", \"optimizer\" (ZeRO-1) or \"gradients\" (ZeRO-2), got \"zero2\"");
+                    "shard must be \"none\", \"optimizer\" (ZeRO-1), \"gradients\" (ZeRO-2) or \"weights\" (ZeRO-3), "
+                    "got \"zero2\"");
 }
 
 TEST_CASE("sharded data parallel on 2 ranks trains as unsharded data parallel does", "[dist]") {
-  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients, ShardMode::weights);
   INFO("shard " << runner::dist::shard_mode_name(mode));
   Setup setup;
   const std::vector<Trained> reference = train(setup);
@@ -229,11 +267,25 @@ TEST_CASE("sharded data parallel on 2 ranks trains as unsharded data parallel do
   CHECK(sharded[0].bytes.ema + sharded[1].bytes.ema == reference[0].bytes.ema);
   CHECK(sharded[0].bytes.optimizer + sharded[1].bytes.optimizer == reference[0].bytes.optimizer + 7 * 4);
   CHECK(sharded[0].bytes.optimizer < reference[0].bytes.optimizer);
-  CHECK(sharded[0].bytes.weights == reference[0].bytes.weights);
+  if (mode != ShardMode::weights) {
+    CHECK(sharded[0].bytes.weights == reference[0].bytes.weights);
+    return;
+  }
+  // The blocks' weights are released between their uses: the forward of blocks.1 runs without blocks.0's, and
+  // between steps each rank holds its rows of them (blocks.0: 3 of 5 rows padded, blocks.1: 2 of 3) and the root
+  // group whole (11 values) beside its rows (6).
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(sharded[rank].bytes.weights == (3 * 5 + 2 * 6 + 11 + 6) * 4);
+    CHECK(sharded[rank].storage_bytes == std::vector<std::size_t>{0, 0, 0, 0, 6 * 4, 4, 4 * 4});
+    REQUIRE(sharded[rank].block0_bytes_in_block1.size() == 10);
+    for (std::size_t bytes : sharded[rank].block0_bytes_in_block1) CHECK(bytes == 0);
+  }
+  CHECK(reference[0].block0_bytes_in_block1.front() == 5 * 4 * 4);
 }
 
 TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping and accumulation", "[dist]") {
-  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients, ShardMode::weights);
   const bool overlap = GENERATE(true, false);
   INFO("shard " << runner::dist::shard_mode_name(mode) << ", overlap " << overlap);
   Setup setup;
@@ -249,7 +301,7 @@ TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping a
 }
 
 TEST_CASE("sharded data parallel: a non-finite loss on one rank skips the step on every rank", "[dist]") {
-  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients);
+  const ShardMode mode = GENERATE(ShardMode::optimizer, ShardMode::gradients, ShardMode::weights);
   INFO("shard " << runner::dist::shard_mode_name(mode));
   Setup setup;
   setup.steps = 4;
@@ -286,10 +338,13 @@ TEST_CASE("process group: all_gather_into and reduce_scatter_into over Gloo", "[
 TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks restore them as saved", "[dist]") {
   runner::testing::TempDir run_dir("sharded-checkpoint");
   const std::string checkpoint = run_dir.path + "/" + runner::ckpt::checkpoint_path(3);
+  const ShardMode saved_mode = GENERATE(ShardMode::gradients, ShardMode::weights);
+  const bool weights = saved_mode == ShardMode::weights;
+  INFO("saved with shard " << runner::dist::shard_mode_name(saved_mode));
   Setup setup;
-  setup.shard = ShardMode::gradients;
+  setup.shard = saved_mode;
   std::vector<std::pair<std::string, at::Tensor>> saved_optimizer;
-  std::vector<at::Tensor> saved_ema;
+  std::vector<at::Tensor> saved_ema, saved_weights;
   runner::test::on_ranks(2, [&](runner::dist::ProcessGroup& group, int rank) {
     Model model = make_model();
     const auto trainer = make_trainer(setup, model, group);
@@ -297,9 +352,11 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
       trainer->step([&](std::int64_t, std::int64_t) { return loss_of(model, rank * kBatch / 2, kBatch / 2); });
     const auto optimizer_state = trainer->full_optimizer_state();
     const auto ema = trainer->full_ema_shadow(0);
+    const auto whole = model.whole_weights();
     if (rank == 0) {
       saved_optimizer = optimizer_state;
       saved_ema = ema;
+      saved_weights = whole;
       auto snapshot = runner::run::snapshot_training(*trainer, nullptr, nullptr, {}, run_dir.path, 3);
       snapshot.wait_ready();
       runner::ckpt::write_checkpoint(run_dir.path, 3, snapshot.files, snapshot.manifest_extra);
@@ -313,18 +370,27 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
   });
   // Rank 1's rows came through its staging folder, which is gone once they moved in.
   CHECK(names_in(run_dir.path + "/checkpoints") == std::vector<std::string>{"step-0000003"});
-  CHECK(names_in(checkpoint) == std::vector<std::string>{"manifest.json", "model.safetensors",
-                                                         "shard-0-of-2.safetensors", "shard-1-of-2.safetensors",
-                                                         "trainer.safetensors"});
+  // Sharded over the weights, the rank files hold the model's rows too: no rank holds it whole.
+  std::vector<std::string> files{"manifest.json", "model.safetensors", "shard-0-of-2.safetensors",
+                                 "shard-1-of-2.safetensors", "trainer.safetensors"};
+  if (weights) files.erase(files.begin() + 1);
+  CHECK(names_in(checkpoint) == files);
   // Each rank's file holds its rows only: 5 rows of blocks.0.weight split 3 and 2.
   const runner::ckpt::SafetensorsFile rank1(checkpoint + "/shard-1-of-2.safetensors");
   REQUIRE(rank1.find("ema/blocks.0.weight") != nullptr);
   CHECK(rank1.find("ema/blocks.0.weight")->shape == std::vector<std::int64_t>{2, 4});
+  CHECK((rank1.find("model/blocks.0.weight") != nullptr) == weights);
+  if (weights) CHECK(rank1.find("model/blocks.0.weight")->shape == std::vector<std::int64_t>{2, 4});
 
   SECTION("consolidated, the files are those unsharded training saves") {
     const std::vector<std::string> written = runner::ckpt::write_consolidated(checkpoint, run_dir.path + "/whole");
-    CHECK(written == std::vector<std::string>{"optimizer.safetensors", "ema.safetensors", "model.safetensors",
-                                              "trainer.safetensors"});
+    CHECK(written == (weights ? std::vector<std::string>{"model.safetensors", "optimizer.safetensors",
+                                                         "ema.safetensors", "trainer.safetensors"}
+                              : std::vector<std::string>{"optimizer.safetensors", "ema.safetensors",
+                                                         "model.safetensors", "trainer.safetensors"}));
+    const auto model = runner::ckpt::load_safetensors(run_dir.path + "/whole/model.safetensors");
+    REQUIRE(model.tensors.size() == saved_weights.size());
+    for (std::size_t i = 0; i < saved_weights.size(); ++i) CHECK(at::equal(model.tensors[i].tensor, saved_weights[i]));
     const auto optimizer = runner::ckpt::load_safetensors(run_dir.path + "/whole/optimizer.safetensors");
     REQUIRE(optimizer.tensors.size() == saved_optimizer.size());
     for (std::size_t i = 0; i < saved_optimizer.size(); ++i) {
@@ -343,7 +409,11 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
     const int ranks = GENERATE(1, 2, 3);
     Setup restored;
     restored.ranks = ranks;
-    restored.shard = ranks == 1 ? ShardMode::none : ranks == 2 ? ShardMode::optimizer : ShardMode::gradients;
+    // Each mode restores each: saved with gradients, restored as weights at 2 ranks; saved with weights, restored
+    // as optimizer at 2 and weights at 3.
+    restored.shard = ranks == 1   ? ShardMode::none
+                     : ranks == 2 ? (weights ? ShardMode::optimizer : ShardMode::weights)
+                                  : (weights ? ShardMode::weights : ShardMode::gradients);
     INFO(ranks << " ranks, shard " << runner::dist::shard_mode_name(restored.shard));
     runner::test::on_ranks(ranks, [&](runner::dist::ProcessGroup& group, int rank) {
       Model model = make_model();
@@ -358,6 +428,10 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
           throw std::logic_error("restored optimizer state differs: " + saved_optimizer[i].first);
       for (std::size_t i = 0; i < saved_ema.size(); ++i)
         if (!at::equal(ema.at(i), saved_ema[i])) throw std::logic_error("restored EMA differs: " + std::to_string(i));
+      const std::vector<at::Tensor> whole = model.whole_weights();
+      for (std::size_t i = 0; i < saved_weights.size(); ++i)
+        if (!at::equal(whole.at(i), saved_weights[i]))
+          throw std::logic_error("restored weights differ: " + std::to_string(i));
     });
   }
 
@@ -367,8 +441,9 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
       Model model = make_model();
       const auto trainer = make_trainer(Setup{1}, model, group);
       CHECK_THROWS_WITH(runner::run::restore_training(checkpoint, *trainer),
-                        Catch::Contains("/shard-1-of-2.safetensors: missing: the checkpoint was saved by 2 ranks and "
-                                        "this holds rank 1's share of its optimizer state and EMA"));
+                        Catch::Contains(std::string("/shard-1-of-2.safetensors: missing: the checkpoint was saved by 2 "
+                                                    "ranks and this holds rank 1's share of its ") +
+                                        (weights ? "weights, " : "") + "optimizer state and EMA"));
     });
     CHECK_THROWS_WITH(runner::ckpt::write_consolidated(checkpoint, run_dir.path + "/whole"),
                       Catch::Contains("shard-1-of-2.safetensors: missing"));
