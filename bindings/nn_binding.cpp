@@ -437,8 +437,8 @@ void raise_if_released(lua_State* L, torch::nn::Module& module) {
   for (const auto& item : module.named_parameters(true))
     if (item.value().numel() > 0 && item.value().storage().nbytes() == 0)
       raise_error(L, fmt::format("the model's parameter '{}' is not whole on this rank between steps: runner.trainer "
-                                 "with shard = \"weights\" keeps each rank's rows of it (read the weights from "
-                                 "train.ema or a checkpoint; the model's forward gathers them on every rank)",
+                                 "with shard = \"weights\" keeps each rank's rows of it (train:model_state() "
+                                 "gathers the weights, called on every rank)",
                                  item.key()));
 }
 

@@ -41,6 +41,7 @@ local shapes = runner.data.shapes { size = 8, count = 256, seed = 3 }
 local loader = runner.data.loader(shapes, { batch = 8, shuffle = true, seed = 3, workers = 1 })
 local function make() return nn.UNet { image = 8, channels = 8, mults = { 1, 2 }, blocks = 1, attention = {}, groups = 4, dropout = cfg.dropout } end
 local model = make()
+local params = model:parameters()  -- before the trainer: sharded over the weights, they are not whole after it
 local ddpm = cfg.objective == "flow" and runner.diffusion.flow { seed = 3 } or runner.diffusion.gaussian { timesteps = 100, seed = 3 }
 local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = cfg.lr, weight_decay = 0.01 },
                                warmup = 5, clip = cfg.clip > 0 and cfg.clip or nil, ema = 0.9, ema_model = make(),
@@ -48,7 +49,7 @@ local train = runner.trainer { model = model, optimizer = { cfg.optimizer, lr = 
                                data_parallel = { overlap = cfg.overlap }, shard = cfg.shard }
 run:restore { trainer = train, loader = loader, state = { ddpm = ddpm } }
 local losses, norms, live = {}, {}, {}
-local params, calls, held = model:parameters(), 0, nil
+local calls, held = 0, nil
 for batch in loader:iter { from = run.step, to = cfg.steps } do
   local out = train:step(batch, function(micro)
     calls = calls + 1
@@ -68,9 +69,10 @@ for batch in loader:iter { from = run.step, to = cfg.steps } do
 end
 run:checkpoint { wait = true }
 local ema = train.ema:state_dict()  -- on every rank: a sharded EMA is gathered
+local weights = train:model_state()  -- on every rank: weights sharded over the ranks are gathered
 if runner.dist.is_main then
   local result = {}
-  for name, t in pairs(model:state_dict()) do result["model." .. name] = t end
+  for name, t in pairs(weights) do result["model." .. name] = t end
   for name, t in pairs(ema) do result["ema." .. name] = t end
   result.losses = torch.tensor(losses, { dtype = "float64" })
   result.norms = torch.tensor(norms, { dtype = "float64" })
@@ -210,7 +212,7 @@ class DataParallel(GlooOnTheCpu):
 
         unsharded_state = load_file(checkpoint() / "optimizer.safetensors")
         unsharded_ema = load_file(checkpoint() / "ema.safetensors")
-        for mode, zero in (("optimizer", "ZeRO-1"), ("gradients", "ZeRO-2")):
+        for mode, zero in (("optimizer", "ZeRO-1"), ("gradients", "ZeRO-2"), ("weights", "ZeRO-3")):
             run = self.runner("--nproc", "2", "--fresh", "train.lua", f"shard={mode}", f"out={mode}.safetensors",
                               check=0)
             self.assertIn(f"sharded data parallel: shard {mode} ({zero}), model state ", run.stderr)
@@ -222,14 +224,19 @@ class DataParallel(GlooOnTheCpu):
             for key in whole:
                 torch.testing.assert_close(sharded[key], whole[key], rtol=1.3e-6, atol=1e-5,
                                            msg=lambda m: f"shard={mode}: {key}: {m}")
-            # Each rank saved its rows of the optimizer state and the EMA; consolidated, they are the files
-            # unsharded training saves.
+            # Each rank saved its rows of the optimizer state and the EMA (sharded over the weights, of the model too);
+            # consolidated, they are the files unsharded training saves.
             self.assertEqual(sorted(p.name for p in checkpoint().iterdir()),
-                             ["manifest.json", "model.safetensors", "shard-0-of-2.safetensors",
-                              "shard-1-of-2.safetensors", "trainer.safetensors"])
+                             ["manifest.json"] + ([] if mode == "weights" else ["model.safetensors"]) +
+                             ["shard-0-of-2.safetensors", "shard-1-of-2.safetensors", "trainer.safetensors"])
             done = self.runner("consolidate", "last", "-o", f"{mode}-whole", check=0)
-            self.assertRegex(done.stdout, rf"^{mode}-whole: optimizer.safetensors, ema.safetensors, "
-                                          r"model.safetensors, trainer.safetensors of run \S+ \(\w+\) step 20, whole\n$")
+            files = ("model.safetensors, optimizer.safetensors, ema.safetensors" if mode == "weights" else
+                     "optimizer.safetensors, ema.safetensors, model.safetensors")
+            self.assertRegex(done.stdout, rf"^{mode}-whole: {files}, trainer.safetensors of run \S+ \(\w+\) step 20, "
+                                          r"whole\n$")
+            consolidated = load_file(self.dir / f"{mode}-whole/model.safetensors")
+            for key in consolidated:
+                self.assertTrue(torch.equal(consolidated[key], sharded["model." + key]), f"shard={mode}: model {key}")
             # runner.load_run reads the EMA from the rank files: the consolidated one.
             self.script("load.lua", """
                 local loaded = runner.load_run("last", { device = "cpu" })
@@ -254,6 +261,15 @@ class DataParallel(GlooOnTheCpu):
         for key in gradients:
             self.assertTrue(torch.equal(again[key], gradients[key][8:] if key in ("losses", "norms") else gradients[key]),
                             f"resumed sharded run: {key}")
+        # Sharded over the weights too: the rank files hold the model's rows, and the run continues bit for bit.
+        weights = load_file(self.dir / "weights.safetensors")
+        name = self.kill_rank_1_at_step_10("resumed-weights.safetensors", "shard=weights")
+        self.runner("--nproc", "2", "--resume", name, "train.lua", "shard=weights", "out=resumed-weights.safetensors",
+                    check=0)
+        again_weights = load_file(self.dir / "resumed-weights.safetensors")
+        for key in weights:
+            self.assertTrue(torch.equal(again_weights[key], weights[key][8:] if key in ("losses", "norms") else
+                                        weights[key]), f"resumed run sharded over the weights: {key}")
         # The same sharded checkpoint continued by one process, unsharded: the same training to float rounding.
         name = self.kill_rank_1_at_step_10("single.safetensors", "shard=gradients")
         single = self.runner("--resume", name, "train.lua", "out=single.safetensors", check=0)
@@ -273,6 +289,60 @@ class DataParallel(GlooOnTheCpu):
         self.assertFalse((self.dir / "damaged-whole").exists())
         resumed = self.runner("--nproc", "2", "--resume", name, "train.lua", "shard=gradients", check=0)
         self.assertIn("checkpoints/step-0000008: shard-1-of-2.safetensors: missing", resumed.stderr)
+
+    def test_a_dit_sharded_over_the_weights_trains_as_unsharded_and_its_weights_are_not_read_between_steps(self):
+        # A class-conditional DiT with activation checkpointing: each block's weights gathered for its forward and
+        # again for its recomputation in the backward; the numbers are unsharded data parallel's.
+        self.script("dit.lua", """
+            local cfg = config { shard = "none", out = "dit.safetensors", peek = false, seed = 5 }
+            runner.start(cfg)
+            local model = nn.DiT { depth = 3, hidden = 32, heads = 2, patch = 2, image = 8, in_channels = 4,
+                                   classes = 5, checkpoint = true }
+            local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
+            local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, amp = "fp32",
+                                           objective = ddpm:objective(model), shard = cfg.shard, progress = false }
+            local losses = {}
+            for step = 1, 4 do
+              torch.manual_seed(step * 10 + runner.dist.rank)
+              local batch = { data = torch.randn({ 4, 4, 8, 8 }), label = torch.randint(0, 5, { 4 }) }
+              losses[step] = train:step(batch).loss:item()
+            end
+            if cfg.peek then print(model:state_dict()) end
+            local weights = train:model_state()
+            print(string.format("weights held between steps: %d bytes", train:state_bytes().weights))
+            if runner.dist.is_main then
+              weights.losses = torch.tensor(losses, { dtype = "float64" })
+              torch.save(weights, cfg.out)
+            end
+        """)
+        whole = self.runner("--nproc", "2", "dit.lua", check=0)
+        sharded = self.runner("--nproc", "2", "dit.lua", "shard=weights", "out=sharded.safetensors", check=0)
+        self.assertIn("sharded data parallel: shard weights (ZeRO-3), model state ", sharded.stderr)
+        expected, got = load_file(self.dir / "dit.safetensors"), load_file(self.dir / "sharded.safetensors")
+        self.assertEqual(sorted(got), sorted(expected))
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key], rtol=1.3e-6, atol=1e-5, msg=lambda m: f"{key}: {m}")
+        # The blocks' weights are held as each rank's rows between steps: fewer bytes than whole.
+        held = [int(n) for n in re.findall(r"weights held between steps: (\d+) bytes", sharded.stdout)]
+        whole_bytes = int(re.search(r"weights held between steps: (\d+) bytes", whole.stdout).group(1))
+        self.assertEqual(len(held), 1)  # rank 0's line; the other rank's output is not shown
+        self.assertLess(held[0], whole_bytes * 0.75)
+        # Reading the model's weights between steps is refused, naming the parameter and what to read instead.
+        peek = self.runner("--nproc", "2", "dit.lua", "shard=weights", "peek=true")
+        self.assertEqual(peek.returncode, 1)
+        self.assertIn("dit.lua:14: the model's parameter 'blocks.0.attn.qkv.weight' is not whole on this rank between "
+                      "steps: runner.trainer with shard = \"weights\" keeps each rank's rows of it (train:model_state() "
+                      "gathers the weights, called on every rank)", peek.stderr)
+        # A model built in Lua has no blocks to gather by: refused before the run trains.
+        self.script("lua_model.lua", """
+            runner.start(config {})
+            local model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4))
+            runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, shard = "weights", progress = false }
+        """)
+        refused = self.runner("--nproc", "2", "lua_model.lua")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("lua_model.lua:3: shard = \"weights\" needs a model whose forward gathers each block's weights: "
+                      "nn.DiT or nn.UNet (a model built in Lua can use shard = \"gradients\")", refused.stderr)
 
     def test_a_sharded_ema_read_on_one_rank_fails_naming_the_gather(self):
         # Reading a sharded EMA gathers it from every rank: read on rank 0 alone, it fails with the collective's
