@@ -432,14 +432,22 @@ int module_forward(lua_State* L) {
 // __call(self, x) == forward(x)
 int module_call(lua_State* L) { return module_forward(L); }
 
-// A parameter that sharding over the weights released between steps holds no storage: reading it is refused.
+// A parameter that sharding over the weights released between steps holds no storage: reading or writing it is
+// refused.
+bool released(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.numel() > 0 && tensor.has_storage() && tensor.storage().nbytes() == 0;
+}
+
+void raise_released(lua_State* L, const std::string& name) {
+  raise_error(L, fmt::format("the model's parameter '{}' is not whole on this rank between steps: runner.trainer "
+                             "with shard = \"weights\" keeps each rank's rows of it (train:model_state() gathers "
+                             "the weights, called on every rank)",
+                             name));
+}
+
 void raise_if_released(lua_State* L, torch::nn::Module& module) {
   for (const auto& item : module.named_parameters(true))
-    if (item.value().numel() > 0 && item.value().storage().nbytes() == 0)
-      raise_error(L, fmt::format("the model's parameter '{}' is not whole on this rank between steps: runner.trainer "
-                                 "with shard = \"weights\" keeps each rank's rows of it (train:model_state() "
-                                 "gathers the weights, called on every rank)",
-                                 item.key()));
+    if (released(item.value())) raise_released(L, item.key());
 }
 
 // m:_named_tensors(kind) -> names, tensors (kind: "parameters" or "buffers"), recursive, in registration order.
@@ -448,7 +456,6 @@ int module_named_tensors(lua_State* L) {
   const std::string kind = check_string(L, 2);
   if (kind != "parameters" && kind != "buffers") luaL_argerror(L, 2, "'parameters' or 'buffers' expected");
   const auto items = kind == "parameters" ? box.module->named_parameters(true) : box.module->named_buffers(true);
-  raise_if_released(L, *box.module);
   lua_createtable(L, static_cast<int>(items.size()), 0);
   lua_createtable(L, static_cast<int>(items.size()), 0);
   int i = 0;
@@ -667,6 +674,7 @@ int nn_load_state(lua_State* L) {
     lua_rawgeti(L, 1, static_cast<int>(i + 1));
     targets.push_back({check_string(L, -1), tensors[i]});
     lua_pop(L, 1);
+    if (released(tensors[i])) raise_released(L, targets.back().name);
   }
   std::vector<ckpt::NamedTensor> stored;
   lua_pushnil(L);

@@ -71,8 +71,20 @@ at::Tensor* test_tensor(lua_State* L, int index) {
   return box ? &box->tensor : nullptr;
 }
 
-at::Tensor& check_tensor(lua_State* L, int index) {
+at::Tensor& check_tensor_handle(lua_State* L, int index) {
   return check_userdata<TensorBox>(L, index, kTensorType, "Tensor")->tensor;
+}
+
+at::Tensor& check_tensor(lua_State* L, int index) {
+  at::Tensor& tensor = check_tensor_handle(L, index);
+  // A parameter released by sharding over the weights keeps its shape with no storage behind it.
+  if (tensor.defined() && tensor.numel() > 0 && tensor.has_storage() && !tensor.is_meta() &&
+      tensor.storage().nbytes() == 0)
+    raise_error(L,
+                "this tensor is a model parameter that runner.trainer with shard = \"weights\" holds only a "
+                "share of on this rank between steps (its shape, device and gradient can be read, not its values; "
+                "train:model_state() gathers the model's weights, called on every rank)");
+  return tensor;
 }
 
 at::Scalar check_scalar(lua_State* L, int index) {

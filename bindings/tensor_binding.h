@@ -20,7 +20,11 @@ namespace runner::bindings {
 inline constexpr const char* kTensorType = "runner.Tensor";
 
 void push_tensor(lua_State* L, at::Tensor tensor);
+// The tensor at `index`; raises a Lua error for a parameter that sharding over the weights released between steps
+// (no values behind its shape). check_tensor_handle gives it anyway: for what such a parameter still has (its shape,
+// dtype, device, gradient).
 at::Tensor& check_tensor(lua_State* L, int index);
+at::Tensor& check_tensor_handle(lua_State* L, int index);
 at::Tensor* test_tensor(lua_State* L, int index);  // nullptr when not a tensor
 
 // A Lua number as a Scalar: integer-valued numbers become integer scalars, so `int_tensor + 1` stays

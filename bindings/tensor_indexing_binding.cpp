@@ -147,7 +147,7 @@ bool push_property(lua_State* L, const at::Tensor& self, const std::string& key)
 }  // namespace
 
 int tensor_index(lua_State* L) {
-  const at::Tensor& self = check_tensor(L, 1);
+  const at::Tensor& self = lua_type(L, 2) == LUA_TSTRING ? check_tensor_handle(L, 1) : check_tensor(L, 1);
   if (lua_type(L, 2) == LUA_TSTRING) {
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(1));
@@ -162,7 +162,7 @@ int tensor_index(lua_State* L) {
 }
 
 int tensor_newindex(lua_State* L) {
-  at::Tensor& self = check_tensor(L, 1);
+  at::Tensor& self = lua_type(L, 2) == LUA_TSTRING ? check_tensor_handle(L, 1) : check_tensor(L, 1);
   if (lua_type(L, 2) == LUA_TSTRING) {
     const std::string key = lua_tostring(L, 2);
     if (key == "requires_grad") {

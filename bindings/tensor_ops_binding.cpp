@@ -325,7 +325,7 @@ int tensor_cumulative(lua_State* L) {
 // Shapes ----------------------------------------------------------------------------------------
 
 int tensor_size(lua_State* L) {
-  const Tensor& self = check_tensor(L, 1);
+  const Tensor& self = check_tensor_handle(L, 1);
   if (!lua_isnoneornil(L, 2)) {
     lua_pushnumber(L, static_cast<lua_Number>(self.size(check_dim(L, 2, self.dim()))));
     return 1;
@@ -335,12 +335,12 @@ int tensor_size(lua_State* L) {
 }
 
 int tensor_dim(lua_State* L) {
-  lua_pushnumber(L, static_cast<lua_Number>(check_tensor(L, 1).dim()));
+  lua_pushnumber(L, static_cast<lua_Number>(check_tensor_handle(L, 1).dim()));
   return 1;
 }
 
 int tensor_numel(lua_State* L) {
-  lua_pushnumber(L, static_cast<lua_Number>(check_tensor(L, 1).numel()));
+  lua_pushnumber(L, static_cast<lua_Number>(check_tensor_handle(L, 1).numel()));
   return 1;
 }
 

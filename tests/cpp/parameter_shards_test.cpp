@@ -450,3 +450,21 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
     CHECK(!std::filesystem::exists(run_dir.path + "/whole"));
   }
 }
+
+TEST_CASE("sharded data parallel over the weights: tied weights in a released group are refused", "[dist]") {
+  runner::test::on_ranks(2, [&](runner::dist::ProcessGroup& group, int) {
+    const at::Tensor shared = at::ones({4, 3}).requires_grad_(true);
+    const at::Tensor tied = shared.detach().view({3, 4}).requires_grad_(true);  // another tensor, the same storage
+    try {
+      runner::dist::ParameterShards shards(group, {{"blocks.0.weight", shared}, {"head.weight", tied}},
+                                           ShardMode::weights, true, {"blocks.0"});
+    } catch (const std::invalid_argument& error) {
+      if (std::string(error.what()) !=
+          "sharded data parallel over the weights: 'blocks.0.weight' and 'head.weight' share their storage (tied "
+          "weights), which a group's release would free for both")
+        throw std::logic_error(std::string("another error: ") + error.what());
+      return;
+    }
+    throw std::logic_error("tied weights were accepted");
+  });
+}
