@@ -1,6 +1,6 @@
 -- Runner side of bench/data_parallel.py: timed trainer steps of the DDPM UNet on random images, in one process
--- or as one rank of `runner --nproc N` (unsharded, or with shard = optimizer | gradients); rank 0 gathers every rank's
--- peak RSS and `train:state_bytes()` and prints `RESULT {json}`.
+-- or as one rank of `runner --nproc N` (unsharded, or with shard = optimizer | gradients | weights); rank 0 gathers
+-- every rank's peak RSS and `train:state_bytes()` and prints `RESULT {json}`.
 --   build/runner bench/data_parallel.lua batch=16 channels=32 steps=10
 --   build/runner --nproc 2 bench/data_parallel.lua batch=16 channels=32 steps=10 overlap=false
 --   build/runner --nproc 2 bench/data_parallel.lua batch=16 channels=32 steps=10 shard=gradients
@@ -12,7 +12,8 @@ local cfg = config {
   warmup = 3,          -- untimed steps before them
   overlap = true,      -- gradient buckets averaged during the backward pass (else after it)
   bucket_mb = 25,
-  shard = "none",      -- none, optimizer (ZeRO-1) or gradients (ZeRO-2): runner.trainer's shard (ignored by 1 process)
+  shard = "none",      -- none, optimizer (ZeRO-1), gradients (ZeRO-2) or weights (ZeRO-3): runner.trainer's shard
+                       -- (ignored by 1 process)
   seed = 0,
 }
 local dist = runner.dist

@@ -10,14 +10,17 @@ unsharded and sharded, runner against PyTorch.
 - runner: `runner bench/data_parallel.lua` (one process) and `runner --nproc W bench/data_parallel.lua`
   (W ranks over Gloo on the CPU, NCCL on GPUs), gradients averaged during the backward pass (the default) and,
   as a third row, after it (`overlap=false`). Sharded rows (left out with --no-sharded): `shard=optimizer`
-  (ZeRO-1: AdamW's moments per rank's rows) and `shard=gradients` (ZeRO-2: the averaged gradients too), W ranks.
+  (ZeRO-1: AdamW's moments per rank's rows), `shard=gradients` (ZeRO-2: the averaged gradients too) and
+  `shard=weights` (ZeRO-3: each level's weights too, gathered for its forward and its backward), W ranks.
 - PyTorch: the same model (tests/reference/models.py) in one process, and W processes started with
   torch.multiprocessing, `torch.distributed` on Gloo / NCCL and `DistributedDataParallel` with its defaults
   (25 MB buckets, all-reduce overlapped with backward); `clip_grad_norm_` and `torch.optim.AdamW`. The sharded
   peer (left out with --no-sharded) is FSDP2 on the same world: `torch.distributed.fsdp.fully_shard` on each
   level of `down` and `up` (the level's blocks, attention blocks and down/upsampling as one group, as runner's
-  `down.N` / `up.N` groups), then on the root, `reshard_after_forward=False` (ZeRO-2, SHARD_GRAD_OP), the mesh
-  from `init_device_mesh(device, (W,))`, AdamW and `clip_grad_norm_` on the sharded (DTensor) parameters.
+  `down.N` / `up.N` groups), then on the root, `reshard_after_forward=False` (ZeRO-2, SHARD_GRAD_OP) against
+  runner's gradients and `reshard_after_forward=True` on the levels (ZeRO-3, FULL_SHARD; the root unsharded after
+  the forward, as runner keeps its root group whole) against runner's weights, the mesh from
+  `init_device_mesh(device, (W,))`, AdamW and `clip_grad_norm_` on the sharded (DTensor) parameters.
 - Both sides: the batch is the global batch (each rank takes batch / W), float32 on the CPU (bf16 autocast
   on CUDA), one process gets all the cores' threads and each of W ranks cores / W. --warmup untimed steps,
   a barrier, --steps timed steps, a barrier. Rounds alternate the sides; medians are reported. Each rank reads
@@ -26,7 +29,7 @@ unsharded and sharded, runner against PyTorch.
 
 The table gives images/s for each setting, per side the W-rank scaling efficiency (W-rank images/s over one
 process's, the same cores in both), and the per-rank peak RSS. `ratio sharded X.XX` is runner shard=gradients'
-W-rank images/s over FSDP2's. The last line, `ratio X.XX`, is runner's (unsharded) W-rank images/s over PyTorch
+W-rank images/s over FSDP2's (ZeRO-2), `ratio sharded weights X.XX` runner shard=weights' over FSDP2's full shard. The last line, `ratio X.XX`, is runner's (unsharded) W-rank images/s over PyTorch
 DDP's.
 """
 
@@ -96,10 +99,10 @@ def measure_runner(runner, settings, world, overlap, shard="none"):
                             f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
 
 
-def fsdp2_shard(model, world, device):
+def fsdp2_shard(model, world, device, reshard=False):
     """FSDP2 on the reference UNet: one fully_shard group per level of `down` and `up` (the modules its forward
-    calls: blocks, attention blocks, down/upsampling), then the root (the rest), without resharding after the
-    forward (ZeRO-2)."""
+    calls: blocks, attention blocks, down/upsampling), then the root (the rest); the levels resharded after the
+    forward with `reshard` (ZeRO-3), else not (ZeRO-2)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     mesh = init_device_mesh(device.type, (world,))
@@ -107,7 +110,7 @@ def fsdp2_shard(model, world, device):
         for level in levels:
             modules = list(level.block) + list(level.attn) + [getattr(level, name) for name in ("downsample", "upsample")
                                                              if hasattr(level, name)]
-            fully_shard(modules, mesh=mesh, reshard_after_forward=False)
+            fully_shard(modules, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
     return model
 
@@ -134,8 +137,8 @@ def pytorch_rank_steps(rank, world, port, settings, results, mode):
     torch.manual_seed(settings["seed"])
     model = reference.build("unet", unet_options(settings["channels"])).to(device)
     model.train()
-    if mode == "fsdp2":
-        net = fsdp2_shard(model, world, device)
+    if mode in ("fsdp2", "fsdp2-full"):
+        net = fsdp2_shard(model, world, device, reshard=mode == "fsdp2-full")
     else:
         net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
@@ -234,7 +237,7 @@ def main():
     parser.add_argument("--runner", default="build/runner")
     parser.add_argument("--only", choices=("runner", "pytorch"))
     parser.add_argument("--no-sharded", action="store_true",
-                        help="leave out runner shard=optimizer / shard=gradients and PyTorch FSDP2")
+                        help="leave out runner shard=optimizer / gradients / weights and PyTorch FSDP2")
     parser.add_argument("--output")
     args = parser.parse_args()
     if args.batch % args.world:
@@ -252,11 +255,14 @@ def main():
         f"runner, {w} ranks, averaged after backward": ("runner", w, False, "none"),
         f"runner, {w} ranks, shard=optimizer": ("runner", w, True, "optimizer"),
         f"runner, {w} ranks, shard=gradients": ("runner", w, True, "gradients"),
+        f"runner, {w} ranks, shard=weights": ("runner", w, True, "weights"),
         "PyTorch, 1 process": ("pytorch", 1, True, "ddp"),
         f"PyTorch DDP, {w} ranks": ("pytorch", w, True, "ddp"),
         f"PyTorch FSDP2, {w} ranks": ("pytorch", w, True, "fsdp2"),
+        f"PyTorch FSDP2 full shard, {w} ranks": ("pytorch", w, True, "fsdp2-full"),
     }
-    sharded = (f"runner, {w} ranks, shard=optimizer", f"runner, {w} ranks, shard=gradients", f"PyTorch FSDP2, {w} ranks")
+    sharded = (f"runner, {w} ranks, shard=optimizer", f"runner, {w} ranks, shard=gradients",
+               f"runner, {w} ranks, shard=weights", f"PyTorch FSDP2, {w} ranks", f"PyTorch FSDP2 full shard, {w} ranks")
     rows = {name: row for name, row in rows.items()
             if args.only in (None, row[0]) and not (args.no_sharded and name in sharded)}
     print(f"DDPM UNet (channels {args.channels}) on {args.device}, global batch {args.batch}, {cores} cores; "
@@ -325,13 +331,24 @@ def main():
     elif f"PyTorch FSDP2, {w} ranks" in failures:
         print(f"ratio sharded: not measured (PyTorch FSDP2 failed: "
               f"{failures[f'PyTorch FSDP2, {w} ranks'].strip().splitlines()[0][:200]})")
+    ratio_weights = None
+    zero3_rate, full_rate = median(f"runner, {w} ranks, shard=weights"), median(f"PyTorch FSDP2 full shard, {w} ranks")
+    if zero3_rate and full_rate:
+        ratio_weights = zero3_rate / full_rate
+        zero3_rss, full_rss = (peak_rss_mb(f"runner, {w} ranks, shard=weights"),
+                               peak_rss_mb(f"PyTorch FSDP2 full shard, {w} ranks"))
+        memory = (f"; per-rank peak RSS {zero3_rss:.0f} MB vs {full_rss:.0f} MB ({zero3_rss / full_rss:.2f}x)"
+                  if zero3_rss and full_rss else "")
+        print(f"runner {w} ranks shard=weights over PyTorch FSDP2 full shard {w} ranks: {ratio_weights:.2f}x{memory}")
+        print(f"ratio sharded weights {ratio_weights:.2f}")
     versions = {"torch": torch.__version__}
     if runner is not None:
         versions["runner"] = runner_version(runner)
         versions.update(build_info(runner))
     write_record("data_parallel", machine_info(), versions,
                  {"settings": settings, "world": args.world, "rounds": args.rounds, "summary": summary,
-                  "measurements": measured, "failures": failures, "ratio_sharded": ratio_sharded}, ratio, args.output)
+                  "measurements": measured, "failures": failures, "ratio_sharded": ratio_sharded,
+                  "ratio_sharded_weights": ratio_weights}, ratio, args.output)
     if failures:
         sys.exit("data_parallel: failed: " + "; ".join(failures))
 

@@ -1,11 +1,11 @@
 -- Runner side of bench/sharded_memory.py: a DiT trained for a step or two on random latents, in one process or as
--- one rank of `runner --nproc N`, with shard = none | optimizer | gradients; every rank's `train:state_bytes()` and
+-- one rank of `runner --nproc N`, with shard = none | optimizer | gradients | weights; every rank's `train:state_bytes()` and
 -- peak RSS are gathered to rank 0, which prints `RESULT {json}` (only rank 0's stdout reaches the terminal).
 --   build/runner bench/sharded_memory.lua model=S
 --   OMP_NUM_THREADS=1 build/runner --nproc 2 bench/sharded_memory.lua model=B shard=gradients steps=1
 local cfg = config {
   model = "S",          -- S (DiT-S/2) or B (DiT-B/2), or any DiT preset name ("DiT-L/4")
-  shard = "none",       -- none, optimizer (ZeRO-1) or gradients (ZeRO-2); "weights" (ZeRO-3) does not exist yet
+  shard = "none",       -- none, optimizer (ZeRO-1), gradients (ZeRO-2) or weights (ZeRO-3)
   batch = 2,            -- per rank: the global batch is batch x ranks
   steps = 1,            -- training steps before the state is measured
   device = "cpu",
@@ -32,9 +32,10 @@ local start_rss = process_memory_bytes("VmRSS") or 0  -- LibTorch and Lua loaded
 
 local model = nn.DiT { size = size, image = 32, in_channels = 4, classes = 1000, learn_sigma = true }
 model:to(cfg.device)
-local trainable = 0
-for _, p in ipairs(model:parameters()) do
+local trainable, root = 0, 0  -- root: the parameters outside the blocks (kept whole by shard = "weights")
+for name, p in model:named_parameters() do
   if p.requires_grad then trainable = trainable + p:numel() end
+  if not name:find("^blocks%.") then root = root + p:numel() end
 end
 local ddpm = runner.diffusion.gaussian { timesteps = 1000, schedule = "linear", seed = cfg.seed }
 -- No ema_model: the averages live in the trainer's shadows (what state_bytes counts); a model to read them
@@ -68,7 +69,8 @@ if dist.is_main then
     ranks[r] = string.format('{"rank": %d, %s}', r - 1, table.concat(parts, ", "))
   end
   print(string.format('RESULT {"model": "%s", "shard": "%s", "world_size": %d, "batch_per_rank": %d, "steps": %d, ' ..
-    '"parameters": %d, "trainable": %d, "seconds": %.4f, "loss": %.6f, "precision": "%s", "threads": %d, ' ..
-    '"ranks": [%s]}', size, cfg.shard, dist.world_size, cfg.batch, cfg.steps, model:num_parameters(), trainable,
+    '"parameters": %d, "trainable": %d, "root": %d, "seconds": %.4f, "loss": %.6f, "precision": "%s", ' ..
+    '"threads": %d, "ranks": [%s]}', size, cfg.shard, dist.world_size, cfg.batch, cfg.steps, model:num_parameters(),
+    trainable, root,
     seconds, last, train:precision(), torch.get_num_threads(), table.concat(ranks, ", ")))
 end

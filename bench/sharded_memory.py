@@ -1,4 +1,4 @@
-# Benchmark: per-rank model-state memory of runner's sharded data parallel (ZeRO-1, ZeRO-2) against the formulas.
+# Benchmark: per-rank model-state memory of runner's sharded data parallel (ZeRO-1, -2, -3) against the formulas.
 """Bytes of model state each rank holds (`train:state_bytes()`: weights, gradients, AdamW moments, fp32 EMA) and
 each rank's peak RSS, for DiT-S/2 and DiT-B/2 trained with `runner.trainer { shard = ... }` at 1, 2 and 4 ranks,
 against the ZeRO formulas for runner's state (P parameters, N ranks):
@@ -6,8 +6,9 @@ against the ZeRO formulas for runner's state (P parameters, N ranks):
     shard = "none"       20 B/param (4 weights + 4 gradients + 8 AdamW + 4 EMA) on every rank
     shard = "optimizer"  8 + 12/N   (ZeRO-1: full weights and gradients, the rank's rows of AdamW and the EMA)
     shard = "gradients"  4 + 16/N   (ZeRO-2: the averaged gradients kept as the rank's rows too)
-
-shard = "weights" (ZeRO-3: 20/N plus the gathered groups) is not implemented in runner yet, so it is not measured.
+    shard = "weights"    20/N, plus 4 B for each parameter of the root group (ZeRO-3: the blocks' weights kept as
+                         the rank's rows between their uses; the root group, every parameter outside `blocks.*`,
+                         stays whole). The blocks gathered during a step are not model state: the peak RSS shows them.
 
     ~/.cache/runner/venv/bin/python bench/sharded_memory.py [--models S,B] [--ranks 1,2,4]
         [--shards none,optimizer,gradients] [--batch 2] [--steps 1] [--runner build/runner] [--output FILE]
@@ -46,19 +47,22 @@ from runner_side import find_runner  # noqa: E402
 from bench_record import build_info, machine_info, runner_version, write_record  # noqa: E402
 
 MODELS = {"S": "DiT-S/2", "B": "DiT-B/2"}
-SHARDS = ("none", "optimizer", "gradients")
+SHARDS = ("none", "optimizer", "gradients", "weights")
 PARTS = ("weights", "gradients", "optimizer", "ema", "total")
 TARGET = 0.05
 
 
-def bytes_per_parameter(shard, world):
-    """The formula for runner's per-rank state (AdamW, one fp32 EMA), in bytes per parameter."""
+def bytes_per_parameter(shard, world, root_share):
+    """The formula for runner's per-rank state (AdamW, one fp32 EMA), in bytes per parameter; `root_share`: the
+    fraction of the parameters in the root group (kept whole by shard = "weights")."""
     if world == 1 or shard == "none":
         return 20.0
     if shard == "optimizer":
         return 8 + 12 / world
     if shard == "gradients":
         return 4 + 16 / world
+    if shard == "weights":
+        return 20 / world + 4 * root_share
     raise ValueError(f"no formula for shard={shard}")
 
 
@@ -86,10 +90,10 @@ def measure(runner, model, shard, world, batch, steps):
 def summarize(result, shard, world):
     ranks = result["ranks"]
     worst = {part: max(r[part] for r in ranks) for part in PARTS}
-    per_parameter = bytes_per_parameter(shard, world)
+    per_parameter = bytes_per_parameter(shard, world, result["root"] / result["parameters"])
     formula = result["parameters"] * per_parameter
     return {"model": result["model"], "shard": shard, "world_size": world, "parameters": result["parameters"],
-            "trainable": result["trainable"], **{f"{part}_bytes": worst[part] for part in PARTS},
+            "trainable": result["trainable"], "root": result["root"], **{f"{part}_bytes": worst[part] for part in PARTS},
             "formula_bytes_per_parameter": per_parameter, "formula_bytes": formula,
             "ratio": worst["total"] / formula,
             "measured_bytes_per_parameter": worst["total"] / result["parameters"],
@@ -102,7 +106,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="S,B", help="comma-separated: S (DiT-S/2), B (DiT-B/2)")
     parser.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts")
-    parser.add_argument("--shards", default=",".join(SHARDS), help="comma-separated: none, optimizer, gradients")
+    parser.add_argument("--shards", default=",".join(SHARDS), help="comma-separated: none, optimizer, gradients, weights")
     parser.add_argument("--batch", type=int, default=2, help="latents per rank")
     parser.add_argument("--steps", type=int, default=1, help="training steps before measuring")
     parser.add_argument("--runner", default="build/runner")
@@ -117,8 +121,6 @@ def main():
         parser.error("--ranks: rank counts are at least 1")
     shards = [s.strip() for s in args.shards.split(",") if s.strip()]
     for shard in shards:
-        if shard == "weights":
-            parser.error('--shards: shard = "weights" (ZeRO-3) is not implemented in runner yet')
         if shard not in SHARDS:
             parser.error(f"--shards: unknown mode {shard!r} (known: {', '.join(SHARDS)})")
     runner = find_runner(args.runner)
