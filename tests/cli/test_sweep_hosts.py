@@ -217,9 +217,15 @@ class SweepOnTwoHosts(RunnerHomeTest):
     def test_a_host_that_resumes_after_its_trial_was_taken_over_writes_nothing_more(self):
         """Issue 50, item 5: alpha (its worker and its trial) is stopped past takeover_after, beta takes the trial over
         and finishes it, then alpha resumes: its trial's process stops at its first write, with the reason, and its
-        worker reports the trial lost, not finished. The trial's metric `writer` says which host logged each step."""
-        self.script("synthetic.lua", holding(CHECKPOINTING).replace(
-            "run:log { score =", 'run:log { writer = tonumber(os.getenv("TEST_WRITER")), score ='))
+        worker reports the trial lost, not finished. The trial's metric `writer` says which host logged each step.
+        Alpha's first write after it resumes is a checkpoint of step 7 (beta saves none of that step): refused before
+        it is published, so the run folder never has it."""
+        script = holding(CHECKPOINTING).replace(
+            "run:log { score =", 'run:log { writer = tonumber(os.getenv("TEST_WRITER")), score =')
+        released = '      if runner.clock() - since > 300 then error("not released within 300 s") end\n    end\n'
+        self.assertIn(released, script)
+        self.script("synthetic.lua", script.replace(
+            released, released + '    if os.getenv("TEST_WRITER") == "1" then run:checkpoint() end\n'))
         self.script("fence.lua", """return runner.sweep {
           script = "synthetic.lua", parameters = { width = { 1 } },
           fixed = { steps = 30, sleep = 0.1, checkpoint_every = 5, hold_at = 7 }, method = "grid", metric = "score",
@@ -236,7 +242,17 @@ class SweepOnTwoHosts(RunnerHomeTest):
         groups = (alpha.pid, int(pid))  # alpha's worker and its trial, each in its own process group
         for group in groups:
             os.killpg(group, signal.SIGSTOP)  # alpha stops as a paused host does
-        self.addCleanup(lambda: [os.killpg(group, signal.SIGCONT) for group in groups if alpha.poll() is None])
+
+        def end_alpha():  # a failure below leaves no stopped process behind: resumed, killed and reaped
+            for group in groups:
+                for sent in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(group, sent)
+                    except ProcessLookupError:
+                        pass  # ended (and, for alpha's worker, reaped below or already)
+            if alpha.poll() is None:
+                alpha.wait(timeout=60)
+        self.addCleanup(end_alpha)
         stopped = time.time()
         beta = self.on_host("beta", "sweep", "--join", "fence", log=beta_log, env={"TEST_WRITER": "2"})
         self.wait_until("SELECT attempt FROM attempts WHERE host = 'beta'", "beta taking the trial over", timeout=120)
@@ -258,6 +274,9 @@ class SweepOnTwoHosts(RunnerHomeTest):
         trial_log = (self.home / "sweeps" / "fence" / "trial-0001.log").read_text()
         self.assertIn("runner: trial 1 of sweep fence was taken over by host beta (generation 3, this process has 1); "
                       "this process stops without writing\n", trial_log)
+        run_dir = self.home / self.sql("SELECT dir FROM runs")[0][0]
+        self.assertEqual(sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")),
+                         ["step-0000020", "step-0000025", "step-0000030"])  # beta's last three; no step 7
         # Nothing alpha's process did after the takeover reached the index: beta logged every step after its
         # checkpoint of step 5; alpha's rows are the steps before, logged before alpha stopped.
         writers = self.sql("SELECT step, value, time FROM metrics WHERE key = 'writer' ORDER BY step")
