@@ -35,6 +35,7 @@
 #include "runtime/core/disk_usage.h"
 #include "runtime/core/exit_status.h"
 #include "runtime/core/launch_context.h"
+#include "tests/cpp/postgres_index.h"
 #include "tests/cpp/temp_directory.h"
 #include "tests/cpp/test_index_location.h"
 #include "runtime/index/final_status.h"
@@ -152,77 +153,7 @@ bool eventually(Condition condition, double seconds = 5.0) {
   return condition();
 }
 
-// A fresh database on the PostgreSQL server of the test run, made the process's index (LaunchContext::index_url)
-// while this lives: ctest starts the server (tests/cli/postgres_server.py start DIR, a fixture in
-// tests/CMakeLists.txt) and names DIR in RUNNER_TEST_POSTGRES, where the script leaves the server's URL in `url`, or
-// why there is none in `unavailable`.
-class PostgresIndex {
- public:
-  PostgresIndex() : saved_(runner::core::launch_context()) {
-    const char* state = std::getenv("RUNNER_TEST_POSTGRES");
-    if (!state || !*state) {
-      reason_ =
-          "no PostgreSQL server: RUNNER_TEST_POSTGRES is not set (ctest sets it to the folder of the server that "
-          "tests/cli/postgres_server.py starts)";
-      return;
-    }
-    const std::string folder = state;
-    if (!exists(folder + "/url")) {
-      reason_ = exists(folder + "/unavailable") ? "no PostgreSQL server: " + read_file(folder + "/unavailable")
-                                                : "no PostgreSQL server: " + folder + "/url is missing";
-      while (!reason_.empty() && reason_.back() == '\n') reason_.pop_back();
-      return;
-    }
-    std::string url = read_file(folder + "/url");
-    while (!url.empty() && (url.back() == '\n' || url.back() == '\r')) url.pop_back();
-    admin_url_ = url;
-    static int databases = 0;
-    name_ = "index_test_" + std::to_string(::getpid()) + "_" + std::to_string(++databases);
-    Database::postgresql(admin_url_, false).execute("CREATE DATABASE " + name_);
-    runner::core::LaunchContext context = saved_;
-    context.index_url = admin_url_.substr(0, admin_url_.rfind('/') + 1) + name_;
-    runner::core::set_launch_context(context);
-  }
-  ~PostgresIndex() {
-    runner::core::set_launch_context(saved_);
-    if (name_.empty()) return;
-    try {
-      Database::postgresql(admin_url_, false).execute("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
-    } catch (const std::exception&) {  // the server goes with its folder at the end of the run
-    }
-  }
-  PostgresIndex(const PostgresIndex&) = delete;
-  PostgresIndex& operator=(const PostgresIndex&) = delete;
-
-  bool available() const { return !name_.empty(); }
-  const std::string& reason() const { return reason_; }
-
- private:
-  runner::core::LaunchContext saved_;
-  std::string admin_url_;
-  std::string name_;
-  std::string reason_;
-};
-
 }  // namespace
-
-// A test case that runs on the SQLite index in its home directory and again, as "<name> (PostgreSQL)" tagged
-// [postgresql], on a fresh database of the test run's PostgreSQL server; without a server that one says why it
-// skips. The body opens the index with open_index_for_writing(runner::testing::index_at(home)), which takes the server
-// from the launch context, so the same statements run against both.
-#define INDEX_TEST_CASE(name, tags) INDEX_TEST_CASE_ON_BOTH(name, tags, INTERNAL_CATCH_UNIQUE_NAME(index_case_))
-#define INDEX_TEST_CASE_ON_BOTH(name, tags, body)        \
-  static void body();                                    \
-  TEST_CASE(name, tags) { body(); }                      \
-  TEST_CASE(name " (PostgreSQL)", tags "[postgresql]") { \
-    const PostgresIndex server;                          \
-    if (!server.available()) {                           \
-      WARN("SKIP: " << server.reason());                 \
-      return;                                            \
-    }                                                    \
-    body();                                              \
-  }                                                      \
-  static void body()
 
 // ---------------------------------------------------------------------------------------------------------
 // Opening and migrating
@@ -1300,7 +1231,7 @@ class ScopedEnvironment {
 
 TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_IDLE_TIMEOUT and the others go on",
           "[index][postgresql]") {
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;
@@ -1328,7 +1259,7 @@ TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_ID
 
 TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTIONS over those and the URL's over all",
           "[index][postgresql]") {
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;
@@ -1357,7 +1288,7 @@ TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTION
 
 TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TIMEOUT fails naming it",
           "[index][postgresql]") {
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;
@@ -1388,7 +1319,7 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
 }
 
 TEST_CASE("a transaction held between its round trips holds up no writer of another run", "[index][postgresql]") {
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;
@@ -1435,7 +1366,7 @@ TEST_CASE("a transaction held between its round trips holds up no writer of anot
 
 TEST_CASE("a server that stops answering mid-session is given up after the statement timeout and 10 s more",
           "[index][postgresql]") {
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;
@@ -2086,7 +2017,7 @@ TEST_CASE("a fresh index has the same tables, columns, keys, indexes and trigger
     sqlite = describe_schema(db);
   }
   REQUIRE_FALSE(sqlite.empty());
-  const PostgresIndex server;
+  const runner::testing::PostgresIndex server;
   if (!server.available()) {
     WARN("SKIP: " << server.reason());
     return;

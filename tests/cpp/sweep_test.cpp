@@ -29,6 +29,7 @@
 #include "runtime/sweep/sweep_spec.h"
 #include "runtime/sweep/sweep_worker.h"
 #include "runtime/sweep/trial_store.h"
+#include "tests/cpp/postgres_index.h"
 #include "tests/cpp/temp_directory.h"
 #include "tests/cpp/test_index_location.h"
 
@@ -261,7 +262,7 @@ TEST_CASE("a trial taken over is no longer its old worker's: its heartbeat and i
   CHECK(again->ended_at == ended->ended_at);
 }
 
-TEST_CASE("two workers claiming at once through their own connections never get the same trial") {
+INDEX_TEST_CASE("two workers claiming at once through their own connections never get the same trial", "[sweep]") {
   runner::testing::TempDir home("sweep-race");
   constexpr int kTrials = 100;
   json points = json::array();
