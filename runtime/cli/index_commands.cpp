@@ -14,6 +14,7 @@
 #include "runtime/index/read_query.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/run_store.h"
+#include "runtime/cli/run_groups.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/run_loading.h"
 #include "runtime/core/byte_size_text.h"
@@ -46,9 +47,10 @@ database, and RUNNER_HOME holds the run folders only):
   runner query "SQL" [--csv|--json] [--timeout S] [--limit N]
                                       read-only SQL over the index (schema: docs/index-schema.md); stops
                                       after 30 s (--timeout 0: never); a table shows 1000 rows (--limit 0: all)
-  runner report RUN... [-o report.html] [--metrics a,b] [--x step|time|relative]
+  runner report RUN... [-o report.html] [--metrics a,b] [--x step|time|relative] [--group | --group-by KEYS]
                                       one self-contained HTML file: curves (over the step, the wall-clock
-                                      time or the time since each run started), config, latest sample grids
+                                      time or the time since each run started), config, latest sample grids;
+                                      --group(-by): a mean line and min..max band per group, as runs --group
   runner report SWEEP [-o sweep.html] [--x step|time|relative]
                                       the sweep's objective against each parameter, every trial's curve
                                       (pruned ones dashed), the trials and the best one's command line
@@ -146,8 +148,8 @@ int query_command(int argc, char** argv) {
 }
 
 int report_command(int argc, char** argv) {
-  const ParsedArguments arguments =
-      parse_arguments(argc, argv, {"-o", "--output", "--metrics", "--title", "--x"}, {"--sweep"});
+  const ParsedArguments arguments = parse_arguments(
+      argc, argv, {"-o", "--output", "--metrics", "--title", "--x", "--group-by"}, {"--sweep", "--group"});
   if (arguments.positional.empty()) throw UsageError("expected one or more RUNs");
   const std::string x = arguments.value("--x").value_or("step");
   const std::optional<report::XAxis> x_axis = report::x_axis_named(x);
@@ -163,12 +165,28 @@ int report_command(int argc, char** argv) {
   }
   const double now = index::now_seconds();
   std::vector<report::ReportRun> runs;
+  std::vector<index::RunRecord> records;
   std::optional<std::vector<std::string>> chosen;
   if (auto metrics = arguments.value("--metrics")) chosen = split_keys(*metrics);
-  for (const auto& reference : arguments.positional)
-    runs.push_back(report::load_report_run(db, home, index::resolve_run(db, reference, last_among(arguments)), chosen,
-                                           now, *x_axis));
+  for (const auto& reference : arguments.positional) {
+    records.push_back(index::resolve_run(db, reference, last_among(arguments)));
+    runs.push_back(report::load_report_run(db, home, records.back(), chosen, now, *x_axis));
+  }
   report::ReportOptions options;
+  if (arguments.has("--group") || arguments.value("--group-by")) {
+    std::vector<const index::RunRecord*> shown;
+    for (const index::RunRecord& record : records) shown.push_back(&record);
+    const std::optional<std::vector<std::string>> group_by =
+        arguments.value("--group-by") ? std::optional(split_keys(*arguments.value("--group-by"))) : std::nullopt;
+    const RunGrouping grouping =
+        group_runs_by(shown, std::vector<std::vector<std::optional<double>>>(shown.size()), group_by);
+    for (const RunGroup& group : grouping.groups) {
+      report::CurveGroup curves{group_label(group, grouping.keys), {}};
+      for (const index::RunRecord* member : group.runs)
+        curves.runs.push_back(static_cast<std::size_t>(member - records.data()));
+      options.groups.push_back(std::move(curves));
+    }
+  }
   options.title = arguments.value("--title").value_or(
       runs.size() == 1 ? "runner report: " + runs[0].name : fmt::format("runner report: {} runs", runs.size()));
   options.generated_at = core::local_time_text(now);

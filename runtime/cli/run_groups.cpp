@@ -2,12 +2,16 @@
 #include "runtime/cli/run_groups.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 
 #include "runtime/cli/command_support.h"
+#include "runtime/core/did_you_mean.h"
+#include "runtime/core/json_text.h"
 #include "runtime/core/number_text.h"
 
 namespace runner::cli {
@@ -61,6 +65,43 @@ std::vector<std::string> default_group_keys(const std::vector<const index::RunRe
       for (const auto& [key, value] : run->config.items())
         if (key != "seed") keys.insert(key);
   return {keys.begin(), keys.end()};
+}
+
+RunGrouping group_runs_by(const std::vector<const index::RunRecord*>& runs,
+                          const std::vector<std::vector<std::optional<double>>>& values,
+                          const std::optional<std::vector<std::string>>& group_by, const std::string& option) {
+  RunGrouping grouping;
+  grouping.keys = group_by ? *group_by : default_group_keys(runs);
+  if (group_by && !runs.empty()) {
+    std::set<std::string> names;
+    for (const index::RunRecord* run : runs)
+      if (run->config.is_object())
+        for (const auto& [key, value] : run->config.items()) names.insert(key);
+    const std::vector<std::string> known(names.begin(), names.end());
+    for (const std::string& key : grouping.keys)
+      if (!names.count(key))
+        throw UsageError(fmt::format("{} '{}': no run shown has it (known: {}){}", option, key, fmt::join(known, ", "),
+                                     core::did_you_mean(key, known)));
+  }
+  grouping.groups = group_runs(runs, values, grouping.keys);
+  if (!group_by) {  // --group: the keys that tell the groups apart
+    for (std::size_t k = grouping.keys.size(); k-- > 0;) {
+      const bool varies = std::any_of(grouping.groups.begin(), grouping.groups.end(),
+                                      [&](const RunGroup& g) { return g.key[k] != grouping.groups.front().key[k]; });
+      if (varies) continue;
+      grouping.keys.erase(grouping.keys.begin() + static_cast<std::ptrdiff_t>(k));
+      for (RunGroup& group : grouping.groups) group.key.erase(group.key.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  return grouping;
+}
+
+std::string group_label(const RunGroup& group, const std::vector<std::string>& keys) {
+  std::vector<std::string> parts;
+  for (std::size_t k = 0; k < keys.size(); ++k)
+    parts.push_back(keys[k] + "=" +
+                    (group.key[k].is_string() ? group.key[k].get<std::string>() : core::json_text(group.key[k])));
+  return parts.empty() ? "all runs" : fmt::format("{}", fmt::join(parts, " "));
 }
 
 Table group_table(const std::vector<RunGroup>& groups, const std::vector<std::string>& keys,

@@ -258,20 +258,11 @@ int runs_command(int argc, char** argv) {
       shown.push_back(line.run);
       values.push_back(line.values);
     }
-    std::vector<std::string> keys =
-        arguments.value("--group-by") ? split_list(*arguments.value("--group-by")) : default_group_keys(shown);
-    for (const std::string& key : keys)
-      if (!runs.empty() && !config_names.count(key)) refuse_unknown("--group-by", key, config_names);
-    std::vector<RunGroup> groups = group_runs(shown, values, keys);
-    if (!arguments.value("--group-by")) {  // --group: the keys that tell the groups apart
-      for (std::size_t k = keys.size(); k-- > 0;) {
-        const bool varies = std::any_of(groups.begin(), groups.end(),
-                                        [&](const RunGroup& g) { return g.key[k] != groups.front().key[k]; });
-        if (varies) continue;
-        keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(k));
-        for (RunGroup& group : groups) group.key.erase(group.key.begin() + static_cast<std::ptrdiff_t>(k));
-      }
-    }
+    const std::optional<std::vector<std::string>> group_by =
+        arguments.value("--group-by") ? std::optional(split_list(*arguments.value("--group-by"))) : std::nullopt;
+    RunGrouping grouping = group_runs_by(shown, values, group_by);
+    const std::vector<std::string>& keys = grouping.keys;
+    std::vector<RunGroup>& groups = grouping.groups;
     if (sorted_by_metric) {
       const auto position = std::find(metrics.begin(), metrics.end(), *sort);
       if (position != metrics.end()) {

@@ -17,6 +17,7 @@
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/json_text.h"
 #include "runtime/core/duration_text.h"
+#include "runtime/core/number_text.h"
 
 namespace runner::report {
 
@@ -50,6 +51,21 @@ const std::string& run_colour(std::size_t run_index) {
   static const std::array<std::string, 10> kTab10 = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
   return kTab10[run_index % kTab10.size()];
+}
+
+std::size_t run_colour_slot(std::int64_t run_number) {
+  return run_number > 0 ? static_cast<std::size_t>(run_number - 1) : 0;
+}
+
+std::vector<MetricSection> metric_sections(const std::vector<std::string>& ordered_keys) {
+  std::vector<MetricSection> sections;
+  for (const std::string& key : ordered_keys) {
+    const std::size_t slash = key.find('/');
+    const std::string prefix = slash == std::string::npos ? "" : key.substr(0, slash + 1);
+    if (sections.empty() || sections.back().prefix != prefix) sections.push_back({prefix, {}});
+    sections.back().keys.push_back(key);
+  }
+  return sections;
 }
 
 std::vector<std::string> ordered_metric_keys(std::set<std::string> keys) {
@@ -138,8 +154,12 @@ std::vector<std::string> run_labels(const std::vector<ReportRun>& runs) {
   return labels;
 }
 
-std::string swatch(std::size_t run_index) {
-  return fmt::format("<span class=\"swatch\" style=\"background:{}\"></span>", run_colour(run_index));
+std::size_t colour_slot(const std::vector<ReportRun>& runs, std::size_t position) {
+  return runs[position].colour_slot.value_or(position);
+}
+
+std::string swatch(std::size_t slot) {
+  return fmt::format("<span class=\"swatch\" style=\"background:{}\"></span>", run_colour(slot));
 }
 
 std::string status_badge(const std::string& status) {
@@ -221,7 +241,7 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
     fmt::format_to(out,
                    "<tr><td class=\"id\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>"
                    "<td class=\"num\">{}</td>",
-                   swatch(r), escape_html(run.id), escape_html(labels[r]), status_badge(run.status),
+                   swatch(colour_slot(runs, r)), escape_html(run.id), escape_html(labels[r]), status_badge(run.status),
                    escape_html(run.started), core::duration_text(run.duration_seconds), run.step);
     if (tags) {
       html += "<td>";
@@ -245,8 +265,8 @@ void append_run_table(std::string& html, const std::vector<ReportRun>& runs, con
     if (!runs[r].error) continue;
     fmt::format_to(out,
                    "<div class=\"run-error\"><h3>{}{} <span class=\"meta mono\">{}</span> {}</h3><pre>{}</pre></div>\n",
-                   swatch(r), escape_html(labels[r]), escape_html(runs[r].id), status_badge(runs[r].status),
-                   escape_html(*runs[r].error));
+                   swatch(colour_slot(runs, r)), escape_html(labels[r]), escape_html(runs[r].id),
+                   status_badge(runs[r].status), escape_html(*runs[r].error));
   }
   html += "</section>\n";
 }
@@ -255,16 +275,24 @@ void append_charts(std::string& html, const std::vector<ReportRun>& runs, const 
   html += "<section class=\"metrics\">\n<h2>Metrics</h2>\n";
   const std::vector<std::string> keys = metric_keys(runs);
   if (keys.empty()) html += "<p class=\"note\">No metrics were logged.</p>\n";
-  html += "<div class=\"charts\">\n";
-  for (const auto& key : keys) {
-    ChartOptions chart;
-    chart.max_points_per_series = options.max_points_per_series;
-    chart.x_axis = options.x_axis;
-    html += "<figure class=\"chart\">\n";
-    html += render_metric_chart(runs, key, chart);
-    html += "</figure>\n";
+  const std::vector<MetricSection> sections = metric_sections(keys);
+  for (std::size_t s = 0; s < sections.size(); ++s) {
+    // A heading per prefix; keys without one that follow a prefix's charts are headed too, so none looks like its.
+    if (!sections[s].prefix.empty() || s > 0)
+      fmt::format_to(std::back_inserter(html), "<h3 class=\"metric-prefix\">{}</h3>\n",
+                     sections[s].prefix.empty() ? "other metrics" : escape_html(sections[s].prefix));
+    html += "<div class=\"charts\">\n";
+    for (const auto& key : sections[s].keys) {
+      ChartOptions chart;
+      chart.max_points_per_series = options.max_points_per_series;
+      chart.x_axis = options.x_axis;
+      html += "<figure class=\"chart\">\n";
+      html += render_metric_chart(runs, key, chart, options.groups);
+      html += "</figure>\n";
+    }
+    html += "</div>\n";
   }
-  html += "</div>\n</section>\n";
+  html += "</section>\n";
 }
 
 void append_config_table(std::string& html, const std::vector<ReportRun>& runs,
@@ -305,7 +333,8 @@ void append_config_table(std::string& html, const std::vector<ReportRun>& runs,
                    keys.size());
   }
   html += "<div class=\"table-wrap\"><table>\n<thead><tr><th>key</th>";
-  for (std::size_t r = 0; r < runs.size(); ++r) fmt::format_to(out, "<th>{}{}</th>", swatch(r), escape_html(labels[r]));
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    fmt::format_to(out, "<th>{}{}</th>", swatch(colour_slot(runs, r)), escape_html(labels[r]));
   html += "</tr></thead>\n<tbody>\n";
   html += rows;
   html += "</tbody></table></div>\n</section>\n";
@@ -337,8 +366,8 @@ void append_samples(std::string& html, const std::vector<ReportRun>& runs, const
     if (runs[r].images.empty()) continue;
     std::map<std::string, std::vector<const ReportImage*>> by_name;
     for (const ReportImage& image : runs[r].images) by_name[image.name].push_back(&image);
-    fmt::format_to(out, "<h3>{}{} <span class=\"meta mono\">{}</span></h3>\n<div class=\"samples\">\n", swatch(r),
-                   escape_html(labels[r]), escape_html(runs[r].id));
+    fmt::format_to(out, "<h3>{}{} <span class=\"meta mono\">{}</span></h3>\n<div class=\"samples\">\n",
+                   swatch(colour_slot(runs, r)), escape_html(labels[r]), escape_html(runs[r].id));
     for (auto& [name, images] : by_name) {
       std::stable_sort(images.begin(), images.end(),
                        [](const ReportImage* a, const ReportImage* b) { return a->step > b->step; });
@@ -383,13 +412,82 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const ReportO
 
 const char* report_style() { return kStyle; }
 
-std::string render_metric_chart(const std::vector<ReportRun>& runs, const std::string& key, ChartOptions options) {
+namespace {
+
+// A run's floor of metric `key`: its summary's `KEY_floor`, else the latest finite value it logged under that name.
+std::optional<double> metric_floor(const ReportRun& run, const std::string& key) {
+  const std::string name = key + "_floor";
+  if (const nlohmann::json* value = find_key(run.summary, name); value != nullptr && value->is_number())
+    return value->get<double>();
+  const auto found = run.metrics.find(name);
+  if (found == run.metrics.end()) return std::nullopt;
+  for (auto it = found->second.rbegin(); it != found->second.rend(); ++it)
+    if (std::isfinite(it->second)) return it->second;
+  return std::nullopt;
+}
+
+// A group's series: at each x any of its runs has, the mean of their finite values, the band their lowest and highest.
+ChartSeries group_series(const std::vector<ReportRun>& runs, const CurveGroup& group, const std::string& key,
+                         std::string colour, std::string dash_pattern) {
+  struct Spread {
+    double sum = 0, low = 0, high = 0;
+    std::size_t count = 0;
+  };
+  std::map<double, Spread> at;
+  for (std::size_t r : group.runs) {
+    const auto found = runs[r].metrics.find(key);
+    if (found == runs[r].metrics.end()) continue;
+    for (const auto& [x, value] : found->second) {
+      if (!std::isfinite(value)) continue;
+      Spread& spread = at[x];
+      spread.low = spread.count ? std::min(spread.low, value) : value;
+      spread.high = spread.count ? std::max(spread.high, value) : value;
+      spread.sum += value;
+      ++spread.count;
+    }
+  }
+  ChartSeries series{fmt::format("{} ({} run{})", group.label, group.runs.size(), group.runs.size() == 1 ? "" : "s"),
+                     std::move(colour),
+                     std::move(dash_pattern),
+                     {},
+                     {},
+                     {}};
+  for (const auto& [x, spread] : at) {
+    series.points.emplace_back(x, spread.sum / static_cast<double>(spread.count));
+    series.band_low.emplace_back(x, spread.low);
+    series.band_high.emplace_back(x, spread.high);
+  }
+  return series;
+}
+
+}  // namespace
+
+std::string render_metric_chart(const std::vector<ReportRun>& runs, const std::string& key, ChartOptions options,
+                                const std::vector<CurveGroup>& groups) {
   const std::vector<std::string> labels = run_labels(runs);
   std::vector<ChartSeries> series;
+  if (groups.empty()) {
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      const auto found = runs[r].metrics.find(key);
+      if (found == runs[r].metrics.end() || found->second.empty()) continue;
+      const std::size_t slot = colour_slot(runs, r);
+      series.push_back({labels[r], run_colour(slot), run_dash_pattern(slot), found->second, {}, {}});
+    }
+  } else {
+    for (const CurveGroup& group : groups) {
+      if (group.runs.empty()) continue;
+      const std::size_t slot = colour_slot(runs, group.runs.front());
+      ChartSeries one = group_series(runs, group, key, run_colour(slot), run_dash_pattern(slot));
+      if (!one.points.empty()) series.push_back(std::move(one));
+    }
+    options.legend_note = "each group: the mean of its runs, over a band from their lowest to their highest value";
+  }
+  std::set<double> floors;
   for (std::size_t r = 0; r < runs.size(); ++r) {
-    const auto found = runs[r].metrics.find(key);
-    if (found == runs[r].metrics.end() || found->second.empty()) continue;
-    series.push_back({labels[r], run_colour(r), run_dash_pattern(r), found->second});
+    const std::optional<double> floor = metric_floor(runs[r], key);
+    if (!floor || !floors.insert(*floor).second || runs[r].metrics.find(key) == runs[r].metrics.end()) continue;
+    options.reference_lines.push_back(
+        {*floor, fmt::format("{}_floor {}", key, core::number_text(*floor)), run_colour(colour_slot(runs, r))});
   }
   options.title = key;
   return render_line_chart(series, options);

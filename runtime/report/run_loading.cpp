@@ -133,6 +133,7 @@ ReportRun load_report_run(index::Database& db, const std::string& home, const in
                           const std::optional<std::vector<std::string>>& keys, double now, XAxis x) {
   ReportRun run;
   run.id = record.id;
+  run.colour_slot = run_colour_slot(record.run);
   run.name = record.name;
   run.status = index::effective_status(record, now);
   run.started = core::local_time_text(record.started_at).substr(0, 16);

@@ -354,10 +354,15 @@ std::string values_attribute(const SeriesPoints& points) {
 // cut to the zoomed range and downsampled.
 struct DrawnSeries {
   SeriesPoints shown;
-  SeriesPoints raw;  // empty unless smoothed
+  SeriesPoints raw;                  // empty unless smoothed
+  SeriesPoints band_low, band_high;  // the spread of a group, as given
 };
 DrawnSeries drawn_series(const ChartSeries& series, const ChartOptions& options) {
   DrawnSeries drawn;
+  drawn.band_low =
+      downsample_min_max(points_in_range(series.band_low, options.step_range), options.max_points_per_series);
+  drawn.band_high =
+      downsample_min_max(points_in_range(series.band_high, options.step_range), options.max_points_per_series);
   if (options.smoothing > 0 && finite_count(series.points) >= kSparsePoints) {
     drawn.shown = downsample_min_max(points_in_range(smoothed(series.points, options.smoothing), options.step_range),
                                      options.max_points_per_series);
@@ -366,6 +371,38 @@ DrawnSeries drawn_series(const ChartSeries& series, const ChartOptions& options)
     drawn.shown = downsample_min_max(points_in_range(series.points, options.step_range), options.max_points_per_series);
   }
   return drawn;
+}
+
+// A group's band: the area between its highest and lowest values, faded in its colour.
+void append_band(std::string& svg, const ChartSeries& series, const DrawnSeries& drawn, const Frame& frame) {
+  std::string points;
+  auto add = [&](double x, double value) {
+    const double px = frame.x(x), py = frame.y(value);
+    if (std::isfinite(px) && std::isfinite(py))
+      fmt::format_to(std::back_inserter(points), "{}{:.1f},{:.1f}", points.empty() ? "" : " ", px, py);
+  };
+  for (const auto& [x, value] : drawn.band_high)
+    if (std::isfinite(value)) add(x, value);
+  for (auto it = drawn.band_low.rbegin(); it != drawn.band_low.rend(); ++it)
+    if (std::isfinite(it->second)) add(it->first, it->second);
+  if (points.empty()) return;
+  fmt::format_to(
+      std::back_inserter(svg),
+      "<polygon class=\"band\" fill=\"{}\" fill-opacity=\"0.2\" stroke=\"none\" points=\"{}\"><title>{}</title>"
+      "</polygon>\n",
+      escape_html(series.colour), points, escape_html(series.label));
+}
+
+// A reference line across the plot at its value, dashed, its label at its right end.
+void append_reference_line(std::string& svg, const ReferenceLine& line, const Frame& frame) {
+  const double y = frame.y(line.value);
+  if (!std::isfinite(y)) return;
+  fmt::format_to(std::back_inserter(svg),
+                 "<g class=\"reference-line\" data-value=\"{:.6g}\"><line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" "
+                 "y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/><text x=\"{:.1f}\" "
+                 "y=\"{:.1f}\" text-anchor=\"end\" fill=\"{}\">{}</text></g>\n",
+                 line.value, frame.left, frame.right, y, y, escape_html(line.colour), frame.right - 4, y - 4,
+                 escape_html(line.colour), escape_html(line.label));
 }
 
 // Grid lines, the two axes, tick labels and the x axis's label; ticks are (axis value, label).
@@ -410,7 +447,7 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
   // The extent of what is drawn: on a log axis, the positive values only.
   Extent steps, values;
   for (const auto& one : drawn) {
-    for (const SeriesPoints* points : {&one.shown, &one.raw}) {
+    for (const SeriesPoints* points : {&one.shown, &one.raw, &one.band_low, &one.band_high}) {
       for (const auto& [step, value] : *points) {
         if (!std::isfinite(value) || (log_y && value <= 0)) continue;
         steps.add(static_cast<double>(step));
@@ -418,6 +455,8 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
       }
     }
   }
+  for (const ReferenceLine& line : options.reference_lines)
+    if (std::isfinite(line.value) && !values.empty() && !(log_y && line.value <= 0)) values.add(line.value);
   log_y = log_y && !values.empty();
 
   const int width = std::max(options.width, 200);
@@ -430,7 +469,8 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
   frame.bottom = kMarginTop + std::max(options.plot_height, 60);
   frame.log_y = log_y;
   const double legend_top = frame.bottom + kXAxisBand + 8;
-  const double height = legend_top + legend_rows * kLegendRowHeight + 4;
+  const double note_top = legend_top + legend_rows * kLegendRowHeight;
+  const double height = note_top + (options.legend_note.empty() ? 0 : kLegendRowHeight) + 4;
 
   std::string svg;
   auto out = std::back_inserter(svg);
@@ -509,6 +549,7 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
                      frame.x_high, frame.y_low, frame.y_high, log_y ? 1 : 0);
     }
 
+    for (std::size_t i = 0; i < series.size(); ++i) append_band(svg, series[i], drawn[i], frame);
     for (std::size_t i = 0; i < series.size(); ++i) {
       if (options.hover_data) {
         fmt::format_to(out,
@@ -522,6 +563,7 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
       append_series(svg, series[i], drawn[i].shown, frame, false);
       if (options.hover_data) svg += "</g>\n";
     }
+    for (const ReferenceLine& line : options.reference_lines) append_reference_line(svg, line, frame);
   }
 
   svg += "<g class=\"legend\">\n";
@@ -537,6 +579,9 @@ std::string render_line_chart(const std::vector<ChartSeries>& series, const Char
     fmt::format_to(out, "/><text x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\" fill=\"#222\">{}<title>{}</title></text>\n",
                    x + 28, y, escape_html(shorten(series[i].label, kLegendLabelChars)), escape_html(series[i].label));
   }
+  if (!options.legend_note.empty())
+    fmt::format_to(out, "<text class=\"legend-note\" x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\" fill=\"#555\">{}</text>\n",
+                   frame.left, note_top, escape_html(options.legend_note));
   svg += "</g>\n</svg>\n";
   return svg;
 }

@@ -24,6 +24,16 @@ struct ChartSeries {
   std::string colour;        // CSS colour, e.g. "#1f77b4"
   std::string dash_pattern;  // SVG stroke-dasharray; empty draws a solid line
   SeriesPoints points;       // non-finite values break the line
+  // A group's spread around its line (runs grouped by config): a filled area up to band_high and down to band_low
+  // (each sorted by x, finite values only); both empty draw none.
+  SeriesPoints band_low, band_high;
+};
+
+// A horizontal dashed line at a value, labelled (a metric's floor: `swd_floor` beside `swd`).
+struct ReferenceLine {
+  double value = 0;
+  std::string label;
+  std::string colour;
 };
 
 // automatic: logarithmic when wants_log_scale says so. log: values <= 0 are left out (gaps).
@@ -57,6 +67,8 @@ struct ChartOptions {
   // each series in a <g class="series"> with data-label, data-colour, data-steps and data-values (the values drawn:
   // smoothed ones with smoothing). The drawing is the same without them.
   bool hover_data = false;
+  std::vector<ReferenceLine> reference_lines;  // drawn within the y axis, which stretches to hold them
+  std::string legend_note;                     // a line under the legend (what a group's line and band show)
 };
 
 // The exponential moving average of the finite values with weight `smoothing`, divided by 1 - smoothing^n after n

@@ -34,6 +34,26 @@ run:set_summary { final_loss = 1 / cfg.steps * cfg.lr * 100 }
 """
 
 
+# Runs of two learning rates and two seeds each: a loss, sparse metrics under prefixes, and a floor beside swd.
+GROUPED_SCRIPT = """
+local cfg = config { steps = 40, lr = 0.01, seed = 0 }
+local run = runner.start(cfg, { system_metrics = false })
+for step in run:steps(cfg.steps) do
+  local values = { loss = (1 + cfg.seed) * cfg.lr * 100 / step }
+  if step % 10 == 0 then
+    values.swd = 0.5 / step + 0.1 * cfg.seed
+    values["eval/fid"] = 100 / step
+    values["late/x"] = step
+  end
+  run:log(values)
+  if step % 10 == 0 and (cfg.seed == 0 or step < 40) then
+    run:images("samples", torch.linspace(-1, 1, 2 * 3 * 4 * 4):reshape(2, 3, 4, 4) * step / 40)
+  end
+end
+run:set_summary { swd = 0.5 / cfg.steps + 0.1 * cfg.seed, swd_floor = 0.02 }
+"""
+
+
 def file_digest(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
@@ -708,6 +728,74 @@ class IndexCommands(IndexTest):
         blank.write_text("<!doctype html><html><body></body></html>")
         blank_png = report_screenshot.screenshot(blank, self.dir / "blank.png")
         self.assertLess(report_screenshot.count_colour(blank_png, "#1f77b4", tolerance=40), 10)
+
+    def grouped_runs(self):
+        """groups-1..4: lr 0.01 and 0.04, each with seeds 0 and 1; loss (1 + seed) * lr * 100 / step over 40 steps, swd,
+        eval/fid and late/x every 10 steps, and the summary's swd_floor 0.02."""
+        self.script("groups.lua", GROUPED_SCRIPT)
+        for overrides in (("lr=0.01", "seed=0"), ("lr=0.01", "seed=1"), ("lr=0.04", "seed=0"), ("lr=0.04", "seed=1")):
+            self.runner("groups.lua", *overrides, check=0)
+
+    @staticmethod
+    def chart(html, key):
+        """The SVG of the chart titled `key`."""
+        start = html.index(f'aria-label="{key}"')
+        return html[start:html.index("</svg>", start)]
+
+    def test_report_groups_runs_of_several_seeds_as_a_mean_line_over_a_band(self):
+        self.grouped_runs()
+        self.runner("report", "groups-1", "groups-2", "groups-3", "groups-4", "--group", "-o", "grouped.html", check=0)
+        html = (self.dir / "grouped.html").read_text()
+        loss = self.chart(html, "loss")
+        # A line and a band per group (the seeds vary within a group: every config key but seed tells them apart),
+        # in the colour of the group's first run, and the legend says what the band is.
+        self.assertEqual(re.findall(r'>(lr=[^<]*)<title>', loss), ["lr=0.01 (2 runs)", "lr=0.04 (2 runs)"])
+        self.assertEqual(re.findall(r'<polygon class="band" fill="([^"]+)"', loss), ["#1f77b4", "#2ca02c"])
+        self.assertEqual(re.findall(r'<polyline fill="none" stroke="([^"]+)"', loss), ["#1f77b4", "#2ca02c"])
+        self.assertIn(">each group: the mean of its runs, over a band from their lowest to their highest value</text>",
+                      loss)
+        # The mean of 1/step and 2/step (lr 0.01) lies inside the band, between them.
+        self.runner("report", "groups-1", "groups-2", "--group-by", "lr", "-o", "one.html", check=0)
+        one = self.chart((self.dir / "one.html").read_text(), "loss")
+        self.assertEqual(re.findall(r'>(lr=[^<]*)<title>', one), ["lr=0.01 (2 runs)"])
+        band = [tuple(map(float, p.split(","))) for p in re.search(r'class="band"[^>]*points="([^"]+)"', one)
+                .group(1).split()]
+        line = [tuple(map(float, p.split(","))) for p in re.search(r'<polyline [^>]*points="([^"]+)"', one)
+                .group(1).split()]
+        self.assertEqual(len(band), 2 * len(line))
+        high, low = band[:len(line)], band[len(line):][::-1]
+        for (x, mean), (_, top), (_, bottom) in zip(line, high, low):
+            self.assertLess(top, mean)  # pixels: y grows downwards
+            self.assertLess(mean, bottom)
+        # Without --group, a line per run.
+        self.runner("report", "groups-1", "groups-2", "-o", "runs.html", check=0)
+        self.assertNotIn('class="band"', (self.dir / "runs.html").read_text())
+        wrong = self.runner("report", "groups-1", "--group-by", "lrr", check=2)
+        self.assertEqual(wrong.stderr.splitlines()[0], "runner report: --group-by 'lrr': no run shown has it (known: lr, "
+                                                       "seed, steps); did you mean 'lr'?")
+
+    def test_report_draws_a_metrics_floor_and_heads_each_prefix_of_charts(self):
+        self.grouped_runs()
+        self.runner("report", "groups-2", "-o", "floor.html", check=0)
+        html = (self.dir / "floor.html").read_text()
+        # swd_floor in the summary beside swd: a dashed line across swd's chart, labelled with it.
+        floor = re.findall(r'<g class="reference-line" data-value="([^"]+)"><line [^>]*stroke-dasharray="6 4"/>'
+                           r'<text [^>]*>([^<]*)</text>', self.chart(html, "swd"))
+        self.assertEqual(floor, [("0.02", "swd_floor 0.02")])
+        self.assertNotIn("reference-line", self.chart(html, "loss"))
+        # A heading per prefix, its charts under it; the metrics without one after them under "other metrics".
+        order = re.findall(r'<h3 class="metric-prefix">([^<]*)</h3>|aria-label="([^"]+)"', html.split("<h2>Metrics</h2>")[1]
+                           .split("<h2>Config</h2>")[0])
+        self.assertEqual([heading or chart for heading, chart in order],
+                         ["loss", "eval/", "eval/fid", "late/", "late/x", "other metrics", "swd"])
+
+    def test_a_run_has_the_same_colour_in_every_report(self):
+        self.grouped_runs()
+        self.runner("report", "groups-2", "groups-1", "-o", "two.html", check=0)
+        self.runner("report", "groups-3", "groups-2", "-o", "other.html", check=0)
+        for name, colours in (("two.html", ["#ff7f0e", "#1f77b4"]), ("other.html", ["#2ca02c", "#ff7f0e"])):
+            loss = self.chart((self.dir / name).read_text(), "loss")
+            self.assertEqual(re.findall(r'<polyline fill="none" stroke="([^"]+)"', loss), colours)
 
     def test_report_curves_over_the_time_since_the_start_or_the_clock(self):
         self.three_runs()
