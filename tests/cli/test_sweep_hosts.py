@@ -363,5 +363,97 @@ class LostCommitsOnPostgres(SweepTest):
         self.assertEqual(sorted((s["trial"], s["status"]) for s in shown), [(1, "finished"), (2, "finished")])
 
 
+# Every kind of write a sweep's trial makes: its run's start, tags, note, metrics with a histogram, checkpoints of which
+# one is kept, an image, a summary and its end, beside the sweep's and the trials' own rows.
+EVERY_WRITE = """
+local cfg = config { width = 1, steps = 6 }
+local run = runner.start(cfg, { system_metrics = false, heartbeat = 0.2 })
+local model = nn.Linear(2, 1)
+local train = runner.trainer { model = model, optimizer = { "sgd", lr = 0.001 }, progress = false }
+run:restore { trainer = train, keep_last = 1 }
+run:tag("lossy")
+run:note("every write once")
+for step in run:steps(cfg.steps) do
+  train:step(function() return model(torch.ones(2, 2)):pow(2):mean() end)
+  run:log { score = cfg.width + 1 / step, weight = model.weight }
+  if step % 2 == 0 then run:checkpoint { wait = true } end
+  local t = runner.clock()
+  while runner.clock() - t < 0.1 do end
+end
+run:images("grid", torch.rand(2, 3, 8, 8))
+run:set_summary { best = cfg.width }
+"""
+
+# The statements of those writes: each marks the first transaction that holds it, whose commit's answer is lost. (A
+# run's name number is counted only outside a sweep: the test runs the script twice alone for those.)
+EVERY_WRITE_MARKERS = [
+    "CREATE TABLE sweeps", "INSERT INTO sweeps", "INSERT INTO sweep_workers", "INSERT INTO trials",
+    "UPDATE trials SET status", "UPDATE sweeps SET status", "INSERT INTO runs (", "INSERT INTO attempts",
+    "INSERT INTO run_tags", "UPDATE runs SET note",
+    "UPDATE runs SET heartbeat_at", "INSERT INTO metrics", "INSERT INTO histograms", "INSERT INTO checkpoints",
+    "UPDATE checkpoints SET kept", "DELETE FROM checkpoints", "INSERT INTO artifacts", "UPDATE runs SET summary", "UPDATE attempts SET end_step",
+    "UPDATE runs SET status"]
+
+
+@unittest.skipUnless(postgres_server.available(), "needs PostgreSQL's server programs")
+class EveryLostCommitOnPostgres(SweepTest):
+    """Issue 63, item 4: every write the index retries meets a lost answer to its commit once, and is neither done
+    twice nor lost."""
+
+    def setUp(self):
+        super().setUp()
+        self.server = postgres_server.shared_server()
+        self.database = self.server.new_database().rsplit("/", 1)[1]
+        self.proxy = LossyProxy(self.server.port, EVERY_WRITE_MARKERS)
+        self.addCleanup(self.proxy.close)
+        self.env = {**self.env, "RUNNER_INDEX": f"postgresql://runner@127.0.0.1:{self.proxy.port}/{self.database}"}
+
+    def sql(self, query):
+        return [line.split("|") for line in self.server.sql(query, self.database).splitlines() if line]
+
+    def test_a_lost_answer_to_any_commit_repeats_nothing_and_loses_nothing(self):
+        self.script("every.lua", EVERY_WRITE)
+        self.sweep_file("every_sweep.lua", 'name = "every", script = "every.lua", parameters = { width = { 1, 2 } },\n'
+                                           '  method = "grid", metric = "score",')
+        result = self.runner("sweep", "every_sweep.lua", check=0, timeout=300)
+        self.assertIn("sweep every finished: running 0, queued 0, done 2", result.stdout)
+        self.assertEqual(sorted(self.proxy.cuts), sorted(EVERY_WRITE_MARKERS))
+        self.assertEqual(self.sql("SELECT t.trial, t.status, t.generation, r.status, r.attempts, r.note FROM trials t "
+                                  "JOIN runs r ON r.run = t.run ORDER BY t.trial"),
+                         [[str(n), "finished", "1", "finished", "1", "every write once"] for n in (1, 2)])
+        self.assertEqual(self.sql("SELECT count(*), count(DISTINCT name) FROM runs"), [["2", "2"]])
+        self.assertEqual(self.sql("SELECT count(*) FROM attempts"), [["2"]])
+        self.assertEqual(self.sql("SELECT r.name, a.status, a.start_step, a.end_step FROM attempts a JOIN runs r "
+                                  "USING (run) ORDER BY r.name"),
+                         [["every-1", "finished", "0", "6"], ["every-2", "finished", "0", "6"]])
+        for run in ("every-1", "every-2"):
+            width = int(run[-1])
+            where = f"FROM runs r JOIN {{}} USING (run) WHERE r.name = '{run}'"
+            scores = self.sql("SELECT m.step, m.value " + where.format("metrics m") + " AND m.key = 'score' ORDER BY "
+                              "m.step")
+            self.assertEqual([(int(step), float(value)) for step, value in scores],
+                             [(step, width + 1 / step) for step in range(1, 7)], run)
+            self.assertEqual(self.sql("SELECT count(*), count(DISTINCT h.step) " + where.format("histograms h") +
+                                      " AND h.key = 'weight'"), [["6", "6"]], run)
+            self.assertEqual(self.sql("SELECT t.tag " + where.format("run_tags t")), [["lossy"]], run)
+            self.assertEqual(self.sql("SELECT count(*) " + where.format("artifacts a")), [["1"]], run)
+            self.assertEqual(self.sql("SELECT c.step, c.kept, c.path " + where.format("checkpoints c")),
+                             [["6", "1", "checkpoints/step-0000006"]], run)  # keep_last = 1
+            run_dir = self.home / self.sql(f"SELECT dir FROM runs WHERE name = '{run}'")[0][0]
+            self.assertEqual([p.name for p in (run_dir / "checkpoints").iterdir()], ["step-0000006"], run)
+            self.assertEqual(self.sql("SELECT r.summary::json->>'best' FROM runs r WHERE r.name = '" + run + "'"),
+                             [[str(width)]], run)
+        # Alone, a run takes the next number of its script's name (one upsert, which both markers find): the first
+        # run's commit and the second's each lose their answer.
+        numbers = LossyProxy(self.server.port, ["INSERT INTO run_name_numbers", "ON CONFLICT (stem) DO UPDATE"])
+        self.addCleanup(numbers.close)
+        self.env = {**self.env, "RUNNER_INDEX": f"postgresql://runner@127.0.0.1:{numbers.port}/{self.database}"}
+        for _ in range(2):
+            self.runner("every.lua", "steps=2", check=0, timeout=120)
+        self.assertEqual(numbers.cuts, ["INSERT INTO run_name_numbers", "ON CONFLICT (stem) DO UPDATE"])
+        self.assertEqual(self.sql("SELECT r.name, r.status, r.attempts FROM runs r WHERE r.trial IS NULL ORDER BY "
+                                  "r.name"), [["every-3", "finished", "1"], ["every-4", "finished", "1"]])
+
+
 if __name__ == "__main__":
     unittest.main()
