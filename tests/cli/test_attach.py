@@ -247,6 +247,22 @@ class Attach(RunnerHomeTest):
         self.assertEqual(self.metric("lr", set_at), 0.01)
         self.assertEqual(self.metric("lr", set_at + 1), 0.0123)
 
+    def test_a_chunks_output_is_sent_whole_up_to_1_mib_and_cut_with_a_note_past_it(self):
+        training, _ = self.start_training()
+        terminal = self.attach()
+        # Exactly 1 MiB arrives whole (the echoed line holds the letter once).
+        found, text = terminal.ask('io.write(string.rep("Q", 1048575), "\\n")', "QQQQ")
+        self.assertTrue(found, text[-300:])
+        self.assertEqual(text.count("Q"), 1 + 1048575)
+        self.assertNotIn("was cut", text)
+        # 10 bytes more are counted, not sent, and said so; the run goes on.
+        found, text = terminal.ask('io.write(string.rep("Z", 1048585), "\\n")', "more bytes were not sent]")
+        self.assertTrue(found, text[-300:])
+        self.assertIn("[runner attach: the output was cut at 1 MiB; 10 more bytes were not sent]", text)
+        self.assertEqual(text.count("Z"), 1 + 1048576)
+        terminal.close()
+        self.assertEqual(self.finish_training(training), "finished,300,")
+
     def test_a_refused_change_leaves_the_run_going_and_is_no_intervention(self):
         script = TRAINING_SCRIPT.replace("config { steps = 300, lr = 0.01, hold_at = 200 }",
                                          "config({ steps = 300, lr = 0.01, hold_at = 200 }, { hold_at = { min = 1 } })")

@@ -48,6 +48,23 @@ TEST_CASE("a malformed attach header is an error that says what it got", "[attac
   CHECK_THROWS_AS(encode_message({"", "x"}), ProtocolError);
 }
 
+TEST_CASE("an attach message of the limit's size passes whole and one byte more is refused", "[attach]") {
+  using runner::attach::kMaxMessageBytes;
+  const std::string most(kMaxMessageBytes, 'o');
+  MessageReader reader;
+  const std::string bytes = encode_message({"output", most});
+  reader.feed(bytes.data(), bytes.size());
+  const std::optional<Message> message = reader.next();
+  REQUIRE(message.has_value());
+  CHECK(message->text.size() == kMaxMessageBytes);
+  CHECK_THROWS_WITH(encode_message({"output", most + "o"}),
+                    "a output message of 67108865 bytes is over the limit of 67108864");
+  MessageReader over;
+  const std::string header = "output 67108865\n";
+  over.feed(header.data(), header.size());
+  CHECK_THROWS_WITH(over.next(), "a output message of 67108865 bytes is over the limit of 67108864");
+}
+
 TEST_CASE("the attach socket is the owner's, answers one client and goes with the server", "[attach]") {
   runner::testing::TempDir run_directory("attach");
   std::string path;
