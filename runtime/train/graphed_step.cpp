@@ -33,13 +33,12 @@ GraphedSteps::~GraphedSteps() = default;
 GraphedSteps::Decision GraphedSteps::decide(const Objective* objective, const std::string& signature,
                                             bool stream_capturing) {
   if (mode_ == GraphMode::off || stream_capturing) return {};
+  // The objective's own blocker first: it holds on any device (and a device without graphs is said at construction).
   std::optional<std::string> blocker;
   if (objective == nullptr)
     blocker = kLossFunctionBlocker;
-  else if (!graphs_)
+  else if (!(blocker = objective->capture_blocker()) && !graphs_)
     blocker = status_.eager_reason.value_or("CUDA graphs are off");
-  else
-    blocker = objective->capture_blocker();
   if (blocker) {
     if (mode_ == GraphMode::on) {
       throw std::invalid_argument(

@@ -273,6 +273,19 @@ describe("runner.trainer { graph = ... }", function()
       expect_eq(status.eager_reason, "CUDA graphs need a CUDA device; the model is on cpu")
     end)
 
+    it("says that a model recomputing its activations is not captured, on any device (" .. objective .. ")", function()
+      local model = nn.UNet { channels = 8, mults = { 1 }, blocks = 1, attention = {}, image = 8, groups = 4,
+                              dropout = 0, checkpoint = true }:to(test.device)
+      local d = objective == "flow" and runner.diffusion.flow { seed = 9 } or runner.diffusion.gaussian { seed = 9 }
+      local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, objective = d:objective(model),
+                                     amp = "fp32", graph = "auto", progress = false }
+      for _ = 1, 4 do train:step({ data = torch.randn(4, 3, 8, 8):to(test.device) }) end
+      local status = train:graphs()
+      expect_eq(status.captured, 0)
+      expect_eq(status.eager_reason, "the model recomputes activations (checkpoint = true), whose random-state swaps "
+        .. "a CUDA graph cannot hold")
+    end)
+
     it("replays the objective's steps from a CUDA graph with the eager steps' losses (" .. objective .. ")", function()
       if test.device == "cpu" then
         skip("needs a CUDA device (device=cuda): on the CPU both runs are eager, so nothing replayed is compared")
