@@ -69,10 +69,15 @@ std::vector<MetricSection> metric_sections(const std::vector<std::string>& order
 }
 
 std::vector<std::string> ordered_metric_keys(std::set<std::string> keys) {
-  std::vector<std::string> ordered, timings, system;
+  std::vector<std::string> ordered, unprefixed, timings, system;
   if (keys.erase("loss")) ordered.push_back("loss");
   for (const std::string& key : keys)
-    (key.starts_with("time/") ? timings : key.starts_with("sys/") ? system : ordered).push_back(key);
+    (key.starts_with("time/")             ? timings
+     : key.starts_with("sys/")            ? system
+     : key.find('/') == std::string::npos ? unprefixed
+                                          : ordered)
+        .push_back(key);
+  ordered.insert(ordered.end(), unprefixed.begin(), unprefixed.end());
   ordered.insert(ordered.end(), timings.begin(), timings.end());
   ordered.insert(ordered.end(), system.begin(), system.end());
   return ordered;

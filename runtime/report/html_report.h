@@ -86,8 +86,9 @@ const std::string& run_colour(std::size_t run_index);
 std::size_t run_colour_slot(std::int64_t run_number);
 
 // The order metrics are shown in (the report's charts, the dashboard's columns and charts): "loss" first when
-// present, then the script's other metrics by name, then runner's own timings (the trainer's time/*) by name, then
-// the run's system metrics (sys/*, run/system_metrics.h) by name.
+// present, then the script's other metrics by name, those with a name prefix ("eval/") first, so each prefix's keys
+// come together, then runner's own timings (the trainer's time/*) by name, then the run's system metrics (sys/*,
+// run/system_metrics.h) by name.
 std::vector<std::string> ordered_metric_keys(std::set<std::string> keys);
 // The charts' sections: consecutive keys of that order that share a prefix (the text up to and including the first
 // '/': "eval/", "time/"; "" for none), each with a heading in the report and on the dashboard's run page.

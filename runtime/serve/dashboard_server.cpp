@@ -193,6 +193,7 @@ struct DashboardServer::State {
     json_route("/api/runs", runs_page);
     json_route("/api/run", run_page);
     json_route("/api/compare", compare_page);
+    json_route("/api/groups", groups_page);
     json_route("/api/sweeps", sweeps_page);
     json_route("/api/sweep", sweep_page);
     http.Get("/chart/metric.svg", [this](const httplib::Request& request, httplib::Response& response) {

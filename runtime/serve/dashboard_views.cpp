@@ -9,6 +9,7 @@
 #include <set>
 #include <system_error>
 
+#include "runtime/cli/run_groups.h"
 #include "runtime/core/json_text.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
@@ -148,6 +149,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
     const auto sweep = record.sweep ? sweep_names.find(*record.sweep) : sweep_names.end();
     runs.push_back({{"id", record.id},
                     {"name", record.name},
+                    {"colour", report::run_colour(report::run_colour_slot(record.run))},
                     {"status", index::effective_status(record, now)},
                     {"script", record.script},
                     {"started_at", record.started_at},
@@ -173,6 +175,7 @@ nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters)
 nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) {
   const index::RunRecord record = find_run(db, required(parameters, "run"));
   nlohmann::json run = report::run_json(db, record, index::now_seconds());
+  run["colour"] = report::run_colour(report::run_colour_slot(record.run));
   if (record.sweep) {
     const auto names = sweep::sweep_names(db);
     if (const auto found = names.find(*record.sweep); found != names.end()) run["sweep_name"] = found->second;
@@ -193,7 +196,11 @@ nlohmann::json run_page(index::Database& db, const QueryParameters& parameters) 
                                     {"histograms", run["histograms"]}};
   std::set<std::string> keys;
   for (const auto& [key, latest] : run["metrics"].items()) keys.insert(key);
-  return versioned({{"run", run}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}}, signature);
+  const std::vector<std::string> ordered = report::ordered_metric_keys(std::move(keys));
+  nlohmann::json sections = nlohmann::json::array();
+  for (const report::MetricSection& section : report::metric_sections(ordered))
+    sections.push_back({{"prefix", section.prefix}, {"keys", section.keys}});
+  return versioned({{"run", run}, {"metric_keys", ordered}, {"metric_sections", sections}}, signature);
 }
 
 nlohmann::json compare_page(index::Database& db, const QueryParameters& parameters) {
@@ -221,7 +228,7 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
                     {"name", record.name},
                     {"status", index::effective_status(record, now)},
                     {"step", record.step},
-                    {"colour", report::run_colour(i)},
+                    {"colour", report::run_colour(report::run_colour_slot(record.run))},
                     {"metrics", metrics},
                     {"images", images}});
   }
@@ -239,6 +246,56 @@ nlohmann::json compare_page(index::Database& db, const QueryParameters& paramete
   }
   const nlohmann::json page = {
       {"runs", runs}, {"metric_keys", report::ordered_metric_keys(std::move(keys))}, {"config", config}};
+  return versioned(page, page);
+}
+
+nlohmann::json groups_page(index::Database& db, const QueryParameters& parameters) {
+  std::vector<index::RunRecord> records;
+  for (const std::string& list : all_of(parameters, "runs")) {
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      if (comma > start) records.push_back(find_run(db, list.substr(start, comma - start)));
+      start = comma + 1;
+    }
+  }
+  std::set<std::string> keys;
+  std::vector<std::map<std::string, double>> latest(records.size());
+  for (std::size_t r = 0; r < records.size(); ++r)
+    for (const index::LatestMetric& metric : index::latest_metrics(db, records[r].run)) {
+      latest[r][metric.key] = metric.point.value;
+      keys.insert(metric.key);
+    }
+  const std::vector<std::string> metric_keys = report::ordered_metric_keys(std::move(keys));
+  std::vector<const index::RunRecord*> members;
+  std::vector<std::vector<std::optional<double>>> values;
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    members.push_back(&records[r]);
+    values.emplace_back();
+    for (const std::string& key : metric_keys) {
+      const auto found = latest[r].find(key);
+      values.back().push_back(found == latest[r].end() ? std::nullopt : std::optional(found->second));
+    }
+  }
+  const cli::RunGrouping grouping = cli::group_runs_by(members, values, std::nullopt);
+  nlohmann::json groups = nlohmann::json::array();
+  for (const cli::RunGroup& group : grouping.groups) {
+    nlohmann::json runs = nlohmann::json::array(), metrics = nlohmann::json::object(), key = nlohmann::json::object();
+    for (const index::RunRecord* member : group.runs) runs.push_back(member->id);
+    for (std::size_t k = 0; k < grouping.keys.size(); ++k) key[grouping.keys[k]] = group.key[k];
+    for (std::size_t m = 0; m < metric_keys.size(); ++m)
+      if (group.metrics[m].count)
+        metrics[metric_keys[m]] = {
+            {"mean", number_or_text(group.metrics[m].mean)},
+            {"std", group.metrics[m].count > 1 ? number_or_text(group.metrics[m].std) : nlohmann::json(nullptr)},
+            {"count", group.metrics[m].count}};
+    groups.push_back({{"label", cli::group_label(group, grouping.keys)},
+                      {"key", key},
+                      {"runs", runs},
+                      {"colour", report::run_colour(report::run_colour_slot(group.runs.front()->run))},
+                      {"metrics", metrics}});
+  }
+  const nlohmann::json page = {{"keys", grouping.keys}, {"metric_keys", metric_keys}, {"groups", groups}};
   return versioned(page, page);
 }
 
@@ -314,10 +371,26 @@ std::string metric_chart(index::Database& db, const std::string& home, const Que
   const double now = index::now_seconds();
   const report::ChartOptions options = chart_options(parameters);
   std::vector<report::ReportRun> runs;
-  for (const std::string& reference : references)
-    runs.push_back(
-        report::load_report_run(db, home, find_run(db, reference), std::vector<std::string>{key}, now, options.x_axis));
-  return report::render_metric_chart(runs, key, options);
+  std::vector<index::RunRecord> records;
+  for (const std::string& reference : references) {
+    records.push_back(find_run(db, reference));
+    runs.push_back(report::load_report_run(db, home, records.back(), std::vector<std::string>{key, key + "_floor"}, now,
+                                           options.x_axis));
+  }
+  std::vector<report::CurveGroup> groups;
+  if (one_of(parameters, "group").value_or("0") == "1") {
+    std::vector<const index::RunRecord*> members;
+    for (const index::RunRecord& record : records) members.push_back(&record);
+    const cli::RunGrouping grouping =
+        cli::group_runs_by(members, std::vector<std::vector<std::optional<double>>>(members.size()), std::nullopt);
+    for (const cli::RunGroup& group : grouping.groups) {
+      report::CurveGroup curves{cli::group_label(group, grouping.keys), {}};
+      for (const index::RunRecord* member : group.runs)
+        curves.runs.push_back(static_cast<std::size_t>(member - records.data()));
+      groups.push_back(std::move(curves));
+    }
+  }
+  return report::render_metric_chart(runs, key, options, groups);
 }
 
 std::string histogram_chart(index::Database& db, const QueryParameters& parameters) {

@@ -33,11 +33,16 @@ struct NotFound : std::runtime_error {
 nlohmann::json runs_page(index::Database& db, const QueryParameters& parameters);
 nlohmann::json run_page(index::Database& db, const QueryParameters& parameters);      // run=REF
 nlohmann::json compare_page(index::Database& db, const QueryParameters& parameters);  // run=A&run=B...
+// runs=ID,ID,...: those runs grouped as `runner runs --group` groups them (every config key but seed; the keys that
+// differ between the groups shown), each group with its label, runs, colour (its first run's) and each metric's
+// latest values' mean, standard deviation (null for one run) and count.
+nlohmann::json groups_page(index::Database& db, const QueryParameters& parameters);
 nlohmann::json sweeps_page(index::Database& db, const QueryParameters& parameters);
 nlohmann::json sweep_page(index::Database& db, const QueryParameters& parameters);  // sweep=NAME
 
 // The SVG of a metric over runs: run=REF (several), key=K, x=step|time|relative, scale=auto|linear|log,
-// smoothing=0..0.99, from=X&to=X (zoom), width=PX. The report's chart (report::render_metric_chart) with hover data.
+// smoothing=0..0.99, from=X&to=X (zoom), width=PX, group=1 (the runs grouped as `runner runs --group`: a mean line
+// and band per group). The report's chart (report::render_metric_chart) with hover data.
 std::string metric_chart(index::Database& db, const std::string& home, const QueryParameters& parameters);
 // The SVG of one step's histogram of a tensor a run logged: run=REF, key=K, step=N (report::render_histogram_chart).
 std::string histogram_chart(index::Database& db, const QueryParameters& parameters);

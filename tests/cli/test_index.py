@@ -39,7 +39,7 @@ GROUPED_SCRIPT = """
 local cfg = config { steps = 40, lr = 0.01, seed = 0 }
 local run = runner.start(cfg, { system_metrics = false })
 for step in run:steps(cfg.steps) do
-  local values = { loss = (1 + cfg.seed) * cfg.lr * 100 / step }
+  local values = { loss = (1 + cfg.seed) * cfg.lr * 100 / step, grad_norm = 1 + 1 / step }
   if step % 10 == 0 then
     values.swd = 0.5 / step + 0.1 * cfg.seed
     values["eval/fid"] = 100 / step
@@ -730,8 +730,8 @@ class IndexCommands(IndexTest):
         self.assertLess(report_screenshot.count_colour(blank_png, "#1f77b4", tolerance=40), 10)
 
     def grouped_runs(self):
-        """groups-1..4: lr 0.01 and 0.04, each with seeds 0 and 1; loss (1 + seed) * lr * 100 / step over 40 steps, swd,
-        eval/fid and late/x every 10 steps, and the summary's swd_floor 0.02."""
+        """groups-1..4: lr 0.01 and 0.04, each with seeds 0 and 1; loss (1 + seed) * lr * 100 / step and grad_norm over
+        40 steps, swd, eval/fid and late/x every 10 steps, and the summary's swd_floor 0.02."""
         self.script("groups.lua", GROUPED_SCRIPT)
         for overrides in (("lr=0.01", "seed=0"), ("lr=0.01", "seed=1"), ("lr=0.04", "seed=0"), ("lr=0.04", "seed=1")):
             self.runner("groups.lua", *overrides, check=0)
@@ -787,7 +787,7 @@ class IndexCommands(IndexTest):
         order = re.findall(r'<h3 class="metric-prefix">([^<]*)</h3>|aria-label="([^"]+)"', html.split("<h2>Metrics</h2>")[1]
                            .split("<h2>Config</h2>")[0])
         self.assertEqual([heading or chart for heading, chart in order],
-                         ["loss", "eval/", "eval/fid", "late/", "late/x", "other metrics", "swd"])
+                         ["loss", "eval/", "eval/fid", "late/", "late/x", "other metrics", "grad_norm", "swd"])
 
     def test_a_run_has_the_same_colour_in_every_report(self):
         self.grouped_runs()

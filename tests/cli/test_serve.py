@@ -550,8 +550,8 @@ class Dashboard(unittest.TestCase):
             (self.dir / "seen").touch()
             self.assertTrue(browser.evaluate("window.loadedOnce === true"), "the page was reloaded")
             # The new metric gets its own chart among the script's metrics (loss first, then by name).
-            browser.wait_for("!!document.querySelector('#page > .charts svg[aria-label=\"late_metric\"]')", timeout=60)
-            charted = browser.evaluate("[...document.querySelectorAll('#page > .charts svg')].map((s) => s.getAttribute('aria-label'))")
+            browser.wait_for("!!document.querySelector('#page > .metric-sections svg[aria-label=\"late_metric\"]')", timeout=60)
+            charted = browser.evaluate("[...document.querySelectorAll('#page > .metric-sections svg')].map((s) => s.getAttribute('aria-label'))")
             self.assertEqual(charted, ["loss", *sorted(key for key in charted if key != "loss")])
             self.assertIn("lr", charted)
             # runner's timings (logged from step 25 too) and the system metrics (sampled while the job held) come
@@ -887,6 +887,183 @@ class Dashboard(unittest.TestCase):
                                 capture_output=True, text=True, timeout=30)
         self.assertEqual(result.returncode, 1)
         self.assertIn("runner serve:", result.stderr)
+
+
+class GroupsFloorsAndLinks(unittest.TestCase):
+    """Four runs of two learning rates and two seeds (test_index's GROUPED_SCRIPT: a loss, grad_norm, eval/fid,
+    late/x and swd with the summary's swd_floor) and one `runner serve` over them: the runs grouped, a floor's line,
+    headings by prefix, a chart's own smoothing, colours by run, the page's state in its URL."""
+
+    @classmethod
+    def setUpClass(cls):
+        import test_index
+
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+        cls.home = cls.dir / "home"
+        env = {**home_env(cls.home), "OMP_NUM_THREADS": "1"}
+        write_script(cls.dir, "groups.lua", test_index.GROUPED_SCRIPT)
+        for overrides in (("lr=0.01", "seed=0"), ("lr=0.01", "seed=1"), ("lr=0.04", "seed=0"), ("lr=0.04", "seed=1")):
+            subprocess.run([RUNNER, "groups.lua", *overrides], cwd=cls.dir, env=env, check=True, capture_output=True,
+                           timeout=300)
+        cls.server, cls.printed_url = start_serve(cls.home)
+        cls.url, cls.token = split_token(cls.printed_url)
+        cls.browser = None
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            stop_serve(cls.server)
+        finally:
+            if cls.browser:
+                cls.browser.close()
+            cls.tmp.cleanup()
+
+    def page(self, path):
+        if report_screenshot.chromium_binary() is None:
+            if os.environ.get("RUNNER_NO_BROWSER"):
+                self.skipTest("RUNNER_NO_BROWSER is set: the dashboard's pages are not checked on this host")
+            self.fail("chromium is not installed (scripts/setup installs it); the dashboard cannot be checked")
+        import browser_session
+
+        if GroupsFloorsAndLinks.browser is None:
+            GroupsFloorsAndLinks.browser = browser_session.BrowserSession()
+            GroupsFloorsAndLinks.browser.goto(self.printed_url)
+        self.browser.goto(self.url.rstrip("/") + path)
+        return self.browser
+
+    def ids(self):
+        with sqlite3.connect(self.home / "index.db") as db:
+            return dict(db.execute("SELECT name, id FROM runs").fetchall())
+
+    ROWS = "[...document.querySelectorAll('tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent))"
+    NAMES = "[...document.querySelectorAll('tbody tr td:nth-child(2)')].map((td) => td.textContent)"
+
+    def test_the_runs_table_groups_the_runs_by_config_but_seed_with_each_metrics_mean_and_std(self):
+        browser = self.page("/")
+        browser.wait_for("document.querySelectorAll('tbody tr').length === 4")
+        browser.evaluate("document.querySelector('input.group-runs').click()")
+        browser.wait_for("document.querySelector('thead th')?.textContent === 'group'")
+        self.assertEqual(browser.evaluate("[...document.querySelectorAll('thead th')].map((th) => th.textContent)"),
+                         ["group", "config.lr", "runs", "loss", "eval/fid", "late/x", "grad_norm", "swd"])
+        # Each metric's latest values (step 40): loss (1 + seed) * lr * 100 / 40, swd 0.0125 + 0.1 * seed.
+        self.assertEqual(browser.evaluate(self.ROWS), [
+            ["lr=0.04", "0.04", "2", "0.15 \u00b1 0.0707107", "2.5 \u00b1 0", "40 \u00b1 0", "1.025 \u00b1 0",
+             "0.0625 \u00b1 0.0707107"],
+            ["lr=0.01", "0.01", "2", "0.0375 \u00b1 0.0176777", "2.5 \u00b1 0", "40 \u00b1 0", "1.025 \u00b1 0",
+             "0.0625 \u00b1 0.0707107"]])
+        cli = subprocess.run([RUNNER, "runs", "--group", "--metrics", "loss"], env=home_env(self.home), check=True,
+                             capture_output=True, text=True, timeout=60).stdout
+        self.assertRegex(cli, r"\n0\.04 +2 +0\.15 \u00b1 0\.0707107 \(2\)\n0\.01 +2 +0\.0375 \u00b1 0\.0176777 \(2\)\n")
+        # Sorted by a metric's mean; the toggle is in the URL, so a reload shows the groups again.
+        browser.evaluate("[...document.querySelectorAll('thead th')].find((th) => th.textContent === 'loss').click()")
+        self.assertEqual([row[0] for row in browser.evaluate(self.ROWS)], ["lr=0.01", "lr=0.04"])
+        search = browser.evaluate("location.search")
+        self.assertEqual(urllib.parse.parse_qs(search[1:]), {"sort": ["loss"], "group": ["1"]})
+        browser = self.page(f"/{search}")
+        browser.wait_for("document.querySelector('thead th')?.textContent === 'group' && "
+                         "document.querySelectorAll('tbody tr').length === 2")
+        self.assertEqual([row[0] for row in browser.evaluate(self.ROWS)], ["lr=0.01", "lr=0.04"])
+        browser.evaluate("document.querySelector('input.group-runs').click()")
+        browser.wait_for("document.querySelectorAll('tbody tr').length === 4")
+        self.assertNotIn("group", browser.evaluate("location.search"))
+
+    def test_filters_sort_and_selections_are_kept_in_the_url_and_restored_by_a_reload(self):
+        browser = self.page("/")
+        browser.wait_for("document.querySelectorAll('tbody tr').length === 4")
+        browser.evaluate("const box = document.querySelector('input[type=search]'); box.value = 'groups-';"
+                         "box.dispatchEvent(new Event('input'))")
+        for _ in range(2):  # descending
+            browser.evaluate("[...document.querySelectorAll('thead th')].find((th) => th.textContent === 'loss').click()")
+        for name in ("groups-1", "groups-3"):
+            browser.evaluate("[...document.querySelectorAll('tbody tr')].find((tr) => tr.children[1].textContent === "
+                             f"'{name}').querySelector('input[type=checkbox]').click()")
+        browser.evaluate("const w = document.querySelector('input.where'); w.value = 'lr < 0.05';"
+                         "w.dispatchEvent(new Event('change'))")
+        ids = self.ids()
+        search = browser.evaluate("location.search")
+        self.assertEqual(urllib.parse.parse_qs(search[1:]), {"q": ["groups-"], "where": ["lr < 0.05"], "sort": ["loss"],
+                                                              "desc": ["1"], "select": [ids["groups-1"], ids["groups-3"]]})
+        browser = self.page(f"/{search}")
+        browser.wait_for("document.querySelectorAll('tbody tr').length === 4")
+        self.assertEqual(browser.evaluate(self.NAMES), ["groups-4", "groups-3", "groups-2", "groups-1"])
+        self.assertEqual(browser.evaluate("document.querySelector('th.sorted-desc').textContent"), "loss")
+        self.assertEqual(browser.evaluate("document.querySelector('input[type=search]').value"), "groups-")
+        self.assertEqual(browser.evaluate("document.querySelector('input.where').value"), "lr < 0.05")
+        self.assertEqual(browser.evaluate("[...document.querySelectorAll('tbody tr')].filter((tr) => "
+                                          "tr.querySelector('input[type=checkbox]').checked).map((tr) => "
+                                          "tr.children[1].textContent)"), ["groups-3", "groups-1"])
+        self.assertEqual(browser.evaluate("[...document.querySelectorAll('.controls button')].map((b) => b.textContent)"),
+                         ["compare selected (2)"])
+
+    def test_a_run_has_one_colour_on_every_page(self):
+        colours = {"groups-1": "#1f77b4", "groups-2": "#ff7f0e", "groups-3": "#2ca02c", "groups-4": "#d62728"}
+        browser = self.page("/")
+        browser.wait_for("document.querySelectorAll('tbody tr').length === 4")
+        shown = browser.evaluate("Object.fromEntries([...document.querySelectorAll('tbody tr')].map((tr) => "
+                                 "[tr.children[1].textContent, tr.querySelector('.swatch').getAttribute('style')]))")
+        self.assertEqual(shown, {name: f"background:{colour}" for name, colour in colours.items()})
+        browser = self.page("/compare?run=groups-3&run=groups-1")
+        loss = "document.querySelector('figure.chart svg[aria-label=\"loss\"]')"
+        browser.wait_for(f"{loss}?.querySelectorAll('g.series').length === 2")
+        self.assertEqual(browser.evaluate(f"[...{loss}.querySelectorAll('g.series')].map((g) => g.dataset.colour)"),
+                         [colours["groups-3"], colours["groups-1"]])
+        browser = self.page("/run/groups-2")
+        browser.wait_for(f"!!{loss}?.querySelector('g.series')")
+        self.assertEqual(browser.evaluate(f"{loss}.querySelector('g.series').dataset.colour"), colours["groups-2"])
+        self.assertEqual(browser.evaluate("document.querySelector('h1 .swatch').getAttribute('style')"),
+                         f"background:{colours['groups-2']}")
+        self.runner_report("groups-3", "groups-1")
+        report = (self.dir / "report.html").read_text()
+        chart = report[report.index('aria-label="loss"'):]
+        self.assertEqual(re.findall(r'<polyline fill="none" stroke="([^"]+)"', chart[:chart.index("</svg>")]),
+                         [colours["groups-3"], colours["groups-1"]])
+
+    def runner_report(self, *runs):
+        subprocess.run([RUNNER, "report", *runs, "-o", str(self.dir / "report.html")], env=home_env(self.home),
+                       check=True, capture_output=True, timeout=120)
+
+    def test_compare_groups_the_runs_into_mean_lines_over_bands_and_a_chart_has_its_own_smoothing(self):
+        browser = self.page("/compare?run=groups-2&run=groups-1&run=groups-3&run=groups-4")
+        chart = lambda key: f"document.querySelector('figure.chart svg[aria-label=\"{key}\"]')"
+        browser.wait_for(f"{chart('loss')}?.querySelectorAll('g.series').length === 4")
+        # The grids' slider opens at the last step every run has a grid of: the seed-1 runs stop at step 30.
+        block = "document.querySelector('.grid-compare[data-name=\"samples\"]')"
+        browser.wait_for(f"{block}?.querySelectorAll('figure.grid-cell img').length === 4")
+        self.assertEqual(browser.evaluate(f"{block}.querySelector('span').textContent"), " step 30 (3 of 4)")
+        browser.evaluate("document.querySelector('input.group-runs').click()")
+        browser.wait_for(f"{chart('loss')}?.querySelectorAll('g.series').length === 2")
+        self.assertEqual(browser.evaluate(f"[...{chart('loss')}.querySelectorAll('g.series')].map((g) => g.dataset.label)"),
+                         ["lr=0.01 (2 runs)", "lr=0.04 (2 runs)"])
+        self.assertEqual(browser.evaluate(f"{chart('loss')}.querySelectorAll('polygon.band').length"), 2)
+        self.assertEqual(browser.evaluate(f"{chart('loss')}.querySelector('text.legend-note').textContent"),
+                         "each group: the mean of its runs, over a band from their lowest to their highest value")
+        self.assertEqual(urllib.parse.parse_qs(browser.evaluate("location.search")[1:])["group"], ["1"])
+        # The loss chart without smoothing: its line is the mean itself, (1 + 2) / 2 / step for lr 0.01; grad_norm's
+        # stays smoothed as the page is.
+        values = lambda key: f"{chart(key)}.querySelector('g.series').dataset.values.split(' ').map(Number)"
+        smoothed_grad_norm = browser.evaluate(values("grad_norm"))
+        browser.evaluate(f"(() => {{ const s = {chart('loss')}.closest('figure').querySelector('select.chart-smoothing');"
+                         " s.value = '0'; s.dispatchEvent(new Event('change')); })()")
+        browser.wait_for(f"{values('loss')}.at(-1) === 0.0375")
+        self.assertEqual([round(v, 6) for v in browser.evaluate(values("loss"))], [round(1.5 / s, 6) for s in range(1, 41)])
+        self.assertEqual(browser.evaluate(values("grad_norm")), smoothed_grad_norm)
+        self.assertNotAlmostEqual(smoothed_grad_norm[-1], 1.025, places=4)
+        self.assertEqual(browser.evaluate("document.querySelector('.controls input[type=range]').value"), "0.6")
+        browser = self.page("/compare?run=groups-2&run=groups-1&group=1")
+        browser.wait_for(f"{chart('loss')}?.querySelectorAll('polygon.band').length === 1")
+
+    def test_a_metrics_floor_is_a_dashed_line_and_each_prefix_heads_its_charts_on_the_run_page(self):
+        browser = self.page("/run/groups-1")
+        browser.wait_for("document.querySelectorAll('.metric-section svg.chart').length === 5")
+        floor = browser.evaluate("[...document.querySelectorAll('svg[aria-label=\"swd\"] g.reference-line')].map((g) =>"
+                                 " [g.querySelector('line').getAttribute('stroke-dasharray'), g.textContent])")
+        self.assertEqual(floor, [["6 4", "swd_floor 0.02"]])
+        sections = browser.evaluate("[...document.querySelectorAll('.metric-section')].map((s) => "
+                                    "[s.querySelector('h3')?.textContent ?? '', [...s.querySelectorAll('svg.chart')]"
+                                    ".map((svg) => svg.getAttribute('aria-label'))])")
+        self.assertEqual(sections, [["", ["loss"]], ["eval/", ["eval/fid"]], ["late/", ["late/x"]],
+                                    ["other metrics", ["grad_norm", "swd"]]])
 
 
 if __name__ == "__main__":

@@ -145,17 +145,29 @@ const defaultView = () => ({ x: "step", scale: "auto", smoothing: 0.6 });
 // A figure showing the SVG at url(view), where view = { x, scale, smoothing } is shared by a page's charts.
 // Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again. marks(), if
 // given, lists what to mark on the plot with a dashed line and a tooltip: [{ step, x: { step, time, relative }, title }].
-function chartFigure(url, view, marks) {
-  const figure = el("figure", { class: "chart" });
+// With ownSmoothing, a control under the chart sets this chart's smoothing apart from the page's.
+function chartFigure(url, view, marks, ownSmoothing) {
+  const holder = el("div", { class: "chart-svg" });
+  const figure = el("figure", { class: "chart" }, holder);
   let zoom = {};  // this chart's own zoom
+  let own = {};   // this chart's own smoothing
   let drag = null;
+  if (ownSmoothing) {
+    const choice = el("select", { class: "chart-smoothing", onchange: () => {
+      own = choice.value === "" ? {} : { smoothing: Number(choice.value) };
+      load();
+    } }, el("option", { value: "" }, "as the page"), [0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99].map((weight) =>
+      el("option", { value: weight }, weight === 0 ? "none" : String(weight))));
+    figure.append(el("label", { class: "chart-smoothing" }, "smoothing ", choice));
+  }
+  const onControl = (event) => event.target instanceof Element && !!event.target.closest("label.chart-smoothing");
 
   async function load() {
     try {
-      figure.innerHTML = await fetchText(url({ ...view, ...zoom }));
+      holder.innerHTML = await fetchText(url({ ...view, ...zoom, ...own }));
       drawMarks();
     } catch (error) {
-      figure.replaceChildren(el("p", { class: "error" }, error.message));
+      holder.replaceChildren(el("p", { class: "error" }, error.message));
     }
   }
 
@@ -265,7 +277,7 @@ function chartFigure(url, view, marks) {
   });
   figure.addEventListener("mousedown", (event) => {
     const f = frame();
-    if (!f) return;
+    if (!f || onControl(event)) return;
     const at = svgPoint(f, event);
     if (at.x < f.left || at.x > f.left + f.width) return;
     event.preventDefault();
@@ -288,7 +300,8 @@ function chartFigure(url, view, marks) {
       load();
     }
   });
-  figure.addEventListener("dblclick", () => {
+  figure.addEventListener("dblclick", (event) => {
+    if (onControl(event)) return;
     zoom = {};
     load();
   });
@@ -338,23 +351,63 @@ function differingConfigKeys(runs) {
   return [...keys].filter((key) => runs.some((run) => valueOf(run, key) !== valueOf(runs[0], key))).sort();
 }
 
+// The page's state kept in its URL's query (next to the token, if any), so that a reload or a shared link restores
+// it: read(name) and readAll(name) give what the URL holds; write({ name: value or [values] }) replaces those
+// names (empty ones removed) without a reload.
+const urlState = {
+  read: (name) => new URLSearchParams(location.search).get(name),
+  readAll: (name) => new URLSearchParams(location.search).getAll(name),
+  write(values) {
+    const search = new URLSearchParams(location.search);
+    for (const [name, value] of Object.entries(values)) {
+      search.delete(name);
+      for (const one of [].concat(value)) if (one !== undefined && one !== null && one !== "" && one !== false) search.append(name, one === true ? "1" : one);
+    }
+    const text = search.toString();
+    history.replaceState(null, "", `${location.pathname}${text ? `?${text}` : ""}${location.hash}`);
+  },
+};
+
+// "0.0421 ± 0.0012": a group's mean and standard deviation of a metric ("0.0421" for one run).
+function spreadText(spread) {
+  if (!spread) return "-";
+  return spread.std === null ? formatValue(spread.mean) : `${formatValue(spread.mean)} \u00b1 ${formatValue(spread.std)}`;
+}
+
 function runsPage() {
-  const filters = { text: "", status: "", sweep: "", world: "", where: "" };
-  const sort = { column: undefined, title: undefined, descending: false };
-  const selected = new Set();
+  const filters = { text: urlState.read("q") || "", status: urlState.read("status") || "", sweep: urlState.read("sweep") || "",
+    world: urlState.read("world") || "", where: urlState.read("where") || "" };
+  const sort = { column: undefined, title: urlState.read("sort") || undefined, descending: urlState.read("desc") === "1" };
+  const selected = new Set(urlState.readAll("select"));
+  let grouped = urlState.read("group") === "1";
   let data = null;
+  let groups = null;         // /api/groups of the runs shown, when grouped
+  let groupsAsked = "";      // the request those answer
   const controls = el("div", { class: "controls" });
   // `runner runs --where`'s expression, evaluated by the server: config keys, metrics, tag, status, name.
   const whereError = el("p", { class: "error where-error", hidden: true });
-  const where = el("input", { type: "text", class: "where", size: 48,
+  const where = el("input", { type: "text", class: "where", size: 48, value: filters.where,
     placeholder: "where: lr < 1e-3 and (tag = 'baseline' or status = 'failed')",
-    onchange: () => { filters.where = where.value.trim(); whereError.hidden = true; } });
+    onchange: () => { filters.where = where.value.trim(); whereError.hidden = true; keepInUrl(); } });
   const tableHolder = el("div", { class: "runs-table" });
   page.replaceChildren(el("h1", {}, "Runs"), controls, el("div", { class: "controls" }, where), whereError, tableHolder);
 
+  function keepInUrl() {
+    urlState.write({ q: filters.text, status: filters.status, sweep: filters.sweep, world: filters.world, where: filters.where,
+      sort: sort.title, desc: sort.title !== undefined && sort.descending, select: [...selected], group: grouped });
+  }
+
   function select(name, values, label) {
-    return el("label", {}, `${label} `, el("select", { onchange: (event) => { filters[name] = event.target.value; draw(); } },
+    return el("label", {}, `${label} `, el("select", { onchange: (event) => { filters[name] = event.target.value; keepInUrl(); draw(); } },
       el("option", { value: "" }, "all"), [...values].sort().map((v) => el("option", { value: v, selected: filters[name] === String(v) }, v))));
+  }
+
+  // The table sorted by the column titled sort.title (kept by title: the config columns come and go with the runs).
+  function sortedTable(columns, rows) {
+    const sorted = columns.findIndex((column) => column.title === sort.title);
+    sort.column = sorted >= 0 ? sorted : undefined;
+    sort.redraw = () => { sort.title = columns[sort.column].title; keepInUrl(); draw(); };
+    return sortableTable(columns, rows, sort);
   }
 
   function draw() {
@@ -365,10 +418,12 @@ function runsPage() {
       (!filters.status || run.status === filters.status) &&
       (!filters.sweep || (run.sweep || "(none)") === filters.sweep) &&
       (!filters.world || String(run.world_size) === filters.world));
+    if (!runs.length) { tableHolder.replaceChildren(el("p", { class: "note" }, "no runs match")); return; }
+    if (grouped) { drawGroups(runs); return; }
     const columns = [
       { title: "", value: () => null, cell: (run) => el("input", { type: "checkbox", checked: selected.has(run.id),
-        onchange: (event) => { if (event.target.checked) selected.add(run.id); else selected.delete(run.id); drawControls(); } }) },
-      { title: "name", value: (run) => run.name, cell: (run) => runLink(run.id, run.name) },
+        onchange: (event) => { if (event.target.checked) selected.add(run.id); else selected.delete(run.id); keepInUrl(); drawControls(); } }) },
+      { title: "name", value: (run) => run.name, cell: (run) => [el("span", { class: "swatch", style: `background:${run.colour}` }), runLink(run.id, run.name)] },
       { title: "id", value: (run) => run.id, cell: (run) => el("span", { class: "mono" }, run.id) },
       { title: "status", value: (run) => run.status, cell: (run) => statusBadge(run.status) },
       { title: "tags", value: (run) => run.tags.join(" ") || null, cell: (run) => tagList(run.tags) },
@@ -383,21 +438,42 @@ function runsPage() {
         value: (run) => (run.config && key in run.config ? run.config[key] : null) })),
       ...data.metric_keys.map((key) => ({ title: key, value: (run) => run.metrics[key] })),
     ];
-    // The sorted column is kept by its title: the config columns come and go with the runs shown.
-    const sorted = columns.findIndex((column) => column.title === sort.title);
-    sort.column = sorted >= 0 ? sorted : undefined;
-    sort.redraw = () => { sort.title = columns[sort.column].title; draw(); };
-    tableHolder.replaceChildren(runs.length ? sortableTable(columns, runs, sort) : el("p", { class: "note" }, "no runs match"));
+    tableHolder.replaceChildren(sortedTable(columns, runs));
+  }
+
+  // The runs shown grouped by the server as `runner runs --group` groups them: a row per group with the keys that
+  // tell the groups apart, the count, and each metric's mean ± standard deviation.
+  function drawGroups(runs) {
+    const asked = `${data.version} ${runs.map((run) => run.id).join(",")}`;
+    if (asked !== groupsAsked) {
+      groupsAsked = asked;
+      fetchText(`/api/groups?${query({ runs: runs.map((run) => run.id).join(",") })}`).then((text) => {
+        if (groupsAsked !== asked) return;
+        groups = JSON.parse(text);
+        draw();
+      }, (error) => { tableHolder.replaceChildren(el("p", { class: "error" }, error.message)); });
+    }
+    if (!groups) return;  // until the first answer
+    const columns = [
+      { title: "group", value: (g) => g.label, cell: (g) => [el("span", { class: "swatch", style: `background:${g.colour}` }), g.label] },
+      ...groups.keys.map((key) => ({ title: `config.${key}`, config: true, value: (g) => g.key[key] })),
+      { title: "runs", value: (g) => g.runs.length, cell: (g) => el("span", { title: g.runs.join(" ") }, String(g.runs.length)) },
+      ...groups.metric_keys.map((key) => ({ title: key, value: (g) => (g.metrics[key] ? g.metrics[key].mean : null),
+        cell: (g) => spreadText(g.metrics[key]) })),
+    ];
+    tableHolder.replaceChildren(sortedTable(columns, groups.groups));
   }
 
   function drawControls() {
     const text = el("input", { type: "search", placeholder: "filter by name, id, script, tag or note", value: filters.text,
-      oninput: (event) => { filters.text = event.target.value; draw(); } });
+      oninput: (event) => { filters.text = event.target.value; keepInUrl(); draw(); } });
     const compare = el("button", { disabled: selected.size < 1,
       onclick: () => { location.href = `/compare?${query({ run: [...selected] })}`; } }, `compare selected (${selected.size})`);
+    const group = el("label", {}, el("input", { type: "checkbox", class: "group-runs", checked: grouped,
+      onchange: (event) => { grouped = event.target.checked; keepInUrl(); draw(); } }), " group by config (all but seed)");
     controls.replaceChildren(text, select("status", new Set(data.runs.map((r) => r.status)), "status"),
       select("sweep", new Set(data.runs.map((r) => r.sweep || "(none)")), "sweep"),
-      select("world", new Set(data.runs.map((r) => String(r.world_size))), "world size"), compare);
+      select("world", new Set(data.runs.map((r) => String(r.world_size))), "world size"), group, compare);
   }
 
   poll(() => `/api/runs?${query({ where: filters.where })}`, (answer) => {
@@ -421,10 +497,13 @@ function runPage(reference) {
   const sliders = new Map();     // image name -> { input, follow }
   let run = null;
   let metricKeys = [];           // in the order they are shown
+  let metricSections = [];       // the server's sections of them by prefix (eval/, late/, ...)
   const header = el("div");
   const error = el("div");
   const picks = el("div", { class: "metric-picks" });
-  const chartHolder = el("div", { class: "charts" });
+  const chartHolder = el("div", { class: "metric-sections" });
+  let sectionLayout = null;      // the prefixes of the sections laid out
+  let sectionCharts = [];        // per section: its charts' holder
   // runner's metric groups, collapsed until opened (their charts are drawn only while one is open)
   const groups = new Map(METRIC_GROUPS.map((group) => {
     const picks = el("div", { class: "metric-picks" });
@@ -457,13 +536,26 @@ function runPage(reference) {
       parts.title.textContent = `${group.title} (${groupKeys.length}: ${group.prefix}*)`;
       parts.details.hidden = !groupKeys.length;
     }
+    // A heading per prefix (eval/, late/), as the report has; metrics without one after a prefix's are "other metrics".
+    const sections = metricSections.filter((section) => !METRIC_GROUPS.some((group) => group.prefix === section.prefix));
+    const layout = sections.map((section) => section.prefix).join(" ");
+    if (layout !== sectionLayout) {
+      sectionLayout = layout;
+      sectionCharts = sections.map(() => el("div", { class: "charts" }));
+      chartHolder.replaceChildren(...sections.map((section, i) => {
+        const holder = sectionCharts[i];
+        return el("div", { class: "metric-section", "data-prefix": section.prefix },
+          section.prefix || i > 0 ? el("h3", { class: "metric-prefix" }, section.prefix || "other metrics") : "", holder);
+      }));
+    }
+    const sectionOf = (key) => sections.findIndex((section) => section.keys.includes(key));
     const charted = (key) => !hidden.has(key) && (!groupOf(key) || groups.get(groupOf(key)).details.open);
     for (const [key, figure] of charts) if (!charted(key)) { figure.remove(); charts.delete(key); }
     for (const key of keys) {
       if (!charted(key)) continue;
       if (charts.has(key)) charts.get(key).load();
-      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view, interventionMarks));
-      (groupOf(key) ? groups.get(groupOf(key)).charts : chartHolder).append(charts.get(key));
+      else charts.set(key, chartFigure(metricChartUrl([run.id], key), view, interventionMarks, true));
+      (groupOf(key) ? groups.get(groupOf(key)).charts : sectionCharts[sectionOf(key)]).append(charts.get(key));
     }
   }
 
@@ -572,7 +664,8 @@ function runPage(reference) {
   poll(`/api/run?${query({ run: reference })}`, (answer) => {
     run = answer.run;
     metricKeys = answer.metric_keys;
-    header.replaceChildren(el("h1", {}, run.name, " ", statusBadge(run.status)),
+    metricSections = answer.metric_sections;
+    header.replaceChildren(el("h1", {}, el("span", { class: "swatch", style: `background:${run.colour}` }), run.name, " ", statusBadge(run.status)),
       el("p", { class: "meta" }, el("span", { class: "mono" }, run.id), ` \u00b7 ${run.script} \u00b7 step ${run.step}`,
         ` \u00b7 ${formatDuration(run.duration)} \u00b7 ${run.device} \u00b7 world size ${run.world_size}`,
         run.sweep_name ? [" \u00b7 ", el("a", { href: `/sweep/${encodeURIComponent(run.sweep_name)}` }, `sweep ${run.sweep_name} trial ${run.trial}`)] : "",
@@ -590,6 +683,8 @@ function runPage(reference) {
 function comparePage() {
   const runs = new URLSearchParams(location.search).getAll("run");
   const view = defaultView();
+  // Grouped: each group of runs (by config, all but seed, as `runner runs --group`) drawn as a mean line and band.
+  if (urlState.read("group") === "1") view.group = 1;
   const charts = new Map();
   const legend = el("div", { class: "controls" });
   const chartHolder = el("div", { class: "charts" });
@@ -598,25 +693,35 @@ function comparePage() {
   const sampleSteps = new Map();  // grid name -> the step chosen, or null to follow the newest
   let showAll = false;
   let data = null;
-  page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, (resetZoom) => charts.forEach((f) => f.load(resetZoom))),
+  const redraw = (resetZoom) => charts.forEach((f) => f.load(resetZoom));
+  const group = el("label", {}, el("input", { type: "checkbox", class: "group-runs", checked: view.group === 1, onchange: (event) => {
+    view.group = event.target.checked ? 1 : undefined;
+    urlState.write({ group: event.target.checked });
+    redraw();
+  } }), " group by config (all but seed): a mean line and band per group");
+  page.replaceChildren(el("h1", {}, "Compare"), legend, chartControls(view, redraw), el("div", { class: "controls" }, group),
     chartHolder, el("h2", {}, "Samples"), samples, el("h2", {}, "Config"), config);
 
   // Each grid name's images side by side, one per run, at one step that the slider chooses among the steps any run
-  // has a grid of; a run without a grid at that step says so.
+  // has a grid of; a run without a grid at that step says so. The slider opens at (and follows) the last step that
+  // every run with such grids has one of, else the last step.
   function drawSamples() {
     const names = [...new Set(data.runs.flatMap((run) => run.images.map((image) => image.name)))].sort();
     if (!names.length) { samples.replaceChildren(el("p", { class: "note" }, "no sample grids")); return; }
     samples.replaceChildren(...names.map((name) => {
-      const steps = [...new Set(data.runs.flatMap((run) => run.images.filter((i) => i.name === name).map((i) => i.step)))]
-        .sort((a, b) => a - b);
+      const stepsOf = (run) => run.images.filter((i) => i.name === name).map((i) => i.step);
+      const steps = [...new Set(data.runs.flatMap(stepsOf))].sort((a, b) => a - b);
+      const having = data.runs.map(stepsOf).filter((own) => own.length);
+      const shared = steps.filter((step) => having.every((own) => own.includes(step)));
+      const opening = shared.length ? steps.indexOf(shared[shared.length - 1]) : steps.length - 1;
       const chosen = sampleSteps.get(name);
-      const index = chosen === null || chosen === undefined || !steps.includes(chosen) ? steps.length - 1 : steps.indexOf(chosen);
+      const index = chosen === null || chosen === undefined || !steps.includes(chosen) ? opening : steps.indexOf(chosen);
       const input = el("input", { type: "range", min: 0, max: steps.length - 1, value: index });
       const caption = el("span");
       const row = el("div", { class: "grid-row" });
       const show = () => {
         const step = steps[Number(input.value)];
-        sampleSteps.set(name, Number(input.value) === steps.length - 1 ? null : step);
+        sampleSteps.set(name, Number(input.value) === opening ? null : step);
         caption.textContent = ` step ${step} (${Number(input.value) + 1} of ${steps.length})`;
         row.replaceChildren(...data.runs.map((run) => {
           const image = run.images.find((i) => i.name === name && i.step === step);
@@ -650,7 +755,7 @@ function comparePage() {
       el("span", { class: "swatch", style: `background:${run.colour}` }), runLink(run.id, run.name), " ", statusBadge(run.status))));
     for (const key of data.metric_keys) {
       if (charts.has(key)) charts.get(key).load();
-      else chartHolder.append(charts.set(key, chartFigure(metricChartUrl(runs, key), view)).get(key));
+      else chartHolder.append(charts.set(key, chartFigure(metricChartUrl(runs, key), view, null, true)).get(key));
     }
     drawSamples();
     drawConfig();
