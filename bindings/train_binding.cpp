@@ -29,7 +29,7 @@
 #include "runtime/dist/process_group.h"
 #include "runtime/run/run_context.h"
 #include "runtime/run/step_metrics.h"
-#include "runtime/train/progress_line.h"
+#include "runtime/train/progress_observer.h"
 #include "runtime/train/step_profiler.h"
 
 namespace runner::bindings {
@@ -44,7 +44,7 @@ struct TrainerBox {
   // The run runner.start made, as the trainer's step began (nullptr: none): where the step's timing metrics and a
   // profile's trace go. Shared with those observers, which the trainer may outlive the box with.
   std::shared_ptr<run::RunContext*> run_at_step = std::make_shared<run::RunContext*>(nullptr);
-  std::shared_ptr<train::ProgressLine> progress;  // rank 0 of a trainer given `steps`, unless progress = false
+  std::shared_ptr<train::ProgressObserver> progress;  // rank 0 of a trainer given `steps`, unless progress = false
 };
 
 TrainerBox& check_trainer_box(lua_State* L, int index) {
@@ -601,7 +601,7 @@ int trainer_show_progress(lua_State* L) {
   train::ProgressOptions options = kProgressOptions.read(L, 2, defaults);
   if (const auto sharding = box.trainer->sharding_text()) options.sharding = *sharding;
   if (box.progress) box.trainer->remove_observer(box.progress.get());
-  box.progress = std::make_shared<train::ProgressLine>(options, box.trainer->device());
+  box.progress = std::make_shared<train::ProgressObserver>(options, box.trainer->device());
   box.trainer->add_observer(box.progress);
   return 0;
 }

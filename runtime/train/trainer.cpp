@@ -24,7 +24,7 @@
 #include "runtime/core/shape_text.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/train/grad_norm.h"
-#include "runtime/train/step_graph.h"
+#include "runtime/train/cuda_graph_recorder.h"
 
 namespace runner::train {
 namespace {
@@ -279,8 +279,8 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     for (const auto& [name, p] : trainable_) trainable.push_back(p);
     gradients_ = std::make_unique<dist::GradientAverager>(*group_, std::move(trainable), options_.data_parallel);
   }
-  graphed_ = std::make_unique<GraphedSteps>(options_.graph, device_,
-                                            options_.graph == GraphMode::off ? std::nullopt : device_graph_blocker());
+  graph_policy_ = std::make_unique<StepGraphPolicy>(
+      options_.graph, device_, options_.graph == GraphMode::off ? std::nullopt : device_graph_blocker());
 }
 
 Trainer::~Trainer() {
@@ -354,7 +354,7 @@ StepResult Trainer::step(const LossFunction& loss_of, const NamedTensorList& inp
   for (const auto& [name, tensor] : inputs)
     if (name == "data" && tensor.dim() > 0) batch_size = tensor.size(0);
   begin_step(batch_size, batch_wait_seconds);
-  graphed_->decide(nullptr, std::string(), core::stream_capturing(device_));  // eager; says why under "auto"
+  graph_policy_->decide(nullptr, std::string(), core::stream_capturing(device_));  // eager; says why under "auto"
   return eager_step(loss_of, inputs);
 }
 
@@ -555,7 +555,7 @@ void Trainer::remove_observer(const StepObserver* observer) {
                    observers_.end());
 }
 
-StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture,
+StepResult Trainer::graph_step(Objective& objective, StepGraphPolicy::Graph& graph, bool capture,
                                const StepBatch& prepared, const NamedTensorList& inputs) {
   const std::int64_t next = step_ + 1;
   timing();
@@ -576,7 +576,7 @@ StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph,
   if (capture) {
     const std::vector<StepBatch> micro = split_batch(graph.inputs, options_.accumulate);
     try {
-      graphed_->graphs().capture(graph.id, [&] {
+      graph_policy_->recorder().capture(graph.id, [&] {
         const DeviceStep done = device_step(loss_over(objective, micro), [](int) {});
         std::vector<at::Tensor> parts{done.loss.reshape({1}), done.grad_norm.reshape({1})};
         for (const at::Tensor& loss : done.micro_losses) parts.push_back(loss.reshape({1}));
@@ -585,16 +585,16 @@ StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph,
         graph.micro = static_cast<std::int64_t>(done.micro_losses.size());
       });
     } catch (const std::exception& error) {
-      graphed_->forget(graph);
+      graph_policy_->forget(graph);
       throw std::runtime_error(fmt::format(
           "runner.trainer: capturing step {} in a CUDA graph failed: {} (graph = false runs every step eagerly)", next,
           error.what()));
     }
     graph.recorded = true;
-    graphed_->count_capture();
+    graph_policy_->count_capture();
   }
   if (record) events_->marks[0].record(guard.getStream(device_));
-  graphed_->graphs().replay(graph.id);
+  graph_policy_->recorder().replay(graph.id);
   if (record) {
     for (int i = 1; i < 4; ++i) events_->marks[i].record(guard.getStream(device_));
     events_->pending = true;
@@ -604,7 +604,7 @@ StepResult Trainer::graph_step(Objective& objective, GraphedSteps::Graph& graph,
     optimizer_->count_replayed_step();
     for (Ema& ema : emas_) ema.count_replayed_update(next);
   }
-  graphed_->count_replay();
+  graph_policy_->count_replay();
   // The graph's outputs are overwritten by its next replay: the step returns a copy.
   const at::Tensor report = graph.report.clone();
   DeviceStep done{report.select(0, 0), report.select(0, 1), {}, {}};
@@ -628,7 +628,7 @@ std::optional<std::string> Trainer::device_graph_blocker() const {
 
 void Trainer::set_objective(std::shared_ptr<Objective> objective) {
   objective_ = std::move(objective);
-  graphed_->clear();
+  graph_policy_->clear();
 }
 
 // The latch after this step goes to the host without blocking; the report's material is kept with it.
@@ -673,19 +673,21 @@ StepResult Trainer::step(Objective& objective, const StepBatch& batch) {
     for (const Ema& ema : emas_)
       signature += !ema.due(next) ? "ema idle; " : ema.current_decay(next) == 0 ? "ema copy; " : "ema average; ";
   }
-  const GraphedSteps::Decision decision = graphed_->decide(&objective, signature, core::stream_capturing(device_));
+  const StepGraphPolicy::Decision decision =
+      graph_policy_->decide(&objective, signature, core::stream_capturing(device_));
   switch (decision.run) {
-    case GraphedSteps::Run::capture:
-    case GraphedSteps::Run::replay:
-      return graph_step(objective, *decision.graph, decision.run == GraphedSteps::Run::capture, prepared,
+    case StepGraphPolicy::Run::capture:
+    case StepGraphPolicy::Run::replay:
+      return graph_step(objective, *decision.graph, decision.run == StepGraphPolicy::Run::capture, prepared,
                         batch.tensors);
-    case GraphedSteps::Run::warmup: {
+    case StepGraphPolicy::Run::warmup: {
       const std::vector<StepBatch> micro = split_batch(prepared, options_.accumulate);
       StepResult result;
-      graphed_->graphs().on_side_stream([&] { result = eager_step(loss_over(objective, micro), batch.tensors); });
+      graph_policy_->recorder().on_side_stream(
+          [&] { result = eager_step(loss_over(objective, micro), batch.tensors); });
       return result;
     }
-    case GraphedSteps::Run::eager:
+    case StepGraphPolicy::Run::eager:
       break;
   }
   const std::vector<StepBatch> micro = split_batch(prepared, options_.accumulate);
@@ -883,7 +885,7 @@ void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {
   if (skipped.defined()) skipped_.copy_(skipped.reshape({}));
   step_ = step;
   ++state_version_;
-  graphed_->clear();
+  graph_policy_->clear();
 }
 
 void Trainer::set_base_lr(std::size_t group, double lr) {

@@ -22,7 +22,7 @@
 #include "runtime/nn/weight_casts.h"
 #include "runtime/train/device_scalars.h"
 #include "runtime/train/ema.h"
-#include "runtime/train/graphed_step.h"
+#include "runtime/train/step_graph_policy.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/objective.h"
@@ -80,29 +80,6 @@ struct TrainerModel {
   std::shared_ptr<nn::GroupedForward> grouped;
 };
 
-// Wall time of the parts of a step, in seconds. On a CUDA device the forward/backward, optimizer and EMA
-// parts are measured with device events and are those of the latest step whose events have completed
-// (reading them never waits for the device). A step replayed from a CUDA graph is timed as a whole, under
-// forward_backward. batch_wait and between_steps are the host's time since the previous step returned: waiting
-// for the loader's batch (at most its wait_seconds), and the rest of the loop's own work.
-struct StepTiming {
-  double forward_backward = 0;
-  double optimizer = 0;
-  double ema = 0;
-  double batch_wait = 0;
-  double between_steps = 0;
-};
-
-// What a step returns. The tensors stay on the device: nothing is read back unless the caller reads it.
-struct StepResult {
-  at::Tensor loss;        // float32 scalar: the mean of the micro-batch losses
-  at::Tensor grad_norm;   // float32 scalar: the global L2 norm of the gradients before clipping (after unscaling)
-  at::Tensor loss_scale;  // float32 [1] (fp16); undefined otherwise
-  at::Tensor skipped;     // int64 scalar: optimizer steps skipped so far (non-finite values or fp16 overflow)
-  double lr = 0;          // the first group's learning rate used by this step
-  std::int64_t step = 0;  // optimizer steps done, this one included
-};
-
 // The loss of micro-batch `micro` (0-based) of `count`; must return a floating scalar that requires grad.
 using LossFunction = std::function<at::Tensor(std::int64_t micro, std::int64_t count)>;
 
@@ -130,15 +107,15 @@ class Trainer {
   StepResult step(const LossFunction& loss_of, const NamedTensorList& inputs = {}, double batch_wait_seconds = 0);
   // The same step with the loss of `objective` for each of the `accumulate` equal micro-batches of the batch it
   // prepared (Objective::prepare, then split_batch), or of the trainer's own objective (set_objective;
-  // std::logic_error without one). With graph on or automatic, GraphedSteps decides whether it runs as a CUDA
-  // graph (graphed_step.h): the first GraphedSteps::kWarmupSteps steps of each batch signature run eagerly on the
-  // graphs' side stream, the next one is captured with the batch copied into buffers of its own, and later ones
+  // std::logic_error without one). With graph on or automatic, StepGraphPolicy decides whether it runs as a CUDA
+  // graph (step_graph_policy.h): the first StepGraphPolicy::kWarmupSteps steps of each batch signature run eagerly on
+  // the graphs' side stream, the next one is captured with the batch copied into buffers of its own, and later ones
   // copy their batch into those buffers and replay it. A restore (restore_counters) or a new objective drops the
   // graphs. What the step returns is the same as eager's.
   StepResult step(Objective& objective, const StepBatch& batch);
   StepResult step(const StepBatch& batch);
   void set_objective(std::shared_ptr<Objective> objective);
-  GraphStatus graph_status() const { return graphed_->status(); }
+  GraphStatus graph_status() const { return graph_policy_->status(); }
   const std::shared_ptr<Objective>& objective() const { return objective_; }
 
   std::int64_t step_count() const { return step_; }
@@ -242,8 +219,8 @@ class Trainer {
   // `stream_capturing`: the step is being recorded into a CUDA graph by its caller (nothing is read on the host).
   StepResult finish_step(const DeviceStep& done, double factor, const NamedTensorList& inputs, bool stream_capturing);
   StepResult eager_step(const LossFunction& loss_of, const NamedTensorList& inputs);
-  // A step captured into `graph` (capture) or replayed from it, as GraphedSteps decided.
-  StepResult graph_step(Objective& objective, GraphedSteps::Graph& graph, bool capture, const StepBatch& prepared,
+  // A step captured into `graph` (capture) or replayed from it, as StepGraphPolicy decided.
+  StepResult graph_step(Objective& objective, StepGraphPolicy::Graph& graph, bool capture, const StepBatch& prepared,
                         const NamedTensorList& inputs);
   std::optional<std::string> device_graph_blocker() const;  // what stops graphs whatever the objective
   void check_ranks_agree_at(std::int64_t step);             // check_ranks_agree, naming `step` in its error
@@ -284,7 +261,7 @@ class Trainer {
   std::vector<std::shared_ptr<StepObserver>> observers_;
   std::optional<double> returned_at_;  // when the previous step returned (steady clock)
   bool announced_ = false;             // the data-parallel split, said at the first step in this process
-  std::unique_ptr<GraphedSteps> graphed_;
+  std::unique_ptr<StepGraphPolicy> graph_policy_;
 };
 
 // Deterministic algorithms (errors for ops without one), deterministic cuDNN without autotuning, and the

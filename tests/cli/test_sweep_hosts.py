@@ -218,8 +218,8 @@ class SweepOnTwoHosts(RunnerHomeTest):
         """Issue 50, item 5: alpha (its worker and its trial) is stopped past takeover_after, beta takes the trial over
         and finishes it, then alpha resumes: its trial's process stops at its first write, with the reason, and its
         worker reports the trial lost, not finished. The trial's metric `writer` says which host logged each step.
-        Alpha's first write after it resumes is a checkpoint of step 7 (beta saves none of that step): refused before
-        it is published, so the run folder never has it."""
+        Alpha checkpoints step 7 as it resumes (beta saves none of that step): whichever of its writes comes first
+        (that checkpoint, a heartbeat), the run folder never has a checkpoint of step 7."""
         script = holding(CHECKPOINTING).replace(
             "run:log { score =", 'run:log { writer = tonumber(os.getenv("TEST_WRITER")), score =')
         released = '      if runner.clock() - since > 300 then error("not released within 300 s") end\n    end\n'

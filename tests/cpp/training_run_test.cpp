@@ -27,7 +27,7 @@
 #include "runtime/run/run_start.h"
 #include "runtime/run/step_metrics.h"
 #include "runtime/run/training_run.h"
-#include "runtime/train/progress_line.h"
+#include "runtime/train/progress_observer.h"
 #include "tests/cpp/temp_directory.h"
 #include "tests/cpp/test_index_location.h"
 
@@ -492,7 +492,8 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and ti
   progress.total_steps = 30;
   progress.batch = 4;
   progress.line_seconds = 1e9;  // plain lines: the first and the last step
-  setup.trainer->add_observer(std::make_shared<train::ProgressLine>(progress, c10::Device(c10::kCPU), progress_file));
+  setup.trainer->add_observer(
+      std::make_shared<train::ProgressObserver>(progress, c10::Device(c10::kCPU), progress_file));
   auto context = run::start_run(request("observed"), testing::launch_at(home, launch));
   setup.trainer->add_observer(std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
   {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/train/progress_display.h"
+#include "runtime/train/progress_renderer.h"
 #include "runtime/core/open_line.h"
 
 using namespace runner::train;
@@ -31,7 +31,7 @@ TEST_CASE("plain progress lines come at the first step, periodically and at the 
   options.total_steps = 100;
   options.batch = 64;
   options.line_seconds = 3.0;
-  ProgressDisplay display(options, 0.0, file);
+  ProgressRenderer display(options, 0.0, file);
   // 0.125 s per step (exact in binary): 8 it/s.
   for (int64_t step = 1; step <= 100; ++step) display.update(at_step(step), 0.125 * static_cast<double>(step));
   display.finish(at_step(100), 12.5);
@@ -49,7 +49,7 @@ TEST_CASE("plain progress lines come at the first step, periodically and at the 
 TEST_CASE("the rate follows the recent past and a resumed run counts from its first step", "[progress]") {
   ProgressOptions options;
   options.total_steps = 1000;
-  ProgressDisplay display(options, 100.0, std::tmpfile());
+  ProgressRenderer display(options, 100.0, std::tmpfile());
   display.update(at_step(501), 130.5);  // resumed at step 500: the first step carries 30 s of start-up
   CHECK(display.steps_per_second() == 0.0);
   display.update(at_step(502), 131.0);
@@ -67,7 +67,7 @@ TEST_CASE("the rate follows the recent past and a resumed run counts from its fi
 TEST_CASE("a step that also sampled or evaluated does not slow the rate", "[progress]") {
   ProgressOptions options;
   options.total_steps = 100;
-  ProgressDisplay display(options, 0.0, std::tmpfile());
+  ProgressRenderer display(options, 0.0, std::tmpfile());
   double now = 0;
   for (int64_t step = 1; step <= 40; ++step) {
     now += step == 1 ? 5.0 : (step == 21 ? 0.25 + 30.0 : 0.25);  // step 21 follows 30 s of sampling
@@ -83,7 +83,7 @@ TEST_CASE("a terminal line is redrawn in place, padded over a longer one, and en
   ProgressOptions options;
   options.terminal = true;
   options.redraw_seconds = 0.0;
-  ProgressDisplay display(options, 0.0, file);
+  ProgressRenderer display(options, 0.0, file);
   display.update({1, {{"loss", 123.25}}, std::nullopt, std::nullopt}, 1.0);
   display.update({2, {{"loss", 1.5}}, std::nullopt, std::nullopt}, 2.0);
   display.finish({2, {}, std::nullopt, std::nullopt}, 2.0);
@@ -101,7 +101,7 @@ TEST_CASE("other output ends an open progress line first, and the next line star
   ProgressOptions options;
   options.terminal = true;
   options.redraw_seconds = 0.0;
-  ProgressDisplay display(options, 0.0, file);
+  ProgressRenderer display(options, 0.0, file);
   display.update({1, {{"loss", 2.0}}, std::nullopt, std::nullopt}, 1.0);
   CHECK(runner::core::has_open_line(file));
   runner::core::end_open_line();  // what a log line or print does first
@@ -126,7 +126,7 @@ TEST_CASE("values, durations and memory are formatted for reading", "[progress]"
   CHECK(format_eta(3 * 86400 + 4 * 3600 + 100) == "3d 4h");
   CHECK(format_memory(812.0 * 1024 * 1024) == "812 MiB");
   CHECK(format_memory(12.34 * 1024 * 1024 * 1024) == "12.3 GiB");
-  ProgressDisplay display({}, 0.0, std::tmpfile());
+  ProgressRenderer display({}, 0.0, std::tmpfile());
   CHECK(display.render({7, {{"loss", 2.5e-5}, {"grad_norm", std::nan("")}}, std::nullopt, std::nullopt}, 0.0) ==
         "step 7  loss 2.500e-05  grad_norm nan  elapsed 0s");
 }
@@ -135,7 +135,7 @@ TEST_CASE("a sharded run's line ends with its mode and model state per rank", "[
   ProgressOptions options;
   options.total_steps = 10;
   options.sharding = "shard gradients (ZeRO-2), model state 52.1 MB per rank";
-  ProgressDisplay display(options, 0.0, std::tmpfile());
+  ProgressRenderer display(options, 0.0, std::tmpfile());
   CHECK(display.render(at_step(1), 1.0) ==
         "step  1/10  10%  loss 0.5000  lr 1.00e-03  elapsed 1s  mem 1.5 GiB  shard gradients (ZeRO-2), model state "
         "52.1 MB per rank");

@@ -1,6 +1,6 @@
 // Whether a trainer's step runs as a CUDA graph (runner.trainer's `graph`): the one decision, made per step, and the
 // graphs it keeps, one per batch signature, warmed up, captured, then replayed. The trainer carries the decision
-// out; capture and replay themselves are step_graph.h.
+// out; capture and replay themselves are cuda_graph_recorder.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "runtime/train/objective.h"
-#include "runtime/train/step_graph.h"
+#include "runtime/train/cuda_graph_recorder.h"
 
 namespace runner::train {
 
@@ -29,7 +29,7 @@ struct GraphStatus {
   std::optional<std::string> eager_reason;  // why steps run eagerly under GraphMode::automatic; nullopt if none did
 };
 
-class GraphedSteps {
+class StepGraphPolicy {
  public:
   // Eager steps of a batch signature before its graph is captured.
   static constexpr std::int64_t kWarmupSteps = 2;
@@ -59,10 +59,10 @@ class GraphedSteps {
 
   // `device_blocker`: what stops graphs whatever the objective (not a CUDA device, data parallel, an optimizer
   // that cannot be captured), or nullopt. Throws std::invalid_argument with GraphMode::on and a blocker.
-  GraphedSteps(GraphMode mode, c10::Device device, std::optional<std::string> device_blocker);
-  ~GraphedSteps();
-  GraphedSteps(const GraphedSteps&) = delete;
-  GraphedSteps& operator=(const GraphedSteps&) = delete;
+  StepGraphPolicy(GraphMode mode, c10::Device device, std::optional<std::string> device_blocker);
+  ~StepGraphPolicy();
+  StepGraphPolicy(const StepGraphPolicy&) = delete;
+  StepGraphPolicy& operator=(const StepGraphPolicy&) = delete;
 
   // How the next step runs: `objective` is nullptr for a step of a loss function; `signature` names the prepared
   // batch's tensors and how the EMAs update (steps of one signature share a graph). A step inside a capture the
@@ -78,14 +78,14 @@ class GraphedSteps {
 
   GraphMode mode() const { return mode_; }
   const GraphStatus& status() const { return status_; }
-  StepGraphs& graphs() { return *graphs_; }
+  CudaGraphRecorder& recorder() { return *recorder_; }
 
  private:
   void note_eager(const std::string& reason);
 
   GraphMode mode_;
   c10::Device device_;
-  std::unique_ptr<StepGraphs> graphs_;  // when nothing stops graphs on this device
+  std::unique_ptr<CudaGraphRecorder> recorder_;  // when nothing stops graphs on this device
   std::map<std::string, Graph> by_signature_;
   std::size_t next_id_ = 0;
   GraphStatus status_;

@@ -1,5 +1,5 @@
 // Progress lines of the training loop: rates over a sliding window, ETA, terminal redraw or plain lines.
-#include "runtime/train/progress_display.h"
+#include "runtime/train/progress_renderer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,10 +34,10 @@ std::string format_memory(double bytes) {
   return fmt::format("{:.1f} GiB", mib / 1024.0);
 }
 
-ProgressDisplay::ProgressDisplay(ProgressOptions options, double start_seconds, std::FILE* out)
+ProgressRenderer::ProgressRenderer(ProgressOptions options, double start_seconds, std::FILE* out)
     : options_(options), out_(out), start_(start_seconds), previous_time_(start_seconds) {}
 
-void ProgressDisplay::observe(int64_t step, double now) {
+void ProgressRenderer::observe(int64_t step, double now) {
   if (first_step_ < 0) {
     // The first step carries the start-up (allocation, autotuning, the loader's first batches): rates are
     // measured from its end.
@@ -63,7 +63,7 @@ void ProgressDisplay::observe(int64_t step, double now) {
   rate_ = median > 0 ? 1.0 / median : 0.0;
 }
 
-std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now_seconds) const {
+std::string ProgressRenderer::render(const ProgressSnapshot& snapshot, double now_seconds) const {
   std::string line;
   if (options_.total_steps > 0) {
     const int digits = static_cast<int>(std::to_string(options_.total_steps).size());
@@ -87,7 +87,7 @@ std::string ProgressDisplay::render(const ProgressSnapshot& snapshot, double now
   return line;
 }
 
-void ProgressDisplay::emit(const std::string& text, bool final) {
+void ProgressRenderer::emit(const std::string& text, bool final) {
   if (!options_.terminal) {
     std::fprintf(out_, "%s\n", text.c_str());
   } else {
@@ -104,7 +104,7 @@ void ProgressDisplay::emit(const std::string& text, bool final) {
   std::fflush(out_);
 }
 
-bool ProgressDisplay::tick(int64_t step, double now_seconds) {
+bool ProgressRenderer::tick(int64_t step, double now_seconds) {
   observe(step, now_seconds);
   const double interval = options_.terminal ? options_.redraw_seconds : options_.line_seconds;
   const bool first = last_shown_ < -1e299;
@@ -112,19 +112,19 @@ bool ProgressDisplay::tick(int64_t step, double now_seconds) {
   return first || last || now_seconds - last_shown_ >= interval;
 }
 
-bool ProgressDisplay::update(const ProgressSnapshot& snapshot, double now_seconds) {
+bool ProgressRenderer::update(const ProgressSnapshot& snapshot, double now_seconds) {
   if (!tick(snapshot.step, now_seconds)) return false;
   show(snapshot, now_seconds);
   return true;
 }
 
-void ProgressDisplay::show(const ProgressSnapshot& snapshot, double now_seconds) {
+void ProgressRenderer::show(const ProgressSnapshot& snapshot, double now_seconds) {
   last_shown_ = now_seconds;
   shown_step_ = snapshot.step;
   emit(render(snapshot, now_seconds), false);
 }
 
-void ProgressDisplay::finish(const ProgressSnapshot& snapshot, double now_seconds) {
+void ProgressRenderer::finish(const ProgressSnapshot& snapshot, double now_seconds) {
   observe(snapshot.step, now_seconds);
   if (!options_.terminal && shown_step_ == snapshot.step) return;  // that line is already printed
   emit(render(snapshot, now_seconds), true);

@@ -1,5 +1,5 @@
 // CUDA graphs of the trainer's step (runner.trainer { graph = ... }): the side stream that warm-up steps and
-// captures run on, one memory pool for a trainer's graphs, capture and replay. Only step_graph.cpp sees CUDA.
+// captures run on, one memory pool for a trainer's graphs, capture and replay. Only cuda_graph_recorder.cpp sees CUDA.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -17,12 +17,12 @@ bool cuda_graphs_built();
 // are recorded (as torch.cuda.graph asks: the lazily made state of cuBLAS and the allocator belongs to the
 // capturing stream), and one memory pool (they never run at the same time). Throws std::invalid_argument off
 // CUDA or in a build without CUDA.
-class StepGraphs {
+class CudaGraphRecorder {
  public:
-  explicit StepGraphs(c10::Device device);
-  ~StepGraphs();
-  StepGraphs(const StepGraphs&) = delete;
-  StepGraphs& operator=(const StepGraphs&) = delete;
+  explicit CudaGraphRecorder(c10::Device device);
+  ~CudaGraphRecorder();
+  CudaGraphRecorder(const CudaGraphRecorder&) = delete;
+  CudaGraphRecorder& operator=(const CudaGraphRecorder&) = delete;
 
   // Runs `work` on the side stream, after the current stream's queued work and before its later work.
   void on_side_stream(const std::function<void()>& work);

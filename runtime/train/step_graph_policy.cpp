@@ -1,5 +1,5 @@
 // The graph-or-eager decision of a trainer's step and the graphs kept per batch signature.
-#include "runtime/train/graphed_step.h"
+#include "runtime/train/step_graph_policy.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@ constexpr const char* kLossFunctionBlocker =
 
 }  // namespace
 
-GraphedSteps::GraphedSteps(GraphMode mode, c10::Device device, std::optional<std::string> device_blocker)
+StepGraphPolicy::StepGraphPolicy(GraphMode mode, c10::Device device, std::optional<std::string> device_blocker)
     : mode_(mode), device_(device) {
   if (mode_ == GraphMode::off) return;
   if (device_blocker) {
@@ -25,19 +25,19 @@ GraphedSteps::GraphedSteps(GraphMode mode, c10::Device device, std::optional<std
     note_eager(*device_blocker);
     return;
   }
-  graphs_ = std::make_unique<StepGraphs>(device);
+  recorder_ = std::make_unique<CudaGraphRecorder>(device);
 }
 
-GraphedSteps::~GraphedSteps() = default;
+StepGraphPolicy::~StepGraphPolicy() = default;
 
-GraphedSteps::Decision GraphedSteps::decide(const Objective* objective, const std::string& signature,
-                                            bool stream_capturing) {
+StepGraphPolicy::Decision StepGraphPolicy::decide(const Objective* objective, const std::string& signature,
+                                                  bool stream_capturing) {
   if (mode_ == GraphMode::off || stream_capturing) return {};
   // The objective's own blocker first: it holds on any device (and a device without graphs is said at construction).
   std::optional<std::string> blocker;
   if (objective == nullptr)
     blocker = kLossFunctionBlocker;
-  else if (!(blocker = objective->capture_blocker()) && !graphs_)
+  else if (!(blocker = objective->capture_blocker()) && !recorder_)
     blocker = status_.eager_reason.value_or("CUDA graphs are off");
   if (blocker) {
     if (mode_ == GraphMode::on) {
@@ -70,7 +70,7 @@ GraphedSteps::Decision GraphedSteps::decide(const Objective* objective, const st
   return {Run::capture, &graph};
 }
 
-void GraphedSteps::forget(const Graph& graph) {
+void StepGraphPolicy::forget(const Graph& graph) {
   for (auto it = by_signature_.begin(); it != by_signature_.end(); ++it)
     if (&it->second == &graph) {
       by_signature_.erase(it);
@@ -78,12 +78,12 @@ void GraphedSteps::forget(const Graph& graph) {
     }
 }
 
-void GraphedSteps::clear() {
-  if (graphs_) graphs_->clear();
+void StepGraphPolicy::clear() {
+  if (recorder_) recorder_->clear();
   by_signature_.clear();
 }
 
-void GraphedSteps::note_eager(const std::string& reason) {
+void StepGraphPolicy::note_eager(const std::string& reason) {
   if (status_.eager_reason == reason) return;
   status_.eager_reason = reason;
   core::log(device_.is_cuda() ? core::LogLevel::info : core::LogLevel::debug,

@@ -1,5 +1,5 @@
-// The trainer's progress line: a StepObserver over ProgressDisplay.
-#include "runtime/train/progress_line.h"
+// The trainer's progress line: a StepObserver over ProgressRenderer.
+#include "runtime/train/progress_observer.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -9,15 +9,15 @@
 
 namespace runner::train {
 
-ProgressLine::ProgressLine(ProgressOptions options, c10::Device device, std::FILE* out)
+ProgressObserver::ProgressObserver(ProgressOptions options, c10::Device device, std::FILE* out)
     : display_(options, core::steady_seconds(), out), device_(device) {}
 
-std::optional<double> ProgressLine::memory_bytes() const {
+std::optional<double> ProgressObserver::memory_bytes() const {
   if (!device_.is_cuda()) return std::nullopt;
   return static_cast<double>(core::cuda_memory(device_.has_index() ? device_.index() : 0).allocated);
 }
 
-void ProgressLine::after_step(const StepResult& result) {
+void ProgressObserver::after_step(const StepResult& result) {
   const double now = core::steady_seconds();
   if (!display_.tick(result.step, now)) return;
   ProgressSnapshot snapshot;
@@ -28,7 +28,7 @@ void ProgressLine::after_step(const StepResult& result) {
   display_.show(snapshot, now);
 }
 
-void ProgressLine::finish(std::int64_t step, double lr) {
+void ProgressObserver::finish(std::int64_t step, double lr) {
   ProgressSnapshot snapshot;
   snapshot.step = step;
   snapshot.lr = lr;

@@ -1,5 +1,5 @@
 // The progress line of a trainer's steps: after each step, the loss, learning rate and device memory in use on a
-// ProgressDisplay, read from the device only when the line is shown.
+// ProgressRenderer, read from the device only when the line is shown.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -7,14 +7,14 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "runtime/train/progress_display.h"
+#include "runtime/train/progress_renderer.h"
 #include "runtime/train/step_observer.h"
 
 namespace runner::train {
 
-class ProgressLine : public StepObserver {
+class ProgressObserver : public StepObserver {
  public:
-  ProgressLine(ProgressOptions options, c10::Device device, std::FILE* out = stdout);
+  ProgressObserver(ProgressOptions options, c10::Device device, std::FILE* out = stdout);
   void after_step(const StepResult& result) override;
   // The final line now (train:finish_progress): `step` steps done at learning rate `lr`.
   void finish(std::int64_t step, double lr);
@@ -22,7 +22,7 @@ class ProgressLine : public StepObserver {
  private:
   std::optional<double> memory_bytes() const;
 
-  ProgressDisplay display_;
+  ProgressRenderer display_;
   c10::Device device_;
 };
 

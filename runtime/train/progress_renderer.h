@@ -29,10 +29,10 @@ struct ProgressSnapshot {
   std::optional<double> memory_bytes;  // device memory in use
 };
 
-class ProgressDisplay {
+class ProgressRenderer {
  public:
   // `out` is where lines go (stdout by default); `start_seconds` the clock at the first step's start.
-  ProgressDisplay(ProgressOptions options, double start_seconds, std::FILE* out = stdout);
+  ProgressRenderer(ProgressOptions options, double start_seconds, std::FILE* out = stdout);
 
   // Shows the state after a step when it is time to (see the options); returns whether it printed.
   bool update(const ProgressSnapshot& snapshot, double now_seconds);

@@ -1,5 +1,5 @@
 // CUDA graphs of the trainer's step: the side stream, the shared pool, capture and replay.
-#include "runtime/train/step_graph.h"
+#include "runtime/train/cuda_graph_recorder.h"
 
 #include <fmt/format.h>
 
@@ -20,7 +20,7 @@ namespace runner::train {
 
 bool cuda_graphs_built() { return true; }
 
-struct StepGraphs::Impl {
+struct CudaGraphRecorder::Impl {
   c10::Device device;
   c10::cuda::CUDAStream side;
   c10::MempoolId_t pool;
@@ -52,18 +52,18 @@ struct StepGraphs::Impl {
   }
 };
 
-StepGraphs::StepGraphs(c10::Device device) {
+CudaGraphRecorder::CudaGraphRecorder(c10::Device device) {
   if (!device.is_cuda())
     throw std::invalid_argument(fmt::format("CUDA graphs need a CUDA device, got {}", device.str()));
   const c10::cuda::CUDAGuard guard(device);
   impl_ = std::make_unique<Impl>(device);
 }
 
-StepGraphs::~StepGraphs() = default;
+CudaGraphRecorder::~CudaGraphRecorder() = default;
 
-void StepGraphs::on_side_stream(const std::function<void()>& work) { impl_->ordered_on_side(work); }
+void CudaGraphRecorder::on_side_stream(const std::function<void()>& work) { impl_->ordered_on_side(work); }
 
-void StepGraphs::capture(std::size_t id, const std::function<void()>& work) {
+void CudaGraphRecorder::capture(std::size_t id, const std::function<void()>& work) {
   const c10::cuda::CUDAGuard device_guard(impl_->device);
   impl_->graphs.erase(id);
   c10::cuda::CUDACachingAllocator::emptyCache();
@@ -84,30 +84,32 @@ void StepGraphs::capture(std::size_t id, const std::function<void()>& work) {
   impl_->graphs[id] = std::move(graph);
 }
 
-void StepGraphs::replay(std::size_t id) {
+void CudaGraphRecorder::replay(std::size_t id) {
   auto it = impl_->graphs.find(id);
   if (it == impl_->graphs.end()) throw std::out_of_range(fmt::format("no CUDA graph {} was captured", id));
   const c10::cuda::CUDAGuard device_guard(impl_->device);
   it->second->replay();
 }
 
-void StepGraphs::clear() { impl_->graphs.clear(); }
+void CudaGraphRecorder::clear() { impl_->graphs.clear(); }
 
 #else
 
 bool cuda_graphs_built() { return false; }
 
-struct StepGraphs::Impl {};
+struct CudaGraphRecorder::Impl {};
 
-StepGraphs::StepGraphs(c10::Device device) {
+CudaGraphRecorder::CudaGraphRecorder(c10::Device device) {
   throw std::invalid_argument(
       fmt::format("CUDA graphs need a build of runner with CUDA (this one has none; the device is {})", device.str()));
 }
-StepGraphs::~StepGraphs() = default;
-void StepGraphs::on_side_stream(const std::function<void()>& work) { work(); }
-void StepGraphs::capture(std::size_t, const std::function<void()>&) {}
-void StepGraphs::replay(std::size_t id) { throw std::out_of_range(fmt::format("no CUDA graph {} was captured", id)); }
-void StepGraphs::clear() {}
+CudaGraphRecorder::~CudaGraphRecorder() = default;
+void CudaGraphRecorder::on_side_stream(const std::function<void()>& work) { work(); }
+void CudaGraphRecorder::capture(std::size_t, const std::function<void()>&) {}
+void CudaGraphRecorder::replay(std::size_t id) {
+  throw std::out_of_range(fmt::format("no CUDA graph {} was captured", id));
+}
+void CudaGraphRecorder::clear() {}
 
 #endif
 
