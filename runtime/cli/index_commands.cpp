@@ -42,8 +42,9 @@ database, and RUNNER_HOME holds the run folders only):
                                       with the count of runs and each metric's mean ± standard deviation
                                       (--group: by every config key but seed, the runs of several seeds)
   runner show RUN [--json] [--sweep]  config, versions, summary, latest metrics, checkpoints, artifacts
-  runner compare RUN RUN... [--all] [--csv|--json]
-                                      config differences and metrics side by side
+  runner compare RUN RUN... [--all] [--csv|--json] [--group | --group-by KEYS]
+                                      config differences and metrics side by side; --group(-by): a column
+                                      per group of runs, as runs --group, each value's mean ± std
   runner query "SQL" [--csv|--json] [--timeout S] [--limit N]
                                       read-only SQL over the index (schema: docs/index-schema.md); stops
                                       after 30 s (--timeout 0: never); a table shows 1000 rows (--limit 0: all)

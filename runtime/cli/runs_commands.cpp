@@ -556,8 +556,93 @@ int show_command(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+// DDPM's loss (noise or v prediction at a schedule's timesteps) and a flow's (velocity over its path) measure
+// different things: side by side they mislead.
+void say_when_objectives_differ(const std::vector<index::RunRecord>& runs, TableFormat format) {
+  std::set<std::string> objectives;
+  for (const auto& run : runs)
+    if (run.config.is_object() && run.config.contains("objective") && run.config["objective"].is_string())
+      objectives.insert(run.config["objective"].get<std::string>());
+  if (objectives.size() > 1) {
+    const std::string note = fmt::format(
+        "the runs' objectives differ ({}): their losses measure different things and cannot be compared; compare "
+        "what their samples score\n",
+        fmt::join(objectives, ", "));
+    if (format == TableFormat::aligned)
+      print("(" + note.substr(0, note.size() - 1) + ")\n");
+    else
+      std::fputs(("runner compare: " + note).c_str(), stderr);
+  }
+}
+
+// `runner compare --group`: a column per group of the runs (runs --group's grouping), with its runs, the keys that
+// tell the groups apart, and each summary value's and latest metric's mean ± standard deviation over its runs (in
+// --csv and --json the mean, and the standard deviation in a row "KEY std").
+Table grouped_comparison(index::Database& db, const std::vector<index::RunRecord>& runs,
+                         const std::optional<std::vector<std::string>>& group_by, TableFormat format) {
+  std::set<std::string> summary_keys, metric_keys;
+  for (const auto& run : runs) {
+    for (const auto& [key, value] : run.summary.items())
+      if (value.is_number()) summary_keys.insert(key);
+    for (const auto& latest : index::latest_metrics(db, run.run)) metric_keys.insert(latest.key);
+  }
+  std::vector<std::pair<std::string, std::string>> rows;  // (section, key) of each value
+  for (const auto& key : summary_keys) rows.emplace_back("summary", key);
+  for (const auto& key : metric_keys) rows.emplace_back("metric", key);
+  std::vector<const index::RunRecord*> members;
+  std::vector<std::vector<std::optional<double>>> values;
+  for (const auto& run : runs) {
+    members.push_back(&run);
+    values.emplace_back();
+    for (const auto& [section, key] : rows)
+      values.back().push_back(section == "summary" ? std::optional(run.summary[key].get<double>())
+                                                   : index::latest_metric(db, run.run, key));
+  }
+  const RunGrouping grouping = group_runs_by(members, values, group_by);
+  Table table{{"section", "key"}, {}};
+  std::vector<Cell> names = {"run", "runs"};
+  for (const RunGroup& group : grouping.groups) {
+    table.columns.push_back(fmt::format("{} ({} run{})", group_label(group, grouping.keys), group.runs.size(),
+                                        group.runs.size() == 1 ? "" : "s"));
+    std::vector<std::string> member_names;
+    for (const index::RunRecord* run : group.runs) member_names.push_back(run->name);
+    names.push_back(fmt::format("{}", fmt::join(member_names, " ")));
+  }
+  table.rows.push_back(std::move(names));
+  for (std::size_t k = 0; k < grouping.keys.size(); ++k) {
+    std::vector<Cell> row = {"config", grouping.keys[k]};
+    for (const RunGroup& group : grouping.groups) row.push_back(json_cell(group.key[k]));
+    table.rows.push_back(std::move(row));
+  }
+  const auto number = [](double value) { return std::isnan(value) ? Cell(std::monostate{}) : Cell(value); };
+  for (std::size_t m = 0; m < rows.size(); ++m) {
+    std::vector<Cell> row = {rows[m].first, rows[m].second}, spread = {rows[m].first, rows[m].second + " std"};
+    for (const RunGroup& group : grouping.groups) {
+      const MetricSpread& one = group.metrics[m];
+      if (format != TableFormat::aligned) {
+        row.push_back(number(one.mean));
+        spread.push_back(number(one.std));
+      } else if (one.count == 0) {
+        row.push_back(std::monostate{});
+      } else {
+        row.push_back(one.count > 1 ? fmt::format("{} \u00b1 {} ({})", core::number_text(one.mean),
+                                                  core::number_text(one.std), one.count)
+                                    : fmt::format("{} (1)", core::number_text(one.mean)));
+      }
+    }
+    table.rows.push_back(std::move(row));
+    if (format != TableFormat::aligned) table.rows.push_back(std::move(spread));
+  }
+  return table;
+}
+
+}  // namespace
+
 int compare_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv, {}, {"--all", "--csv", "--json", "--sweep"});
+  const ParsedArguments arguments =
+      parse_arguments(argc, argv, {"--group-by"}, {"--all", "--csv", "--json", "--sweep", "--group"});
   if (arguments.positional.size() < 2) throw UsageError("expected two or more RUNs to compare");
   const TableFormat format = table_format(arguments);
   index::Database db = index::open_index_for_reading(command_index());
@@ -566,6 +651,15 @@ int compare_command(int argc, char** argv) {
     runs.push_back(index::resolve_run(db, reference, last_among(arguments)));
     for (size_t i = 0; i + 1 < runs.size(); ++i)
       if (runs[i].run == runs.back().run) throw UsageError(fmt::format("run {} is given twice", runs.back().name));
+  }
+  if (arguments.has("--group") || arguments.value("--group-by")) {
+    print(format_table(
+        grouped_comparison(
+            db, runs,
+            arguments.value("--group-by") ? std::optional(split_list(*arguments.value("--group-by"))) : std::nullopt,
+            format),
+        format));
+    return 0;
   }
   std::vector<std::string> heads = {"", ""};
   heads[0] = "section";
@@ -618,22 +712,7 @@ int compare_command(int argc, char** argv) {
   print(format_table(table, format));
   if (format == TableFormat::aligned && config_keys.size() > 0 && !arguments.has("--all"))
     print("(config keys with equal values are hidden; --all shows them)\n");
-  // DDPM's loss (noise or v prediction at a schedule's timesteps) and a flow's (velocity over its path) measure
-  // different things: side by side they mislead.
-  std::set<std::string> objectives;
-  for (const auto& run : runs)
-    if (run.config.is_object() && run.config.contains("objective") && run.config["objective"].is_string())
-      objectives.insert(run.config["objective"].get<std::string>());
-  if (objectives.size() > 1) {
-    const std::string note = fmt::format(
-        "the runs' objectives differ ({}): their losses measure different things and cannot be compared; compare "
-        "what their samples score\n",
-        fmt::join(objectives, ", "));
-    if (format == TableFormat::aligned)
-      print("(" + note.substr(0, note.size() - 1) + ")\n");
-    else
-      std::fputs(("runner compare: " + note).c_str(), stderr);
-  }
+  say_when_objectives_differ(runs, format);
   return 0;
 }
 

@@ -774,6 +774,24 @@ class IndexCommands(IndexTest):
         self.assertEqual(wrong.stderr.splitlines()[0], "runner report: --group-by 'lrr': no run shown has it (known: lr, "
                                                        "seed, steps); did you mean 'lr'?")
 
+    def test_compare_groups_the_runs_into_a_column_of_means_and_spreads_per_group(self):
+        self.grouped_runs()
+        runs = ("groups-1", "groups-2", "groups-3", "groups-4")
+        table = self.runner("compare", *runs, "--group", check=0).stdout.splitlines()
+        self.assertEqual(re.split(r"\s{2,}", table[0]), ["section", "key", "lr=0.01 (2 runs)", "lr=0.04 (2 runs)"])
+        rows = {tuple(line.split()[:2]): re.split(r"\s{2,}", line)[2:] for line in table[2:]}
+        self.assertEqual(rows[("run", "runs")], ["groups-1 groups-2", "groups-3 groups-4"])
+        self.assertEqual(rows[("config", "lr")], ["0.01", "0.04"])
+        self.assertEqual(rows[("metric", "loss")], ["0.0375 \u00b1 0.0176777 (2)", "0.15 \u00b1 0.0707107 (2)"])
+        self.assertEqual(rows[("summary", "swd_floor")], ["0.02 \u00b1 0 (2)", "0.02 \u00b1 0 (2)"])
+        csv = self.runner("compare", *runs, "--group-by", "lr", "--csv", check=0).stdout.splitlines()
+        cells = {tuple(line.split(",")[:2]): line.split(",")[2:] for line in csv[1:]}
+        self.assertEqual([round(float(v), 6) for v in cells[("metric", "loss")]], [0.0375, 0.15])
+        self.assertEqual([round(float(v), 6) for v in cells[("metric", "loss std")]], [0.017678, 0.070711])
+        wrong = self.runner("compare", *runs, "--group-by", "seeds", check=2)
+        self.assertEqual(wrong.stderr.splitlines()[0], "runner compare: --group-by 'seeds': no run shown has it (known: "
+                                                       "lr, seed, steps); did you mean 'seed'?")
+
     def test_report_draws_a_metrics_floor_and_heads_each_prefix_of_charts(self):
         self.grouped_runs()
         self.runner("report", "groups-2", "-o", "floor.html", check=0)
