@@ -224,6 +224,7 @@ void open_all_bindings(lua_State* L) {
   open_image_grid(L);
   open_eval(L);
   open_run(L);
+  open_query(L);
   open_train(L);
   open_dist(L);
 }

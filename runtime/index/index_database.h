@@ -7,6 +7,7 @@
 
 #include "runtime/core/launch_context.h"
 #include "runtime/index/database.h"
+#include "runtime/index/index_schema.h"
 
 namespace runner::index {
 
@@ -23,19 +24,6 @@ struct IndexLocation {
 // The launch's index (LaunchContext::home and ::index_url); a URL of another kind is an IndexError.
 IndexLocation index_location(const core::LaunchContext& context);
 std::string index_path(const std::string& home);
-
-// One step of the schema: applied in a transaction that also records the version (PRAGMA user_version in
-// SQLite, the runner_schema table in PostgreSQL). `postgresql` is the same step in PostgreSQL's dialect; an
-// index there starts at schema 8 (whose text creates every table), so the steps before have none.
-struct Migration {
-  int version;
-  const char* sql;
-  const char* postgresql;
-};
-
-// The schema this runner writes and reads (docs/index-schema.md describes it).
-std::span<const Migration> schema_migrations();
-int schema_version();
 
 // Applies the migrations newer than the database's user_version, each in its own immediate transaction
 // (so concurrent openers apply each at most once). Throws IndexError for a database from a newer schema or

@@ -1,8 +1,9 @@
 -- runner.start: the run context of a script (index row, run directory, seeds, device, metrics, images,
--- summary, checkpoints, restore) and runner.query over the index (natives in bindings/run_binding.cpp; the run
--- itself is runtime/run).
+-- summary, checkpoints, restore) and runner.query over the index (natives in bindings/run_binding.cpp and
+-- bindings/query_binding.cpp; the run itself is runtime/run).
 local native = runner._run
-runner._run = nil
+local query_native = runner._query
+runner._run, runner._query = nil, nil
 
 
 local Run = {}
@@ -219,7 +220,7 @@ end
 --- name (NULL values are absent), `?` parameters take the extra arguments.
 function runner.query(sql, ...)
   if type(sql) ~= "string" then error("runner.query expects an SQL string", 2) end
-  return native.query(sql, ...)
+  return query_native(sql, ...)
 end
 
 --- runner.home(): the directory of the index and the run directories (RUNNER_HOME, default ./runs).
