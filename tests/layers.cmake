@@ -4,7 +4,8 @@
 #    LUA_* / LUAJIT_* macro and include no Lua header (app/ reaches Lua through bindings/lua_host.h,
 #    repl_session.h and sweep_file.h).
 # 2. Process facts go through core::LaunchContext: app/, bindings/ and stdlib/ read no environment variable
-#    (getenv, os.getenv) and nothing sets one (setenv) for the process to read back.
+#    (getenv, os.getenv) and nothing sets one (setenv) for the process to read back; in runtime/ only
+#    core/launch_context.cpp reads a RUNNER_* variable.
 # 3. Includes point down: runtime/ includes nothing of bindings/ or app/, bindings/ nothing of app/, and each folder
 #    of runtime/ includes only its own headers and those of the folders below it (runtime_uses_<folder> here), so an
 #    upward include (serve/ from cli/, cli/ or serve/ from report/) fails. A new folder gets its line here.
@@ -26,6 +27,18 @@ file(GLOB_RECURSE environment_free_files ${root}/app/*.cpp ${root}/app/*.h ${roo
      ${root}/stdlib/*.lua)
 foreach(path ${environment_free_files})
   file(STRINGS ${path} lines REGEX "(getenv|setenv) *\\(")
+  foreach(line ${lines})
+    string(REPLACE "${root}/" "" relative ${path})
+    list(APPEND failures "process facts go through core::LaunchContext: ${relative}: ${line}")
+  endforeach()
+endforeach()
+
+file(GLOB_RECURSE runtime_sources ${root}/runtime/*.cpp ${root}/runtime/*.h)
+foreach(path ${runtime_sources})
+  if(path STREQUAL "${root}/runtime/core/launch_context.cpp")
+    continue()
+  endif()
+  file(STRINGS ${path} lines REGEX "getenv *\\( *\"RUNNER_")
   foreach(line ${lines})
     string(REPLACE "${root}/" "" relative ${path})
     list(APPEND failures "process facts go through core::LaunchContext: ${relative}: ${line}")
@@ -93,4 +106,4 @@ if(failures)
   list(JOIN failures "\n" text)
   message(FATAL_ERROR "${text}")
 endif()
-message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment; includes point down")
+message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment (runtime/ no RUNNER_* variable but through the launch context); includes point down")

@@ -1,4 +1,4 @@
-// A span of seconds read from an environment variable.
+// A span of seconds the launch environment sets, read where it applies.
 #include "runtime/core/environment_seconds.h"
 
 #include <cmath>
@@ -6,11 +6,15 @@
 #include <fmt/format.h>
 #include <stdexcept>
 
+#include "runtime/core/launch_context.h"
+
 namespace runner::core {
 
 double seconds_from_environment(const char* name, double fallback) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
+  const auto& settings = launch_context().seconds_settings;
+  const auto found = settings.find(name);
+  if (found == settings.end() || found->second.empty()) return fallback;
+  const char* text = found->second.c_str();
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
   if (end == text || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))

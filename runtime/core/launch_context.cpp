@@ -154,6 +154,10 @@ LaunchContext launch_context_from_environment(const std::map<std::string, std::s
         !std::isfinite(context.dist_timeout_seconds))
       throw LaunchError(fmt::format("RUNNER_DIST_TIMEOUT='{}' is not a number of seconds > 0", *timeout));
   }
+  for (const char* name : {"RUNNER_ATTACH_IDLE_TIMEOUT", "RUNNER_INDEX_CONNECT_TIMEOUT", "RUNNER_INDEX_IDLE_TIMEOUT",
+                           "RUNNER_INDEX_STATEMENT_TIMEOUT", "RUNNER_INDEX_WAIT"})
+    if (auto given = lookup(env, {name}, &which)) context.seconds_settings[name] = *given;
+  if (auto leases = lookup(env, {"RUNNER_HOST_LEASES"}, &which)) context.host_leases = *leases;
   return context;
 }
 

@@ -61,6 +61,10 @@ struct LaunchContext {
   std::string
       index_url;  // RUNNER_INDEX or --index: the index when it is not RUNNER_HOME's SQLite file ("" for that one)
   double dist_timeout_seconds = 300;  // RUNNER_DIST_TIMEOUT: the rendezvous's and every collective's timeout
+  // Spans of seconds read where they apply (core/environment_seconds.h), by variable name, as given:
+  // RUNNER_ATTACH_IDLE_TIMEOUT and the RUNNER_INDEX_{CONNECT,IDLE,STATEMENT}_TIMEOUT and RUNNER_INDEX_WAIT ones.
+  std::map<std::string, std::string> seconds_settings;
+  std::string host_leases;  // RUNNER_HOST_LEASES: the folder of this host's sweep slot leases ("" for the default)
 
   bool distributed() const { return world_size > 1; }
 };

@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "runtime/core/launch_context.h"
+
 namespace runner::sweep {
 namespace {
 
@@ -96,7 +98,7 @@ void TrialLease::release() {
 }
 
 std::string host_leases_folder() {
-  if (const char* given = std::getenv("RUNNER_HOST_LEASES"); given && *given) return given;
+  if (const std::string& given = core::launch_context().host_leases; !given.empty()) return given;
   return fmt::format("/tmp/runner-{}/host-leases", ::getuid());
 }
 

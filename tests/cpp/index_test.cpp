@@ -1213,7 +1213,23 @@ INDEX_TEST_CASE("two metric writers on one index from two threads write everythi
 // ---------------------------------------------------------------------------------------------------------
 // Read-only queries
 
-// A variable of the process's environment, set while this lives (the index reads RUNNER_INDEX_* at each connection).
+// A RUNNER_INDEX_* setting of the launch context, set while this lives (the index reads them at each connection).
+class ScopedSecondsSetting {
+ public:
+  ScopedSecondsSetting(const char* name, const char* value) : saved_(runner::core::launch_context()) {
+    runner::core::LaunchContext context = saved_;
+    context.seconds_settings[name] = value;
+    runner::core::set_launch_context(context);
+  }
+  ~ScopedSecondsSetting() { runner::core::set_launch_context(saved_); }
+  ScopedSecondsSetting(const ScopedSecondsSetting&) = delete;
+  ScopedSecondsSetting& operator=(const ScopedSecondsSetting&) = delete;
+
+ private:
+  runner::core::LaunchContext saved_;
+};
+
+// A variable of the process's environment, set while this lives (libpq reads PGOPTIONS at each connection).
 class ScopedEnvironment {
  public:
   ScopedEnvironment(const char* name, const char* value) : name_(name) {
@@ -1236,7 +1252,7 @@ TEST_CASE("a writer silent inside its transaction loses it after RUNNER_INDEX_ID
     WARN("SKIP: " << server.reason());
     return;
   }
-  const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "1");
+  const ScopedSecondsSetting idle("RUNNER_INDEX_IDLE_TIMEOUT", "1");
   TempHome tmp;
   Database silent = open_index_for_writing(runner::testing::index_at(tmp.path));
   Database other = open_index_for_writing(runner::testing::index_at(tmp.path));
@@ -1272,8 +1288,8 @@ TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTION
   CHECK(setting(url, "statement_timeout") == "10min");
   CHECK(setting(url, "idle_in_transaction_session_timeout") == "1min");
   {
-    const ScopedEnvironment statement("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
-    const ScopedEnvironment idle("RUNNER_INDEX_IDLE_TIMEOUT", "2.5");
+    const ScopedSecondsSetting statement("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+    const ScopedSecondsSetting idle("RUNNER_INDEX_IDLE_TIMEOUT", "2.5");
     CHECK(setting(url, "statement_timeout") == "5s");
     CHECK(setting(url, "idle_in_transaction_session_timeout") == "2500ms");
     const ScopedEnvironment pgoptions("PGOPTIONS", "-c statement_timeout=7s");
@@ -1281,7 +1297,7 @@ TEST_CASE("a session's timeouts are runner's, RUNNER_INDEX_* over them, PGOPTION
     CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "statement_timeout") == "9s");
     CHECK(setting(url + "?options=-c%20statement_timeout%3D9s", "idle_in_transaction_session_timeout") == "2500ms");
   }
-  const ScopedEnvironment connect("RUNNER_INDEX_CONNECT_TIMEOUT", "0");
+  const ScopedSecondsSetting connect("RUNNER_INDEX_CONNECT_TIMEOUT", "0");
   CHECK(index_error([&] { setting(url, "statement_timeout"); }) ==
         "RUNNER_INDEX_CONNECT_TIMEOUT='0' is not a number of seconds > 0");
 }
@@ -1293,7 +1309,7 @@ TEST_CASE("a writer that waits for the index lock past RUNNER_INDEX_STATEMENT_TI
     WARN("SKIP: " << server.reason());
     return;
   }
-  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  const ScopedSecondsSetting statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
   TempHome tmp;
   Database holder = open_index_for_writing(runner::testing::index_at(tmp.path));
   Database waiter = open_index_for_writing(runner::testing::index_at(tmp.path));
@@ -1324,7 +1340,7 @@ TEST_CASE("a transaction held between its round trips holds up no writer of anot
     WARN("SKIP: " << server.reason());
     return;
   }
-  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
+  const ScopedSecondsSetting statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "5");
   TempHome tmp;
   Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   const RunRecord first = create_run(db, new_run(), tmp.path);
@@ -1371,7 +1387,7 @@ TEST_CASE("a server that stops answering mid-session is given up after the state
     WARN("SKIP: " << server.reason());
     return;
   }
-  const ScopedEnvironment statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
+  const ScopedSecondsSetting statement_timeout("RUNNER_INDEX_STATEMENT_TIMEOUT", "1");
   TempHome tmp;
   Database db = open_index_for_writing(runner::testing::index_at(tmp.path));
   // The server process of this session stops (a hung server: its host still answers TCP, keepalives included).
