@@ -1,6 +1,7 @@
 // spdlog configuration and the log entry point for the runner process.
 #include "runtime/core/logging.h"
 
+#include "runtime/core/enum_table.h"
 #include "runtime/core/open_line.h"
 #include "runtime/core/terminal_text.h"
 
@@ -59,12 +60,15 @@ LogFile& log_file() {
 }  // namespace
 
 LogLevel parse_log_level(const std::string& level) {
-  static const std::pair<const char*, LogLevel> levels[] = {{"trace", LogLevel::trace}, {"debug", LogLevel::debug},
-                                                            {"info", LogLevel::info},   {"warn", LogLevel::warn},
-                                                            {"error", LogLevel::error}, {"off", LogLevel::off}};
-  for (const auto& [name, value] : levels)
-    if (level == name) return value;
-  throw std::invalid_argument("unknown log level '" + level + "' (expected trace, debug, info, warn, error or off)");
+  static const EnumTable<LogLevel, 6> kLevels{{{{LogLevel::trace, "trace"},
+                                                {LogLevel::debug, "debug"},
+                                                {LogLevel::info, "info"},
+                                                {LogLevel::warn, "warn"},
+                                                {LogLevel::error, "error"},
+                                                {LogLevel::off, "off"}}},
+                                              NameQuotes::none,
+                                              "unknown log level '{got}' (expected {list})"};
+  return kLevels.parse(level);
 }
 
 void set_log_level(const std::string& level) { runner_logger()->set_level(to_spdlog(parse_log_level(level))); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/enum_table.h"
 #include "runtime/core/shape_text.h"
 
 namespace runner::diffusion {
@@ -46,24 +47,14 @@ void check_batch(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& no
 
 }  // namespace
 
-Prediction parse_prediction(const std::string& name) {
-  if (name == "eps") return Prediction::eps;
-  if (name == "x0") return Prediction::x0;
-  if (name == "v") return Prediction::v;
-  throw std::invalid_argument(fmt::format("prediction must be eps, x0 or v, got '{}'", name));
-}
+const core::EnumTable<Prediction, 3> kPredictions{
+    {{{Prediction::eps, "eps"}, {Prediction::x0, "x0"}, {Prediction::v, "v"}}},
+    core::NameQuotes::none,
+    "prediction must be {list}, got '{got}'"};
 
-std::string prediction_name(Prediction prediction) {
-  switch (prediction) {
-    case Prediction::eps:
-      return "eps";
-    case Prediction::x0:
-      return "x0";
-    case Prediction::v:
-      return "v";
-  }
-  return "?";
-}
+Prediction parse_prediction(const std::string& name) { return kPredictions.parse(name); }
+
+std::string prediction_name(Prediction prediction) { return kPredictions.name(prediction); }
 
 bool learns_sigma(const at::Tensor& output, const at::Tensor& x) {
   const auto fail = [&] {

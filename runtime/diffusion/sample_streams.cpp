@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/enum_table.h"
 #include "runtime/core/sample_rng.h"
 #include "runtime/diffusion/philox.h"
 
@@ -68,16 +69,14 @@ std::array<at::Tensor, 2> box_muller(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-TimestepSampling::Kind parse_timestep_sampling(const std::string& name) {
-  if (name == "uniform") return TimestepSampling::Kind::uniform;
-  if (name == "logit_normal") return TimestepSampling::Kind::logit_normal;
-  throw std::invalid_argument(
-      fmt::format("timestep sampling must be \"uniform\" or \"logit_normal\", got \"{}\"", name));
-}
+const core::EnumTable<TimestepSampling::Kind, 2> kTimestepSamplings{
+    {{{TimestepSampling::Kind::uniform, "uniform"}, {TimestepSampling::Kind::logit_normal, "logit_normal"}}},
+    core::NameQuotes::double_,
+    "timestep sampling must be {list}, got \"{got}\""};
 
-std::string timestep_sampling_name(TimestepSampling::Kind kind) {
-  return kind == TimestepSampling::Kind::uniform ? "uniform" : "logit_normal";
-}
+TimestepSampling::Kind parse_timestep_sampling(const std::string& name) { return kTimestepSamplings.parse(name); }
+
+std::string timestep_sampling_name(TimestepSampling::Kind kind) { return kTimestepSamplings.name(kind); }
 
 SampleStreams::SampleStreams(std::uint64_t seed) : seed_(seed) {}
 

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "runtime/core/enum_table.h"
+
 namespace runner::diffusion {
 namespace {
 
@@ -34,94 +36,47 @@ at::Tensor per_sample(const at::Tensor& coefficient, const at::Tensor& x) {
   return coefficient.to(x.scalar_type()).reshape(shape);
 }
 
-InterpolantPath parse_interpolant_path(const std::string& name) {
-  if (name == "linear") return InterpolantPath::linear;
-  if (name == "gvp") return InterpolantPath::gvp;
-  if (name == "vp") return InterpolantPath::vp;
-  throw std::invalid_argument(fmt::format("path must be \"linear\", \"gvp\" or \"vp\", got \"{}\"", name));
-}
+const core::EnumTable<InterpolantPath, 3> kInterpolantPaths{
+    {{{InterpolantPath::linear, "linear"}, {InterpolantPath::gvp, "gvp"}, {InterpolantPath::vp, "vp"}}},
+    core::NameQuotes::double_,
+    "path must be {list}, got \"{got}\""};
 
-FlowPrediction parse_flow_prediction(const std::string& name) {
-  if (name == "velocity") return FlowPrediction::velocity;
-  if (name == "noise") return FlowPrediction::noise;
-  if (name == "score") return FlowPrediction::score;
-  throw std::invalid_argument(fmt::format("prediction must be \"velocity\", \"noise\" or \"score\", got \"{}\"", name));
-}
+const core::EnumTable<FlowPrediction, 3> kFlowPredictions{
+    {{{FlowPrediction::velocity, "velocity"}, {FlowPrediction::noise, "noise"}, {FlowPrediction::score, "score"}}},
+    core::NameQuotes::double_,
+    "prediction must be {list}, got \"{got}\""};
 
-FlowLossWeight parse_flow_loss_weight(const std::string& name) {
-  if (name == "none") return FlowLossWeight::none;
-  if (name == "velocity") return FlowLossWeight::velocity;
-  if (name == "likelihood") return FlowLossWeight::likelihood;
-  throw std::invalid_argument(
-      fmt::format("loss_weight must be \"none\", \"velocity\" or \"likelihood\", got \"{}\"", name));
-}
+const core::EnumTable<FlowLossWeight, 3> kFlowLossWeights{{{{FlowLossWeight::none, "none"},
+                                                            {FlowLossWeight::velocity, "velocity"},
+                                                            {FlowLossWeight::likelihood, "likelihood"}}},
+                                                          core::NameQuotes::double_,
+                                                          "loss_weight must be {list}, got \"{got}\""};
 
-DiffusionForm parse_diffusion_form(const std::string& name) {
-  if (name == "constant") return DiffusionForm::constant;
-  if (name == "sbdm") return DiffusionForm::sbdm;
-  if (name == "sigma") return DiffusionForm::sigma;
-  if (name == "linear") return DiffusionForm::linear;
-  if (name == "decreasing") return DiffusionForm::decreasing;
-  if (name == "increasing-decreasing") return DiffusionForm::increasing_decreasing;
-  throw std::invalid_argument(
-      fmt::format("diffusion_form must be \"sigma\", \"sbdm\", \"constant\", \"linear\", \"decreasing\" or "
-                  "\"increasing-decreasing\", got \"{}\"",
-                  name));
-}
+const core::EnumTable<DiffusionForm, 6> kDiffusionForms{
+    {{{DiffusionForm::sigma, "sigma"},
+      {DiffusionForm::sbdm, "sbdm"},
+      {DiffusionForm::constant, "constant"},
+      {DiffusionForm::linear, "linear"},
+      {DiffusionForm::decreasing, "decreasing"},
+      {DiffusionForm::increasing_decreasing, "increasing-decreasing"}}},
+    core::NameQuotes::double_,
+    "diffusion_form must be {list}, got \"{got}\""};
 
-std::string interpolant_path_name(InterpolantPath path) {
-  switch (path) {
-    case InterpolantPath::linear:
-      return "linear";
-    case InterpolantPath::gvp:
-      return "gvp";
-    case InterpolantPath::vp:
-      return "vp";
-  }
-  return "?";
-}
+InterpolantPath parse_interpolant_path(const std::string& name) { return kInterpolantPaths.parse(name); }
 
-std::string flow_prediction_name(FlowPrediction prediction) {
-  switch (prediction) {
-    case FlowPrediction::velocity:
-      return "velocity";
-    case FlowPrediction::noise:
-      return "noise";
-    case FlowPrediction::score:
-      return "score";
-  }
-  return "?";
-}
+FlowPrediction parse_flow_prediction(const std::string& name) { return kFlowPredictions.parse(name); }
 
-std::string flow_loss_weight_name(FlowLossWeight weight) {
-  switch (weight) {
-    case FlowLossWeight::none:
-      return "none";
-    case FlowLossWeight::velocity:
-      return "velocity";
-    case FlowLossWeight::likelihood:
-      return "likelihood";
-  }
-  return "?";
-}
+FlowLossWeight parse_flow_loss_weight(const std::string& name) { return kFlowLossWeights.parse(name); }
 
-std::string diffusion_form_name(DiffusionForm form) {
-  switch (form) {
-    case DiffusionForm::constant:
-      return "constant";
-    case DiffusionForm::sbdm:
-      return "sbdm";
-    case DiffusionForm::sigma:
-      return "sigma";
-    case DiffusionForm::linear:
-      return "linear";
-    case DiffusionForm::decreasing:
-      return "decreasing";
-    case DiffusionForm::increasing_decreasing:
-      return "increasing-decreasing";
-  }
-  return "?";
-}
+DiffusionForm parse_diffusion_form(const std::string& name) { return kDiffusionForms.parse(name); }
+
+std::string interpolant_path_name(InterpolantPath path) { return kInterpolantPaths.name(path); }
+
+std::string flow_prediction_name(FlowPrediction prediction) { return kFlowPredictions.name(prediction); }
+
+std::string flow_loss_weight_name(FlowLossWeight weight) { return kFlowLossWeights.name(weight); }
+
+std::string diffusion_form_name(DiffusionForm form) { return kDiffusionForms.name(form); }
 
 Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   const bool velocity = options_.prediction == FlowPrediction::velocity;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/enum_table.h"
 #include "runtime/core/interrupt.h"
 
 namespace runner::diffusion {
@@ -19,14 +20,12 @@ namespace {
 
 enum class LastStep { none, mean, tweedie, euler };
 
-LastStep parse_last_step(const std::string& name) {
-  if (name == "mean") return LastStep::mean;
-  if (name == "tweedie") return LastStep::tweedie;
-  if (name == "euler") return LastStep::euler;
-  if (name == "none") return LastStep::none;
-  throw std::invalid_argument(
-      fmt::format("last_step must be \"mean\", \"tweedie\", \"euler\" or \"none\", got \"{}\"", name));
-}
+const core::EnumTable<LastStep, 4> kLastSteps{
+    {{{LastStep::mean, "mean"}, {LastStep::tweedie, "tweedie"}, {LastStep::euler, "euler"}, {LastStep::none, "none"}}},
+    core::NameQuotes::double_,
+    "last_step must be {list}, got \"{got}\""};
+
+LastStep parse_last_step(const std::string& name) { return kLastSteps.parse(name); }
 
 void check_options(const FlowSampleOptions& o) {
   if (o.sampler != "euler" && o.sampler != "heun" && (o.sde || o.sampler != "dopri5"))

@@ -13,6 +13,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "runtime/core/enum_table.h"
+
 namespace runner::dist {
 namespace {
 
@@ -66,44 +68,18 @@ at::Tensor alias_of(const at::Tensor& tensor) {
 
 }  // namespace
 
-ShardMode parse_shard_mode(const std::string& name) {
-  if (name == "none") return ShardMode::none;
-  if (name == "optimizer") return ShardMode::optimizer;
-  if (name == "gradients") return ShardMode::gradients;
-  if (name == "weights") return ShardMode::weights;
-  throw std::invalid_argument(
-      fmt::format("shard must be \"none\", \"optimizer\" (ZeRO-1), \"gradients\" (ZeRO-2) or \"weights\" (ZeRO-3), "
-                  "got \"{}\"",
-                  name));
-}
+const core::EnumTable<ShardMode, 4> kShardModes{{{{ShardMode::none, "none"},
+                                                  {ShardMode::optimizer, "optimizer", "ZeRO-1"},
+                                                  {ShardMode::gradients, "gradients", "ZeRO-2"},
+                                                  {ShardMode::weights, "weights", "ZeRO-3"}}},
+                                                core::NameQuotes::double_,
+                                                "shard must be {list}, got \"{got}\""};
 
-std::string shard_mode_zero_name(ShardMode mode) {
-  switch (mode) {
-    case ShardMode::none:
-      return "";
-    case ShardMode::optimizer:
-      return "ZeRO-1";
-    case ShardMode::gradients:
-      return "ZeRO-2";
-    case ShardMode::weights:
-      return "ZeRO-3";
-  }
-  return "";
-}
+ShardMode parse_shard_mode(const std::string& name) { return kShardModes.parse(name); }
 
-std::string shard_mode_name(ShardMode mode) {
-  switch (mode) {
-    case ShardMode::none:
-      return "none";
-    case ShardMode::optimizer:
-      return "optimizer";
-    case ShardMode::gradients:
-      return "gradients";
-    case ShardMode::weights:
-      return "weights";
-  }
-  return "none";
-}
+std::string shard_mode_zero_name(ShardMode mode) { return std::string(kShardModes.note(mode)); }
+
+std::string shard_mode_name(ShardMode mode) { return kShardModes.name(mode); }
 
 RowRange shard_rows(std::int64_t rows, int rank, int ranks) {
   const std::int64_t chunk = (rows + ranks - 1) / ranks;

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "runtime/core/enum_table.h"
+
 namespace runner::dist {
 namespace {
 
@@ -64,13 +66,12 @@ std::optional<CollectiveFailure> first_collective_failure() {
   return the_first_collective_failure;
 }
 
-ReduceOp parse_reduce_op(const std::string& name) {
-  if (name == "sum") return ReduceOp::sum;
-  if (name == "mean") return ReduceOp::mean;
-  if (name == "max") return ReduceOp::max;
-  if (name == "min") return ReduceOp::min;
-  throw std::invalid_argument(fmt::format("reduce op must be sum, mean, max or min, got '{}'", name));
-}
+const core::EnumTable<ReduceOp, 4> kReduceOps{
+    {{{ReduceOp::sum, "sum"}, {ReduceOp::mean, "mean"}, {ReduceOp::max, "max"}, {ReduceOp::min, "min"}}},
+    core::NameQuotes::none,
+    "reduce op must be {list}, got '{got}'"};
+
+ReduceOp parse_reduce_op(const std::string& name) { return kReduceOps.parse(name); }
 
 struct ProcessGroup::Backends {
   c10::intrusive_ptr<c10d::Store> store;

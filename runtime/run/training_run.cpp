@@ -1,6 +1,7 @@
 // A training run: checkpoints, restore, save reports and graceful stops.
 #include "runtime/run/training_run.h"
 
+#include "runtime/core/enum_table.h"
 #include "runtime/dist/process_group.h"
 
 #include <csignal>
@@ -48,9 +49,11 @@ class TrainingRun::Observer : public train::StepObserver {
 };
 
 CheckpointFailurePolicy parse_checkpoint_failure_policy(const std::string& name) {
-  if (name == "stop") return CheckpointFailurePolicy::stop;
-  if (name == "continue") return CheckpointFailurePolicy::continue_;
-  throw std::invalid_argument(fmt::format("on_error must be 'stop' or 'continue', got '{}'", name));
+  static const core::EnumTable<CheckpointFailurePolicy, 2> kPolicies{
+      {{{CheckpointFailurePolicy::stop, "stop"}, {CheckpointFailurePolicy::continue_, "continue"}}},
+      core::NameQuotes::single,
+      "on_error must be {list}, got '{got}'"};
+  return kPolicies.parse(name);
 }
 
 TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> trainer, std::shared_ptr<data::Loader> loader,

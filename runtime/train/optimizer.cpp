@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/enum_table.h"
 
 namespace runner::train {
 namespace {
@@ -86,24 +87,14 @@ void validate_param_group(OptimizerKind kind, const ParamGroup& group, std::size
   }
 }
 
-std::string optimizer_kind_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::sgd:
-      return "sgd";
-    case OptimizerKind::adam:
-      return "adam";
-    case OptimizerKind::adamw:
-      return "adamw";
-  }
-  return "?";
-}
+const core::EnumTable<OptimizerKind, 3> kOptimizerKinds{
+    {{{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}}},
+    core::NameQuotes::none,
+    "unknown optimizer '{got}' (expected {list})"};
 
-OptimizerKind parse_optimizer_kind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "adam") return OptimizerKind::adam;
-  if (name == "adamw") return OptimizerKind::adamw;
-  throw std::invalid_argument(fmt::format("unknown optimizer '{}' (expected sgd, adam or adamw)", name));
-}
+std::string optimizer_kind_name(OptimizerKind kind) { return kOptimizerKinds.name(kind); }
+
+OptimizerKind parse_optimizer_kind(const std::string& name) { return kOptimizerKinds.parse(name); }
 
 ParamGroup default_param_group(OptimizerKind kind) {
   ParamGroup group;

@@ -20,6 +20,7 @@
 
 #include "runtime/core/clock.h"
 #include "runtime/core/device.h"
+#include "runtime/core/enum_table.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/shape_text.h"
 #include "runtime/dist/process_group.h"
@@ -180,9 +181,11 @@ std::string precision_name(Precision precision) {
 }
 
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
-  if (name == "skip") return NonFinitePolicy::skip;
-  if (name == "stop") return NonFinitePolicy::stop;
-  throw std::invalid_argument(fmt::format("on_nonfinite must be 'skip' or 'stop', got '{}'", name));
+  static const core::EnumTable<NonFinitePolicy, 2> kPolicies{
+      {{{NonFinitePolicy::skip, "skip"}, {NonFinitePolicy::stop, "stop"}}},
+      core::NameQuotes::single,
+      "on_nonfinite must be {list}, got '{got}'"};
+  return kPolicies.parse(name);
 }
 
 // Device events around the parts of a CUDA step; read once they have completed.
