@@ -436,10 +436,8 @@ bool ends_with_return(const std::string& source) {
 }  // namespace
 
 void LuaHost::want_config() {
-  lua_getglobal(L_, "runner");
   lua_pushboolean(L_, 1);
-  lua_setfield(L_, -2, "_config_wanted");
-  lua_pop(L_, 1);
+  lua_setfield(L_, LUA_REGISTRYINDEX, kConfigWantedKey);
 }
 
 std::optional<std::string> LuaHost::reported_config() const {

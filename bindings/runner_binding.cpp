@@ -118,6 +118,13 @@ int runner_end_open_line(lua_State*) {
   return 0;
 }
 
+// runner._config_wanted() -> whether the host runs the script for `runner --print-config`
+int runner_config_wanted(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kConfigWantedKey);
+  lua_pushboolean(L, lua_toboolean(L, -1));
+  return 1;
+}
+
 // runner._report_config(defaults, integers): for `runner --print-config`, the declared keys as JSON
 // {"keys": {name: {"default": value, "integer": bool}}} kept in the registry for the host to print.
 int runner_report_config(lua_State* L) {
@@ -174,6 +181,7 @@ void open_runner(lua_State* L) {
                        {"_did_you_mean", wrap<runner_did_you_mean>},
                        {"_end_open_line", wrap<runner_end_open_line>},
                        {"_report_config", wrap<runner_report_config>},
+                       {"_config_wanted", wrap<runner_config_wanted>},
                        {"_stub_paths", wrap<runner_stub_paths>},
                        {"_sweep_int_options", wrap<runner_sweep_int_options>},
                    });

@@ -14,6 +14,9 @@ inline constexpr const char* kUsageErrorType = "runner.UsageError";
 
 // Registry key of the JSON that runner._report_config leaves for `runner --print-config`.
 inline constexpr const char* kReportedConfigKey = "runner.reported_config";
+// Registry key set (true) by the host for `runner --print-config`: runner._config_wanted() reads it, and no script
+// can set it.
+inline constexpr const char* kConfigWantedKey = "runner.config_wanted";
 
 void open_runner(lua_State* L);
 // Stores key=value strings as runner.overrides for config{} to apply.

@@ -204,7 +204,7 @@ function M.declare(defaults, limits)
     resolved[key] = value
     overridden[key] = true
   end
-  if runner._config_wanted then  -- runner --print-config: the declared keys, and nothing of the script runs further
+  if runner._config_wanted() then  -- runner --print-config: the declared keys, and nothing of the script runs further
     runner._report_config(defaults, integers)
     os.exit(0)
   end

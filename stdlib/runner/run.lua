@@ -47,7 +47,7 @@ end
 --- options are checked and the start policy applied by runtime/run/run_start).
 function runner.start(cfg, options)
   if runner._load_only then return runner._load_only.start(cfg) end
-  if runner._config_wanted then  -- runner --print-config of a script without config { ... }
+  if runner._config_wanted() then  -- runner --print-config of a script without config { ... }
     runner._report_config({}, {})
     os.exit(0)
   end
