@@ -349,12 +349,12 @@ describe("likelihood against the reference", function()
       expect_eq(logp.shape[1], S["likelihood.x"].shape[1])
       local expected_z = S[case .. ".z"]
       if s.sampler == "dopri5" then
-        -- Adaptive steps over a divergence estimate that changes with every probe: the step sizes differ from
-        -- torchdiffeq's (see the trajectories above), so the probes fall on other times and only z is compared, in
-        -- the solver's norm.
+        -- Adaptive steps: z is compared in the solver's norm (its steps may differ from torchdiffeq's, see the
+        -- trajectories above). log p integrates the divergence estimate over the same accepted steps here: measured
+        -- within 7e-5 of SiT's (one float32 ulp at -870), held to 1e-4 relative as the fixed-step cases.
         local units = ((z - expected_z):abs() / (expected_z:abs() * s.rtol + s.atol)):pow(2):mean():sqrt():item()
         expect_true(units <= 3, string.format("z differs by %.2f tolerance units", units))
-        expect_true(logp:isfinite():all():item(), "finite log-likelihoods")
+        expect_close(logp, S[case .. ".logp"], 0, 1e-4, case .. " logp")
       else
         -- Fixed steps, the same probes at the same evaluations: float32 rounding of sums over 768 elements
         -- (log p is about -700): 1e-4 relative.
