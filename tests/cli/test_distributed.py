@@ -293,12 +293,12 @@ class DataParallel(GlooOnTheCpu):
         # A class-conditional DiT with activation checkpointing: each block's weights gathered for its forward and
         # again for its recomputation in the backward; the numbers are unsharded data parallel's.
         self.script("dit.lua", """
-            local cfg = config { shard = "none", out = "dit.safetensors", peek = false, seed = 5 }
+            local cfg = config { shard = "none", out = "dit.safetensors", peek = false, seed = 5, amp = "fp32" }
             runner.start(cfg)
             local model = nn.DiT { depth = 3, hidden = 32, heads = 2, patch = 2, image = 8, in_channels = 4,
                                    classes = 5, checkpoint = true }
             local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
-            local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, amp = "fp32",
+            local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, amp = cfg.amp,
                                            objective = ddpm:objective(model), shard = cfg.shard, progress = false }
             local losses = {}
             for step = 1, 4 do
@@ -322,6 +322,12 @@ class DataParallel(GlooOnTheCpu):
         self.assertEqual(sorted(got), sorted(expected))
         for key in expected:
             torch.testing.assert_close(got[key], expected[key], rtol=1.3e-6, atol=1e-5, msg=lambda m: f"{key}: {m}")
+        # Under bf16 autocast too (each block's weights cast at each use, as unsharded): to bf16's rounding.
+        self.runner("--nproc", "2", "dit.lua", "amp=bf16", "out=bf16.safetensors", check=0)
+        self.runner("--nproc", "2", "dit.lua", "amp=bf16", "shard=weights", "out=bf16-sharded.safetensors", check=0)
+        expected, got = load_file(self.dir / "bf16.safetensors"), load_file(self.dir / "bf16-sharded.safetensors")
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-3, atol=1e-4, msg=lambda m: f"bf16 {key}: {m}")
         # The blocks' weights are held as each rank's rows between steps: fewer bytes than whole.
         held = [int(n) for n in re.findall(r"weights held between steps: (\d+) bytes", sharded.stdout)]
         whole_bytes = int(re.search(r"weights held between steps: (\d+) bytes", whole.stdout).group(1))
