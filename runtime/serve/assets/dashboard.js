@@ -538,7 +538,7 @@ function runPage(reference) {
     }
     // A heading per prefix (eval/, late/), as the report has; metrics without one after a prefix's are "other metrics".
     const sections = metricSections.filter((section) => !METRIC_GROUPS.some((group) => group.prefix === section.prefix));
-    const layout = sections.map((section) => section.prefix).join(" ");
+    const layout = JSON.stringify(sections.map((section) => section.prefix));
     if (layout !== sectionLayout) {
       sectionLayout = layout;
       sectionCharts = sections.map(() => el("div", { class: "charts" }));
