@@ -27,6 +27,7 @@
 #include "runtime/core/logging.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/read_query.h"
+#include "runtime/index/run_records.h"
 #include "runtime/run/run_start.h"
 #include "runtime/run/training_run.h"
 

@@ -9,6 +9,7 @@
 
 #include "runtime/core/clock.h"
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/index/writer_fence.h"
 

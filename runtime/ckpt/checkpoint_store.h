@@ -14,6 +14,7 @@
 
 #include "runtime/ckpt/checkpoint_directory.h"
 #include "runtime/ckpt/checkpoint_rotation.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
 #include "runtime/index/index_database.h"

@@ -16,6 +16,7 @@
 #include "runtime/core/terminal_text.h"
 #include "runtime/index/index_database.h"
 #include "runtime/core/did_you_mean.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/run_loading.h"
 #include "runtime/report/run_where.h"

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "runtime/core/disk_usage.h"
+#include "runtime/index/run_records.h"
 
 namespace runner::index {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "runtime/core/local_time_text.h"
 #include "runtime/core/number_text.h"
+#include "runtime/index/run_records.h"
 
 namespace runner::report {
 namespace {

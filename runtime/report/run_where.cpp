@@ -12,6 +12,7 @@
 
 #include "runtime/core/json_text.h"
 #include "runtime/core/did_you_mean.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 
 namespace runner::report {

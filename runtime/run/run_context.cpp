@@ -25,6 +25,7 @@
 #include "runtime/core/utf8_text.h"
 #include "runtime/index/final_status.h"
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_removal.h"
 #include "runtime/run/tensor_histogram.h"
 

@@ -14,6 +14,7 @@
 #include "runtime/image/image_grid.h"
 #include "runtime/index/index_database.h"
 #include "runtime/index/metric_writer.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
 #include "runtime/index/writer_fence.h"

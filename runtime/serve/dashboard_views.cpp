@@ -11,6 +11,7 @@
 
 #include "runtime/cli/run_groups.h"
 #include "runtime/core/json_text.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/report/html_report.h"
 #include "runtime/report/run_loading.h"

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "runtime/core/json_text.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/sweep/asha.h"
 #include "runtime/sweep/samplers.h"

@@ -45,6 +45,7 @@
 #include "runtime/run/run_context.h"
 #include "runtime/run/system_metrics.h"
 #include "runtime/index/run_removal.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/index/database.h"
 #include "runtime/index/writer_fence.h"

@@ -22,6 +22,7 @@
 #include "runtime/core/launch_context.h"
 #include "runtime/data/datasets.h"
 #include "runtime/index/index_database.h"
+#include "runtime/index/run_records.h"
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
 #include "runtime/run/run_start.h"
