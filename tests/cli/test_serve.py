@@ -1053,6 +1053,25 @@ class GroupsFloorsAndLinks(unittest.TestCase):
         browser = self.page("/compare?run=groups-2&run=groups-1&group=1")
         browser.wait_for(f"{chart('loss')}?.querySelectorAll('polygon.band').length === 1")
 
+    def test_a_run_pages_scale_smoothing_and_hidden_charts_are_kept_in_the_url(self):
+        browser = self.page("/run/groups-1")
+        browser.wait_for("document.querySelectorAll('.metric-section svg.chart').length === 5")
+        browser.evaluate("const s = document.querySelector('select.y-scale'); s.value = 'log';"
+                         "s.dispatchEvent(new Event('change'))")
+        browser.evaluate("[...document.querySelectorAll('.metric-picks label')].find((l) => l.textContent.trim() === "
+                         "'grad_norm').querySelector('input').click()")
+        search = browser.evaluate("location.search")
+        self.assertEqual(urllib.parse.parse_qs(search[1:]), {"x": ["step"], "scale": ["log"], "smoothing": ["0.6"],
+                                                              "hide": ["grad_norm"]})
+        browser = self.page(f"/run/groups-1{search}")
+        browser.wait_for("document.querySelectorAll('.metric-section svg.chart').length === 4")
+        self.assertEqual(browser.evaluate("document.querySelector('select.y-scale').value"), "log")
+        self.assertNotIn("grad_norm", browser.evaluate("[...document.querySelectorAll('svg.chart')].map((s) => "
+                                                       "s.getAttribute('aria-label'))"))
+        self.assertEqual(browser.evaluate("[...document.querySelectorAll('.metric-picks label')].filter((l) => "
+                                          "!l.querySelector('input').checked).map((l) => l.textContent.trim())"),
+                         ["grad_norm"])
+
     def test_a_metrics_floor_is_a_dashed_line_and_each_prefix_heads_its_charts_on_the_run_page(self):
         browser = self.page("/run/groups-1")
         browser.wait_for("document.querySelectorAll('.metric-section svg.chart').length === 5")

@@ -139,8 +139,13 @@ function formatX(x, axis) {
   return `step ${x}`;
 }
 
-// The initial view of a page's line charts: steps on x, smoothing on (W&B's default weight).
-const defaultView = () => ({ x: "step", scale: "auto", smoothing: 0.6 });
+// The initial view of a page's line charts: the URL's (chartControls keeps it there), else steps on x, smoothing on
+// (W&B's default weight).
+function defaultView() {
+  const x = urlState.read("x"), scale = urlState.read("scale"), smoothing = Number(urlState.read("smoothing") ?? NaN);
+  return { x: Object.hasOwn(X_AXES, x ?? "") ? x : "step", scale: ["auto", "linear", "log"].includes(scale) ? scale : "auto",
+    smoothing: smoothing >= 0 && smoothing < 1 ? smoothing : 0.6 };
+}
 
 // A figure showing the SVG at url(view), where view = { x, scale, smoothing } is shared by a page's charts.
 // Dragging across the plot zooms (from/to), a double click zooms out; load() fetches the chart again. marks(), if
@@ -313,16 +318,21 @@ function chartFigure(url, view, marks, ownSmoothing) {
   return figure;
 }
 
-// The x axis, scale and smoothing of a page's line charts; onchange() redraws them (a new x axis drops their zoom).
+// The x axis, scale and smoothing of a page's line charts, kept in the URL; onchange() redraws them (a new x axis
+// drops their zoom).
 function chartControls(view, onchange) {
-  const x = el("select", { class: "x-axis", onchange: () => { view.x = x.value; onchange(true); } },
+  const changed = (resetZoom) => {
+    urlState.write({ x: view.x, scale: view.scale, smoothing: String(view.smoothing) });
+    onchange(resetZoom);
+  };
+  const x = el("select", { class: "x-axis", onchange: () => { view.x = x.value; changed(true); } },
     Object.entries(X_AXES).map(([name, title]) => el("option", { value: name, selected: view.x === name }, title)));
-  const scale = el("select", { class: "y-scale", onchange: () => { view.scale = scale.value; onchange(); } },
+  const scale = el("select", { class: "y-scale", onchange: () => { view.scale = scale.value; changed(); } },
     ["auto", "linear", "log"].map((name) => el("option", { value: name, selected: view.scale === name }, name)));
   const shown = el("span", {}, String(view.smoothing));
   const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: view.smoothing,
     oninput: () => { shown.textContent = smoothing.value; },
-    onchange: () => { view.smoothing = Number(smoothing.value); onchange(); } });
+    onchange: () => { view.smoothing = Number(smoothing.value); changed(); } });
   return el("div", { class: "controls" }, el("label", {}, "x axis ", x), el("label", {}, "y scale ", scale),
     el("label", {}, "smoothing ", smoothing, " ", shown),
     el("span", { class: "note" }, "drag across a chart to zoom, double-click to zoom out"));
@@ -492,7 +502,7 @@ function runsPage() {
 
 function runPage(reference) {
   const view = defaultView();
-  const hidden = new Set();      // metric keys whose chart was turned off; every other metric has one
+  const hidden = new Set(urlState.readAll("hide"));  // metric keys whose chart was turned off (kept in the URL)
   const charts = new Map();      // key -> figure
   const sliders = new Map();     // image name -> { input, follow }
   let run = null;
@@ -528,7 +538,11 @@ function runPage(reference) {
   function drawCharts() {
     const keys = metricKeys;
     const pick = (key) => el("label", {}, el("input", { type: "checkbox", checked: !hidden.has(key),
-      onchange: (event) => { if (event.target.checked) hidden.delete(key); else hidden.add(key); drawCharts(); } }), ` ${key}`);
+      onchange: (event) => {
+        if (event.target.checked) hidden.delete(key); else hidden.add(key);
+        urlState.write({ hide: [...hidden] });
+        drawCharts();
+      } }), ` ${key}`);
     picks.replaceChildren(...keys.filter((key) => !groupOf(key)).map(pick));
     for (const [group, parts] of groups) {
       const groupKeys = keys.filter((key) => groupOf(key) === group);
