@@ -200,20 +200,8 @@ const OptionTable<DiffusionOptions> kDiffusionOptions(
                                         read_option_value(L, key, name);
                                         o.timestep_sampling.kind = diff::parse_timestep_sampling(name);
                                       }),
-        option_with<DiffusionOptions>("logit_mean",
-                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
-                                        read_option_value(L, key, o.logit_mean);
-                                        if (!std::isfinite(*o.logit_mean))
-                                          throw std::invalid_argument("logit_mean must be a finite number");
-                                      }),
-        option_with<DiffusionOptions>("logit_std",
-                                      [](lua_State* L, const char* key, DiffusionOptions& o) {
-                                        read_option_value(L, key, o.logit_std);
-                                        if (!(*o.logit_std > 0) || !std::isfinite(*o.logit_std)) {
-                                          throw std::invalid_argument(
-                                              fmt::format("logit_std must be a positive number, got {}", *o.logit_std));
-                                        }
-                                      }),
+        option("logit_mean", &DiffusionOptions::logit_mean),
+        option("logit_std", &DiffusionOptions::logit_std),
         option_with<DiffusionOptions>("seed",
                                       [](lua_State* L, const char* key, DiffusionOptions& o) {
                                         double value = 0;
@@ -225,12 +213,8 @@ const OptionTable<DiffusionOptions> kDiffusionOptions(
 // runner._diffusion.new(options, default_seed): runner.diffusion.gaussian.
 int diffusion_new(lua_State* L) {
   DiffusionOptions o = kDiffusionOptions.read(L, 1);
-  if ((o.logit_mean || o.logit_std) && o.timestep_sampling.kind != diff::TimestepSampling::Kind::logit_normal) {
-    throw std::invalid_argument("logit_mean and logit_std shape timestep_sampling = \"logit_normal\"; it is \"" +
-                                diff::timestep_sampling_name(o.timestep_sampling.kind) + "\"");
-  }
-  if (o.logit_mean) o.timestep_sampling.logit_mean = *o.logit_mean;
-  if (o.logit_std) o.timestep_sampling.logit_std = *o.logit_std;
+  o.timestep_sampling =
+      diff::timestep_sampling_of(o.timestep_sampling.kind, o.logit_mean, o.logit_std, "timestep_sampling");
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
   new_userdata<DiffusionBox>(
       L, kDiffusionType,

@@ -62,24 +62,10 @@ const OptionTable<FlowOptions> kFlowOptions(
                                  [](lua_State* L, const char* key, FlowOptions& o) {
                                    std::string name;
                                    read_option_value(L, key, name);
-                                   if (name != "uniform" && name != "logit_normal")
-                                     throw std::invalid_argument(
-                                         fmt::format("time must be \"uniform\" or \"logit_normal\", got \"{}\"", name));
-                                   o.time.kind = diff::parse_timestep_sampling(name);
+                                   o.time.kind = diff::parse_timestep_sampling(name, "time");
                                  }),
-        option_with<FlowOptions>("logit_mean",
-                                 [](lua_State* L, const char* key, FlowOptions& o) {
-                                   read_option_value(L, key, o.logit_mean);
-                                   if (!std::isfinite(*o.logit_mean))
-                                     throw std::invalid_argument("logit_mean must be a finite number");
-                                 }),
-        option_with<FlowOptions>("logit_std",
-                                 [](lua_State* L, const char* key, FlowOptions& o) {
-                                   read_option_value(L, key, o.logit_std);
-                                   if (!(*o.logit_std > 0) || !std::isfinite(*o.logit_std))
-                                     throw std::invalid_argument(
-                                         fmt::format("logit_std must be a positive number, got {}", *o.logit_std));
-                                 }),
+        option("logit_mean", &FlowOptions::logit_mean),
+        option("logit_std", &FlowOptions::logit_std),
         option_with<FlowOptions>("train_eps", [](lua_State* L, const char* key,
                                                  FlowOptions& o) { read_option_value(L, key, o.transport.train_eps); }),
         option_with<FlowOptions>("sample_eps",
@@ -97,12 +83,7 @@ const OptionTable<FlowOptions> kFlowOptions(
 // runner._diffusion.new_flow(options, default_seed): runner.diffusion.flow.
 int flow_new(lua_State* L) {
   FlowOptions o = kFlowOptions.read(L, 1);
-  if ((o.logit_mean || o.logit_std) && o.time.kind != diff::TimestepSampling::Kind::logit_normal) {
-    throw std::invalid_argument("logit_mean and logit_std shape time = \"logit_normal\"; it is \"" +
-                                diff::timestep_sampling_name(o.time.kind) + "\"");
-  }
-  if (o.logit_mean) o.time.logit_mean = *o.logit_mean;
-  if (o.logit_std) o.time.logit_std = *o.logit_std;
+  o.time = diff::timestep_sampling_of(o.time.kind, o.logit_mean, o.logit_std, "time");
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
   new_userdata<diff::FlowTraining>(
       L, kFlowType,
@@ -260,33 +241,7 @@ int flow_likelihood(lua_State* L) {
   lua_getfield(L, 5, "probes");
   const std::optional<at::Tensor> given = opt_tensor(L, -1);
   lua_pop(L, 1);
-  diff::NoiseSource probes;
-  if (given) {
-    const at::Tensor all = *given;
-    const at::Tensor not_a_sign = all.abs().ne(1);
-    if (not_a_sign.any().item<bool>())
-      throw std::invalid_argument(
-          fmt::format("likelihood: probes must hold -1 and 1 only (Rademacher probes, as SiT draws them), got {}",
-                      all.masked_select(not_a_sign)[0].item<double>()));
-    probes = [all](std::int64_t evaluation, const at::Tensor& like) {
-      if (all.dim() != like.dim() + 1 || all[0].sizes() != like.sizes())
-        throw std::invalid_argument(fmt::format("likelihood: probes must be [evaluations, {}], got [{}]",
-                                                fmt::join(like.sizes(), ", "), fmt::join(all.sizes(), ", ")));
-      if (evaluation >= all.size(0))
-        throw std::invalid_argument(fmt::format(
-            "likelihood: the solver evaluated the model more than the {} times the probes cover", all.size(0)));
-      return all[evaluation].to(like.options());
-    };
-  } else {
-    auto generator = at::globalContext().defaultGenerator(x.device()).clone();
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(check_seed(L, 6) ^ 0x9b0be5ULL);
-    }
-    probes = [generator](std::int64_t, const at::Tensor& like) {
-      return at::randint(0, 2, like.sizes(), generator, like.options()).mul_(2).sub_(1);
-    };
-  }
+  const diff::NoiseSource probes = diff::likelihood_probes(given, check_seed(L, 6), x.device());
   const auto result = diff::flow_likelihood(flow.transport, model, x, labels, o, probes);
   push_tensor(L, result.logp);
   push_tensor(L, result.z);

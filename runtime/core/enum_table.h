@@ -26,13 +26,15 @@ template <class E, std::size_t N>
 struct EnumTable {
   std::array<EnumName<E>, N> names;
   NameQuotes quotes;
-  // The error for an unknown name: fmt text with {list} (the names, "a, b or c") and {got} (the name given).
+  // The error for an unknown name: fmt text with {list} (the names, "a, b or c"), {got} (the name given) and
+  // {what} (parse's `what`: the option that named it).
   std::string_view error;
 
-  E parse(std::string_view given) const {
+  E parse(std::string_view given, std::string_view what = {}) const {
     for (const EnumName<E>& entry : names)
       if (entry.name == given) return entry.value;
-    throw std::invalid_argument(fmt::format(fmt::runtime(error), fmt::arg("list", list()), fmt::arg("got", given)));
+    throw std::invalid_argument(
+        fmt::format(fmt::runtime(error), fmt::arg("list", list()), fmt::arg("got", given), fmt::arg("what", what)));
   }
 
   std::string name(E value) const {

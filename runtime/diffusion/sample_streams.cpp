@@ -72,9 +72,26 @@ std::array<at::Tensor, 2> box_muller(const at::Tensor& a, const at::Tensor& b) {
 const core::EnumTable<TimestepSampling::Kind, 2> kTimestepSamplings{
     {{{TimestepSampling::Kind::uniform, "uniform"}, {TimestepSampling::Kind::logit_normal, "logit_normal"}}},
     core::NameQuotes::double_,
-    "timestep sampling must be {list}, got \"{got}\""};
+    "{what} must be {list}, got \"{got}\""};
 
-TimestepSampling::Kind parse_timestep_sampling(const std::string& name) { return kTimestepSamplings.parse(name); }
+TimestepSampling::Kind parse_timestep_sampling(const std::string& name, std::string_view option) {
+  return kTimestepSamplings.parse(name, option);
+}
+
+TimestepSampling timestep_sampling_of(TimestepSampling::Kind kind, std::optional<double> logit_mean,
+                                      std::optional<double> logit_std, std::string_view option) {
+  if (logit_mean && !std::isfinite(*logit_mean)) throw std::invalid_argument("logit_mean must be a finite number");
+  if (logit_std && (!(*logit_std > 0) || !std::isfinite(*logit_std)))
+    throw std::invalid_argument(fmt::format("logit_std must be a positive number, got {}", *logit_std));
+  if ((logit_mean || logit_std) && kind != TimestepSampling::Kind::logit_normal)
+    throw std::invalid_argument(fmt::format("logit_mean and logit_std shape {} = \"logit_normal\"; it is \"{}\"",
+                                            option, timestep_sampling_name(kind)));
+  TimestepSampling sampling;
+  sampling.kind = kind;
+  if (logit_mean) sampling.logit_mean = *logit_mean;
+  if (logit_std) sampling.logit_std = *logit_std;
+  return sampling;
+}
 
 std::string timestep_sampling_name(TimestepSampling::Kind kind) { return kTimestepSamplings.name(kind); }
 

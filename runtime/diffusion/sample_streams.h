@@ -7,7 +7,9 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace runner::diffusion {
 
@@ -21,9 +23,15 @@ struct TimestepSampling {
   double logit_std = 1;
 };
 
-// "uniform" or "logit_normal"; throws std::invalid_argument naming the choices for anything else.
-TimestepSampling::Kind parse_timestep_sampling(const std::string& name);
+// "uniform" or "logit_normal"; throws std::invalid_argument naming the choices (and `option`, the option that
+// named it) for anything else.
+TimestepSampling::Kind parse_timestep_sampling(const std::string& name, std::string_view option = "timestep sampling");
 std::string timestep_sampling_name(TimestepSampling::Kind kind);
+// The sampling of `kind` with the logit-normal's mean and std where given (runner.diffusion.gaussian's and .flow's
+// options; `option` names the kind's option in errors). Throws std::invalid_argument for a mean that is not finite,
+// a std that is not positive, or either given with the uniform kind.
+TimestepSampling timestep_sampling_of(TimestepSampling::Kind kind, std::optional<double> logit_mean,
+                                      std::optional<double> logit_std, std::string_view option);
 
 // Every draw of a sample is a pure function of (seed, stream, key, element): Philox4x32-10 words
 // (runtime/diffusion/philox.h) of the counter (element block, sample key) under a key derived from (seed,

@@ -5,9 +5,11 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -413,6 +415,34 @@ FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& 
   const at::Tensor prior = -elements / 2 * std::log(2 * M_PI) - out.z.square().flatten(1).sum(1) / 2;
   out.logp = prior - end[1];
   return out;
+}
+
+NoiseSource likelihood_probes(const std::optional<at::Tensor>& given, std::uint64_t seed, const c10::Device& device) {
+  if (given) {
+    const at::Tensor all = *given;
+    const at::Tensor not_a_sign = all.abs().ne(1);
+    if (not_a_sign.any().item<bool>())
+      throw std::invalid_argument(
+          fmt::format("likelihood: probes must hold -1 and 1 only (Rademacher probes, as SiT draws them), got {}",
+                      all.masked_select(not_a_sign)[0].item<double>()));
+    return [all](std::int64_t evaluation, const at::Tensor& like) {
+      if (all.dim() != like.dim() + 1 || all[0].sizes() != like.sizes())
+        throw std::invalid_argument(fmt::format("likelihood: probes must be [evaluations, {}], got [{}]",
+                                                fmt::join(like.sizes(), ", "), fmt::join(all.sizes(), ", ")));
+      if (evaluation >= all.size(0))
+        throw std::invalid_argument(fmt::format(
+            "likelihood: the solver evaluated the model more than the {} times the probes cover", all.size(0)));
+      return all[evaluation].to(like.options());
+    };
+  }
+  auto generator = at::globalContext().defaultGenerator(device).clone();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed ^ 0x9b0be5ULL);
+  }
+  return [generator](std::int64_t, const at::Tensor& like) {
+    return at::randint(0, 2, like.sizes(), generator, like.options()).mul_(2).sub_(1);
+  };
 }
 
 }  // namespace runner::diffusion

@@ -67,4 +67,10 @@ FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& 
                                const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
                                const NoiseSource& probes);
 
+// The likelihood's probes: `given` [evaluations, B, ...] (-1 and 1 only, as SiT draws them; evaluation k's is
+// given[k]), or without them Rademacher draws of a generator on `device` seeded from `seed`. Throws
+// std::invalid_argument for given probes that are not signs, and (when drawn from) of another shape than the
+// model's input or too few for the solver's evaluations.
+NoiseSource likelihood_probes(const std::optional<at::Tensor>& given, std::uint64_t seed, const c10::Device& device);
+
 }  // namespace runner::diffusion
