@@ -173,3 +173,47 @@ class Sample(RunnerHomeTest):
         missing = self.runner("sample", "last", "--checkpoint", "4")
         self.assertEqual(missing.returncode, 1)
         self.assertIn("run train-1 has no checkpoint of step 4 (it has 3, 6)", missing.stderr)
+
+
+# A latent DiT (4 channels of 8x8) whose config names the VAE it works under, trained for a few steps on random latents.
+LATENT = """
+local cfg = config { steps = 4, seed = 4, vae = "" }
+local run = runner.start(cfg)
+local function make() return nn.DiT { depth = 1, hidden = 32, heads = 2, patch = 2, image = 8, in_channels = 4,
+                                      classes = 0, learn_sigma = false } end
+local model = make()
+local diffusion = runner.diffusion.gaussian { timesteps = 50 }
+local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, objective = diffusion:objective(model),
+                               ema = 0.5, ema_model = make(), steps = cfg.steps, progress = false }
+run:restore { trainer = train, state = { diffusion = diffusion } }
+for _ in run:steps(cfg.steps) do train:step({ data = torch.randn(4, 4, 8, 8) }) end
+run:checkpoint { wait = true }
+local loaded = runner.load_run(run.id, { device = "cpu" })
+torch.save({ latents = loaded.objective:sample(loaded.model, { n = 2, seed = 9, steps = 3 }) }, "latents.safetensors")
+"""
+
+
+class LatentSample(RunnerHomeTest):
+    def test_a_latent_runs_samples_are_decoded_with_the_vae_its_config_names(self):
+        from test_autoencoder import make_vae
+        vae = make_vae()
+        vae.save_pretrained(self.dir / "vae", safe_serialization=True)
+        self.env = {**self.env, "OMP_NUM_THREADS": "1"}
+        self.script("latent.lua", LATENT)
+        self.runner("latent.lua", "vae=vae", check=0)
+        out = self.dir / "decoded"
+        done = self.runner("sample", "last", "--n", "2", "--batch", "2", "--seed", "9", "--steps", "3", "--out",
+                           str(out), check=0)
+        self.assertIn(f"2 samples of run latent-1 step 4 in {out}", done.stdout)
+        latents = load_file(self.dir / "latents.safetensors")["latents"]
+        with torch.no_grad():
+            expected = vae.decode(latents / vae.config.scaling_factor).sample
+        samples = load_file(out / "parts/batch-000000.safetensors")["samples"]
+        self.assertEqual(tuple(samples.shape), (2, 3, 32, 32))
+        # runner's AutoencoderKL against diffusers' in float32: 1e-5 of the largest value (test_autoencoder's bar).
+        torch.testing.assert_close(samples, expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+        with numpy.load(out / "samples.npz") as archive:
+            images = archive["arr_0"]
+        self.assertEqual(images.shape, (2, 32, 32, 3))
+        wanted = ((expected.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        self.assertLessEqual(int(numpy.abs(images.astype(int) - wanted.astype(int)).max()), 1)
