@@ -200,8 +200,7 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
   const auto modulations = grouped ? std::vector<at::Tensor>() : adaln_modulations(c_activated);
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];
-    const std::string group = fmt::format("blocks.{}", i);
-    before_group(group);
+    before_group("blocks", i);
     const at::Tensor modulation = grouped ? linear_forward(*block->modulation, c_activated) : modulations[i];
     if (checkpointing()) {
       tokens = checkpointed(
@@ -210,7 +209,7 @@ at::Tensor DiTImpl::forward(const at::Tensor& x, const at::Tensor& t, const std:
     } else {
       tokens = block->forward_modulated(tokens, modulation);
     }
-    after_group(group, {tokens});
+    after_group("blocks", i, {tokens});
   }
   const auto m = (grouped ? linear_forward(*final_modulation, c_activated) : modulations.back()).chunk(2, 1);
   return unpatchify(linear_forward(*final_linear, normalize_modulate(tokens, m[0], m[1], options_.fused)));

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <fmt/format.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,11 +33,12 @@ class GroupedForward {
   bool has_parameter_group_hooks() const { return hooks_ != nullptr; }
 
  protected:
-  void before_group(const std::string& group) const {
-    if (hooks_) hooks_->before_forward(group);
+  // Group "<prefix>.<index>" ("blocks.3"): its name is made only when hooks are set (not on every forward).
+  void before_group(const char* prefix, std::size_t index) const {
+    if (hooks_) hooks_->before_forward(fmt::format("{}.{}", prefix, index));
   }
-  void after_group(const std::string& group, const std::vector<at::Tensor>& outputs) const {
-    if (hooks_) hooks_->after_forward(group, outputs);
+  void after_group(const char* prefix, std::size_t index, const std::vector<at::Tensor>& outputs) const {
+    if (hooks_) hooks_->after_forward(fmt::format("{}.{}", prefix, index), outputs);
   }
 
  private:

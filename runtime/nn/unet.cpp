@@ -234,8 +234,7 @@ at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t, const std
   const auto levels = down_.size();
   for (std::size_t i = 0; i < levels; ++i) {
     Level& level = down_[i];
-    const std::string group = fmt::format("down.{}", i);
-    before_group(group);
+    before_group("down", i);
     const std::size_t first = skips.size();
     for (std::size_t j = 0; j < level.blocks.size(); ++j) {
       auto h = run_block(level.blocks[j], skips.back(), temb_activated);
@@ -243,22 +242,22 @@ at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t, const std
       skips.push_back(std::move(h));
     }
     if (level.resample) skips.push_back(level.resample(at::constant_pad_nd(skips.back(), {0, 1, 0, 1})));
-    after_group(group, std::vector<at::Tensor>(skips.begin() + static_cast<std::ptrdiff_t>(first), skips.end()));
+    if (has_parameter_group_hooks())
+      after_group("down", i, std::vector<at::Tensor>(skips.begin() + static_cast<std::ptrdiff_t>(first), skips.end()));
   }
   auto h = run_block(mid_block_1, skips.back(), temb_activated);
   h = run_attention(mid_attn_1, h);
   h = run_block(mid_block_2, h, temb_activated);
   for (std::size_t i = levels; i-- > 0;) {
     Level& level = up_[i];
-    const std::string group = fmt::format("up.{}", i);
-    before_group(group);
+    before_group("up", i);
     for (std::size_t j = 0; j < level.blocks.size(); ++j) {
       h = run_block(level.blocks[j], at::cat({h, skips.back()}, 1), temb_activated);
       skips.pop_back();
       if (!level.attention.empty()) h = run_attention(level.attention[j], h);
     }
     if (level.resample) h = level.resample(at::upsample_nearest2d(h, {h.size(2) * 2, h.size(3) * 2}));
-    after_group(group, {h});
+    after_group("up", i, {h});
   }
   return conv_out(at::silu(norm_out(h)));
 }

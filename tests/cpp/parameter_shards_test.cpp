@@ -39,8 +39,8 @@ constexpr std::int64_t kBatch = 12;  // divisible by 2 and 3 ranks, and by 2 mic
 // The two blocks' brackets, as a built-in model's forward has them.
 struct Blocks : runner::nn::GroupedForward {
   std::vector<std::string> parameter_groups() const override { return {"blocks.0", "blocks.1"}; }
-  void enter(const std::string& group) const { before_group(group); }
-  void leave(const std::string& group, const std::vector<at::Tensor>& outputs) const { after_group(group, outputs); }
+  void enter(std::size_t block) const { before_group("blocks", block); }
+  void leave(std::size_t block, const std::vector<at::Tensor>& outputs) const { after_group("blocks", block, outputs); }
 };
 
 struct Model {
@@ -56,10 +56,11 @@ struct Model {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> weights;
     for (const auto& [name, p] : parameters) {
-      const std::string group = name.rfind("blocks.", 0) == 0 ? name.substr(0, 8) : std::string();
-      if (!group.empty()) blocks->enter(group);
+      const bool in_block = name.rfind("blocks.", 0) == 0;
+      const std::size_t block = in_block ? static_cast<std::size_t>(name[7] - '0') : 0;
+      if (in_block) blocks->enter(block);
       weights.push_back(p.detach().clone());
-      if (!group.empty()) blocks->leave(group, {});
+      if (in_block) blocks->leave(block, {});
     }
     return weights;
   }
@@ -92,13 +93,13 @@ thread_local std::vector<std::size_t> block0_bytes_in_block1;
 at::Tensor loss_of(const Model& m, std::int64_t first, std::int64_t count) {
   static const at::Tensor x = at::cos(at::arange(kBatch * 4, at::kFloat) * 1.3).reshape({kBatch, 4});
   static const at::Tensor y = at::sin(at::arange(kBatch * 2, at::kFloat) * 0.9).reshape({kBatch, 2});
-  m.blocks->enter("blocks.0");
+  m.blocks->enter(0);
   at::Tensor h = at::relu(at::linear(x.narrow(0, first, count), m.get("blocks.0.weight"), m.get("blocks.0.bias")));
-  m.blocks->leave("blocks.0", {h});
-  m.blocks->enter("blocks.1");
+  m.blocks->leave(0, {h});
+  m.blocks->enter(1);
   block0_bytes_in_block1.push_back(m.get("blocks.0.weight").storage().nbytes());
   h = at::relu(at::linear(h, m.get("blocks.1.weight"), m.get("blocks.1.bias")));
-  m.blocks->leave("blocks.1", {h});
+  m.blocks->leave(1, {h});
   return (at::linear(h, m.get("head.weight")) * m.get("scale") - y.narrow(0, first, count)).pow(2).mean();
 }
 
