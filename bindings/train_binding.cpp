@@ -210,6 +210,12 @@ const OptionTable<TrainerOptions> kTrainerOptions(
                                       read_option_value(L, key, name);
                                       o.step.shard = dist::parse_shard_mode(name);
                                     }),
+        option_with<TrainerOptions>("shard_gather",
+                                    [](lua_State* L, const char* key, TrainerOptions& o) {
+                                      std::string name;
+                                      read_option_value(L, key, name);
+                                      o.step.shard_gather = dist::parse_weight_gather(name);
+                                    }),
         option_with<TrainerOptions>("data_parallel",
                                     [](lua_State* L, const char*, TrainerOptions& o) {
                                       o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));

@@ -3,10 +3,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <optional>
 #include <string>
 
+#include "runtime/diffusion/model_function.h"
 #include "runtime/diffusion/noise_schedule.h"
 
 namespace runner::diffusion {
@@ -18,15 +18,6 @@ enum class Prediction { eps, x0, v };
 Prediction parse_prediction(const std::string& name);
 std::string prediction_name(Prediction prediction);
 
-// The model as the losses and samplers call it (a built-in nn::Denoiser or a Lua-defined model): x [B, C, ...],
-// t [B] (integer timesteps in Gaussian diffusion, times in [0, 1] in flow matching), optional class labels [B].
-// It returns C channels, or 2C when it also predicts the variance (learned sigma).
-using ModelFunction =
-    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t, const std::optional<at::Tensor>& labels)>;
-
-// Whether a model output for input x carries learned-variance channels: true for 2C channels, false
-// for C. Throws std::invalid_argument naming both shapes when the output is anything else.
-bool learns_sigma(const at::Tensor& output, const at::Tensor& x);
 
 // x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise.
 at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise);

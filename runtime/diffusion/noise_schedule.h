@@ -7,11 +7,9 @@
 #include <optional>
 #include <string>
 
-namespace runner::diffusion {
+#include "runtime/diffusion/sampling.h"  // kMaxSteps: the most timesteps too
 
-// The most timesteps a schedule has, and steps a sampler or an ODE solver takes: their time grids are built whole,
-// so one mistyped number (2^31) would otherwise take the machine's memory.
-constexpr std::int64_t kMaxSteps = 1'000'000;
+namespace runner::diffusion {
 
 struct ScheduleOptions {
   std::string kind = "linear";  // linear, cosine or scaled_linear

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -81,6 +82,14 @@ std::string shard_mode_zero_name(ShardMode mode) { return std::string(kShardMode
 
 std::string shard_mode_name(ShardMode mode) { return kShardModes.name(mode); }
 
+const core::EnumTable<WeightGather, 2> kWeightGathers{{{{WeightGather::fp32, "fp32"}, {WeightGather::bf16, "bf16"}}},
+                                                      core::NameQuotes::double_,
+                                                      "shard_gather must be {list}, got \"{got}\""};
+
+WeightGather parse_weight_gather(const std::string& name) { return kWeightGathers.parse(name); }
+
+std::string weight_gather_name(WeightGather gather) { return kWeightGathers.name(gather); }
+
 RowRange shard_rows(std::int64_t rows, int rank, int ranks) {
   const std::int64_t chunk = (rows + ranks - 1) / ranks;
   const std::int64_t begin = std::min(rows, chunk * rank);
@@ -93,11 +102,17 @@ at::Tensor rows_of(const at::Tensor& tensor, RowRange range) {
 }
 
 ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters,
-                                 ShardMode mode, bool overlap, const std::vector<std::string>& released)
-    : group_(group), mode_(mode), overlap_(overlap), hooked_(parameters.size(), false) {
+                                 ShardMode mode, ShardOptions options)
+    : group_(group),
+      mode_(mode),
+      overlap_(options.overlap),
+      gather_(options.gather),
+      hooked_(parameters.size(), false) {
   if (mode == ShardMode::none) throw std::invalid_argument("ParameterShards: shard mode none shards nothing");
-  if (!released.empty() && mode != ShardMode::weights)
+  if (!options.released.empty() && mode != ShardMode::weights)
     throw std::invalid_argument("ParameterShards: only shard mode weights releases groups");
+  if (options.gather != WeightGather::fp32 && mode != ShardMode::weights)
+    throw std::invalid_argument("ParameterShards: only shard mode weights gathers the weights in another dtype");
   const int ranks = group_.size();
   std::map<std::string, std::size_t> group_index;
   for (auto& [name, tensor] : parameters) {
@@ -128,7 +143,7 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
     g.parameters.push_back(parameters_.size());
     parameters_.push_back(std::move(p));
   }
-  for (const std::string& name : released) {
+  for (const std::string& name : options.released) {
     auto it = group_index.find(name);
     if (it != group_index.end()) groups_[it->second].released = true;  // a group without trainable parameters: none
   }
@@ -169,9 +184,12 @@ ParameterShards::ParameterShards(ProcessGroup& group, std::vector<std::pair<std:
   }
   for (std::size_t g = groups_.size(); g-- > 0;) order_.push_back(g);  // the backward reaches the last group first
   counted_backward_.assign(parameters_.size(), false);
+  next_in_forward_.assign(groups_.size(), std::nullopt);
+  previous_in_forward_.assign(groups_.size(), std::nullopt);
   for (std::size_t g = 0; g < groups_.size(); ++g)
     if (groups_[g].released) release(g);
-  if (!overlap && mode_ != ShardMode::weights) return;  // weights mode counts gradients to release the groups
+  round_whole_weights();
+  if (!overlap_ && mode_ != ShardMode::weights) return;  // weights mode counts gradients to release the groups
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(parameters_[i].full);
     if (!accumulator) continue;  // not a leaf that requires grad: counts as ready
@@ -196,6 +214,8 @@ ParameterShards::~ParameterShards() {
 void ParameterShards::start_step() {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = false;
+  stepping_ = true;
+  last_forward_.reset();
   for (auto& pending : pending_)  // a step whose backward failed may have left reduce-scatters running
     if (pending.work) pending.work->wait();
   pending_.clear();
@@ -274,6 +294,8 @@ void ParameterShards::reduce_gradients() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!armed_) arm();  // no hooks (overlap off) or expect_last_backward() not called: nothing started yet
   armed_ = false;
+  stepping_ = false;  // the optimizer changes the weight shares next
+  drop_prefetch();
   while (next_ < order_.size()) start(order_[next_++]);
   std::vector<PendingGroup> pending = std::move(pending_);
   pending_.clear();
@@ -309,15 +331,15 @@ void ParameterShards::gather_parameters() {
   std::vector<PendingGroup> pending(groups_.size());
   auto start_gather = [&](std::size_t group) {
     const Group& g = groups_[group];
-    if (mode_ == ShardMode::weights) {
-      pending[group].input = g.weight_share;
-    } else {
-      pending[group].input = at::zeros({g.slice_numel}, g.options);
-      for (std::size_t index : g.parameters) {
-        const Parameter& p = parameters_[index];
-        if (p.rows.size() > 0 && p.row_numel > 0)
-          pending[group].input.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
-      }
+    if (mode_ == ShardMode::weights) {  // from the rows the optimizer stepped, in the gather dtype
+      pending[group] = start_weight_gather(group);
+      return;
+    }
+    pending[group].input = at::zeros({g.slice_numel}, g.options);
+    for (std::size_t index : g.parameters) {
+      const Parameter& p = parameters_[index];
+      if (p.rows.size() > 0 && p.row_numel > 0)
+        pending[group].input.narrow(0, p.offset, p.rows.size() * p.row_numel).copy_(local_[index].reshape({-1}));
     }
     pending[group].reduced = at::empty({ranks * g.slice_numel}, g.options);
     pending[group].work.emplace(group_.all_gather_into_async(pending[group].reduced, pending[group].input,
@@ -360,15 +382,46 @@ std::size_t ParameterShards::group_index(const std::string& name) const {
   return groups_.size();
 }
 
+ParameterShards::PendingGroup ParameterShards::start_weight_gather(std::size_t group) {
+  at::NoGradGuard no_grad;
+  const Group& g = groups_[group];
+  PendingGroup pending;
+  const at::ScalarType dtype = gather_ == WeightGather::bf16 ? at::kBFloat16 : g.weight_share.scalar_type();
+  pending.input = g.weight_share.to(dtype);
+  pending.reduced = at::empty({group_.size() * g.slice_numel}, g.options.dtype(dtype));
+  pending.work.emplace(group_.all_gather_into_async(pending.reduced, pending.input,
+                                                    fmt::format("parameter all_gather of '{}'", g.name)));
+  return pending;
+}
+
 void ParameterShards::gather_whole(std::size_t group) {
   Group& g = groups_[group];
   if (g.whole) return;
   at::NoGradGuard no_grad;
-  at::Tensor gathered = at::empty({group_.size() * g.slice_numel}, g.options);
-  group_.all_gather_into(gathered, g.weight_share, fmt::format("parameter all_gather of '{}'", g.name));
+  PendingGroup gather;
+  if (prefetch_ && prefetch_->group == group) {
+    gather = std::move(prefetch_->gather);
+    prefetch_.reset();
+    ++prefetched_gathers_;
+  } else {
+    gather = start_weight_gather(group);
+  }
+  gather.work->wait();
   for (std::size_t index : g.parameters) allocate_storage(parameters_[index].full, parameters_[index].storage_nbytes);
-  copy_out(group, gathered, /*own_rows=*/true);
+  copy_out(group, gather.reduced, /*own_rows=*/true);
   g.whole = true;
+}
+
+void ParameterShards::prefetch(std::optional<std::size_t> group) {
+  if (!stepping_ || !group || !groups_[*group].released || groups_[*group].whole) return;
+  if (prefetch_ && prefetch_->group == *group) return;
+  drop_prefetch();
+  prefetch_ = Prefetch{*group, start_weight_gather(*group)};
+}
+
+void ParameterShards::drop_prefetch() {
+  if (prefetch_) prefetch_->gather.work->wait();
+  prefetch_.reset();
 }
 
 void ParameterShards::release(std::size_t group) {
@@ -382,7 +435,13 @@ void ParameterShards::before_forward(const std::string& name) {
   const std::size_t group = group_index(name);
   if (group == groups_.size() || !groups_[group].released) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  const bool recomputed = torch::autograd::get_current_graph_task_id() != -1;  // activation checkpointing's
+  if (stepping_ && !recomputed && last_forward_) {
+    next_in_forward_[*last_forward_] = group;
+    previous_in_forward_[group] = *last_forward_;
+  }
   gather_whole(group);
+  prefetch(recomputed ? previous_in_forward_[group] : next_in_forward_[group]);
 }
 
 void ParameterShards::after_forward(const std::string& name, const std::vector<at::Tensor>& outputs) {
@@ -393,6 +452,7 @@ void ParameterShards::after_forward(const std::string& name, const std::vector<a
       if (output.defined() && output.requires_grad())
         output.register_hook([this, group](const at::Tensor&) { gather_for_backward(group); });
   std::lock_guard<std::mutex> lock(mutex_);
+  if (stepping_ && torch::autograd::get_current_graph_task_id() == -1) last_forward_ = group;
   groups_[group].in_backward = false;
   release(group);
 }
@@ -401,6 +461,7 @@ void ParameterShards::gather_for_backward(std::size_t group) {
   std::lock_guard<std::mutex> lock(mutex_);
   Group& g = groups_[group];
   gather_whole(group);
+  prefetch(previous_in_forward_[group]);
   if (g.in_backward) return;  // another output of the group reached it first
   g.in_backward = true;
   g.backward_missing = 0;
@@ -413,10 +474,18 @@ void ParameterShards::gather_for_backward(std::size_t group) {
 
 void ParameterShards::finish_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
+  last_forward_.reset();
   for (std::size_t group = 0; group < groups_.size(); ++group) {
     groups_[group].in_backward = false;
     release(group);
   }
+}
+
+void ParameterShards::round_whole_weights() const {
+  if (mode_ != ShardMode::weights) return;
+  at::NoGradGuard no_grad;
+  for (const Parameter& p : parameters_)
+    if (!groups_[p.group].released && gather_ == WeightGather::bf16) alias_of(p.full).copy_(p.full.to(at::kBFloat16));
 }
 
 at::Tensor ParameterShards::gather_one(std::size_t parameter, const at::Tensor& share, const std::string& what) {

@@ -34,6 +34,27 @@ ShardMode parse_shard_mode(const std::string& name);
 std::string shard_mode_name(ShardMode mode);
 std::string shard_mode_zero_name(ShardMode mode);  // "ZeRO-1", "ZeRO-2", "ZeRO-3"; "" for none
 
+// The dtype the weights are all-gathered in (weights mode). fp32: as the optimizer holds them, the numbers of
+// unsharded training; bf16 (FSDP's param_dtype): half the bytes sent, and every forward and backward sees the
+// weights rounded to bf16, while the optimizer and the EMA step the fp32 rows.
+enum class WeightGather { fp32, bf16 };
+// "fp32" or "bf16"; std::invalid_argument listing them otherwise.
+WeightGather parse_weight_gather(const std::string& name);
+std::string weight_gather_name(WeightGather gather);
+
+// How ParameterShards runs its collectives.
+struct ShardOptions {
+  // A group's reduce-scatter starts during the backward of the step's last micro-batch, as soon as every parameter
+  // of the group has its gradient (hooks on their gradient accumulators; groups start in reverse order on every
+  // rank, a group waiting for the ones after it), and gradients mode frees the group's full gradients then.
+  bool overlap = true;
+  // Weights mode: the groups whose weights are released between their uses (their storage freed: the parameters
+  // keep their shapes but must not be read until the group is gathered); every other group stays whole, updated
+  // after each step as in the other modes.
+  std::vector<std::string> released;
+  WeightGather gather = WeightGather::fp32;  // weights mode
+};
+
 // Rows [begin, end) of a first dimension of `rows` that rank `rank` of `ranks` holds: torch.chunk's chunks of
 // ceil(rows / ranks) rows, so the last ranks may hold fewer rows or none. A 0-dim tensor counts as one row.
 struct RowRange {
@@ -52,15 +73,10 @@ at::Tensor rows_of(const at::Tensor& tensor, RowRange range);
 class ParameterShards {
  public:
   // `parameters` (by state-dict name) in the same order on every rank, holding the same values (rank 0's).
-  // With `overlap`, a group's reduce-scatter starts during the backward of the step's last micro-batch, as soon as
-  // every parameter of the group has its gradient (hooks on their gradient accumulators; groups start in reverse
-  // order on every rank, a group waiting for the ones after it), and gradients mode frees the group's full
-  // gradients then. Weights mode: `released` names the groups whose weights are released between their uses (their
-  // storage freed: the parameters keep their shapes but must not be read until gather_group); every other group
-  // stays whole, updated after each step as in the other modes. Throws std::invalid_argument for mode none,
-  // parameters of several devices or dtypes in a group, `released` outside weights mode.
+  // Throws std::invalid_argument for mode none, parameters of several devices or dtypes in a group, released groups
+  // or a bf16 gather outside weights mode.
   ParameterShards(ProcessGroup& group, std::vector<std::pair<std::string, at::Tensor>> parameters, ShardMode mode,
-                  bool overlap = true, const std::vector<std::string>& released = {});
+                  ShardOptions options = {});
   ~ParameterShards();
   ParameterShards(const ParameterShards&) = delete;
   ParameterShards& operator=(const ParameterShards&) = delete;
@@ -92,7 +108,9 @@ class ParameterShards {
   // the group's weights gathered (an all-gather: every rank's forward must reach the same groups in the same
   // order), then released after its forward; with autograd recording, a hook on `outputs` gathers them again when
   // the backward reaches the group, and they are released once each of its parameters has its gradient (or at
-  // finish_backward). Throws std::invalid_argument for a group name this does not have.
+  // finish_backward). Within a step, the group that followed this one in the step's first forward is prefetched
+  // (its all-gather started) when the forward reaches this one, and the one that preceded it when the backward
+  // does: at most two gathers in flight. Throws std::invalid_argument for a group name this does not have.
   void before_forward(const std::string& group);
   void after_forward(const std::string& group, const std::vector<at::Tensor>& outputs);
   // After each backward (every micro-batch's): releases the groups a backward left whole.
@@ -111,6 +129,9 @@ class ParameterShards {
   // After the optimizer updated this rank's rows: each group's rows of every rank gathered by one all-gather into
   // every rank's full parameters (weights mode: those of the groups not released between uses).
   void gather_parameters();
+  // Weights mode, gathering in another dtype than the parameters': the weights of the groups kept whole rounded to
+  // it in place, as their gather gives them, after they were written whole (by the constructor, by a restore).
+  void round_whole_weights() const;
   // The full tensor from every rank's rows of it: `share` holds this rank's rows of a tensor shaped as parameter
   // `parameter` (any dtype: its optimizer state, its EMA). An all-gather: every rank must call it with the same
   // dtype.
@@ -122,6 +143,8 @@ class ParameterShards {
   // rows of the released ones), the full gradients kept between steps (optimizer mode) and the gradient shares.
   std::int64_t parameter_bytes() const;
   std::int64_t gradient_bytes() const;
+  // Weights mode: how many times the forward or the backward found a group's all-gather already started.
+  std::int64_t prefetched_gathers() const { return prefetched_gathers_; }
 
  private:
   struct Parameter {
@@ -152,11 +175,21 @@ class ParameterShards {
     at::Tensor input, reduced;
     std::optional<PendingCollective> work;
   };
+  struct Prefetch {
+    std::size_t group = 0;
+    PendingGroup gather;
+  };
   void gradient_ready(std::size_t parameter);
   void start(std::size_t group);  // with mutex_ held (or no hooks armed)
   std::size_t group_index(const std::string& name) const;
-  // Weights mode, with mutex_ held: the group's full parameters allocated and filled from every rank's rows; freed.
+  // The all-gather of the group's rows (weights mode: its weight share, in the gather dtype) started.
+  PendingGroup start_weight_gather(std::size_t group);
+  // Weights mode, with mutex_ held: the group's full parameters allocated and filled from every rank's rows (the
+  // prefetched gather when it is the group's); freed.
   void gather_whole(std::size_t group);
+  // Weights mode, with mutex_ held: the group's gather started ahead (within a step, unless it is whole or started).
+  void prefetch(std::optional<std::size_t> group);
+  void drop_prefetch();
   void release(std::size_t group);
   void gather_for_backward(std::size_t group);
   // Every rank's rows of the group (`gathered`: the all-gather's output) into its full parameters; this rank's own
@@ -167,6 +200,7 @@ class ParameterShards {
   ProcessGroup& group_;
   ShardMode mode_;
   bool overlap_;
+  WeightGather gather_;
   std::vector<Parameter> parameters_;
   std::vector<Group> groups_;
   std::vector<at::Tensor> local_;
@@ -182,6 +216,13 @@ class ParameterShards {
   std::vector<bool> counted_backward_;  // per parameter: its gradient is in, in the current backward (weights mode)
   std::size_t next_ = 0;                // into order_
   std::vector<PendingGroup> pending_;
+
+  // Weights mode: the order of the groups in the forward, learned in steps (one micro-batch's forward).
+  bool stepping_ = false;  // from start_step to reduce_gradients: the weight shares stay as they are
+  std::optional<std::size_t> last_forward_;
+  std::vector<std::optional<std::size_t>> next_in_forward_, previous_in_forward_;
+  std::optional<Prefetch> prefetch_;
+  std::int64_t prefetched_gathers_ = 0;
 };
 
 // Throws std::runtime_error naming `step` when the ranks' `tensors` differ (a float64 checksum compared over the

@@ -93,6 +93,7 @@ PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::s
     : work_(std::move(work)), what_(std::move(what)) {}
 PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
 
 void PendingCollective::wait() {
   if (!work_) return;

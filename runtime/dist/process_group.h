@@ -45,6 +45,7 @@ class PendingCollective {
   explicit PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what);
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
   void wait();
 
  private:

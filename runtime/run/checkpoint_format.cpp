@@ -387,6 +387,7 @@ RestoredTraining restore_training(const std::string& checkpoint_dir, train::Trai
       if (!k || !trainer.shards()->released_between_uses(*k))
         const_cast<at::Tensor&>(copy.target).copy_(model_file.read(t, std::nullopt));
     }
+    if (trainer.shards()) trainer.shards()->round_whole_weights();
   }
   if (train::LossScaler* loss_scaler = trainer.loss_scaler(); loss_scaler && !scaler.empty())
     loss_scaler->load_state_tensors(scaler);

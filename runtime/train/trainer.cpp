@@ -246,12 +246,19 @@ Trainer::Trainer(TrainerModel model, std::shared_ptr<Optimizer> optimizer, LrSch
     throw std::invalid_argument(
         "shard = \"weights\" needs a model whose forward gathers each block's weights: nn.DiT or nn.UNet (a model "
         "built in Lua can use shard = \"gradients\")");
+  if (options_.shard_gather != dist::WeightGather::fp32 && options_.shard != dist::ShardMode::weights)
+    throw std::invalid_argument(fmt::format(
+        "shard_gather = \"{}\" needs shard = \"weights\" (the other modes keep each rank's own rows of the weights in "
+        "the model, which a gather in another dtype would round)",
+        dist::weight_gather_name(options_.shard_gather)));
   if (group_ && options_.shard != dist::ShardMode::none) {
     // Sharded: the optimizer steps and the EMAs average each rank's rows of the trainable parameters.
     const bool weights = options_.shard == dist::ShardMode::weights;
-    shards_ = std::make_unique<dist::ParameterShards>(
-        *group_, trainable_, options_.shard, options_.data_parallel.overlap,
-        weights ? model_.grouped->parameter_groups() : std::vector<std::string>());
+    dist::ShardOptions sharding;
+    sharding.overlap = options_.data_parallel.overlap;
+    if (weights) sharding.released = model_.grouped->parameter_groups();
+    sharding.gather = options_.shard_gather;
+    shards_ = std::make_unique<dist::ParameterShards>(*group_, trainable_, options_.shard, std::move(sharding));
     if (weights) model_.grouped->set_parameter_group_hooks(std::make_shared<ShardedWeightHooks>(*shards_));
     optimizer_->replace_params(
         [this](std::size_t g, std::size_t p) { return shards_->local().at(group_start_.at(g) + p); });
@@ -879,8 +886,10 @@ Trainer::StateBytes Trainer::state_bytes() const {
 
 std::optional<std::string> Trainer::sharding_text() const {
   if (!shards_) return std::nullopt;
-  return fmt::format("shard {} ({}), model state {:.1f} MB per rank", dist::shard_mode_name(shards_->mode()),
-                     dist::shard_mode_zero_name(shards_->mode()), static_cast<double>(state_bytes().total()) / 1e6);
+  return fmt::format("shard {} ({}{}), model state {:.1f} MB per rank", dist::shard_mode_name(shards_->mode()),
+                     dist::shard_mode_zero_name(shards_->mode()),
+                     options_.shard_gather == dist::WeightGather::bf16 ? ", bf16 gathers" : "",
+                     static_cast<double>(state_bytes().total()) / 1e6);
 }
 
 void Trainer::restore_counters(std::int64_t step, const at::Tensor& skipped) {

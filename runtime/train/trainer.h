@@ -62,6 +62,7 @@ struct StepOptions {
   dist::GradientAveragingOptions data_parallel;  // with more than one rank
   // With more than one rank: what each rank keeps only its share of (dist/parameter_shards.h).
   dist::ShardMode shard = dist::ShardMode::none;
+  dist::WeightGather shard_gather = dist::WeightGather::fp32;  // the dtype shard = weights gathers the weights in
   GraphMode graph = GraphMode::off;
   // Under bf16 or fp16 autocast, the float32 trainable weights are cast once per step by one multi-tensor pass
   // and Linear layers multiply with those copies (nn/weight_casts.h), instead of autocast casting each weight at

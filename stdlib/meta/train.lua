@@ -64,6 +64,11 @@
 ---                                    another. The numbers equal unsharded data parallel's (README, "Sharded data
 ---                                    parallel"); the EMA (train.ema, sampling) is gathered when read, so every rank
 ---                                    must read it. Ignored by a single process
+---@field shard_gather? string         the dtype shard = "weights" all-gathers the weights in: "fp32" (default: the
+---                                    numbers of unsharded training) or "bf16" (FSDP's param_dtype: half the bytes
+---                                    sent; every forward and backward sees the weights rounded to bf16, which changes
+---                                    the numbers, while the optimizer and the EMA step the fp32 rows). Needs
+---                                    shard = "weights"
 ---@field graph? boolean|string        CUDA graphs: true captures the whole step of an objective (zero_grad, forward,
 ---                                    backward, unscale, clipping, optimizer, loss scale, EMA) once per batch shape,
 ---                                    after 2 eager warm-up steps of that shape, and replays it with each batch copied

@@ -293,13 +293,15 @@ class DataParallel(GlooOnTheCpu):
         # A class-conditional DiT with activation checkpointing: each block's weights gathered for its forward and
         # again for its recomputation in the backward; the numbers are unsharded data parallel's.
         self.script("dit.lua", """
-            local cfg = config { shard = "none", out = "dit.safetensors", peek = false, seed = 5, amp = "fp32" }
+            local cfg = config { shard = "none", out = "dit.safetensors", peek = false, seed = 5, amp = "fp32",
+                                 gather = "fp32" }
             runner.start(cfg)
             local model = nn.DiT { depth = 3, hidden = 32, heads = 2, patch = 2, image = 8, in_channels = 4,
                                    classes = 5, checkpoint = true }
             local ddpm = runner.diffusion.gaussian { timesteps = 100, seed = 3 }
             local train = runner.trainer { model = model, optimizer = { "adamw", lr = 1e-3 }, amp = cfg.amp,
-                                           objective = ddpm:objective(model), shard = cfg.shard, progress = false }
+                                           objective = ddpm:objective(model), shard = cfg.shard,
+                                           shard_gather = cfg.gather, progress = false }
             local losses = {}
             for step = 1, 4 do
               torch.manual_seed(step * 10 + runner.dist.rank)
@@ -328,6 +330,14 @@ class DataParallel(GlooOnTheCpu):
         expected, got = load_file(self.dir / "bf16.safetensors"), load_file(self.dir / "bf16-sharded.safetensors")
         for key in expected:
             torch.testing.assert_close(got[key], expected[key], rtol=1e-3, atol=1e-4, msg=lambda m: f"bf16 {key}: {m}")
+        # Gathered in bf16 under bf16 autocast: the blocks' matmuls see the weights autocast gives them anyway; the
+        # embeddings and the rounded updates move some weights by up to one AdamW step (lr 1e-3).
+        rounded = self.runner("--nproc", "2", "dit.lua", "amp=bf16", "shard=weights", "gather=bf16",
+                              "out=bf16-gathers.safetensors", check=0)
+        self.assertIn("sharded data parallel: shard weights (ZeRO-3, bf16 gathers), model state ", rounded.stderr)
+        got = load_file(self.dir / "bf16-gathers.safetensors")
+        for key in expected:
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-2, atol=1e-3, msg=lambda m: f"gathers {key}: {m}")
         # The blocks' weights are held as each rank's rows between steps: fewer bytes than whole.
         held = [int(n) for n in re.findall(r"weights held between steps: (\d+) bytes", sharded.stdout)]
         whole_bytes = int(re.search(r"weights held between steps: (\d+) bytes", whole.stdout).group(1))
@@ -336,7 +346,7 @@ class DataParallel(GlooOnTheCpu):
         # Reading the model's weights between steps is refused, naming the parameter and what to read instead.
         peek = self.runner("--nproc", "2", "dit.lua", "shard=weights", "peek=true")
         self.assertEqual(peek.returncode, 1)
-        self.assertIn("dit.lua:15: this tensor is a model parameter that runner.trainer with shard = \"weights\" holds "
+        self.assertIn("dit.lua:17: this tensor is a model parameter that runner.trainer with shard = \"weights\" holds "
                       "only a share of on this rank between steps (its shape, device and gradient can be read, not its "
                       "values; train:model_state() gathers the model's weights, called on every rank)", peek.stderr)
         # A model built in Lua has no blocks to gather by: refused before the run trains.

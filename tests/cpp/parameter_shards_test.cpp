@@ -46,9 +46,10 @@ struct Blocks : runner::nn::GroupedForward {
 struct Model {
   std::vector<std::pair<std::string, at::Tensor>> parameters;
   std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
+  bool rounded = false;  // the forward sees the weights rounded to bf16 (what a bf16 gather gives it)
   at::Tensor get(const std::string& name) const {
     for (const auto& [n, t] : parameters)
-      if (n == name) return t;
+      if (n == name) return rounded ? t + (t.to(at::kBFloat16).to(at::kFloat) - t).detach() : t;  // grad unrounded
     throw std::logic_error(name);
   }
   // The weights as whole tensors: each block's read inside its bracket (sharded over the weights, a gather).
@@ -112,6 +113,8 @@ struct Trained {
   std::vector<std::size_t> block0_bytes_in_block1;
   runner::train::Trainer::StateBytes bytes;
   std::int64_t skipped = 0;
+  std::int64_t prefetched_gathers = 0;
+  std::vector<at::Tensor> model_state;  // train:model_state(): the fp32 weights the optimizer holds, gathered
 };
 
 struct Setup {
@@ -122,6 +125,8 @@ struct Setup {
   int steps = 10;
   bool overlap = true;
   int nan_step = 0;  // rank 1's loss is NaN at this step (1-based; 0: never)
+  runner::dist::WeightGather gather = runner::dist::WeightGather::fp32;
+  bool rounded_forward = false;  // Model::rounded
 };
 
 // AdamW (weight decay) with an EMA over `group`'s ranks.
@@ -143,6 +148,7 @@ std::unique_ptr<runner::train::Trainer> make_trainer(const Setup& setup, const M
   options.accumulate = setup.accumulate;
   options.clip = setup.clip;
   options.data_parallel.overlap = setup.overlap;
+  options.shard_gather = setup.gather;
   runner::train::EmaOptions ema;
   ema.decay = 0.9;
   return std::make_unique<runner::train::Trainer>(trainer_model, optimizer, runner::train::LrScheduleOptions{},
@@ -155,6 +161,7 @@ std::vector<Trained> train(const Setup& setup) {
   std::vector<Trained> result(static_cast<std::size_t>(setup.ranks));
   runner::test::on_ranks(setup.ranks, [&](runner::dist::ProcessGroup& group, int rank) {
     Model model = make_model();
+    model.rounded = setup.rounded_forward;
     const std::unique_ptr<runner::train::Trainer> made = make_trainer(setup, model, group);
     runner::train::Trainer& trainer = *made;
     const runner::train::Optimizer* optimizer = &trainer.optimizer();
@@ -181,6 +188,8 @@ std::vector<Trained> train(const Setup& setup) {
     trainer.copy_ema(0, out.ema, {});
     out.optimizer_state = trainer.full_optimizer_state();
     out.bytes = trainer.state_bytes();
+    if (trainer.shards()) out.prefetched_gathers = trainer.shards()->prefetched_gathers();
+    for (const auto& [name, tensor] : trainer.full_model_state()) out.model_state.push_back(tensor);
     // A restore gives each rank its rows of the full state back.
     const auto local = trainer.local_optimizer_state(out.optimizer_state);
     const auto own = optimizer->state_tensors();
@@ -281,6 +290,9 @@ TEST_CASE("sharded data parallel on 2 ranks trains as unsharded data parallel do
     CHECK(sharded[rank].storage_bytes == std::vector<std::size_t>{0, 0, 0, 0, 6 * 4, 4, 4 * 4});
     REQUIRE(sharded[rank].block0_bytes_in_block1.size() == 10);
     for (std::size_t bytes : sharded[rank].block0_bytes_in_block1) CHECK(bytes == 0);
+    // From the second step the forward of blocks.1 finds its gather started by blocks.0's, and from the first the
+    // backward of blocks.0 finds its own started by blocks.1's.
+    CHECK(sharded[rank].prefetched_gathers == 9 + 10);
   }
   CHECK(reference[0].block0_bytes_in_block1.front() == 5 * 4 * 4);
 }
@@ -299,6 +311,49 @@ TEST_CASE("sharded data parallel on 3 ranks: uneven and empty shares, clipping a
   REQUIRE(reference[0].norms[0] > 0.05);
   setup.shard = mode;
   check_same_training(train(setup), reference);
+}
+
+TEST_CASE("sharded data parallel over the weights with bf16 gathers trains on the rounded weights", "[dist]") {
+  // The reference: unsharded data parallel whose forward rounds every weight to bf16 (the gradient passes the
+  // rounding unchanged), the fp32 weights stepped by the optimizer.
+  Setup setup;
+  setup.rounded_forward = true;
+  const std::vector<Trained> reference = train(setup);
+  setup.rounded_forward = false;
+  setup.shard = ShardMode::weights;
+  setup.gather = runner::dist::WeightGather::bf16;
+  const std::vector<Trained> sharded = train(setup);
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    for (std::size_t s = 0; s < reference[0].losses.size(); ++s) {
+      INFO("step " << s + 1);
+      CHECK(sharded[rank].losses[s] == Approx(reference[rank].losses[s]).epsilon(1.3e-6).margin(1e-6));
+      CHECK(sharded[rank].norms[s] == Approx(reference[rank].norms[s]).epsilon(1.3e-6).margin(1e-6));
+    }
+    for (std::size_t i = 0; i < reference[0].weights.size(); ++i) {
+      INFO("parameter " << i);
+      // The optimizer's weights stay fp32 (not rounded); what the forward reads is their bf16 rounding.
+      CHECK(at::allclose(sharded[rank].model_state[i], reference[0].weights[i], 1.3e-6, 1e-5));
+      CHECK(at::equal(sharded[rank].weights[i], reference[0].weights[i].to(at::kBFloat16).to(at::kFloat)));
+      CHECK(at::allclose(sharded[rank].ema[i], reference[rank].ema[i], 1.3e-6, 1e-5));
+    }
+  }
+  // The rounding changes the numbers: the same training with fp32 gathers ends elsewhere.
+  setup.gather = runner::dist::WeightGather::fp32;
+  const std::vector<Trained> exact = train(setup);
+  CHECK_FALSE(at::allclose(exact[0].model_state[0], sharded[0].model_state[0], 1e-4, 1e-5));
+}
+
+TEST_CASE("sharded data parallel: bf16 gathers need shard = weights", "[dist]") {
+  Setup setup;
+  setup.shard = ShardMode::gradients;
+  setup.gather = runner::dist::WeightGather::bf16;
+  CHECK_THROWS_WITH(train(setup),
+                    Catch::Contains("shard_gather = \"bf16\" needs shard = \"weights\" (the other modes keep each "
+                                    "rank's own rows of the weights in the model, which a gather in another dtype "
+                                    "would round)"));
+  CHECK_THROWS_WITH(runner::dist::parse_weight_gather("fp16"),
+                    "shard_gather must be \"fp32\" or \"bf16\", got \"fp16\"");
 }
 
 TEST_CASE("sharded data parallel: a non-finite loss on one rank skips the step on every rank", "[dist]") {
@@ -415,7 +470,11 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
     restored.shard = ranks == 1   ? ShardMode::none
                      : ranks == 2 ? (weights ? ShardMode::optimizer : ShardMode::weights)
                                   : (weights ? ShardMode::weights : ShardMode::gradients);
-    INFO(ranks << " ranks, shard " << runner::dist::shard_mode_name(restored.shard));
+    // Over the weights at 3 ranks with bf16 gathers: the forward reads the saved weights rounded, the optimizer
+    // steps the saved ones.
+    if (ranks == 3 && restored.shard == ShardMode::weights) restored.gather = runner::dist::WeightGather::bf16;
+    const bool rounded = restored.gather == runner::dist::WeightGather::bf16;
+    INFO(ranks << " ranks, shard " << runner::dist::shard_mode_name(restored.shard) << ", rounded " << rounded);
     runner::test::on_ranks(ranks, [&](runner::dist::ProcessGroup& group, int rank) {
       Model model = make_model();
       const auto trainer = make_trainer(restored, model, group);
@@ -430,9 +489,12 @@ TEST_CASE("sharded data parallel: each rank saves its rows, and 1, 2 or 3 ranks 
       for (std::size_t i = 0; i < saved_ema.size(); ++i)
         if (!at::equal(ema.at(i), saved_ema[i])) throw std::logic_error("restored EMA differs: " + std::to_string(i));
       const std::vector<at::Tensor> whole = model.whole_weights();
-      for (std::size_t i = 0; i < saved_weights.size(); ++i)
-        if (!at::equal(whole.at(i), saved_weights[i]))
+      const auto state = trainer->full_model_state();
+      for (std::size_t i = 0; i < saved_weights.size(); ++i) {
+        const at::Tensor read = rounded ? saved_weights[i].to(at::kBFloat16).to(at::kFloat) : saved_weights[i];
+        if (!at::equal(whole.at(i), read) || !at::equal(state.at(i).second, saved_weights[i]))
           throw std::logic_error("restored weights differ: " + std::to_string(i));
+      }
     });
   }
 
@@ -458,7 +520,7 @@ TEST_CASE("sharded data parallel over the weights: tied weights in a released gr
     const at::Tensor tied = shared.detach().view({3, 4}).requires_grad_(true);  // another tensor, the same storage
     try {
       runner::dist::ParameterShards shards(group, {{"blocks.0.weight", shared}, {"head.weight", tied}},
-                                           ShardMode::weights, true, {"blocks.0"});
+                                           ShardMode::weights, runner::dist::ShardOptions{true, {"blocks.0"}});
     } catch (const std::invalid_argument& error) {
       if (std::string(error.what()) !=
           "sharded data parallel over the weights: 'blocks.0.weight' and 'head.weight' share their storage (tied "
