@@ -18,7 +18,7 @@
 #include "runtime/diffusion/gaussian_diffusion.h"
 #include "runtime/diffusion/noise_schedule.h"
 #include "runtime/diffusion/sample_streams.h"
-#include "runtime/diffusion/sampler.h"
+#include "runtime/diffusion/gaussian_sampler.h"
 
 namespace runner::bindings {
 

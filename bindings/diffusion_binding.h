@@ -10,7 +10,7 @@
 
 #include "runtime/diffusion/diffusion_objective.h"
 #include "runtime/diffusion/gaussian_diffusion.h"
-#include "runtime/diffusion/sampler.h"
+#include "runtime/diffusion/gaussian_sampler.h"
 #include "runtime/nn/denoiser.h"
 
 namespace runner::bindings {

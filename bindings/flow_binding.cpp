@@ -1,4 +1,4 @@
-// Flow matching in Lua: runner.diffusion.flow's natives (the transport, its loss with keyed draws, the trainer
+// Flow matching in Lua: runner.diffusion.flow's natives (the flow, its loss with keyed draws, the trainer
 // objective and the ODE/SDE samplers), wrapped by stdlib/runner/diffusion.lua.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -13,8 +13,8 @@
 #include "bindings/option_table.h"
 #include "bindings/tensor_binding.h"
 #include "bindings/train_binding.h"
-#include "runtime/diffusion/transport.h"
-#include "runtime/diffusion/transport_sampler.h"
+#include "runtime/diffusion/flow.h"
+#include "runtime/diffusion/flow_sampler.h"
 
 namespace runner::bindings {
 namespace {
@@ -36,7 +36,7 @@ auto named_choice(lua_State* L, const char* key, Parse parse) {
 
 // The options of runner.diffusion.flow.
 struct FlowOptions {
-  diff::TransportOptions transport;
+  diff::FlowOptions flow;
   diff::TimestepSampling time;
   std::optional<double> logit_mean;
   std::optional<double> logit_std;
@@ -48,15 +48,15 @@ const OptionTable<FlowOptions> kFlowOptions(
     {
         option_with<FlowOptions>("path",
                                  [](lua_State* L, const char* key, FlowOptions& o) {
-                                   o.transport.path = named_choice(L, key, diff::parse_interpolant_path);
+                                   o.flow.path = named_choice(L, key, diff::parse_interpolant_path);
                                  }),
         option_with<FlowOptions>("prediction",
                                  [](lua_State* L, const char* key, FlowOptions& o) {
-                                   o.transport.prediction = named_choice(L, key, diff::parse_flow_prediction);
+                                   o.flow.prediction = named_choice(L, key, diff::parse_flow_prediction);
                                  }),
         option_with<FlowOptions>("loss_weight",
                                  [](lua_State* L, const char* key, FlowOptions& o) {
-                                   o.transport.loss_weight = named_choice(L, key, diff::parse_flow_loss_weight);
+                                   o.flow.loss_weight = named_choice(L, key, diff::parse_flow_loss_weight);
                                  }),
         option_with<FlowOptions>("time",
                                  [](lua_State* L, const char* key, FlowOptions& o) {
@@ -67,11 +67,9 @@ const OptionTable<FlowOptions> kFlowOptions(
         option("logit_mean", &FlowOptions::logit_mean),
         option("logit_std", &FlowOptions::logit_std),
         option_with<FlowOptions>("train_eps", [](lua_State* L, const char* key,
-                                                 FlowOptions& o) { read_option_value(L, key, o.transport.train_eps); }),
-        option_with<FlowOptions>("sample_eps",
-                                 [](lua_State* L, const char* key, FlowOptions& o) {
-                                   read_option_value(L, key, o.transport.sample_eps);
-                                 }),
+                                                 FlowOptions& o) { read_option_value(L, key, o.flow.train_eps); }),
+        option_with<FlowOptions>("sample_eps", [](lua_State* L, const char* key,
+                                                  FlowOptions& o) { read_option_value(L, key, o.flow.sample_eps); }),
         option_with<FlowOptions>("seed",
                                  [](lua_State* L, const char* key, FlowOptions& o) {
                                    double value = 0;
@@ -86,8 +84,7 @@ int flow_new(lua_State* L) {
   o.time = diff::timestep_sampling_of(o.time.kind, o.logit_mean, o.logit_std, "time");
   const std::uint64_t seed = o.seed ? *o.seed : check_seed(L, 2);
   new_userdata<diff::FlowTraining>(
-      L, kFlowType,
-      diff::FlowTraining{diff::Transport(o.transport), o.time, std::make_shared<diff::SampleStreams>(seed)});
+      L, kFlowType, diff::FlowTraining{diff::Flow(o.flow), o.time, std::make_shared<diff::SampleStreams>(seed)});
   return 1;
 }
 
@@ -153,7 +150,7 @@ int flow_training_loss(lua_State* L) {
       throw std::invalid_argument(fmt::format("training_loss: t must hold times in [0, 1] (0 noise, 1 data), got {}",
                                               t.masked_select(outside)[0].item<double>()));
   }
-  const auto terms = diff::flow_training_loss(flow.transport, model_function_at(L, 2), check_tensor(L, 3), t,
+  const auto terms = diff::flow_training_loss(flow.flow, model_function_at(L, 2), check_tensor(L, 3), t,
                                               check_tensor(L, 5), opt_tensor(L, 6));
   push_tensor(L, terms.loss);
   push_tensor(L, terms.mse);
@@ -162,7 +159,7 @@ int flow_training_loss(lua_State* L) {
 
 // flow:path(t) -> {alpha, d_alpha, sigma, d_sigma} float64 tensors shaped like t.
 int flow_path(lua_State* L) {
-  const diff::PathCoefficients c = check_flow(L, 1).transport.coefficients(check_tensor(L, 2));
+  const diff::PathCoefficients c = check_flow(L, 1).flow.coefficients(check_tensor(L, 2));
   lua_createtable(L, 0, 4);
   for (const auto& [name, tensor] : {std::pair{"alpha", &c.alpha}, std::pair{"d_alpha", &c.d_alpha},
                                      std::pair{"sigma", &c.sigma}, std::pair{"d_sigma", &c.d_sigma}}) {
@@ -210,7 +207,7 @@ int flow_sample(lua_State* L) {
   diff::FlowSampleOptions defaults;
   if (!lua_isnoneornil(L, 7)) defaults.null_label = check_integer(L, 7);
   const diff::FlowSampleOptions o = kFlowSampleOptions.read(L, 5, defaults);
-  const auto result = diff::sample_flow(flow.transport, model, x_T, labels, o, sample_noise(L, 5, 6, x_T));
+  const auto result = diff::sample_flow(flow.flow, model, x_T, labels, o, sample_noise(L, 5, 6, x_T));
   push_tensor(L, result.x);
   if (!o.keep_trajectory) return 1;
   push_tensor(L, at::stack(result.trajectory));
@@ -242,7 +239,7 @@ int flow_likelihood(lua_State* L) {
   const std::optional<at::Tensor> given = opt_tensor(L, -1);
   lua_pop(L, 1);
   const diff::NoiseSource probes = diff::likelihood_probes(given, check_seed(L, 6), x.device());
-  const auto result = diff::flow_likelihood(flow.transport, model, x, labels, o, probes);
+  const auto result = diff::flow_likelihood(flow.flow, model, x, labels, o, probes);
   push_tensor(L, result.logp);
   push_tensor(L, result.z);
   return 2;
@@ -250,7 +247,7 @@ int flow_likelihood(lua_State* L) {
 
 int flow_info(lua_State* L) {
   const diff::FlowTraining& flow = check_flow(L, 1);
-  const diff::TransportOptions& o = flow.transport.options();
+  const diff::FlowOptions& o = flow.flow.options();
   lua_createtable(L, 0, 9);
   const std::pair<const char*, std::string> names[] = {
       {"objective", "flow"},
@@ -269,9 +266,9 @@ int flow_info(lua_State* L) {
     lua_pushnumber(L, flow.time.logit_std);
     lua_setfield(L, -2, "logit_std");
   }
-  lua_pushnumber(L, flow.transport.train_eps());
+  lua_pushnumber(L, flow.flow.train_eps());
   lua_setfield(L, -2, "train_eps");
-  lua_pushnumber(L, flow.transport.sample_eps());
+  lua_pushnumber(L, flow.flow.sample_eps());
   lua_setfield(L, -2, "sample_eps");
   lua_pushnumber(L, static_cast<lua_Number>(flow.streams->seed()));
   lua_setfield(L, -2, "seed");

@@ -9,6 +9,8 @@
 # 3. Includes point down: runtime/ includes nothing of bindings/ or app/, bindings/ nothing of app/, and each folder
 #    of runtime/ includes only its own headers and those of the folders below it (runtime_uses_<folder> here), so an
 #    upward include (serve/ from cli/, cli/ or serve/ from report/) fails. A new folder gets its line here.
+# 4. In runtime/diffusion/ Gaussian diffusion and flow matching stand side by side over the shared files: a file of
+#    one family includes none of the other's headers, and a shared file (any other) includes neither's.
 cmake_minimum_required(VERSION 3.20)
 set(root ${RUNNER_SOURCE_DIR})
 set(failures "")
@@ -93,6 +95,29 @@ foreach(relative ${runtime_files})
   endforeach()
 endforeach()
 
+set(diffusion_gaussian noise_schedule gaussian_diffusion diffusion_objective gaussian_sampler)
+set(diffusion_flow flow flow_sampler)
+file(GLOB diffusion_files RELATIVE ${root}/runtime/diffusion ${root}/runtime/diffusion/*.cpp ${root}/runtime/diffusion/*.h)
+foreach(file ${diffusion_files})
+  string(REGEX REPLACE "\\.(cpp|h)$" "" name ${file})
+  set(family shared)
+  foreach(candidate gaussian flow)
+    if(name IN_LIST diffusion_${candidate})
+      set(family ${candidate})
+    endif()
+  endforeach()
+  file(STRINGS ${root}/runtime/diffusion/${file} lines REGEX "^#include \"runtime/diffusion/[a-z_]+\\.h\"")
+  foreach(line ${lines})
+    string(REGEX MATCH "runtime/diffusion/([a-z_]+)\\.h" included "${line}")
+    foreach(other gaussian flow)
+      if(NOT other STREQUAL family AND CMAKE_MATCH_1 IN_LIST diffusion_${other})
+        list(APPEND failures "the diffusion families stand side by side: runtime/diffusion/${file} (${family}) includes "
+                             "${other}'s ${CMAKE_MATCH_1}.h")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
 file(GLOB_RECURSE bindings_files ${root}/bindings/*.cpp ${root}/bindings/*.h)
 foreach(path ${bindings_files})
   file(STRINGS ${path} lines REGEX "^#include \"app/")
@@ -106,4 +131,4 @@ if(failures)
   list(JOIN failures "\n" text)
   message(FATAL_ERROR "${text}")
 endif()
-message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment (runtime/ no RUNNER_* variable but through the launch context); includes point down")
+message(STATUS "layers: app/ and runtime/ use no Lua C API; app/, bindings/ and stdlib/ read no environment (runtime/ no RUNNER_* variable but through the launch context); includes point down; the diffusion families side by side")

@@ -26,12 +26,10 @@ struct DiffusionTraining {
   std::shared_ptr<SampleStreams> streams;
 };
 
-
 struct KeyedLoss {
   LossTerms terms;
   at::Tensor t;  // int64 [B]: the timesteps drawn
 };
-
 
 // Timestep, noise and label dropout of each sample drawn from its key (any device), then training_loss.
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
@@ -40,7 +38,6 @@ KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunc
 KeyedLoss keyed_training_loss(const DiffusionTraining& training, const ModelFunction& model, const at::Tensor& x0,
                               const TrainingLabels& labels, const at::Tensor* indices,
                               std::optional<std::int64_t> epoch);
-
 
 // The loss of a denoiser on loader batches as a trainer objective: the same numbers as d:loss(model, batch) with the
 // same streams.

@@ -1,5 +1,5 @@
 // SiT's interpolant paths, prediction targets, loss weightings, time intervals and drift terms.
-#include "runtime/diffusion/transport.h"
+#include "runtime/diffusion/flow.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -78,7 +78,7 @@ std::string flow_loss_weight_name(FlowLossWeight weight) { return kFlowLossWeigh
 
 std::string diffusion_form_name(DiffusionForm form) { return kDiffusionForms.name(form); }
 
-Transport::Transport(TransportOptions options) : options_(std::move(options)) {
+Flow::Flow(FlowOptions options) : options_(std::move(options)) {
   const bool velocity = options_.prediction == FlowPrediction::velocity;
   if (velocity && options_.loss_weight != FlowLossWeight::none) {
     throw std::invalid_argument(fmt::format(
@@ -102,7 +102,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
   }
 }
 
-PathCoefficients Transport::coefficients(const at::Tensor& time) const {
+PathCoefficients Flow::coefficients(const at::Tensor& time) const {
   const at::Tensor t = as_double(time);
   PathCoefficients c;
   switch (options_.path) {
@@ -131,7 +131,7 @@ PathCoefficients Transport::coefficients(const at::Tensor& time) const {
   return c;
 }
 
-std::pair<at::Tensor, at::Tensor> Transport::drift_coefficients(const at::Tensor& time) const {
+std::pair<at::Tensor, at::Tensor> Flow::drift_coefficients(const at::Tensor& time) const {
   const at::Tensor t = as_double(time);
   if (options_.path == InterpolantPath::vp) {
     const at::Tensor beta = kVpSigmaMin + (1 - t) * (kVpSigmaMax - kVpSigmaMin);
@@ -143,7 +143,7 @@ std::pair<at::Tensor, at::Tensor> Transport::drift_coefficients(const at::Tensor
   return {-ratio, ratio * c.sigma * c.sigma - c.sigma * c.d_sigma};
 }
 
-at::Tensor Transport::diffusion_coefficient(const at::Tensor& time, DiffusionForm form, double norm) const {
+at::Tensor Flow::diffusion_coefficient(const at::Tensor& time, DiffusionForm form, double norm) const {
   const at::Tensor t = as_double(time);
   switch (form) {
     case DiffusionForm::constant:
@@ -166,13 +166,13 @@ at::Tensor Transport::diffusion_coefficient(const at::Tensor& time, DiffusionFor
   throw std::logic_error("unknown diffusion form");
 }
 
-TimeInterval Transport::training_interval() const {
+TimeInterval Flow::training_interval() const {
   if (options_.path == InterpolantPath::vp) return {0, 1 - train_eps_};
   if (options_.prediction != FlowPrediction::velocity) return {train_eps_, 1 - train_eps_};
   return {0, 1};
 }
 
-TimeInterval Transport::sampling_interval(bool sde, DiffusionForm form, double last_step_size) const {
+TimeInterval Flow::sampling_interval(bool sde, DiffusionForm form, double last_step_size) const {
   const double eps = sample_eps_;
   const double end = !sde || last_step_size == 0 ? 1 - eps : 1 - last_step_size;
   if (options_.path == InterpolantPath::vp) return {0, end};
@@ -181,7 +181,7 @@ TimeInterval Transport::sampling_interval(bool sde, DiffusionForm form, double l
   return {0, 1};
 }
 
-at::Tensor Transport::score(const at::Tensor& output, const at::Tensor& x, const at::Tensor& t) const {
+at::Tensor Flow::score(const at::Tensor& output, const at::Tensor& x, const at::Tensor& t) const {
   switch (options_.prediction) {
     case FlowPrediction::score:
       return output;
@@ -197,13 +197,13 @@ at::Tensor Transport::score(const at::Tensor& output, const at::Tensor& x, const
   throw std::logic_error("unknown prediction");
 }
 
-at::Tensor Transport::velocity(const at::Tensor& output, const at::Tensor& x, const at::Tensor& t) const {
+at::Tensor Flow::velocity(const at::Tensor& output, const at::Tensor& x, const at::Tensor& t) const {
   if (options_.prediction == FlowPrediction::velocity) return output;
   const auto [drift_mean, drift_var] = drift_coefficients(t);
   return -per_sample(drift_mean, x) * x + per_sample(drift_var, x) * score(output, x, t);
 }
 
-FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction& model, const at::Tensor& x1,
+FlowLossTerms flow_training_loss(const Flow& flow, const ModelFunction& model, const at::Tensor& x1,
                                  const at::Tensor& t, const at::Tensor& x0, const std::optional<at::Tensor>& labels) {
   if (x1.dim() < 2)
     throw std::invalid_argument(fmt::format("loss: x1 must be a batch [B, C, ...], got {} dimensions", x1.dim()));
@@ -215,7 +215,7 @@ FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction
     throw std::invalid_argument(fmt::format("loss: the noise must have the shape of x1 [{}], got [{}]",
                                             fmt::join(x1.sizes(), ", "), fmt::join(x0.sizes(), ", ")));
   const at::Tensor time = t.to(x1.options());
-  const PathCoefficients c = transport.coefficients(time);
+  const PathCoefficients c = flow.coefficients(time);
   const at::Tensor x_t = per_sample(c.alpha, x1) * x1 + per_sample(c.sigma, x1) * x0;
   const at::Tensor output = model(x_t, time, labels);
   const bool learned = learns_sigma(output, x_t);
@@ -223,13 +223,13 @@ FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction
   const at::Tensor out = (learned ? output.narrow(1, 0, x1.size(1)) : output).to(dtype);
   const at::Tensor data = x1.to(dtype);
   const at::Tensor noise = x0.to(dtype);
-  const TransportOptions& options = transport.options();
+  const FlowOptions& options = flow.options();
   at::Tensor squared;
   if (options.prediction == FlowPrediction::velocity) {
     const at::Tensor target = per_sample(c.d_alpha, out) * data + per_sample(c.d_sigma, out) * noise;
     squared = (out - target).square();
   } else {
-    const at::Tensor drift_var = transport.drift_coefficients(time).second;
+    const at::Tensor drift_var = flow.drift_coefficients(time).second;
     at::Tensor weight;
     switch (options.loss_weight) {
       case FlowLossWeight::none:
@@ -252,7 +252,7 @@ FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction
 }
 
 at::Tensor flow_training_times(const FlowTraining& training, const at::Tensor& keys, at::Device device) {
-  const TimeInterval interval = training.transport.training_interval();
+  const TimeInterval interval = training.flow.training_interval();
   at::Tensor u = training.streams->unit_times(keys, device, training.time);
   if (training.time.kind == TimestepSampling::Kind::logit_normal) u = 1 - u;
   return u.mul_(interval.t1 - interval.t0).add_(interval.t0);
@@ -264,7 +264,7 @@ KeyedFlowLoss keyed_flow_loss(const FlowTraining& training, const ModelFunction&
   out.t = flow_training_times(training, keys, x1.device());
   const at::Tensor noise = training.streams->noise(keys, x1.sizes().slice(1), x1.options());
   out.terms =
-      flow_training_loss(training.transport, model, x1, out.t, noise, dropped_labels(*training.streams, labels, keys));
+      flow_training_loss(training.flow, model, x1, out.t, noise, dropped_labels(*training.streams, labels, keys));
   return out;
 }
 
@@ -279,7 +279,7 @@ at::Tensor FlowObjective::keyed_loss(const at::Tensor& x, const TrainingLabels& 
 }
 
 std::string describe_flow(const FlowTraining& training) {
-  const TransportOptions& o = training.transport.options();
+  const FlowOptions& o = training.flow.options();
   std::string text = fmt::format("flow matching ({} path, {} prediction", interpolant_path_name(o.path),
                                  flow_prediction_name(o.prediction));
   if (o.loss_weight != FlowLossWeight::none)

@@ -16,8 +16,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime/diffusion/diffusion_objective.h"
-#include "runtime/diffusion/gaussian_diffusion.h"
+#include "runtime/diffusion/keyed_objective.h"
+#include "runtime/diffusion/model_function.h"
 #include "runtime/diffusion/sample_streams.h"
 
 namespace runner::diffusion {
@@ -42,7 +42,7 @@ std::string flow_prediction_name(FlowPrediction prediction);
 std::string flow_loss_weight_name(FlowLossWeight weight);
 std::string diffusion_form_name(DiffusionForm form);
 
-struct TransportOptions {
+struct FlowOptions {
   InterpolantPath path = InterpolantPath::linear;
   FlowPrediction prediction = FlowPrediction::velocity;
   FlowLossWeight loss_weight = FlowLossWeight::none;
@@ -66,13 +66,13 @@ struct TimeInterval {
 // A per-sample coefficient [B] shaped to broadcast over x [B, ...], in x's dtype.
 at::Tensor per_sample(const at::Tensor& coefficient, const at::Tensor& x);
 
-class Transport {
+class Flow {
  public:
   // Throws std::invalid_argument for a loss_weight with velocity prediction (SiT weights only noise and score
   // losses) and for eps outside [0, 0.5).
-  explicit Transport(TransportOptions options);
+  explicit Flow(FlowOptions options);
 
-  const TransportOptions& options() const { return options_; }
+  const FlowOptions& options() const { return options_; }
   double train_eps() const { return train_eps_; }
   double sample_eps() const { return sample_eps_; }
 
@@ -95,7 +95,7 @@ class Transport {
   at::Tensor score(const at::Tensor& output, const at::Tensor& x, const at::Tensor& t) const;
 
  private:
-  TransportOptions options_;
+  FlowOptions options_;
   double train_eps_ = 0;
   double sample_eps_ = 0;
 };
@@ -109,13 +109,13 @@ struct FlowLossTerms {
 // noise x0, one model run (its first C channels: a learned-sigma output's variance channels are ignored, as SiT's
 // model drops them) and SiT's training loss: velocity |out - (d_alpha x1 + d_sigma x0)|^2, noise
 // w |out - x0|^2, score w |sigma out + x0|^2, each the mean over a sample's elements, in float32 or wider.
-FlowLossTerms flow_training_loss(const Transport& transport, const ModelFunction& model, const at::Tensor& x1,
+FlowLossTerms flow_training_loss(const Flow& flow, const ModelFunction& model, const at::Tensor& x1,
                                  const at::Tensor& t, const at::Tensor& x0, const std::optional<at::Tensor>& labels);
 
-// The training side of runner.diffusion.flow: the transport, how training times are drawn (uniform over the
+// The training side of runner.diffusion.flow: the flow, how training times are drawn (uniform over the
 // training interval, or logit-normal) and the keyed streams (shared with the objectives made from it).
 struct FlowTraining {
-  Transport transport;
+  Flow flow;
   TimestepSampling time;
   std::shared_ptr<SampleStreams> streams;
 };

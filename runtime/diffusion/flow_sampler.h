@@ -1,4 +1,4 @@
-// Sampling a flow-matching model (runtime/diffusion/transport.h) as SiT's transport Sampler does: the probability-flow
+// Sampling a flow-matching model (runtime/diffusion/flow.h) as SiT's transport Sampler does: the probability-flow
 // ODE with fixed-step Euler or Heun or adaptive dopri5, or the SDE with Euler-Maruyama or Heun and SiT's last steps,
 // with classifier-free guidance as SiT's forward_with_cfg.
 #pragma once
@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
-#include "runtime/diffusion/gaussian_diffusion.h"
-#include "runtime/diffusion/sampler.h"
-#include "runtime/diffusion/transport.h"
+#include "runtime/diffusion/flow.h"
+#include "runtime/diffusion/model_function.h"
+#include "runtime/diffusion/sampling.h"
 
 namespace runner::diffusion {
 
@@ -41,7 +41,7 @@ struct FlowSampleOptions {
 // times t in [0, 1] (float32 [B], as SiT's model) and its first C output channels are its prediction. The SDE draws
 // its step noise from `noise` (step k of steps - 1). The trajectory holds x_T then x after every step (steps + 1
 // entries). Checks Ctrl-C between steps. Throws std::invalid_argument naming the bad option.
-SampleResult sample_flow(const Transport& transport, const ModelFunction& model, at::Tensor x_T,
+SampleResult sample_flow(const Flow& flow, const ModelFunction& model, at::Tensor x_T,
                          const std::optional<at::Tensor>& labels, const FlowSampleOptions& options,
                          const NoiseSource& noise = {});
 
@@ -63,7 +63,7 @@ struct FlowLikelihood {
 // its divergence, probe . d(v . probe)/dx with a Rademacher probe per model evaluation (`probes`: evaluation k's),
 // then log N(z; 0, I) - the integrated divergence. No guidance (SiT refuses it). Throws std::invalid_argument for
 // bad options.
-FlowLikelihood flow_likelihood(const Transport& transport, const ModelFunction& model, const at::Tensor& x,
+FlowLikelihood flow_likelihood(const Flow& flow, const ModelFunction& model, const at::Tensor& x,
                                const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
                                const NoiseSource& probes);
 

@@ -56,7 +56,6 @@ Prediction parse_prediction(const std::string& name) { return kPredictions.parse
 
 std::string prediction_name(Prediction prediction) { return kPredictions.name(prediction); }
 
-
 at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) {
   check_batch(x0, t, noise);
   return extract(schedule.sqrt_alphas_cumprod, t, x0) * x0 +

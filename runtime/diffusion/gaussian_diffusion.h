@@ -18,7 +18,6 @@ enum class Prediction { eps, x0, v };
 Prediction parse_prediction(const std::string& name);
 std::string prediction_name(Prediction prediction);
 
-
 // x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise.
 at::Tensor q_sample(const NoiseSchedule& schedule, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise);
 

@@ -86,7 +86,7 @@ at::Tensor run_model(const ModelFunction& model, const at::Tensor& x, std::int64
 
 }  // namespace
 
-std::int64_t timesteps, std::int64_t steps) {
+std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_t steps) {
   if (timesteps < 1) throw std::invalid_argument(fmt::format("timesteps must be at least 1, got {}", timesteps));
   if (steps < 1 || steps > timesteps) {
     throw std::invalid_argument(

@@ -15,13 +15,6 @@
 
 namespace runner::diffusion {
 
-
-
-// The model's output for x at times t ([B], any dtype the model takes) in float32, guided as `guidance` says.
-// Throws std::invalid_argument for outputs that are not C or 2C channels of x's shape.
-at::Tensor guided_output(const ModelFunction& model, const at::Tensor& x, const at::Tensor& t,
-                         const std::optional<at::Tensor>& labels, const Guidance& guidance);
-
 // The timesteps visited by `steps` sampling steps of a T-step schedule: round(linspace(0, T - 1, steps))
 // with ties to even, in descending order. Throws std::invalid_argument unless 1 <= steps <= T.
 std::vector<std::int64_t> sampling_timesteps(std::int64_t timesteps, std::int64_t steps);
@@ -40,8 +33,6 @@ struct SampleOptions {
   bool autocast = false;  // true: the model runs under the caller's autocast state (the sampler math
                           // stays float32); false: autocast is off for the sample's device
 };
-
-
 
 // Runs the chain from x_T [B, C, ...] (converted to float32) without gradients. labels: int64 [B] class
 // ids for a conditional model. Checks Ctrl-C between steps (throws core::Interrupted, the request left

@@ -113,7 +113,8 @@ std::optional<std::string> KeyedObjective::capture_blocker() const {
   return capture_check_ ? capture_check_() : std::nullopt;
 }
 
-std::string KeyedObjective::labels_description() const {  if (labels_.classes == 0) return "";
+std::string KeyedObjective::labels_description() const {
+  if (labels_.classes == 0) return "";
   return fmt::format(", {} classes, label dropout {}", labels_.classes, label_dropout_.value_or(labels_.class_dropout));
 }
 

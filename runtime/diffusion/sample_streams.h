@@ -59,7 +59,7 @@ class SampleStreams {
   at::Tensor timesteps(const at::Tensor& keys, std::int64_t timesteps, at::Device device,
                        const TimestepSampling& sampling = {}) const;
   // float64 [B] in [0, 1): the draw timesteps() scales by T, u uniform on 53 bits or sigmoid(mean + std n) (the
-  // flow objective's training times, runtime/diffusion/transport.h).
+  // flow objective's training times, runtime/diffusion/flow.h).
   at::Tensor unit_times(const at::Tensor& keys, at::Device device, const TimestepSampling& sampling = {}) const;
   // [B, sample_shape...] standard normal (Box-Muller in float64 on 32-bit uniforms, so within 6.66 standard
   // deviations), floating dtype and device from options; element j of a sample is the same for any shape

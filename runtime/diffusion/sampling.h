@@ -44,6 +44,11 @@ struct Guidance {
 // and a null label.
 void check_sampling_inputs(const at::Tensor& x_T, const std::optional<at::Tensor>& labels, const Guidance& guidance);
 
+// The model's output for x at times t ([B], any dtype the model takes) in float32, guided as `guidance` says.
+// Throws std::invalid_argument for outputs that are not C or 2C channels of x's shape.
+at::Tensor guided_output(const ModelFunction& model, const at::Tensor& x, const at::Tensor& t,
+                         const std::optional<at::Tensor>& labels, const Guidance& guidance);
+
 // Standard normal noise shaped like `like` for sampling step `step` (0 is the first step from x_T).
 // An empty NoiseSource draws with randn_like from the default generator.
 using NoiseSource = std::function<at::Tensor(std::int64_t step, const at::Tensor& like)>;

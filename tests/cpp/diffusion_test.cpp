@@ -15,7 +15,7 @@
 #include "runtime/core/interrupt.h"
 #include "runtime/diffusion/gaussian_diffusion.h"
 #include "runtime/diffusion/noise_schedule.h"
-#include "runtime/diffusion/sampler.h"
+#include "runtime/diffusion/gaussian_sampler.h"
 
 using namespace runner::diffusion;
 
