@@ -81,8 +81,10 @@ diff::ModelLabels denoiser_labels(const runner::nn::Denoiser& model) {
   return labels;
 }
 
-std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_index) {
-  if (auto native = test_denoiser(L, index)) return denoiser_labels(*native);
+namespace {
+
+// The fields of the table `info` at info_index (model:info()); nullopt when it is not a table.
+std::optional<diff::ModelLabels> info_labels(lua_State* L, int info_index) {
   if (!lua_istable(L, info_index)) return std::nullopt;
   diff::ModelLabels labels;
   lua_getfield(L, info_index, "classes");
@@ -93,6 +95,13 @@ std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_
   if (lua_isnumber(L, -1)) labels.null_label = static_cast<std::int64_t>(lua_tonumber(L, -1));
   lua_pop(L, 3);
   return labels;
+}
+
+}  // namespace
+
+std::optional<diff::ModelLabels> model_labels(lua_State* L, int index, int info_index) {
+  if (auto native = test_denoiser(L, index)) return denoiser_labels(*native);
+  return info_labels(L, info_index);
 }
 
 ObjectiveModel objective_model(lua_State* L, int index, const char* loss_call) {
@@ -346,6 +355,21 @@ int diffusion_sample(lua_State* L) {
   return 2;
 }
 
+// runner._diffusion.labels_problem(info, labels_given, guidance|nil, what) -> message|nil: the label rules of
+// sampling and the likelihood (diffusion::sampling_labels_problem) for a model whose info() is the table `info`.
+int diffusion_labels_problem(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const std::optional<diff::ModelLabels> labels = info_labels(L, 1);
+  const std::optional<double> guidance =
+      lua_isnoneornil(L, 3) ? std::nullopt : std::optional<double>(luaL_checknumber(L, 3));
+  const auto problem = diff::sampling_labels_problem(*labels, lua_toboolean(L, 2) != 0, guidance, check_string(L, 4));
+  if (problem)
+    lua_pushstring(L, problem->c_str());
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
 // runner._diffusion.initial_noise(shape, seed, device) -> x_T: the sampler's starting noise for a seed.
 int diffusion_initial_noise(lua_State* L) {
   int next = 1;
@@ -443,6 +467,7 @@ void open_diffusion(lua_State* L) {
   lua_newtable(L);
   set_functions(L, {{"new", wrap<diffusion_new>},
                     {"initial_noise", wrap<diffusion_initial_noise>},
+                    {"labels_problem", wrap<diffusion_labels_problem>},
                     {"sampling_timesteps", wrap<diffusion_sampling_timesteps>}});
   lua_pushinteger(L, diff::kSampleStreamsGenerator);
   lua_setfield(L, -2, "stream_generator");

@@ -177,12 +177,21 @@ const OptionTable<diff::FlowSampleOptions> kFlowSampleOptions(
         lua_option<diff::FlowSampleOptions>("n"),
         lua_option<diff::FlowSampleOptions>("labels"),
         option("steps", &diff::FlowSampleOptions::steps),
-        option("sampler", &diff::FlowSampleOptions::sampler),
+        option_with<diff::FlowSampleOptions>("sampler",
+                                             [](lua_State* L, const char* key, diff::FlowSampleOptions& o) {
+                                               o.sampler = named_choice(L, key, diff::parse_integrator);
+                                             }),
         option("sde", &diff::FlowSampleOptions::sde),
         option("reverse", &diff::FlowSampleOptions::reverse),
-        option("diffusion_form", &diff::FlowSampleOptions::diffusion_form),
+        option_with<diff::FlowSampleOptions>("diffusion_form",
+                                             [](lua_State* L, const char* key, diff::FlowSampleOptions& o) {
+                                               o.diffusion_form = named_choice(L, key, diff::parse_diffusion_form);
+                                             }),
         option("diffusion_norm", &diff::FlowSampleOptions::diffusion_norm),
-        option("last_step", &diff::FlowSampleOptions::last_step),
+        option_with<diff::FlowSampleOptions>("last_step",
+                                             [](lua_State* L, const char* key, diff::FlowSampleOptions& o) {
+                                               o.last_step = named_choice(L, key, diff::parse_last_step);
+                                             }),
         option("last_step_size", &diff::FlowSampleOptions::last_step_size),
         option("rtol", &diff::FlowSampleOptions::rtol),
         option("atol", &diff::FlowSampleOptions::atol),
@@ -219,7 +228,10 @@ const OptionTable<diff::FlowLikelihoodOptions> kFlowLikelihoodOptions(
     {
         lua_option<diff::FlowLikelihoodOptions>("labels"),
         option("steps", &diff::FlowLikelihoodOptions::steps),
-        option("sampler", &diff::FlowLikelihoodOptions::sampler),
+        option_with<diff::FlowLikelihoodOptions>("sampler",
+                                                 [](lua_State* L, const char* key, diff::FlowLikelihoodOptions& o) {
+                                                   o.sampler = named_choice(L, key, diff::parse_integrator);
+                                                 }),
         option("rtol", &diff::FlowLikelihoodOptions::rtol),
         option("atol", &diff::FlowLikelihoodOptions::atol),
         lua_option<diff::FlowLikelihoodOptions>("seed"),

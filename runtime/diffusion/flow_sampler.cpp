@@ -21,28 +21,13 @@
 namespace runner::diffusion {
 namespace {
 
-enum class LastStep { none, mean, tweedie, euler };
-
-const core::EnumTable<LastStep, 4> kLastSteps{
-    {{{LastStep::mean, "mean"}, {LastStep::tweedie, "tweedie"}, {LastStep::euler, "euler"}, {LastStep::none, "none"}}},
-    core::NameQuotes::double_,
-    "last_step must be {list}, got \"{got}\""};
-
-LastStep parse_last_step(const std::string& name) { return kLastSteps.parse(name); }
-
-// A sampler name the options' check took.
-Integrator integrator_named(const std::string& name) {
-  return name == "dopri5" ? Integrator::dopri5 : name == "heun" ? Integrator::heun : Integrator::euler;
-}
-
 void check_options(const FlowSampleOptions& o) {
-  if (o.sampler != "euler" && o.sampler != "heun" && (o.sde || o.sampler != "dopri5"))
-    throw std::invalid_argument(fmt::format("sampler must be \"euler\", \"heun\"{}, got \"{}\"",
-                                            o.sde ? " (the SDE's)" : " or \"dopri5\"", o.sampler));
+  if (o.sde && o.sampler == Integrator::dopri5)
+    throw std::invalid_argument("sampler must be \"euler\", \"heun\" (the SDE's), got \"dopri5\"");
   if (!(o.rtol > 0) || !(o.atol > 0) || !std::isfinite(o.rtol) || !std::isfinite(o.atol))
     throw std::invalid_argument(fmt::format("rtol and atol must be positive numbers, got {} and {}", o.rtol, o.atol));
   const FlowSampleOptions defaults;
-  if (o.sampler != "dopri5" && (o.rtol != defaults.rtol || o.atol != defaults.atol))
+  if (o.sampler != Integrator::dopri5 && (o.rtol != defaults.rtol || o.atol != defaults.atol))
     throw std::invalid_argument("rtol and atol apply to the adaptive sampler (sampler = \"dopri5\")");
   if (o.sde && o.steps < 2)
     throw std::invalid_argument(
@@ -96,15 +81,22 @@ class FlowField {
 
 }  // namespace
 
+const core::EnumTable<LastStep, 4> kLastSteps{
+    {{{LastStep::mean, "mean"}, {LastStep::tweedie, "tweedie"}, {LastStep::euler, "euler"}, {LastStep::none, "none"}}},
+    core::NameQuotes::double_,
+    "last_step must be {list}, got \"{got}\""};
+
+LastStep parse_last_step(const std::string& name) { return kLastSteps.parse(name); }
+
 SampleResult sample_flow(const Flow& flow, const ModelFunction& model, at::Tensor x_T,
                          const std::optional<at::Tensor>& labels, const FlowSampleOptions& options,
                          const NoiseSource& noise) {
   check_options(options);
   const Guidance guidance{options.guidance, options.null_label, options.guidance_channels};
   check_sampling_inputs(x_T, labels, guidance);
-  const DiffusionForm form = parse_diffusion_form(options.diffusion_form);
-  const LastStep last_step = parse_last_step(options.last_step);
-  const Integrator integrator = integrator_named(options.sampler);
+  const DiffusionForm form = options.diffusion_form;
+  const LastStep last_step = options.last_step;
+  const Integrator integrator = options.sampler;
 
   at::NoGradGuard no_grad;
   std::optional<AutocastDisabled> autocast_off;
@@ -178,9 +170,6 @@ SampleResult sample_flow(const Flow& flow, const ModelFunction& model, at::Tenso
 FlowLikelihood flow_likelihood(const Flow& flow, const ModelFunction& model, const at::Tensor& x,
                                const std::optional<at::Tensor>& labels, const FlowLikelihoodOptions& options,
                                const NoiseSource& probes) {
-  if (options.sampler != "euler" && options.sampler != "heun" && options.sampler != "dopri5")
-    throw std::invalid_argument(
-        fmt::format("sampler must be \"euler\", \"heun\" or \"dopri5\", got \"{}\"", options.sampler));
   if (options.steps < 1) throw std::invalid_argument(fmt::format("steps must be at least 1, got {}", options.steps));
   if (options.steps > kMaxSteps)
     throw std::invalid_argument(fmt::format("steps must be at most {}, got {}", kMaxSteps, options.steps));
@@ -205,8 +194,8 @@ FlowLikelihood flow_likelihood(const Flow& flow, const ModelFunction& model, con
   const TimeInterval interval = flow.sampling_interval(false, DiffusionForm::sigma, 0);
   const std::vector<double> grid = time_grid(interval.t0, interval.t1, options.steps + 1);
   const at::Tensor start = x.to(at::kFloat).detach();
-  const OdeState end = solve_ode(reverse, {start, at::zeros({start.size(0)}, start.options())}, grid,
-                                 integrator_named(options.sampler), options.rtol, options.atol);
+  const OdeState end = solve_ode(reverse, {start, at::zeros({start.size(0)}, start.options())}, grid, options.sampler,
+                                 options.rtol, options.atol);
   FlowLikelihood out;
   out.z = end[0];
   const double elements = static_cast<double>(start[0].numel());

@@ -10,25 +10,32 @@
 #include <string>
 
 #include "runtime/diffusion/flow.h"
+#include "runtime/diffusion/integrators.h"
 #include "runtime/diffusion/model_function.h"
 #include "runtime/diffusion/sampling.h"
 
 namespace runner::diffusion {
 
+// The SDE sampler's last step to the end of its interval (SiT's last_step): mean (the drift's step), tweedie
+// (Tweedie's denoised estimate), euler (the velocity's step) or none.
+enum class LastStep { none, mean, tweedie, euler };
+// "mean", "tweedie", "euler" or "none"; std::invalid_argument listing them otherwise.
+LastStep parse_last_step(const std::string& name);
+
 struct FlowSampleOptions {
   // The ODE's: euler, heun (torchdiffeq's euler and heun2) or dopri5 (torchdiffeq's adaptive dopri5, the solution
   // interpolated at the grid's times); the SDE's: euler (Euler-Maruyama) or heun.
-  std::string sampler = "euler";
+  Integrator sampler = Integrator::euler;
   bool sde = false;      // false: the ODE
   bool reverse = false;  // the ODE from data to noise over the reversed interval (SiT's --reverse)
   // ODE: steps of the grid linspace(t0, t1, steps + 1) (SiT's num_sampling_steps is steps + 1);
   // SDE: steps - 1 steps over linspace(t0, t1, steps), then the last step (SiT's num_sampling_steps).
   std::int64_t steps = 50;
-  std::string diffusion_form = "sigma";  // SDE: w(t), see DiffusionForm
-  double diffusion_norm = 1.0;           // SDE: its scale
-  std::string last_step = "mean";        // SDE: mean, tweedie, euler or none
-  double last_step_size = 0.04;          // SDE: the last step's size (t1 = 1 - last_step_size)
-  double rtol = 1e-3;                    // dopri5: relative and absolute tolerances (SiT's defaults)
+  DiffusionForm diffusion_form = DiffusionForm::sigma;  // SDE: w(t)
+  double diffusion_norm = 1.0;                          // SDE: its scale
+  LastStep last_step = LastStep::mean;                  // SDE
+  double last_step_size = 0.04;                         // SDE: the last step's size (t1 = 1 - last_step_size)
+  double rtol = 1e-3;                                   // dopri5: relative and absolute tolerances (SiT's defaults)
   double atol = 1e-6;
   double guidance = 1.0;                          // classifier-free guidance scale; 1 runs the conditional model alone
   std::optional<std::int64_t> guidance_channels;  // the channels guided (default all; SiT's forward_with_cfg: 3)
@@ -46,9 +53,9 @@ SampleResult sample_flow(const Flow& flow, const ModelFunction& model, at::Tenso
                          const NoiseSource& noise = {});
 
 struct FlowLikelihoodOptions {
-  std::string sampler = "euler";  // euler, heun or dopri5, as the ODE sampler's
-  std::int64_t steps = 50;        // steps of the grid linspace(t0, t1, steps + 1)
-  double rtol = 1e-3;             // dopri5's tolerances
+  Integrator sampler = Integrator::euler;  // as the ODE sampler's
+  std::int64_t steps = 50;                 // steps of the grid linspace(t0, t1, steps + 1)
+  double rtol = 1e-3;                      // dopri5's tolerances
   double atol = 1e-6;
   bool autocast = false;
 };

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "runtime/core/enum_table.h"
 #include "runtime/core/interrupt.h"
 
 namespace runner::diffusion {
@@ -193,6 +194,13 @@ class Dopri5 {
 };
 
 }  // namespace
+
+const core::EnumTable<Integrator, 3> kIntegrators{
+    {{{Integrator::euler, "euler"}, {Integrator::heun, "heun"}, {Integrator::dopri5, "dopri5"}}},
+    core::NameQuotes::double_,
+    "sampler must be {list}, got \"{got}\""};
+
+Integrator parse_integrator(const std::string& name) { return kIntegrators.parse(name); }
 
 std::vector<double> time_grid(double t0, double t1, std::int64_t count) {
   const at::Tensor grid = at::linspace(t0, t1, count, at::TensorOptions().dtype(at::kFloat)).to(at::kDouble);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace runner::diffusion {
@@ -13,6 +14,8 @@ namespace runner::diffusion {
 // The ODE's: euler, heun (torchdiffeq's euler and heun2) or dopri5 (adaptive); the SDE's: euler (Euler-Maruyama)
 // or heun.
 enum class Integrator { euler, heun, dopri5 };
+// "euler", "heun" or "dopri5"; std::invalid_argument listing them otherwise.
+Integrator parse_integrator(const std::string& name);
 
 // linspace(t0, t1, count) as float32 values, as SiT's th.linspace.
 std::vector<double> time_grid(double t0, double t1, std::int64_t count);

@@ -53,6 +53,18 @@ TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::opt
   return out;
 }
 
+std::optional<std::string> sampling_labels_problem(const ModelLabels& model, bool labels_given,
+                                                   std::optional<double> guidance, std::string_view what) {
+  if (model.classes == 0 && labels_given)
+    return fmt::format(
+        "{}: labels were given but the model is unconditional (build it with classes = N to condition on them)", what);
+  if (model.classes == 0 && guidance && *guidance != 1)
+    return fmt::format("{}: guidance {:g} needs a class-conditional model; this one is unconditional", what, *guidance);
+  if (model.classes > 0 && !labels_given)
+    return fmt::format("{}: the model is class-conditional ({} classes): give labels", what, model.classes);
+  return std::nullopt;
+}
+
 at::Tensor training_keys(SampleStreams& streams, std::int64_t size, const at::Tensor* indices,
                          std::optional<std::int64_t> epoch) {
   if (indices == nullptr) return streams.next_keys(size);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/diffusion/sample_streams.h"
 #include "runtime/train/objective.h"
@@ -36,6 +37,12 @@ struct TrainingLabels {
 TrainingLabels training_labels(const std::optional<ModelLabels>& model, std::optional<at::Tensor> batch_labels,
                                std::optional<at::Tensor> given_labels, std::optional<double> label_dropout,
                                const at::Device& device);
+
+// The label rules of sampling (`what` "sample") and of the likelihood ("likelihood") for a model whose labels are
+// known: an unconditional model takes no labels and no guidance scale other than 1, a class-conditional one needs
+// labels. The message a script sees ("sample: ..."), or nullopt when the call keeps them.
+std::optional<std::string> sampling_labels_problem(const ModelLabels& model, bool labels_given,
+                                                   std::optional<double> guidance, std::string_view what);
 
 // The keys of the draws of `size` samples, int64 [size] on the CPU: (epoch, dataset index) when `indices` is given
 // (epoch 0-based as data::Batch counts; unset: 0), else the streams' next running keys. Throws

@@ -127,16 +127,10 @@ function methods:sample(model, options)
     error(string.format("sample: n = %s but x_T holds %d samples (give n or x_T, or both alike)", tostring(options.n),
       n), 2)
   end
-  if info and info.classes == 0 and options.labels ~= nil then
-    error("sample: labels were given but the model is unconditional (build it with classes = N to condition on them)", 2)
-  end
-  if info and info.classes == 0 and options.guidance ~= nil and options.guidance ~= 1 then
-    error(string.format("sample: guidance %g needs a class-conditional model; this one is unconditional", options.guidance), 2)
-  end
+  local guidance = type(options.guidance) == "number" and options.guidance or nil
+  local problem = info and native.labels_problem(info, options.labels ~= nil, guidance, "sample")
+  if problem then error(problem, 2) end
   local labels = labels_tensor(options.labels, n, x_T.device)
-  if info and info.classes > 0 and labels == nil then
-    error(string.format("sample: the model is class-conditional (%d classes): give labels", info.classes), 2)
-  end
   local was_training = nn.is_module(model) and model:is_training()
   if was_training then model:eval() end
   local ok, x, trajectory = pcall(self._sample, self, model, x_T, labels, options, seed, info and info.null_label)
@@ -156,10 +150,9 @@ function flow_methods:likelihood(model, x, options)
   if type(options) ~= "table" then error("likelihood: expected an options table, got " .. type(options), 2) end
   if not torch.is_tensor(x) then error("likelihood: x must be a tensor [B, C, ...] of data", 2) end
   local info = model_info(model)
+  local problem = info and native.labels_problem(info, options.labels ~= nil, nil, "likelihood")
+  if problem then error(problem, 2) end
   local labels = labels_tensor(options.labels, x.shape[1], x.device)
-  if info and info.classes > 0 and labels == nil then
-    error(string.format("likelihood: the model is class-conditional (%d classes): give labels", info.classes), 2)
-  end
   local was_training = nn.is_module(model) and model:is_training()
   if was_training then model:eval() end
   local ok, logp, z = pcall(self._likelihood, self, model, x, labels, options, options.seed or self:_info().seed)

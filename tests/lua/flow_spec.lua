@@ -267,6 +267,18 @@ describe("sampler options", function()
       here(-1) .. "steps must be at most 1000000, got 2147483648")
   end)
 
+  it("the likelihood keeps sampling's label rules", function()
+    local x1 = torch.randn(2, 3, 4, 4)
+    local conditional = nn.DiT { depth = 1, hidden = 16, heads = 2, patch = 2, image = 4, in_channels = 3, classes = 3 }
+    expect_error(function() flow:likelihood(conditional, x1, { steps = 1 }) end,
+      here(-1) .. "likelihood: the model is class-conditional (3 classes): give labels")
+    local unconditional = nn.DiT { depth = 1, hidden = 16, heads = 2, patch = 2, image = 4, in_channels = 3,
+      classes = 0 }
+    expect_error(function() flow:likelihood(unconditional, x1, { steps = 1, labels = { 0, 1 } }) end,
+      here(-1) .. "likelihood: labels were given but the model is unconditional (build it with classes = N to "
+      .. "condition on them)")
+  end)
+
   it("the ODE of a constant velocity field moves x_T by that velocity times the interval, with every sampler", function()
     for _, sampler in ipairs({ "euler", "heun", "dopri5" }) do
       local x = flow:sample(function(x) return torch.ones(x.shape) end, { x_T = x_T, sampler = sampler, steps = 3 })
