@@ -220,26 +220,19 @@ const OptionTable<TrainerOptions> kTrainerOptions(
                                     [](lua_State* L, const char*, TrainerOptions& o) {
                                       o.step.data_parallel = kDataParallelOptions.read(L, lua_gettop(L));
                                     }),
-        option_with<TrainerOptions>(
-            "graph",
-            [](lua_State* L, const char*, TrainerOptions& o) {
-              if (lua_type(L, -1) == LUA_TBOOLEAN) {
-                o.step.graph = lua_toboolean(L, -1) ? train::GraphMode::on : train::GraphMode::off;
-              } else if (lua_type(L, -1) == LUA_TSTRING && std::string(lua_tostring(L, -1)) == "auto") {
-                o.step.graph = train::GraphMode::automatic;
-              } else if (lua_type(L, -1) == LUA_TSTRING &&
-                         (std::string(lua_tostring(L, -1)) == "true" || std::string(lua_tostring(L, -1)) == "false")) {
-                // A config key declared graph = "auto" takes graph=true from the command
-                // line as the string "true".
-                o.step.graph =
-                    std::string(lua_tostring(L, -1)) == "true" ? train::GraphMode::on : train::GraphMode::off;
-              } else {
-                raise_error(L, fmt::format("runner.trainer: 'graph' must be true, false or "
-                                           "\"auto\", got {}",
-                                           lua_type(L, -1) == LUA_TSTRING ? fmt::format("\"{}\"", lua_tostring(L, -1))
-                                                                          : std::string("a ") + luaL_typename(L, -1)));
-              }
-            }),
+        option_with<TrainerOptions>("graph",
+                                    [](lua_State* L, const char*, TrainerOptions& o) {
+                                      if (lua_type(L, -1) == LUA_TBOOLEAN)
+                                        o.step.graph =
+                                            lua_toboolean(L, -1) ? train::GraphMode::on : train::GraphMode::off;
+                                      else if (lua_type(L, -1) == LUA_TSTRING)
+                                        o.step.graph = train::parse_graph_mode(lua_tostring(L, -1));
+                                      else
+                                        raise_error(
+                                            L, fmt::format(
+                                                   "runner.trainer: 'graph' must be true, false or \"auto\", got a {}",
+                                                   luaL_typename(L, -1)));
+                                    }),
         lua_option<TrainerOptions>("profile"),
         lua_option<TrainerOptions>("objective"),
     });

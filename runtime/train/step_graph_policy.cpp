@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "runtime/core/enum_table.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/shape_text.h"
 
@@ -15,6 +16,13 @@ constexpr const char* kLossFunctionBlocker =
     "the loss is a function called at every step, which a CUDA graph cannot capture";
 
 }  // namespace
+
+const core::EnumTable<GraphMode, 3> kGraphModes{
+    {{{GraphMode::on, "true"}, {GraphMode::off, "false"}, {GraphMode::automatic, "auto"}}},
+    core::NameQuotes::none,
+    "runner.trainer: 'graph' must be true, false or \"auto\", got \"{got}\""};
+
+GraphMode parse_graph_mode(const std::string& name) { return kGraphModes.parse(name); }
 
 StepGraphPolicy::StepGraphPolicy(GraphMode mode, c10::Device device, std::optional<std::string> device_blocker)
     : mode_(mode), device_(device) {

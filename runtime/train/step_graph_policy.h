@@ -21,6 +21,9 @@ namespace runner::train {
 // Whether steps run as CUDA graphs: off (false); on (true: a step that cannot be captured is an error that says
 // why); automatic ("auto": such a step runs eagerly and the reason is logged once; off the GPU every step does).
 enum class GraphMode { off, on, automatic };
+// "true", "false" (a config key declared graph = "auto" takes graph=true from the command line as the string "true")
+// or "auto"; std::invalid_argument naming the choices otherwise.
+GraphMode parse_graph_mode(const std::string& name);
 
 // What graph capture has done so far (train:graphs()).
 struct GraphStatus {
