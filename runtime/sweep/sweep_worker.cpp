@@ -301,66 +301,111 @@ std::optional<std::string> unreachable_checkpoints(const std::string& home, cons
       claim.trial.trial, index::host_name(), folder, run.host);
 }
 
-int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep) {
-  const std::string& home = where.home;
-  const SweepSpec& spec = sweep.spec;
-  index::Database db = index::open_index_for_writing(where);
-  const std::vector<Slot> slots = sweep_slots(spec);
-  // The host's cores and GPUs are leased per trial, shared with every other sweep worker of this user on the host:
-  // each trial gets the usable cores divided by the slots of all of them (or an exported OMP_NUM_THREADS).
-  const core::UsableCores usable = core::usable_cores(core::launch_context());
-  const std::vector<std::string> gpus =
-      slots.front().cuda_devices.empty() ? std::vector<std::string>{} : visible_gpus();
-  const std::optional<int> exported_threads = exported_thread_count();
-  const HostLeases leases(static_cast<int>(slots.size()));
-  auto lease_for_trial = [&] {
-    const int threads = exported_threads.value_or(std::max(1, usable.count / std::max(1, leases.slots_on_host())));
-    return leases.try_lease(usable.count, threads, gpus, gpus.empty() ? 0 : spec.gpus_per_trial);
-  };
-  bool waiting_for_lease = false;
-  const std::string log_directory = home + "/sweeps/" + sweep.name;
-  make_directories(log_directory);
-  const std::string worker = worker_name();
+namespace {
 
-  std::optional<core::StopSignalPipe> stop_signals(std::in_place);
-  std::vector<std::optional<Running>> running(slots.size());
-  int stop_signal = 0;
-  auto stop_all = [&](int signal_number) {
-    for (auto& r : running)
+// The trials this worker runs, one per slot, the stop signals they are sent, and the signals the worker receives.
+class TrialProcesses {
+ public:
+  explicit TrialProcesses(std::size_t slots) : running_(slots), stop_signals_(std::in_place) {}
+
+  std::vector<std::optional<Running>>& slots() { return running_; }
+  int running() const {
+    return static_cast<int>(
+        std::count_if(running_.begin(), running_.end(), [](const auto& r) { return r.has_value(); }));
+  }
+  // Running and not yet exited.
+  bool alive() const {
+    return std::any_of(running_.begin(), running_.end(), [](const auto& r) { return r && !r->wait_status; });
+  }
+  void stop_all(int signal_number) {
+    for (auto& r : running_)
       if (r) {
         ::kill(r->pid, signal_number);
         r->stop_sent = true;
       }
-  };
-  // Reaps the trials that exited, also while the index cannot be written (none stays a zombie); the poll loop
+  }
+  // Reaps the trials that exited, also while the index cannot be written (none stays a zombie); the worker's loop
   // records their ends.
-  auto reap_trials = [&] {
+  void reap() {
     int status = 0;
     pid_t pid = 0;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0)
-      for (auto& r : running)
+      for (auto& r : running_)
         if (r && r->pid == pid) r->wait_status = status;
-  };
-  auto trials_alive = [&] {
-    return std::any_of(running.begin(), running.end(), [](const auto& r) { return r && !r->wait_status; });
-  };
-  auto take_stop_signals = [&] {
+  }
+  // The stop signal received (0: none).
+  int stop_signal() const { return stop_signal_; }
+  // Takes the stop signals that arrived and sends each to the trials; true when one came after an earlier one.
+  bool take_stop_signals() {
     bool again = false;
-    for (const int received : stop_signals->take()) {
-      if (stop_signal == 0)
+    for (const int received : stop_signals_->take()) {
+      if (stop_signal_ == 0)
         say(fmt::format("{}: stopping the running trials with a checkpoint (again: at once)", strsignal(received)));
-      again = again || stop_signal != 0;
-      stop_signal = received;
+      again = again || stop_signal_ != 0;
+      stop_signal_ = received;
       stop_all(received);
     }
     return again;
-  };
+  }
+  // Waits up to `milliseconds` for a stop signal.
+  void wait(int milliseconds) {
+    pollfd fd{stop_signals_->fd(), POLLIN, 0};
+    ::poll(&fd, 1, milliseconds);
+  }
+  void close_signals() { stop_signals_.reset(); }
+
+ private:
+  std::vector<std::optional<Running>> running_;
+  std::optional<core::StopSignalPipe> stop_signals_;
+  int stop_signal_ = 0;
+};
+
+// One run of the worker over a sweep; each policy of the multi-host rules is one method: claiming trials into free
+// slots under the host's leases, recording the trials' ends, heartbeats and takeovers, retrying the index, and the
+// sweep's or the worker's end.
+class SweepWorker {
+ public:
+  SweepWorker(const index::IndexLocation& where, const SweepRecord& sweep)
+      : where_(where),
+        sweep_(sweep),
+        spec_(sweep.spec),
+        db_(index::open_index_for_writing(where)),
+        slots_(sweep_slots(spec_)),
+        usable_(core::usable_cores(core::launch_context())),
+        gpus_(slots_.front().cuda_devices.empty() ? std::vector<std::string>{} : visible_gpus()),
+        exported_threads_(exported_thread_count()),
+        leases_(static_cast<int>(slots_.size())),
+        log_directory_(where.home + "/sweeps/" + sweep.name),
+        worker_(worker_name()),
+        processes_(slots_.size()) {
+    make_directories(log_directory_);
+  }
+
+  int run() {
+    start();
+    while (true) {
+      if (processes_.stop_signal() == 0 && !failure_limit_ && index::now_seconds() >= next_claim_) claim_trials();
+      if (processes_.running() == 0) {
+        if (processes_.stop_signal() != 0) break;
+        if (sweep_done()) break;
+      }
+      processes_.wait(processes_.running() == 0 ? 1000 : 200);
+      processes_.take_stop_signals();
+      processes_.reap();
+      record_trial_ends();
+      if (index::now_seconds() >= next_heartbeat_) heartbeat();
+    }
+    return finish();
+  }
+
+ private:
   // The worker's use of the index, retried until it goes through, as run:log's writer does: a failure (a full
   // disk, an I/O error) is said once and tried again after 1, 2, 4 ... 30 s while the trials go on. A stop signal
   // still reaches them; the worker then ends once they have exited (at once on a second signal), with an error,
   // when the index still cannot be written: their ends are left to the next worker, which reads them from their
   // runs.
-  auto retried = [&](const char* what, auto&& use) {
+  template <class Use>
+  auto retried(const char* what, Use&& use) {
     for (int failures = 0;; ++failures) {
       try {
         auto recovered = [&] {
@@ -383,267 +428,294 @@ int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep
                           error.what()));
         const double until = index::now_seconds() + std::min(30, 1 << std::min(failures, 5));
         while (index::now_seconds() < until) {
-          pollfd fd{stop_signals->fd(), POLLIN, 0};
-          ::poll(&fd, 1, 200);
-          reap_trials();
-          if (take_stop_signals() || (stop_signal != 0 && !trials_alive()))
+          processes_.wait(200);
+          processes_.reap();
+          if (processes_.take_stop_signals() || (processes_.stop_signal() != 0 && !processes_.alive()))
             throw index::IndexError(
                 fmt::format("{} (stopped while the index could not be written: the trials were sent the stop signal{}; "
                             "the same command records how they ended and continues the sweep)",
-                            error.what(), trials_alive() ? "" : " and have exited"));
+                            error.what(), processes_.alive() ? "" : " and have exited"));
         }
       }
     }
-  };
+  }
 
-  retried("starting the worker", [&] {
-    set_sweep_status(db, sweep.sweep, "running");
-    add_worker(db, sweep, worker, core::launch_context().slurm_job);
-  });
-  auto counts = [&] {
-    return counts_text(sweep, retried("reading the trials", [&] { return list_trials(db, sweep.sweep); }));
-  };
+  std::vector<TrialRecord> trials() {
+    return retried("reading the trials", [&] { return list_trials(db_, sweep_.sweep); });
+  }
+  std::string counts() { return counts_text(sweep_, trials()); }
+
+  // The worker joins the sweep, says what it runs where, and continues the trials that failed for want of disk space.
+  void start() {
+    retried("starting the worker", [&] {
+      set_sweep_status(db_, sweep_.sweep, "running");
+      add_worker(db_, sweep_, worker_, core::launch_context().slurm_job);
+    });
+    say(fmt::format(
+        "sweep {}: {} trials ({}) of {}, {} ({}){}; {}; trial output in {}/", sweep_.name, spec_.trials,
+        method_name(spec_.method), spec_.script, spec_.metric, spec_.minimize ? "min" : "max",
+        spec_.asha ? fmt::format(", ASHA from step {} by {}", spec_.asha->min_steps, spec_.asha->reduction) : "",
+        slots_text(), log_directory_));
+    const std::vector<TrialRecord> continued = retried("continuing the trials that failed for want of disk space",
+                                                       [&] { return continue_out_of_space_trials(db_, sweep_); });
+    for (const TrialRecord& trial : continued)
+      say(fmt::format(
+          "trial {} failed for want of disk space at step {}: it goes on from its last checkpoint (space may "
+          "have been freed){}",
+          trial.trial, trial.step,
+          spec_.retries > 0 ? fmt::format(", with its {} retr{} again", spec_.retries, spec_.retries == 1 ? "y" : "ies")
+                            : ""));
+  }
+
+  // Slots and leases: this worker's slots, and the host's shared with every other sweep worker of this user.
+  std::string slots_text() const {
+    const int slots_on_host = leases_.slots_on_host();
+    const std::string shared_text =
+        slots_on_host > static_cast<int>(slots_.size())
+            ? fmt::format(", sharing the host with other workers' {} slot{}", slots_on_host - std::ssize(slots_),
+                          slots_on_host - std::ssize(slots_) == 1 ? "" : "s")
+            : "";
+    return slots_.front().cuda_devices.empty()
+               ? fmt::format("{} CPU slot{} on {} core{}{}", slots_.size(), slots_.size() == 1 ? "" : "s",
+                             usable_.count, usable_.count == 1 ? "" : "s", shared_text)
+               : fmt::format("{} GPU slot{} ({} GPU{} each){}", slots_.size(), slots_.size() == 1 ? "" : "s",
+                             spec_.gpus_per_trial, spec_.gpus_per_trial == 1 ? "" : "s", shared_text);
+  }
+  // A trial's cores and GPUs: the usable cores divided by the slots of every worker on the host (or an exported
+  // OMP_NUM_THREADS); nullopt while other workers' trials hold them.
+  std::optional<TrialLease> lease_for_trial() {
+    const int threads = exported_threads_.value_or(std::max(1, usable_.count / std::max(1, leases_.slots_on_host())));
+    return leases_.try_lease(usable_.count, threads, gpus_, gpus_.empty() ? 0 : spec_.gpus_per_trial);
+  }
+
+  // Claiming: a trial into each free slot that gets a lease, until none is left to claim.
+  void claim_trials() {
+    auto& running = processes_.slots();
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (running[s]) continue;
+      std::optional<TrialLease> lease = lease_for_trial();
+      if (!lease) {
+        if (!waiting_for_lease_)
+          say(fmt::format(
+              "waiting for free cores{} on this host: other sweep workers' trials hold them (leases in {}/)",
+              gpus_.empty() ? "" : " and GPUs", leases_.folder()));
+        waiting_for_lease_ = true;
+        return;
+      }
+      waiting_for_lease_ = false;
+      std::vector<TrialRecord> unwatched;  // ended on their own after their worker did
+      const std::optional<Claim> claim =
+          retried("claiming a trial", [&] { return claim_trial(db_, sweep_, worker_, &unwatched); });
+      for (const TrialRecord& trial : unwatched) {
+        say(
+            fmt::format("trial {} ended while no worker watched it: {} at step {}, {} {}{} (recorded from its run, "
+                        "not run again) | {}",
+                        trial.trial, trial.status, trial.step, spec_.metric, value_text(trial.metric),
+                        trial.error ? ": " + *trial.error : "", counts()));
+        if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
+      }
+      if (!claim) return;
+      if (const std::optional<std::string> unreachable = unreachable_checkpoints(where_.home, *claim, db_)) {
+        TrialEnd end;
+        end.failure = *unreachable;
+        retried("recording a trial's end",
+                [&] { return end_trial(db_, sweep_, claim->trial.trial, end, claim->trial.generation); });
+        say(*unreachable);
+        continue;
+      }
+      try {
+        running[s] = start_trial(where_, sweep_, *claim, std::move(*lease), log_directory_, db_);
+      } catch (const std::exception& error) {
+        // Handed back as stopped, so that this worker or another continues it.
+        TrialEnd end;
+        end.stopped_by_sweep = true;
+        retried("handing back a trial",
+                [&] { return end_trial(db_, sweep_, claim->trial.trial, end, claim->trial.generation); });
+        say(fmt::format("trial {} could not start: {}; trying again in 30 s", claim->trial.trial, error.what()));
+        next_claim_ = index::now_seconds() + 30;
+        return;
+      }
+      say(fmt::format("trial {} started ({}{}): {} [{}{}]", claim->trial.trial, claim->reason,
+                      claim->trial.step > 0 ? fmt::format(" from step {}", claim->trial.step) : "",
+                      params_text(claim->trial.params), slots_.size() > 1 ? fmt::format("slot {}: ", s + 1) : "",
+                      lease_text(running[s]->lease)));
+    }
+  }
+
+  // The end of a sweep: true when finish_if_done ended it (the pruned trials' checkpoints then deleted).
+  bool sweep_done() {
+    if (!retried("ending the sweep", [&] { return finish_if_done(db_, sweep_); })) return false;
+    std::vector<TrialRecord> pruned = trials();
+    std::erase_if(pruned, [](const TrialRecord& t) { return t.status != "pruned"; });
+    release_checkpoints(pruned, "the pruned trials");
+    return true;
+  }
+
+  // Trial ends: each reaped trial's end recorded (unless another worker took it over), its line said, and the
+  // failure limit and a full disk acted on.
+  void record_trial_ends() {
+    for (auto& slot : processes_.slots()) {
+      if (!slot || !slot->wait_status) continue;
+      const int status = *slot->wait_status;
+      TrialEnd end;
+      end.exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      end.stopped_by_sweep = slot->stop_sent;
+      end.pause_step = slot->pause_step;
+      end.failure = core::how_it_ended(status);
+      end.storage_full = WIFEXITED(status) && WEXITSTATUS(status) == core::kExitStorageFull;
+      if (WIFSIGNALED(status))
+        end.killed_by = WTERMSIG(status);
+      else if (spec_.gpus_per_trial > 1 && WEXITSTATUS(status) > 128)
+        end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
+      const std::optional<TrialRecord> recorded = retried(
+          "recording a trial's end", [&] { return end_trial(db_, sweep_, slot->trial, end, slot->generation); });
+      if (!recorded) {
+        say(fmt::format("{} while this worker was silent: its process here {} and its end is not recorded here | {}",
+                        lost_text(slot->trial, slot->pid), core::how_it_ended(status), counts()));
+        slot.reset();
+        continue;
+      }
+      const TrialRecord& trial = *recorded;
+      say(ended_text(trial, spec_, *slot, core::how_it_ended(status)) + " | " + counts());
+      if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
+      slot.reset();
+      if (end.storage_full && trial.status == "stopped") {
+        say(fmt::format("no trial starts for {} s: the disk was full", kStorageFullWaitSeconds));
+        next_claim_ = std::max(next_claim_, index::now_seconds() + kStorageFullWaitSeconds);
+      }
+      if (trial.status == "failed" && !failure_limit_ && processes_.stop_signal() == 0) {
+        const std::vector<TrialRecord> all = trials();
+        const auto failed =
+            std::count_if(all.begin(), all.end(), [](const TrialRecord& t) { return t.status == "failed"; });
+        if (failed >= spec_.max_failures) {
+          failure_limit_ = true;
+          say(fmt::format("{} trials failed (max_failures = {}): stopping the sweep", failed, spec_.max_failures));
+          processes_.stop_all(SIGTERM);
+        }
+      }
+    }
+  }
+
+  // Heartbeats and takeover: the trials this worker holds kept alive; those another worker took over while this
+  // one was silent marked lost (their processes stop at their next write to the index).
+  void heartbeat() {
+    std::vector<HeldTrial> held;
+    for (const auto& r : processes_.slots())
+      if (r && !r->lost) held.push_back({r->trial, r->generation});
+    const std::vector<std::int64_t> lost =
+        retried("a heartbeat", [&] { return heartbeat_trials(db_, sweep_, worker_, held); });
+    for (auto& r : processes_.slots())
+      if (r && std::find(lost.begin(), lost.end(), r->trial) != lost.end()) {
+        r->lost = true;
+        say(fmt::format("{} while this worker was silent: its process here stops at its next write to the index",
+                        lost_text(r->trial, r->pid)));
+      }
+    next_heartbeat_ = index::now_seconds() + index::kHeartbeatSeconds;
+  }
+
+  // A trial this worker lost (its process here had `pid`): who took it over.
+  std::string lost_text(std::int64_t number, pid_t pid) {
+    return retried("reading the trials", [&] {
+      const std::vector<TrialRecord> all = list_trials(db_, sweep_.sweep);
+      const auto trial = std::find_if(all.begin(), all.end(), [&](const TrialRecord& t) { return t.trial == number; });
+      return fmt::format("trial {} was taken over {} (generation {})", number,
+                         index::taken_over_by(db_, sweep_.sweep, number, pid),
+                         trial == all.end() ? 0 : trial->generation);
+    });
+  }
+
   // A paused trial keeps only the checkpoint a promotion continues from, a pruned one none
   // (index::unneeded_checkpoints). A deletion that fails is said and left to `runner gc`.
-  auto release_checkpoints = [&](const std::vector<TrialRecord>& trials, const char* whose) {
+  void release_checkpoints(const std::vector<TrialRecord>& released_trials, const char* whose) {
     index::GarbageReport released;
     try {
-      for (const TrialRecord& trial : trials)
-        if (trial.run) index::drop_checkpoints(db, home, index::load_run(db, *trial.run), false, released);
+      for (const TrialRecord& trial : released_trials)
+        if (trial.run) index::drop_checkpoints(db_, where_.home, index::load_run(db_, *trial.run), false, released);
     } catch (const std::exception& error) {
       say(fmt::format("cannot delete the checkpoints {} no longer need{}: {} (runner gc deletes them)", whose,
-                      trials.size() == 1 ? "s" : "", error.what()));
+                      released_trials.size() == 1 ? "s" : "", error.what()));
     }
     if (!released.dropped_checkpoints.empty())
       say(fmt::format("deleted {} checkpoint{} {} no longer need{} ({} freed)", released.dropped_checkpoints.size(),
-                      released.dropped_checkpoints.size() == 1 ? "" : "s", whose, trials.size() == 1 ? "s" : "",
-                      core::byte_size_text(released.bytes_freed)));
-  };
+                      released.dropped_checkpoints.size() == 1 ? "" : "s", whose,
+                      released_trials.size() == 1 ? "s" : "", core::byte_size_text(released.bytes_freed)));
+  }
 
-  const int slots_on_host = leases.slots_on_host();
-  const std::string shared_text =
-      slots_on_host > static_cast<int>(slots.size())
-          ? fmt::format(", sharing the host with other workers' {} slot{}", slots_on_host - std::ssize(slots),
-                        slots_on_host - std::ssize(slots) == 1 ? "" : "s")
-          : "";
-  const std::string slot_text =
-      slots.front().cuda_devices.empty()
-          ? fmt::format("{} CPU slot{} on {} core{}{}", slots.size(), slots.size() == 1 ? "" : "s", usable.count,
-                        usable.count == 1 ? "" : "s", shared_text)
-          : fmt::format("{} GPU slot{} ({} GPU{} each){}", slots.size(), slots.size() == 1 ? "" : "s",
-                        spec.gpus_per_trial, spec.gpus_per_trial == 1 ? "" : "s", shared_text);
-  say(fmt::format("sweep {}: {} trials ({}) of {}, {} ({}){}; {}; trial output in {}/", sweep.name, spec.trials,
-                  method_name(spec.method), spec.script, spec.metric, spec.minimize ? "min" : "max",
-                  spec.asha ? fmt::format(", ASHA from step {} by {}", spec.asha->min_steps, spec.asha->reduction) : "",
-                  slot_text, log_directory));
-  const std::vector<TrialRecord> continued = retried("continuing the trials that failed for want of disk space",
-                                                     [&] { return continue_out_of_space_trials(db, sweep); });
-  for (const TrialRecord& trial : continued)
-    say(fmt::format(
-        "trial {} failed for want of disk space at step {}: it goes on from its last checkpoint (space may "
-        "have been freed){}",
-        trial.trial, trial.step,
-        spec.retries > 0 ? fmt::format(", with its {} retr{} again", spec.retries, spec.retries == 1 ? "y" : "ies")
-                         : ""));
-
-  bool failure_limit = false;
-  double next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
-  double next_claim = 0;  // after a trial could not start: not before this
-  // A trial this worker lost (its process here had `pid`): who took it over.
-  auto lost_text = [&](std::int64_t number, pid_t pid) {
-    return retried("reading the trials", [&] {
-      const std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
-      const auto trial =
-          std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == number; });
-      return fmt::format("trial {} was taken over {} (generation {})", number,
-                         index::taken_over_by(db, sweep.sweep, number, pid),
-                         trial == trials.end() ? 0 : trial->generation);
+  // The worker's end: it leaves the sweep (a stopped worker stops the sweep unless another live worker holds it,
+  // whose trials go on and which takes over the ones this worker handed back) and says how the sweep stands.
+  // Returns the exit status.
+  int finish() {
+    const int stop_signal = processes_.stop_signal();
+    std::int64_t other_workers = 0;
+    const std::vector<TrialRecord> all = retried("ending the worker", [&] {
+      index::with_transaction(
+          db_,
+          [&] {
+            lock_sweep(db_, sweep_.sweep);
+            remove_worker(db_, sweep_.sweep, worker_);
+            const std::vector<WorkerRecord> others = list_workers(db_, sweep_);
+            other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
+            if (stop_signal != 0 && other_workers == 0) set_sweep_status(db_, sweep_.sweep, "stopped");
+          },
+          index::TransactionScope::own_rows);
+      return list_trials(db_, sweep_.sweep);
     });
-  };
-  auto running_count = [&] {
-    int count = 0;
-    for (const auto& r : running) count += r ? 1 : 0;
-    return count;
-  };
-
-  while (true) {
-    if (stop_signal == 0 && !failure_limit && index::now_seconds() >= next_claim) {
-      for (size_t s = 0; s < slots.size(); ++s) {
-        if (running[s]) continue;
-        std::optional<TrialLease> lease = lease_for_trial();
-        if (!lease) {
-          if (!waiting_for_lease)
-            say(
-                fmt::format("waiting for free cores{} on this host: other sweep workers' trials hold them (leases in "
-                            "{}/)",
-                            gpus.empty() ? "" : " and GPUs", leases.folder()));
-          waiting_for_lease = true;
-          break;
-        }
-        waiting_for_lease = false;
-        std::vector<TrialRecord> unwatched;  // ended on their own after their worker did
-        const std::optional<Claim> claim =
-            retried("claiming a trial", [&] { return claim_trial(db, sweep, worker, &unwatched); });
-        for (const TrialRecord& trial : unwatched) {
-          say(
-              fmt::format("trial {} ended while no worker watched it: {} at step {}, {} {}{} (recorded from its run, "
-                          "not run again) | {}",
-                          trial.trial, trial.status, trial.step, spec.metric, value_text(trial.metric),
-                          trial.error ? ": " + *trial.error : "", counts()));
-          if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
-        }
-        if (!claim) break;
-        if (const std::optional<std::string> unreachable = unreachable_checkpoints(home, *claim, db)) {
-          TrialEnd end;
-          end.failure = *unreachable;
-          retried("recording a trial's end",
-                  [&] { return end_trial(db, sweep, claim->trial.trial, end, claim->trial.generation); });
-          say(*unreachable);
-          continue;
-        }
-        try {
-          running[s] = start_trial(where, sweep, *claim, std::move(*lease), log_directory, db);
-        } catch (const std::exception& error) {
-          // Handed back as stopped, so that this worker or another continues it.
-          TrialEnd end;
-          end.stopped_by_sweep = true;
-          retried("handing back a trial",
-                  [&] { return end_trial(db, sweep, claim->trial.trial, end, claim->trial.generation); });
-          say(fmt::format("trial {} could not start: {}; trying again in 30 s", claim->trial.trial, error.what()));
-          next_claim = index::now_seconds() + 30;
-          break;
-        }
-        say(fmt::format("trial {} started ({}{}): {} [{}{}]", claim->trial.trial, claim->reason,
-                        claim->trial.step > 0 ? fmt::format(" from step {}", claim->trial.step) : "",
-                        params_text(claim->trial.params), slots.size() > 1 ? fmt::format("slot {}: ", s + 1) : "",
-                        lease_text(running[s]->lease)));
-      }
+    processes_.close_signals();
+    const SweepCounts totals = count_trials(sweep_, all);
+    const std::string best = best_trial_command(sweep_, all);
+    if (stop_signal != 0 && other_workers > 0) {
+      say(fmt::format("worker stopped: {}; {} other worker{} of sweep {} go{} on with it and take over its trials",
+                      counts_text(sweep_, all), other_workers, other_workers == 1 ? "" : "s", sweep_.name,
+                      other_workers == 1 ? "es" : ""));
+      return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
     }
-    if (running_count() == 0) {
-      if (stop_signal != 0) break;
-      if (retried("ending the sweep", [&] { return finish_if_done(db, sweep); })) {
-        std::vector<TrialRecord> pruned = retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
-        std::erase_if(pruned, [](const TrialRecord& t) { return t.status != "pruned"; });
-        release_checkpoints(pruned, "the pruned trials");
-        break;
-      }
+    if (stop_signal != 0) {
+      say(fmt::format("sweep {} stopped: {}; the same command (or runner sweep --join {}) continues it", sweep_.name,
+                      counts_text(sweep_, all), sweep_.name));
+      return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
     }
-
-    pollfd fd{stop_signals->fd(), POLLIN, 0};
-    ::poll(&fd, 1, running_count() == 0 ? 1000 : 200);
-    take_stop_signals();
-
-    reap_trials();
-    {
-      for (auto& slot : running) {
-        if (!slot || !slot->wait_status) continue;
-        const int status = *slot->wait_status;
-        TrialEnd end;
-        end.exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        end.stopped_by_sweep = slot->stop_sent;
-        end.pause_step = slot->pause_step;
-        end.failure = core::how_it_ended(status);
-        end.storage_full = WIFEXITED(status) && WEXITSTATUS(status) == core::kExitStorageFull;
-        if (WIFSIGNALED(status))
-          end.killed_by = WTERMSIG(status);
-        else if (spec.gpus_per_trial > 1 && WEXITSTATUS(status) > 128)
-          end.killed_by = WEXITSTATUS(status) - 128;  // a rank's
-        const std::optional<TrialRecord> recorded = retried(
-            "recording a trial's end", [&] { return end_trial(db, sweep, slot->trial, end, slot->generation); });
-        if (!recorded) {
-          say(
-              fmt::format("{} while this worker was silent: its process here {} and its end is not recorded here | "
-                          "{}",
-                          lost_text(slot->trial, slot->pid), core::how_it_ended(status), counts()));
-          slot.reset();
-          continue;
-        }
-        const TrialRecord& trial = *recorded;
-        say(ended_text(trial, spec, *slot, core::how_it_ended(status)) + " | " + counts());
-        if (trial.status == "paused") release_checkpoints({trial}, fmt::format("trial {}", trial.trial).c_str());
-        slot.reset();
-        if (end.storage_full && trial.status == "stopped") {
-          say(fmt::format("no trial starts for {} s: the disk was full", kStorageFullWaitSeconds));
-          next_claim = std::max(next_claim, index::now_seconds() + kStorageFullWaitSeconds);
-        }
-        if (trial.status == "failed" && !failure_limit && stop_signal == 0) {
-          const std::vector<TrialRecord> trials =
-              retried("reading the trials", [&] { return list_trials(db, sweep.sweep); });
-          const auto failed =
-              std::count_if(trials.begin(), trials.end(), [](const TrialRecord& t) { return t.status == "failed"; });
-          if (failed >= spec.max_failures) {
-            failure_limit = true;
-            say(fmt::format("{} trials failed (max_failures = {}): stopping the sweep", failed, spec.max_failures));
-            stop_all(SIGTERM);
-          }
-        }
-      }
+    const SweepRecord now = load_sweep(db_, std::to_string(sweep_.sweep));
+    if (now.status == "failed" || failure_limit_) {
+      std::fprintf(stderr, "runner: sweep %s failed: %s\n", sweep_.name.c_str(),
+                   core::terminal_text(now.error.value_or("too many trials failed")).c_str());
+      if (const std::optional<std::string> out_of_space = out_of_space_text(spec_, all))
+        std::fprintf(stderr, "runner: %s\n", core::terminal_text(*out_of_space).c_str());
+      return core::kExitError;
     }
-
-    if (index::now_seconds() >= next_heartbeat) {
-      std::vector<HeldTrial> trials;
-      for (const auto& r : running)
-        if (r && !r->lost) trials.push_back({r->trial, r->generation});
-      const std::vector<std::int64_t> lost =
-          retried("a heartbeat", [&] { return heartbeat_trials(db, sweep, worker, trials); });
-      for (auto& r : running)
-        if (r && std::find(lost.begin(), lost.end(), r->trial) != lost.end()) {
-          r->lost = true;
-          say(fmt::format("{} while this worker was silent: its process here stops at its next write to the index",
-                          lost_text(r->trial, r->pid)));
-        }
-      next_heartbeat = index::now_seconds() + index::kHeartbeatSeconds;
-    }
+    say(fmt::format("sweep {} {}: {}", sweep_.name,
+                    now.status == "finished" ? "finished" : "has no trial left for this worker",
+                    counts_text(sweep_, all)));
+    if (const std::optional<std::string> out_of_space = out_of_space_text(spec_, all)) say(*out_of_space);
+    if (!best.empty())
+      say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec_.metric, value_text(totals.best_value),
+                      best));
+    else if (now.status == "finished")
+      say("no trial finished, so there is no best trial (every one failed or was pruned)");
+    return core::kExitOk;
   }
 
-  // A stopped worker stops the sweep unless another live worker holds it (whose trials go on, and which takes
-  // over the ones this worker handed back).
-  std::int64_t other_workers = 0;
-  const std::vector<TrialRecord> trials = retried("ending the worker", [&] {
-    index::with_transaction(
-        db,
-        [&] {
-          lock_sweep(db, sweep.sweep);
-          remove_worker(db, sweep.sweep, worker);
-          const std::vector<WorkerRecord> others = list_workers(db, sweep);
-          other_workers = std::count_if(others.begin(), others.end(), [](const WorkerRecord& w) { return w.alive; });
-          if (stop_signal != 0 && other_workers == 0) set_sweep_status(db, sweep.sweep, "stopped");
-        },
-        index::TransactionScope::own_rows);
-    return list_trials(db, sweep.sweep);
-  });
-  stop_signals.reset();
-  const SweepCounts totals = count_trials(sweep, trials);
-  const std::string best = best_trial_command(sweep, trials);
-  if (stop_signal != 0 && other_workers > 0) {
-    say(fmt::format("worker stopped: {}; {} other worker{} of sweep {} go{} on with it and take over its trials",
-                    counts_text(sweep, trials), other_workers, other_workers == 1 ? "" : "s", sweep.name,
-                    other_workers == 1 ? "es" : ""));
-    return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
-  }
-  if (stop_signal != 0) {
-    say(fmt::format("sweep {} stopped: {}; the same command (or runner sweep --join {}) continues it", sweep.name,
-                    counts_text(sweep, trials), sweep.name));
-    return stop_signal == SIGINT ? core::kExitInterrupted : core::kExitOk;
-  }
-  const SweepRecord now = load_sweep(db, std::to_string(sweep.sweep));
-  if (now.status == "failed" || failure_limit) {
-    std::fprintf(stderr, "runner: sweep %s failed: %s\n", sweep.name.c_str(),
-                 core::terminal_text(now.error.value_or("too many trials failed")).c_str());
-    if (const std::optional<std::string> out_of_space = out_of_space_text(spec, trials))
-      std::fprintf(stderr, "runner: %s\n", core::terminal_text(*out_of_space).c_str());
-    return core::kExitError;
-  }
-  say(fmt::format("sweep {} {}: {}", sweep.name,
-                  now.status == "finished" ? "finished" : "has no trial left for this worker",
-                  counts_text(sweep, trials)));
-  if (const std::optional<std::string> out_of_space = out_of_space_text(spec, trials)) say(*out_of_space);
-  if (!best.empty())
-    say(fmt::format("best: trial {} with {} {}: {}", *totals.best_trial, spec.metric, value_text(totals.best_value),
-                    best));
-  else if (now.status == "finished")
-    say("no trial finished, so there is no best trial (every one failed or was pruned)");
-  return core::kExitOk;
+  const index::IndexLocation& where_;
+  const SweepRecord& sweep_;
+  const SweepSpec& spec_;
+  index::Database db_;
+  const std::vector<Slot> slots_;
+  const core::UsableCores usable_;
+  const std::vector<std::string> gpus_;
+  const std::optional<int> exported_threads_;
+  const HostLeases leases_;
+  const std::string log_directory_;
+  const std::string worker_;
+  TrialProcesses processes_;
+  bool waiting_for_lease_ = false;
+  bool failure_limit_ = false;
+  double next_heartbeat_ = index::now_seconds() + index::kHeartbeatSeconds;
+  double next_claim_ = 0;  // after a trial could not start: not before this
+};
+
+}  // namespace
+
+int run_sweep_worker(const index::IndexLocation& where, const SweepRecord& sweep) {
+  return SweepWorker(where, sweep).run();
 }
 
 }  // namespace runner::sweep
