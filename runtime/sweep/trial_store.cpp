@@ -302,9 +302,143 @@ void set_sweep_status(Database& db, std::int64_t sweep, const std::string& statu
   update.run();
 }
 
+namespace {
+
+// Takeover: a running trial whose worker is gone (no heartbeat within the limit) is stopped, its generation moved
+// on so that its old process's writes are fenced off; one whose row another transaction holds (its worker's
+// heartbeat) is alive: skipped, not waited for (PostgreSQL; SQLite's writers never overlap).
+void stop_orphaned_trials(Database& db, const SweepRecord& sweep, const std::string& worker, double now) {
+  Statement running =
+      db.prepare(std::string("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'") +
+                 db.lock_rows_skipping_locked());
+  running.bind(1, sweep.sweep);
+  std::vector<std::int64_t> orphans;
+  while (running.step())
+    if (running.optional_text(1) != worker &&
+        worker_gone(sweep.spec, running.optional_text(1), running.optional_real(2), now))
+      orphans.push_back(running.integer(0));
+  for (std::int64_t trial : orphans) {
+    Statement stop = db.prepare(
+        "UPDATE trials SET status = 'stopped', worker = NULL, generation = generation + 1 WHERE sweep = ? AND "
+        "trial = ?");
+    stop.bind(1, sweep.sweep).bind(2, trial);
+    stop.run();
+  }
+}
+
+// Locks the row of a trial to take (FOR UPDATE SKIP LOCKED on PostgreSQL): false when another session holds it.
+bool lockable(Database& db, const SweepRecord& sweep, const TrialRecord& trial) {
+  Statement lock = db.prepare(std::string("SELECT trial FROM trials WHERE sweep = ? AND trial = ? AND status = ?") +
+                              db.lock_rows_skipping_locked());
+  lock.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.status);
+  return lock.step();
+}
+
+// The trial marked running under `worker` at its next generation, and the claim recorded with the client key of
+// this try (claim_made finds it again when the commit's answer was lost).
+Claim take(Database& db, const SweepRecord& sweep, const std::string& worker, const std::string& key, TrialRecord trial,
+           std::optional<std::int64_t> run, std::string reason, bool to_the_end = false) {
+  trial.generation = mark_running(db, sweep.sweep, trial.trial, worker);
+  if (run) trial.step = index::load_run(db, *run).step;
+  trial.status = "running";
+  trial.worker = worker;
+  ++trial.segments;
+  Claim made{trial, run, to_the_end ? std::nullopt : pause_for(sweep.spec, trial.rung), std::move(reason)};
+  Statement record = db.prepare("UPDATE trials SET claim = ? WHERE sweep = ? AND trial = ?");
+  record.bind(1, core::json_text(json{{"key", key},
+                                      {"reason", made.reason},
+                                      {"resume_run", made.resume_run ? json(*made.resume_run) : json()},
+                                      {"pause_step", made.pause_step ? json(*made.pause_step) : json()}}));
+  record.bind(2, sweep.sweep).bind(3, trial.trial);
+  record.run();
+  return made;
+}
+
+// A stopped trial whose run ended on its own while no worker watched it (its worker was killed as the run ran its
+// last step or reached its rung, so the end was never recorded): that end is recorded as the worker would have,
+// from the run. Continuing it would run a finished run again, from step 0 when it kept no checkpoint. True when
+// one was recorded.
+bool record_unwatched_ends(Database& db, const SweepRecord& sweep, const std::vector<TrialRecord>& trials,
+                           std::vector<TrialRecord>* ended_unwatched) {
+  bool recorded = false;
+  for (const TrialRecord& trial : trials) {
+    if (trial.status != "stopped") continue;
+    const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+    if (!run) continue;
+    const std::string run_status = index::load_run(db, *run).status;
+    if ((run_status != "finished" && run_status != "paused") || !lockable(db, sweep, trial)) continue;
+    TrialEnd end;
+    end.exited_ok = true;
+    end.stopped_by_sweep = true;  // paused short of its rung's value: stays stopped, and is continued below
+    end.pause_step = pause_for(sweep.spec, trial.rung);
+    const TrialRecord ended = record_end(db, sweep, trial.trial, end);
+    if (ended.status == "stopped") continue;
+    recorded = true;
+    if (ended_unwatched) ended_unwatched->push_back(ended);
+  }
+  return recorded;
+}
+
+// The trial to run next, in order: a stopped one continued (a retry, one that failed for want of space, one handed
+// back), a paused one promoted past its rung (ASHA, the highest rung first), the last promotion to the end once
+// every trial exists, else a new trial suggested from the finished ones. nullopt: none.
+std::optional<Claim> next_claim(Database& db, const SweepRecord& sweep, const std::string& worker,
+                                const std::string& key, const std::vector<TrialRecord>& trials, double now) {
+  const SweepSpec& spec = sweep.spec;
+  for (const TrialRecord& trial : trials) {
+    if (trial.status != "stopped") continue;
+    const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+    if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
+    if (!lockable(db, sweep, trial)) continue;
+    // Its error says why: a retry (end_trial) or a failure for want of space (continue_out_of_space_trials).
+    if (trial.error && trial.retries > 0)
+      return take(db, sweep, worker, key, trial, run,
+                  fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
+    if (trial.error) return take(db, sweep, worker, key, trial, run, "continued: " + *trial.error);
+    return take(db, sweep, worker, key, trial, run, "continued");
+  }
+
+  if (spec.asha) {
+    for (int rung = static_cast<int>(rung_steps(*spec.asha).size()); rung >= 1; --rung) {
+      const std::vector<RungResult> results = results_at(db, sweep.sweep, rung);
+      for (const TrialRecord& trial : trials) {
+        if (trial.status != "paused" || trial.rung != rung) continue;
+        if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
+        const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+        if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(db, sweep, trial)) continue;
+        return take(db, sweep, worker, key, trial, run, fmt::format("promoted past rung {}", rung));
+      }
+    }
+  }
+
+  if (static_cast<std::int64_t>(trials.size()) >= spec.trials) {
+    const std::optional<LastPromotion> last = last_promotion(db, sweep, trials);
+    if (!last) return std::nullopt;
+    const TrialRecord& trial =
+        *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
+    const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
+    if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(db, sweep, trial)) return std::nullopt;
+    return take(db, sweep, worker, key, trial, run, last->reason, true);
+  }
+  std::vector<Observation> history;
+  for (const TrialRecord& trial : trials)
+    if (trial.metric && std::isfinite(*trial.metric) && trial.status != "running" && trial.status != "failed")
+      history.push_back({trial.params, *trial.metric});
+  TrialRecord trial;
+  trial.trial = static_cast<std::int64_t>(trials.size()) + 1;
+  trial.params = suggest(spec, trial.trial - 1, history);
+  trial.created_at = now;
+  Statement insert =
+      db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
+  insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, core::json_text(trial.params)).bind(4, now);
+  insert.run();
+  return take(db, sweep, worker, key, trial, std::nullopt, "new");
+}
+
+}  // namespace
+
 std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const std::string& worker,
                                  std::vector<TrialRecord>* ended_unwatched) {
-  const SweepSpec& spec = sweep.spec;
   const std::string key = index::client_key();
   return index::with_transaction(
       db,
@@ -314,126 +448,14 @@ std::optional<Claim> claim_trial(Database& db, const SweepRecord& sweep, const s
         // A retry whose first try committed (its answer lost): the trial that try claimed, not another one.
         if (std::optional<Claim> made = claim_made(db, sweep, worker, key)) return made;
         const double now = index::now_seconds();
-        {
-          // A running trial whose row another transaction holds (its worker's heartbeat) is alive: skipped, not
-          // waited for (PostgreSQL; SQLite's writers never overlap).
-          Statement running = db.prepare(
-              std::string("SELECT trial, worker, heartbeat_at FROM trials WHERE sweep = ? AND status = 'running'") +
-              db.lock_rows_skipping_locked());
-          running.bind(1, sweep.sweep);
-          std::vector<std::int64_t> orphans;
-          while (running.step())
-            if (running.optional_text(1) != worker &&
-                worker_gone(spec, running.optional_text(1), running.optional_real(2), now))
-              orphans.push_back(running.integer(0));
-          for (std::int64_t trial : orphans) {
-            Statement stop = db.prepare(
-                "UPDATE trials SET status = 'stopped', worker = NULL, generation = generation + 1 WHERE sweep = ? AND "
-                "trial = ?");
-            stop.bind(1, sweep.sweep).bind(2, trial);
-            stop.run();
-          }
-        }
+        stop_orphaned_trials(db, sweep, worker, now);
         std::vector<TrialRecord> trials = list_trials(db, sweep.sweep);
-        if (failed_count(trials) >= spec.max_failures) return std::nullopt;
-
-        // Locks the row of a trial to take (FOR UPDATE SKIP LOCKED on PostgreSQL): false when another session holds it.
-        auto lockable = [&](const TrialRecord& trial) {
-          Statement lock =
-              db.prepare(std::string("SELECT trial FROM trials WHERE sweep = ? AND trial = ? AND status = ?") +
-                         db.lock_rows_skipping_locked());
-          lock.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, trial.status);
-          return lock.step();
-        };
-        auto claim = [&](TrialRecord trial, std::optional<std::int64_t> run, std::string reason,
-                         bool to_the_end = false) {
-          trial.generation = mark_running(db, sweep.sweep, trial.trial, worker);
-          if (run) trial.step = index::load_run(db, *run).step;
-          trial.status = "running";
-          trial.worker = worker;
-          ++trial.segments;
-          Claim made{trial, run, to_the_end ? std::nullopt : pause_for(spec, trial.rung), std::move(reason)};
-          Statement record = db.prepare("UPDATE trials SET claim = ? WHERE sweep = ? AND trial = ?");
-          record.bind(1, core::json_text(json{{"key", key},
-                                              {"reason", made.reason},
-                                              {"resume_run", made.resume_run ? json(*made.resume_run) : json()},
-                                              {"pause_step", made.pause_step ? json(*made.pause_step) : json()}}));
-          record.bind(2, sweep.sweep).bind(3, trial.trial);
-          record.run();
-          return made;
-        };
-
-        // A stopped trial whose run ended on its own while no worker watched it (its worker was killed as the run ran
-        // its last step or reached its rung, so the end was never recorded): that end is recorded as the worker would
-        // have, from the run. Continuing it would run a finished run again, from step 0 when it kept no checkpoint.
-        bool recorded = false;
-        for (const TrialRecord& trial : trials) {
-          if (trial.status != "stopped") continue;
-          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if (!run) continue;
-          const std::string run_status = index::load_run(db, *run).status;
-          if ((run_status != "finished" && run_status != "paused") || !lockable(trial)) continue;
-          TrialEnd end;
-          end.exited_ok = true;
-          end.stopped_by_sweep = true;  // paused short of its rung's value: stays stopped, and is continued below
-          end.pause_step = pause_for(spec, trial.rung);
-          const TrialRecord ended = record_end(db, sweep, trial.trial, end);
-          if (ended.status == "stopped") continue;
-          recorded = true;
-          if (ended_unwatched) ended_unwatched->push_back(ended);
-        }
-        if (recorded) {
+        if (failed_count(trials) >= sweep.spec.max_failures) return std::nullopt;
+        if (record_unwatched_ends(db, sweep, trials, ended_unwatched)) {
           trials = list_trials(db, sweep.sweep);
-          if (failed_count(trials) >= spec.max_failures) return std::nullopt;
+          if (failed_count(trials) >= sweep.spec.max_failures) return std::nullopt;
         }
-
-        for (const TrialRecord& trial : trials) {
-          if (trial.status != "stopped") continue;
-          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if (run && run_still_running(db, spec, trial.trial, *run)) continue;  // its process is still saving; later
-          if (!lockable(trial)) continue;
-          // Its error says why: a retry (end_trial) or a failure for want of space (continue_out_of_space_trials).
-          if (trial.error && trial.retries > 0)
-            return claim(trial, run, fmt::format("retry {} of {}: {}", trial.retries, spec.retries, *trial.error));
-          if (trial.error) return claim(trial, run, "continued: " + *trial.error);
-          return claim(trial, run, "continued");
-        }
-
-        if (spec.asha) {
-          for (int rung = static_cast<int>(rung_steps(*spec.asha).size()); rung >= 1; --rung) {
-            const std::vector<RungResult> results = results_at(db, sweep.sweep, rung);
-            for (const TrialRecord& trial : trials) {
-              if (trial.status != "paused" || trial.rung != rung) continue;
-              if (!promotable(results, trial.trial, spec.asha->reduction, spec.minimize)) continue;
-              const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-              if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) continue;
-              return claim(trial, run, fmt::format("promoted past rung {}", rung));
-            }
-          }
-        }
-
-        if (static_cast<std::int64_t>(trials.size()) >= spec.trials) {
-          const std::optional<LastPromotion> last = last_promotion(db, sweep, trials);
-          if (!last) return std::nullopt;
-          const TrialRecord& trial =
-              *std::find_if(trials.begin(), trials.end(), [&](const TrialRecord& t) { return t.trial == last->trial; });
-          const std::optional<std::int64_t> run = trial_run(db, sweep.sweep, trial.trial);
-          if ((run && run_still_running(db, spec, trial.trial, *run)) || !lockable(trial)) return std::nullopt;
-          return claim(trial, run, last->reason, true);
-        }
-        std::vector<Observation> history;
-        for (const TrialRecord& trial : trials)
-          if (trial.metric && std::isfinite(*trial.metric) && trial.status != "running" && trial.status != "failed")
-            history.push_back({trial.params, *trial.metric});
-        TrialRecord trial;
-        trial.trial = static_cast<std::int64_t>(trials.size()) + 1;
-        trial.params = suggest(spec, trial.trial - 1, history);
-        trial.created_at = now;
-        Statement insert =
-            db.prepare("INSERT INTO trials (sweep, trial, params, status, created_at) VALUES (?, ?, ?, 'running', ?)");
-        insert.bind(1, sweep.sweep).bind(2, trial.trial).bind(3, core::json_text(trial.params)).bind(4, now);
-        insert.run();
-        return claim(trial, std::nullopt, "new");
+        return next_claim(db, sweep, worker, key, trials, now);
       },
       index::TransactionScope::own_rows);
 }
