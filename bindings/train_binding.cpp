@@ -28,7 +28,7 @@
 #include "runtime/core/launch_context.h"
 #include "runtime/dist/process_group.h"
 #include "runtime/run/run_context.h"
-#include "runtime/run/step_metrics.h"
+#include "runtime/run/trainer_observers.h"
 #include "runtime/train/progress_observer.h"
 #include "runtime/train/step_profiler.h"
 
@@ -41,10 +41,8 @@ constexpr const char* kObjectiveType = "runner.Objective";
 
 struct TrainerBox {
   std::shared_ptr<train::Trainer> trainer;
-  // The run runner.start made, as the trainer's step began (nullptr: none): where the step's timing metrics and a
-  // profile's trace go. Shared with those observers, which the trainer may outlive the box with.
-  std::shared_ptr<run::RunContext*> run_at_step = std::make_shared<run::RunContext*>(nullptr);
-  std::shared_ptr<train::ProgressObserver> progress;  // rank 0 of a trainer given `steps`, unless progress = false
+  // Its step observers, writing to the run runner.start made (the active run at each step; none: nothing).
+  std::shared_ptr<run::TrainerObservers> observers;
 };
 
 TrainerBox& check_trainer_box(lua_State* L, int index) {
@@ -261,8 +259,7 @@ int trainer_new(lua_State* L) {
   auto trainer = std::make_shared<train::Trainer>(std::move(model), std::move(optimizer), options.schedule,
                                                   std::move(options.emas), options.step, device, dist::process_group());
   TrainerBox box{std::move(trainer)};
-  box.trainer->add_observer(
-      std::make_shared<run::StepMetrics>(*box.trainer, [run = box.run_at_step]() -> run::RunContext* { return *run; }));
+  box.observers = run::TrainerObservers::of(*box.trainer, [L] { return active_run(L); });
   new_userdata<TrainerBox>(L, kTrainerType, std::move(box));
   return 1;
 }
@@ -359,7 +356,6 @@ int trainer_step(lua_State* L) {
     return loss;
   };
   const int batch = lua_toboolean(L, 4) ? 4 : 0;
-  *box.run_at_step = active_run(L);
   const train::StepResult result = trainer.step(loss_of, inputs, batch ? batch_wait_seconds(L, batch) : 0);
   finish_lua_step(L, box, result, lua_istable(L, 5) ? 5 : 0, batch);
   return 1;
@@ -422,7 +418,6 @@ int trainer_step_batch(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
   train::StepBatch batch = check_batch(L, 2);
   batch.wait_seconds = batch_wait_seconds(L, 2);
-  *box.run_at_step = active_run(L);
   const train::StepResult result = box.trainer->step(batch);
   finish_lua_step(L, box, result, lua_istable(L, 4) ? 4 : 0, lua_isnoneornil(L, 3) ? 2 : 3);
   return 1;
@@ -598,17 +593,15 @@ int trainer_show_progress(lua_State* L) {
   train::ProgressOptions defaults;
   defaults.terminal = ::isatty(::fileno(stdout)) != 0;
   train::ProgressOptions options = kProgressOptions.read(L, 2, defaults);
-  if (const auto sharding = box.trainer->sharding_text()) options.sharding = *sharding;
-  if (box.progress) box.trainer->remove_observer(box.progress.get());
-  box.progress = std::make_shared<train::ProgressObserver>(options, box.trainer->device());
-  box.trainer->add_observer(box.progress);
+  box.observers->show_progress(options);
   return 0;
 }
 
 // trainer:finish_progress(): the final progress line now (nothing without one).
 int trainer_finish_progress(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
-  if (box.progress) box.progress->finish(box.trainer->step_count(), box.trainer->next_lr(0));
+  if (train::ProgressObserver* progress = box.observers->progress())
+    progress->finish(box.trainer->step_count(), box.trainer->next_lr(0));
   return 0;
 }
 
@@ -616,19 +609,7 @@ int trainer_finish_progress(lua_State* L) {
 // as its artifact) or, without a run, the working directory.
 int trainer_profile(lua_State* L) {
   TrainerBox& box = check_trainer_box(L, 1);
-  train::Trainer& trainer = *box.trainer;
-  const train::StepRange range{check_integer(L, 2), check_integer(L, 3)};
-  const dist::ProcessGroup* group = trainer.process_group();
-  auto output = [run_at_step = box.run_at_step] {
-    train::ProfileOutput out;
-    if (run::RunContext* run = *run_at_step) {
-      out.directory = run->directory();
-      out.record = [run](const std::string& name, std::int64_t step) { run->record_file("profile", step, name); };
-    }
-    return out;
-  };
-  trainer.add_observer(std::make_shared<train::ProfiledSteps>(range, trainer.device(), group ? group->rank() : 0,
-                                                              group ? group->size() : 1, output));
+  box.observers->profile(train::StepRange{check_integer(L, 2), check_integer(L, 3)});
   return 0;
 }
 

@@ -65,194 +65,241 @@ std::string note_line(const std::string& note) {
   return line;
 }
 
-}  // namespace
-
-int runs_command(int argc, char** argv) {
-  const ParsedArguments arguments = parse_arguments(argc, argv,
-                                                    {"--status", "--name", "--since", "--sort", "--limit", "--metrics",
-                                                     "--columns", "--sweep", "--where", "--group-by"},
-                                                    {"--csv", "--json", "--desc", "--group"});
-  if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
-  std::optional<report::RunWhere> where;
-  try {
-    if (auto text = arguments.value("--where")) where.emplace(*text);
-  } catch (const report::WhereError& error) {
-    throw UsageError(error.what());
-  }
-  const TableFormat format = table_format(arguments);
-  index::RunFilter filter;
-  if (auto status = arguments.value("--status")) {
-    if (!index::is_run_status(*status))
-      throw UsageError(fmt::format("--status '{}': expected one of {}", *status, fmt::join(index::kRunStatuses, ", ")));
-    filter.status = *status;
-  }
-  filter.name_glob = arguments.value("--name");
-  if (auto since = arguments.value("--since")) filter.started_after = parse_since(*since);
-  const int64_t limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
-
-  index::Database db = index::open_index_for_reading(command_index());
-  std::vector<std::string> swept;  // the sweep's parameters: config columns of their own
-  if (auto sweep = arguments.value("--sweep")) {
-    const sweep::SweepRecord record = sweep::load_sweep(db, *sweep);
-    filter.sweep = record.sweep;
-    for (const auto& parameter : record.spec.parameters) swept.push_back(parameter.name);
-  }
-  const double now = index::now_seconds();
-  std::vector<index::RunRecord> runs = index::list_runs(db, filter);
-  try {
-    if (where) runs = report::runs_where(db, std::move(runs), *where, now);
-  } catch (const report::WhereError& error) {
-    throw UsageError(error.what());
-  }
-
-  // Every name a run shown has: config keys, and metrics (summary values and logged keys); read when an option
-  // names keys.
-  std::set<std::string> config_names, metric_names;
-  const bool grouped = arguments.has("--group") || arguments.value("--group-by");
-  if (arguments.value("--columns") || arguments.value("--metrics") || arguments.value("--sort") || grouped) {
-    for (const auto& run : runs) {
-      if (run.config.is_object())
-        for (const auto& [key, value] : run.config.items()) config_names.insert(key);
-      for (const auto& [key, value] : run.summary.items())
-        if (value.is_number()) metric_names.insert(key);
-      for (const auto& latest : index::latest_metrics(db, run.run)) metric_names.insert(latest.key);
-    }
-  }
-  auto refuse_unknown = [&](const std::string& option, const std::string& key, const std::set<std::string>& names) {
-    const std::vector<std::string> known(names.begin(), names.end());
-    throw UsageError(fmt::format("{} '{}': no run shown has it (known: {}){}", option, key, fmt::join(known, ", "),
-                                 core::did_you_mean(key, known)));
-  };
-  // --columns: config keys and metrics by name; config.KEY or metric.KEY where a name is both.
+// `runner runs`: the options read, the runs selected, their columns and sort chosen, the lines made, sorted and
+// printed (as runs, or as groups with --group), each a step of its own.
+struct RunsListing {
   struct ConfigColumn {
     std::string header, key;
   };
-  std::vector<ConfigColumn> config_columns;
-  std::vector<std::string> metrics;
-  for (const std::string& key : swept) config_columns.push_back({key, key});
-  if (auto chosen = arguments.value("--columns")) {
-    for (const std::string& name : split_list(*chosen)) {
-      const bool config_prefix = name.rfind("config.", 0) == 0, metric_prefix = name.rfind("metric.", 0) == 0;
-      const std::string key = config_prefix ? name.substr(7) : metric_prefix ? name.substr(7) : name;
-      const bool is_config = config_names.count(key) > 0, is_metric = metric_names.count(key) > 0;
-      if (!config_prefix && !metric_prefix && is_config && is_metric)
-        throw UsageError(fmt::format(
-            "--columns '{}': it is both a config key and a metric: write config.{} or metric.{}", name, key, key));
-      if (config_prefix || (!metric_prefix && is_config)) {
-        if (!runs.empty() && !is_config) refuse_unknown("--columns", name, config_names);
-        config_columns.push_back({name, key});
-      } else {
-        if (!runs.empty() && !is_metric && !metric_prefix) {
-          std::set<std::string> all = config_names;
-          all.insert(metric_names.begin(), metric_names.end());
-          refuse_unknown("--columns", name, all);
-        }
-        if (!runs.empty() && !is_metric) refuse_unknown("--columns", name, metric_names);
-        metrics.push_back(key);
-      }
-    }
-  }
-  if (auto chosen = arguments.value("--metrics")) {
-    for (const std::string& key : split_list(*chosen)) {
-      if (!runs.empty() && !metric_names.count(key)) refuse_unknown("--metrics", key, metric_names);
-      metrics.push_back(key);
-    }
-  } else if (!arguments.value("--columns")) {
-    std::set<std::string> keys;
-    for (const auto& run : runs)
-      for (const auto& [key, value] : run.summary.items())
-        if (value.is_number()) keys.insert(key);
-    metrics.assign(keys.begin(), keys.end());
-    if (metrics.size() > 4) metrics.resize(4);
-    if (metrics.empty()) metrics.push_back("loss");
-  }
-  std::optional<std::string> sort = arguments.value("--sort");
-  // Sorting by a config column (--columns, a swept parameter, or config.KEY).
-  std::optional<std::size_t> config_sort;
-  if (sort) {
-    for (std::size_t c = 0; c < config_columns.size(); ++c)
-      if (config_columns[c].header == *sort || "config." + config_columns[c].key == *sort) config_sort = c;
-    if (!config_sort && sort->rfind("config.", 0) == 0) {
-      const std::string key = sort->substr(7);
-      if (!runs.empty() && !config_names.count(key)) refuse_unknown("--sort", *sort, config_names);
-      config_columns.push_back({*sort, key});
-      config_sort = config_columns.size() - 1;
-    }
-    if (!config_sort && sort->rfind("metric.", 0) == 0) sort = sort->substr(7);
-  }
-  const bool sorted_by_metric = sort && !config_sort;
-  if (sorted_by_metric && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
-    static const std::set<std::string> builtin = {"started", "name", "duration", "step", "status"};
-    if (!builtin.count(*sort)) {
-      // A key that none of the runs shown has is a mistake, not an empty column: say which keys there are.
-      std::set<std::string> known(builtin.begin(), builtin.end());
-      known.insert(metric_names.begin(), metric_names.end());
-      if (!runs.empty() && !known.count(*sort)) {
-        const std::vector<std::string> names(known.begin(), known.end());
-        throw UsageError(fmt::format("--sort '{}': no run shown has it (known: {}){}", *sort, fmt::join(names, ", "),
-                                     core::did_you_mean(*sort, names)));
-      }
-      metrics.insert(metrics.begin(), *sort);
-    }
-  }
-
   struct Line {
     const index::RunRecord* run;
     std::vector<std::optional<double>> values;
     std::vector<nlohmann::json> config;  // per config column; null where the run has no such key
   };
+
+  const ParsedArguments& arguments;
+  std::optional<report::RunWhere> where;
+  TableFormat format = TableFormat::aligned;
+  index::RunFilter filter;
+  int64_t limit = 50;
+  std::optional<index::Database> database;
+  std::vector<std::string> swept;  // the sweep's parameters: config columns of their own
+  double now = 0;
+  std::vector<index::RunRecord> runs;
+  // Every name a run shown has: config keys, and metrics (summary values and logged keys); read when an option
+  // names keys.
+  std::set<std::string> config_names, metric_names;
+  bool grouped = false;
+  // --columns: config keys and metrics by name; config.KEY or metric.KEY where a name is both.
+  std::vector<ConfigColumn> config_columns;
+  std::vector<std::string> metrics;
+  std::optional<std::string> sort;
+  std::optional<std::size_t> config_sort;  // sorting by a config column (--columns, a swept parameter, config.KEY)
+  bool sorted_by_metric = false;
+  bool descending = false;
   std::vector<Line> lines;
-  for (const auto& run : runs) {
-    Line line{&run, {}, {}};
-    for (const auto& key : metrics) line.values.push_back(metric_value(db, run, key));
-    for (const auto& column : config_columns)
-      line.config.push_back(run.config.is_object() && run.config.contains(column.key) ? run.config[column.key]
-                                                                                      : nlohmann::json());
-    lines.push_back(std::move(line));
+
+  explicit RunsListing(const ParsedArguments& given) : arguments(given) {
+    if (!arguments.positional.empty()) throw UsageError("unexpected argument '" + arguments.positional[0] + "'");
+    try {
+      if (auto text = arguments.value("--where")) where.emplace(*text);
+    } catch (const report::WhereError& error) {
+      throw UsageError(error.what());
+    }
+    format = table_format(arguments);
+    if (auto status = arguments.value("--status")) {
+      if (!index::is_run_status(*status))
+        throw UsageError(
+            fmt::format("--status '{}': expected one of {}", *status, fmt::join(index::kRunStatuses, ", ")));
+      filter.status = *status;
+    }
+    filter.name_glob = arguments.value("--name");
+    if (auto since = arguments.value("--since")) filter.started_after = parse_since(*since);
+    limit = arguments.value("--limit") ? parse_count("--limit", *arguments.value("--limit")) : 50;
+    grouped = arguments.has("--group") || arguments.value("--group-by");
+    descending = arguments.has("--desc");
   }
-  // A metric column with no value in any run is dropped unless it was asked for.
-  if (!arguments.value("--metrics")) {
-    for (size_t m = metrics.size(); m-- > 0;) {
-      const bool any = std::any_of(lines.begin(), lines.end(), [&](const Line& l) { return l.values[m].has_value(); });
-      if (!any && (!sort || metrics[m] != *sort)) {
-        metrics.erase(metrics.begin() + static_cast<std::ptrdiff_t>(m));
-        for (auto& line : lines) line.values.erase(line.values.begin() + static_cast<std::ptrdiff_t>(m));
+
+  int run() {
+    select_runs();
+    read_names();
+    choose_columns();
+    choose_sort();
+    make_lines();
+    sort_lines();
+    return grouped ? print_groups() : print_runs();
+  }
+
+  // The runs of the filter, the sweep and --where.
+  void select_runs() {
+    database.emplace(index::open_index_for_reading(command_index()));
+    index::Database& db = *database;
+    if (auto sweep = arguments.value("--sweep")) {
+      const sweep::SweepRecord record = sweep::load_sweep(db, *sweep);
+      filter.sweep = record.sweep;
+      for (const auto& parameter : record.spec.parameters) swept.push_back(parameter.name);
+    }
+    now = index::now_seconds();
+    runs = index::list_runs(db, filter);
+    try {
+      if (where) runs = report::runs_where(db, std::move(runs), *where, now);
+    } catch (const report::WhereError& error) {
+      throw UsageError(error.what());
+    }
+  }
+
+  void read_names() {
+    index::Database& db = *database;
+    if (arguments.value("--columns") || arguments.value("--metrics") || arguments.value("--sort") || grouped) {
+      for (const auto& run : runs) {
+        if (run.config.is_object())
+          for (const auto& [key, value] : run.config.items()) config_names.insert(key);
+        for (const auto& [key, value] : run.summary.items())
+          if (value.is_number()) metric_names.insert(key);
+        for (const auto& latest : index::latest_metrics(db, run.run)) metric_names.insert(latest.key);
       }
     }
   }
-  const bool descending = arguments.has("--desc");
-  if (config_sort) {
-    const std::size_t c = *config_sort;
-    std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
-      const nlohmann::json &ka = a.config[c], &kb = b.config[c];
-      if (ka.is_null() != kb.is_null()) return kb.is_null();  // runs without the key go last
-      if (ka.is_null()) return false;
-      if (ka.is_number() && kb.is_number())
-        return descending ? ka.get<double>() > kb.get<double>() : ka.get<double>() < kb.get<double>();
-      const std::string ta = ka.is_string() ? ka.get<std::string>() : ka.dump();
-      const std::string tb = kb.is_string() ? kb.get<std::string>() : kb.dump();
-      return descending ? ta > tb : ta < tb;
-    });
-  } else if (sort) {
-    auto position = std::find(metrics.begin(), metrics.end(), *sort);
-    auto key = [&](const Line& line) -> std::optional<double> {
-      if (position != metrics.end()) return line.values[static_cast<size_t>(position - metrics.begin())];
-      if (*sort == "started") return line.run->started_at;
-      if (*sort == "duration") return index::duration_seconds(*line.run, now);
-      if (*sort == "step") return static_cast<double>(line.run->step);
-      return std::nullopt;
-    };
-    std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
-      if (*sort == "name") return descending ? a.run->name > b.run->name : a.run->name < b.run->name;
-      if (*sort == "status") return descending ? a.run->status > b.run->status : a.run->status < b.run->status;
-      const auto ka = key(a), kb = key(b);
-      const bool va = ka && !std::isnan(*ka), vb = kb && !std::isnan(*kb);
-      if (va != vb) return va;  // runs without the value go last
-      if (!va) return false;
-      return descending ? *ka > *kb : *ka < *kb;
-    });
+
+  [[noreturn]] void refuse_unknown(const std::string& option, const std::string& key,
+                                   const std::set<std::string>& names) const {
+    const std::vector<std::string> known(names.begin(), names.end());
+    throw UsageError(fmt::format("{} '{}': no run shown has it (known: {}){}", option, key, fmt::join(known, ", "),
+                                 core::did_you_mean(key, known)));
   }
-  if (grouped) {
+
+  // The config and metric columns: the swept parameters, --columns and --metrics, else up to 4 summary values.
+  void choose_columns() {
+    for (const std::string& key : swept) config_columns.push_back({key, key});
+    if (auto chosen = arguments.value("--columns")) {
+      for (const std::string& name : split_list(*chosen)) {
+        const bool config_prefix = name.rfind("config.", 0) == 0, metric_prefix = name.rfind("metric.", 0) == 0;
+        const std::string key = config_prefix ? name.substr(7) : metric_prefix ? name.substr(7) : name;
+        const bool is_config = config_names.count(key) > 0, is_metric = metric_names.count(key) > 0;
+        if (!config_prefix && !metric_prefix && is_config && is_metric)
+          throw UsageError(fmt::format(
+              "--columns '{}': it is both a config key and a metric: write config.{} or metric.{}", name, key, key));
+        if (config_prefix || (!metric_prefix && is_config)) {
+          if (!runs.empty() && !is_config) refuse_unknown("--columns", name, config_names);
+          config_columns.push_back({name, key});
+        } else {
+          if (!runs.empty() && !is_metric && !metric_prefix) {
+            std::set<std::string> all = config_names;
+            all.insert(metric_names.begin(), metric_names.end());
+            refuse_unknown("--columns", name, all);
+          }
+          if (!runs.empty() && !is_metric) refuse_unknown("--columns", name, metric_names);
+          metrics.push_back(key);
+        }
+      }
+    }
+    if (auto chosen = arguments.value("--metrics")) {
+      for (const std::string& key : split_list(*chosen)) {
+        if (!runs.empty() && !metric_names.count(key)) refuse_unknown("--metrics", key, metric_names);
+        metrics.push_back(key);
+      }
+    } else if (!arguments.value("--columns")) {
+      std::set<std::string> keys;
+      for (const auto& run : runs)
+        for (const auto& [key, value] : run.summary.items())
+          if (value.is_number()) keys.insert(key);
+      metrics.assign(keys.begin(), keys.end());
+      if (metrics.size() > 4) metrics.resize(4);
+      if (metrics.empty()) metrics.push_back("loss");
+    }
+  }
+
+  // --sort: a config column, a metric (a column of its own when not shown) or a built-in column.
+  void choose_sort() {
+    sort = arguments.value("--sort");
+    if (sort) {
+      for (std::size_t c = 0; c < config_columns.size(); ++c)
+        if (config_columns[c].header == *sort || "config." + config_columns[c].key == *sort) config_sort = c;
+      if (!config_sort && sort->rfind("config.", 0) == 0) {
+        const std::string key = sort->substr(7);
+        if (!runs.empty() && !config_names.count(key)) refuse_unknown("--sort", *sort, config_names);
+        config_columns.push_back({*sort, key});
+        config_sort = config_columns.size() - 1;
+      }
+      if (!config_sort && sort->rfind("metric.", 0) == 0) sort = sort->substr(7);
+    }
+    sorted_by_metric = sort && !config_sort;
+    if (sorted_by_metric && std::find(metrics.begin(), metrics.end(), *sort) == metrics.end()) {
+      static const std::set<std::string> builtin = {"started", "name", "duration", "step", "status"};
+      if (!builtin.count(*sort)) {
+        // A key that none of the runs shown has is a mistake, not an empty column: say which keys there are.
+        std::set<std::string> known(builtin.begin(), builtin.end());
+        known.insert(metric_names.begin(), metric_names.end());
+        if (!runs.empty() && !known.count(*sort)) {
+          const std::vector<std::string> names(known.begin(), known.end());
+          throw UsageError(fmt::format("--sort '{}': no run shown has it (known: {}){}", *sort, fmt::join(names, ", "),
+                                       core::did_you_mean(*sort, names)));
+        }
+        metrics.insert(metrics.begin(), *sort);
+      }
+    }
+  }
+
+  // A line per run with its metric and config values; a metric column with no value in any run is dropped unless
+  // it was asked for.
+  void make_lines() {
+    index::Database& db = *database;
+    for (const auto& run : runs) {
+      Line line{&run, {}, {}};
+      for (const auto& key : metrics) line.values.push_back(metric_value(db, run, key));
+      for (const auto& column : config_columns)
+        line.config.push_back(run.config.is_object() && run.config.contains(column.key) ? run.config[column.key]
+                                                                                        : nlohmann::json());
+      lines.push_back(std::move(line));
+    }
+    if (!arguments.value("--metrics")) {
+      for (size_t m = metrics.size(); m-- > 0;) {
+        const bool any =
+            std::any_of(lines.begin(), lines.end(), [&](const Line& l) { return l.values[m].has_value(); });
+        if (!any && (!sort || metrics[m] != *sort)) {
+          metrics.erase(metrics.begin() + static_cast<std::ptrdiff_t>(m));
+          for (auto& line : lines) line.values.erase(line.values.begin() + static_cast<std::ptrdiff_t>(m));
+        }
+      }
+    }
+  }
+
+  void sort_lines() {
+    if (config_sort) {
+      const std::size_t c = *config_sort;
+      std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
+        const nlohmann::json &ka = a.config[c], &kb = b.config[c];
+        if (ka.is_null() != kb.is_null()) return kb.is_null();  // runs without the key go last
+        if (ka.is_null()) return false;
+        if (ka.is_number() && kb.is_number())
+          return descending ? ka.get<double>() > kb.get<double>() : ka.get<double>() < kb.get<double>();
+        const std::string ta = ka.is_string() ? ka.get<std::string>() : ka.dump();
+        const std::string tb = kb.is_string() ? kb.get<std::string>() : kb.dump();
+        return descending ? ta > tb : ta < tb;
+      });
+    } else if (sort) {
+      auto position = std::find(metrics.begin(), metrics.end(), *sort);
+      auto key = [&](const Line& line) -> std::optional<double> {
+        if (position != metrics.end()) return line.values[static_cast<size_t>(position - metrics.begin())];
+        if (*sort == "started") return line.run->started_at;
+        if (*sort == "duration") return index::duration_seconds(*line.run, now);
+        if (*sort == "step") return static_cast<double>(line.run->step);
+        return std::nullopt;
+      };
+      std::stable_sort(lines.begin(), lines.end(), [&](const Line& a, const Line& b) {
+        if (*sort == "name") return descending ? a.run->name > b.run->name : a.run->name < b.run->name;
+        if (*sort == "status") return descending ? a.run->status > b.run->status : a.run->status < b.run->status;
+        const auto ka = key(a), kb = key(b);
+        const bool va = ka && !std::isnan(*ka), vb = kb && !std::isnan(*kb);
+        if (va != vb) return va;  // runs without the value go last
+        if (!va) return false;
+        return descending ? *ka > *kb : *ka < *kb;
+      });
+    }
+  }
+
+  // --group, --group-by: a line per group of runs.
+  int print_groups() {
     std::vector<const index::RunRecord*> shown;
     std::vector<std::vector<std::optional<double>>> values;
     for (const Line& line : lines) {
@@ -283,77 +330,91 @@ int runs_command(int argc, char** argv) {
     print(format_table(group_table(groups, keys, metrics, format), format));
     return 0;
   }
-  const size_t total = lines.size();
-  if (limit > 0 && lines.size() > static_cast<size_t>(limit)) lines.resize(static_cast<size_t>(limit));
 
-  // The sweep trial a run is: a "sweep" column ("NAME #TRIAL") when a run shown is one; --csv and --json always
-  // have "sweep" (the name) and "trial".
-  std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
-  const bool aligned = format == TableFormat::aligned;
-  const bool sweep_column =
-      !filter.sweep &&
-      (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->sweep.has_value(); }));
-  // Tags and the note: columns when a run shown has them (--csv and --json always have both).
-  const bool tags_column =
-      !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return !l.run->tags.empty(); });
-  const bool note_column =
-      !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->note.has_value(); });
-  Table table;
-  table.columns = {"id", "name", "status", "started", "duration", "step", "ranks"};
-  if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
-  if (tags_column) table.columns.push_back("tags");
-  if (sweep_column) table.columns.push_back("sweep");
-  if (sweep_column && !aligned) table.columns.push_back("trial");
-  for (const auto& column : config_columns) table.columns.push_back(column.header);
-  for (const auto& key : metrics) table.columns.push_back(key);
-  if (note_column) table.columns.push_back("note");
-  for (const auto& line : lines) {
-    const auto& run = *line.run;
-    std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
-    if (filter.sweep) row.insert(row.begin() + 2, run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
-    if (aligned) {
-      row.push_back(core::local_time_text(run.started_at).substr(0, 16));
-      row.push_back(core::duration_text(index::duration_seconds(run, now)));
-    } else {
-      row.push_back(run.started_at);
-      row.push_back(index::duration_seconds(run, now));
+  int print_runs() {
+    index::Database& db = *database;
+    const size_t total = lines.size();
+    if (limit > 0 && lines.size() > static_cast<size_t>(limit)) lines.resize(static_cast<size_t>(limit));
+
+    // The sweep trial a run is: a "sweep" column ("NAME #TRIAL") when a run shown is one; --csv and --json always
+    // have "sweep" (the name) and "trial".
+    std::map<std::int64_t, std::string> sweep_names = sweep::sweep_names(db);
+    const bool aligned = format == TableFormat::aligned;
+    const bool sweep_column =
+        !filter.sweep &&
+        (!aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->sweep.has_value(); }));
+    // Tags and the note: columns when a run shown has them (--csv and --json always have both).
+    const bool tags_column =
+        !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return !l.run->tags.empty(); });
+    const bool note_column =
+        !aligned || std::any_of(lines.begin(), lines.end(), [](const Line& l) { return l.run->note.has_value(); });
+    Table table;
+    table.columns = {"id", "name", "status", "started", "duration", "step", "ranks"};
+    if (filter.sweep) table.columns.insert(table.columns.begin() + 2, "trial");
+    if (tags_column) table.columns.push_back("tags");
+    if (sweep_column) table.columns.push_back("sweep");
+    if (sweep_column && !aligned) table.columns.push_back("trial");
+    for (const auto& column : config_columns) table.columns.push_back(column.header);
+    for (const auto& key : metrics) table.columns.push_back(key);
+    if (note_column) table.columns.push_back("note");
+    for (const auto& line : lines) {
+      const auto& run = *line.run;
+      std::vector<Cell> row = {run.id, run.name, index::effective_status(run, now)};
+      if (filter.sweep) row.insert(row.begin() + 2, run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
+      if (aligned) {
+        row.push_back(core::local_time_text(run.started_at).substr(0, 16));
+        row.push_back(core::duration_text(index::duration_seconds(run, now)));
+      } else {
+        row.push_back(run.started_at);
+        row.push_back(index::duration_seconds(run, now));
+      }
+      row.push_back(run.step);
+      row.push_back(static_cast<int64_t>(run.world_size));
+      if (tags_column) row.push_back(run.tags.empty() ? Cell(std::monostate{}) : Cell(tags_text(run)));
+      if (sweep_column) {
+        const std::string name = run.sweep ? sweep_names[*run.sweep] : "";
+        if (aligned)
+          row.push_back(run.sweep ? Cell(fmt::format("{} #{}", name, run.trial.value_or(0))) : Cell(std::monostate{}));
+        else
+          row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
+        if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
+      }
+      for (const auto& value : line.config) row.push_back(value.is_null() ? Cell(std::monostate{}) : json_cell(value));
+      for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
+      if (note_column)
+        row.push_back(!run.note ? Cell(std::monostate{}) : aligned ? Cell(note_line(*run.note)) : Cell(*run.note));
+      table.rows.push_back(std::move(row));
     }
-    row.push_back(run.step);
-    row.push_back(static_cast<int64_t>(run.world_size));
-    if (tags_column) row.push_back(run.tags.empty() ? Cell(std::monostate{}) : Cell(tags_text(run)));
-    if (sweep_column) {
-      const std::string name = run.sweep ? sweep_names[*run.sweep] : "";
-      if (aligned)
-        row.push_back(run.sweep ? Cell(fmt::format("{} #{}", name, run.trial.value_or(0))) : Cell(std::monostate{}));
-      else
-        row.push_back(run.sweep ? Cell(name) : Cell(std::monostate{}));
-      if (!aligned) row.push_back(run.trial ? Cell(*run.trial) : Cell(std::monostate{}));
+    if (format == TableFormat::aligned && table.rows.empty()) {
+      print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep && !where
+                ? "no runs yet\n"
+                : "no runs match\n");
+      return 0;
     }
-    for (const auto& value : line.config) row.push_back(value.is_null() ? Cell(std::monostate{}) : json_cell(value));
-    for (const auto& value : line.values) row.push_back(value ? Cell(*value) : Cell(std::monostate{}));
-    if (note_column)
-      row.push_back(!run.note ? Cell(std::monostate{}) : aligned ? Cell(note_line(*run.note)) : Cell(*run.note));
-    table.rows.push_back(std::move(row));
-  }
-  if (format == TableFormat::aligned && table.rows.empty()) {
-    print(runs.empty() && !filter.status && !filter.name_glob && !filter.started_after && !filter.sweep && !where
-              ? "no runs yet\n"
-              : "no runs match\n");
+    print(format_table(table, format));
+    if (format == TableFormat::aligned && total > lines.size())
+      print(fmt::format("({} of {} runs shown; --limit 0 shows all)\n", lines.size(), total));
+    // A name that is both: say which one the rows are sorted by.
+    if (format == TableFormat::aligned && sort &&
+        config_names.count(config_sort ? config_columns[*config_sort].key : *sort) &&
+        metric_names.count(config_sort ? config_columns[*config_sort].key : *sort)) {
+      const std::string key = config_sort ? config_columns[*config_sort].key : *sort;
+      print(config_sort
+                ? fmt::format("(sorted by the config value {}; --sort metric.{} sorts by the metric)\n", key, key)
+                : fmt::format("(sorted by the metric {}; --sort config.{} sorts by the config value)\n", key, key));
+    }
     return 0;
   }
-  print(format_table(table, format));
-  if (format == TableFormat::aligned && total > lines.size())
-    print(fmt::format("({} of {} runs shown; --limit 0 shows all)\n", lines.size(), total));
-  // A name that is both: say which one the rows are sorted by.
-  if (format == TableFormat::aligned && sort &&
-      config_names.count(config_sort ? config_columns[*config_sort].key : *sort) &&
-      metric_names.count(config_sort ? config_columns[*config_sort].key : *sort)) {
-    const std::string key = config_sort ? config_columns[*config_sort].key : *sort;
-    print(config_sort
-              ? fmt::format("(sorted by the config value {}; --sort metric.{} sorts by the metric)\n", key, key)
-              : fmt::format("(sorted by the metric {}; --sort config.{} sorts by the config value)\n", key, key));
-  }
-  return 0;
+};
+
+}  // namespace
+
+int runs_command(int argc, char** argv) {
+  const ParsedArguments arguments = parse_arguments(argc, argv,
+                                                    {"--status", "--name", "--since", "--sort", "--limit", "--metrics",
+                                                     "--columns", "--sweep", "--where", "--group-by"},
+                                                    {"--csv", "--json", "--desc", "--group"});
+  return RunsListing(arguments).run();
 }
 
 namespace {

@@ -73,7 +73,8 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
   if (run_.follower() && trainer_->shards())
     staged_writer_ = std::make_unique<ckpt::StagedFileWriter>(run_.directory());
   observer_ = std::make_shared<Observer>(*this);
-  trainer_->add_observer(observer_);
+  observers_ = TrainerObservers::of(*trainer_);
+  observers_->attach_training(observer_.get(), &run_);
   // Data parallel ranks agree on a stop once per step, before the trainer's step: the loader does not check.
   if (loader_ && !distributed()) loader_->set_before_next([this] { before_next_step(); });
   if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(loader_);
@@ -81,7 +82,7 @@ TrainingRun::TrainingRun(RunContext& run, std::shared_ptr<train::Trainer> traine
 }
 
 TrainingRun::~TrainingRun() {
-  trainer_->remove_observer(observer_.get());
+  observers_->attach_training(nullptr, nullptr);
   if (loader_) loader_->set_before_next(nullptr);
   if (loader_ && run_.system_metrics()) run_.system_metrics()->attach_loader(nullptr);
   core::set_graceful_stop(false);

@@ -20,6 +20,7 @@
 #include "runtime/ckpt/staged_files.h"
 #include "runtime/data/loader.h"
 #include "runtime/run/run_context.h"
+#include "runtime/run/trainer_observers.h"
 #include "runtime/train/trainer.h"
 
 namespace runner::run {
@@ -117,6 +118,7 @@ class TrainingRun {
   std::unique_ptr<ckpt::CheckpointSaver> saver_;
   std::unique_ptr<ckpt::StagedFileWriter> staged_writer_;  // sharded, ranks > 0: their share of each checkpoint
   std::shared_ptr<Observer> observer_;                     // of the trainer's steps, while attached
+  std::shared_ptr<TrainerObservers> observers_;            // the trainer's, which call observer_
   std::map<std::int64_t, double> stalls_;                  // by step, for the saved messages
   std::int64_t steps_taken_ = 0;                           // trainer steps in this process
   std::optional<std::int64_t> last_checkpoint_step_;

@@ -144,6 +144,7 @@ class Trainer {
   // until it is removed.
   void add_observer(std::shared_ptr<StepObserver> observer);
   void remove_observer(const StepObserver* observer);
+  const std::vector<std::shared_ptr<StepObserver>>& observers() const { return observers_; }
   // The group the gradients are averaged over; nullptr for one process (or a group of one).
   dist::ProcessGroup* process_group() const { return group_; }
 

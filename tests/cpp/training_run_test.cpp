@@ -26,7 +26,7 @@
 #include "runtime/index/run_store.h"
 #include "runtime/run/checkpoint_format.h"
 #include "runtime/run/run_start.h"
-#include "runtime/run/step_metrics.h"
+#include "runtime/run/trainer_observers.h"
 #include "runtime/run/training_run.h"
 #include "runtime/train/progress_observer.h"
 #include "tests/cpp/temp_directory.h"
@@ -493,10 +493,9 @@ TEST_CASE("the steps of a training run from C++ alone: the run's step, lr and ti
   progress.total_steps = 30;
   progress.batch = 4;
   progress.line_seconds = 1e9;  // plain lines: the first and the last step
-  setup.trainer->add_observer(
-      std::make_shared<train::ProgressObserver>(progress, c10::Device(c10::kCPU), progress_file));
+  // The trainer's observers, installed once: the step metrics go to the attached training run's run.
+  run::TrainerObservers::of(*setup.trainer)->show_progress(progress, progress_file);
   auto context = run::start_run(request("observed"), testing::launch_at(home, launch));
-  setup.trainer->add_observer(std::make_shared<run::StepMetrics>(*setup.trainer, [&context] { return context.get(); }));
   {
     run::TrainingRun training(*context, setup.trainer, setup.loader, {}, keep_two());
     for (int i = 0; i < 30; ++i) setup.step();
