@@ -157,8 +157,8 @@ function Trainer:step(batch, loss_fn)
     local micro = split_batch(batch, self.accumulate)
     call = function(i) return loss_fn(micro[i]) end
   end
-  -- The trainer's observers (bindings/train_binding.cpp, runtime/run/training_run.cpp) do the rest in C++: the
-  -- run's step and saves, stop requests, timing metrics, the progress line and the profiler.
+  -- The trainer's observers (runtime/run/trainer_observers.cpp, installed by bindings/train_binding.cpp) do the rest
+  -- in C++: timing metrics, the profiler, the progress line, and the attached run's step, saves and stop requests.
   if call == nil then
     return self.native:step_batch(torch.is_tensor(batch) and { data = batch } or batch, batch, self)
   end
