@@ -55,12 +55,13 @@ function runner.start(cfg, options)
   cfg = cfg or runner.config or {}
   local script = arg and arg[0] or nil
   local versions = runner.versions()
+  local device = torch.device(options and options.device or declared(cfg, "device") or "auto")
   local native_run = native.start(options, {
     script = script,
     script_text = script and read_file(script) or nil,
     name = declared(cfg, "name"),
     seed = declared(cfg, "seed"),
-    device = tostring(torch.device(options and options.device or declared(cfg, "device") or "auto")),
+    device = tostring(device),
     config = plain_config(cfg),
     versions = { runner = versions.runner, libtorch = versions.libtorch, luajit = versions.luajit,
                  sqlite = versions.sqlite, cuda = versions.cuda_runtime ~= "" and versions.cuda_runtime or nil,
@@ -71,7 +72,7 @@ function runner.start(cfg, options)
   math.randomseed(info.seed + runner.dist.rank)
   local run = setmetatable({
     native = native_run, id = info.id, name = info.name, dir = info.dir, seed = info.seed,
-    device = torch.device(options and options.device or declared(cfg, "device") or "auto"), config = cfg,
+    device = device, config = cfg,
     fork = info.fork, resumed = info.resumed,
   }, Run)
   runner.run = run
