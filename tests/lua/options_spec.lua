@@ -61,7 +61,7 @@ describe("declared options tables", function()
   it("an unknown key names the known ones, sorted", function()
     expect_error(function() runner.trainer { model = nn.Linear(2, 2), optimizer = { "adamw", lr = 1 }, speed = 3 } end,
       "unknown option 'speed' to 'runner.trainer' (known: accumulate, amp, batch, cast_weights_once, clip, data_parallel, deterministic, ema, ema_model, "
-      .. "graph, model, objective, on_nonfinite, optimizer, profile, progress, scaler, schedule, shard, steps, tf32, warmup)", true)
+      .. "graph, model, objective, on_nonfinite, optimizer, profile, progress, scaler, schedule, shard, shard_gather, steps, tf32, warmup)", true)
   end)
 
   it("a list entry in a table of named options says what it is", function()
